@@ -1,0 +1,157 @@
+"""Contract semantics shared by the embedded backends (memory and local).
+
+A backend supplies a :class:`TreeReader` over its committed data; :class:`Changes` applies
+operations on top of it as a buffered overlay, enforcing versions, children and sequences.
+Only when every operation of a request succeeded does the backend write the overlay, so a
+failing request writes nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+from statekeep.errors import AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError
+from statekeep.metadata.types import (
+    Check,
+    Delete,
+    Notification,
+    NotificationType,
+    Op,
+    Put,
+    Stat,
+    join,
+    parent_of,
+)
+
+_HEADER = struct.Struct(">qqqQ")  # version, created_ms, modified_ms, owner session (0: persistent)
+
+
+@dataclass(slots=True)
+class Record:
+    version: int
+    created_ms: int
+    modified_ms: int
+    owner: int  # session id of an ephemeral key's owner; 0 for a persistent key
+    value: bytes
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(self.version, self.created_ms, self.modified_ms, self.owner) + self.value
+
+    @staticmethod
+    def decode(raw: bytes) -> Record:
+        version, created, modified, owner = _HEADER.unpack_from(raw)
+        return Record(version, created, modified, owner, bytes(raw[_HEADER.size :]))
+
+    def stat(self, path: str, session: int) -> Stat:
+        return Stat(path, self.version, self.created_ms, self.modified_ms, self.owner != 0,
+                    self.owner != 0 and self.owner == session)
+
+
+class TreeReader(Protocol):
+    def read(self, path: str) -> Record | None: ...
+    def children(self, path: str) -> list[str]: ...
+    def has_children(self, path: str) -> bool: ...
+    def last_sequence(self, parent: str) -> int: ...
+
+
+class Changes:
+    """Operations applied over a reader, buffered until the backend writes them."""
+
+    def __init__(self, base: TreeReader, session: int, now_ms: int) -> None:
+        self.base = base
+        self.session = session
+        self.now_ms = now_ms
+        self.writes: dict[str, Record | None] = {}  # None: deleted
+        self.originals: dict[str, Record | None] = {}  # committed record before this request
+        self.sequences: dict[str, int] = {}
+        self.events: list[Notification] = []
+
+    def read(self, path: str) -> Record | None:
+        if path in self.writes:
+            return self.writes[path]
+        return self.base.read(path)
+
+    def has_children(self, path: str) -> bool:
+        prefix = "/" if path == "/" else path + "/"
+        for p, rec in self.writes.items():
+            if rec is not None and p.startswith(prefix) and "/" not in p[len(prefix) :]:
+                return True
+        if not self.base.has_children(path):
+            return False
+        prefix_deleted = {p for p, rec in self.writes.items() if rec is None and parent_of(p) == path}
+        if not prefix_deleted:
+            return True
+        return any(join(path, c) not in prefix_deleted for c in self.base.children(path))
+
+    def apply(self, op: Op) -> Stat | None:
+        if isinstance(op, Put):
+            return self._put(op)
+        if isinstance(op, Delete):
+            self._delete(op)
+        else:
+            self._check(op)
+        return None
+
+    def _write(self, path: str, record: Record | None) -> None:
+        if path not in self.originals:
+            self.originals[path] = self.base.read(path) if path not in self.writes else self.writes[path]
+        self.writes[path] = record
+
+    def _put(self, op: Put) -> Stat:
+        path = op.path
+        if op.sequential:
+            parent = parent_of(path)
+            seq = self.sequences.get(parent)
+            if seq is None:
+                seq = self.base.last_sequence(parent)
+            seq += 1
+            self.sequences[parent] = seq
+            path = f"{path}{seq:010d}"
+        current = self.read(path)
+        expected = op.expected_version
+        if current is not None and (expected == -1 or op.sequential):
+            raise AlreadyExistsError(f"{path} already exists")
+        if expected is not None and expected >= 0:
+            if current is None:
+                raise NotFoundError(f"{path} does not exist (expected version {expected})")
+            if current.version != expected:
+                raise BadVersionError(f"{path} is at version {current.version}, not {expected}")
+        if current is None:
+            record = Record(0, self.now_ms, self.now_ms, self.session if op.ephemeral else 0, op.value)
+            self.events.append(Notification(NotificationType.Created, path))
+            self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+        else:
+            record = Record(current.version + 1, current.created_ms, self.now_ms, current.owner, op.value)
+            self.events.append(Notification(NotificationType.Modified, path))
+        self._write(path, record)
+        return record.stat(path, self.session)
+
+    def _delete(self, op: Delete) -> None:
+        current = self.read(op.path)
+        if current is None:
+            raise NotFoundError(f"{op.path} does not exist")
+        if op.expected_version is not None and current.version != op.expected_version:
+            raise BadVersionError(f"{op.path} is at version {current.version}, not {op.expected_version}")
+        if self.has_children(op.path):
+            raise NotEmptyError(f"{op.path} has children; use delete_recursive")
+        self.remove(op.path)
+
+    def remove(self, path: str) -> None:
+        """Remove ``path`` unconditionally (an ephemeral key whose session ended); no-op if absent."""
+        if self.read(path) is None:
+            return
+        self._write(path, None)
+        self.events.append(Notification(NotificationType.Deleted, path))
+        self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+
+    def _check(self, op: Check) -> None:
+        current = self.read(op.path)
+        if op.version == -1:
+            if current is not None:
+                raise AlreadyExistsError(f"{op.path} exists (check expected it absent)")
+        elif current is None:
+            raise NotFoundError(f"{op.path} does not exist (check expected version {op.version})")
+        elif current.version != op.version:
+            raise BadVersionError(f"{op.path} is at version {current.version}, not {op.version}")

@@ -1,0 +1,317 @@
+"""The metadata store contract (after Pulsar PIP-45) and the base class every backend extends.
+
+A public method validates its arguments, then calls one small private method that a backend
+implements (``_get``, ``_get_children``, ``_exists``, ``_multi``; optionally ``_put``/``_delete``
+and ``_delete_recursive`` for speed). Validation happens before anything is sent, so bad input
+never writes anything.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
+from statekeep.metadata.types import (
+    Check,
+    Delete,
+    GetResult,
+    Notification,
+    Op,
+    Put,
+    SessionEvent,
+    Stat,
+    validate_path,
+    validate_value,
+    validate_version,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_VALUE_SIZE = 1024 * 1024  # ZooKeeper's own default jute.maxbuffer
+
+NotificationListener = Callable[[Notification], None]
+SessionListener = Callable[[SessionEvent], None]
+
+
+class Subscription:
+    """Returned by ``add_listener``; ``close()`` stops delivery to that callback."""
+
+    def __init__(self, remove: Callable[[], None]) -> None:
+        self._remove = remove
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._remove()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Dispatcher:
+    """Delivers events to callbacks on one daemon thread, in the order they were posted,
+    so a slow callback never blocks a backend's I/O thread and never reorders events."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def post(self, callbacks: Sequence[Callable], event: object) -> None:
+        if callbacks:
+            self._queue.put((tuple(callbacks), event))
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            callbacks, event = item
+            for callback in callbacks:
+                try:
+                    callback(event)
+                except Exception:  # a listener's bug must not stop delivery to the others
+                    log.exception("metadata listener %r failed on %r", callback, event)
+
+
+class MetadataStore(abc.ABC):
+    """A versioned key-value store with compare-and-set, sorted children, notifications,
+    ephemeral and sequential keys and atomic multi-operations. Thread-safe.
+
+    Contract (every backend, checked by ``tests/contract``):
+
+    - Paths are absolute and ``/``-separated, with no empty, ``.`` or ``..`` segment, no
+      trailing ``/`` and no control characters; otherwise :class:`InvalidPathError`.
+    - Versions start at 0 on create and rise by one per put.
+    - ``put(expected_version=None)`` writes unconditionally; ``-1`` requires that the key does not
+      exist (else :class:`AlreadyExistsError`, a :class:`BadVersionError`); ``N >= 0`` requires the
+      current version to be N (:class:`NotFoundError` if absent, :class:`BadVersionError` otherwise).
+    - Values are ``bytes`` of at most ``max_value_size`` (:class:`ValueTooLargeError`).
+    - A child does not imply that its parent exists; ``get_children`` of an absent path is ``[]``.
+    - Deleting a key that has children raises :class:`NotEmptyError`.
+    - ``multi`` applies all operations or none; its error is that of the first failing operation.
+    - Listeners receive every change, made by this or any other client, in commit order per key.
+    - An unreachable store raises :class:`StoreUnavailableError`; a closed one :class:`StoreClosedError`.
+    """
+
+    #: URL scheme of the backend, e.g. "local".
+    scheme: ClassVar[str] = ""
+    #: What the backend offers beyond the contract: "persistent" (survives close and reopen),
+    #: "multi_process" (several processes may open it), "sessions" (sessions can be lost).
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    #: A hard limit of the backend itself; the configured limit can only be lower.
+    backend_max_value_size: ClassVar[int] = 1 << 62
+
+    def __init__(self, *, max_value_size: int = DEFAULT_MAX_VALUE_SIZE) -> None:
+        if not isinstance(max_value_size, int) or max_value_size <= 0:
+            raise InvalidArgumentError(f"max_value_size must be a positive int, got {max_value_size!r}")
+        self.max_value_size = min(max_value_size, self.backend_max_value_size)
+        self._closed = False
+        self._listener_lock = threading.Lock()
+        self._listeners: list[NotificationListener] = []
+        self._session_listeners: list[SessionListener] = []
+        self._dispatcher: _Dispatcher | None = None
+
+    @classmethod
+    def from_url(cls, rest: str, options: dict) -> MetadataStore:
+        """Open from the part of a URL after ``scheme://`` (query removed) and its options."""
+        return cls(rest, **options)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, path: str) -> GetResult | None:
+        """The value and stat at ``path``, or ``None`` if it does not exist."""
+        self._check_open()
+        return self._get(validate_path(path))
+
+    def get_children(self, path: str) -> list[str]:
+        """Names of the immediate children of ``path``, sorted; ``[]`` if there are none."""
+        self._check_open()
+        return self._get_children(validate_path(path))
+
+    def exists(self, path: str) -> bool:
+        self._check_open()
+        return self._exists(validate_path(path))
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+    ) -> Stat:
+        """Write ``value`` at ``path``; returns the new stat (its ``path`` is the created path for a
+        sequential put: ``path`` followed by a zero-padded 10-digit number unique under the parent).
+
+        An ephemeral key lives as long as this store's session. Raises as the class docstring says.
+        """
+        self._check_open()
+        return self._put(self._valid_put(Put(path, value, expected_version, ephemeral, sequential)))
+
+    def delete(self, path: str, expected_version: int | None = None) -> None:
+        """Delete ``path``. :class:`NotFoundError` if absent, :class:`BadVersionError` on a version
+        mismatch, :class:`NotEmptyError` if it has children."""
+        self._check_open()
+        self._delete(self._valid_delete(Delete(path, expected_version)))
+
+    def delete_recursive(self, path: str) -> None:
+        """Delete ``path`` and everything below it; a no-op if nothing is there.
+        Not atomic as a whole on every backend: concurrent writers below ``path`` may race it."""
+        self._check_open()
+        validate_path(path, allow_root=True)
+        self._delete_recursive(path)
+
+    def multi(self, ops: Sequence[Op]) -> list[Stat | None]:
+        """Apply ``ops`` atomically, in order (each sees the effects of those before it).
+        Returns one entry per op: the :class:`Stat` of a :class:`Put`, ``None`` otherwise."""
+        self._check_open()
+        if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
+            raise InvalidArgumentError("multi() takes a sequence of Put, Delete and Check operations")
+        valid = [self._valid_op(op) for op in ops]
+        return self._multi(valid) if valid else []
+
+    # ---- notifications -----------------------------------------------------------------------
+
+    def add_listener(self, callback: NotificationListener) -> Subscription:
+        """Call ``callback(Notification)`` for every change in the store, on a dispatcher thread."""
+        return self._add(self._listeners, callback)
+
+    def add_session_listener(self, callback: SessionListener) -> Subscription:
+        """Call ``callback(SessionEvent)`` when the connection or session changes state."""
+        return self._add(self._session_listeners, callback)
+
+    def close(self) -> None:
+        """Release the session (its ephemeral keys go) and connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._close()
+        finally:
+            if self._dispatcher is not None:
+                self._dispatcher.stop()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- for backends ------------------------------------------------------------------------
+
+    def _emit(self, notification: Notification) -> None:
+        """Deliver a notification to this store's listeners (backends call this)."""
+        if self._listeners and self._dispatcher is not None:
+            self._dispatcher.post(self._listeners, notification)
+
+    def _emit_session(self, event: SessionEvent) -> None:
+        if self._session_listeners and self._dispatcher is not None:
+            self._dispatcher.post(self._session_listeners, event)
+
+    @property
+    def _has_listeners(self) -> bool:
+        return bool(self._listeners)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed")
+
+    @abc.abstractmethod
+    def _get(self, path: str) -> GetResult | None: ...
+
+    @abc.abstractmethod
+    def _get_children(self, path: str) -> list[str]: ...
+
+    def _exists(self, path: str) -> bool:
+        return self._get(path) is not None
+
+    @abc.abstractmethod
+    def _multi(self, ops: list[Op]) -> list[Stat | None]: ...
+
+    def _put(self, op: Put) -> Stat:
+        stat = self._multi([op])[0]
+        assert stat is not None
+        return stat
+
+    def _delete(self, op: Delete) -> None:
+        self._multi([op])
+
+    def _delete_recursive(self, path: str) -> None:
+        for child in self._get_children(path):
+            self._delete_recursive(path.rstrip("/") + "/" + child)
+        if path != "/":
+            try:
+                self._delete(Delete(path))
+            except NotFoundError:
+                pass
+
+    def _close(self) -> None:
+        """Backend-specific release of resources."""
+
+    # ---- validation --------------------------------------------------------------------------
+
+    def _valid_put(self, op: Put) -> Put:
+        validate_path(op.path, allow_root=False)
+        value = validate_value(op.value, self.max_value_size)
+        version = validate_version(op.expected_version)
+        if not isinstance(op.ephemeral, bool) or not isinstance(op.sequential, bool):
+            raise InvalidArgumentError("ephemeral and sequential must be bool")
+        if op.sequential and version not in (None, -1):
+            raise InvalidArgumentError("a sequential put always creates a key: expected_version must be None or -1")
+        return op if value is op.value else Put(op.path, value, version, op.ephemeral, op.sequential)
+
+    def _valid_delete(self, op: Delete) -> Delete:
+        validate_path(op.path, allow_root=False)
+        validate_version(op.expected_version)
+        return op
+
+    def _valid_op(self, op: object) -> Op:
+        if isinstance(op, Put):
+            return self._valid_put(op)
+        if isinstance(op, Delete):
+            return self._valid_delete(op)
+        if isinstance(op, Check):
+            validate_path(op.path, allow_root=False)
+            if validate_version(op.version) is None:
+                raise InvalidArgumentError("Check needs a version (-1 for 'does not exist')")
+            return op
+        raise InvalidArgumentError(f"multi() accepts Put, Delete and Check, not {type(op).__name__}")
+
+    def _add(self, listeners: list, callback: Callable) -> Subscription:
+        if not callable(callback):
+            raise InvalidArgumentError("listener must be callable")
+        self._check_open()
+        with self._listener_lock:
+            if self._dispatcher is None:
+                self._dispatcher = _Dispatcher(f"statekeep-{self.scheme}-listeners")
+            listeners.append(callback)
+
+        def remove() -> None:
+            with self._listener_lock:
+                if callback in listeners:
+                    listeners.remove(callback)
+
+        self._on_listener_added()
+        return Subscription(remove)
+
+    def _on_listener_added(self) -> None:
+        """Hook for backends that start watching only once someone listens."""

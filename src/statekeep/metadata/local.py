@@ -1,0 +1,485 @@
+"""``local://PATH``: the embedded default, a store in a directory on this machine.
+
+Engine: LMDB. It is transactional (a multi-operation commits whole or not at all), keeps keys
+sorted (children are one range scan), lets several processes open one store at once with a single
+writer at a time, and cannot be left unreadable by a killed process: a commit flips one meta page,
+so a SIGKILL leaves either the old or the new tree.
+
+Layout under PATH: ``data/`` holds the LMDB environment, ``sessions/`` one file per open session.
+
+- ``nodes``: key ``depth (2 bytes, big-endian) + path``, value ``version, created_ms, modified_ms,
+  owner session`` (four 8-byte big-endian integers) followed by the raw value. Prefixing the depth
+  makes the immediate children of a path one contiguous key range, so listing them never scans
+  grandchildren.
+- ``ephemeral``: ``session id + path`` for every ephemeral key, to remove a dead session's keys.
+- ``sequences``: the last sequential number handed out under each parent.
+- ``events``: a short-lived log of notifications (sequence number -> time, type, path), written in
+  the same transaction as the change it describes; every process tails it to notify its listeners.
+
+Durability: ``put`` returns after the transaction is fsynced. Concurrent writers in one process
+share a commit (group commit): whoever finds no commit in progress takes every queued request,
+applies each in order in one LMDB transaction (a failing request is skipped whole) and commits
+once, so N waiting writers cost one fsync.
+
+Sessions: each store instance is a session that holds an exclusive ``flock`` on its own file in
+``sessions/``. The kernel drops the lock when the process dies, so any other process can tell a dead
+session from a live one without timeouts; the first to notice removes the dead session's
+ephemeral keys (with notifications) and its file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from statekeep.errors import MissingDependencyError, StatekeepError, StoreClosedError, StoreUnavailableError
+from statekeep.metadata._tree import _HEADER, Changes, Record
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import GetResult, Notification, NotificationType, Op, Stat
+
+try:
+    import lmdb
+except ImportError as e:  # pragma: no cover - lmdb is a core dependency
+    raise MissingDependencyError("local:// needs the 'lmdb' package: pip install lmdb") from e
+
+log = logging.getLogger(__name__)
+
+_U64 = struct.Struct(">Q")
+_DEPTH = struct.Struct(">H")
+_EVENT = struct.Struct(">qB")  # time ms, type code; the path follows
+_EVENT_CODES = {t: i for i, t in enumerate(NotificationType)}
+_EVENT_TYPES = list(NotificationType)
+
+DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
+EVENT_RETENTION_MS = 60_000
+NEW_SESSION_PREFIX = ".new-"
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+def node_key(path: str) -> bytes:
+    return _DEPTH.pack(_depth(path)) + path.encode()
+
+
+def children_prefix(path: str) -> bytes:
+    return _DEPTH.pack(_depth(path) + 1) + (path if path == "/" else path + "/").encode()
+
+
+class _TxnReader:
+    """TreeReader over an open LMDB transaction."""
+
+    def __init__(self, engine: _Engine, txn: lmdb.Transaction) -> None:
+        self.engine = engine
+        self.txn = txn
+
+    def read(self, path: str) -> Record | None:
+        raw = self.txn.get(node_key(path), db=self.engine.nodes)
+        return None if raw is None else Record.decode(raw)
+
+    def children(self, path: str) -> list[str]:
+        return self.engine.children(self.txn, path)
+
+    def has_children(self, path: str) -> bool:
+        prefix = children_prefix(path)
+        cursor = self.txn.cursor(db=self.engine.nodes)
+        return cursor.set_range(prefix) and cursor.key().startswith(prefix)
+
+    def last_sequence(self, parent: str) -> int:
+        raw = self.txn.get(parent.encode(), db=self.engine.sequences)
+        return 0 if raw is None else _U64.unpack(raw)[0]
+
+
+class _Request:
+    __slots__ = ("build", "result", "error", "done")
+
+    def __init__(self, build: Callable[[_TxnReader, int], tuple[Any, Changes]]) -> None:
+        self.build = build
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _Engine:
+    """One per (process, directory): the LMDB environment, the group committer and the
+    thread that tails notifications and reaps dead sessions. Shared by all stores on PATH."""
+
+    def __init__(self, directory: Path, map_size: int, poll_interval: float, reap_interval: float) -> None:
+        self.directory = directory
+        self.sessions_dir = directory / "sessions"
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        (directory / "data").mkdir(exist_ok=True)
+        try:
+            self.env = lmdb.open(
+                str(directory / "data"), map_size=map_size, max_dbs=8, max_readers=1024,
+                sync=True, metasync=True, readahead=False, lock=True,
+            )
+        except lmdb.Error as e:
+            raise StoreUnavailableError(f"cannot open local store at {directory}: {e}") from e
+        with self.env.begin(write=True) as txn:
+            self.nodes = self.env.open_db(b"nodes", txn=txn)
+            self.ephemeral = self.env.open_db(b"ephemeral", txn=txn)
+            self.sequences = self.env.open_db(b"sequences", txn=txn)
+            self.events = self.env.open_db(b"events", txn=txn)
+            self.meta = self.env.open_db(b"meta", txn=txn)
+        self.pid = os.getpid()
+        self.refcount = 0
+        self.stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()
+        self._own_sessions: set[int] = set()
+        self._cv = threading.Condition()
+        self._queue: list[_Request] = []
+        self._committing = False
+        self._commits = 0
+        self.poll_interval = poll_interval
+        self.reap_interval = reap_interval
+        self._last_event = self._last_event_seq()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._reap()
+        self._thread = threading.Thread(target=self._watch, name="statekeep-local-watch", daemon=True)
+        self._thread.start()
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def children(self, txn: lmdb.Transaction, path: str) -> list[str]:
+        prefix = children_prefix(path)
+        start = len(prefix)
+        names = []
+        cursor = txn.cursor(db=self.nodes)
+        if cursor.set_range(prefix):
+            for key in cursor.iternext(keys=True, values=False):
+                if not key.startswith(prefix):
+                    break
+                names.append(key[start:].decode())
+        return names
+
+    def _last_event_seq(self) -> int:
+        with self.env.begin(db=self.events) as txn:
+            cursor = txn.cursor()
+            return _U64.unpack(cursor.key())[0] if cursor.last() else 0
+
+    # ---- writes: group commit ----------------------------------------------------------------
+
+    def submit(self, build: Callable[[_TxnReader, int], tuple[Any, Changes]]) -> Any:
+        """Run ``build`` inside a write transaction shared with other waiting writers and return
+        its result once the transaction is durable. ``build`` raising means it wrote nothing."""
+        request = _Request(build)
+        with self._cv:
+            self._queue.append(request)
+            while not request.done and self._committing:
+                self._cv.wait()
+            if not request.done:
+                self._committing = True
+                batch, self._queue = self._queue, []
+            else:
+                batch = None
+        if batch is not None:
+            try:
+                self._commit(batch)
+            finally:
+                with self._cv:
+                    self._committing = False
+                    for r in batch:
+                        r.done = True
+                    self._cv.notify_all()
+            self._wake.set()
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _commit(self, batch: list[_Request]) -> None:
+        now_ms = int(time.time() * 1000)
+        try:
+            txn = self.env.begin(write=True)
+        except lmdb.Error as e:
+            self._fail(batch, e)
+            return
+        try:
+            reader = _TxnReader(self, txn)
+            next_event = self._last_event_in(txn) + 1
+            for request in batch:
+                try:
+                    request.result, changes = request.build(reader, now_ms)
+                except Exception as e:  # the request wrote nothing; the rest of the batch goes on
+                    request.error = e
+                    continue
+                next_event = self._flush(txn, changes, now_ms, next_event)
+            self._commits += 1
+            if self._commits % 64 == 0:
+                self._trim_events(txn, now_ms - EVENT_RETENTION_MS)
+            txn.commit()
+        except lmdb.Error as e:
+            txn.abort()
+            self._fail(batch, e)
+        except BaseException:
+            txn.abort()
+            raise
+
+    @staticmethod
+    def _fail(batch: list[_Request], e: lmdb.Error) -> None:
+        hint = " (the store is full: reopen it with a larger ?map_size=)" if isinstance(e, lmdb.MapFullError) else ""
+        for request in batch:
+            if request.error is None:
+                request.error = StoreUnavailableError(f"local store write failed{hint}: {e}")
+                request.error.__cause__ = e
+                request.result = None
+
+    def _last_event_in(self, txn: lmdb.Transaction) -> int:
+        cursor = txn.cursor(db=self.events)
+        return _U64.unpack(cursor.key())[0] if cursor.last() else 0
+
+    def _flush(self, txn: lmdb.Transaction, changes: Changes, now_ms: int, next_event: int) -> int:
+        for path, record in changes.writes.items():
+            key = node_key(path)
+            old = changes.originals[path]
+            if record is None:
+                txn.delete(key, db=self.nodes)
+                if old is not None and old.owner:
+                    txn.delete(_U64.pack(old.owner) + path.encode(), db=self.ephemeral)
+            else:
+                txn.put(key, record.encode(), db=self.nodes)
+                if old is None and record.owner:
+                    txn.put(_U64.pack(record.owner) + path.encode(), b"", db=self.ephemeral)
+        for parent, seq in changes.sequences.items():
+            txn.put(parent.encode(), _U64.pack(seq), db=self.sequences)
+        for event in changes.events:
+            txn.put(_U64.pack(next_event), _EVENT.pack(now_ms, _EVENT_CODES[event.type]) + event.path.encode(),
+                    db=self.events, append=True)
+            next_event += 1
+        return next_event
+
+    def _trim_events(self, txn: lmdb.Transaction, before_ms: int) -> None:
+        cursor = txn.cursor(db=self.events)
+        if not cursor.first():
+            return
+        while _EVENT.unpack_from(cursor.value())[0] < before_ms:
+            if not cursor.delete():
+                break
+
+    # ---- sessions ----------------------------------------------------------------------------
+
+    def open_session(self) -> tuple[int, int]:
+        """A new session: returns (id, fd of its locked file)."""
+        tmp = self.sessions_dir / f"{NEW_SESSION_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+        def allocate(reader: _TxnReader, now_ms: int) -> tuple[int, Changes]:
+            raw = reader.txn.get(b"last_session", db=self.meta)
+            session = (_U64.unpack(raw)[0] if raw else 0) + 1
+            reader.txn.put(b"last_session", _U64.pack(session), db=self.meta)
+            return session, Changes(reader, session, now_ms)
+
+        session = self.submit(allocate)
+        os.rename(tmp, self.sessions_dir / str(session))
+        self._own_sessions.add(session)
+        return session, fd
+
+    def end_session(self, session: int, fd: int | None) -> None:
+        """Remove the session's ephemeral keys, then its file (an orderly close or a reaped death)."""
+        self.submit(lambda reader, now_ms: (None, self._expire(reader, session, now_ms)))
+        try:
+            os.unlink(self.sessions_dir / str(session))
+        except FileNotFoundError:
+            pass
+        if fd is not None:
+            os.close(fd)
+        self._own_sessions.discard(session)
+
+    def _expire(self, reader: _TxnReader, session: int, now_ms: int) -> Changes:
+        changes = Changes(reader, session, now_ms)
+        prefix = _U64.pack(session)
+        cursor = reader.txn.cursor(db=self.ephemeral)
+        paths = []
+        if cursor.set_range(prefix):
+            for key in cursor.iternext(keys=True, values=False):
+                if not key.startswith(prefix):
+                    break
+                paths.append(key[8:].decode())
+        for path in paths:
+            record = changes.read(path)
+            if record is not None and record.owner == session:
+                changes.remove(path)
+            else:  # a stale index entry: the key was deleted or recreated by someone else
+                reader.txn.delete(prefix + path.encode(), db=self.ephemeral)
+        return changes
+
+    def _reap(self) -> None:
+        """Expire the sessions whose owner process is gone (their file is no longer locked)."""
+        try:
+            names = os.listdir(self.sessions_dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = self.sessions_dir / name
+            if name.startswith(NEW_SESSION_PREFIX):
+                # being created right now, or left by a process that died while creating it
+                try:
+                    if time.time() - path.stat().st_mtime < 60:
+                        continue
+                except FileNotFoundError:
+                    continue
+            elif not name.isdigit() or int(name) in self._own_sessions:
+                continue
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # alive
+            if name.isdigit():
+                log.info("local store %s: session %s ended with its process; expiring it", self.directory, name)
+                self.end_session(int(name), fd)
+            else:
+                path.unlink(missing_ok=True)
+                os.close(fd)
+        self.env.reader_check()  # free reader slots of dead processes
+
+    # ---- notifications -----------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        last_reap = time.monotonic()
+        while not self._stopping:
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+            if self._stopping:
+                break
+            try:
+                self._deliver_events()
+                if time.monotonic() - last_reap >= self.reap_interval:
+                    last_reap = time.monotonic()
+                    self._reap()
+            except Exception:  # keep watching; a transient failure must not end notifications
+                log.exception("local store %s: watcher failed", self.directory)
+
+    def _deliver_events(self) -> None:
+        listening = [s for s in self.stores if s._has_listeners]
+        with self.env.begin(db=self.events) as txn:
+            cursor = txn.cursor()
+            if not listening:
+                self._last_event = _U64.unpack(cursor.key())[0] if cursor.last() else self._last_event
+                return
+            if not cursor.set_range(_U64.pack(self._last_event + 1)):
+                return
+            for key, value in cursor:
+                seq = _U64.unpack(key)[0]
+                if seq != self._last_event + 1 and self._last_event:
+                    log.warning("local store %s: notifications %d..%d expired before delivery",
+                                self.directory, self._last_event + 1, seq - 1)
+                self._last_event = seq
+                event = Notification(_EVENT_TYPES[value[8]], value[_EVENT.size :].decode())
+                for store in listening:
+                    store._emit(event)
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        self.env.close()
+
+
+_engines: dict[Path, _Engine] = {}
+_engines_lock = threading.Lock()
+_abandoned: list[_Engine] = []  # engines inherited through fork: never touched again, never freed
+
+
+def _after_fork_in_child() -> None:
+    # LMDB forbids using an environment across fork; the child opens its own on first use.
+    _abandoned.extend(_engines.values())
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class LocalStore(MetadataStore):
+    """``local://PATH``: see the module docstring. Options (URL query or keywords):
+    ``max_value_size``, ``map_size`` (bytes of address space, default 64 GiB),
+    ``poll_interval`` (seconds between checks for other processes' notifications, default 0.005),
+    ``reap_interval`` (seconds between checks for dead sessions, default 0.2)."""
+
+    scheme = "local"
+    capabilities = frozenset({"persistent", "multi_process"})
+
+    def __init__(self, path: str | os.PathLike, *, map_size: int = DEFAULT_MAP_SIZE,
+                 poll_interval: float = 0.005, reap_interval: float = 0.2, **options) -> None:
+        super().__init__(**options)
+        if not str(path):
+            raise StoreUnavailableError("local:// needs a directory, e.g. local:///var/lib/statekeep")
+        directory = Path(path).expanduser().resolve()
+        with _engines_lock:
+            engine = _engines.get(directory)
+            if engine is None:
+                engine = _engines[directory] = _Engine(directory, map_size, poll_interval, reap_interval)
+            engine.refcount += 1
+        self._engine = engine
+        self._env = engine.env
+        self._nodes = engine.nodes
+        self.directory = directory
+        try:
+            self.session_id, self._session_fd = engine.open_session()
+        except BaseException:
+            self._release_engine()
+            raise
+        engine.stores.add(self)
+
+    def _check_open(self) -> None:
+        super()._check_open()
+        if self._engine.pid != os.getpid():
+            raise StoreClosedError("this local store was opened before fork(); open a new one in the child")
+
+    def _get(self, path: str) -> GetResult | None:
+        with self._env.begin(db=self._nodes) as txn:
+            raw = txn.get(node_key(path))
+        if raw is None:
+            return None
+        version, created, modified, owner = _HEADER.unpack_from(raw)
+        return GetResult(raw[_HEADER.size :], Stat(path, version, created, modified, owner != 0,
+                                                   owner != 0 and owner == self.session_id))
+
+    def _exists(self, path: str) -> bool:
+        with self._env.begin(db=self._nodes) as txn:
+            return txn.get(node_key(path)) is not None
+
+    def _get_children(self, path: str) -> list[str]:
+        with self._env.begin() as txn:
+            return self._engine.children(txn, path)
+
+    def _multi(self, ops: list[Op]) -> list[Stat | None]:
+        def build(reader: _TxnReader, now_ms: int) -> tuple[list[Stat | None], Changes]:
+            changes = Changes(reader, self.session_id, now_ms)
+            return [changes.apply(op) for op in ops], changes
+
+        return self._engine.submit(build)
+
+    def _close(self) -> None:
+        self._engine.stores.discard(self)
+        try:
+            if self._engine.pid == os.getpid():
+                self._engine.end_session(self.session_id, self._session_fd)
+        except StatekeepError:
+            log.warning("local store %s: could not remove session %d cleanly; it will be reaped",
+                        self.directory, self.session_id)
+        finally:
+            self._release_engine()
+
+    def _release_engine(self) -> None:
+        with _engines_lock:
+            self._engine.refcount -= 1
+            if self._engine.refcount == 0 and _engines.get(self.directory) is self._engine:
+                del _engines[self.directory]
+                self._engine.close()

@@ -1,0 +1,125 @@
+"""``memory://[NAME]``: an in-process store for tests and demos.
+
+``memory://`` is private to the instance; ``memory://NAME`` is shared by every instance opened with
+that name in this process (each instance is its own session, so ephemeral keys and notifications
+behave as between separate clients). Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import weakref
+
+from statekeep.metadata._tree import Changes, Record
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import GetResult, Op, Stat, parent_of
+
+_sessions = itertools.count(1)
+
+
+class _Tree:
+    """The shared data of one memory namespace; its lock serializes writes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.nodes: dict[str, Record] = {}
+        self.children: dict[str, set[str]] = {}
+        self.sequences: dict[str, int] = {}
+        self.stores: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
+
+    # TreeReader
+    def read(self, path: str) -> Record | None:
+        return self.nodes.get(path)
+
+    def children_of(self, path: str) -> list[str]:
+        return sorted(self.children.get(path, ()))
+
+    def has_children(self, path: str) -> bool:
+        return bool(self.children.get(path))
+
+    def last_sequence(self, parent: str) -> int:
+        return self.sequences.get(parent, 0)
+
+    def commit(self, changes: Changes) -> None:
+        for path, record in changes.writes.items():
+            name = path.rpartition("/")[2]
+            siblings = self.children.setdefault(parent_of(path), set())
+            if record is None:
+                self.nodes.pop(path, None)
+                siblings.discard(name)
+            else:
+                self.nodes[path] = record
+                siblings.add(name)
+        self.sequences.update(changes.sequences)
+        for store in list(self.stores):
+            for event in changes.events:
+                store._emit(event)
+
+
+class _Reader:
+    """Adapts _Tree to the TreeReader protocol (``children`` is a method name there)."""
+
+    def __init__(self, tree: _Tree) -> None:
+        self.read = tree.read
+        self.children = tree.children_of
+        self.has_children = tree.has_children
+        self.last_sequence = tree.last_sequence
+
+
+_named: dict[str, _Tree] = {}
+_named_lock = threading.Lock()
+
+
+class MemoryStore(MetadataStore):
+    scheme = "memory"
+    capabilities: frozenset[str] = frozenset()
+
+    def __init__(self, name: str = "", **options) -> None:
+        super().__init__(**options)
+        if name:
+            with _named_lock:
+                self._tree = _named.setdefault(name, _Tree())
+        else:
+            self._tree = _Tree()
+        self._reader = _Reader(self._tree)
+        self.session_id = next(_sessions)
+        self._tree.stores.add(self)
+
+    @classmethod
+    def from_url(cls, rest: str, options: dict) -> MemoryStore:
+        return cls(rest.strip("/"), **options)
+
+    def _get(self, path: str) -> GetResult | None:
+        record = self._tree.nodes.get(path)
+        return None if record is None else GetResult(record.value, record.stat(path, self.session_id))
+
+    def _get_children(self, path: str) -> list[str]:
+        with self._tree.lock:
+            return self._tree.children_of(path)
+
+    def _exists(self, path: str) -> bool:
+        return path in self._tree.nodes
+
+    def _multi(self, ops: list[Op]) -> list[Stat | None]:
+        with self._tree.lock:
+            changes = Changes(self._reader, self.session_id, int(time.time() * 1000))
+            results = [changes.apply(op) for op in ops]
+            self._tree.commit(changes)
+            return results
+
+    def _close(self) -> None:
+        self._tree.stores.discard(self)
+        with self._tree.lock:
+            mine = [p for p, r in self._tree.nodes.items() if r.owner == self.session_id]
+            if mine:
+                changes = Changes(self._reader, self.session_id, int(time.time() * 1000))
+                for path in mine:
+                    changes.remove(path)
+                self._tree.commit(changes)
+
+    def expire_session(self) -> None:
+        """Test hook: end this instance's session as if its client died (ephemeral keys vanish)."""
+        self.close()
+
