@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: real ZooKeeper and etcd servers on loopback."""

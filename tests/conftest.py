@@ -1,0 +1,87 @@
+"""Shared fixtures. Backends for the contract suites are listed in BACKENDS; a backend joins every
+contract suite by adding one entry there (a function returning a fresh store URL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from statekeep.metadata import MetadataStore, open_store
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def _memory_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    return f"memory://{uuid.uuid4().hex}"
+
+
+def _local_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    return f"local://{tmp_path / 'store'}"
+
+
+def _zk_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    server = request.getfixturevalue("zk_server")
+    return f"zk://{server.address}/t{uuid.uuid4().hex[:12]}"
+
+
+def _etcd_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    server = request.getfixturevalue("etcd_server")
+    return f"etcd://{server.address}/t{uuid.uuid4().hex[:12]}"
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, object], str]] = {
+    "memory": _memory_url,
+    "local": _local_url,
+    "zk": _zk_url,
+    "etcd": _etcd_url,
+}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A URL of a fresh, empty namespace on each backend in turn."""
+    return BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+def open_url(store_url: str) -> Iterator[Callable[..., MetadataStore]]:
+    """Opens stores (on ``store_url`` by default) and closes them all after the test."""
+    opened: list[MetadataStore] = []
+
+    def _open(url: str | None = None, **options) -> MetadataStore:
+        store = open_store(url or store_url, **options)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_url) -> MetadataStore:
+    return open_url()
+
+
+def _server_fixture(kind: str):
+    @pytest.fixture(scope="session")
+    def server():
+        from statekeep.testing import servers
+
+        try:
+            srv = servers.start(kind)
+        except servers.ServerNotInstalled as e:
+            if IN_CI:
+                raise
+            pytest.skip(f"{kind} is not installed here ({e}); scripts/test installs it")
+        yield srv
+        srv.stop()
+
+    return server
+
+
+zk_server = _server_fixture("zookeeper")
+etcd_server = _server_fixture("etcd")
