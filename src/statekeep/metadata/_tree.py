@@ -119,6 +119,7 @@ class Changes:
             if current.version != expected:
                 raise BadVersionError(f"{path} is at version {current.version}, not {expected}")
         if current is None:
+            self._create_ancestors(path)
             record = Record(0, self.now_ms, self.now_ms, self.session if op.ephemeral else 0, op.value)
             self.events.append(Notification(NotificationType.Created, path))
             self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
@@ -127,6 +128,18 @@ class Changes:
             self.events.append(Notification(NotificationType.Modified, path))
         self._write(path, record)
         return record.stat(path, self.session)
+
+    def _create_ancestors(self, path: str) -> None:
+        """Create missing ancestors as empty persistent keys, as ZooKeeper needs them."""
+        missing = []
+        parent = parent_of(path)
+        while parent != "/" and self.read(parent) is None:
+            missing.append(parent)
+            parent = parent_of(parent)
+        for ancestor in reversed(missing):
+            self._write(ancestor, Record(0, self.now_ms, self.now_ms, 0, b""))
+            self.events.append(Notification(NotificationType.Created, ancestor))
+            self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(ancestor)))
 
     def _delete(self, op: Delete) -> None:
         current = self.read(op.path)

@@ -98,7 +98,9 @@ class MetadataStore(abc.ABC):
       exist (else :class:`AlreadyExistsError`, a :class:`BadVersionError`); ``N >= 0`` requires the
       current version to be N (:class:`NotFoundError` if absent, :class:`BadVersionError` otherwise).
     - Values are ``bytes`` of at most ``max_value_size`` (:class:`ValueTooLargeError`).
-    - A child does not imply that its parent exists; ``get_children`` of an absent path is ``[]``.
+    - A put that creates a key also creates its missing ancestors as empty persistent keys
+      (version 0), as ZooKeeper requires, so every backend lists the same children.
+      ``get_children`` of an absent path is ``[]``. Deleting a key never deletes its parent.
     - Deleting a key that has children raises :class:`NotEmptyError`.
     - ``multi`` applies all operations or none; its error is that of the first failing operation.
     - Listeners receive every change, made by this or any other client, in commit order per key.

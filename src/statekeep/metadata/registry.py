@@ -45,7 +45,7 @@ def backend_class(scheme: str) -> type[MetadataStore]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        if isinstance(e, MissingDependencyError) or extra is None:
+        if isinstance(e, MissingDependencyError) or extra is None or (e.name or "").startswith("statekeep"):
             raise
         raise MissingDependencyError(
             f"the {scheme}:// backend needs {extra}: pip install '{extra.split()[0]}' ({e})"
