@@ -21,20 +21,11 @@ from statekeep.errors import (
     StoreClosedError,
     ValueTooLargeError,
 )
+from statekeep.testing import wait_for
 from statekeep.metadata import Check, Delete, MetadataStore, Notification, NotificationType, Put
 
 INVALID_PATHS = ["", "a", "a/b", "//", "/a//b", "/a/", "/.", "/a/./b", "/..", "/a/../b", "/a\x00b",
                  "/a\nb", "/a\x7fb", "/\x1b"]
-
-
-def wait_for(predicate, timeout: float = 15.0) -> bool:
-    """Poll until ``predicate()`` is true; notifications are asynchronous by contract."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class TestVersions:

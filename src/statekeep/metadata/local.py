@@ -394,12 +394,20 @@ class _Engine:
 
 _engines: dict[Path, _Engine] = {}
 _engines_lock = threading.Lock()
-_abandoned: list[_Engine] = []  # engines inherited through fork: never touched again, never freed
 
 
 def _after_fork_in_child() -> None:
     # LMDB forbids using an environment across fork; the child opens its own on first use.
-    _abandoned.extend(_engines.values())
+    # Closing the inherited handle is safe: LMDB then frees only reader slots of the child's own
+    # pid, and fcntl locks (per process) are not inherited. Inherited session fds are closed
+    # without unlocking: the flock stays with the parent's open file description.
+    for engine in _engines.values():
+        for store in list(engine.stores):
+            try:
+                os.close(store._session_fd)
+            except OSError:
+                pass
+        engine.env.close()
     _engines.clear()
 
 

@@ -1,0 +1,168 @@
+"""local:// beyond the contract: crashes, several processes, durability bookkeeping."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from statekeep.errors import StoreClosedError
+from statekeep.metadata import NotificationType, open_store
+
+from statekeep.testing import wait_for
+
+WRITER = textwrap.dedent("""
+    import sys, threading
+    from statekeep.metadata import open_store
+    store = open_store("local://" + sys.argv[1])
+    lock = threading.Lock()
+
+    def write(thread):
+        for i in range(1_000_000):
+            path = f"/w/t{thread}/{i:08d}"
+            store.put(path, path.encode() * 3)
+            with lock:  # printed only after put() returned: an acknowledged write
+                sys.stdout.write(path + "\\n")
+                sys.stdout.flush()
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+""")
+
+CAS_INCREMENTER = textwrap.dedent("""
+    import sys
+    from statekeep.errors import BadVersionError
+    from statekeep.metadata import open_store
+    store = open_store("local://" + sys.argv[1])
+    successes = 0
+    for _ in range(int(sys.argv[2])):
+        current = store.get("/counter")
+        try:
+            store.put("/counter", (int(current.value) + 1).__str__().encode(), current.stat.version)
+            successes += 1
+        except BadVersionError:
+            pass
+    print(successes)
+""")
+
+
+def python(code: str, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code, *args], text=True, **kwargs)
+
+
+@pytest.mark.parametrize("trial", range(10))
+def test_sigkill_loses_no_acknowledged_write(tmp_path, trial):
+    rng = random.Random(trial)
+    writer = python(WRITER, str(tmp_path), stdout=subprocess.PIPE)
+    time.sleep(rng.uniform(0.05, 0.6))
+    os.kill(writer.pid, signal.SIGKILL)
+    out, _ = writer.communicate()
+    acknowledged = [line for line in out.splitlines() if line.startswith("/w/")]
+    assert acknowledged, "the writer acknowledged nothing before the kill; lengthen the delay"
+
+    store = open_store(f"local://{tmp_path}")
+    try:
+        for path in acknowledged:
+            result = store.get(path)
+            assert result is not None and result.value == path.encode() * 3, path
+        # the store is readable and consistent: every listed child can be read
+        for thread in store.get_children("/w"):
+            for name in store.get_children(f"/w/{thread}"):
+                assert store.get(f"/w/{thread}/{name}") is not None
+    finally:
+        store.close()
+
+
+def test_cas_increments_from_several_processes(tmp_path):
+    store = open_store(f"local://{tmp_path}")
+    store.put("/counter", b"0")
+    workers = [python(CAS_INCREMENTER, str(tmp_path), "150", stdout=subprocess.PIPE) for _ in range(4)]
+    successes = sum(int(w.communicate()[0]) for w in workers)
+    assert all(w.returncode == 0 for w in workers)
+    result = store.get("/counter")
+    assert int(result.value) == successes == result.stat.version
+    store.close()
+
+
+def test_killed_process_ephemeral_keys_vanish_with_notification(tmp_path):
+    observer = open_store(f"local://{tmp_path}")
+    events = []
+    observer.add_listener(events.append)
+    holder = python(textwrap.dedent("""
+        import sys, time
+        from statekeep.metadata import open_store
+        store = open_store("local://" + sys.argv[1])
+        store.put("/locks/owner", b"me", ephemeral=True)
+        print("held", flush=True)
+        time.sleep(600)
+    """), str(tmp_path), stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == "held"
+    assert observer.get("/locks/owner").stat.ephemeral
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert wait_for(lambda: not observer.exists("/locks/owner"))
+    assert wait_for(lambda: any(e.type is NotificationType.Deleted and e.path == "/locks/owner" for e in events))
+    assert any(e.type is NotificationType.Created and e.path == "/locks/owner" for e in events)
+    observer.close()
+
+
+def test_store_opened_before_fork_is_refused_in_the_child(tmp_path):
+    store = open_store(f"local://{tmp_path}")
+    store.put("/k", b"v")
+    pid = os.fork()
+    if pid == 0:  # child: the inherited store must refuse; a new one works
+        code = 1
+        try:
+            store.get("/k")
+        except StoreClosedError:
+            fresh = open_store(f"local://{tmp_path}")
+            code = 0 if fresh.get("/k").value == b"v" else 2
+            fresh.close()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.get("/k").value == b"v"  # the parent's store is untouched by the child
+    store.close()
+
+
+def test_group_commit_shares_transactions(tmp_path):
+    import threading
+
+    store = open_store(f"local://{tmp_path}")
+    engine = store._engine
+    before = engine._commits
+
+    def write(t):
+        for i in range(50):
+            store.put(f"/g/{t}/{i}", b"x")
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    commits = engine._commits - before
+    assert sum(len(store.get_children(f"/g/{t}")) for t in range(8)) == 400
+    assert commits < 400  # some puts shared a commit (and so an fsync)
+    store.close()
+
+
+def test_map_full_is_a_clear_error_and_writes_nothing(tmp_path):
+    from statekeep.errors import StoreUnavailableError
+
+    store = open_store(f"local://{tmp_path}", map_size=1 << 20)
+    store.put("/small", b"ok")
+    with pytest.raises(StoreUnavailableError, match="map_size"):
+        for i in range(100):
+            store.put(f"/big/{i}", b"x" * 60_000)
+    assert store.get("/small").value == b"ok"
+    store.close()
