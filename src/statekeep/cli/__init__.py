@@ -1,0 +1,53 @@
+"""The ``statekeep`` command. Each command group lives in its own module and registers itself
+on the parser; errors from the statekeep tree become a one-line message and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
+
+DEFAULT_STORE = "local://./.statekeep-data"
+
+
+def default_store_url() -> str:
+    """``$STATEKEEP_STORE``, else a ``local://`` store in ``./.statekeep-data``."""
+    return os.environ.get("STATEKEEP_STORE", DEFAULT_STORE)
+
+
+def print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from statekeep.cli import metadata
+
+    parser = argparse.ArgumentParser(prog="statekeep", description=__doc__.splitlines()[0])
+    groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+    metadata.register(groups)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (InvalidPathError, InvalidArgumentError) as e:
+        print(f"statekeep: invalid input: {e}", file=sys.stderr)
+        return 2
+    except NotFoundError as e:
+        print(f"statekeep: not found: {e}", file=sys.stderr)
+        return 1
+    except StatekeepError as e:
+        print(f"statekeep: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+

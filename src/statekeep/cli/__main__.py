@@ -1,0 +1,5 @@
+import sys
+
+from statekeep.cli import main
+
+sys.exit(main())
