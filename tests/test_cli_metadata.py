@@ -59,6 +59,8 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, capsys):
 
 def test_watch_prints_changes_from_another_process(tmp_path):
     url = f"local://{tmp_path}"
+    with open_store(url) as store:
+        store.put("/w", b"")
     watcher = subprocess.Popen(
         [sys.executable, "-m", "statekeep.cli", "metadata", "watch", "/w", "--store", url, "--count", "3", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
