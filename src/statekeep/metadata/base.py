@@ -25,6 +25,7 @@ from statekeep.metadata.types import (
     Put,
     SessionEvent,
     Stat,
+    _valid_paths,
     validate_path,
     validate_value,
     validate_version,
@@ -134,8 +135,11 @@ class MetadataStore(abc.ABC):
 
     def get(self, path: str) -> GetResult | None:
         """The value and stat at ``path``, or ``None`` if it does not exist."""
-        self._check_open()
-        return self._get(validate_path(path))
+        if self._closed:
+            self._check_open()
+        if path not in _valid_paths:  # the fast path of validate_path, inlined for hot reads
+            validate_path(path)
+        return self._get(path)
 
     def get_children(self, path: str) -> list[str]:
         """Names of the immediate children of ``path``, sorted; ``[]`` if there are none."""

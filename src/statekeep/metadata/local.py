@@ -15,11 +15,13 @@ Layout under PATH: ``data/`` holds the LMDB environment, ``sessions/`` one file 
 - ``sequences``: the last sequential number handed out under each parent.
 - ``events``: a short-lived log of notifications (sequence number -> time, type, path), written in
   the same transaction as the change it describes; every process tails it to notify its listeners.
+  ChildrenChanged is not stored: readers derive it from Created and Deleted.
 
-Durability: ``put`` returns after the transaction is fsynced. Concurrent writers in one process
-share a commit (group commit): whoever finds no commit in progress takes every queued request,
-applies each in order in one LMDB transaction (a failing request is skipped whole) and commits
-once, so N waiting writers cost one fsync.
+Durability: ``put`` returns after its transaction is fsynced (LMDB's full sync: data pages, then
+the meta page, so even a power loss leaves the old or the new tree). Concurrent writers in one
+process share a commit (group commit, see ``_Engine.submit``): each request is applied in order in
+one LMDB transaction (a failing request is skipped whole) and the batch commits once, so N waiting
+writers cost one fsync.
 
 Sessions: each store instance is a session that holds an exclusive ``flock`` on its own file in
 ``sessions/``. The kernel drops the lock when the process dies, so any other process can tell a dead
@@ -44,7 +46,7 @@ from typing import Any
 from statekeep.errors import MissingDependencyError, StatekeepError, StoreClosedError, StoreUnavailableError
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import GetResult, Notification, NotificationType, Op, Stat
+from statekeep.metadata.types import GetResult, Notification, NotificationType, Op, Stat, parent_of
 
 try:
     import lmdb
@@ -54,10 +56,13 @@ except ImportError as e:  # pragma: no cover - lmdb is a core dependency
 log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">Q")
+_unpack_header = _HEADER.unpack_from
+_new_tuple = tuple.__new__
 _DEPTH = struct.Struct(">H")
 _EVENT = struct.Struct(">qB")  # time ms, type code; the path follows
 _EVENT_CODES = {t: i for i, t in enumerate(NotificationType)}
 _EVENT_TYPES = list(NotificationType)
+_CHANGES_PARENT = (NotificationType.Created, NotificationType.Deleted)
 
 DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
 EVENT_RETENTION_MS = 60_000
@@ -68,8 +73,16 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
 
+_node_keys: dict[str, bytes] = {}
+
+
 def node_key(path: str) -> bytes:
-    return _DEPTH.pack(_depth(path)) + path.encode()
+    key = _node_keys.get(path)
+    if key is None:
+        if len(_node_keys) > 100_000:
+            _node_keys.clear()
+        key = _node_keys[path] = _DEPTH.pack(_depth(path)) + path.encode()
+    return key
 
 
 def children_prefix(path: str) -> bytes:
@@ -101,13 +114,15 @@ class _TxnReader:
 
 
 class _Request:
-    __slots__ = ("build", "result", "error", "done")
+    __slots__ = ("build", "result", "error", "finished", "leads")
 
     def __init__(self, build: Callable[[_TxnReader, int], tuple[Any, Changes]]) -> None:
         self.build = build
         self.result: Any = None
         self.error: BaseException | None = None
-        self.done = False
+        self.leads = False
+        self.finished = threading.Lock()
+        self.finished.acquire()
 
 
 class _Engine:
@@ -136,7 +151,7 @@ class _Engine:
         self.refcount = 0
         self.stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()
         self._own_sessions: set[int] = set()
-        self._cv = threading.Condition()
+        self._queue_lock = threading.Lock()
         self._queue: list[_Request] = []
         self._committing = False
         self._commits = 0
@@ -172,30 +187,48 @@ class _Engine:
 
     def submit(self, build: Callable[[_TxnReader, int], tuple[Any, Changes]]) -> Any:
         """Run ``build`` inside a write transaction shared with other waiting writers and return
-        its result once the transaction is durable. ``build`` raising means it wrote nothing."""
+        its result once the transaction is durable. ``build`` raising means it wrote nothing.
+
+        Group commit, leader/follower: a writer that finds no commit running commits every queued
+        request itself; the others wait on their own lock. When a commit ends, the first writer
+        that queued meanwhile is woken as the next leader, so a lone writer never pays a thread
+        hand-off and N waiting writers share one transaction and one fsync."""
         request = _Request(build)
-        with self._cv:
+        with self._queue_lock:
+            if self._stopping:
+                raise StoreClosedError(f"local store {self.directory} is closed")
             self._queue.append(request)
-            while not request.done and self._committing:
-                self._cv.wait()
-            if not request.done:
-                self._committing = True
-                batch, self._queue = self._queue, []
-            else:
-                batch = None
-        if batch is not None:
-            try:
-                self._commit(batch)
-            finally:
-                with self._cv:
-                    self._committing = False
-                    for r in batch:
-                        r.done = True
-                    self._cv.notify_all()
-            self._wake.set()
+            leading = not self._committing
+            self._committing = True
+        if not leading:
+            request.finished.acquire()  # released when committed, or to make this writer lead
+        if request.leads or leading:
+            self._lead()
         if request.error is not None:
             raise request.error
         return request.result
+
+    def _lead(self) -> None:
+        with self._queue_lock:
+            batch, self._queue = self._queue, []
+        try:
+            self._commit(batch)
+        except BaseException as e:  # never leave a writer waiting forever
+            for request in batch:
+                if request.error is None:
+                    request.error = StoreUnavailableError(f"local store commit failed: {e!r}")
+        with self._queue_lock:
+            if self._queue:
+                successor = self._queue[0]
+                successor.leads = True
+                successor.finished.release()
+            else:
+                self._committing = False
+        for request in batch:
+            if request.finished.locked():
+                request.finished.release()
+        if self.listening:
+            self._wake.set()  # deliver the new notifications now rather than at the next poll
 
     def _commit(self, batch: list[_Request]) -> None:
         now_ms = int(time.time() * 1000)
@@ -253,6 +286,8 @@ class _Engine:
         for parent, seq in changes.sequences.items():
             txn.put(parent.encode(), _U64.pack(seq), db=self.sequences)
         for event in changes.events:
+            if event.type is NotificationType.ChildrenChanged:
+                continue  # implied by Created/Deleted; derived when the log is read
             txn.put(_U64.pack(next_event), _EVENT.pack(now_ms, _EVENT_CODES[event.type]) + event.path.encode(),
                     db=self.events, append=True)
             next_event += 1
@@ -365,8 +400,12 @@ class _Engine:
             except Exception:  # keep watching; a transient failure must not end notifications
                 log.exception("local store %s: watcher failed", self.directory)
 
+    @property
+    def listening(self) -> list[LocalStore]:
+        return [s for s in self.stores if s._has_listeners]
+
     def _deliver_events(self) -> None:
-        listening = [s for s in self.stores if s._has_listeners]
+        listening = self.listening
         with self.env.begin(db=self.events) as txn:
             cursor = txn.cursor()
             if not listening:
@@ -383,9 +422,14 @@ class _Engine:
                 event = Notification(_EVENT_TYPES[value[8]], value[_EVENT.size :].decode())
                 for store in listening:
                     store._emit(event)
+                if event.type in _CHANGES_PARENT:
+                    parent_event = Notification(NotificationType.ChildrenChanged, parent_of(event.path))
+                    for store in listening:
+                        store._emit(parent_event)
 
     def close(self) -> None:
-        self._stopping = True
+        with self._queue_lock:
+            self._stopping = True
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
@@ -403,6 +447,7 @@ def _after_fork_in_child() -> None:
     # without unlocking: the flock stays with the parent's open file description.
     for engine in _engines.values():
         for store in list(engine.stores):
+            store._forked = store._closed = True  # every call now raises StoreClosedError
             try:
                 os.close(store._session_fd)
             except OSError:
@@ -435,6 +480,7 @@ class LocalStore(MetadataStore):
                 engine = _engines[directory] = _Engine(directory, map_size, poll_interval, reap_interval)
             engine.refcount += 1
         self._engine = engine
+        self._forked = False
         self._env = engine.env
         self._nodes = engine.nodes
         self.directory = directory
@@ -446,18 +492,21 @@ class LocalStore(MetadataStore):
         engine.stores.add(self)
 
     def _check_open(self) -> None:
-        super()._check_open()
-        if self._engine.pid != os.getpid():
+        if self._forked:
             raise StoreClosedError("this local store was opened before fork(); open a new one in the child")
+        super()._check_open()
 
     def _get(self, path: str) -> GetResult | None:
+        key = _node_keys.get(path) or node_key(path)
         with self._env.begin(db=self._nodes) as txn:
-            raw = txn.get(node_key(path))
+            raw = txn.get(key)
         if raw is None:
             return None
-        version, created, modified, owner = _HEADER.unpack_from(raw)
-        return GetResult(raw[_HEADER.size :], Stat(path, version, created, modified, owner != 0,
-                                                   owner != 0 and owner == self.session_id))
+        version, created, modified, owner = _unpack_header(raw)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this is the hottest read path
+        stat = _new_tuple(Stat, (path, version, created, modified, owner != 0,
+                                 owner != 0 and owner == self.session_id))
+        return _new_tuple(GetResult, (raw[32:], stat))
 
     def _exists(self, path: str) -> bool:
         with self._env.begin(db=self._nodes) as txn:

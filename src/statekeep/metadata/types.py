@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import NamedTuple
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError
 
@@ -13,7 +13,6 @@ from statekeep.errors import InvalidArgumentError, InvalidPathError
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-@lru_cache(maxsize=65536)
 def _check_path(path: str) -> str:
     if not path.startswith("/"):
         raise InvalidPathError(f"path must be absolute (start with '/'): {path!r}")
@@ -29,13 +28,24 @@ def _check_path(path: str) -> str:
     return path
 
 
+# Paths already validated: reads of hot keys skip re-validation (a set lookup, no call).
+_valid_paths: set[str] = set()
+
+
 def validate_path(path: object, *, allow_root: bool = True) -> str:
     """Return ``path`` if it is a valid absolute path, else raise :class:`InvalidPathError`."""
+    if path in _valid_paths:
+        return path  # type: ignore[return-value]
     if not isinstance(path, str):
         raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
     _check_path(path)
-    if path == "/" and not allow_root:
-        raise InvalidPathError("the root path '/' cannot be written or deleted")
+    if path == "/":
+        if not allow_root:
+            raise InvalidPathError("the root path '/' cannot be written or deleted")
+        return path
+    if len(_valid_paths) > 100_000:
+        _valid_paths.clear()
+    _valid_paths.add(path)
     return path
 
 
@@ -76,9 +86,9 @@ def validate_value(value: object, max_size: int) -> bytes:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """Metadata of a stored value. ``version`` is 0 on create and rises by one per put."""
+class Stat(NamedTuple):
+    """Metadata of a stored value. ``version`` is 0 on create and rises by one per put.
+    ``created_by_self``: an ephemeral key owned by this store's own session."""
 
     path: str
     version: int
@@ -88,8 +98,7 @@ class Stat:
     created_by_self: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class GetResult:
+class GetResult(NamedTuple):
     value: bytes
     stat: Stat
 
