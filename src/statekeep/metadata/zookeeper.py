@@ -1,0 +1,486 @@
+"""``zk://HOST:PORT[,HOST:PORT...]/CHROOT``: the metadata contract on Apache ZooKeeper 3.6+, via kazoo.
+
+Layout (native, so ``zkCli.sh`` shows it): key ``/a/b`` is the znode ``CHROOT/a/b`` holding the raw
+value; the version is the znode's data version, ``created_ms``/``modified_ms`` its ctime/mtime. Missing
+ancestors are created as empty persistent znodes. Sequential keys are ZooKeeper's own (the 10-digit
+suffix is the parent's child version), ephemeral keys are ephemeral znodes of this store's session.
+ZooKeeper allows no children under an ephemeral znode: such a put raises :class:`InvalidArgumentError`.
+
+``multi`` is one ZooKeeper transaction. What depends on current state (``expected_version=None``:
+create or set; which ancestors are missing) is planned from one pipelined round of reads and sent
+inside that transaction, so all-or-nothing holds, ancestors included; if a concurrent writer changed
+that state, the transaction fails whole and is planned again. ``Check(path, -1)`` has no native form:
+it becomes a create and a delete of ``path`` (or of its first missing ancestor) in the transaction, so
+listeners then see a ``Created`` and a ``Deleted`` for that path (not when the next op of the multi
+creates that path anyway, as in ``[Check(p, -1), Put(p, v)]``).
+
+Notifications: one persistent recursive watch (``addWatch``, sent by hand: kazoo 2.11 lacks it) on the
+chroot, added with the first listener and again after every reconnection; ``ChildrenChanged`` of the
+parent is derived from each create and delete. Changes made while disconnected are not replayed:
+listeners get ``Reconnected``/``SessionReestablished`` and should re-read.
+
+Failures: an operation waits at most ``timeout`` seconds for a connection and an answer, then raises
+:class:`StoreUnavailableError`. Reads retry across a reconnection within that time. A write whose
+connection broke after it may have reached the server is not retried: :class:`StoreUnavailableError`
+then means it may or may not have been applied (``statekeep.handles`` reports that as
+``PossibleInconsistentStateError``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import namedtuple
+from collections.abc import Callable, Iterable
+
+from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError,
+                              InvalidPathError, MissingDependencyError, NotEmptyError, NotFoundError,
+                              StatekeepError, StoreClosedError, StoreUnavailableError, UnauthorizedError,
+                              ValueTooLargeError)
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import (Check, Delete, GetResult, Notification, NotificationType, Op, Put,
+                                      SessionEvent, Stat, join, parent_of, validate_path)
+
+try:
+    from kazoo import exceptions as zke
+    from kazoo.client import KazooClient, KazooState
+    from kazoo.handlers.threading import KazooTimeoutError
+    from kazoo.protocol.serialization import (CheckVersion, Create, MultiHeader, SetData, Transaction, Watch,
+                                              ZnodeStat, int_struct, read_string, stat_struct, write_string)
+    from kazoo.protocol.serialization import Delete as ZDelete
+    from kazoo.retry import KazooRetry
+    from kazoo.security import OPEN_ACL_UNSAFE
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError("zk:// needs kazoo: pip install 'statekeep[zookeeper]'") from e
+
+log = logging.getLogger(__name__)
+
+#: ZooKeeper's default jute.maxbuffer: the server drops a connection whose request is larger.
+JUTE_MAXBUFFER = 0xFFFFF
+_OP_OVERHEAD = 96  # bytes per operation besides path and value: headers, lengths, ACL, flags (~60) + margin
+_CREATED, _DELETED, _CHANGED = 1, 2, 3  # watch event types
+_MAX_REPLANS = 20  # a multi whose plan concurrent writers keep invalidating gives up after this
+
+_ERRORS = {  # a failed ZooKeeper operation -> the statekeep error it means
+    zke.NoNodeError: (NotFoundError, "does not exist"),
+    zke.NodeExistsError: (AlreadyExistsError, "already exists"),
+    zke.BadVersionError: (BadVersionError, "is not at the expected version"),
+    zke.NotEmptyError: (NotEmptyError, "has children; use delete_recursive"),
+    zke.NoChildrenForEphemeralsError: (InvalidArgumentError, "cannot be created: ZooKeeper allows no "
+                                                             "children under an ephemeral key"),
+    zke.BadArgumentsError: (InvalidPathError, "is not a valid ZooKeeper path"),
+    zke.NoAuthError: (ForbiddenError, "is not accessible with these credentials"),
+    zke.AuthFailedError: (UnauthorizedError, ": ZooKeeper authentication failed"),
+}
+
+
+class _AddWatch(namedtuple("_AddWatch", "path mode")):
+    """``addWatch`` (opcode 106). Without a ``watcher`` attribute kazoo registers nothing for it."""
+
+    type = 106
+
+    def serialize(self) -> bytes:
+        return bytes(write_string(self.path)) + int_struct.pack(self.mode)
+
+    @classmethod
+    def deserialize(cls, buffer: bytes, offset: int) -> None:
+        return None
+
+
+class _Txn(Transaction):
+    """kazoo's Transaction, decoding exactly one result per operation (kazoo drops falsy ones): the
+    created path (kazoo strips the chroot), a ZnodeStat (set), None, or a failed op's kazoo exception."""
+
+    @classmethod
+    def deserialize(cls, buffer: bytes, offset: int) -> list:
+        results: list = []
+        header, offset = MultiHeader.deserialize(buffer, offset)
+        while not header.done:
+            if header.type == Create.type:
+                result, offset = read_string(buffer, offset)
+            elif header.type == SetData.type:
+                result, offset = ZnodeStat._make(stat_struct.unpack_from(buffer, offset)), offset + stat_struct.size
+            elif header.type == -1:
+                result = zke.EXCEPTIONS[int_struct.unpack_from(buffer, offset)[0]]()
+                offset += int_struct.size
+            else:
+                result = None
+            results.append(result)
+            header, offset = MultiHeader.deserialize(buffer, offset)
+        return results
+
+
+_Step = namedtuple("_Step", "request op_index racy")  # racy: failing may mean a concurrent change: plan again
+
+
+def _ancestors(path: str) -> list[str]:
+    """Proper ancestors of ``path`` top-down, without "/"."""
+    parts = path.split("/")[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+class ZooKeeperStore(MetadataStore):
+    """``zk://HOST:PORT[,HOST:PORT...]/CHROOT``; see the module docstring for layout and guarantees.
+
+    Options (URL query or keywords): ``session_timeout`` (seconds, default 10: how long the server keeps
+    this store's session, hence its ephemeral keys, once it hears nothing from it), ``timeout`` (seconds,
+    default 10: the longest an operation waits before :class:`StoreUnavailableError`), ``max_value_size``.
+    """
+
+    scheme = "zk"
+    capabilities = frozenset({"persistent", "multi_process", "sessions"})
+    #: jute.maxbuffer (1 MiB - 1) less 1 KiB for path and framing: a value this large with a path of up to
+    #: ~800 bytes still fits in one request. Bigger state belongs in blob storage (statekeep.handles).
+    backend_max_value_size = 1024 * 1024 - 1024
+
+    def __init__(self, connect: str, *, session_timeout: float = 10.0, timeout: float = 10.0, **options) -> None:
+        super().__init__(**options)
+        hosts, _, chroot = connect.partition("/")
+        chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
+        if not hosts:
+            raise InvalidArgumentError(f"zk:// needs HOST:PORT[,HOST:PORT...]/CHROOT, got {connect!r}")
+        if chroot:
+            validate_path(chroot)
+        for name, value in (("timeout", timeout), ("session_timeout", session_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
+        self._hosts, self._chroot, self._timeout = hosts, chroot, float(timeout)
+        self._closing = self._watching = False
+        self._watch_lock = threading.Lock()
+        self._last_state: str | None = None
+        try:  # reconnect forever (operations time out on their own), and quickly
+            self._client = KazooClient(hosts=hosts, timeout=float(session_timeout),
+                                       connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0))
+        except (ValueError, zke.KazooException) as e:
+            raise InvalidArgumentError(f"bad ZooKeeper hosts {hosts!r}: {e}") from e
+        # kazoo hands events only to its one-shot watchers; the listeners must see every event.
+        self._kazoo_read_watch_event = self._client._connection._read_watch_event
+        self._client._connection._read_watch_event = self._read_watch_event
+        self._client.add_listener(self._on_state)
+        try:
+            self._client.start(timeout=self._timeout)
+        except KazooTimeoutError as e:
+            raise StoreUnavailableError(f"ZooKeeper at {hosts} not reachable within {timeout}s") from e
+        try:
+            if chroot:
+                self._run(lambda: self._client.ensure_path_async(chroot), chroot)
+        except BaseException:
+            self._close()
+            raise
+        self._client.chroot = chroot  # from here on kazoo prefixes every path with it
+
+    @classmethod
+    def from_url(cls, rest: str, options: dict) -> ZooKeeperStore:
+        return cls(rest, **options)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> GetResult | None:
+        if path == "/":  # the chroot is the namespace, not a key
+            return None
+        try:
+            value, zstat = self._run(lambda: self._client.get_async(path), path)
+        except NotFoundError:
+            return None
+        return GetResult(value, self._stat(path, zstat))
+
+    def _exists(self, path: str) -> bool:
+        return path != "/" and self._run(lambda: self._client.exists_async(path), path) is not None
+
+    def _get_children(self, path: str) -> list[str]:
+        try:
+            names = self._run(lambda: self._client.get_children_async(path), path)
+        except NotFoundError:
+            return []
+        if path == "/" and not self._chroot:
+            names = [n for n in names if n != "zookeeper"]  # ZooKeeper's own subtree
+        return sorted(names)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def _put(self, op: Put) -> Stat:
+        self._check_size([op])
+        client, path = self._client, op.path
+        if op.sequential or op.expected_version == -1:
+            return self._create(op)
+        if op.expected_version is not None:
+            return self._stat(path, self._run(lambda: client.set_async(path, op.value, op.expected_version),
+                                              path, write=True))
+        while True:  # unconditional: set if present, else create; a concurrent create or delete flips it
+            try:
+                return self._stat(path, self._run(lambda: client.set_async(path, op.value, -1), path, write=True))
+            except NotFoundError:
+                pass
+            try:
+                return self._create(op)
+            except AlreadyExistsError:
+                continue
+
+    def _create(self, op: Put) -> Stat:
+        created, zstat = self._run(lambda: self._client.create_async(
+            op.path, op.value, ephemeral=op.ephemeral, sequence=op.sequential, makepath=True, include_data=True),
+            op.path, write=True)
+        return self._stat(created, zstat)
+
+    def _delete(self, op: Delete) -> None:
+        version = -1 if op.expected_version is None else op.expected_version
+        self._run(lambda: self._client.delete_async(op.path, version), op.path, write=True)
+
+    def _delete_recursive(self, path: str) -> None:
+        while True:
+            for child in self._get_children(path):
+                self._delete_recursive(join(path, child))
+            if path == "/":
+                return
+            try:
+                return self._delete(Delete(path))
+            except NotFoundError:
+                return
+            except NotEmptyError:  # a concurrent writer added a child: list again
+                continue
+
+    def _multi(self, ops: list[Op]) -> list[Stat | None]:
+        self._check_size(ops)
+        for attempt in range(_MAX_REPLANS):
+            steps = self._plan(ops)
+            results = self._run(lambda: self._call(_Txn([s.request for s in steps])), ops[0].path, write=True)
+            failed = next((i for i, r in enumerate(results) if isinstance(r, Exception)
+                           and not isinstance(r, (zke.RolledBackError, zke.RuntimeInconsistency))), None)
+            if failed is None:
+                return self._multi_results(ops, steps, results)
+            step, error = steps[failed], results[failed]
+            racy = (step.racy and isinstance(error, (zke.NodeExistsError, zke.NoNodeError, zke.BadVersionError))
+                    or isinstance(step.request, Create) and isinstance(error, zke.NoNodeError))
+            if not racy or attempt == _MAX_REPLANS - 1:
+                path = ops[step.op_index].path if step.op_index is not None else self._unchroot(step.request.path)
+                raise self._error(error, path) from error
+        raise AssertionError("unreachable")
+
+    def _plan(self, ops: list[Op]) -> list[_Step]:
+        """ZooKeeper operations for ``ops``, from one pipelined read of the paths whose state decides
+        their form; ``known`` tracks the effect of the multi's earlier operations."""
+        needed: set[str] = set()
+        for op in ops:
+            if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)) or (
+                    isinstance(op, Check) and op.version == -1):
+                needed.update(_ancestors(op.path), [op.path])
+        paths = sorted(needed)
+        stats = dict(zip(paths, self._run(lambda: [self._client.exists_async(p) for p in paths], "/")))
+        known: dict[str, tuple[bool, bool, int | None]] = {"/": (True, False, None)}  # exists, ephemeral, version
+
+        def state(p: str) -> tuple[bool, bool, int | None]:
+            if p not in known:
+                z = stats.get(p)
+                known[p] = (False, False, None) if z is None else (True, z.ephemeralOwner != 0, z.version)
+            return known[p]
+
+        acl = self._client.default_acl or OPEN_ACL_UNSAFE
+        steps: list[_Step] = []
+        for i, op in enumerate(ops):
+            z = self._z(op.path)
+            if isinstance(op, Put):
+                exists, ephemeral, version = state(op.path)
+                if op.sequential or op.expected_version == -1 or op.expected_version is None and not exists:
+                    for a in _ancestors(op.path):
+                        if not state(a)[0]:
+                            steps.append(_Step(Create(self._z(a), b"", acl, 0), None, True))
+                            known[a] = (True, False, 0)
+                    flags = (1 if op.ephemeral else 0) | (2 if op.sequential else 0)
+                    steps.append(_Step(Create(z, op.value, acl, flags), i, op.expected_version is None))
+                    if not op.sequential:
+                        known[op.path] = (True, op.ephemeral, 0)
+                else:
+                    expected = -1 if op.expected_version is None else op.expected_version
+                    steps.append(_Step(SetData(z, op.value, expected), i, op.expected_version is None))
+                    known[op.path] = (True, ephemeral, None if version is None else version + 1)
+            elif isinstance(op, Delete):
+                steps.append(_Step(ZDelete(z, -1 if op.expected_version is None else op.expected_version), i, False))
+                known[op.path] = (False, False, None)
+            elif op.version >= 0:
+                steps.append(_Step(CheckVersion(z, op.version), i, False))
+            else:  # must be absent: create and delete its first missing component, which fails iff it exists
+                first = next((p for p in [*_ancestors(op.path), op.path] if not state(p)[0]), op.path)
+                _, parent_ephemeral, parent_version = state(parent_of(first))
+                if parent_ephemeral:  # no children under an ephemeral: absent while that stays unchanged
+                    if parent_version is not None:
+                        steps.append(_Step(CheckVersion(self._z(parent_of(first)), parent_version), None, True))
+                    continue
+                after = ops[i + 1] if i + 1 < len(ops) else None
+                if (isinstance(after, Put) and (after.sequential or after.expected_version in (None, -1))
+                        and (after.path == first or after.path.startswith(first + "/"))):
+                    continue  # the next op creates `first`, which fails exactly when this check would
+                steps.append(_Step(Create(self._z(first), b"", acl, 0), i, first != op.path))
+                steps.append(_Step(ZDelete(self._z(first), -1), None, True))
+        return steps
+
+    def _multi_results(self, ops: list[Op], steps: list[_Step], results: list) -> list[Stat | None]:
+        # A transaction's operations share its time, but a create inside a multi is answered with its
+        # path only: take the time from a set in the same multi, else read a created key's ctime.
+        txn_ms = next((r.mtime for r in results if isinstance(r, ZnodeStat)), None)
+        created = [r for s, r in zip(steps, results)  # not a Check's probe: that one is gone
+                   if isinstance(r, str) and (s.op_index is None or isinstance(ops[s.op_index], Put))]
+        if txn_ms is None and created:
+            try:
+                zstat = self._run(lambda: self._client.exists_async(created[-1]), created[-1])
+                txn_ms = zstat and zstat.ctime
+            except StoreUnavailableError:
+                pass
+            txn_ms = txn_ms or int(time.time() * 1000)
+        out: list[Stat | None] = [None] * len(ops)
+        for step, result in zip(steps, results):
+            if step.op_index is not None and isinstance(op := ops[step.op_index], Put):
+                out[step.op_index] = (Stat(result, 0, txn_ms, txn_ms, op.ephemeral, op.ephemeral)
+                                      if isinstance(result, str) else self._stat(op.path, result))
+        return out
+
+    # ---- notifications and sessions ----------------------------------------------------------
+
+    def _on_listener_added(self) -> None:
+        with self._watch_lock:
+            if self._watching:
+                return
+            self._watching = True
+        try:  # wait, so that every change made after add_listener returns is seen
+            self._run(self._add_watch, "/")
+        except StatekeepError as e:  # added again on the next connection
+            log.warning("zk store %s%s: could not add the watch yet: %s", self._hosts, self._chroot, e)
+
+    def _add_watch(self):
+        return self._call(_AddWatch(self._chroot or "/", 1))  # 1: persistent recursive
+
+    def _read_watch_event(self, buffer: bytes, offset: int) -> None:
+        """On kazoo's connection thread, for every watch event; must not block."""
+        self._kazoo_read_watch_event(buffer, offset)
+        event, _ = Watch.deserialize(buffer, offset)
+        path = self._unchroot(event.path)
+        if path in (None, "/") or not self._chroot and (path + "/").startswith("/zookeeper/"):
+            return
+        if event.type == _CHANGED:
+            self._emit(Notification(NotificationType.Modified, path))
+        elif event.type in (_CREATED, _DELETED):
+            kind = NotificationType.Created if event.type == _CREATED else NotificationType.Deleted
+            self._emit(Notification(kind, path))
+            self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+
+    def _on_state(self, state: str) -> None:
+        """kazoo state listener (connection thread; must not block) -> session events."""
+        if self._closing:
+            return
+        if state == KazooState.SUSPENDED:
+            self._last_state = "suspended"
+            self._emit_session(SessionEvent.ConnectionLost)
+        elif state == KazooState.LOST:
+            self._last_state = "lost"
+            self._emit_session(SessionEvent.SessionLost)
+        elif state == KazooState.CONNECTED:
+            previous, self._last_state = self._last_state, "connected"
+            if self._watching:  # a new connection has no watches; this is queued before later requests
+                self._add_watch().rawlink(lambda r: r.exception and log.warning("zk: re-adding watch: %r",
+                                                                                r.exception))
+            if previous == "suspended":
+                self._emit_session(SessionEvent.Reconnected)
+            elif previous == "lost":
+                self._emit_session(SessionEvent.SessionReestablished)
+
+    def expire_session(self) -> None:
+        """Test hook: have the server expire this store's session, as when the process stalls beyond
+        ``session_timeout``: its ephemeral keys are deleted, ``ConnectionLost``, ``SessionLost`` and
+        ``SessionReestablished`` follow. Returns once a new session is connected."""
+        lost = threading.Event()
+        self._client.add_listener(on_state := lambda state: state == KazooState.LOST and (lost.set() or True))
+        deadline = time.monotonic() + max(self._timeout, 30.0)
+        try:
+            while not lost.wait(0.05):
+                if time.monotonic() > deadline:
+                    raise StoreUnavailableError("could not expire the ZooKeeper session")
+                if (client_id := self._client.client_id) is None:
+                    continue
+                # The classic trick: a second client takes over the session, then closes it.
+                other = KazooClient(hosts=self._hosts, client_id=client_id, timeout=self._client._session_timeout / 1000)
+                try:
+                    other.start(timeout=self._timeout)
+                    other.stop()
+                except KazooTimeoutError:
+                    pass
+                finally:
+                    other.close()
+                lost.wait(2.0)
+        finally:
+            self._client.remove_listener(on_state)
+        if not self._client._live.wait(self._timeout):
+            raise StoreUnavailableError("no new ZooKeeper session after the expiry")
+
+    def _close(self) -> None:
+        self._closing = True
+        try:
+            self._client.stop()
+        except Exception:  # closing must not fail; the server ends the session after its timeout
+            log.warning("zk store %s%s: unclean close", self._hosts, self._chroot, exc_info=True)
+        finally:
+            self._client.close()
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _run(self, start: Callable[[], object], path: str, *, write: bool = False):
+        """Start a request (or a list of them) and return its result(s) within ``timeout`` seconds.
+        Requests that never reached the server are retried once reconnected; reads also when the
+        connection broke under them; a write then raises StoreUnavailableError (outcome unknown)."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            if self._closed:
+                raise StoreClosedError("ZooKeeperStore is closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._client._live.wait(remaining):
+                raise StoreUnavailableError(f"ZooKeeper at {self._hosts} not reachable within {self._timeout}s")
+            try:
+                started = start()
+                if isinstance(started, list):
+                    return [r.get(timeout=max(deadline - time.monotonic(), 0.001)) for r in started]
+                return started.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except zke.ConnectionClosedError as e:
+                raise StoreClosedError("ZooKeeperStore is closed") from e
+            except zke.SessionExpiredError:  # refused unsent as the session ended: wait for the next one
+                continue
+            except zke.ConnectionLoss as e:
+                if write:
+                    raise StoreUnavailableError(f"connection to ZooKeeper lost during a write to {path}; "
+                                                "it may or may not have been applied") from e
+            except KazooTimeoutError as e:
+                unknown = "; the write may or may not have been applied" if write else ""
+                raise StoreUnavailableError(f"no answer from ZooKeeper in {self._timeout}s on {path}{unknown}") from e
+            except zke.KazooException as e:
+                raise self._error(e, path) from e
+
+    def _call(self, request):
+        result = self._client.handler.async_result()
+        self._client._call(request, result)
+        return result
+
+    def _check_size(self, ops: Iterable[Op]) -> None:
+        # An oversized request makes the server drop the connection: refuse it before sending.
+        size = 16 + sum(len(self._z(op.path).encode()) + _OP_OVERHEAD
+                        + (len(op.value) if isinstance(op, Put) else 0) for op in ops)
+        if size > JUTE_MAXBUFFER:
+            raise ValueTooLargeError(f"this request needs about {size} bytes; ZooKeeper takes at most "
+                                     f"{JUTE_MAXBUFFER} (jute.maxbuffer) per request; keep large state in "
+                                     "blob storage with statekeep.handles.StateHandleStore")
+
+    def _stat(self, path: str, z: ZnodeStat) -> Stat:
+        owner = z.ephemeralOwner
+        return Stat(path, z.version, z.ctime, z.mtime, owner != 0, owner != 0 and owner == self._client._session_id)
+
+    def _z(self, path: str) -> str:
+        return self._chroot + path if path != "/" else (self._chroot or "/")
+
+    def _unchroot(self, path: str) -> str | None:
+        if not self._chroot or path == self._chroot:
+            return path if not self._chroot else "/"
+        return path[len(self._chroot):] if path.startswith(self._chroot + "/") else None
+
+    @staticmethod
+    def _error(e: Exception, path: str) -> StatekeepError:
+        for kazoo_type, (error_type, message) in _ERRORS.items():
+            if isinstance(e, kazoo_type):
+                return error_type(f"{path} {message}")
+        return StoreUnavailableError(f"ZooKeeper failed on {path}: {type(e).__name__} {e}")
