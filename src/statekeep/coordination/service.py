@@ -1,0 +1,354 @@
+"""``CoordinationService``: locks, leader election and unique counters over any ``MetadataStore``.
+
+Recipes in the style of kazoo/Curator, built only on the contract: a lock is an ephemeral key
+created with ``expected_version=-1``; leadership is that lock on the election path, awaited through
+notifications; a counter is a key incremented by compare-and-set. No backend-specific code.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import struct
+import threading
+import time
+import weakref
+from concurrent.futures import Future, InvalidStateError
+
+from statekeep.coordination.locks import ResourceLock, check_content
+from statekeep.errors import (
+    AlreadyExistsError,
+    BadVersionError,
+    InvalidArgumentError,
+    LockBusyError,
+    NotFoundError,
+    StatekeepError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, validate_path
+
+log = logging.getLogger(__name__)
+
+_COUNTER = struct.Struct(">q")  # the design's counter encoding: 8-byte big-endian signed
+
+
+class _Reservation:
+    """Marks a lock path being acquired in this session; remembers notifications meanwhile."""
+
+    __slots__ = ("dirty",)
+
+    def __init__(self) -> None:
+        self.dirty = False
+
+
+# Lock paths held (or being acquired) per store instance, i.e. per session, across services:
+# a second acquire in the same session must see the lock as busy, not as an orphan to adopt.
+_held: weakref.WeakKeyDictionary[MetadataStore, dict[str, ResourceLock | _Reservation]] = (
+    weakref.WeakKeyDictionary()
+)
+_held_lock = threading.Lock()
+
+
+class _Election:
+    __slots__ = ("path", "content", "future")
+
+    def __init__(self, path: str, content: bytes) -> None:
+        self.path = path
+        self.content = content
+        self.future: Future[ResourceLock] = Future()
+
+
+class CoordinationService:
+    """Locks, leader election and counters over ``store``. Thread-safe; call :meth:`close`.
+
+    The session is the store's: a lock or leadership lasts until it is released, or until the store's
+    session ends (closed, expired, or the holding process killed), whichever comes first.
+
+    Options: ``recheck_interval`` (seconds between safety re-checks of held locks and waiting
+    elections; notifications do the real work), ``max_counter_retries`` (compare-and-set attempts of
+    :meth:`next_counter_value` before :class:`BadVersionError`).
+    """
+
+    def __init__(self, store: MetadataStore, *, recheck_interval: float = 5.0,
+                 max_counter_retries: int = 1000) -> None:
+        if not isinstance(store, MetadataStore):
+            raise InvalidArgumentError(f"CoordinationService needs a MetadataStore, not {type(store).__name__}")
+        if not isinstance(recheck_interval, (int, float)) or recheck_interval <= 0:
+            raise InvalidArgumentError(f"recheck_interval must be a positive number, got {recheck_interval!r}")
+        if not isinstance(max_counter_retries, int) or max_counter_retries < 1:
+            raise InvalidArgumentError(f"max_counter_retries must be a positive int, got {max_counter_retries!r}")
+        self.store = store
+        self.recheck_interval = float(recheck_interval)
+        self.max_counter_retries = max_counter_retries
+        self._mutex = threading.Lock()
+        self._locks: dict[str, ResourceLock] = {}
+        self._elections: dict[str, list[_Election]] = {}
+        self._closed = False
+        self._tasks: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        with _held_lock:
+            self._held = _held.setdefault(store, {})
+        self._subscriptions = [store.add_listener(self._on_notification),
+                               store.add_session_listener(self._on_session_event)]
+        self._worker = threading.Thread(target=self._run, name="statekeep-coordination", daemon=True)
+        self._worker.start()
+
+    # ---- locks -------------------------------------------------------------------------------
+
+    def acquire_lock(self, path: str, content: bytes) -> ResourceLock:
+        """Take the lock at ``path`` (an ephemeral key holding ``content``) or fail at once.
+
+        Raises :class:`LockBusyError` if another session (or another lock of this session) holds it,
+        or a persistent key is there; :class:`InvalidPathError` / :class:`InvalidArgumentError` for
+        bad input (nothing written); :class:`StoreUnavailableError` if the store is unreachable (a key
+        created anyway is this session's and is taken over by the next ``acquire_lock`` here).
+        """
+        validate_path(path, allow_root=False)
+        content = check_content(content)
+        self._check_open()
+        reservation = _Reservation()
+        with _held_lock:
+            if path in self._held:
+                raise LockBusyError(f"lock {path} is already held in this session")
+            self._held[path] = reservation
+        lock = None
+        try:
+            lock = ResourceLock(self.store, path, content, self._create(path, content), self._forget)
+        finally:
+            with _held_lock, self._mutex:
+                if lock is None or self._closed:
+                    del self._held[path]
+                else:
+                    self._held[path] = self._locks[path] = lock
+        if self._closed:
+            lock.release()
+            raise StoreClosedError("the coordination service was closed")
+        if reservation.dirty:  # the key changed between our create and our registration
+            self._tasks.put(("check", path))
+        return lock
+
+    def _create(self, path: str, content: bytes) -> object:
+        try:
+            return self.store.put(path, content, expected_version=-1, ephemeral=True)
+        except AlreadyExistsError:
+            existing = self.store.get(path)
+        if existing is None:
+            raise LockBusyError(f"lock {path} was held a moment ago; try again")
+        if not existing.stat.ephemeral:
+            raise LockBusyError(f"{path} holds a persistent key, not a lock")
+        if not existing.stat.created_by_self:
+            raise LockBusyError(f"lock {path} is held by another session")
+        # This session's key that no lock handle owns: a create whose reply was lost. Take it over.
+        try:
+            return self.store.put(path, content, expected_version=existing.stat.version)
+        except (BadVersionError, NotFoundError) as e:
+            raise LockBusyError(f"lock {path} changed while being taken over; try again") from e
+
+    def read_lock(self, path: str) -> bytes | None:
+        """Content of the lock at ``path``, or ``None`` if no lock (ephemeral key) is there."""
+        validate_path(path)
+        result = self.store.get(path)
+        return result.value if result is not None and result.stat.ephemeral else None
+
+    def list_locks(self, path: str) -> list[str]:
+        """Sorted names of the children of ``path`` that are held locks (ephemeral keys)."""
+        validate_path(path)
+        names = []
+        for name in self.store.get_children(path):
+            child = self.store.get(f"{path.rstrip('/')}/{name}")
+            if child is not None and child.stat.ephemeral:
+                names.append(name)
+        return names
+
+    # ---- leader election ---------------------------------------------------------------------
+
+    def become_leader(self, path: str, content: bytes) -> Future[ResourceLock]:
+        """A future completed with the leadership lock at ``path`` once this session holds it.
+
+        Contenders wait on notifications for ``path`` (with a slow safety re-check) and take over when
+        the leader releases or its session ends. ``future.cancel()`` withdraws from the election.
+        The future fails with :class:`StoreClosedError` if the store closes first; it is cancelled by
+        :meth:`close`. Bad input raises at once (:class:`InvalidPathError`, :class:`InvalidArgumentError`).
+        """
+        validate_path(path, allow_root=False)
+        election = _Election(path, check_content(content))
+        with self._mutex:
+            self._check_open()
+            self._elections.setdefault(path, []).append(election)
+        self._tasks.put(("elect", path))
+        return election.future
+
+    def _elect(self, path: str) -> None:
+        with self._mutex:
+            waiting = [e for e in self._elections.get(path, ()) if not e.future.done()]
+        for election in waiting:
+            try:
+                lock = self.acquire_lock(path, election.content)
+            except (LockBusyError, StoreUnavailableError):
+                return  # wait for the next notification or re-check
+            except StatekeepError as e:
+                self._drop_election(election)
+                _set(election.future, exception=e)
+                continue
+            self._drop_election(election)
+            if not _set(election.future, result=lock):
+                lock.release()  # cancelled while we were acquiring
+            return
+
+    def _drop_election(self, election: _Election) -> None:
+        with self._mutex:
+            pending = self._elections.get(election.path, [])
+            if election in pending:
+                pending.remove(election)
+            if not pending:
+                self._elections.pop(election.path, None)
+
+    # ---- counters ----------------------------------------------------------------------------
+
+    def next_counter_value(self, path: str) -> int:
+        """The next value (1, 2, ...) of the counter at ``path``: unique among all callers of any
+        process or machine using this store. The key holds an 8-byte big-endian signed integer.
+
+        Raises :class:`BadVersionError` after ``max_counter_retries`` lost races,
+        :class:`InvalidArgumentError` if ``path`` holds something that is not a counter,
+        :class:`StoreUnavailableError` if the store is unreachable (a value may then be skipped).
+        """
+        validate_path(path, allow_root=False)
+        for attempt in range(self.max_counter_retries):
+            current = self.store.get(path)
+            if current is None:
+                value, expected = 1, -1
+            else:
+                value, expected = _decode_counter(path, current.value) + 1, current.stat.version
+            try:
+                self.store.put(path, _COUNTER.pack(value), expected_version=expected)
+                return value
+            except (BadVersionError, NotFoundError):
+                if attempt:  # lost twice in a row: spread the contenders out
+                    time.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** min(attempt, 6))))
+        raise BadVersionError(f"counter {path}: lost {self.max_counter_retries} races in a row")
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel waiting elections, release held locks (best effort) and stop. Idempotent.
+        Does not close the store."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            elections = [e for pending in self._elections.values() for e in pending]
+            self._elections.clear()
+            locks = list(self._locks.values())
+        for election in elections:
+            election.future.cancel()
+        for lock in locks:
+            try:
+                lock.release()
+            except StatekeepError as e:  # it goes with the session anyway
+                log.warning("could not release lock %s on close: %s", lock.path, e)
+        for subscription in self._subscriptions:
+            subscription.close()
+        self._tasks.put(None)
+        if threading.current_thread() is not self._worker:
+            self._worker.join(timeout=5)
+
+    def __enter__(self) -> CoordinationService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the coordination service is closed")
+
+    def _forget(self, lock: ResourceLock) -> None:
+        with _held_lock, self._mutex:
+            if self._locks.get(lock.path) is lock:
+                del self._locks[lock.path]
+            if self._held.get(lock.path) is lock:
+                del self._held[lock.path]
+            contended = lock.path in self._elections
+        if contended:  # our own leadership ended: a waiting election here may take over
+            self._tasks.put(("elect", lock.path))
+
+    # ---- events: listeners only enqueue, the worker talks to the store -------------------------
+
+    def _on_notification(self, n: Notification) -> None:
+        if n.type is NotificationType.ChildrenChanged:
+            return
+        if n.path in self._locks:
+            self._tasks.put(("check", n.path))
+        else:
+            owner = self._held.get(n.path)
+            if isinstance(owner, _Reservation):
+                owner.dirty = True
+        if n.type is NotificationType.Deleted and n.path in self._elections:
+            self._tasks.put(("elect", n.path))
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.SessionLost:
+            self._tasks.put(("session_lost", ""))
+        elif event in (SessionEvent.Reconnected, SessionEvent.SessionReestablished):
+            self._tasks.put(("recheck", ""))
+
+    def _run(self) -> None:
+        next_recheck = time.monotonic() + self.recheck_interval
+        while True:
+            try:
+                task = self._tasks.get(timeout=max(0.0, next_recheck - time.monotonic()))
+            except queue.Empty:
+                task = ("recheck", "")
+            if task is None:
+                return
+            kind, path = task
+            try:
+                if kind == "check":
+                    lock = self._locks.get(path)
+                    if lock is not None:
+                        lock._revalidate()
+                elif kind == "elect":
+                    self._elect(path)
+                else:
+                    if kind == "session_lost":  # the session's ephemeral keys are gone with it
+                        for lock in list(self._locks.values()):
+                            lock._expire()
+                    unknown = self._recheck_all()
+                    # store unreachable: look again soon rather than after a full interval
+                    delay = min(0.5, self.recheck_interval) if unknown else self.recheck_interval
+                    next_recheck = time.monotonic() + delay
+            except Exception:  # keep coordinating; one failure must not stop expiry detection
+                log.exception("coordination task %s %s failed", kind, path)
+
+    def _recheck_all(self) -> bool:
+        """Re-check every held lock and waiting election; True if the store was unreachable."""
+        unknown = False
+        for lock in list(self._locks.values()):
+            unknown |= lock._revalidate() is None
+        for path in list(self._elections):
+            self._elect(path)
+        return unknown
+
+
+def _decode_counter(path: str, raw: bytes) -> int:
+    if raw == b"":  # an ancestor key created implicitly by a put below it
+        return 0
+    if len(raw) != _COUNTER.size:
+        raise InvalidArgumentError(f"{path} holds {len(raw)} bytes, not an 8-byte counter")
+    return _COUNTER.unpack(raw)[0]
+
+
+def _set(future: Future, *, result: object = None, exception: BaseException | None = None) -> bool:
+    """Complete ``future`` unless it was cancelled meanwhile; True if this call completed it."""
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+        return True
+    except InvalidStateError:
+        return False
+

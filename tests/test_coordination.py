@@ -1,0 +1,367 @@
+"""CoordinationService and ResourceLock on every backend: API, bad input, expiry, and between real
+processes (exclusivity seen by an observer outside the store, failover after SIGKILL, counters)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import CancelledError
+from pathlib import Path
+
+import pytest
+
+import coord_worker
+from statekeep.coordination import CoordinationService
+from statekeep.errors import (
+    InvalidArgumentError,
+    InvalidPathError,
+    LockBusyError,
+    LockLostError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
+from statekeep.metadata import SessionEvent
+from statekeep.metadata.registry import backend_class
+from statekeep.testing import wait_for
+
+WORKER = Path(coord_worker.__file__)
+TIMEOUT = 60  # bound for waits on asynchronous effects (session expiry on zk/etcd takes seconds)
+
+
+@pytest.fixture
+def coord_for():
+    """Creates CoordinationServices and closes them after the test."""
+    made: list[CoordinationService] = []
+
+    def make(store, **options) -> CoordinationService:
+        made.append(CoordinationService(store, **options))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def multi_process(url: str) -> bool:
+    caps = backend_class(url.partition("://")[0]).capabilities
+    return "multi_process" in caps or "sessions" in caps
+
+
+def run_workers(url: str, argv_list: list[list[str]], started=lambda: True) -> None:
+    """Run coord_worker with each argv: as processes, or as threads (own store each) on memory://.
+    ``started()`` runs once they all are."""
+    if multi_process(url):
+        procs = [subprocess.Popen([sys.executable, str(WORKER), *argv]) for argv in argv_list]
+        try:
+            started()
+            for p in procs:
+                assert p.wait(timeout=120) == 0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    else:
+        threads = [threading.Thread(target=coord_worker.main, args=(argv,)) for argv in argv_list]
+        for t in threads:
+            t.start()
+        started()
+        for t in threads:
+            t.join(timeout=120)
+
+
+class TestLocks:
+    def test_acquire_read_list_release(self, open_url, coord_for):
+        coord = coord_for(open_url())
+        other = coord_for(open_url())
+        lock = coord.acquire_lock("/locks/a", b"me")
+        assert (lock.path, lock.content, lock.held) == ("/locks/a", b"me", True)
+        assert other.read_lock("/locks/a") == b"me"
+        assert other.read_lock("/locks/none") is None
+        coord.acquire_lock("/locks/b", b"")
+        assert other.list_locks("/locks") == ["a", "b"]
+        with pytest.raises(LockBusyError):
+            other.acquire_lock("/locks/a", b"you")
+        with pytest.raises(LockBusyError):  # not re-entrant, also within one session
+            coord.acquire_lock("/locks/a", b"again")
+        lock.release()
+        lock.release()  # idempotent
+        assert not lock.held and not lock.expired.done()
+        assert other.read_lock("/locks/a") is None
+        assert other.acquire_lock("/locks/a", b"you").content == b"you"
+
+    def test_update_content_is_cas_and_visible(self, open_url, coord_for):
+        store, reader = open_url(), open_url()
+        lock = coord_for(store).acquire_lock("/l", b"v1")
+        lock.update_content(b"v2")
+        assert lock.content == b"v2" and lock.version == 1
+        assert reader.get("/l").value == b"v2"
+        lock.release()
+        with pytest.raises(LockLostError):
+            lock.update_content(b"v3")
+        assert reader.get("/l") is None
+
+    def test_orphan_of_own_session_is_taken_over(self, store, coord_for):
+        # a create whose reply was lost leaves this session's key with no lock handle
+        store.put("/l", b"lost reply", expected_version=-1, ephemeral=True)
+        lock = coord_for(store).acquire_lock("/l", b"mine")
+        assert lock.held and store.get("/l").value == b"mine"
+
+    def test_update_with_lost_reply(self, store, coord_for):
+        lock = coord_for(store).acquire_lock("/l", b"v1")
+        real_put = store.put
+
+        def put_then_lose_reply(*args, **kwargs):
+            store.put = real_put
+            real_put(*args, **kwargs)
+            raise StoreUnavailableError("reply lost (injected)")
+
+        store.put = put_then_lose_reply
+        with pytest.raises(StoreUnavailableError):
+            lock.update_content(b"v2")
+        lock.update_content(b"v3")  # learns that v2 was applied, then goes on from there
+        assert lock.held and not lock.expired.done() and lock.version == 2
+        assert store.get("/l").value == b"v3"
+
+    def test_list_locks_skips_persistent_children(self, open_url, coord_for):
+        store = open_url()
+        coord = coord_for(store)
+        store.put("/locks/plain", b"x")
+        coord.acquire_lock("/locks/held", b"")
+        assert coord.list_locks("/locks") == ["held"]
+        assert coord.list_locks("/absent") == []
+        with pytest.raises(LockBusyError):  # a persistent key is never mistaken for a free lock
+            coord.acquire_lock("/locks/plain", b"")
+        assert coord.read_lock("/locks/plain") is None
+
+    @pytest.mark.parametrize("path", ["", "relative", "/", "/a//b", "/a/", "/a/./b", "/a/\x00"])
+    def test_invalid_paths_raise_and_write_nothing(self, store, coord_for, path):
+        coord = coord_for(store)
+        for call in (lambda: coord.acquire_lock(path, b""), lambda: coord.become_leader(path, b""),
+                     lambda: coord.next_counter_value(path)):
+            with pytest.raises(InvalidPathError):
+                call()
+        assert store.get_children("/") == []
+
+    def test_wrong_types(self, store, coord_for):
+        coord = coord_for(store)
+        with pytest.raises(InvalidPathError):
+            coord.acquire_lock(5, b"")
+        for content in ("text", None, 5):
+            with pytest.raises(InvalidArgumentError):
+                coord.acquire_lock("/l", content)
+            with pytest.raises(InvalidArgumentError):
+                coord.become_leader("/l", content)
+        lock = coord.acquire_lock("/l", b"ok")
+        with pytest.raises(InvalidArgumentError):
+            lock.update_content("text")
+        assert lock.held and store.get("/l").value == b"ok"
+        with pytest.raises(InvalidArgumentError):
+            CoordinationService("not a store")
+
+
+class TestExpiry:
+    def test_deleted_by_someone_else(self, open_url, coord_for):
+        store, intruder = open_url(), open_url()
+        lock = coord_for(store).acquire_lock("/l", b"mine")
+        intruder.delete("/l")
+        lock.expired.result(timeout=TIMEOUT)
+        assert not lock.held
+        with pytest.raises(LockLostError):
+            lock.update_content(b"x")
+        lock.release()  # a no-op on a lost lock
+
+    def test_overwritten_by_someone_else_is_left_alone(self, open_url, coord_for):
+        store, intruder = open_url(), open_url()
+        lock = coord_for(store).acquire_lock("/l", b"mine")
+        intruder.put("/l", b"theirs")
+        lock.expired.result(timeout=TIMEOUT)
+        with pytest.raises(LockLostError):
+            lock.update_content(b"x")
+        lock.release()
+        assert intruder.get("/l").value == b"theirs"  # nothing of theirs corrupted or deleted
+
+    def test_lost_lock_detected_by_update_even_without_notification(self, open_url, coord_for):
+        store, intruder = open_url(), open_url()
+        coord = coord_for(store)
+        lock = coord.acquire_lock("/l", b"mine")
+        coord._subscriptions[0].close()  # no notifications: only the CAS can tell
+        intruder.put("/l", b"theirs")
+        with pytest.raises(LockLostError):
+            lock.update_content(b"x")
+        assert lock.expired.done() and intruder.get("/l").value == b"theirs"
+
+    def test_session_event_revalidates(self, open_url, coord_for):
+        store, intruder = open_url(), open_url()
+        coord = coord_for(store)
+        kept = coord.acquire_lock("/kept", b"k")
+        lost = coord.acquire_lock("/lost", b"l")
+        coord._subscriptions[0].close()  # notifications off: only the session event may tell
+        intruder.delete("/lost")
+        store._emit_session(SessionEvent.Reconnected)
+        lost.expired.result(timeout=TIMEOUT)
+        # the same task queue then runs this election: once it completes, the re-check has run too
+        coord.become_leader("/probe", b"").result(timeout=TIMEOUT)
+        assert kept.held and not kept.expired.done()
+
+    def test_session_lost_expires_everything(self, store, coord_for):
+        coord = coord_for(store)
+        locks = [coord.acquire_lock(f"/l{i}", b"") for i in range(3)]
+        store._emit_session(SessionEvent.SessionLost)
+        for lock in locks:
+            lock.expired.result(timeout=TIMEOUT)
+
+    def test_real_session_expiry(self, open_url, coord_for):
+        store = open_url()
+        if not hasattr(store, "expire_session"):
+            pytest.skip("this backend has no session-expiry hook (local://: the session is the process)")
+        coord, other = coord_for(store), coord_for(open_url())
+        lock = coord.acquire_lock("/l", b"mine")
+        waiting = other.become_leader("/l", b"next")
+        store.expire_session()
+        lock.expired.result(timeout=TIMEOUT)
+        assert waiting.result(timeout=TIMEOUT).content == b"next"
+        if not store.closed:  # zk, etcd: the store goes on in a new session, and so does the service
+            with pytest.raises(LockBusyError):
+                coord.acquire_lock("/l", b"again")
+            assert coord.acquire_lock("/l2", b"again").held
+
+    def test_store_closed_under_the_lock(self, open_url, coord_for):
+        store, other = open_url(), open_url()
+        lock = coord_for(store, recheck_interval=0.05).acquire_lock("/l", b"")
+        store.close()
+        lock.expired.result(timeout=TIMEOUT)  # found by the safety re-check
+        assert wait_for(lambda: not other.exists("/l"), timeout=TIMEOUT)
+
+    def test_release_does_not_complete_expired(self, store, coord_for):
+        lock = coord_for(store).acquire_lock("/l", b"")
+        lock.release()
+        assert not lock.expired.done()
+
+
+class TestLeaderElection:
+    def test_waiting_contender_takes_over_on_release(self, open_url, coord_for):
+        first, second = coord_for(open_url()), coord_for(open_url())
+        leader = first.become_leader("/election", b"first").result(timeout=TIMEOUT)
+        waiting = second.become_leader("/election", b"second")
+        with pytest.raises(TimeoutError):
+            waiting.result(timeout=0.2)  # not done while the leader holds: correctness, not speed
+        leader.release()
+        taken = waiting.result(timeout=TIMEOUT)
+        assert taken.content == b"second" and first.read_lock("/election") == b"second"
+
+    def test_takes_over_when_leader_session_ends(self, open_url, coord_for):
+        leader_store = open_url()
+        leader = coord_for(leader_store).become_leader("/election", b"old").result(timeout=TIMEOUT)
+        waiting = coord_for(open_url()).become_leader("/election", b"new")
+        leader_store.close()
+        assert waiting.result(timeout=TIMEOUT).content == b"new"
+        assert not leader.held
+
+    def test_cancel_and_close(self, open_url, coord_for):
+        holder = coord_for(open_url())
+        holder.acquire_lock("/election", b"")
+        contender = CoordinationService(open_url())
+        cancelled = contender.become_leader("/election", b"a")
+        assert cancelled.cancel()
+        pending = contender.become_leader("/election", b"b")
+        contender.close()
+        with pytest.raises(CancelledError):
+            pending.result(timeout=TIMEOUT)
+        with pytest.raises(StoreClosedError):
+            contender.become_leader("/election", b"c")
+        assert holder.read_lock("/election") == b""
+
+
+class TestCounters:
+    def test_sequence_and_bad_key(self, store, coord_for):
+        coord = coord_for(store)
+        assert [coord.next_counter_value("/c") for _ in range(3)] == [1, 2, 3]
+        assert store.get("/c").value == (3).to_bytes(8, "big")
+        store.put("/not-a-counter", b"hello")
+        with pytest.raises(InvalidArgumentError):
+            coord.next_counter_value("/not-a-counter")
+
+    def test_distinct_across_threads_and_sessions(self, open_url, coord_for):
+        coords = [coord_for(open_url()) for _ in range(4)]
+        values: list[int] = []
+        lock = threading.Lock()
+
+        def run(coord):
+            got = [coord.next_counter_value("/ids") for _ in range(25)]
+            with lock:
+                values.extend(got)
+
+        threads = [threading.Thread(target=run, args=(c,)) for c in coords]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(values) == list(range(1, 101))
+
+
+class TestBetweenProcesses:
+    def test_lock_exclusivity(self, store_url, tmp_path):
+        log = tmp_path / "holders.log"
+        n, workers = 12, 3
+        ready = Path(f"{log}.ready")
+
+        def go():  # release them together, once all are connected, so they really contend
+            assert wait_for(lambda: ready.exists() and len(ready.read_text().split()) == workers, timeout=TIMEOUT)
+            Path(f"{log}.go").touch()
+
+        run_workers(store_url, [["lock", store_url, "/locks/x", str(log), str(n)] for _ in range(workers)], go)
+        holder = None
+        lines = log.read_text().splitlines()
+        for line in lines:
+            event, who, _ = line.split()
+            if event == "enter":
+                assert holder is None, f"{who} entered while {holder} held the lock: {lines}"
+                holder = who
+            else:
+                assert holder == who
+                holder = None
+        assert len(lines) == 2 * n * workers
+        handovers = sum(a.split()[1] != b.split()[1] for a, b in zip(lines[1::2], lines[2::2]))
+        print(f"\n[{store_url.partition(':')[0]}] lock holder changed {handovers} times in {n * workers} holds")
+
+    def test_counters_distinct_across_processes(self, store_url, tmp_path):
+        out = tmp_path / "values"
+        run_workers(store_url, [["counter", store_url, "/ids", str(out), "30"] for _ in range(4)])
+        values = [int(v) for v in out.read_text().split()]
+        assert len(values) == 120 and len(set(values)) == 120
+
+    def test_leader_failover_after_sigkill(self, store_url, tmp_path):
+        if not multi_process(store_url):
+            pytest.skip("memory:// lives in one process; see TestLeaderElection for its failover")
+        out = tmp_path / "leaders"
+
+        def lines(prefix):
+            return [ln.split() for ln in (out.read_text().splitlines() if out.exists() else [])
+                    if ln.startswith(prefix)]
+
+        # a short session for the leader that gets killed, so the test waits seconds, not tens of them
+        caps = backend_class(store_url.partition("://")[0]).capabilities
+        leader_url = f"{store_url}?session_timeout=2" if "sessions" in caps else store_url
+        old = subprocess.Popen([sys.executable, str(WORKER), "leader", leader_url, "/election", str(out), "hold"])
+        new = None
+        try:
+            assert wait_for(lambda: lines("leader"), timeout=TIMEOUT)
+            new = subprocess.Popen([sys.executable, str(WORKER), "leader", store_url, "/election", str(out), "exit"])
+            assert wait_for(lambda: len(lines("waiting")) == 2, timeout=TIMEOUT)
+            time.sleep(0.2)  # let the contender's first attempt find the lock busy (not required)
+            killed_at = time.time()
+            os.kill(old.pid, signal.SIGKILL)
+            assert new.wait(timeout=TIMEOUT) == 0
+            (_, pid, led_at), = lines("leader")[1:]
+            assert int(pid) == new.pid
+            print(f"\n[{store_url.partition(':')[0]}] leader failover after SIGKILL: "
+                  f"{float(led_at) - killed_at:.3f}s")
+        finally:
+            for p in (old, new):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
