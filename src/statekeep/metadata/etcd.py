@@ -1,0 +1,603 @@
+"""``etcd://HOST:PORT[,HOST:PORT...]/PREFIX``: the metadata contract on etcd v3, through ``aetcd``.
+
+Layout, under ``PREFIX`` (``/PREFIX`` from the URL), so ``etcdctl get --prefix /PREFIX/`` shows the data:
+
+- ``PREFIX + path`` -> the raw value bytes, nothing else.
+- ``PREFIX + "\\0c" + parent + "\\0" + name`` -> ``b""``: the children index, one entry per key, written and
+  deleted in the same transaction as the key (on the same lease if ephemeral). NUL cannot occur in a path, so one
+  parent's entries are exactly one key range: ``get_children`` is one range read that never touches grandchildren,
+  and "has no children" is one compare over that range.
+- ``PREFIX + "\\0s" + parent`` -> the last sequential number given out under ``parent`` (decimal); never deleted,
+  not even by ``delete_recursive``, so numbers are never reused.
+
+Internal keys sort outside ``PREFIX + "/"``, the one range the watch covers, so they never notify. Keys written by
+other tools are readable but not listed as children (they have no index entry).
+
+Versions: etcd's per-key ``version`` is 1 on create and rises by one per put (a delete resets it), so the contract
+version is ``etcd version - 1``. Hence one ``multi`` cannot write one key twice (etcd gives a key one new version per
+transaction and refuses a put and a delete of one key in one transaction): that raises :class:`InvalidArgumentError`.
+Times: etcd keeps no timestamps (revisions count writes, not time), so ``created_ms`` and ``modified_ms`` are 0, as
+in Pulsar's etcd store.
+
+Writes: a put or delete of one existing key (or a create under an existing parent) is one transaction guarded by
+version compares. Otherwise (``multi``, sequential puts, creating ancestors) the store reads a snapshot at one
+revision, applies the operations with ``_tree.Changes`` (the code that defines the contract for memory:// and
+local://, so results and errors are the same) and commits in one transaction guarded by compares that nothing it
+read has changed since; if another writer got there first it starts again, for at most ``timeout``.
+
+Sessions: a lease (TTL ``session_timeout``) per store, granted on open and kept alive by a background task; ephemeral
+keys are attached to it. Notifications: one watch on ``PREFIX + "/"``, started with the first listener and resumed
+after errors from the last revision seen. An unreachable server raises :class:`StoreUnavailableError` within
+``timeout``; a write that may have reached the server before its connection failed raises
+:class:`PossibleInconsistentStateError`. The gRPC channel reconnects by itself when the server is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from statekeep.errors import (
+    AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError, MissingDependencyError,
+    NotEmptyError, NotFoundError, PossibleInconsistentStateError, StatekeepError, StoreClosedError,
+    StoreUnavailableError, UnauthorizedError, ValueTooLargeError,
+)
+from statekeep.metadata._tree import Changes, Record
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import (
+    Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
+)
+
+try:
+    import grpc
+    from aetcd import rpc
+    from aetcd.utils import prefix_range_end
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise MissingDependencyError("etcd:// needs the 'aetcd' package: pip install 'statekeep[etcd]'") from e
+
+log = logging.getLogger(__name__)
+
+_C = rpc.Compare
+ETCD_MAX_REQUEST_BYTES = 1536 * 1024  # etcd's default --max-request-bytes
+ETCD_MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+    # reconnect soon after the server is back (gRPC's default backoff grows to two minutes)
+    ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # notice a dead connection under a long-lived watch; etcd refuses pings more often than every 5 s
+    ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+
+class _Retry(Exception):
+    """The attempt lost a race that is resolved by starting again (a concurrent write, the lease gone)."""
+
+
+def _version_is(key: bytes, result: int, version: int, range_end: bytes = b"") -> rpc.Compare:
+    """Compare the etcd version of ``key`` (of every key in ``[key, range_end)``; an absent key has 0)."""
+    return rpc.Compare(key=key, range_end=range_end, target=_C.VERSION, result=result, version=version)
+
+
+def _mod_is(key: bytes, result: int, revision: int, range_end: bytes = b"") -> rpc.Compare:
+    return rpc.Compare(key=key, range_end=range_end, target=_C.MOD, result=result, mod_revision=revision)
+
+
+def _put(key: bytes, value: bytes, lease: int = 0, *, keep_lease: bool = False) -> rpc.RequestOp:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease, ignore_lease=keep_lease,
+                                                    prev_kv=True))
+
+
+def _delete(key: bytes, range_end: bytes = b"") -> rpc.RequestOp:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, range_end=range_end))
+
+
+def _range(key: bytes, range_end: bytes = b"", **options: Any) -> rpc.RequestOp:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, range_end=range_end, **options))
+
+
+def _record(kv: Any) -> Record:
+    return Record(kv.version - 1, 0, 0, kv.lease, kv.value)  # contract version = etcd version - 1
+
+
+def _grpc_target(endpoints: str) -> str:
+    """One endpoint goes to gRPC's DNS resolver; several are resolved once to IPv4 addresses, which gRPC's
+    pick_first policy tries in turn, moving on when a server fails."""
+    hosts = [h.strip().rpartition(":") for h in endpoints.split(",") if h.strip()]
+    if not hosts or not all(host and port.isdigit() for host, _, port in hosts):
+        raise InvalidArgumentError(f"etcd:// needs HOST:PORT[,HOST:PORT...], got {endpoints!r}")
+    if len(hosts) == 1:
+        return endpoints.strip()
+    try:
+        return "ipv4:" + ",".join(f"{socket.gethostbyname(host)}:{port}" for host, _, port in hosts)
+    except OSError as e:
+        raise StoreUnavailableError(f"cannot resolve the etcd endpoints {endpoints!r}: {e}") from e
+
+
+class _Snapshot:
+    """A TreeReader over the store at one revision: what ``ops`` will read is fetched in one request, anything
+    else later at the same revision. ``guards()`` are compares that hold only while none of it has changed."""
+
+    def __init__(self, store: EtcdStore, ops: list[Op]) -> None:
+        self.store, self.revision = store, 0
+        # ("r", path) -> (Record | None, mod revision); ("c", path) -> (number of children, 0);
+        # ("s", parent) -> (last sequence number, mod revision). Mod revision 0: absent.
+        self.seen: dict[tuple[str, str], tuple[Any, int]] = {}
+        reads: dict[tuple[str, str], None] = {}
+        for op in ops:
+            reads[("r", op.path)] = None
+            if isinstance(op, Delete):
+                reads[("c", op.path)] = None
+            if isinstance(op, Put) and op.sequential:
+                reads[("s", parent_of(op.path))] = None
+            parent = parent_of(op.path)
+            while isinstance(op, Put) and parent != "/":  # the ancestors it may have to create
+                reads[("r", parent)] = None
+                parent = parent_of(parent)
+        self._fetch(*reads)
+
+    def _fetch(self, *reads: tuple[str, str]) -> None:
+        store, ops = self.store, []
+        for kind, path in reads:
+            if kind == "c":
+                ops.append(_range(*store._children(path), count_only=True, revision=self.revision))
+            else:
+                ops.append(_range(store._data(path) if kind == "r" else store._counter(path), revision=self.revision))
+        response = store._call(store._txn(rpc.TxnRequest(success=ops)))
+        self.revision = self.revision or response.header.revision
+        for (kind, path), result in zip(reads, response.responses):
+            found = result.response_range
+            kv = found.kvs[0] if found.kvs else None
+            if kind == "c":
+                self.seen[kind, path] = (found.count, 0)
+            elif kv is None:
+                self.seen[kind, path] = (None if kind == "r" else 0, 0)
+            else:
+                self.seen[kind, path] = (_record(kv) if kind == "r" else int(kv.value), kv.mod_revision)
+
+    def _get(self, kind: str, path: str) -> Any:
+        if (kind, path) not in self.seen:
+            self._fetch((kind, path))
+        return self.seen[kind, path][0]
+
+    # TreeReader
+    def read(self, path: str) -> Record | None:
+        return None if path == "/" else self._get("r", path)
+
+    def has_children(self, path: str) -> bool:
+        return self._get("c", path) > 0
+
+    def children(self, path: str) -> list[str]:
+        self.has_children(path)  # so the commit guards this range
+        start, end = self.store._children(path)
+        op = _range(start, end, keys_only=True, revision=self.revision)
+        response = self.store._call(self.store._txn(rpc.TxnRequest(success=[op])))
+        return [kv.key[len(start):].decode() for kv in response.responses[0].response_range.kvs]
+
+    def last_sequence(self, parent: str) -> int:
+        return self._get("s", parent)
+
+    def guards(self) -> list[rpc.Compare]:
+        guards, store = [], self.store
+        for (kind, path), (_, mod) in self.seen.items():
+            if kind == "c":  # no child created since: every index entry is older than the snapshot
+                start, end = store._children(path)
+                guards.append(_mod_is(start, _C.LESS, self.revision + 1, end))
+            else:
+                guards.append(_mod_is(store._data(path) if kind == "r" else store._counter(path), _C.EQUAL, mod))
+        return guards
+
+
+class EtcdStore(MetadataStore):
+    """``etcd://HOST:PORT[,HOST:PORT...]/PREFIX``: see the module docstring. Options (URL query or keywords):
+    ``timeout`` (seconds an operation may take, default 10), ``session_timeout`` (lease TTL in whole seconds,
+    default 10), ``max_value_size``. Opening raises :class:`StoreUnavailableError` if no server answers within
+    ``timeout``. A multi over the server's ``--max-txn-ops`` (default 128 operations; a created key takes two)
+    raises :class:`InvalidArgumentError`, over ``--max-request-bytes`` :class:`ValueTooLargeError`."""
+
+    scheme = "etcd"
+    capabilities = frozenset({"persistent", "multi_process", "sessions"})
+    # etcd refuses requests over 1.5 MiB by default; 64 KiB of that is left for the key, its index entry, compares
+    # and framing, so the server never refuses a single value under this limit.
+    backend_max_value_size = ETCD_MAX_REQUEST_BYTES - 64 * 1024
+
+    def __init__(self, endpoints: str, prefix: str = "", *, timeout: float = 10.0, session_timeout: int = 10,
+                 **options: Any) -> None:
+        super().__init__(**options)
+        prefix = prefix.strip("/")
+        if prefix:
+            validate_path("/" + prefix)
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and isinstance(session_timeout, int)
+                and session_timeout > 0):
+            raise InvalidArgumentError("timeout and session_timeout must be positive; session_timeout an int")
+        self.endpoints, self.timeout, self.session_timeout = endpoints, float(timeout), session_timeout
+        self.prefix = "/" + prefix if prefix else ""
+        self._p = self.prefix.encode()
+        target = _grpc_target(endpoints)
+        self._lease = 0  # the current session's lease; 0 while there is none
+        self._tasks: list[asyncio.Task] = []
+        self._watch_lock = threading.Lock()
+        self._watching = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="statekeep-etcd", daemon=True)
+        self._thread.start()
+        try:
+            self._call(self._start(target))
+        except BaseException:
+            self._close()
+            raise
+
+    @classmethod
+    def from_url(cls, rest: str, options: dict) -> EtcdStore:
+        endpoints, _, prefix = rest.partition("/")
+        return cls(endpoints, prefix, **options)
+
+    # ---- keys --------------------------------------------------------------------------------
+
+    def _data(self, path: str) -> bytes:
+        return self._p + path.encode()
+
+    def _index(self, path: str) -> bytes:
+        parent, _, name = path.rpartition("/")
+        return self._p + b"\0c" + (parent or "/").encode() + b"\0" + name.encode()
+
+    def _children(self, path: str) -> tuple[bytes, bytes]:
+        start = self._p + b"\0c" + path.encode() + b"\0"
+        return start, prefix_range_end(start)
+
+    def _counter(self, parent: str) -> bytes:
+        return self._p + b"\0s" + parent.encode()
+
+    def _stat(self, path: str, kv: Any, version: int) -> Stat:
+        return Stat(path, version, 0, 0, kv.lease != 0, kv.lease != 0 and kv.lease == self._lease)
+
+    # ---- the event loop thread and errors ----------------------------------------------------
+
+    def _call(self, coro: Coroutine, *, write: bool = False) -> Any:
+        """Run ``coro`` on the store's loop within ``timeout``; gRPC failures become the contract's errors."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout), self._loop)
+        except RuntimeError as e:  # the loop is gone: close() won a race with this call
+            coro.close()
+            raise StoreClosedError("the store is closed") from e
+        try:
+            return future.result(self.timeout + 5)
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e.code(), e.details() or "", write) from e
+        except TimeoutError as e:
+            future.cancel()
+            raise self._error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self.timeout}s", write) from e
+        except concurrent.futures.CancelledError as e:
+            raise StoreClosedError("the store is closed") from e
+
+    def _error(self, code: grpc.StatusCode, details: str, write: bool) -> Exception:
+        if self._closed:
+            return StoreClosedError("the store is closed")
+        if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
+            self._loop.call_soon_threadsafe(self._lost, self._lease)  # expired before we noticed: retry on a new one
+            return _Retry(details)
+        if code == grpc.StatusCode.OUT_OF_RANGE:  # a snapshot's revision was compacted away
+            return _Retry(details)
+        if "too large" in details or "larger than max" in details:
+            return ValueTooLargeError(f"etcd refused the request ({details}); keep large state in blob storage "
+                                      "with statekeep.handles.StateHandleStore and store only its handle here")
+        if code == grpc.StatusCode.INVALID_ARGUMENT and "too many operations" in details:
+            return InvalidArgumentError(f"{details}: this needs more operations than the server's --max-txn-ops "
+                                        f"(default {ETCD_MAX_TXN_OPS}; each created key is two); split it")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return UnauthorizedError(f"etcd: {details}")
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return ForbiddenError(f"etcd: {details}")
+        self._loop.call_soon_threadsafe(self._wake.set)  # let the session task notice the outage now
+        # "failed to connect": the request never left this process; otherwise it may have reached the server
+        if write and "failed to connect" not in details:
+            return PossibleInconsistentStateError(
+                f"etcd at {self.endpoints}: {code.name} {details}; the write may or may not have been applied")
+        return StoreUnavailableError(f"etcd at {self.endpoints} is unavailable: {code.name} {details}")
+
+    async def _start(self, target: str) -> None:
+        self._channel = rpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._kv, self._leases = rpc.KVStub(self._channel), rpc.LeaseStub(self._channel)
+        self._watcher = rpc.WatchStub(self._channel)
+        self._wake, self._granted = asyncio.Event(), asyncio.Event()
+        await self._grant()
+        await self._spawn(self._keep_session())
+
+    async def _spawn(self, coro: Coroutine) -> None:
+        self._tasks.append(asyncio.ensure_future(coro))
+
+    async def _txn(self, request: rpc.TxnRequest) -> Any:
+        return await self._kv.Txn(request, timeout=self.timeout)
+
+    # ---- sessions ----------------------------------------------------------------------------
+
+    async def _grant(self) -> None:
+        reply = await self._leases.LeaseGrant(rpc.LeaseGrantRequest(TTL=self.session_timeout), timeout=self.timeout)
+        self._lease = reply.ID
+        self._granted.set()
+
+    def _lost(self, lease: int) -> None:
+        """The lease is gone on the server (expired or revoked), and with it the ephemeral keys."""
+        if lease and lease == self._lease:
+            self._lease = 0
+            self._granted.clear()
+            self._wake.set()
+            self._emit_session(SessionEvent.SessionLost)
+
+    async def _keep_session(self) -> None:
+        """Renews the lease every TTL/3 (every 0.2 s while disconnected) and reports changes: ConnectionLost when
+        a renewal fails, Reconnected when one works again on the same lease, SessionLost when the server says the
+        lease is gone, SessionReestablished once a new one is granted."""
+        interval, connected = self.session_timeout / 3, True
+        while True:
+            try:
+                if not self._lease:
+                    await self._grant()
+                    self._emit_session(SessionEvent.SessionReestablished)
+                lease, ttl = self._lease, 0
+                request = iter([rpc.LeaseKeepAliveRequest(ID=lease)])
+                async for reply in self._leases.LeaseKeepAlive(request, timeout=min(self.timeout, interval)):
+                    ttl = reply.TTL
+                    break
+                if not connected and ttl > 0:
+                    self._emit_session(SessionEvent.Reconnected)
+                connected = True
+                if ttl <= 0:
+                    self._lost(lease)
+                    continue
+            except Exception as e:  # an RPC error or timeout; anything else must not end the session either
+                if connected:
+                    log.warning("etcd at %s: connection lost (%s)", self.endpoints,
+                                e.details() if isinstance(e, grpc.aio.AioRpcError) else repr(e))
+                    self._emit_session(SessionEvent.ConnectionLost)
+                connected = False
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), interval if connected else 0.2)
+            except TimeoutError:
+                pass
+
+    async def _session_lease(self) -> int:
+        if not self._lease:
+            self._wake.set()
+            await self._granted.wait()  # bounded by _call's timeout
+        return self._lease
+
+    def expire_session(self) -> None:
+        """Test hook: revoke this store's lease as if it had expired. Its ephemeral keys vanish, session listeners
+        get SessionLost, then SessionReestablished when a new lease is granted."""
+        self._check_open()
+        self._call(self._expire(), write=True)
+
+    async def _expire(self) -> None:
+        lease = self._lease
+        try:
+            await self._leases.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease), timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:  # NOT_FOUND: it had expired already
+                raise
+        self._lost(lease)
+
+    # ---- notifications -----------------------------------------------------------------------
+
+    def _on_listener_added(self) -> None:
+        with self._watch_lock:
+            if self._watching or self._closed:
+                return
+            try:  # watch from the revision after now: nothing written after add_listener returns is missed
+                revision = self._call(self._txn(rpc.TxnRequest())).header.revision + 1
+            except StatekeepError as e:
+                log.warning("etcd at %s: notifications start once the server answers (%s)", self.endpoints, e)
+                revision = 0
+            self._call(self._spawn(self._watch(revision)))
+            self._watching = True
+
+    async def _watch(self, revision: int) -> None:
+        """One watch on ``PREFIX/``; after an error it resumes at the revision after the last event delivered."""
+        start, backoff = self._p + b"/", 0.1
+        while True:
+            call = self._watcher.Watch()
+            try:
+                await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+                    key=start, range_end=prefix_range_end(start), start_revision=revision)))
+                async for response in call:
+                    backoff = 0.1
+                    if response.created and not revision:
+                        revision = response.header.revision + 1
+                    if response.compact_revision:
+                        log.warning("etcd at %s: notifications before revision %d were compacted away",
+                                    self.endpoints, response.compact_revision)
+                        revision = response.compact_revision
+                        break
+                    if response.canceled:
+                        log.warning("etcd at %s: watch canceled: %s", self.endpoints, response.cancel_reason)
+                        break
+                    for event in response.events:
+                        self._notify(event)
+                        revision = event.kv.mod_revision + 1
+            except grpc.aio.AioRpcError as e:
+                log.debug("etcd at %s: watch interrupted (%s); resuming at %d", self.endpoints, e.details(), revision)
+            except Exception:  # never let a surprise end notifications for good
+                log.exception("etcd at %s: watch failed; resuming at %d", self.endpoints, revision)
+            finally:
+                call.cancel()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _notify(self, event: Any) -> None:
+        path = event.kv.key[len(self._p):].decode("utf-8", "replace")
+        if event.type == rpc.Event.DELETE:
+            self._emit(Notification(NotificationType.Deleted, path))
+        elif event.kv.version > 1:  # etcd version 1 is a create
+            self._emit(Notification(NotificationType.Modified, path))
+            return
+        else:
+            self._emit(Notification(NotificationType.Created, path))
+        self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def _read(self, op: rpc.RequestOp) -> Any:
+        return self._call(self._txn(rpc.TxnRequest(success=[op]))).responses[0].response_range
+
+    def _get(self, path: str) -> GetResult | None:
+        kvs = self._read(_range(self._data(path))).kvs
+        return GetResult(kvs[0].value, self._stat(path, kvs[0], kvs[0].version - 1)) if kvs else None
+
+    def _exists(self, path: str) -> bool:
+        return self._read(_range(self._data(path), count_only=True)).count > 0
+
+    def _get_children(self, path: str) -> list[str]:
+        start, end = self._children(path)
+        return [kv.key[len(start):].decode() for kv in self._read(_range(start, end, keys_only=True)).kvs]
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def _retrying(self, attempt: Callable[[], Any]) -> Any:
+        """``attempt()`` until it neither raises nor returns ``_Retry``, for at most ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if (result := attempt()) is not _Retry:
+                    return result
+            except _Retry:
+                pass
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(f"etcd at {self.endpoints}: other writers or session changes kept this "
+                                            f"write from committing for {self.timeout}s; nothing was written")
+            time.sleep(random.uniform(0.001, 0.02))
+
+    def _put(self, op: Put) -> Stat:
+        return self._multi([op])[0] if op.sequential else self._retrying(lambda: self._put_once(op))
+
+    def _put_once(self, op: Put) -> Any:
+        key, expected, parent = self._data(op.path), op.expected_version, parent_of(op.path)
+        lease = self._call(self._session_lease()) if op.ephemeral else 0
+        parent_exists = [] if parent == "/" else [_version_is(self._data(parent), _C.GREATER, 0)]
+        update = _put(key, op.value, keep_lease=True)  # an update keeps the key's lease, as _tree does
+        creates = [_put(key, op.value, lease), _put(self._index(op.path), b"", lease)]
+        if expected is None:  # update if present, else create if the parent exists
+            if 2 * len(op.value) + 65536 > ETCD_MAX_REQUEST_BYTES:  # too big to send in both branches
+                return self._multi([op])[0]
+            nested = rpc.RequestOp(request_txn=rpc.TxnRequest(compare=parent_exists, success=creates))
+            request = rpc.TxnRequest(compare=[_version_is(key, _C.GREATER, 0)], success=[update], failure=[nested])
+        elif expected == -1:
+            request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, 0)] + parent_exists, success=creates,
+                                     failure=[_range(key, count_only=True)])
+        else:
+            request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, expected + 1)], success=[update],
+                                     failure=[_range(key)])
+        response = self._call(self._txn(request), write=True)
+        first = response.responses[0]
+        if response.succeeded and expected != -1:  # updated: the new etcd version is the previous one + 1
+            return self._stat(op.path, first.response_put.prev_kv, first.response_put.prev_kv.version)
+        if response.succeeded or (expected is None and first.response_txn.succeeded):
+            return Stat(op.path, 0, 0, 0, lease != 0, lease != 0)
+        if expected is None or (expected == -1 and first.response_range.count == 0):
+            return self._multi([op])[0]  # a missing ancestor has to be created too
+        if expected == -1:
+            raise AlreadyExistsError(f"{op.path} already exists")
+        if not first.response_range.kvs:
+            raise NotFoundError(f"{op.path} does not exist (expected version {expected})")
+        raise BadVersionError(f"{op.path} is at version {first.response_range.kvs[0].version - 1}, not {expected}")
+
+    def _delete(self, op: Delete) -> None:
+        self._retrying(lambda: self._delete_once(op))
+
+    def _delete_once(self, op: Delete) -> Any:
+        key, expected = self._data(op.path), op.expected_version
+        start, end = self._children(op.path)
+        present = (_version_is(key, _C.GREATER, 0) if expected is None
+                   else _version_is(key, _C.EQUAL, expected + 1))
+        response = self._call(self._txn(rpc.TxnRequest(
+            compare=[present, _version_is(start, _C.EQUAL, 0, end)],  # and it has no children
+            success=[_delete(key), _delete(self._index(op.path))],
+            failure=[_range(key), _range(start, end, count_only=True)])), write=True)
+        if response.succeeded:
+            return None
+        kvs = response.responses[0].response_range.kvs
+        if not kvs:
+            raise NotFoundError(f"{op.path} does not exist")
+        if expected is not None and kvs[0].version != expected + 1:
+            raise BadVersionError(f"{op.path} is at version {kvs[0].version - 1}, not {expected}")
+        if response.responses[1].response_range.count:
+            raise NotEmptyError(f"{op.path} has children; use delete_recursive")
+        return _Retry  # unreachable within one transaction; kept so a surprise retries instead of passing
+
+    def _delete_recursive(self, path: str) -> None:
+        """One transaction of range deletes: the key, everything below it and their index entries (counters stay)."""
+        def below(key: bytes) -> rpc.RequestOp:
+            return _delete(key, prefix_range_end(key))
+
+        if path == "/":
+            ops = [below(self._p + b"/"), below(self._p + b"\0c")]
+        else:
+            ops = [_delete(self._data(path)), below(self._data(path) + b"/"), _delete(self._index(path)),
+                   _delete(*self._children(path)), below(self._p + b"\0c" + path.encode() + b"/")]
+        self._call(self._txn(rpc.TxnRequest(success=ops)), write=True)
+
+    def _multi(self, ops: list[Op]) -> list[Stat | None]:
+        return self._retrying(lambda: self._multi_once(ops))
+
+    def _multi_once(self, ops: list[Op]) -> Any:
+        ephemeral = any(isinstance(op, Put) and op.ephemeral for op in ops)
+        session = self._call(self._session_lease()) if ephemeral else self._lease
+        snapshot = _Snapshot(self, ops)
+        changes = Changes(snapshot, session, 0)
+        results = [changes.apply(op) for op in ops]  # raises the contract's error of the first failing op
+        writes: list[rpc.RequestOp] = []
+        for path, record in changes.writes.items():
+            original = changes.originals[path]
+            if record is None:
+                if original is not None:
+                    writes += [_delete(self._data(path)), _delete(self._index(path))]
+            elif record.version != (0 if original is None else original.version + 1):
+                raise InvalidArgumentError(f"etcd:// cannot write {path} twice in one multi (etcd gives a key one "
+                                           "new version per transaction); split the operations")
+            elif original is None:
+                writes += [_put(self._data(path), record.value, record.owner),
+                           _put(self._index(path), b"", record.owner)]
+            else:
+                writes.append(_put(self._data(path), record.value, keep_lease=True))
+        writes += [_put(self._counter(parent), str(seq).encode()) for parent, seq in changes.sequences.items()]
+        if not writes:
+            return results  # nothing to write: the snapshot answered at one revision
+        # etcd itself refuses a transaction over --max-txn-ops or --max-request-bytes, before applying anything
+        request = rpc.TxnRequest(compare=snapshot.guards(), success=writes)
+        return results if self._call(self._txn(request), write=True).succeeded else _Retry
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    def _close(self) -> None:
+        """Revoke the lease (ephemeral keys go at once), stop the tasks, close the channel, end the thread."""
+        if self._loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(self.timeout + 5)
+            except Exception as e:  # the lease then expires by itself after session_timeout
+                log.warning("etcd at %s: not closed cleanly (%s)", self.endpoints, e)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if getattr(self, "_channel", None) is None:
+            return
+        if self._lease:
+            try:
+                await self._leases.LeaseRevoke(rpc.LeaseRevokeRequest(ID=self._lease), timeout=self.timeout)
+            except grpc.aio.AioRpcError as e:
+                log.info("etcd at %s: lease not revoked (%s); it expires in %ss", self.endpoints, e.details(),
+                         self.session_timeout)
+        await self._channel.close()
