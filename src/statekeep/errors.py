@@ -65,8 +65,9 @@ class ReadOnlyStoreError(StatekeepError):
     """A write was attempted on a read-only store (a follower); nothing was written."""
 
 
-class PossibleInconsistentStateError(StatekeepError):
-    """The outcome of a write is unknown: it may or may not have been applied ("possibly written")."""
+class PossibleInconsistentStateError(StoreUnavailableError):
+    """The outcome of a write is unknown: it may or may not have been applied ("possibly written").
+    A :class:`StoreUnavailableError`, so code that only cares about reachability catches it too."""
 
 
 class UnauthorizedError(StatekeepError):

@@ -191,11 +191,12 @@ class TestEphemeralAndSequential:
 class TestMulti:
     def test_all_applied(self, store):
         store.put("/m/a", b"1")
-        stats = store.multi([Put("/m/b", b"2", -1), Put("/m/a", b"11", 0), Check("/m/a", 1), Delete("/m/b")])
+        store.put("/m/c", b"3")
+        stats = store.multi([Put("/m/b", b"2", -1), Put("/m/a", b"11", 0), Check("/m/c", 0), Delete("/m/c")])
         assert stats[0].version == 0 and stats[1].version == 1
         assert stats[2] is None and stats[3] is None
-        assert store.get("/m/a").value == b"11"
-        assert not store.exists("/m/b")
+        assert store.get("/m/a").value == b"11" and store.get("/m/b").value == b"2"
+        assert not store.exists("/m/c")
 
     def test_none_applied_when_one_fails(self, store):
         store.put("/m/a", b"1")
@@ -213,12 +214,19 @@ class TestMulti:
     def test_each_failure_kind_writes_nothing(self, store, failing):
         store.put("/m/a", b"1")
         with pytest.raises((NotFoundError, BadVersionError)):
-            store.multi([Put("/m/x", b"x", -1), Put("/m/a", b"2"), failing])
+            store.multi([Put("/m/x", b"x", -1), Put("/m/y", b"2"), failing])
         assert store.get("/m/a").value == b"1"
-        assert not store.exists("/m/x")
+        assert not store.exists("/m/x") and not store.exists("/m/y")
 
     def test_empty_multi(self, store):
         assert store.multi([]) == []
+
+    def test_writing_one_path_twice_is_refused(self, store):
+        with pytest.raises(InvalidArgumentError):
+            store.multi([Put("/m/x", b"1"), Put("/m/x", b"2")])
+        with pytest.raises(InvalidArgumentError):
+            store.multi([Put("/m/y", b"1"), Delete("/m/y")])
+        assert not store.exists("/m/x") and not store.exists("/m/y")
 
     def test_bad_op_type_writes_nothing(self, store):
         with pytest.raises(InvalidArgumentError):

@@ -104,6 +104,7 @@ class MetadataStore(abc.ABC):
       ``get_children`` of an absent path is ``[]``. Deleting a key never deletes its parent.
     - Deleting a key that has children raises :class:`NotEmptyError`.
     - ``multi`` applies all operations or none; its error is that of the first failing operation.
+      It may write each path at most once (:class:`InvalidArgumentError` otherwise).
     - Listeners receive every change, made by this or any other client, in commit order per key.
     - An unreachable store raises :class:`StoreUnavailableError`; a closed one :class:`StoreClosedError`.
     """
@@ -189,6 +190,10 @@ class MetadataStore(abc.ABC):
         if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
             raise InvalidArgumentError("multi() takes a sequence of Put, Delete and Check operations")
         valid = [self._valid_op(op) for op in ops]
+        written = [op.path for op in valid if not isinstance(op, Check) and not getattr(op, "sequential", False)]
+        if len(written) != len(set(written)):
+            # etcd refuses two writes of one key in a transaction; refuse it everywhere alike
+            raise InvalidArgumentError("a multi() may write each path at most once")
         return self._multi(valid) if valid else []
 
     # ---- notifications -----------------------------------------------------------------------
