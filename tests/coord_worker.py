@@ -7,11 +7,14 @@ Modes:
   leader URL PATH OUT HOLD  announce "waiting PID", become leader, append "leader PID TIME";
                             then hold forever if HOLD is "hold", else release and exit
   counter URL PATH OUT N    append N values of next_counter_value(PATH) to OUT, one per line
+  register URL PATH OUT C N once OUT.go exists, as client C, do N random register operations on PATH and append the
+                            history to OUT as JSON lines (see statekeep.testing.linearizability)
   put URL PATH VALUE        put VALUE (utf-8) at PATH
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -21,6 +24,7 @@ import time
 from statekeep.coordination import CoordinationService
 from statekeep.errors import LockBusyError
 from statekeep.metadata import open_store
+from statekeep.testing.linearizability import run_client, to_json
 
 
 def append(path: str, line: str) -> None:
@@ -31,12 +35,17 @@ def append(path: str, line: str) -> None:
         os.close(fd)
 
 
+def start_together(out: str) -> None:
+    """Announce readiness in OUT.ready, then wait for the test to create OUT.go."""
+    append(out + ".ready", f"{os.getpid()}.{threading.get_ident()}")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(out + ".go") and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def lock_loop(coord: CoordinationService, path: str, log: str, n: int) -> None:
     pid = f"{os.getpid()}.{threading.get_ident()}"  # on memory:// the workers are threads of one process
-    append(log + ".ready", str(pid))
-    deadline = time.monotonic() + 120
-    while not os.path.exists(log + ".go") and time.monotonic() < deadline:  # start together
-        time.sleep(0.005)
+    start_together(log)
     for i in range(n):
         if i % 2:
             lock = coord.become_leader(path, pid.encode()).result(timeout=120)
@@ -75,6 +84,11 @@ def main(argv: list[str]) -> None:
             out, n = rest
             values = [coord.next_counter_value(path) for _ in range(int(n))]
             append(out, "\n".join(map(str, values)))
+        elif mode == "register":  # one client of a linearizability history, as JSON lines
+            out, client, n = rest
+            start_together(out)
+            ops = run_client(store, path, int(client), int(n), fault_rate=0.03, seed=2)
+            append(out, "\n".join(json.dumps(to_json(op)) for op in ops))
         elif mode == "put":
             store.put(path, rest[0].encode())
         else:

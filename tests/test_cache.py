@@ -95,7 +95,7 @@ class TestReads:
 
     def test_bad_input(self, store, cache_for):
         cache = cache_for(store)
-        for path in ("", "rel", "/a//b"):
+        for path in ("", "rel", "/a//b", 5, ["/p"]):
             with pytest.raises(InvalidPathError):
                 cache.get(path)
             with pytest.raises(InvalidPathError):

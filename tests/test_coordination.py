@@ -51,6 +51,18 @@ def multi_process(url: str) -> bool:
     return "multi_process" in caps or "sessions" in caps
 
 
+def go_when_ready(out: Path, n: int):
+    """For run_workers: release workers that wait in start_together once all n are connected,
+    so that they really run concurrently."""
+    ready = Path(f"{out}.ready")
+
+    def go():
+        assert wait_for(lambda: ready.exists() and len(ready.read_text().split()) == n, timeout=TIMEOUT)
+        Path(f"{out}.go").touch()
+
+    return go
+
+
 def run_workers(url: str, argv_list: list[list[str]], started=lambda: True) -> None:
     """Run coord_worker with each argv: as processes, or as threads (own store each) on memory://.
     ``started()`` runs once they all are."""
@@ -148,8 +160,11 @@ class TestLocks:
 
     def test_wrong_types(self, store, coord_for):
         coord = coord_for(store)
-        with pytest.raises(InvalidPathError):
-            coord.acquire_lock(5, b"")
+        for path in (5, None, ["/l"], b"/l"):
+            with pytest.raises(InvalidPathError):
+                coord.acquire_lock(path, b"")
+            with pytest.raises(InvalidPathError):
+                coord.read_lock(path)
         for content in ("text", None, 5):
             with pytest.raises(InvalidArgumentError):
                 coord.acquire_lock("/l", content)
@@ -307,13 +322,8 @@ class TestBetweenProcesses:
     def test_lock_exclusivity(self, store_url, tmp_path):
         log = tmp_path / "holders.log"
         n, workers = 12, 3
-        ready = Path(f"{log}.ready")
-
-        def go():  # release them together, once all are connected, so they really contend
-            assert wait_for(lambda: ready.exists() and len(ready.read_text().split()) == workers, timeout=TIMEOUT)
-            Path(f"{log}.go").touch()
-
-        run_workers(store_url, [["lock", store_url, "/locks/x", str(log), str(n)] for _ in range(workers)], go)
+        run_workers(store_url, [["lock", store_url, "/locks/x", str(log), str(n)] for _ in range(workers)],
+                    go_when_ready(log, workers))
         holder = None
         lines = log.read_text().splitlines()
         for line in lines:

@@ -3,12 +3,23 @@ clients (with injected ambiguous failures): zero violations."""
 
 from __future__ import annotations
 
+import json
+import sys
 import uuid
 
 import pytest
 
 from statekeep.metadata import open_store
-from statekeep.testing.linearizability import FAIL, UNKNOWN, Operation, check, record_register_history
+from statekeep.testing.linearizability import (
+    FAIL,
+    UNKNOWN,
+    Operation,
+    check,
+    from_json,
+    record_register_history,
+    to_json,
+)
+from test_coordination import go_when_ready, multi_process, run_workers
 
 
 def op(client, kind, args, call, ret, result):
@@ -76,7 +87,17 @@ def history_for(store_url):
     def record(**options):
         return record_register_history(lambda client: open_store(shared), "/register", **options)
 
-    return record
+    # switch threads often: in-memory operations are so short that they would otherwise never overlap
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield record
+    sys.setswitchinterval(interval)
+
+
+def concurrent(history: list[Operation]) -> int:
+    """How many completed ops overlap in time with a completed op of another client."""
+    done = [o for o in history if o.ret is not None]
+    return sum(any(a.client != b.client and a.call < b.ret and b.call < a.ret for b in done) for a in done)
 
 
 def test_backend_register_is_linearizable(history_for):
@@ -84,7 +105,50 @@ def test_backend_register_is_linearizable(history_for):
     ambiguous = sum(o.result == UNKNOWN for o in history)
     cas_won = sum(o.kind == "cas" and o.result not in (FAIL, UNKNOWN) for o in history)
     result = check(history)
-    print(f"\n{len(history)} ops ({ambiguous} ambiguous, {cas_won} cas won): "
+    print(f"\n{len(history)} ops ({ambiguous} ambiguous, {cas_won} cas won, "
+          f"{concurrent(history)} overlap another client's): "
           f"linearizable={result.ok}, {result.explored} configurations explored")
     assert result.ok, f"not linearizable; stuck at {result.stuck_at} after {result.linearized} ops"
     assert cas_won > 0  # the workload must exercise compare-and-set, not only failures
+
+
+def test_json_round_trip():
+    ops = [op(1, "cas", (3, b"\x00\xff"), 1, 2, 4), op(2, "read", (), 3, None, UNKNOWN),
+           op(0, "read", (), 5, 6, (b"v", 0)), op(0, "read", (), 7, 8, None)]
+    assert [from_json(json.loads(json.dumps(to_json(o)))) for o in ops] == ops
+
+
+def test_backend_register_is_linearizable_across_processes(store_url, tmp_path):
+    if not multi_process(store_url):
+        pytest.skip("memory:// lives in one process")
+    out = tmp_path / "history.jsonl"
+    run_workers(store_url, [["register", store_url, "/register", str(out), str(c), "60"] for c in range(3)],
+                go_when_ready(out, 3))
+    history = [from_json(json.loads(line)) for line in out.read_text().splitlines()]
+    assert len(history) == 180
+    result = check(history)
+    print(f"\n{len(history)} ops from 3 processes ({concurrent(history)} overlap another client's): "
+          f"linearizable={result.ok}, {result.explored} configurations explored")
+    assert result.ok, f"not linearizable; stuck at {result.stuck_at} after {result.linearized} ops"
+
+
+class _IgnoresVersions:
+    """A broken store: compare-and-set always writes (the bug a backend must not have)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def get(self, path):
+        return self.store.get(path)
+
+    def put(self, path, value, expected_version=None):
+        return self.store.put(path, value)
+
+    def close(self):
+        self.store.close()
+
+
+def test_recorded_history_of_a_broken_store_is_caught():
+    history = record_register_history(lambda client: _IgnoresVersions(open_store("memory://")), "/register",
+                                      clients=1, ops_per_client=100, seed=3)
+    assert check(history).ok is False

@@ -19,12 +19,21 @@ from typing import Any, Generic, Protocol, TypeVar
 from statekeep.errors import (
     BadVersionError,
     InvalidArgumentError,
+    InvalidPathError,
     NotFoundError,
 )
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, validate_path
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
+from statekeep.metadata.types import validate_path as _validate_path
 
 T = TypeVar("T")
+
+
+def validate_path(path: object, *, allow_root: bool = True) -> str:
+    # a type check first: an unhashable non-str must raise InvalidPathError, not TypeError
+    if not isinstance(path, str):
+        raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
+    return _validate_path(path, allow_root=allow_root)
 
 
 class Serde(Protocol[T]):
@@ -110,6 +119,9 @@ class MetadataCache(Generic[T]):
       race it re-reads and calls ``fn`` again, at most ``max_retries`` more times, then raises
       :class:`BadVersionError`. Each lost race adds one to :attr:`conflicts`.
     - Exceptions from ``fn`` and from the store propagate; nothing is written then.
+    - While the connection is lost, values are served as last known; after a reconnect or a new
+      session everything is re-read (notifications may have been missed meanwhile).
+    - At most ``max_entries`` paths are kept; beyond that the oldest-loaded path is dropped.
     """
 
     def __init__(self, store: MetadataStore, serde: Serde[T] | None = None, *, max_retries: int = 16,
@@ -147,7 +159,10 @@ class MetadataCache(Generic[T]):
 
     def get_entry(self, path: str) -> CacheEntry[T] | None:
         """Like :meth:`get`, with the stat (version) the value was read at."""
-        slot = self._slots.get(path)
+        try:
+            slot = self._slots.get(path)
+        except TypeError:  # unhashable: certainly not a path
+            slot = None
         if slot is not None:
             entry = slot.entry
             if entry is not _UNLOADED:  # the hot path: no lock, no validation needed

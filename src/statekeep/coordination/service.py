@@ -21,6 +21,7 @@ from statekeep.errors import (
     AlreadyExistsError,
     BadVersionError,
     InvalidArgumentError,
+    InvalidPathError,
     LockBusyError,
     NotFoundError,
     StatekeepError,
@@ -28,11 +29,20 @@ from statekeep.errors import (
     StoreUnavailableError,
 )
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, validate_path
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent
+from statekeep.metadata.types import validate_path as _validate_path
 
 log = logging.getLogger(__name__)
 
 _COUNTER = struct.Struct(">q")  # the design's counter encoding: 8-byte big-endian signed
+
+
+def validate_path(path: object, *, allow_root: bool = True) -> str:
+    """The store's path check, with a type check first: an unhashable non-str (a list) must raise
+    InvalidPathError too, not TypeError."""
+    if not isinstance(path, str):
+        raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
+    return _validate_path(path, allow_root=allow_root)
 
 
 class _Reservation:
@@ -169,6 +179,8 @@ class CoordinationService:
 
         Contenders wait on notifications for ``path`` (with a slow safety re-check) and take over when
         the leader releases or its session ends. ``future.cancel()`` withdraws from the election.
+        Callbacks added to the future run on the coordination thread: keep them short.
+        Leadership is not re-sought by itself once lost (``lock.expired``): call this again.
         The future fails with :class:`StoreClosedError` if the store closes first; it is cancelled by
         :meth:`close`. Bad input raises at once (:class:`InvalidPathError`, :class:`InvalidArgumentError`).
         """

@@ -195,15 +195,12 @@ def record_register_history(
     errors: list[BaseException] = []
 
     def run(client: int) -> None:
-        rng = random.Random(seed * 1000 + client)
         store = open_client(client)
         try:
             barrier.wait(timeout=60)
-            last_version = -1
-            for n in range(ops_per_client):
-                op, last_version = _one_op(store, path, client, n, rng, last_version, fault_rate)
-                with lock:
-                    history.append(op)
+            ops = run_client(store, path, client, ops_per_client, fault_rate=fault_rate, seed=seed)
+            with lock:
+                history.extend(ops)
         except BaseException as e:  # reported by the caller
             errors.append(e)
         finally:
@@ -217,6 +214,38 @@ def record_register_history(
     if errors:
         raise errors[0]
     return history
+
+
+def run_client(store: Any, path: str, client: int, n_ops: int, *, fault_rate: float = 0.0,
+               seed: int = 0) -> list[Operation]:
+    """One client's part of a history: ``n_ops`` random operations on ``path``, timed with
+    ``time.monotonic_ns`` (one clock for all processes of a machine)."""
+    rng = random.Random(seed * 1000 + client)
+    ops, last_version = [], -1
+    for n in range(n_ops):
+        op, last_version = _one_op(store, path, client, n, rng, last_version, fault_rate)
+        ops.append(op)
+    return ops
+
+
+def to_json(op: Operation) -> list:
+    """A JSON-able form of ``op`` (bytes as latin-1 text), for histories recorded in other processes."""
+    def enc(x: Any) -> Any:
+        if isinstance(x, bytes):
+            return {"b": x.decode("latin-1")}
+        if isinstance(x, tuple):
+            return {"t": [enc(i) for i in x]}
+        return x
+    return [op.client, op.kind, enc(op.args), op.call, op.ret, enc(op.result)]
+
+
+def from_json(raw: list) -> Operation:
+    def dec(x: Any) -> Any:
+        if isinstance(x, dict):
+            return x["b"].encode("latin-1") if "b" in x else tuple(dec(i) for i in x["t"])
+        return x
+    client, kind, args, call, ret, result = raw
+    return Operation(client, kind, dec(args), call, ret, dec(result))
 
 
 def _one_op(store: Any, path: str, client: int, n: int, rng: random.Random, last_version: int,
