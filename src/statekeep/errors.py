@@ -61,6 +61,11 @@ class LockLostError(StatekeepError):
     """The lock this handle held has been lost (session ended, key deleted or overwritten)."""
 
 
+class LeadershipLostError(LockLostError):
+    """A write that only the leader may make was refused: the caller's leadership has ended (its session
+    expired, its lock was released or taken over, or a newer leader has claimed the state). Nothing was written."""
+
+
 class ReadOnlyStoreError(StatekeepError):
     """A write was attempted on a read-only store (a follower); nothing was written."""
 
@@ -68,6 +73,16 @@ class ReadOnlyStoreError(StatekeepError):
 class PossibleInconsistentStateError(StoreUnavailableError):
     """The outcome of a write is unknown: it may or may not have been applied ("possibly written").
     A :class:`StoreUnavailableError`, so code that only cares about reachability catches it too."""
+
+
+class CorruptStateError(StatekeepError):
+    """Stored state failed verification: its blob is missing or truncated, its checksum differs from the
+    one recorded in its handle, or the handle itself cannot be decoded."""
+
+
+class BlobStorageError(StatekeepError):
+    """Blob storage failed to write, read, list or delete a blob (an I/O error, or the storage is
+    unreachable). The metadata store was not changed by the failed step."""
 
 
 class UnauthorizedError(StatekeepError):
