@@ -29,7 +29,7 @@ from statekeep.errors import (
     StoreUnavailableError,
 )
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
 from statekeep.metadata.types import validate_path as _validate_path
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,9 @@ class CoordinationService:
                  max_counter_retries: int = 1000) -> None:
         if not isinstance(store, MetadataStore):
             raise InvalidArgumentError(f"CoordinationService needs a MetadataStore, not {type(store).__name__}")
-        if not isinstance(recheck_interval, (int, float)) or recheck_interval <= 0:
+        if isinstance(recheck_interval, bool) or not isinstance(recheck_interval, (int, float)) or recheck_interval <= 0:
             raise InvalidArgumentError(f"recheck_interval must be a positive number, got {recheck_interval!r}")
-        if not isinstance(max_counter_retries, int) or max_counter_retries < 1:
+        if isinstance(max_counter_retries, bool) or not isinstance(max_counter_retries, int) or max_counter_retries < 1:
             raise InvalidArgumentError(f"max_counter_retries must be a positive int, got {max_counter_retries!r}")
         self.store = store
         self.recheck_interval = float(recheck_interval)
@@ -139,13 +139,16 @@ class CoordinationService:
             self._tasks.put(("check", path))
         return lock
 
-    def _create(self, path: str, content: bytes) -> object:
-        try:
-            return self.store.put(path, content, expected_version=-1, ephemeral=True)
-        except AlreadyExistsError:
-            existing = self.store.get(path)
-        if existing is None:
-            raise LockBusyError(f"lock {path} was held a moment ago; try again")
+    def _create(self, path: str, content: bytes) -> Stat:
+        for _ in range(3):  # the holder may release between our create and our read
+            try:
+                return self.store.put(path, content, expected_version=-1, ephemeral=True)
+            except AlreadyExistsError:
+                existing = self.store.get(path)
+            if existing is not None:
+                break
+        else:
+            raise LockBusyError(f"lock {path} is changing hands quickly; try again")
         if not existing.stat.ephemeral:
             raise LockBusyError(f"{path} holds a persistent key, not a lock")
         if not existing.stat.created_by_self:
@@ -163,7 +166,8 @@ class CoordinationService:
         return result.value if result is not None and result.stat.ephemeral else None
 
     def list_locks(self, path: str) -> list[str]:
-        """Sorted names of the children of ``path`` that are held locks (ephemeral keys)."""
+        """Sorted names of the children of ``path`` that are held locks (ephemeral keys).
+        Costs one read per child (the contract's children carry no stats)."""
         validate_path(path)
         names = []
         for name in self.store.get_children(path):
