@@ -20,10 +20,10 @@ parent is derived from each create and delete. Changes made while disconnected a
 listeners get ``Reconnected``/``SessionReestablished`` and should re-read.
 
 Failures: an operation waits at most ``timeout`` seconds for a connection and an answer, then raises
-:class:`StoreUnavailableError`. Reads retry across a reconnection within that time. A write whose
-connection broke after it may have reached the server is not retried: :class:`StoreUnavailableError`
-then means it may or may not have been applied (``statekeep.handles`` reports that as
-``PossibleInconsistentStateError``).
+:class:`StoreUnavailableError` (nothing was written). Reads retry across a reconnection within that
+time. A write whose connection broke, or whose answer did not come in time, after it may have reached
+the server is not retried: it raises :class:`PossibleInconsistentStateError` (a
+:class:`StoreUnavailableError`): it may or may not have been applied.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError,
                               InvalidPathError, MissingDependencyError, NotEmptyError, NotFoundError,
-                              StatekeepError, StoreClosedError, StoreUnavailableError, UnauthorizedError,
-                              ValueTooLargeError)
+                              PossibleInconsistentStateError, StatekeepError, StoreClosedError,
+                              StoreUnavailableError, UnauthorizedError, ValueTooLargeError)
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import (Check, Delete, GetResult, Notification, NotificationType, Op, Put,
                                       SessionEvent, Stat, join, parent_of, validate_path)
@@ -307,9 +307,10 @@ class ZooKeeperStore(MetadataStore):
                         steps.append(_Step(CheckVersion(self._z(parent_of(first)), parent_version), None, True))
                     continue
                 after = ops[i + 1] if i + 1 < len(ops) else None
-                if (isinstance(after, Put) and (after.sequential or after.expected_version in (None, -1))
+                if (not state(first)[0] and isinstance(after, Put)
+                        and (after.sequential or after.expected_version in (None, -1))
                         and (after.path == first or after.path.startswith(first + "/"))):
-                    continue  # the next op creates `first`, which fails exactly when this check would
+                    continue  # the next op creates the absent `first`: that fails exactly when this would
                 steps.append(_Step(Create(self._z(first), b"", acl, 0), i, first != op.path))
                 steps.append(_Step(ZDelete(self._z(first), -1), None, True))
         return steps
@@ -424,8 +425,8 @@ class ZooKeeperStore(MetadataStore):
 
     def _run(self, start: Callable[[], object], path: str, *, write: bool = False):
         """Start a request (or a list of them) and return its result(s) within ``timeout`` seconds.
-        Requests that never reached the server are retried once reconnected; reads also when the
-        connection broke under them; a write then raises StoreUnavailableError (outcome unknown)."""
+        Requests that never reached the server are retried once reconnected, reads also when the
+        connection broke under them; a write then raises PossibleInconsistentStateError."""
         deadline = time.monotonic() + self._timeout
         while True:
             if self._closed:
@@ -444,11 +445,13 @@ class ZooKeeperStore(MetadataStore):
                 continue
             except zke.ConnectionLoss as e:
                 if write:
-                    raise StoreUnavailableError(f"connection to ZooKeeper lost during a write to {path}; "
-                                                "it may or may not have been applied") from e
+                    raise PossibleInconsistentStateError(f"connection to ZooKeeper lost during a write to {path}; "
+                                                         "it may or may not have been applied") from e
             except KazooTimeoutError as e:
-                unknown = "; the write may or may not have been applied" if write else ""
-                raise StoreUnavailableError(f"no answer from ZooKeeper in {self._timeout}s on {path}{unknown}") from e
+                if write:
+                    raise PossibleInconsistentStateError(f"no answer from ZooKeeper in {self._timeout}s on a write "
+                                                         f"to {path}; it may or may not have been applied") from e
+                raise StoreUnavailableError(f"no answer from ZooKeeper in {self._timeout}s on {path}") from e
             except zke.KazooException as e:
                 raise self._error(e, path) from e
 
