@@ -305,9 +305,11 @@ class TestBadInput:
                 call()
         assert store.get_children("/") == []
 
-    def test_non_str_path(self, store):
-        with pytest.raises(InvalidPathError):
-            store.get(b"/bytes")  # type: ignore[arg-type]
+    @pytest.mark.parametrize("path", [b"/bytes", ["/a"], None, 1])
+    def test_non_str_path(self, store, path):
+        for call in (store.get, store.exists, store.get_children, lambda p: store.put(p, b"")):
+            with pytest.raises(InvalidPathError):
+                call(path)  # type: ignore[arg-type]
 
     def test_root_cannot_be_written_or_deleted(self, store):
         with pytest.raises(InvalidPathError):

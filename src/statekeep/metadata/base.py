@@ -138,7 +138,7 @@ class MetadataStore(abc.ABC):
         """The value and stat at ``path``, or ``None`` if it does not exist."""
         if self._closed:
             self._check_open()
-        if path not in _valid_paths:  # the fast path of validate_path, inlined for hot reads
+        if path.__class__ is not str or path not in _valid_paths:  # validate_path's fast path, inlined
             validate_path(path)
         return self._get(path)
 

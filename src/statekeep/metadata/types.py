@@ -34,10 +34,10 @@ _valid_paths: set[str] = set()
 
 def validate_path(path: object, *, allow_root: bool = True) -> str:
     """Return ``path`` if it is a valid absolute path, else raise :class:`InvalidPathError`."""
-    if path in _valid_paths:
-        return path  # type: ignore[return-value]
     if not isinstance(path, str):
         raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
+    if path in _valid_paths:
+        return path
     _check_path(path)
     if path == "/":
         if not allow_root:
