@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statekeep", description=__doc__.splitlines()[0])
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     metadata.register(groups)
+    __import__("statekeep.cli.handles", fromlist=["register"]).register(groups)
     return parser
 
 
