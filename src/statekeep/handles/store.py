@@ -98,7 +98,11 @@ class StateHandleStore:
     def _path(self, key: str) -> str:
         if not isinstance(key, str) or not key or "/" in key:
             raise InvalidArgumentError(f"a handle key is one non-empty path segment, got {key!r}")
-        return validate_path(f"{self._handles}/{key}")
+        try:
+            return validate_path(f"{self._handles}/{key}")
+        except InvalidPathError as e:
+            raise InvalidArgumentError(f"a handle key is one path segment without control characters, "
+                                       f"not '.' or '..': got {key!r}") from e
 
     def _locks(self, key: str) -> str:
         return f"{self._handles}/{key}/locks"
