@@ -312,19 +312,25 @@ def test_kill_9_under_load(fz, fault_server):
 
 
 def test_short_outage_keeps_the_session_and_the_watch(fz, fault_server):
-    store, other = fz(session_timeout=10), fz()
-    session_events, events = [], []
+    store, other, late, doomed = fz(session_timeout=10), fz(), fz(), fz()
+    session_events, events, late_events = [], [], []
     store.add_session_listener(session_events.append)
     store.add_listener(events.append)
     store.put("/eph", b"", ephemeral=True)
     fault_server.kill()
     assert wait_for(lambda: SessionEvent.ConnectionLost in session_events)
+    started = time.monotonic()
+    late.add_listener(late_events.append)  # while down: returns at once, watches from the reconnection on
+    doomed.close()  # while down: does not hang
+    assert time.monotonic() - started < 3
     fault_server.restart()
     assert wait_for(lambda: SessionEvent.Reconnected in session_events, timeout=30)
     assert SessionEvent.SessionLost not in session_events
     assert store.get("/eph").stat.created_by_self  # same session: the ephemeral key stayed
+    assert wait_for(lambda: late.exists("/eph"))  # late is connected again too
     other.put("/after-reconnect", b"")
-    assert wait_for(lambda: Notification(Created, "/after-reconnect") in events)
+    for seen in (events, late_events):
+        assert wait_for(lambda: Notification(Created, "/after-reconnect") in seen)
 
 
 def test_session_expiry(fz):

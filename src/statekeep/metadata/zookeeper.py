@@ -342,27 +342,32 @@ class ZooKeeperStore(MetadataStore):
             if self._watching:
                 return
             self._watching = True
+        if not self._client.connected:
+            return  # _on_state adds it on connection
         try:  # wait, so that every change made after add_listener returns is seen
-            self._run(self._add_watch, "/")
-        except StatekeepError as e:  # added again on the next connection
-            log.warning("zk store %s%s: could not add the watch yet: %s", self._hosts, self._chroot, e)
+            self._add_watch().get(timeout=self._timeout)
+        except Exception as e:  # it is added again on the next connection
+            log.warning("zk store %s%s: could not add the watch yet: %r", self._hosts, self._chroot, e)
 
     def _add_watch(self):
         return self._call(_AddWatch(self._chroot or "/", 1))  # 1: persistent recursive
 
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
-        """On kazoo's connection thread, for every watch event; must not block."""
+        """On kazoo's connection thread, for every watch event: must neither block nor raise."""
         self._kazoo_read_watch_event(buffer, offset)
-        event, _ = Watch.deserialize(buffer, offset)
-        path = self._unchroot(event.path)
-        if path in (None, "/") or not self._chroot and (path + "/").startswith("/zookeeper/"):
-            return
-        if event.type == _CHANGED:
-            self._emit(Notification(NotificationType.Modified, path))
-        elif event.type in (_CREATED, _DELETED):
-            kind = NotificationType.Created if event.type == _CREATED else NotificationType.Deleted
-            self._emit(Notification(kind, path))
-            self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+        try:
+            event, _ = Watch.deserialize(buffer, offset)
+            path = self._unchroot(event.path)
+            if path in (None, "/") or not self._chroot and (path + "/").startswith("/zookeeper/"):
+                return
+            if event.type == _CHANGED:
+                self._emit(Notification(NotificationType.Modified, path))
+            elif event.type in (_CREATED, _DELETED):
+                self._emit(Notification(NotificationType.Created if event.type == _CREATED
+                                        else NotificationType.Deleted, path))
+                self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+        except Exception:  # an exception here would end kazoo's connection thread
+            log.exception("zk store %s%s: bad watch event", self._hosts, self._chroot)
 
     def _on_state(self, state: str) -> None:
         """kazoo state listener (connection thread; must not block) -> session events."""
@@ -477,8 +482,11 @@ class ZooKeeperStore(MetadataStore):
         return self._chroot + path if path != "/" else (self._chroot or "/")
 
     def _unchroot(self, path: str) -> str | None:
-        if not self._chroot or path == self._chroot:
-            return path if not self._chroot else "/"
+        """The store path of the znode ``path``; None outside the chroot."""
+        if not self._chroot:
+            return path
+        if path == self._chroot:
+            return "/"
         return path[len(self._chroot):] if path.startswith(self._chroot + "/") else None
 
     @staticmethod
