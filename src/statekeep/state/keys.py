@@ -1,0 +1,116 @@
+"""State keys as metadata path segments: reversible, order-preserving, one segment per key.
+
+A state key is any non-empty ``str`` that encodes to UTF-8 (so no lone surrogates): it may contain
+``/``, ``.``, spaces, control characters or any Unicode. Each key becomes ONE path segment made of
+printable ASCII only (valid on every backend, ZooKeeper's forbidden ranges included), by encoding
+each byte of its UTF-8 form with this code:
+
+============================  =======================  ====================================
+bytes                         becomes                  why
+============================  =======================  ====================================
+``0x00``-``0x21``             ``!`` + 2 hex digits     controls, space and ``!`` itself
+``0x22``-``0x2D``             itself                   ``"#$%&'()*+,-``
+``0x2E``, ``0x2F``            ``.`` + 2 hex digits     ``.`` and ``/`` (so no segment is ``.`` or ``..``)
+``0x30``-``0x7D``             itself                   digits, letters, ``:;<=>?@[\\]^_`{|}``
+``0x7E``-``0xFF``             ``~`` + 2 hex digits     ``~``, DEL and every non-ASCII byte
+============================  =======================  ====================================
+
+Hex digits are upper case. The code is prefix-free and each byte's code word sorts exactly where
+the byte does, so byte-wise (= code point) order of keys equals the order of their segments, and
+``key.startswith(prefix)`` iff ``segment.startswith(encode_key(prefix))``: a sorted
+``get_children`` gives ``scan`` its order and prefix ranges directly. Examples: ``user.count``
+-> ``user.2Ecount``; ``a/b`` -> ``a.2Fb``; ``é`` -> ``~C3~A9``.
+
+An encoded key is at most :data:`MAX_SEGMENT` characters (keeps whole paths under the local://
+LMDB key limit of 511 bytes): 240 ASCII letters or digits, fewer otherwise.
+"""
+
+from __future__ import annotations
+
+from statekeep.errors import InvalidArgumentError
+
+MAX_SEGMENT = 240
+
+
+def _code(b: int) -> str:
+    if b <= 0x21:
+        return f"!{b:02X}"
+    if b in (0x2E, 0x2F):
+        return f".{b:02X}"
+    if b >= 0x7E:
+        return f"~{b:02X}"
+    return chr(b)
+
+
+_CODES = [_code(b) for b in range(256)]
+_LEADERS = frozenset("!.~")
+
+
+def encode_key(key: object, *, what: str = "state key") -> str:
+    """The path segment of ``key``. Raises :class:`InvalidArgumentError` (naming ``what``) if ``key``
+    is not a non-empty str, does not encode to UTF-8, or encodes to more than :data:`MAX_SEGMENT`
+    characters."""
+    if not isinstance(key, str):
+        raise InvalidArgumentError(f"a {what} must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidArgumentError(f"a {what} must not be empty")
+    try:
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"a {what} must be valid Unicode (no lone surrogates): {key!r}") from e
+    segment = key if raw.isalnum() else "".join([_CODES[b] for b in raw])
+    if len(segment) > MAX_SEGMENT:
+        raise InvalidArgumentError(
+            f"{what} too long: {len(segment)} characters once encoded, at most {MAX_SEGMENT} "
+            f"(non-ASCII and punctuation like . / ~ ! and space take 3 each): {key[:40]!r}...")
+    return segment
+
+
+def encode_prefix(prefix: str) -> str:
+    """The segment prefix of a key prefix ("" for ""); no length limit (it only filters)."""
+    if not isinstance(prefix, str):
+        raise InvalidArgumentError(f"a key prefix must be a str, not {type(prefix).__name__}")
+    try:
+        return "".join([_CODES[b] for b in prefix.encode("utf-8")])
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"a key prefix must be valid Unicode: {prefix!r}") from e
+
+
+def decode_key(segment: str) -> str:
+    """The key whose segment is ``segment``. Raises :class:`InvalidArgumentError` on a segment that
+    :func:`encode_key` cannot have produced (a foreign child in the state subtree)."""
+    out = bytearray()
+    i, n = 0, len(segment)
+    try:
+        while i < n:
+            c = segment[i]
+            if c in _LEADERS:
+                b = int(segment[i + 1 : i + 3], 16)
+                if len(segment[i + 1 : i + 3]) != 2 or _CODES[b] != segment[i : i + 3]:
+                    raise ValueError(segment)
+                out.append(b)
+                i += 3
+            else:
+                b = ord(c)
+                if b > 0x7F or _CODES[b] != c:
+                    raise ValueError(segment)
+                out.append(b)
+                i += 1
+        return out.decode("utf-8")
+    except (ValueError, IndexError) as e:
+        raise InvalidArgumentError(f"not an encoded state key: {segment!r}") from e
+
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+MAX_NAME = 64
+
+
+def validate_name(value: object, what: str = "name") -> str:
+    """A tenant, namespace or function name: 1-64 characters of ``[A-Za-z0-9_.-]``, not ``.`` or ``..``.
+    Raises :class:`InvalidArgumentError` naming ``what``."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+    if not value or len(value) > MAX_NAME or value in (".", "..") or not _NAME_CHARS.issuperset(value):
+        raise InvalidArgumentError(
+            f"invalid {what} {value[:80]!r}: use 1-{MAX_NAME} characters of A-Z a-z 0-9 _ . - (not '.' or '..')")
+    return value

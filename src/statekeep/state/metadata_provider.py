@@ -1,0 +1,303 @@
+"""The ``metadata`` state provider: each function's state in its own subtree of any metadata store.
+
+    provider = open_provider("metadata", {"metadata_url": "etcd://127.0.0.1:2379/sk"})
+
+Config: ``metadata_url`` (a store URL; the provider opens and closes it) or ``store`` (an open
+:class:`MetadataStore` shared with the caller, who closes it); ``root`` (default ``/statekeep/state``);
+``max_value_size`` (only lowers the backend-derived limit); ``retry_seconds`` (default 30: how long a
+write keeps retrying lost compare-and-set races before raising :class:`BadVersionError`).
+
+Layout, under ``ROOT/TENANT/NAMESPACE/NAME`` (``cleanup`` removes exactly this subtree):
+
+- ``kv/<segment>``: one key (``segment`` from :func:`statekeep.state.keys.encode_key`), its value in
+  the tagged form of :mod:`statekeep.state.records`; the key's version is the metadata version.
+- ``log/r<10 digits>``: changelog records, created by sequential puts in the same ``multi`` as the
+  change, so offsets rise with commit order (gaps possible; ZooKeeper numbers restart after cleanup).
+- ``applied/<segment>``: one empty key per applied ``apply_batch`` marker (kept until cleanup).
+
+Every write is a compare-and-set on the key's version, retried on a lost race, so ``incr`` is exact
+across processes and each changelog record carries the version its change produced.
+
+Batch limits (``batch_limits``), conservative for the backends' defaults: etcd at most 27 keys
+(``--max-txn-ops`` 128: a created key costs two operations, its record two more, plus the marker
+and missing parents) and 1.5 MiB; ZooKeeper 1000 keys and ``jute.maxbuffer`` (1 MiB) for the whole
+request; memory and local 10000 keys and 64 MiB. A value and its changelog copy travel in one
+request, so ``max_value_size`` is about half the request limit on ZooKeeper and etcd.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from statekeep.errors import (AlreadyExistsError, BadVersionError, BatchTooLargeError, CounterOverflowError,
+                              InvalidArgumentError, NotFoundError)
+from statekeep.metadata import Delete, GetResult, MetadataStore, Put, open_store
+from statekeep.metadata.types import validate_path
+from statekeep.state import records
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
+                                  validate_expected_version, validate_value)
+from statekeep.state.keys import MAX_SEGMENT, decode_key, encode_key, encode_prefix, validate_name
+
+DEFAULT_ROOT = "/statekeep/state"
+# scheme -> (max keys per batch, max request bytes); unknown schemes get etcd's, the strictest
+_LIMITS = {"etcd": (27, 1536 * 1024), "zk": (1000, 0xFFFFF), "memory": (10_000, 64 << 20),
+           "local": (10_000, 64 << 20)}
+_PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request-size estimate
+_UNCHANGED = object()
+
+
+def _check_expected(path: str, current: GetResult | None, expected: int) -> None:
+    if expected == -1:
+        if current is not None:
+            raise AlreadyExistsError(f"{path} exists (expected it absent)")
+    elif current is None:
+        raise NotFoundError(f"{path} does not exist (expected version {expected})")
+    elif current.stat.version != expected:
+        raise BadVersionError(f"{path} is at version {current.stat.version}, not {expected}")
+
+
+class MetadataStateStore(StateStore):
+    """A function's state in a metadata store subtree; see the module docstring for its layout."""
+
+    def __init__(self, provider: MetadataStateStoreProvider, tenant: str, namespace: str, name: str) -> None:
+        super().__init__(tenant, namespace, name)
+        self._store = provider.store
+        self._retry_seconds = provider.retry_seconds
+        self.base = f"{provider.root}/{tenant}/{namespace}/{name}"
+        self._kv = self.base + "/kv/"
+        self._log = self.base + "/log/r"
+        self._applied = self.base + "/applied/"
+        self.max_value_size = provider.max_value_size
+        self._limits = provider.limits
+
+    @property
+    def batch_limits(self) -> BatchLimits:
+        return self._limits
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get_entry(self, key: str) -> StateEntry | None:
+        path = self._kv + encode_key(key)
+        result = self._store.get(path)
+        return None if result is None else self._entry(key, path, result)
+
+    @staticmethod
+    def _entry(key: str, path: str, result: GetResult) -> StateEntry:
+        kind, payload = records.decode_stored(result.value, path)
+        return StateEntry(key, payload, kind, result.stat.version)
+
+    def scan_entries(self, prefix: str = "", start_after: str | None = None,
+                     limit: int | None = None) -> Iterator[StateEntry]:
+        # validate eagerly (a generator would only raise when first iterated)
+        encoded_prefix = encode_prefix(prefix)
+        if start_after is not None and not isinstance(start_after, str):
+            raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
+        after = encode_prefix(start_after) if start_after else None
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+        return self._scan(encoded_prefix, after, limit)
+
+    def _scan(self, prefix: str, after: str | None, limit: int | None) -> Iterator[StateEntry]:
+        children = self._store.get_children(self._kv[:-1])  # sorted: segment order is key order
+        i = bisect_left(children, prefix) if after is None or after < prefix else bisect_right(children, after)
+        produced = 0
+        while i < len(children) and (limit is None or produced < limit):
+            segment = children[i]
+            i += 1
+            if not segment.startswith(prefix):
+                break
+            result = self._store.get(self._kv + segment)
+            if result is None:  # deleted since the listing
+                continue
+            yield self._entry(decode_key(segment), self._kv + segment, result)
+            produced += 1
+
+    def has_marker(self, marker: str) -> bool:
+        return self._store.exists(self._applied + encode_key(marker, what="batch marker"))
+
+    # ---- single-key writes -------------------------------------------------------------------
+
+    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
+        stored = records.encode_bytes(validate_value(value, self.max_value_size))
+        return self._change(key, lambda current: stored, expected_version)
+
+    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        stored = records.encode_counter(validate_amount(value, "counter value"))
+        return self._change(key, lambda current: stored, expected_version)
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
+        if expected_version == -1:
+            raise InvalidArgumentError("delete takes expected_version None or >= 0")
+        return self._change(key, lambda current: None if current is not None else _UNCHANGED,
+                            expected_version) is not _UNCHANGED
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        amount = validate_amount(amount)
+        result: list[int] = []
+
+        def add(current: GetResult | None) -> bytes:
+            value = self._counter_of(key, current) + amount
+            if not records.COUNTER_MIN <= value <= records.COUNTER_MAX:
+                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer "
+                                           f"({self._counter_of(key, current)} + {amount})")
+            result[:] = [value]
+            return records.encode_counter(value)
+
+        self._change(key, add, None)
+        return result[0]
+
+    def _counter_of(self, key: str, current: GetResult | None) -> int:
+        if current is None:
+            return 0
+        kind, payload = records.decode_stored(current.value, self._kv + key)
+        if kind != "counter":
+            raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
+        return records.decode_counter(payload)
+
+    def _change(self, key: str, compute, expected_version: int | None) -> Any:
+        """Compare-and-set ``key`` to ``compute(current)`` (None: delete, _UNCHANGED: nothing) with its
+        changelog record; retried on a lost race unless the caller expected a version."""
+        path = self._kv + encode_key(key)
+        expected_version = validate_expected_version(expected_version)
+        for wait in self._backoff(key):
+            current = self._store.get(path)
+            if expected_version is not None:
+                _check_expected(path, current, expected_version)
+            stored = compute(current)
+            if stored is _UNCHANGED:
+                return _UNCHANGED
+            if stored is None:
+                ops = [Delete(path, current.stat.version),
+                       Put(self._log, records.encode_record(key, None, current.stat.version), sequential=True)]
+            else:
+                version = 0 if current is None else current.stat.version + 1
+                ops = [Put(path, stored, -1 if current is None else current.stat.version),
+                       Put(self._log, records.encode_record(key, stored, version), sequential=True)]
+            try:
+                stats = self._store.multi(ops)
+            except (BadVersionError, NotFoundError):
+                if expected_version is not None:
+                    raise
+                continue  # lost a race: read again
+            return stats[0].version if stats[0] is not None else True
+        raise AssertionError("unreachable")
+
+    def _backoff(self, key: str) -> Iterator[None]:
+        """Yields once per attempt, sleeping a little (jittered, growing) between attempts."""
+        deadline = time.monotonic() + self._retry_seconds
+        attempt = 0
+        while True:
+            yield None
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise BadVersionError(f"gave up writing state key {key!r} of {self.base} after {attempt} "
+                                      f"attempts lost to concurrent writers in {self._retry_seconds}s")
+            if attempt > 2:
+                time.sleep(random.uniform(0, min(0.0005 * 2 ** attempt, 0.05)))
+
+    # ---- batches -----------------------------------------------------------------------------
+
+    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+                    marker: str | None = None) -> bool:
+        if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
+            raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
+        paths = {key: self._kv + encode_key(key) for key in [*puts, *counters]}
+        values = {k: None if v is None else validate_value(v, self.max_value_size) for k, v in puts.items()}
+        deltas = {k: validate_amount(d, "counter delta") for k, d in counters.items()}
+        marker_path = None if marker is None else self._applied + encode_key(marker, what="batch marker")
+        size = sum(2 * len(v or b"") for v in values.values()) + len(paths) * _PER_KEY_OVERHEAD
+        if len(paths) > self._limits.max_keys or size > self._limits.max_bytes:
+            raise BatchTooLargeError(
+                f"a batch of {len(paths)} keys and about {size} bytes exceeds this backend's limit of "
+                f"{self._limits.max_keys} keys and {self._limits.max_bytes} bytes per atomic write")
+        for wait in self._backoff(f"batch {marker}"):
+            if marker_path is not None and self._store.exists(marker_path):
+                return False
+            ops: list = [] if marker_path is None else [Put(marker_path, b"", -1)]
+            logs = []
+            for key, path in paths.items():
+                current = self._store.get(path)
+                if key in deltas:
+                    base = 0 if key in values else self._counter_of(key, current)
+                    total = base + deltas[key]
+                    if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
+                        raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
+                    stored = records.encode_counter(total)
+                else:
+                    stored = None if values[key] is None else records.encode_bytes(values[key])
+                if stored is None:
+                    if current is None:
+                        continue  # deleting an absent key changes nothing
+                    ops.append(Delete(path, current.stat.version))
+                    logs.append(Put(self._log, records.encode_record(key, None, current.stat.version),
+                                    sequential=True))
+                else:
+                    version = 0 if current is None else current.stat.version + 1
+                    ops.append(Put(path, stored, -1 if current is None else current.stat.version))
+                    logs.append(Put(self._log, records.encode_record(key, stored, version), sequential=True))
+            try:
+                self._store.multi(ops + logs)
+                return True
+            except (BadVersionError, NotFoundError):
+                continue  # lost a race (maybe to a replay of this very batch): the marker check decides
+        raise AssertionError("unreachable")
+
+
+class MetadataStateStoreProvider(StateStoreProvider):
+    """State in a metadata store (any backend); see the module docstring."""
+
+    name = "metadata"
+
+    def __init__(self) -> None:
+        self.store: MetadataStore | None = None
+        self._owns_store = False
+
+    def init(self, config: Mapping[str, Any]) -> None:
+        if not isinstance(config, Mapping):
+            raise InvalidArgumentError("the metadata state provider's config must be a mapping")
+        unknown = set(config) - {"metadata_url", "store", "root", "max_value_size", "retry_seconds"}
+        if unknown:
+            raise InvalidArgumentError(f"unknown metadata state provider options: {', '.join(sorted(unknown))}")
+        self.root = validate_path(config.get("root", DEFAULT_ROOT), allow_root=False)
+        self.retry_seconds = float(config.get("retry_seconds", 30.0))
+        store = config.get("store")
+        if store is None:
+            url = config.get("metadata_url")
+            if not isinstance(url, str):
+                raise InvalidArgumentError("the metadata state provider needs 'metadata_url' (or 'store')")
+            store, self._owns_store = open_store(url), True
+        elif not isinstance(store, MetadataStore):
+            raise InvalidArgumentError("'store' must be an open statekeep MetadataStore")
+        self.store = store
+        self.nonblocking_reads = store.scheme in ("memory", "local")
+        max_keys, request_bytes = _LIMITS.get(store.scheme, _LIMITS["etcd"])
+        self.limits = BatchLimits(max_keys, request_bytes - 8192)
+        fits_store = store.max_value_size - records.RECORD_HEADER_SIZE - MAX_SEGMENT
+        fits_request = (self.limits.max_bytes - _PER_KEY_OVERHEAD) // 2
+        self.max_value_size = min(fits_store, fits_request)
+        wanted = config.get("max_value_size")
+        if wanted is not None:
+            if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted <= 0:
+                raise InvalidArgumentError(f"max_value_size must be a positive int, not {wanted!r}")
+            self.max_value_size = min(self.max_value_size, wanted)
+
+    def _base(self, tenant: str, namespace: str, name: str) -> str:
+        if self.store is None:
+            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
+        return f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/" \
+               f"{validate_name(name, 'function name')}"
+
+    def get_state_store(self, tenant: str, namespace: str, name: str) -> MetadataStateStore:
+        self._base(tenant, namespace, name)
+        return MetadataStateStore(self, tenant, namespace, name)
+
+    def cleanup(self, tenant: str, namespace: str, name: str) -> None:
+        self.store.delete_recursive(self._base(tenant, namespace, name))
+
+    def close(self) -> None:
+        if self._owns_store and self.store is not None:
+            self.store.close()

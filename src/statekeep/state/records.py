@@ -1,0 +1,99 @@
+"""Byte layouts of stored state values and changelog records (shared by providers and, later, the
+changelog reader). Both are compact binary, not JSON.
+
+Stored value (the metadata value at ``.../kv/<segment>``): one tag byte, then the payload.
+
+- ``b"B" + bytes``: a byte value, exactly as put.
+- ``b"C" + 8 bytes``: a counter, signed 64-bit big-endian (PIP-312's counter form).
+
+The tag is what lets the REST API answer ``numberValue`` for counters and ``stringValue``/``byteValue``
+otherwise, and what makes ``incr`` refuse a key that holds bytes.
+
+Changelog record (the value at ``.../log/r<offset>``): ``struct ">cqH"`` = tag, version, key length,
+then the UTF-8 key, then the payload. Tag ``B``/``C`` as above (the new value after the change),
+``D`` a tombstone (empty payload). ``version`` is the key's metadata version after the change
+(for a tombstone: the version that was deleted). The offset is not inside the record: it is the
+10-digit sequence number in the record's name, assigned by the store in the same atomic write.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Literal
+
+from statekeep.errors import CorruptStateError
+
+BYTES, COUNTER, TOMBSTONE = b"B", b"C", b"D"
+_COUNTER = struct.Struct(">q")
+_RECORD = struct.Struct(">cqH")
+RECORD_HEADER_SIZE = _RECORD.size
+COUNTER_MIN, COUNTER_MAX = -(1 << 63), (1 << 63) - 1
+
+Kind = Literal["bytes", "counter"]
+
+
+def encode_bytes(value: bytes) -> bytes:
+    return BYTES + value
+
+
+def encode_counter(value: int) -> bytes:
+    return COUNTER + _COUNTER.pack(value)
+
+
+def counter_bytes(value: int) -> bytes:
+    """The 8-byte big-endian form of a counter (what ``get`` returns for a counter key)."""
+    return _COUNTER.pack(value)
+
+
+def decode_stored(raw: bytes, path: str = "") -> tuple[Kind, bytes]:
+    """``(kind, payload)`` of a stored value; a counter's payload is its 8 bytes.
+    Raises :class:`CorruptStateError` for a value no provider wrote."""
+    tag = raw[:1]
+    if tag == BYTES:
+        return "bytes", raw[1:]
+    if tag == COUNTER and len(raw) == 9:
+        return "counter", raw[1:]
+    raise CorruptStateError(f"state value at {path or '?'} is not in statekeep's format (tag {tag!r}, {len(raw)} bytes)")
+
+
+def decode_counter(payload: bytes) -> int:
+    return _COUNTER.unpack(payload)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogRecord:
+    """One change of one key. ``value`` is None for a tombstone; ``offset`` comes from the record's name."""
+
+    key: str
+    kind: Kind | None
+    value: bytes | None
+    version: int
+    offset: int = -1
+
+    @property
+    def tombstone(self) -> bool:
+        return self.value is None
+
+
+def encode_record(key: str, stored: bytes | None, version: int) -> bytes:
+    """A changelog record for ``key`` now holding the stored value ``stored`` (None: deleted)."""
+    raw_key = key.encode("utf-8")
+    if stored is None:
+        return _RECORD.pack(TOMBSTONE, version, len(raw_key)) + raw_key
+    return _RECORD.pack(stored[:1], version, len(raw_key)) + raw_key + stored[1:]
+
+
+def decode_record(raw: bytes, offset: int = -1) -> ChangelogRecord:
+    """Parse a record written by :func:`encode_record`; :class:`CorruptStateError` if malformed."""
+    try:
+        tag, version, key_len = _RECORD.unpack_from(raw)
+        start = _RECORD.size
+        key = raw[start : start + key_len].decode("utf-8")
+        payload = raw[start + key_len :]
+    except (struct.error, UnicodeDecodeError) as e:
+        raise CorruptStateError(f"malformed changelog record at offset {offset}") from e
+    if tag == TOMBSTONE:
+        return ChangelogRecord(key, None, None, version, offset)
+    kind, value = decode_stored(tag + payload, f"changelog offset {offset}")
+    return ChangelogRecord(key, kind, value, version, offset)

@@ -1,0 +1,87 @@
+"""State providers by name: a built-in map, :func:`register_provider`, and the entry-point group
+``statekeep.state_providers`` (name -> a :class:`StateStoreProvider` subclass), so a third party can
+add one without touching statekeep.
+
+    provider = open_provider("metadata", {"metadata_url": "local:///var/lib/statekeep"})
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.state.base import StateStoreProvider
+
+ENTRY_POINT_GROUP = "statekeep.state_providers"
+BUILTIN_PROVIDERS: dict[str, str] = {"metadata": "statekeep.state.metadata_provider:MetadataStateStoreProvider"}
+_registered: dict[str, type[StateStoreProvider]] = {}
+
+
+def register_provider(name: str, cls: type[StateStoreProvider]) -> None:
+    """Make ``cls`` available as ``name`` in this process (overrides an entry point of that name)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError("a provider name must be a non-empty str")
+    if not (isinstance(cls, type) and issubclass(cls, StateStoreProvider)):
+        raise InvalidArgumentError(f"{cls!r} is not a StateStoreProvider subclass")
+    _registered[name] = cls
+
+
+def provider_names() -> list[str]:
+    return sorted(set(BUILTIN_PROVIDERS) | set(_registered) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def provider_class(name: str) -> type[StateStoreProvider]:
+    """The class registered as ``name``; :class:`InvalidArgumentError` (listing the known names) if none."""
+    if name in _registered:
+        return _registered[name]
+    if name in BUILTIN_PROVIDERS:
+        module, _, attr = BUILTIN_PROVIDERS[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+    if isinstance(name, str):
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name == name:
+                return ep.load()
+    raise InvalidArgumentError(f"unknown state provider {name!r}; known: {', '.join(provider_names())}")
+
+
+def open_provider(name: str, config: Mapping[str, Any] | None = None) -> StateStoreProvider:
+    """Instantiate the provider ``name`` and call its ``init(config)``; close it when done."""
+    provider = provider_class(name)()
+    try:
+        provider.init(dict(config or {}))
+    except BaseException:
+        provider.close()
+        raise
+    return provider
+
+
+class ProviderPool:
+    """Opened providers shared by configuration: the server and registry open each (name, config)
+    once. ``default`` is used when a function names no provider. Thread-safe."""
+
+    def __init__(self, default_name: str = "metadata", default_config: Mapping[str, Any] | None = None) -> None:
+        self.default_name = default_name
+        self.default_config = dict(default_config or {})
+        self._lock = threading.Lock()
+        self._open: dict[str, StateStoreProvider] = {}
+
+    def get(self, name: str | None = None, config: Mapping[str, Any] | None = None) -> StateStoreProvider:
+        if name is None:
+            name, config = self.default_name, self.default_config
+        key = name + "\0" + json.dumps(dict(config or {}), sort_keys=True, default=id)
+        with self._lock:
+            provider = self._open.get(key)
+            if provider is None:
+                provider = self._open[key] = open_provider(name, config)
+            return provider
+
+    def close(self) -> None:
+        with self._lock:
+            providers, self._open = list(self._open.values()), {}
+        for provider in providers:
+            provider.close()
