@@ -159,6 +159,14 @@ class TestEphemeralAndSequential:
         owner.close()
         assert wait_for(lambda: not other.exists("/eph"))
 
+    def test_ephemeral_key_has_no_children(self, store):
+        store.put("/eph-parent", b"", ephemeral=True)
+        with pytest.raises(InvalidArgumentError):
+            store.put("/eph-parent/child", b"")
+        with pytest.raises(InvalidArgumentError):
+            store.put("/eph-parent/a/b", b"")
+        assert store.get_children("/eph-parent") == []
+
     def test_persistent_key_survives_its_writer(self, open_url):
         writer, other = open_url(), open_url()
         writer.put("/persistent", b"x")

@@ -12,7 +12,13 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
-from statekeep.errors import AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError
+from statekeep.errors import (
+    AlreadyExistsError,
+    BadVersionError,
+    InvalidArgumentError,
+    NotEmptyError,
+    NotFoundError,
+)
 from statekeep.metadata.types import (
     Check,
     Delete,
@@ -133,9 +139,11 @@ class Changes:
         """Create missing ancestors as empty persistent keys, as ZooKeeper needs them."""
         missing = []
         parent = parent_of(path)
-        while parent != "/" and self.read(parent) is None:
+        while parent != "/" and (existing := self.read(parent)) is None:
             missing.append(parent)
             parent = parent_of(parent)
+        if parent != "/" and existing.owner:
+            raise InvalidArgumentError(f"{path} cannot be created: an ephemeral key ({parent}) has no children")
         for ancestor in reversed(missing):
             self._write(ancestor, Record(0, self.now_ms, self.now_ms, 0, b""))
             self.events.append(Notification(NotificationType.Created, ancestor))

@@ -102,6 +102,11 @@ class MetadataStore(abc.ABC):
     - A put that creates a key also creates its missing ancestors as empty persistent keys
       (version 0), as ZooKeeper requires, so every backend lists the same children.
       ``get_children`` of an absent path is ``[]``. Deleting a key never deletes its parent.
+      An ephemeral key has no children (:class:`InvalidArgumentError`, as in ZooKeeper).
+    - Notifications are delivered while connected; after ``Reconnected`` or
+      ``SessionReestablished`` re-read what you watch, as changes made meanwhile are not replayed.
+    - ``Check(path, -1)`` may be seen by listeners as a Created and Deleted of ``path`` on
+      ZooKeeper, which has no native "absent" check; prefer ``Put(path, value, -1)``.
     - Deleting a key that has children raises :class:`NotEmptyError`.
     - ``multi`` applies all operations or none; its error is that of the first failing operation.
       It may write each path at most once (:class:`InvalidArgumentError` otherwise).
