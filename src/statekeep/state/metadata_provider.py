@@ -116,6 +116,22 @@ class MetadataStateStore(StateStore):
             yield self._entry(decode_key(segment), self._kv + segment, result)
             produced += 1
 
+    def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
+        """Changelog records with offset > ``after``, oldest first (a minimal reader; compaction and
+        followers live in :mod:`statekeep.changelog`)."""
+        names = self._store.get_children(self._log[:-2])
+        out = []
+        for name in names:
+            offset = int(name[1:])
+            if offset <= after:
+                continue
+            result = self._store.get(self._log + name[1:])
+            if result is not None:
+                out.append(records.decode_record(result.value, offset))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
     def has_marker(self, marker: str) -> bool:
         return self._store.exists(self._applied + encode_key(marker, what="batch marker"))
 
