@@ -158,8 +158,10 @@ def test_one_multi_cannot_write_a_key_twice(opened, url):
     store.put("/k", b"0")
     for ops in ([Put("/k", b"1"), Put("/k", b"2")], [Delete("/k"), Put("/k", b"again")],
                 [Put("/new", b"1"), Put("/new", b"2")]):
-        with pytest.raises(InvalidArgumentError, match="twice"):
+        with pytest.raises(InvalidArgumentError, match="at most once"):  # refused by the contract, before etcd
             store.multi(ops)
+    with pytest.raises(InvalidArgumentError, match="twice"):  # /new is created as an ancestor, then put again
+        store.multi([Put("/new/child", b""), Put("/new", b"1")])
     assert store.get("/k").value == b"0" and store.get("/k").stat.version == 0
     assert not store.exists("/new")
 

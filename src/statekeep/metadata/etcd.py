@@ -19,8 +19,9 @@ transaction and refuses a put and a delete of one key in one transaction): that 
 Times: etcd keeps no timestamps (revisions count writes, not time), so ``created_ms`` and ``modified_ms`` are 0, as
 in Pulsar's etcd store.
 
-Writes: a put or delete of one existing key (or a create under an existing parent) is one transaction guarded by
-version compares. Otherwise (``multi``, sequential puts, creating ancestors) the store reads a snapshot at one
+Writes: a put or delete of one existing key (or a create under an existing persistent parent) is one transaction
+guarded by version compares (and, for a create, a compare that the parent has no lease: an ephemeral key has no
+children). Otherwise (``multi``, sequential puts, creating ancestors) the store reads a snapshot at one
 revision, applies the operations with ``_tree.Changes`` (the code that defines the contract for memory:// and
 local://, so results and errors are the same) and commits in one transaction guarded by compares that nothing it
 read has changed since; if another writer got there first it starts again, for at most ``timeout``.
@@ -84,6 +85,11 @@ class _Retry(Exception):
 def _version_is(key: bytes, result: int, version: int, range_end: bytes = b"") -> rpc.Compare:
     """Compare the etcd version of ``key`` (of every key in ``[key, range_end)``; an absent key has 0)."""
     return rpc.Compare(key=key, range_end=range_end, target=_C.VERSION, result=result, version=version)
+
+
+def _lease_is(key: bytes, lease: int) -> rpc.Compare:
+    """Compare the lease of ``key`` (0: none, a persistent key; an absent key compares as having lease 0)."""
+    return rpc.Compare(key=key, target=_C.LEASE, result=_C.EQUAL, lease=lease)
 
 
 def _mod_is(key: bytes, result: int, revision: int, range_end: bytes = b"") -> rpc.Compare:
@@ -480,16 +486,20 @@ class EtcdStore(MetadataStore):
     def _put_once(self, op: Put) -> Any:
         key, expected, parent = self._data(op.path), op.expected_version, parent_of(op.path)
         lease = self._call(self._session_lease()) if op.ephemeral else 0
-        parent_exists = [] if parent == "/" else [_version_is(self._data(parent), _C.GREATER, 0)]
+        # a create needs its parent present and persistent (an ephemeral key has no children: a parent with a lease is
+        # ephemeral); both compares are in the transaction, so a racing create of an ephemeral parent cannot slip in.
+        # If they fail, _multi decides: it creates missing ancestors or raises the contract's error.
+        parent_ok = [] if parent == "/" else [_version_is(self._data(parent), _C.GREATER, 0),
+                                              _lease_is(self._data(parent), 0)]
         update = _put(key, op.value, keep_lease=True)  # an update keeps the key's lease, as _tree does
         creates = [_put(key, op.value, lease), _put(self._index(op.path), b"", lease)]
         if expected is None:  # update if present, else create if the parent exists
             if 2 * len(op.value) + 65536 > ETCD_MAX_REQUEST_BYTES:  # too big to send in both branches
                 return self._multi([op])[0]
-            nested = rpc.RequestOp(request_txn=rpc.TxnRequest(compare=parent_exists, success=creates))
+            nested = rpc.RequestOp(request_txn=rpc.TxnRequest(compare=parent_ok, success=creates))
             request = rpc.TxnRequest(compare=[_version_is(key, _C.GREATER, 0)], success=[update], failure=[nested])
         elif expected == -1:
-            request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, 0)] + parent_exists, success=creates,
+            request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, 0)] + parent_ok, success=creates,
                                      failure=[_range(key, count_only=True)])
         else:
             request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, expected + 1)], success=[update],
