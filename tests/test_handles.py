@@ -53,6 +53,7 @@ def test_deposed_leaders_never_write_in_100_failovers(kind, tmp_path):
         idx = 0
         for trial in range(100):
             expected = snapshot(leader)
+            blobs_before = blob_urls(leader)
             end_session = trial % 2 == 0
             if end_session:
                 coords[idx].close()
@@ -81,6 +82,7 @@ def test_deposed_leaders_never_write_in_100_failovers(kind, tmp_path):
             else:
                 refused += counted
             assert snapshot(successor) == expected, f"trial {trial}: a deposed leader's write was applied"
+            assert blob_urls(successor) == blobs_before, f"trial {trial}: a refused write left its blob"
             successor.replace("shared", expected["shared"][0], f"trial {trial}".encode())
             leader = successor
             if end_session:  # the deposed node rejoins with a new session

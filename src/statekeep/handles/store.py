@@ -29,6 +29,7 @@ from statekeep.errors import (
     NotFoundError,
     PossibleInconsistentStateError,
     StatekeepError,
+    StoreClosedError,
     StoreUnavailableError,
     UnauthorizedError,
     ValueTooLargeError,
@@ -122,7 +123,7 @@ class StateHandleStore:
         """
         path = self._path(key)
         attrs = check_attributes(attributes)
-        self._fence.check_local()
+        self._check_writable()
         ref = self.blobs.write(self.root, key, state)
         fence = self._fence.ops()
         ops: list[Op] = [*fence, Put(path, encode(ref, attrs), -1), Put(self._locks(key), b"", -1),
@@ -142,7 +143,7 @@ class StateHandleStore:
         if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
             raise InvalidArgumentError(f"expected_version must be an int >= 0, got {expected_version!r}")
         attrs = check_attributes(attributes)
-        self._fence.check_local()
+        self._check_writable()
         current = self.store.get(path)  # fail before uploading what could not be written anyway
         if current is None:
             raise NotFoundError(f"no state handle {key!r} under {self.root}")
@@ -165,7 +166,7 @@ class StateHandleStore:
         """
         path = self._path(key)
         try:
-            self._fence.check_local()
+            self._check_writable()
         except LeadershipLostError:
             self.release(key)
             raise
@@ -189,7 +190,7 @@ class StateHandleStore:
         Raises :class:`LeadershipLostError`, :class:`PossibleInconsistentStateError` (the blob of the handle
         being removed is kept; handles removed before stay removed).
         """
-        self._fence.check_local()
+        self._check_writable()
         for key in self.get_all_handles():
             path = self._path(key)
             for _ in range(self.max_retries):
@@ -272,6 +273,12 @@ class StateHandleStore:
         self.close()
 
     # ---- internals -----------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        """Fail before uploading anything if the write cannot succeed anyway."""
+        if self.store.closed:
+            raise StoreClosedError(f"the metadata store of state handle store {self.root} is closed")
+        self._fence.check_local()
 
     def _write(self, ops: list[Op], what: str, key: str, new_blob: BlobRef | None) -> list[Stat | None]:
         """One fenced ``multi``; maps its failure to the contract's errors and decides the new blob's fate."""
