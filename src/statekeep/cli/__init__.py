@@ -25,11 +25,13 @@ def print_json(data: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from statekeep.cli import metadata
+    from statekeep.cli import functions, metadata, standalone
 
     parser = argparse.ArgumentParser(prog="statekeep", description=__doc__.splitlines()[0])
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     metadata.register(groups)
+    functions.register(groups)
+    standalone.register(groups)
     __import__("statekeep.cli.handles", fromlist=["register"]).register(groups)
     return parser
 

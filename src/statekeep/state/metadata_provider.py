@@ -50,14 +50,14 @@ _PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request
 _UNCHANGED = object()
 
 
-def _check_expected(path: str, current: GetResult | None, expected: int) -> None:
+def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
     if expected == -1:
         if current is not None:
-            raise AlreadyExistsError(f"{path} exists (expected it absent)")
+            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
     elif current is None:
-        raise NotFoundError(f"{path} does not exist (expected version {expected})")
+        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
     elif current.stat.version != expected:
-        raise BadVersionError(f"{path} is at version {current.stat.version}, not {expected}")
+        raise BadVersionError(f"state key {key!r} is at version {current.stat.version}, not {expected}")
 
 
 class MetadataStateStore(StateStore):
@@ -182,7 +182,7 @@ class MetadataStateStore(StateStore):
         for wait in self._backoff(key):
             current = self._store.get(path)
             if expected_version is not None:
-                _check_expected(path, current, expected_version)
+                _check_expected(key, current, expected_version)
             stored = compute(current)
             if stored is _UNCHANGED:
                 return _UNCHANGED
@@ -196,8 +196,10 @@ class MetadataStateStore(StateStore):
             try:
                 stats = self._store.multi(ops)
             except (BadVersionError, NotFoundError):
-                if expected_version is not None:
-                    raise
+                if expected_version is not None:  # the caller's condition no longer holds
+                    _check_expected(key, self._store.get(path), expected_version)
+                    raise BadVersionError(f"state key {key!r} changed concurrently (expected version "
+                                          f"{expected_version})") from None
                 continue  # lost a race: read again
             return stats[0].version if stats[0] is not None else True
         raise AssertionError("unreachable")

@@ -1,0 +1,1 @@
+"""Functions: the function model and registry, the ``Context`` API, the Spark runtime."""

@@ -1,0 +1,169 @@
+"""The function registry: each function's configuration and code in the metadata store.
+
+Layout: ``ROOT/TENANT/NAMESPACE/NAME`` (default root ``/statekeep/functions``) holds the configuration
+as JSON (:class:`FunctionConfig`), its child ``code`` the Python file. Both are written and deleted
+in one ``multi``, so a function is never seen without its code. The function's state lives with its
+state provider (PIP-312), reached through :meth:`FunctionRegistry.state_store`.
+
+Guarantees: ``create`` refuses an existing function (:class:`AlreadyExistsError`) and invalid
+configuration or code (:class:`InvalidArgumentError`, nothing written); ``delete`` removes the
+function and, through ``provider.cleanup``, all its state, so a function created again under the
+same name starts empty. Writers of a function's state (its running instances) must be stopped before
+it is deleted: a write racing the delete may survive it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.functions.model import FunctionConfig, validate_source
+from statekeep.metadata import Delete, MetadataStore, Put
+from statekeep.state import ProviderPool, StateStore, StateStoreProvider, validate_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROOT = "/statekeep/functions"
+IDENTITY = ("tenant", "namespace", "name")
+
+
+class FunctionRegistry:
+    """Create, update, get, list and delete functions. Thread-safe.
+
+    ``providers`` opens the state provider a function names (or the default); when
+    ``allow_custom_providers`` is False, a configuration naming its own provider is refused
+    (a REST caller must not make the server open arbitrary stores).
+    """
+
+    def __init__(self, store: MetadataStore, providers: ProviderPool, *, root: str = DEFAULT_ROOT,
+                 allow_custom_providers: bool = True) -> None:
+        self.store = store
+        self.providers = providers
+        self.root = root.rstrip("/")
+        self.allow_custom_providers = allow_custom_providers
+
+    def _path(self, tenant: str, namespace: str, name: str) -> str:
+        return (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
+                f"{validate_name(name, 'function name')}")
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, tenant: str, namespace: str, name: str) -> FunctionConfig:
+        """The function's configuration; :class:`NotFoundError` if there is no such function."""
+        return self._read(tenant, namespace, name)[0]
+
+    def _read(self, tenant: str, namespace: str, name: str) -> tuple[FunctionConfig, int]:
+        result = self.store.get(self._path(tenant, namespace, name))
+        if result is None or not result.value:  # an empty node is a parent, not a function
+            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        return FunctionConfig.from_json(json.loads(result.value)), result.stat.version
+
+    def get_code(self, tenant: str, namespace: str, name: str) -> bytes:
+        result = self.store.get(self._path(tenant, namespace, name) + "/code")
+        if result is None:
+            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        return result.value
+
+    def list(self, tenant: str, namespace: str) -> list[str]:
+        """Names of the functions in a namespace, sorted; ``[]`` for an unknown namespace."""
+        parent = f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}"
+        return self.store.get_children(parent)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def create(self, config: Mapping[str, Any] | FunctionConfig, code: bytes | None = None) -> FunctionConfig:
+        """Register a function. ``code`` is the Python file; if None, ``config["py"]`` is read as a
+        local file path. Raises :class:`AlreadyExistsError`, :class:`InvalidArgumentError`."""
+        cfg = config if isinstance(config, FunctionConfig) else FunctionConfig.from_json(config)
+        if code is None:
+            code = self._read_py(cfg.py)
+        validate_source(code, _filename(cfg))
+        self._check_provider(cfg)
+        path = self._path(cfg.tenant, cfg.namespace, cfg.name)
+        try:
+            self.store.multi([Put(path, _encode(cfg), -1), Put(path + "/code", bytes(code), -1)])
+        except AlreadyExistsError:
+            raise AlreadyExistsError(f"function {cfg.fqfn} already exists") from None
+        return cfg
+
+    def update(self, tenant: str, namespace: str, name: str, changes: Mapping[str, Any] | None = None,
+               code: bytes | None = None) -> FunctionConfig:
+        """Merge ``changes`` (fields present and not None replace the stored ones, as pulsar-admin's
+        update does) and replace the code if given. Identity fields must match; the state provider
+        cannot change (its state would be orphaned). :class:`NotFoundError` if absent."""
+        changes = dict(changes or {})
+        for what, value in zip(IDENTITY, (tenant, namespace, name)):
+            if changes.get(what) not in (None, value):
+                raise InvalidArgumentError(f"{what} in the config ({changes[what]!r}) differs from the path ({value!r})")
+        path = self._path(tenant, namespace, name)
+        for _ in range(20):
+            current, version = self._read(tenant, namespace, name)
+            merged = {**current.to_json(), **{k: v for k, v in changes.items() if v is not None}}
+            cfg = FunctionConfig.from_json(merged)
+            if cfg.stateStorage != current.stateStorage:
+                raise InvalidArgumentError("the state provider of an existing function cannot be changed; "
+                                           "delete and create it again")
+            ops = [Put(path, _encode(cfg), version)]
+            if code is not None:
+                validate_source(code, _filename(cfg))
+                ops.append(Put(path + "/code", bytes(code)))
+            try:
+                self.store.multi(ops)
+                return cfg
+            except BadVersionError:
+                continue  # a concurrent update: merge again on top of it
+        raise BadVersionError(f"function {tenant}/{namespace}/{name} kept changing during the update")
+
+    def delete(self, tenant: str, namespace: str, name: str) -> None:
+        """Delete the function, its code and all its state. :class:`NotFoundError` if absent."""
+        cfg = self.get(tenant, namespace, name)
+        provider = self.provider_for(cfg)
+        provider.cleanup(tenant, namespace, name)  # first: if this fails, the function is still listed
+        path = self._path(tenant, namespace, name)
+        try:
+            self.store.multi([Delete(path + "/code"), Delete(path)])
+        except NotFoundError:
+            raise NotFoundError(f"function {cfg.fqfn} does not exist") from None
+        try:  # again: state written between the first cleanup and the delete
+            provider.cleanup(tenant, namespace, name)
+        except StatekeepError:
+            log.warning("second state cleanup of deleted function %s failed", cfg.fqfn, exc_info=True)
+
+    # ---- state -------------------------------------------------------------------------------
+
+    def provider_for(self, cfg: FunctionConfig) -> StateStoreProvider:
+        storage = cfg.stateStorage
+        return self.providers.get() if storage is None else self.providers.get(storage["provider"], storage["config"])
+
+    def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
+        """The state of an existing function; :class:`NotFoundError` if the function does not exist."""
+        cfg = self.get(tenant, namespace, name)
+        return self.provider_for(cfg).get_state_store(tenant, namespace, name)
+
+    def _check_provider(self, cfg: FunctionConfig) -> None:
+        if cfg.stateStorage is not None:
+            if not self.allow_custom_providers:
+                raise InvalidArgumentError("this server keeps all function state in its own provider: "
+                                           "remove stateStorage from the function config")
+            self.provider_for(cfg)  # opens it now: a bad provider fails the create, not later
+
+    @staticmethod
+    def _read_py(py: str | None) -> bytes:
+        if not py:
+            raise InvalidArgumentError("a function needs its Python file (--py FILE)")
+        try:
+            return Path(py).read_bytes()
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot read the function file {py!r}: {e.strerror}") from e
+
+
+def _filename(cfg: FunctionConfig) -> str:
+    return Path(cfg.py).name if cfg.py else f"{cfg.name}.py"
+
+
+def _encode(cfg: FunctionConfig) -> bytes:
+    return json.dumps(cfg.to_json(), sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,96 @@
+"""The admin operations on functions and their state, shared by the REST server and the CLI's
+``--data-dir`` mode, so both give the same answers and the same JSON (``statekeep.state.shape``).
+
+Every method raises from the statekeep error tree: :class:`NotFoundError` for an unknown function or
+key, :class:`InvalidArgumentError` for malformed input, :class:`ValueTooLargeError`,
+:class:`BadVersionError` when an expected version does not match. A refused request writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError, NotFoundError
+from statekeep.functions.registry import DEFAULT_ROOT, FunctionRegistry
+from statekeep.metadata import open_store
+from statekeep.state import ProviderPool
+from statekeep.state.base import StateEntry
+from statekeep.state.keys import encode_key
+from statekeep.state.records import counter_bytes
+from statekeep.state.shape import function_state_json, parse_function_state
+
+MAX_PAGE = 1000
+
+
+class FunctionService:
+    def __init__(self, registry: FunctionRegistry) -> None:
+        self.registry = registry
+        self._owned: list = []
+
+    @classmethod
+    def open(cls, metadata_url: str, *, state_provider: str = "metadata",
+             state_provider_config: dict[str, Any] | None = None, allow_custom_providers: bool = True,
+             functions_root: str = DEFAULT_ROOT) -> FunctionService:
+        """Open the metadata store at ``metadata_url`` with a registry on it; the default state provider
+        is ``metadata`` on that same store unless another is configured. ``close()`` releases all."""
+        store = open_store(metadata_url)
+        try:
+            if state_provider_config is None:
+                state_provider_config = {"store": store} if state_provider == "metadata" else {}
+            pool = ProviderPool(state_provider, state_provider_config)
+            pool.get()  # a bad default provider fails here, not at the first request
+        except BaseException:
+            store.close()
+            raise
+        service = cls(FunctionRegistry(store, pool, root=functions_root, allow_custom_providers=allow_custom_providers))
+        service._owned = [pool, store]
+        return service
+
+    def close(self) -> None:
+        """Close what :meth:`open` opened (providers first, then the store)."""
+        owned, self._owned = self._owned, []
+        for resource in owned:
+            resource.close()
+
+    def __enter__(self) -> FunctionService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def query_state(self, tenant: str, namespace: str, name: str, key: str) -> dict[str, Any]:
+        """The FunctionState JSON of ``key``; :class:`NotFoundError` if the function or key is absent."""
+        store = self.registry.state_store(tenant, namespace, name)
+        entry = store.get_entry(key)
+        if entry is None:
+            raise NotFoundError(f"key {key!r} not found in function {tenant}/{namespace}/{name}")
+        return function_state_json(entry)
+
+    def put_state(self, tenant: str, namespace: str, name: str, key: str, body: object,
+                  expected_version: int | None = None) -> dict[str, Any]:
+        """Write a FunctionState body to ``key``; returns the stored FunctionState JSON."""
+        encode_key(key)
+        value = parse_function_state(body, key)
+        store = self.registry.state_store(tenant, namespace, name)
+        version = value.write(store, key, expected_version)
+        if value.counter is not None:
+            return function_state_json(StateEntry(key, counter_bytes(value.counter), "counter", version))
+        return function_state_json(StateEntry(key, value.data, "bytes", version))
+
+    def delete_state(self, tenant: str, namespace: str, name: str, key: str,
+                     expected_version: int | None = None) -> None:
+        store = self.registry.state_store(tenant, namespace, name)
+        if not store.delete(key, expected_version=expected_version):
+            raise NotFoundError(f"key {key!r} not found in function {tenant}/{namespace}/{name}")
+
+    def list_state(self, tenant: str, namespace: str, name: str, prefix: str = "",
+                   start_after: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """One page: ``{"items": [FunctionState...], "nextStartAfter": KEY or null}`` (null on the last page)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidArgumentError(f"limit must be from 1 to {MAX_PAGE}")
+        store = self.registry.state_store(tenant, namespace, name)
+        entries = list(store.scan_entries(prefix, start_after or None, limit + 1))
+        more = len(entries) > limit
+        items = [function_state_json(e) for e in entries[:limit]]
+        return {"items": items, "nextStartAfter": items[-1]["key"] if more else None}
+

@@ -1,0 +1,53 @@
+"""Bearer-token authorization. Off unless tokens are configured.
+
+Tokens map to grants: ``{"TOKEN": {"superuser": true}, "OTHER": {"tenants": ["acme"]}}`` (a JSON file
+or a dict). With tokens configured, a request to ``/admin/`` without a known token raises
+:class:`UnauthorizedError` (401) and one for a tenant its token does not grant
+:class:`ForbiddenError` (403). ``/docs``, ``/openapi.json`` and ``/metrics`` stay open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from statekeep.errors import ForbiddenError, InvalidArgumentError, UnauthorizedError
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class Authorizer:
+    def __init__(self, tokens: Mapping[str, Mapping] | None) -> None:
+        self.enabled = tokens is not None
+        self._grants: dict[bytes, tuple[bool, frozenset[str]]] = {}
+        for token, grant in (tokens or {}).items():
+            if not isinstance(token, str) or not token or not isinstance(grant, Mapping):
+                raise InvalidArgumentError("tokens map each token string to {\"superuser\": true} or {\"tenants\": [...]}")
+            tenants = grant.get("tenants", [])
+            if not isinstance(tenants, list) or not all(isinstance(t, str) for t in tenants):
+                raise InvalidArgumentError(f"grant 'tenants' must be a list of tenant names: {grant!r}")
+            # keyed by digest: lookups do not compare secret strings character by character
+            self._grants[_digest(token)] = (grant.get("superuser") is True, frozenset(tenants))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Authorizer:
+        try:
+            return cls(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            raise InvalidArgumentError(f"cannot read tokens file {path}: {e}") from e
+
+    def check(self, authorization: str | None, tenant: str) -> None:
+        """Allow the request or raise :class:`UnauthorizedError` / :class:`ForbiddenError`."""
+        if not self.enabled:
+            return
+        scheme, _, token = (authorization or "").partition(" ")
+        grant = self._grants.get(_digest(token.strip())) if scheme.lower() == "bearer" else None
+        if grant is None:
+            raise UnauthorizedError("a valid bearer token is required (Authorization: Bearer TOKEN)")
+        superuser, tenants = grant
+        if not superuser and tenant not in tenants:
+            raise ForbiddenError(f"this token does not grant access to tenant {tenant!r}")
