@@ -364,3 +364,50 @@ def test_s3_blobs(s3_endpoint):
     with pytest.raises(CorruptStateError, match="missing"):
         BlobStore("s3://blobs/statekeep", options=options).open(replaced.blob_url, 5, replaced.sha256)
     store.close()
+
+
+# ---- a real leader process paused beyond its session (zk, etcd) ---------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_leader_process_paused_beyond_its_session(kind, request, tmp_path):
+    """The leader process is SIGSTOPped until its session expires and a successor has claimed the root;
+    resumed, it tries to write: every attempt is refused (its own view of the lock is as stale as it gets)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    server = request.getfixturevalue("zk_server" if kind == "zookeeper" else "etcd_server")
+    scheme = "zk" if kind == "zookeeper" else "etcd"
+    url = f"{scheme}://{server.address}/t{uuid.uuid4().hex[:12]}?session_timeout=2"
+    blobs = f"file://{tmp_path}/blobs"
+    worker = subprocess.Popen([sys.executable, str(Path(__file__).with_name("handles_worker.py")), url, ROOT,
+                               ELECTION, blobs], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    store = open_store(url)
+    coord = CoordinationService(store)
+    try:
+        assert worker.stdout.readline().strip() == "leader"
+        worker.send_signal(signal.SIGSTOP)
+        lock = coord.become_leader(ELECTION, b"successor").result(60)  # once the paused session expired
+        successor = StateHandleStore(store, ROOT, blobs, lock_identity="successor", leadership=lock)
+        expected = snapshot(successor)
+        worker.send_signal(signal.SIGCONT)
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        outcomes = json.loads(worker.stdout.readline())
+        print("paused leader's attempts:", outcomes)
+        assert outcomes == ["LeadershipLostError"] * 4
+        assert snapshot(successor) == expected
+        successor.replace("shared", expected["shared"][0], b"by the successor")
+        assert snapshot(successor)["shared"][1] == b"by the successor"
+    finally:
+        worker.send_signal(signal.SIGCONT)
+        worker.stdin.close()
+        try:
+            worker.wait(timeout=30)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        coord.close()
+        store.close()
