@@ -110,7 +110,7 @@ def validate_source(code: bytes, filename: str = "function.py") -> str:
         tree = ast.parse(source, filename)
         compile(tree, filename, "exec", dont_inherit=True)
     except SyntaxError as e:
-        where = f"{filename}:{e.lineno}" + (f":{e.offset}" if e.offset else "")
+        where = filename + (f":{e.lineno}" if e.lineno else "") + (f":{e.offset}" if e.lineno and e.offset else "")
         raise InvalidArgumentError(f"{where}: syntax error: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; absurdly deep nesting
         raise InvalidArgumentError(f"{filename} cannot be compiled: {type(e).__name__}: {e}") from None

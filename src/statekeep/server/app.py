@@ -54,13 +54,13 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
     """The ASGI app. Opens the metadata store now; the lifespan starts the worker and, at shutdown,
     stops it and closes the providers and the store."""
     cfg = ServerConfig.from_any(config)
+    auth = Authorizer.from_file(cfg.tokens_file) if cfg.tokens_file else Authorizer(cfg.tokens)
     service = FunctionService.open(cfg.metadata_url, state_provider=cfg.state_provider,
                                    state_provider_config=cfg.state_provider_config,
                                    allow_custom_providers=cfg.allow_custom_state_providers,
                                    functions_root=cfg.functions_root)
     registry = service.registry
     store = registry.store
-    auth = Authorizer.from_file(cfg.tokens_file) if cfg.tokens_file else Authorizer(cfg.tokens)
     metrics = Metrics()
     worker = cfg.worker if cfg.worker is not None else NullWorker()
     # embedded stores answer reads from local memory-mapped pages: serve them on the event loop,
