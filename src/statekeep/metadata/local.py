@@ -136,7 +136,7 @@ class _Engine:
         (directory / "data").mkdir(exist_ok=True)
         try:
             self.env = lmdb.open(
-                str(directory / "data"), map_size=map_size, max_dbs=8, max_readers=1024,
+                str(directory / "data"), map_size=map_size, max_dbs=16, max_readers=1024,
                 sync=True, metasync=True, readahead=False, lock=True,
             )
         except lmdb.Error as e:
@@ -152,6 +152,7 @@ class _Engine:
         self.stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()
         self._own_sessions: set[int] = set()
         self._queue_lock = threading.Lock()
+        self._extra_dbs: dict[bytes, Any] = {}
         self._queue: list[_Request] = []
         self._committing = False
         self._commits = 0
@@ -185,7 +186,7 @@ class _Engine:
 
     # ---- writes: group commit ----------------------------------------------------------------
 
-    def submit(self, build: Callable[[_TxnReader, int], tuple[Any, Changes]]) -> Any:
+    def submit(self, build: Callable[[_TxnReader, int], tuple[Any, Changes | None]]) -> Any:
         """Run ``build`` inside a write transaction shared with other waiting writers and return
         its result once the transaction is durable. ``build`` raising means it wrote nothing.
 
@@ -246,7 +247,8 @@ class _Engine:
                 except Exception as e:  # the request wrote nothing; the rest of the batch goes on
                     request.error = e
                     continue
-                next_event = self._flush(txn, changes, now_ms, next_event)
+                if changes is not None:  # None: the request wrote its own databases only
+                    next_event = self._flush(txn, changes, now_ms, next_event)
             self._commits += 1
             if self._commits % 64 == 0:
                 self._trim_events(txn, now_ms - EVENT_RETENTION_MS)
@@ -300,6 +302,14 @@ class _Engine:
         while _EVENT.unpack_from(cursor.value())[0] < before_ms:
             if not cursor.delete():
                 break
+
+    def open_db(self, name: bytes):
+        """A further named database in this environment (for the embedded state provider)."""
+        with self._queue_lock:
+            db = self._extra_dbs.get(name)
+            if db is None:
+                db = self._extra_dbs[name] = self.env.open_db(name)
+            return db
 
     # ---- sessions ----------------------------------------------------------------------------
 

@@ -18,7 +18,10 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.state.base import StateStoreProvider
 
 ENTRY_POINT_GROUP = "statekeep.state_providers"
-BUILTIN_PROVIDERS: dict[str, str] = {"metadata": "statekeep.state.metadata_provider:MetadataStateStoreProvider"}
+BUILTIN_PROVIDERS: dict[str, str] = {
+    "metadata": "statekeep.state.metadata_provider:MetadataStateStoreProvider",
+    "embedded": "statekeep.state.embedded:EmbeddedStateProvider",
+}
 _registered: dict[str, type[StateStoreProvider]] = {}
 
 
@@ -69,10 +72,13 @@ class ProviderPool:
         self.default_config = dict(default_config or {})
         self._lock = threading.Lock()
         self._open: dict[str, StateStoreProvider] = {}
+        self._default: StateStoreProvider | None = None
 
     def get(self, name: str | None = None, config: Mapping[str, Any] | None = None) -> StateStoreProvider:
         if name is None:
-            name, config = self.default_name, self.default_config
+            if self._default is None:  # opened once; every request of a default function comes here
+                self._default = self.get(self.default_name, self.default_config)
+            return self._default
         key = name + "\0" + json.dumps(dict(config or {}), sort_keys=True, default=id)
         with self._lock:
             provider = self._open.get(key)
@@ -82,6 +88,6 @@ class ProviderPool:
 
     def close(self) -> None:
         with self._lock:
-            providers, self._open = list(self._open.values()), {}
+            providers, self._open, self._default = list(self._open.values()), {}, None
         for provider in providers:
             provider.close()

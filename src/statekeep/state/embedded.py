@@ -1,0 +1,331 @@
+"""The ``embedded`` state provider: function state in the ``local://`` store's own LMDB file.
+
+    provider = open_provider("embedded", {"metadata_url": "local:///var/lib/statekeep"})
+
+Why it exists: the ``metadata`` provider stores each key as a metadata node and each write as a
+compare-and-set ``multi`` with a sequential changelog node, which is portable but costs tens of
+microseconds of bookkeeping per key. A Spark micro-batch writes tens of thousands of keys per task;
+here a whole batch is one LMDB transaction of plain puts (``benchmarks/state.py`` has the figures).
+It needs a ``local://`` store (several processes may share it: LMDB serializes writers), and
+writes share the store's group commit, so every write is durable when it returns.
+
+Layout, in three databases of the store's environment; ``F`` is ``tenant \\0 namespace \\0 name \\0``:
+
+- ``state``: ``F + key (UTF-8)`` -> ``version (8 bytes) + tagged value`` (:mod:`statekeep.state.records`);
+- ``changelog``: ``F + offset (8 bytes)`` -> a changelog record; offsets rise by one per record;
+- ``state_meta``: ``F + b"m" + marker`` for applied batches, ``F + b"o"`` the next offset.
+
+Keys follow the same rules as every provider (:func:`statekeep.state.keys.encode_key`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
+                              NotFoundError)
+from statekeep.metadata import open_store
+from statekeep.metadata.local import LocalStore
+from statekeep.state import records
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
+                                  validate_expected_version, validate_value)
+from statekeep.state.keys import encode_key, encode_prefix, validate_name
+
+_U64 = struct.Struct(">Q")
+_new_entry = tuple.__new__
+
+
+class _Txn:
+    """Reads and writes of one function inside one LMDB write transaction."""
+
+    def __init__(self, store: EmbeddedStateStore, txn) -> None:
+        self.s, self.txn = store, txn
+        self.offset: int | None = None
+
+    def read(self, key: str) -> tuple[int, bytes] | None:
+        raw = self.txn.get(self.s._prefix + key.encode(), db=self.s._state)
+        return None if raw is None else (_U64.unpack_from(raw)[0], raw[8:])
+
+    def write(self, key: str, current: tuple[int, bytes] | None, stored: bytes | None) -> int:
+        """Set ``key`` to ``stored`` (None: delete) and log it; returns the new (or deleted) version."""
+        raw_key = self.s._prefix + key.encode()
+        if stored is None:
+            version = current[0]
+            self.txn.delete(raw_key, db=self.s._state)
+        else:
+            version = 0 if current is None else current[0] + 1
+            self.txn.put(raw_key, _U64.pack(version) + stored, db=self.s._state)
+        if self.offset is None:
+            raw = self.txn.get(self.s._offset_key, db=self.s._meta)
+            self.offset = 0 if raw is None else _U64.unpack(raw)[0]
+        self.txn.put(self.s._prefix + _U64.pack(self.offset), records.encode_record(key, stored, version),
+                     db=self.s._changelog, append=False)
+        self.offset += 1
+        return version
+
+    def finish(self) -> None:
+        if self.offset is not None:
+            self.txn.put(self.s._offset_key, _U64.pack(self.offset), db=self.s._meta)
+
+
+def _counter(key: str, current: tuple[int, bytes] | None) -> int:
+    if current is None:
+        return 0
+    kind, payload = records.decode_stored(current[1], key)
+    if kind != "counter":
+        raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
+    return records.decode_counter(payload)
+
+
+def _check_expected(key: str, current: tuple[int, bytes] | None, expected: int | None) -> None:
+    if expected is None:
+        return
+    if expected == -1:
+        if current is not None:
+            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
+    elif current is None:
+        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
+    elif current[0] != expected:
+        raise BadVersionError(f"state key {key!r} is at version {current[0]}, not {expected}")
+
+
+class EmbeddedStateStore(StateStore):
+    def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
+        super().__init__(tenant, namespace, name)
+        engine = provider.store._engine
+        self._engine, self._env = engine, engine.env
+        self._state, self._changelog, self._meta = (engine.open_db(b"state"), engine.open_db(b"changelog"),
+                                                    engine.open_db(b"state_meta"))
+        self._prefix = f"{tenant}\0{namespace}\0{name}\0".encode()
+        self._offset_key = self._prefix + b"o"
+        self.max_value_size = provider.store.max_value_size
+
+    @property
+    def batch_limits(self) -> BatchLimits:
+        return BatchLimits(max_keys=1 << 30, max_bytes=1 << 40)  # bounded by the store's map_size only
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get_entry(self, key: str) -> StateEntry | None:
+        encode_key(key)
+        with self._env.begin(db=self._state) as txn:
+            raw = txn.get(self._prefix + key.encode())
+        return None if raw is None else self._entry(key, raw)
+
+    def _entry(self, key: str, raw: bytes) -> StateEntry:
+        kind, payload = records.decode_stored(raw[8:], key)
+        return _new_entry(StateEntry, (key, payload, kind, _U64.unpack_from(raw)[0]))
+
+    def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
+        """All present keys among ``keys`` in one read transaction."""
+        keys = list(dict.fromkeys(keys))
+        for key in keys:
+            encode_key(key)
+        out = {}
+        prefix = self._prefix
+        with self._env.begin(db=self._state) as txn:
+            get = txn.get
+            for key in keys:
+                raw = get(prefix + key.encode())
+                if raw is not None:
+                    out[key] = self._entry(key, raw)
+        return out
+
+    def scan_entries(self, prefix: str = "", start_after: str | None = None,
+                     limit: int | None = None) -> Iterator[StateEntry]:
+        encode_prefix(prefix)
+        if start_after is not None and not isinstance(start_after, str):
+            raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+        return self._scan(prefix, start_after, limit)
+
+    def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
+        low = self._prefix + prefix.encode()
+        if start_after is not None and start_after.encode() >= prefix.encode():
+            low = self._prefix + start_after.encode() + b"\0"  # the first key after start_after
+        produced = 0
+        with self._env.begin(db=self._state) as txn:  # one consistent snapshot for the whole scan
+            cursor = txn.cursor()
+            if not cursor.set_range(low):
+                return
+            want = self._prefix + prefix.encode()
+            for raw_key, raw in cursor:
+                if not raw_key.startswith(want) or (limit is not None and produced >= limit):
+                    return
+                yield self._entry(raw_key[len(self._prefix):].decode(), raw)
+                produced += 1
+
+    def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
+        """Changelog records with offset > ``after``, oldest first."""
+        out = []
+        with self._env.begin(db=self._changelog) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(self._prefix + _U64.pack(after + 1)):
+                return out
+            for raw_key, raw in cursor:
+                if not raw_key.startswith(self._prefix) or (limit is not None and len(out) >= limit):
+                    break
+                out.append(records.decode_record(raw, _U64.unpack(raw_key[len(self._prefix):])[0]))
+        return out
+
+    def has_marker(self, marker: str) -> bool:
+        with self._env.begin(db=self._meta) as txn:
+            return txn.get(self._marker_key(marker)) is not None
+
+    def _marker_key(self, marker: str) -> bytes:
+        return self._prefix + b"m" + encode_key(marker, what="batch marker").encode()
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def _write(self, work) -> Any:
+        """Run ``work(_Txn)`` in a durable write transaction (shared with other writers' commits)."""
+        def build(reader, now_ms):
+            t = _Txn(self, reader.txn)
+            result = work(t)
+            t.finish()
+            return result, None
+
+        return self._engine.submit(build)
+
+    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
+        encode_key(key)
+        stored = records.encode_bytes(validate_value(value, self.max_value_size))
+        expected = validate_expected_version(expected_version)
+
+        def work(t: _Txn) -> int:
+            current = t.read(key)
+            _check_expected(key, current, expected)
+            return t.write(key, current, stored)
+
+        return self._write(work)
+
+    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        encode_key(key)
+        stored = records.encode_counter(validate_amount(value, "counter value"))
+        expected = validate_expected_version(expected_version)
+
+        def work(t: _Txn) -> int:
+            current = t.read(key)
+            _check_expected(key, current, expected)
+            return t.write(key, current, stored)
+
+        return self._write(work)
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
+        encode_key(key)
+        expected = validate_expected_version(expected_version)
+        if expected == -1:
+            raise InvalidArgumentError("delete takes expected_version None or >= 0")
+
+        def work(t: _Txn) -> bool:
+            current = t.read(key)
+            _check_expected(key, current, expected)
+            if current is None:
+                return False
+            t.write(key, current, None)
+            return True
+
+        return self._write(work)
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        encode_key(key)
+        amount = validate_amount(amount)
+
+        def work(t: _Txn) -> int:
+            current = t.read(key)
+            value = _counter(key, current) + amount
+            if not records.COUNTER_MIN <= value <= records.COUNTER_MAX:
+                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
+            t.write(key, current, records.encode_counter(value))
+            return value
+
+        return self._write(work)
+
+    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+                    marker: str | None = None) -> bool:
+        if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
+            raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
+        for key in (*puts, *counters):
+            encode_key(key)
+        values = {k: None if v is None else records.encode_bytes(validate_value(v, self.max_value_size))
+                  for k, v in puts.items()}
+        deltas = {k: validate_amount(d, "counter delta") for k, d in counters.items()}
+        marker_key = None if marker is None else self._marker_key(marker)
+
+        def work(t: _Txn) -> bool:
+            if marker_key is not None:
+                if t.txn.get(marker_key, db=self._meta) is not None:
+                    return False
+                t.txn.put(marker_key, b"", db=self._meta)
+            for key in dict.fromkeys([*values, *deltas]):
+                current = t.read(key)
+                if key in deltas:
+                    total = (0 if key in values else _counter(key, current)) + deltas[key]
+                    if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
+                        raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
+                    stored = records.encode_counter(total)
+                else:
+                    stored = values[key]
+                if stored is None and current is None:
+                    continue  # deleting an absent key changes nothing
+                t.write(key, current, stored)
+            return True
+
+        # an exception inside ``work`` (overflow, a corrupt value) aborts the whole batch: the
+        # engine skips a failing request whole, so nothing of it is written
+        return self._write(work)
+
+    def cleanup(self) -> None:
+        def work(t: _Txn) -> None:
+            for db in (self._state, self._changelog, self._meta):
+                cursor = t.txn.cursor(db=db)
+                if cursor.set_range(self._prefix):
+                    while cursor.key().startswith(self._prefix):
+                        if not cursor.delete():
+                            break
+
+        self._write(work)
+
+
+class EmbeddedStateProvider(StateStoreProvider):
+    """State in the LMDB file of a ``local://`` store; see the module docstring.
+
+    Config: ``metadata_url`` (a ``local://`` URL, opened and closed by the provider) or ``store``
+    (an open :class:`LocalStore` shared with the caller)."""
+
+    name = "embedded"
+    nonblocking_reads = True
+
+    def __init__(self) -> None:
+        self.store: LocalStore | None = None
+        self._owns_store = False
+
+    def init(self, config: Mapping[str, Any]) -> None:
+        if not isinstance(config, Mapping) or set(config) - {"metadata_url", "store"}:
+            raise InvalidArgumentError("the embedded provider takes 'metadata_url' (local://...) or 'store'")
+        store = config.get("store")
+        if store is None:
+            url = config.get("metadata_url")
+            if not isinstance(url, str) or not url.startswith("local://"):
+                raise InvalidArgumentError("the embedded provider needs a local:// 'metadata_url'")
+            store, self._owns_store = open_store(url), True
+        if not isinstance(store, LocalStore):
+            raise InvalidArgumentError("the embedded provider needs a local:// store; use 'metadata' for others")
+        self.store = store
+
+    def get_state_store(self, tenant: str, namespace: str, name: str) -> EmbeddedStateStore:
+        if self.store is None:
+            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
+        return EmbeddedStateStore(self, validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
+                                  validate_name(name, "function name"))
+
+    def cleanup(self, tenant: str, namespace: str, name: str) -> None:
+        self.get_state_store(tenant, namespace, name).cleanup()
+
+    def close(self) -> None:
+        if self._owns_store and self.store is not None:
+            self.store.close()
+        self.store = None
