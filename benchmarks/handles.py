@@ -43,6 +43,12 @@ def chunks(block: bytes, size: int):
         yield piece
 
 
+def fresh_chunks(block: bytes, size: int):
+    """Like ``chunks`` but a new bytes object each time, as a real source (a file, a socket) produces."""
+    for i, piece in enumerate(chunks(block, size)):
+        yield piece[i % 251:] + piece[: i % 251]
+
+
 def evict(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -101,7 +107,7 @@ def main() -> None:
     # Memory first, in a process whose high-water mark is still low: one write and one read, traced.
     rss_before = maxrss_mib()
     tracemalloc.start()
-    handle = handles.add_and_lock("memory", chunks(block, size))
+    handle = handles.add_and_lock("memory", fresh_chunks(block, size))
     _, write_peak = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
     stream_read(handle, chunk)
