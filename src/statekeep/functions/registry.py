@@ -45,6 +45,7 @@ class FunctionRegistry:
         self.providers = providers
         self.root = root.rstrip("/")
         self.allow_custom_providers = allow_custom_providers
+        self._parsed: dict[bytes, FunctionConfig] = {}  # stored JSON -> config, for state lookups
 
     def _path(self, tenant: str, namespace: str, name: str) -> str:
         return (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
@@ -141,7 +142,14 @@ class FunctionRegistry:
 
     def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
         """The state of an existing function; :class:`NotFoundError` if the function does not exist."""
-        cfg = self.get(tenant, namespace, name)
+        result = self.store.get(self._path(tenant, namespace, name))
+        if result is None or not result.value:
+            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        cfg = self._parsed.get(result.value)  # the same stored bytes always parse to the same config
+        if cfg is None:
+            if len(self._parsed) > 10_000:
+                self._parsed.clear()
+            cfg = self._parsed[result.value] = FunctionConfig.from_json(json.loads(result.value))
         return self.provider_for(cfg).get_state_store(tenant, namespace, name)
 
     def _check_provider(self, cfg: FunctionConfig) -> None:

@@ -22,15 +22,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.state.keys import encode_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, Kind, decode_counter
 
 
-@dataclass(frozen=True, slots=True)
-class StateEntry:
+class StateEntry(NamedTuple):
     """One key's value. ``value`` is the raw bytes (a counter's 8-byte big-endian form)."""
 
     key: str

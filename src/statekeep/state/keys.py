@@ -46,10 +46,17 @@ _CODES = [_code(b) for b in range(256)]
 _LEADERS = frozenset("!.~")
 
 
+_segments: dict[str, str] = {}  # recently encoded keys: hot keys skip re-encoding
+
+
 def encode_key(key: object, *, what: str = "state key") -> str:
     """The path segment of ``key``. Raises :class:`InvalidArgumentError` (naming ``what``) if ``key``
     is not a non-empty str, does not encode to UTF-8, or encodes to more than :data:`MAX_SEGMENT`
     characters."""
+    try:
+        return _segments[key]  # only valid str keys are ever stored
+    except (KeyError, TypeError):
+        pass
     if not isinstance(key, str):
         raise InvalidArgumentError(f"a {what} must be a str, not {type(key).__name__}")
     if not key:
@@ -63,6 +70,9 @@ def encode_key(key: object, *, what: str = "state key") -> str:
         raise InvalidArgumentError(
             f"{what} too long: {len(segment)} characters once encoded, at most {MAX_SEGMENT} "
             f"(non-ASCII and punctuation like . / ~ ! and space take 3 each): {key[:40]!r}...")
+    if len(_segments) > 100_000:
+        _segments.clear()
+    _segments[key] = segment
     return segment
 
 

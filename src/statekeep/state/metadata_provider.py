@@ -48,6 +48,7 @@ _LIMITS = {"etcd": (27, 1536 * 1024), "zk": (1000, 0xFFFFF), "memory": (10_000, 
            "local": (10_000, 64 << 20)}
 _PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request-size estimate
 _UNCHANGED = object()
+_new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the read path
 
 
 def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
@@ -85,10 +86,19 @@ class MetadataStateStore(StateStore):
         result = self._store.get(path)
         return None if result is None else self._entry(key, path, result)
 
+    def get(self, key: str) -> bytes | None:
+        result = self._store.get(self._kv + encode_key(key))  # the hot path: no StateEntry
+        if result is None:
+            return None
+        value = result.value
+        if value[:1] == records.BYTES or (value[:1] == records.COUNTER and len(value) == 9):
+            return value[1:]
+        return records.decode_stored(value, self._kv + key)[1]  # raises CorruptStateError
+
     @staticmethod
     def _entry(key: str, path: str, result: GetResult) -> StateEntry:
         kind, payload = records.decode_stored(result.value, path)
-        return StateEntry(key, payload, kind, result.stat.version)
+        return _new_entry(StateEntry, (key, payload, kind, result.stat.version))
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
@@ -273,6 +283,7 @@ class MetadataStateStoreProvider(StateStoreProvider):
     def __init__(self) -> None:
         self.store: MetadataStore | None = None
         self._owns_store = False
+        self._handles: dict[tuple[str, str, str], MetadataStateStore] = {}
 
     def init(self, config: Mapping[str, Any]) -> None:
         if not isinstance(config, Mapping):
@@ -310,8 +321,17 @@ class MetadataStateStoreProvider(StateStoreProvider):
                f"{validate_name(name, 'function name')}"
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> MetadataStateStore:
-        self._base(tenant, namespace, name)
-        return MetadataStateStore(self, tenant, namespace, name)
+        # handles hold no state of their own (only paths), so one per function is shared
+        try:
+            store = self._handles.get((tenant, namespace, name))
+        except TypeError:  # unhashable: not a name at all; _base says why
+            store = None
+        if store is None:
+            self._base(tenant, namespace, name)
+            if len(self._handles) > 10_000:
+                self._handles.clear()
+            store = self._handles[(tenant, namespace, name)] = MetadataStateStore(self, tenant, namespace, name)
+        return store
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
         self.store.delete_recursive(self._base(tenant, namespace, name))

@@ -1,0 +1,258 @@
+"""Function state: the metadata provider's operations against the bare store operations they are
+built on, on every backend available here; then the REST ``GET .../state/{key}`` of
+``statekeep standalone`` against a minimal ASGI app (one bare FastAPI route reading the same store),
+both served by uvicorn in their own process, under the same load, in one run.
+
+    python benchmarks/state.py [--quick] [--backends memory,local,zk,etcd] [--no-rest]
+
+ZooKeeper and etcd are started on loopback through statekeep.testing.servers when their client
+library and server are installed. Store rows are single-threaded ops/s. REST rows: CLIENTS
+keep-alive connections (threads in client processes) for SECONDS per round, rounds alternating
+between the two servers; the table shows the median round. Target for REST: >= 0.7x the bare route.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from statekeep.metadata import open_store
+from statekeep.state import open_provider
+
+KEY = "words/hello"
+
+
+def rate(fn: Callable[[], object], seconds: float) -> float:
+    """Calls of ``fn`` per second over at least ``seconds`` (after a short warm-up)."""
+    for _ in range(3):
+        fn()
+    n, start = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            fn()
+        n += 10
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return n / elapsed
+
+
+def bench_store(url: str, seconds: float) -> list[tuple[str, float, str, float]]:
+    store = open_store(url)
+    provider = open_provider("metadata", {"store": store})
+    state = provider.get_state_store("bench", "ns", "fn")
+    seq = itertools.count()
+    try:
+        state.put("k", b"value-0123456789")
+        store.put("/bare/k", b"value-0123456789")
+        state.incr("c")
+        store.put("/bare/c", (0).to_bytes(8, "big"))
+        rows = [("get", rate(lambda: state.get("k"), seconds), "store.get", rate(lambda: store.get("/bare/k"), seconds))]
+        rows.append(("put (+ changelog record)", rate(lambda: state.put("k", b"value-%d" % next(seq)), seconds),
+                     "store.put", rate(lambda: store.put("/bare/k", b"value-%d" % next(seq)), seconds)))
+
+        def bare_incr():
+            current = store.get("/bare/c")
+            value = int.from_bytes(current.value, "big", signed=True) + 1
+            store.put("/bare/c", value.to_bytes(8, "big", signed=True), expected_version=current.stat.version)
+
+        rows.append(("incr (+ changelog record)", rate(lambda: state.incr("c"), seconds),
+                     "get + CAS put", rate(bare_incr, seconds)))
+        return rows
+    finally:
+        provider.close()
+        store.close()
+
+
+# ---- REST ------------------------------------------------------------------------------------
+
+
+def serve_baseline(data_dir: str, port: int) -> None:
+    """The bare route: read the key from the same store, answer the same JSON, nothing else."""
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from statekeep.state.keys import encode_key
+
+    store = open_store(f"local://{data_dir}")
+    prefix = "/statekeep/state/bench/ns/fn/kv/"
+    app = FastAPI()
+
+    @app.get("/state/{key:path}")
+    async def get(key: str):
+        result = store.get(prefix + encode_key(key))
+        if result is None:
+            return JSONResponse({"reason": "not found"}, status_code=404)
+        return JSONResponse({"key": key, "numberValue": int.from_bytes(result.value[1:], "big", signed=True),
+                             "version": result.stat.version})
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def _client(port: int, path: str, seconds: float, threads: int, out) -> None:
+    import http.client
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def loop() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        mine = []
+        while (t0 := time.perf_counter()) < stop_at:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200, response.status
+            mine.append(time.perf_counter() - t0)
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    out.put(latencies)
+
+
+def load(port: int, path: str, seconds: float, processes: int, threads: int) -> tuple[float, float, float]:
+    """(requests/s, p50 ms, p99 ms) of ``processes`` x ``threads`` keep-alive connections."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_client, args=(port, path, seconds, threads, out)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    latencies = sorted(itertools.chain.from_iterable(out.get() for _ in procs))
+    for p in procs:
+        p.join()
+    n = len(latencies)
+    return n / seconds, latencies[n // 2] * 1000, latencies[min(n - 1, int(n * 0.99))] * 1000
+
+
+def _wait_ready(port: int, proc: subprocess.Popen) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("server not ready")
+
+
+def bench_rest(data_dir: str, seconds: float, rounds: int, processes: int, threads: int) -> list[tuple]:
+    from statekeep.functions.service import FunctionService
+    from statekeep.testing.servers import free_port
+
+    with FunctionService.open(f"local://{data_dir}") as service:
+        service.registry.create({"tenant": "bench", "namespace": "ns", "name": "fn", "inputs": ["in"]},
+                                b"def process(input, context):\n    pass\n")
+        service.registry.state_store("bench", "ns", "fn").set_counter(KEY, 42)
+    ours_port, base_port = free_port(), free_port()
+    ours = subprocess.Popen([sys.executable, "-c", "import sys; from statekeep.cli import main; sys.exit(main())",
+                             "standalone", "--data-dir", data_dir, "--port", str(ours_port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", data_dir, str(base_port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(ours_port, ours)
+        _wait_ready(base_port, base)
+        quoted = KEY.replace("/", "%2F")
+        ours_path = f"/admin/v3/functions/bench/ns/fn/state/{quoted}"
+        base_path = f"/state/{quoted}"
+        load(ours_port, ours_path, 0.5, processes, threads)  # warm up both
+        load(base_port, base_path, 0.5, processes, threads)
+        ours_runs, base_runs = [], []
+        for _ in range(rounds):
+            ours_runs.append(load(ours_port, ours_path, seconds, processes, threads))
+            base_runs.append(load(base_port, base_path, seconds, processes, threads))
+        pick = lambda runs: sorted(runs)[len(runs) // 2]  # noqa: E731 - the median round by throughput
+        return [("REST GET .../state/{key}", pick(ours_runs), "bare FastAPI route, same store", pick(base_runs))]
+    finally:
+        for proc in (ours, base):
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter measurements")
+    parser.add_argument("--backends", default="memory,local,zk,etcd")
+    parser.add_argument("--no-rest", action="store_true", help="skip the REST comparison")
+    parser.add_argument("--clients", default="2x4", help="REST load: PROCESSESxTHREADS (default %(default)s)")
+    parser.add_argument("--serve-baseline", nargs=2, metavar=("DIR", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_baseline:
+        serve_baseline(args.serve_baseline[0], int(args.serve_baseline[1]))
+        return
+    seconds = 0.3 if args.quick else 1.5
+    from statekeep.testing import servers
+
+    started, results = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for backend in args.backends.split(","):
+                if backend == "memory":
+                    url = "memory://"
+                elif backend == "local":
+                    url = f"local://{tmp}/store"
+                else:
+                    module, kind = {"zk": ("kazoo", "zookeeper"), "etcd": ("aetcd", "etcd")}[backend]
+                    if importlib.util.find_spec(module) is None:
+                        print(f"skipping {backend}: {module} is not installed")
+                        continue
+                    try:
+                        server = servers.start(kind)
+                    except servers.ServerNotInstalled as e:
+                        print(f"skipping {backend}: {e}")
+                        continue
+                    started.append(server)
+                    url = f"{backend}://{server.address}/bench{uuid.uuid4().hex[:8]}"
+                for op, r, base, br in bench_store(url, seconds):
+                    results.append((backend, op, f"{r:,.0f} ops/s", base, f"{br:,.0f} ops/s", f"{r / br:.2f}x"))
+        finally:
+            for server in started:
+                server.stop()
+        if not args.no_rest:
+            processes, threads = (int(x) for x in args.clients.split("x"))
+            rest = bench_rest(os.path.join(tmp, "rest"), 1.0 if args.quick else 3.0, 3 if args.quick else 5,
+                              processes, threads)
+            for op, (r, p50, p99), base, (br, bp50, bp99) in rest:
+                results.append(("local (uvicorn)", op, f"{r:,.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms", base,
+                                f"{br:,.0f} req/s, p50 {bp50:.2f} ms, p99 {bp99:.2f} ms", f"{r / br:.2f}x"))
+
+    header = ("backend", "operation", "result", "baseline (same run)", "baseline result", "ratio")
+    lines = [header] + results
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for i, line in enumerate(lines):
+        print(" | ".join(cell.rjust(w) if c in (2, 4, 5) else cell.ljust(w)
+                         for c, (cell, w) in enumerate(zip(line, widths))))
+        if i == 0:
+            print("-+-".join("-" * w for w in widths))
+    print(json.dumps({"rest_clients": args.clients}))
+
+
+if __name__ == "__main__":
+    main()
