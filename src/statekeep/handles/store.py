@@ -57,7 +57,8 @@ class StateHandleStore:
     (unique per process by default). ``leadership``: the :class:`~statekeep.coordination.ResourceLock` of
     the leader; creating the store then claims the root for it (:class:`LeadershipLostError` if not held).
     Without ``leadership`` the store is unfenced: any caller may change handles (single-writer use).
-    Creating another fenced store on the same root (even with the same lock) supersedes this one's claim.
+    Creating another fenced store on the same root (even with the same lock) supersedes this one's claim,
+    and a store whose leadership ended stays fenced: after winning an election again, create a new store.
 
     Guarantees:
 
