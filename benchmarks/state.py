@@ -6,7 +6,8 @@ both served by uvicorn in their own process, under the same load, in one run.
     python benchmarks/state.py [--quick] [--backends memory,local,zk,etcd] [--no-rest]
 
 ZooKeeper and etcd are started on loopback through statekeep.testing.servers when their client
-library and server are installed. Store rows are single-threaded ops/s. REST rows: CLIENTS
+library and server are installed. Store rows are single-threaded ops/s, per provider (``metadata`` everywhere, ``embedded``
+on local). REST rows: CLIENTS
 keep-alive connections (threads in client processes) for SECONDS per round, rounds alternating
 between the two servers; the table shows the median round. Target for REST: >= 0.7x the bare route.
 """
@@ -28,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from statekeep.metadata import open_store
+from statekeep.metadata import Put, open_store
 from statekeep.state import open_provider
 
 KEY = "words/hello"
@@ -48,9 +49,9 @@ def rate(fn: Callable[[], object], seconds: float) -> float:
             return n / elapsed
 
 
-def bench_store(url: str, seconds: float) -> list[tuple[str, float, str, float]]:
+def bench_store(url: str, provider_name: str, seconds: float) -> list[tuple[str, float, str, float]]:
     store = open_store(url)
-    provider = open_provider("metadata", {"store": store})
+    provider = open_provider(provider_name, {"store": store})
     state = provider.get_state_store("bench", "ns", "fn")
     seq = itertools.count()
     try:
@@ -69,6 +70,14 @@ def bench_store(url: str, seconds: float) -> list[tuple[str, float, str, float]]
 
         rows.append(("incr (+ changelog record)", rate(lambda: state.incr("c"), seconds),
                      "get + CAS put", rate(bare_incr, seconds)))
+        # a micro-batch as the Spark runtime writes it: N counters, their records and a marker in one write
+        n = min(state.batch_limits.max_keys, 500)
+        keys = [f"w{i}" for i in range(n)]
+        for key in keys:
+            store.put(f"/bare/b/{key}", b"0")
+        batch = rate(lambda: state.apply_batch({}, dict.fromkeys(keys, 1), marker=f"m{next(seq)}"), seconds)
+        bare = rate(lambda: store.multi([Put(f"/bare/b/{k}", b"%d" % next(seq)) for k in keys]), seconds)
+        rows.append((f"apply_batch of {n} counters (keys/s)", batch * n, f"multi of {n} plain puts (keys/s)", bare * n))
         return rows
     finally:
         provider.close()
@@ -230,8 +239,11 @@ def main() -> None:
                         continue
                     started.append(server)
                     url = f"{backend}://{server.address}/bench{uuid.uuid4().hex[:8]}"
-                for op, r, base, br in bench_store(url, seconds):
-                    results.append((backend, op, f"{r:,.0f} ops/s", base, f"{br:,.0f} ops/s", f"{r / br:.2f}x"))
+                for provider in ("metadata", "embedded") if backend == "local" else ("metadata",):
+                    for op, r, base, br in bench_store(url, provider, seconds):
+                        unit = "keys/s" if "keys/s" in op else "ops/s"
+                        results.append((f"{backend} ({provider})", op.replace(" (keys/s)", ""), f"{r:,.0f} {unit}",
+                                        base.replace(" (keys/s)", ""), f"{br:,.0f} {unit}", f"{r / br:.2f}x"))
         finally:
             for server in started:
                 server.stop()
