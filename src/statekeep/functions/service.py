@@ -28,15 +28,18 @@ class FunctionService:
         self._owned: list = []
 
     @classmethod
-    def open(cls, metadata_url: str, *, state_provider: str = "metadata",
+    def open(cls, metadata_url: str, *, state_provider: str | None = None,
              state_provider_config: dict[str, Any] | None = None, allow_custom_providers: bool = True,
              functions_root: str = DEFAULT_ROOT) -> FunctionService:
-        """Open the metadata store at ``metadata_url`` with a registry on it; the default state provider
-        is ``metadata`` on that same store unless another is configured. ``close()`` releases all."""
+        """Open the metadata store at ``metadata_url`` with a registry on it. The default state provider
+        lives on that same store: ``embedded`` on ``local://`` (the fast one), ``metadata`` elsewhere,
+        unless another is configured. ``close()`` releases all."""
         store = open_store(metadata_url)
         try:
+            if state_provider is None:
+                state_provider = "embedded" if store.scheme == "local" else "metadata"
             if state_provider_config is None:
-                state_provider_config = {"store": store} if state_provider == "metadata" else {}
+                state_provider_config = {"store": store} if state_provider in ("metadata", "embedded") else {}
             pool = ProviderPool(state_provider, state_provider_config)
             pool.get()  # a bad default provider fails here, not at the first request
         except BaseException:

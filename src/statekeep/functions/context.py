@@ -1,0 +1,132 @@
+"""The ``context`` a function receives, shaped like Pulsar's Python ``Context``.
+
+During a micro-batch a partition's state is a :class:`BufferedState`: reads are served from one
+bulk prefetch (a miss fetches that key once), writes are buffered, and the runtime applies them
+all in one atomic write at the end of the batch. A function therefore never waits on the store
+per record, and a batch that fails half-way has written nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+
+COUNTER_MIN, COUNTER_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class BufferedState:
+    """One batch's view of a function's state.
+
+    ``fetch(keys)`` returns ``{key: (value_bytes_or_None, counter_or_None)}`` for every key asked.
+    After the batch, :attr:`puts` (key -> bytes, or None for a delete) and :attr:`counter_deltas`
+    (key -> amount, applied after the puts, so a delete then an increment restarts from zero) are
+    what must be written.
+    """
+
+    def __init__(self, fetch: Callable[[list[str]], Mapping[str, tuple[bytes | None, int | None]]]) -> None:
+        self._fetch = fetch
+        self._base: dict[str, tuple[bytes | None, int | None]] = {}
+        self.puts: dict[str, bytes | None] = {}
+        self.counter_deltas: dict[str, int] = {}
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        missing = [k for k in dict.fromkeys(keys) if k not in self._base]
+        if missing:
+            self._base.update(self._fetch(missing))
+
+    def _entry(self, key: str) -> tuple[bytes | None, int | None]:
+        if key not in self._base:
+            self.prefetch([key])
+        return self._base[key]
+
+    def get(self, key: str) -> bytes | None:
+        if key in self.puts:
+            return self.puts[key]
+        return self._entry(key)[0]
+
+    def put(self, key: str, value: bytes | None) -> None:
+        self.puts[key] = value
+        self.counter_deltas.pop(key, None)
+
+    def get_counter(self, key: str) -> int:
+        delta = self.counter_deltas.get(key, 0)
+        if key in self.puts:  # deleted (or overwritten) in this batch: counts restart from zero
+            return delta
+        return (self._entry(key)[1] or 0) + delta
+
+    def incr(self, key: str, amount: int) -> int:
+        value = self.get_counter(key) + amount
+        if not COUNTER_MIN <= value <= COUNTER_MAX:
+            raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
+        self.counter_deltas[key] = self.counter_deltas.get(key, 0) + amount
+        return value
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.puts or self.counter_deltas)
+
+
+def _key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(f"a state key must be a non-empty str, not {key!r}")
+    return key
+
+
+class Context:
+    """What ``process(input, context)`` may use. Names follow Pulsar's Python Context."""
+
+    def __init__(self, tenant: str, namespace: str, name: str, state: BufferedState,
+                 user_config: Mapping[str, Any] | None = None, logger: logging.Logger | None = None) -> None:
+        self.tenant = tenant
+        self.namespace = namespace
+        self.name = name
+        self._state = state
+        self._user_config = dict(user_config or {})
+        self._logger = logger or logging.getLogger(f"statekeep.function.{tenant}.{namespace}.{name}")
+
+    # identity and configuration
+    def get_function_tenant(self) -> str:
+        return self.tenant
+
+    def get_function_namespace(self) -> str:
+        return self.namespace
+
+    def get_function_name(self) -> str:
+        return self.name
+
+    def get_user_config_value(self, key: str) -> Any:
+        return self._user_config.get(key)
+
+    def get_user_config_map(self) -> dict[str, Any]:
+        return dict(self._user_config)
+
+    def get_logger(self) -> logging.Logger:
+        return self._logger
+
+    # state
+    def get_state(self, key: str) -> bytes | None:
+        return self._state.get(_key(key))
+
+    def put_state(self, key: str, value: bytes | str) -> None:
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"state values are bytes or str, not {type(value).__name__}")
+        self._state.put(_key(key), bytes(value))
+
+    def del_state(self, key: str) -> None:
+        self._state.put(_key(key), None)
+
+    def incr_counter(self, key: str, amount: int = 1) -> int:
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise InvalidArgumentError(f"a counter amount must be an int, not {type(amount).__name__}")
+        return self._state.incr(_key(key), amount)
+
+    def get_counter(self, key: str) -> int:
+        return self._state.get_counter(_key(key))
+
+    def del_counter(self, key: str) -> None:
+        self._state.put(_key(key), None)

@@ -1,0 +1,204 @@
+"""Functions as Spark Structured Streaming queries: one query per function.
+
+The driver reads the inputs with Spark's own sources, sends each record to a partition by its key
+field, and in ``foreachBatch`` runs :func:`statekeep.functions.runtime.arrow_partition_runner` on
+every partition (records travel as Arrow batches, not pickled rows). See runtime.py for how
+state stays exactly-once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.runtime import STATS_SCHEMA, arrow_partition_runner
+
+INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
+
+
+def spark_session(master: str = "local[*]", app_name: str = "statekeep", shuffle_partitions: int = 2):
+    """A SparkSession set up for statekeep (shared: Spark allows one per driver process)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:
+        from statekeep.errors import MissingDependencyError
+
+        raise MissingDependencyError("running functions needs PySpark: pip install 'statekeep[spark]'") from e
+    spark = (SparkSession.builder.master(master).appName(app_name)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+             .config("spark.sql.streaming.schemaInference", "true")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from statekeep.functions.sources import register_sources
+
+    register_sources(spark)
+    return spark
+
+
+def input_frame(spark, inputs: list[str], input_format: str, key_field: str | None,
+                options: dict[str, str] | None = None):
+    """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
+    text input) and ``__key`` (the partitioning key, or null)."""
+    from pyspark.sql import functions as F
+
+    if input_format not in INPUT_FORMATS:
+        raise InvalidArgumentError(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {input_format!r}")
+    reader = spark.readStream
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    if input_format == "rate":
+        frame = reader.format("rate").load()
+    elif input_format == "statekeep-changelog":
+        frame = reader.format("statekeep-changelog").option("function", inputs[0]).load()
+    elif input_format in ("json", "text"):
+        frame = reader.format("text").load(inputs[0] if len(inputs) == 1 else inputs)
+    else:
+        if input_format == "csv":
+            reader = reader.option("header", "true")
+        frame = reader.format(input_format).load(inputs[0] if len(inputs) == 1 else inputs)
+    if input_format in ("json", "text"):
+        record = F.col("value")
+        key = F.get_json_object("value", f"$.{key_field}") if key_field and input_format == "json" else (
+            F.col("value") if key_field and input_format == "text" else F.lit(None).cast("string"))
+    else:
+        record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
+        key = F.col(key_field).cast("string") if key_field else F.lit(None).cast("string")
+    return frame.select(record.alias("__record"), key.alias("__key"))
+
+
+class FunctionQuery:
+    """One function running as a streaming query. ``spec`` is the executor-side description
+    (see :func:`statekeep.functions.runtime.run_partition`)."""
+
+    def __init__(self, spark, spec: dict, inputs: list[str], checkpoint: str, *, parallelism: int = 2,
+                 once: bool = False, trigger_interval: str = "1 second",
+                 on_batch: Callable[[int, list[dict]], None] | None = None) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.inputs = inputs
+        self.checkpoint = checkpoint
+        self.parallelism = parallelism
+        self.once = once
+        self.trigger_interval = trigger_interval
+        self.on_batch = on_batch
+        self.query = None
+        self.totals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None}
+
+    def _handle_batch(self, frame, batch_id: int) -> None:
+        runner = arrow_partition_runner(self.spec, batch_id)
+        rows = [r.asDict() for r in
+                frame.repartition(self.parallelism, "__key").mapInArrow(runner, STATS_SCHEMA).collect()]
+        for row in rows:
+            for name in ("processed", "skipped", "outputs"):
+                self.totals[name] += row[name]
+        self.totals["batches"] += 1
+        self.totals["last_batch"] = batch_id
+        if self.on_batch is not None:
+            self.on_batch(batch_id, rows)
+
+    def start(self) -> FunctionQuery:
+        frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
+                            self.spec.get("input_options"))
+        writer = (frame.writeStream.foreachBatch(self._handle_batch)
+                  .option("checkpointLocation", self.checkpoint)
+                  .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
+        writer = writer.trigger(availableNow=True) if self.once else writer.trigger(processingTime=self.trigger_interval)
+        self.query = writer.start()
+        return self
+
+    def await_termination(self, timeout: float | None = None) -> bool | None:
+        try:
+            return self.query.awaitTermination(timeout)
+        finally:
+            if not self.query.isActive:
+                self.save_status()
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+        self.save_status()
+
+    def save_status(self) -> None:
+        """Record :meth:`status` somewhere (set by :func:`run_registered`); by default nowhere."""
+
+    def status(self) -> dict[str, Any]:
+        active = self.query is not None and self.query.isActive
+        exception = self.query.exception() if self.query is not None and not active else None
+        return {"running": active, "error": str(exception) if exception else None, **self.totals,
+                "updated_ms": int(time.time() * 1000)}
+
+
+def status_json(status: dict) -> bytes:
+    return json.dumps(status, sort_keys=True).encode()
+
+
+STATUS_ROOT = "/statekeep/status"
+
+
+def executor_spec(registry, metadata_url: str, tenant: str, namespace: str, name: str, *,
+                  skip_errors: bool | None = None) -> tuple[dict, Any]:
+    """What executors need to run a registered function (code, provider, formats), as plain JSON
+    data, and its :class:`FunctionConfig`. The provider config names the store by URL, since an
+    open store cannot travel to another process."""
+    cfg = registry.get(tenant, namespace, name)
+    code = registry.get_code(tenant, namespace, name).decode()
+    if cfg.stateStorage is not None:
+        provider, provider_config = cfg.stateStorage["provider"], dict(cfg.stateStorage["config"])
+    else:
+        provider, provider_config = registry.providers.default_name, {"metadata_url": metadata_url}
+    input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
+    user_config = dict(cfg.userConfig)
+    spec = {
+        "tenant": tenant, "namespace": namespace, "name": name, "code": code, "py_name": cfg.py or f"{name}.py",
+        "state_provider": provider, "state_config": provider_config,
+        "input_format": "text" if input_format == "text" else "json",
+        "source_format": input_format, "key_field": cfg.keyField, "output": cfg.output,
+        "output_format": cfg.outputFormat or "jsonl", "user_config": user_config,
+        "skip_errors": bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
+    }
+    return spec, cfg
+
+
+def _guess_format(source: str) -> str:
+    lowered = source.lower().rstrip("/")
+    if lowered in ("rate", "rate://"):
+        return "rate"
+    if lowered.startswith("statekeep://"):
+        return "statekeep-changelog"
+    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".txt", "text")):
+        if lowered.endswith(ext):
+            return fmt
+    return "json"
+
+
+def run_registered(service, metadata_url: str, tenant: str, namespace: str, name: str, *, checkpoint_root: str,
+                   once: bool = False, master: str = "local[*]", skip_errors: bool | None = None,
+                   spark=None) -> FunctionQuery:
+    """Start a registered function as a streaming query and keep its status in the metadata store
+    at ``STATUS_ROOT/T/N/F``. The checkpoint is per function incarnation (its creation time), so a
+    function deleted and created again starts over instead of resuming the old one's offsets."""
+    registry = service.registry
+    spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
+    created = registry.store.get(registry._path(tenant, namespace, name)).stat.created_ms
+    checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, str(created))
+    status_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
+    spark = spark or spark_session(master)
+    query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
+    query.save_status = lambda: registry.store.put(status_path, status_json(query.status()))
+    query.on_batch = lambda batch_id, rows: query.save_status()
+    return query.start()
+
+
+def read_status(store, tenant: str, namespace: str, name: str) -> dict | None:
+    result = store.get(f"{STATUS_ROOT}/{tenant}/{namespace}/{name}")
+    return None if result is None else json.loads(result.value)
