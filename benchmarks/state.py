@@ -88,24 +88,25 @@ def bench_store(url: str, provider_name: str, seconds: float) -> list[tuple[str,
 
 
 def serve_baseline(data_dir: str, port: int) -> None:
-    """The bare route: read the key from the same store, answer the same JSON, nothing else."""
+    """The bare route: the same state store (the provider the server uses by default on this
+    store), read directly and answered with the same JSON; no registry, auth, validation or metrics."""
     import uvicorn
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
-    from statekeep.state.keys import encode_key
+    from statekeep.functions.service import FunctionService
 
-    store = open_store(f"local://{data_dir}")
-    prefix = "/statekeep/state/bench/ns/fn/kv/"
+    service = FunctionService.open(f"local://{data_dir}")
+    state = service.registry.providers.get().get_state_store("bench", "ns", "fn")
     app = FastAPI()
 
     @app.get("/state/{key:path}")
     async def get(key: str):
-        result = store.get(prefix + encode_key(key))
-        if result is None:
+        entry = state.get_entry(key)
+        if entry is None:
             return JSONResponse({"reason": "not found"}, status_code=404)
-        return JSONResponse({"key": key, "numberValue": int.from_bytes(result.value[1:], "big", signed=True),
-                             "version": result.stat.version})
+        return JSONResponse({"key": key, "numberValue": int.from_bytes(entry.value, "big", signed=True),
+                             "version": entry.version})
 
     @app.get("/health")
     async def health():

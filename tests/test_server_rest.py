@@ -142,16 +142,13 @@ def test_state_put_and_query_in_every_form(client, fn):
 
 def test_counter_is_8_byte_big_endian_for_functions(client, fn, server):
     client.post(fn + "/state/n", json={"numberValue": 2 ** 40 + 5})
-    from statekeep.state import open_provider
+    from statekeep.functions.service import FunctionService
 
-    # read the same key through the provider, as the Spark runtime does (another process, same files)
-    provider = open_provider("metadata", {"metadata_url": f"local://{server.data_dir}"})
-    try:
-        state = provider.get_state_store("acme", "prod", fn.rsplit("/", 1)[1])
+    # read the same key through the registry's provider, as the Spark runtime does (another process)
+    with FunctionService.open(f"local://{server.data_dir}") as service:
+        state = service.registry.state_store("acme", "prod", fn.rsplit("/", 1)[1])
         assert state.get("n") == struct.pack(">q", 2 ** 40 + 5) and state.get_counter("n") == 2 ** 40 + 5
         state.incr("n", 1)
-    finally:
-        provider.close()
     assert client.get(fn + "/state/n").json()["numberValue"] == 2 ** 40 + 6
 
 
@@ -185,7 +182,7 @@ def test_malformed_state_requests(client, fn):
 
 
 def test_too_large_is_413_and_changes_nothing(client, fn):
-    big = "x" * (1 << 20)
+    big = "x" * (2 << 20)  # above every provider's value limit, below the request limit
     r = client.post(fn + "/state/big", json={"stringValue": big})
     assert r.status_code == 413, r.text
     r = client.post(fn + "/state/big", content=b"x" * (9 << 20), headers={"content-type": "application/json"})
