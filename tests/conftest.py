@@ -85,3 +85,14 @@ def _server_fixture(kind: str):
 
 zk_server = _server_fixture("zookeeper")
 etcd_server = _server_fixture("etcd")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole test run (a JVM costs seconds and half a GB)."""
+    pytest.importorskip("pyspark", reason="scripts/test installs pyspark") if not IN_CI else None
+    from statekeep.functions.spark import spark_session
+
+    session = spark_session("local[2,4]")
+    yield session
+    session.stop()

@@ -27,7 +27,7 @@ def register(command) -> None:
     run.add_argument("--classname", default=None, help="entry point (default: process)")
     run.add_argument("--parallelism", type=int, default=None, help="Spark partitions for the function (default: 1)")
     run.add_argument("--once", action="store_true", help="process what is there now, then exit")
-    run.add_argument("--spark-master", default="local[*]", help="Spark master (default: %(default)s)")
+    run.add_argument("--spark-master", default="local[*,4]", help="Spark master (default: %(default)s)")
     run.add_argument("--checkpoint-dir", default=None, help="Spark checkpoints (default: DATA_DIR/checkpoints)")
     run.add_argument("--skip-errors", action="store_true",
                      help="skip and count records on which the function raises (default: fail the query)")

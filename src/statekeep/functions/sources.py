@@ -78,15 +78,20 @@ class _ChangelogStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict) -> None:
         self.options = dict(options)
         _function(self.options)
-        self._service, self._state = _open_state(self.options)
+        self._opened = None  # (service, state) on the driver, opened on first use
+
+    def __getstate__(self) -> dict:  # the reader travels to executors; open stores do not
+        return {"options": self.options, "_opened": None}
 
     def initialOffset(self) -> dict:
         return {"offset": -1}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        if self._opened is None:
+            self._opened = _open_state(self.options)
         after = (start or {}).get("offset", -1)
         most = getattr(limit, "max_rows", None) or MAX_RECORDS_PER_BATCH
-        records = self._state.read_changelog(after=after, limit=most)
+        records = self._opened[1].read_changelog(after=after, limit=most)
         return {"offset": records[-1].offset if records else after}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -111,7 +116,9 @@ class _ChangelogStreamReader(DataSourceStreamReader):
         """Nothing to release: the changelog is kept by its owner (compaction decides)."""
 
     def stop(self) -> None:
-        self._service.close()
+        if self._opened is not None:
+            self._opened[0].close()
+            self._opened = None
 
 
 class StatekeepChangelogSource(DataSource):

@@ -21,8 +21,10 @@ from statekeep.functions.runtime import STATS_SCHEMA, arrow_partition_runner
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
 
 
-def spark_session(master: str = "local[*]", app_name: str = "statekeep", shuffle_partitions: int = 2):
-    """A SparkSession set up for statekeep (shared: Spark allows one per driver process)."""
+def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2):
+    """A SparkSession set up for statekeep (shared: Spark allows one per driver process).
+    The default master retries a failed task up to 4 times (``local[*,4]``), so a killed Python
+    worker costs a retry, not the query."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
@@ -165,6 +167,8 @@ def executor_spec(registry, metadata_url: str, tenant: str, namespace: str, name
         "source_format": input_format, "key_field": cfg.keyField, "output": cfg.output,
         "output_format": cfg.outputFormat or "jsonl", "user_config": user_config,
         "skip_errors": bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
+        # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
+        "input_options": {str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
     }
     return spec, cfg
 
@@ -182,7 +186,7 @@ def _guess_format(source: str) -> str:
 
 
 def run_registered(service, metadata_url: str, tenant: str, namespace: str, name: str, *, checkpoint_root: str,
-                   once: bool = False, master: str = "local[*]", skip_errors: bool | None = None,
+                   once: bool = False, master: str = "local[*,4]", skip_errors: bool | None = None,
                    spark=None) -> FunctionQuery:
     """Start a registered function as a streaming query and keep its status in the metadata store
     at ``STATUS_ROOT/T/N/F``. The checkpoint is per function incarnation (its creation time), so a
