@@ -18,12 +18,14 @@ FUNCTION = b"def process(input, context):\n    context.incr_counter(input, 1)\n 
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, tokens: dict | None = None) -> None:
+    def __init__(self, data_dir: Path, tokens: dict | None = None, worker: bool = False) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [sys.executable, "-c", "from statekeep.cli import main; import sys; sys.exit(main())",
                 "standalone", "--data-dir", str(data_dir), "--port", str(self.port)]
+        if not worker:
+            argv.append("--no-worker")  # REST tests need no Spark; tests of the worker ask for it
         if tokens is not None:
             tokens_file = data_dir.parent / f"tokens-{self.port}.json"
             tokens_file.write_text(json.dumps(tokens))

@@ -1,6 +1,6 @@
 """``statekeep standalone [--data-dir DIR] [--port 8080] [--host 127.0.0.1]``: the REST API on the
-embedded default store ``local://DIR``, plus the functions worker (the hook in
-:func:`build_worker`; today it runs nothing, the Spark runtime plugs in there)."""
+embedded default store ``local://DIR``, plus the functions worker that runs every created function
+on Spark (:mod:`statekeep.functions.worker`)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,22 @@ def register(groups: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokens-file", default=None,
                         help='JSON {"TOKEN": {"superuser": true} | {"tenants": [...]}}: turns bearer-token auth on')
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.add_argument("--spark-master", default="local[*,4]", help="Spark master for functions (default: %(default)s)")
+    parser.add_argument("--no-worker", action="store_true", help="serve the REST API only; run no functions")
     parser.set_defaults(run=_run)
 
 
 def build_worker(args: argparse.Namespace):
-    """The functions worker of ``standalone``: an object with ``start(registry)`` and ``stop()``
-    (see :mod:`statekeep.server.worker`). Running functions on Spark will return its worker here."""
+    """The functions worker of ``standalone``: runs every registered function on Spark
+    (``--no-worker``: the REST API only)."""
     from statekeep.server.worker import NullWorker
 
-    return NullWorker()
+    if args.no_worker:
+        return NullWorker()
+    from statekeep.functions.worker import SparkWorker
+
+    data_dir = os.path.abspath(args.data_dir)
+    return SparkWorker(f"local://{data_dir}", os.path.join(data_dir, "checkpoints"), master=args.spark_master)
 
 
 def _run(args: argparse.Namespace) -> int:
