@@ -182,7 +182,7 @@ def bench_rest(data_dir: str, seconds: float, rounds: int, processes: int, threa
         service.registry.state_store("bench", "ns", "fn").set_counter(KEY, 42)
     ours_port, base_port = free_port(), free_port()
     ours = subprocess.Popen([sys.executable, "-c", "import sys; from statekeep.cli import main; sys.exit(main())",
-                             "standalone", "--data-dir", data_dir, "--port", str(ours_port)],
+                             "standalone", "--data-dir", data_dir, "--port", str(ours_port), "--no-worker"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = subprocess.Popen([sys.executable, __file__, "--serve-baseline", data_dir, str(base_port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -203,7 +203,11 @@ def bench_rest(data_dir: str, seconds: float, rounds: int, processes: int, threa
     finally:
         for proc in (ours, base):
             proc.terminate()
-            proc.wait(timeout=10)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def main() -> None:
