@@ -191,20 +191,13 @@ class EmbeddedStateStore(StateStore):
         return self._engine.submit(build)
 
     def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        encode_key(key)
-        stored = records.encode_bytes(validate_value(value, self.max_value_size))
-        expected = validate_expected_version(expected_version)
-
-        def work(t: _Txn) -> int:
-            current = t.read(key)
-            _check_expected(key, current, expected)
-            return t.write(key, current, stored)
-
-        return self._write(work)
+        return self._set(key, records.encode_bytes(validate_value(value, self.max_value_size)), expected_version)
 
     def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        return self._set(key, records.encode_counter(validate_amount(value, "counter value")), expected_version)
+
+    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
         encode_key(key)
-        stored = records.encode_counter(validate_amount(value, "counter value"))
         expected = validate_expected_version(expected_version)
 
         def work(t: _Txn) -> int:
