@@ -252,11 +252,7 @@ def test_apply_batch_is_atomic_and_once_per_marker(state):
     assert state.get_counter("n") == 17
 
 
-def test_failing_batch_writes_nothing(state, target, request):
-    if target[0] == "embedded":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "embedded provider bug: a batch that raises mid-way (counter overflow) still commits its "
-            "marker and earlier keys; _Txn writes straight into the shared LMDB write transaction")))
+def test_failing_batch_writes_nothing(state):
     state.put("bytes", b"b")
     state.set_counter("max", COUNTER_MAX)
     before = len(changelog(state))

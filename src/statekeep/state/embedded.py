@@ -181,7 +181,8 @@ class EmbeddedStateStore(StateStore):
     # ---- writes ------------------------------------------------------------------------------
 
     def _write(self, work) -> Any:
-        """Run ``work(_Txn)`` in a durable write transaction (shared with other writers' commits)."""
+        """Run ``work(_Txn)`` in a durable write transaction (shared with other writers' commits).
+        ``work`` must raise before its first write, never after: its writes are not buffered."""
         def build(reader, now_ms):
             t = _Txn(self, reader.txn)
             result = work(t)
@@ -249,10 +250,11 @@ class EmbeddedStateStore(StateStore):
         marker_key = None if marker is None else self._marker_key(marker)
 
         def work(t: _Txn) -> bool:
-            if marker_key is not None:
-                if t.txn.get(marker_key, db=self._meta) is not None:
-                    return False
-                t.txn.put(marker_key, b"", db=self._meta)
+            if marker_key is not None and t.txn.get(marker_key, db=self._meta) is not None:
+                return False
+            # compute every new value before writing any: _Txn writes straight into the shared
+            # transaction, so whatever can raise (overflow, a key holding bytes) must raise first
+            changes = []
             for key in dict.fromkeys([*values, *deltas]):
                 current = t.read(key)
                 if key in deltas:
@@ -262,13 +264,14 @@ class EmbeddedStateStore(StateStore):
                     stored = records.encode_counter(total)
                 else:
                     stored = values[key]
-                if stored is None and current is None:
-                    continue  # deleting an absent key changes nothing
+                if stored is not None or current is not None:  # deleting an absent key changes nothing
+                    changes.append((key, current, stored))
+            if marker_key is not None:
+                t.txn.put(marker_key, b"", db=self._meta)
+            for key, current, stored in changes:
                 t.write(key, current, stored)
             return True
 
-        # an exception inside ``work`` (overflow, a corrupt value) aborts the whole batch: the
-        # engine skips a failing request whole, so nothing of it is written
         return self._write(work)
 
     def cleanup(self) -> None:
