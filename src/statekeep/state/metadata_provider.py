@@ -28,7 +28,10 @@ request, so ``max_value_size`` is about half the request limit on ZooKeeper and 
 from __future__ import annotations
 
 import random
+import threading
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -49,6 +52,20 @@ _LIMITS = {"etcd": (27, 1536 * 1024), "zk": (1000, 0xFFFFF), "memory": (10_000, 
 _PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request-size estimate
 _UNCHANGED = object()
 _new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the read path
+_readers: ThreadPoolExecutor | None = None
+_readers_lock = threading.Lock()
+
+
+def _parallel_get(store: MetadataStore, paths: list[str]) -> list[GetResult | None]:
+    """``store.get`` of every path; on a networked backend the reads overlap (pipelined on one
+    connection) instead of costing one round trip each."""
+    global _readers
+    if len(paths) < 2 or store.scheme in ("memory", "local"):
+        return [store.get(p) for p in paths]
+    with _readers_lock:
+        if _readers is None:
+            _readers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="statekeep-state-read")
+    return list(_readers.map(store.get, paths))
 
 
 def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
@@ -94,6 +111,12 @@ class MetadataStateStore(StateStore):
         if value[:1] == records.BYTES or (value[:1] == records.COUNTER and len(value) == 9):
             return value[1:]
         return records.decode_stored(value, self._kv + key)[1]  # raises CorruptStateError
+
+    def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
+        keys = list(dict.fromkeys(keys))
+        paths = [self._kv + encode_key(key) for key in keys]  # validate all before reading any
+        return {key: self._entry(key, path, result)
+                for key, path, result in zip(keys, paths, _parallel_get(self._store, paths)) if result is not None}
 
     @staticmethod
     def _entry(key: str, path: str, result: GetResult) -> StateEntry:
@@ -247,8 +270,8 @@ class MetadataStateStore(StateStore):
                 return False
             ops: list = [] if marker_path is None else [Put(marker_path, b"", -1)]
             logs = []
-            for key, path in paths.items():
-                current = self._store.get(path)
+            currents = _parallel_get(self._store, list(paths.values()))
+            for (key, path), current in zip(paths.items(), currents):
                 if key in deltas:
                     base = 0 if key in values else self._counter_of(key, current)
                     total = base + deltas[key]
