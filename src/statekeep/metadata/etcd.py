@@ -484,27 +484,31 @@ class EtcdStore(MetadataStore):
         return self._multi([op])[0] if op.sequential else self._retrying(lambda: self._put_once(op))
 
     def _put_once(self, op: Put) -> Any:
-        key, expected, parent = self._data(op.path), op.expected_version, parent_of(op.path)
+        key, expected = self._data(op.path), op.expected_version
         lease = self._call(self._session_lease()) if op.ephemeral else 0
+        if expected is not None and expected >= 0:  # compare-and-set, the common write: build only what it sends
+            request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, expected + 1)],
+                                     success=[_put(key, op.value, keep_lease=True)], failure=[_range(key)])
+            return self._put_result(op, expected, lease, self._call(self._txn(request), write=True))
+        parent = parent_of(op.path)
         # a create needs its parent present and persistent (an ephemeral key has no children: a parent with a lease is
         # ephemeral); both compares are in the transaction, so a racing create of an ephemeral parent cannot slip in.
         # If they fail, _multi decides: it creates missing ancestors or raises the contract's error.
         parent_ok = [] if parent == "/" else [_version_is(self._data(parent), _C.GREATER, 0),
                                               _lease_is(self._data(parent), 0)]
-        update = _put(key, op.value, keep_lease=True)  # an update keeps the key's lease, as _tree does
         creates = [_put(key, op.value, lease), _put(self._index(op.path), b"", lease)]
         if expected is None:  # update if present, else create if the parent exists
             if 2 * len(op.value) + 65536 > ETCD_MAX_REQUEST_BYTES:  # too big to send in both branches
                 return self._multi([op])[0]
             nested = rpc.RequestOp(request_txn=rpc.TxnRequest(compare=parent_ok, success=creates))
+            update = _put(key, op.value, keep_lease=True)  # an update keeps the key's lease, as _tree does
             request = rpc.TxnRequest(compare=[_version_is(key, _C.GREATER, 0)], success=[update], failure=[nested])
-        elif expected == -1:
+        else:
             request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, 0)] + parent_ok, success=creates,
                                      failure=[_range(key, count_only=True)])
-        else:
-            request = rpc.TxnRequest(compare=[_version_is(key, _C.EQUAL, expected + 1)], success=[update],
-                                     failure=[_range(key)])
-        response = self._call(self._txn(request), write=True)
+        return self._put_result(op, expected, lease, self._call(self._txn(request), write=True))
+
+    def _put_result(self, op: Put, expected: int | None, lease: int, response: Any) -> Any:
         first = response.responses[0]
         if response.succeeded and expected != -1:  # updated: the new etcd version is the previous one + 1
             return self._stat(op.path, first.response_put.prev_kv, first.response_put.prev_kv.version)
