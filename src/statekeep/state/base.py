@@ -14,7 +14,14 @@ Every provider guarantees, and ``tests/contract/test_state_contract.py`` checks:
   ``expected_version`` that does not match raises :class:`BadVersionError` (:class:`NotFoundError` if
   the key is absent, :class:`AlreadyExistsError` for ``-1`` when present) and writes nothing.
 - Every mutation appends a changelog record in the same atomic write as the change (KIP-813).
+  Offsets rise with commit order: a record is visible only once every record with a lower offset
+  is (numbers may be skipped: compaction removes records, and some backends skip numbers).
 - ``apply_batch`` is all or nothing and at most once per marker.
+- Compaction (``compact_changelog``) only touches records at or below the offset it is given, never
+  removes the newest record of a key except a tombstone older than the retention, and publishes the
+  newest dropped tombstone as ``ChangelogPosition.purged_offset`` before (or in the same write as) it
+  disappears: a reader that has applied at least that offset and reads on from there converges to
+  the state, because records carry absolute values (a record it misses was superseded by one it reads).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.state.keys import encode_key
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, Kind, decode_counter
+from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, Kind, decode_counter
 
 
 class StateEntry(NamedTuple):
@@ -41,6 +48,42 @@ class StateEntry(NamedTuple):
     def counter(self) -> int | None:
         """The counter's value, or None when the key holds bytes."""
         return decode_counter(self.value) if self.kind == "counter" else None
+
+
+class ChangelogPosition(NamedTuple):
+    """Where a function's changelog stands.
+
+    ``epoch`` names this incarnation of the function's state: None until the first write after the
+    function was created or cleaned up, then fixed until the next cleanup, so a reader can tell a
+    state that was deleted (or deleted and written again) from a quiet one. ``last_offset``: the
+    newest offset assigned (-1: none; its record may since have been compacted away).
+    ``compacted_offset``: compaction never touched a record above it (-1: never compacted).
+    ``purged_offset``: the newest tombstone compaction dropped (-1: none); a reader that has applied
+    less than this may have missed a delete and must start again from a snapshot or a full read."""
+
+    epoch: str | None
+    last_offset: int
+    compacted_offset: int = -1
+    purged_offset: int = -1
+
+
+class CompactionResult(NamedTuple):
+    """What one compaction pass did: records looked at, superseded records removed, old tombstones
+    dropped, and the offset it covered (records above it were not looked at)."""
+
+    scanned: int
+    removed: int
+    tombstones_dropped: int
+    upto_offset: int
+
+
+class StateView(NamedTuple):
+    """A full read of a function's state (:meth:`StateStore.read_all`): ``entries`` in key order, and
+    the changelog ``position`` they cover: every record at or below ``position.last_offset`` is
+    reflected; records above it may be too (replaying them is harmless: records are absolute)."""
+
+    position: ChangelogPosition
+    entries: Iterator[StateEntry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +215,101 @@ class StateStore(abc.ABC):
         found = self.get_entries(keys)
         return {k: (found[k].value, found[k].counter) if k in found else (None, None) for k in keys}
 
+    # ---- changelog (KIP-813): providers override; the defaults are generic but slow --------------
+
+    def read_changelog(self, after: int = -1, limit: int | None = None) -> list[ChangelogRecord]:
+        """Changelog records with offset > ``after``, oldest first, at most ``limit`` (see the module
+        docstring for ordering and gaps)."""
+        raise NotImplementedError(f"{type(self).__name__} has no changelog reader")
+
+    def changelog_position(self) -> ChangelogPosition:
+        """The changelog's :class:`ChangelogPosition` now."""
+        raise NotImplementedError(f"{type(self).__name__} has no changelog position")
+
+    def count_changelog(self, after: int = -1) -> int:
+        """How many records have offset > ``after`` (a follower's lag)."""
+        count = 0
+        while True:
+            page = self.read_changelog(after, 10_000)
+            if not page:
+                return count
+            count += len(page)
+            after = page[-1].offset
+
+    def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
+                          now_ms: int | None = None) -> CompactionResult:
+        """Remove records at or below ``upto_offset`` that a newer record of the same key supersedes,
+        and tombstones older than ``tombstone_retention_s`` that are their key's newest record, in
+        small writes (writers are never held up for long). See the module docstring."""
+        raise NotImplementedError(f"{type(self).__name__} cannot compact its changelog")
+
+    def read_all(self) -> StateView:
+        """Every entry with the changelog position it covers. This default reads the position first,
+        then scans (not one snapshot: later changes may show, which replaying from the position
+        repairs); providers that can read both in one snapshot do."""
+        return StateView(self.changelog_position(), self.scan_entries())
+
+    def replace_state(self, entries: Iterable[StateEntry]) -> int:
+        """Make the state exactly ``entries`` (in strictly ascending key order; versions are ignored):
+        other keys are deleted, changed keys set, each change with its changelog record, so followers
+        see a restore like any other write. Returns the number of keys changed. This default writes in
+        ``apply_batch`` chunks, so a reader may see it half done and a failure leaves it half done
+        (run it again to finish); providers that can do it in one atomic write do."""
+        limits = self.batch_limits
+        budget = max(1, min(limits.max_keys, 1000))
+        puts: dict[str, bytes | None] = {}
+        counters: dict[str, int] = {}
+        size = changed = 0
+
+        def flush() -> None:
+            nonlocal size
+            if puts:
+                self.apply_batch(puts, counters)
+            puts.clear()
+            counters.clear()
+            size = 0
+
+        for key, want, have in merge_entries(entries, self.scan_entries()):
+            if have is not None and want is not None and (have.kind, have.value) == (want.kind, want.value):
+                continue
+            changed += 1
+            if want is None:
+                puts[key] = None
+            elif want.kind == "counter":
+                puts[key], counters[key] = b"", decode_counter(want.value)
+            else:
+                puts[key] = want.value
+            size += 2 * len(want.value if want is not None else b"") + 1200
+            if len(puts) >= budget or size >= limits.max_bytes // 2:
+                flush()
+        flush()
+        return changed
+
     def close(self) -> None:
         """Release what this handle holds (not the provider's shared resources)."""
+
+
+def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
+                  ) -> Iterator[tuple[str, StateEntry | None, StateEntry | None]]:
+    """Join two key-ordered entry streams: ``(key, wanted entry or None, current entry or None)``.
+    Raises :class:`InvalidArgumentError` if ``wanted`` is not in strictly ascending key order."""
+    want_iter, have_iter = iter(wanted), iter(current)
+    want, have = next(want_iter, None), next(have_iter, None)
+    last: bytes | None = None
+    while want is not None or have is not None:
+        if want is not None:
+            raw = want.key.encode("utf-8")
+            if last is not None and raw <= last:
+                raise InvalidArgumentError(f"entries must be in ascending key order: {want.key!r} came late")
+        if have is None or (want is not None and raw < have.key.encode("utf-8")):
+            yield want.key, want, None
+            last, want = raw, next(want_iter, None)
+        elif want is None or raw > have.key.encode("utf-8"):
+            yield have.key, None, have
+            have = next(have_iter, None)
+        else:
+            yield want.key, want, have
+            last, want, have = raw, next(want_iter, None), next(have_iter, None)
 
 
 class StateStoreProvider(abc.ABC):

@@ -13,13 +13,15 @@ Layout, in three databases of the store's environment; ``F`` is ``tenant \\0 nam
 
 - ``state``: ``F + key (UTF-8)`` -> ``version (8 bytes) + tagged value`` (:mod:`statekeep.state.records`);
 - ``changelog``: ``F + offset (8 bytes)`` -> a changelog record; offsets rise by one per record;
-- ``state_meta``: ``F + b"m" + marker`` for applied batches, ``F + b"o"`` the next offset.
+- ``state_meta``: ``F + b"m" + marker`` for applied batches, ``F + b"o"`` the next offset, and the
+  changelog's epoch, compaction point and purge point (:mod:`statekeep.state.embedded_changelog`).
 
 Keys follow the same rules as every provider (:func:`statekeep.state.keys.encode_key`).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -31,6 +33,7 @@ from statekeep.metadata.local import LocalStore
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
+from statekeep.state.embedded_changelog import EmbeddedChangelog
 from statekeep.state.keys import encode_key, encode_prefix, validate_name
 
 _U64 = struct.Struct(">Q")
@@ -40,8 +43,8 @@ _new_entry = tuple.__new__
 class _Txn:
     """Reads and writes of one function inside one LMDB write transaction."""
 
-    def __init__(self, store: EmbeddedStateStore, txn) -> None:
-        self.s, self.txn = store, txn
+    def __init__(self, store: EmbeddedStateStore, txn, now_ms: int) -> None:
+        self.s, self.txn, self.now_ms = store, txn, now_ms
         self.offset: int | None = None
 
     def read(self, key: str) -> tuple[int, bytes] | None:
@@ -60,8 +63,11 @@ class _Txn:
         if self.offset is None:
             raw = self.txn.get(self.s._offset_key, db=self.s._meta)
             self.offset = 0 if raw is None else _U64.unpack(raw)[0]
-        self.txn.put(self.s._prefix + _U64.pack(self.offset), records.encode_record(key, stored, version),
-                     db=self.s._changelog, append=False)
+            if raw is None:  # the first record of this incarnation: a new epoch
+                self.txn.put(self.s._prefix + b"e", f"{self.now_ms}-{os.urandom(6).hex()}".encode(),
+                             db=self.s._meta)
+        self.txn.put(self.s._prefix + _U64.pack(self.offset),
+                     records.encode_record(key, stored, version, self.now_ms), db=self.s._changelog, append=False)
         self.offset += 1
         return version
 
@@ -91,7 +97,7 @@ def _check_expected(key: str, current: tuple[int, bytes] | None, expected: int |
         raise BadVersionError(f"state key {key!r} is at version {current[0]}, not {expected}")
 
 
-class EmbeddedStateStore(StateStore):
+class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
         engine = provider.store._engine
@@ -184,7 +190,7 @@ class EmbeddedStateStore(StateStore):
         """Run ``work(_Txn)`` in a durable write transaction (shared with other writers' commits).
         ``work`` must raise before its first write, never after: its writes are not buffered."""
         def build(reader, now_ms):
-            t = _Txn(self, reader.txn)
+            t = _Txn(self, reader.txn, now_ms)
             result = work(t)
             t.finish()
             return result, None

@@ -14,6 +14,7 @@ Layout, under ``ROOT/TENANT/NAMESPACE/NAME`` (``cleanup`` removes exactly this s
 - ``log/r<10 digits>``: changelog records, created by sequential puts in the same ``multi`` as the
   change, so offsets rise with commit order (gaps possible; ZooKeeper numbers restart after cleanup).
 - ``applied/<segment>``: one empty key per applied ``apply_batch`` marker (kept until cleanup).
+- ``compaction``: the changelog's compaction and purge points (:mod:`statekeep.state.metadata_changelog`).
 
 Every write is a compare-and-set on the key's version, retried on a lost race, so ``incr`` is exact
 across processes and each changelog record carries the version its change produced.
@@ -44,6 +45,7 @@ from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, decode_key, encode_key, encode_prefix, validate_name
+from statekeep.state.metadata_changelog import MetadataChangelog
 
 DEFAULT_ROOT = "/statekeep/state"
 # scheme -> (max keys per batch, max request bytes); unknown schemes get etcd's, the strictest
@@ -78,7 +80,7 @@ def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
         raise BadVersionError(f"state key {key!r} is at version {current.stat.version}, not {expected}")
 
 
-class MetadataStateStore(StateStore):
+class MetadataStateStore(MetadataChangelog, StateStore):
     """A function's state in a metadata store subtree; see the module docstring for its layout."""
 
     def __init__(self, provider: MetadataStateStoreProvider, tenant: str, namespace: str, name: str) -> None:

@@ -11,14 +11,17 @@ otherwise, and what makes ``incr`` refuse a key that holds bytes.
 
 Changelog record (the value at ``.../log/r<offset>``): ``struct ">cqH"`` = tag, version, key length,
 then the UTF-8 key, then the payload. Tag ``B``/``C`` as above (the new value after the change),
-``D`` a tombstone (empty payload). ``version`` is the key's metadata version after the change
-(for a tombstone: the version that was deleted). The offset is not inside the record: it is the
-10-digit sequence number in the record's name, assigned by the store in the same atomic write.
+``D`` a tombstone, whose payload is the deletion time (8-byte big-endian milliseconds since the epoch;
+compaction keeps a tombstone for a retention period measured from it; a tombstone with an empty
+payload, written before times were recorded, counts as infinitely old). ``version`` is the key's
+version after the change (for a tombstone: the version that was deleted). The offset is not inside
+the record: it is the record's sequence number, assigned by the store in the same atomic write.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,17 +73,21 @@ class ChangelogRecord:
     value: bytes | None
     version: int
     offset: int = -1
+    #: a tombstone's deletion time (ms since the epoch); None for values and for untimed tombstones
+    deleted_ms: int | None = None
 
     @property
     def tombstone(self) -> bool:
         return self.value is None
 
 
-def encode_record(key: str, stored: bytes | None, version: int) -> bytes:
-    """A changelog record for ``key`` now holding the stored value ``stored`` (None: deleted)."""
+def encode_record(key: str, stored: bytes | None, version: int, deleted_ms: int | None = None) -> bytes:
+    """A changelog record for ``key`` now holding the stored value ``stored`` (None: deleted at
+    ``deleted_ms``, default now)."""
     raw_key = key.encode("utf-8")
     if stored is None:
-        return _RECORD.pack(TOMBSTONE, version, len(raw_key)) + raw_key
+        when = int(time.time() * 1000) if deleted_ms is None else deleted_ms
+        return _RECORD.pack(TOMBSTONE, version, len(raw_key)) + raw_key + _COUNTER.pack(when)
     return _RECORD.pack(stored[:1], version, len(raw_key)) + raw_key + stored[1:]
 
 
@@ -94,6 +101,7 @@ def decode_record(raw: bytes, offset: int = -1) -> ChangelogRecord:
     except (struct.error, UnicodeDecodeError) as e:
         raise CorruptStateError(f"malformed changelog record at offset {offset}") from e
     if tag == TOMBSTONE:
-        return ChangelogRecord(key, None, None, version, offset)
+        deleted_ms = _COUNTER.unpack(payload)[0] if len(payload) == 8 else None
+        return ChangelogRecord(key, None, None, version, offset, deleted_ms)
     kind, value = decode_stored(tag + payload, f"changelog offset {offset}")
     return ChangelogRecord(key, kind, value, version, offset)

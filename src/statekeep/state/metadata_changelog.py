@@ -1,0 +1,130 @@
+"""The changelog side of the ``metadata`` provider (KIP-813): position, counting and compaction over
+the ``log/r<offset>`` nodes. Mixed into :class:`~statekeep.state.metadata_provider.MetadataStateStore`.
+
+- The epoch is ``"<creation ms of the log node>:<offset of the incarnation's first record>"``; both
+  go with ``cleanup``. Sequence numbers are never reused on memory, local and etcd (which keeps no
+  times: 0), and ZooKeeper restarts them but records the creation time, so the epoch changes when a
+  function's state is deleted and written again (on ZooKeeper: unless within the same millisecond).
+- ``compaction`` (a node beside ``kv``/``log``) holds JSON ``{"first", "compacted", "purged",
+  "through"}``: the first offset of the incarnation (recorded before compaction may delete it), the
+  compaction point, the newest dropped tombstone, and the newest offset compaction deleted (so
+  ``last_offset`` never goes back when the newest records were old tombstones). It is updated by
+  compare-and-set in the same ``multi`` as the deletes it describes.
+- A full read (``read_all``) reads the position first, then scans: keys changed during the scan
+  may show newer values than the position, which replaying from the position repairs (records are
+  absolute values). Restores (``replace_state``) go in ``apply_batch`` chunks: not atomic here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from statekeep.errors import BadVersionError, NotFoundError
+from statekeep.metadata import Delete, Put
+from statekeep.state import records
+from statekeep.state.base import ChangelogPosition, CompactionResult
+from statekeep.state.keys import encode_key
+
+#: records looked at per round: their reads overlap, and their deletes go in multis of DELETE_CHUNK
+COMPACTION_CHUNK = 500
+DELETE_CHUNK = 100  # under etcd's default --max-txn-ops of 128, with room for the compaction node
+
+
+class MetadataChangelog:
+    """Changelog operations over the attributes of a ``MetadataStateStore`` (``_store``, ``base``,
+    ``_kv``, ``_log``)."""
+
+    _store: Any
+    base: str
+    _kv: str
+    _log: str
+
+    @property
+    def _log_parent(self) -> str:
+        return self._log[:-2]
+
+    def _compaction_info(self) -> tuple[dict[str, int], int | None]:
+        current = self._store.get(self.base + "/compaction")
+        if current is None:
+            return {}, None
+        return json.loads(current.value), current.stat.version
+
+    def changelog_position(self) -> ChangelogPosition:
+        parent = self._store.get(self._log_parent)
+        if parent is None:
+            return ChangelogPosition(None, -1)
+        names = self._store.get_children(self._log_parent)
+        info, _ = self._compaction_info()
+        last = max(int(names[-1][1:]) if names else -1, info.get("through", -1))
+        first = info.get("first", int(names[0][1:]) if names else "")
+        return ChangelogPosition(f"{parent.stat.created_ms}:{first}", last, info.get("compacted", -1),
+                                 info.get("purged", -1))
+
+    def count_changelog(self, after: int = -1) -> int:
+        return sum(1 for name in self._store.get_children(self._log_parent) if int(name[1:]) > after)
+
+    def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
+                          now_ms: int | None = None) -> CompactionResult:
+        from statekeep.state.metadata_provider import _parallel_get
+
+        cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - int(tombstone_retention_s * 1000)
+        every = self._store.get_children(self._log_parent)
+        names = [n for n in every if int(n[1:]) <= upto_offset]
+        first = int(every[0][1:]) if every else -1  # listed before this pass deletes anything
+        scanned = removed = dropped = 0
+        for i in range(0, len(names), COMPACTION_CHUNK):
+            chunk = names[i:i + COMPACTION_CHUNK]
+            paths = [self._log + n[1:] for n in chunk]
+            found = [(int(n[1:]), p, r) for n, p, r in zip(chunk, paths, _parallel_get(self._store, paths))
+                     if r is not None]
+            decoded = [(offset, path, records.decode_record(r.value, offset)) for offset, path, r in found]
+            currents = _parallel_get(self._store, [self._kv + encode_key(rec.key) for _, _, rec in decoded])
+            deletes: list[tuple[int, str, bool]] = []  # (offset, path, is a dropped tombstone)
+            for (offset, path, rec), current in zip(decoded, currents):
+                scanned += 1
+                if rec.tombstone:
+                    if current is None and (rec.deleted_ms is None or rec.deleted_ms < cutoff):
+                        deletes.append((offset, path, True))
+                    elif current is not None:
+                        deletes.append((offset, path, False))
+                elif current is None or current.stat.version != rec.version or \
+                        current.value != _stored(rec):
+                    deletes.append((offset, path, False))
+            for j in range(0, len(deletes), DELETE_CHUNK):
+                part = deletes[j:j + DELETE_CHUNK]
+                self._delete_records(part, int(chunk[-1][1:]), first)
+                dropped += sum(1 for d in part if d[2])
+                removed += sum(1 for d in part if not d[2])
+            if not deletes:
+                self._delete_records([], int(chunk[-1][1:]), first)
+        return CompactionResult(scanned, removed, dropped, upto_offset)
+
+    def _delete_records(self, part: list[tuple[int, str, bool]], chunk_last: int, first: int) -> None:
+        """Delete ``part`` and advance the compaction node in one multi (compare-and-set on it)."""
+        purged = max((o for o, _, tomb in part if tomb), default=-1)
+        through = max((o for o, _, _ in part), default=-1)
+        for _ in range(100):
+            info, version = self._compaction_info()
+            new = {"first": min(info.get("first", first), first),
+                   "compacted": max(info.get("compacted", -1), chunk_last),
+                   "purged": max(info.get("purged", -1), purged), "through": max(info.get("through", -1), through)}
+            if new == info and not part:
+                return
+            ops: list = [Put(self.base + "/compaction", json.dumps(new).encode(), -1 if version is None else version)]
+            ops += [Delete(path) for _, path, _ in part]
+            try:
+                self._store.multi(ops)
+                return
+            except BadVersionError:
+                continue  # another compactor moved the node: merge again
+            except NotFoundError:  # a record went meanwhile (another compactor): retry without it
+                part = [d for d in part if self._store.exists(d[1])]
+        raise BadVersionError(f"compaction of {self.base}: its compaction node kept changing")
+
+
+def _stored(rec: records.ChangelogRecord) -> bytes:
+    """The tagged stored value a (non-tombstone) record describes."""
+    return records.encode_counter(records.decode_counter(rec.value)) if rec.kind == "counter" \
+        else records.encode_bytes(rec.value)
