@@ -1,0 +1,378 @@
+"""``FollowerStore``: a read-only, materialized view of a leader's function state (KIP-813).
+
+    follower = FollowerStore.open("local:///var/lib/statekeep", "public", "default", "wc",
+                                  local_dir="/var/lib/follower")
+    follower.wait_until_caught_up(10)      # True once everything committed before the call is applied
+    follower.get_counter("hello"); follower.scan(prefix="h"); follower.lag
+    follower.put("k", b"v")                # ReadOnlyStoreError: nothing is written
+    follower.close()
+
+Contract:
+
+- Reads (``get``, ``get_entry``, ``get_counter``, ``scan``...) are served from the follower's own
+  ``local://`` directory (LMDB), with the leader's values and versions, never from the leader.
+- Every write method raises :class:`ReadOnlyStoreError` and writes nothing, locally or on the leader.
+- A background thread tails the leader's changelog (a poll every ``poll_interval``), applying each
+  batch and its offset in one local write: after a restart, even a SIGKILL, it resumes exactly.
+- Bootstrap (first start, or a follower that fell behind compaction's ``purged_offset``): from the
+  newest snapshot of the leader's current epoch (restore time grows with the state, not with the
+  history), then the changelog after the snapshot's offset; an interrupted snapshot restore resumes
+  where it stopped. Without a usable snapshot: a first start replays the changelog from the start;
+  a re-bootstrap reads the leader's whole current state (``read_all``) and tails from the offset it
+  covers. Either way readers see the previous complete copy until the new one is whole.
+- ``lag`` counts changelog records not yet applied. ``wait_until_caught_up(timeout)`` returns True once
+  every change committed on the leader before the call is applied (bootstrap included), else False.
+- When the function is deleted (its registry entry gone, when the follower knows the registry; or its
+  state's epoch changed or vanished), reads, ``lag`` and ``wait_until_caught_up`` raise
+  :class:`NotFoundError` ("... was deleted"), never serve the stale copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from statekeep.changelog.replica import LocalReplica
+from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
+from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError, StatekeepError
+from statekeep.state.base import BatchLimits, StateEntry, StateStore, StateStoreProvider
+
+log = logging.getLogger(__name__)
+
+#: where the function registry keeps a function's config (statekeep.functions.registry.DEFAULT_ROOT;
+#: changelog sits below functions, so it names the path instead of importing it)
+FUNCTIONS_ROOT = "/statekeep/functions"
+RESTORE_CHUNK = 20_000
+REGISTRY_CHECK_S = 0.5
+
+
+class FollowerStore(StateStore):
+    """See the module docstring. Build one with :meth:`open`. Thread-safe; call :meth:`close`."""
+
+    def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
+                 registry: tuple[Any, str] | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
+                 restore_chunk: int = RESTORE_CHUNK,
+                 on_apply: Callable[[list], None] | None = None, owned: Iterable[Any] = ()) -> None:
+        super().__init__(leader.tenant, leader.namespace, leader.name)
+        self.leader, self.replica, self.snapshots = leader, replica, snapshots
+        self.max_value_size = leader.max_value_size
+        self._registry = registry  # (metadata store, path of the function's registry entry)
+        self.poll_interval, self.batch_size, self.restore_chunk = poll_interval, batch_size, restore_chunk
+        self.on_apply = on_apply
+        self._owned = list(owned)
+        self._meta = replica.load()
+        self._error: StatekeepError | None = None
+        self._phase = "starting"
+        self._restored = 0
+        self._caught_up_at = float("-inf")  # start time of the last complete read that was applied
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._next_registry_check = 0.0
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def open(cls, leader: str | StateStoreProvider | StateStore, tenant: str, namespace: str, name: str, *,
+             local_dir: str, blobs: str | None = None, snapshots: bool | SnapshotStore = True,
+             provider: str | None = None, provider_config: Mapping[str, Any] | None = None,
+             check_registry: bool | None = None, start: bool = True, **options: Any) -> FollowerStore:
+        """Follow ``tenant/namespace/name`` of ``leader``: a metadata store URL (the function's provider
+        is the one its registry entry names, else ``provider``, else the default: ``embedded`` on
+        ``local://``, ``metadata`` elsewhere), a :class:`StateStoreProvider` or a :class:`StateStore`.
+        ``local_dir``: the follower's own directory. ``check_registry`` (default: with a URL) makes a
+        missing registry entry :class:`NotFoundError`. ``options``: ``poll_interval``, ``batch_size``,
+        ``restore_chunk``, ``on_apply`` (called with each applied batch)."""
+        from statekeep.metadata import open_store
+        from statekeep.state import open_provider
+
+        owned: list[Any] = []
+        try:
+            store = None
+            if isinstance(leader, str):
+                store = open_store(leader)
+                owned.append(store)
+                name_, config = provider, dict(provider_config or {})
+                entry = store.get(f"{FUNCTIONS_ROOT}/{tenant}/{namespace}/{name}")
+                storage = json.loads(entry.value).get("stateStorage") if entry is not None and entry.value else None
+                if storage and provider is None:
+                    name_, config = storage["provider"], dict(storage.get("config") or {})
+                name_ = name_ or ("embedded" if store.scheme == "local" else "metadata")
+                if name_ in ("embedded", "metadata") and not config:
+                    config = {"store": store}
+                opened = open_provider(name_, config)
+                owned.append(opened)
+                state = opened.get_state_store(tenant, namespace, name)
+                check_registry = True if check_registry is None else check_registry
+            elif isinstance(leader, StateStoreProvider):
+                state = leader.get_state_store(tenant, namespace, name)
+                store = getattr(leader, "store", None)
+            else:
+                state = leader
+            if (state.tenant, state.namespace, state.name) != (tenant, namespace, name):
+                raise NotFoundError(f"the leader store is {state.tenant}/{state.namespace}/{state.name}, "
+                                    f"not {tenant}/{namespace}/{name}")
+            registry = None
+            if check_registry and store is not None:
+                registry = (store, f"{FUNCTIONS_ROOT}/{tenant}/{namespace}/{name}")
+                if store.get(registry[1]) is None:
+                    raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+            if snapshots is True:
+                snapshots = SnapshotStore(store, blobs) if store is not None else None
+            replica = LocalReplica(local_dir, tenant, namespace, name)
+            owned.append(replica)
+            follower = cls(state, replica, snapshots=snapshots or None, registry=registry, owned=owned, **options)
+        except BaseException:
+            for resource in reversed(owned):
+                resource.close()
+            raise
+        try:
+            follower._check_leader(follower.leader.changelog_position())  # a deleted function fails now
+            if start:
+                follower.start()
+        except BaseException:
+            follower.close()
+            raise
+        return follower
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> FollowerStore:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"statekeep-follower-{self.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop tailing and close what :meth:`open` opened. The local copy stays for the next start."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=60)
+        owned, self._owned = self._owned, []
+        for resource in reversed(owned):
+            try:
+                resource.close()
+            except StatekeepError as e:
+                log.warning("follower %s: closing %r failed: %s", self.name, resource, e)
+
+    def __enter__(self) -> FollowerStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the tailing thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                applied = self.step()
+                failures = 0
+            except NotFoundError as e:
+                with self._cond:
+                    self._error = e
+                    self._phase = "deleted"
+                    self._cond.notify_all()
+                log.warning("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
+                return
+            except StatekeepError as e:  # e.g. the leader's store is unreachable: try again, slower
+                failures += 1
+                applied = 0
+                log.warning("follower of %s/%s/%s: %s (retrying)", self.tenant, self.namespace, self.name, e)
+                self._stop.wait(min(5.0, 0.05 * 2 ** min(failures, 7)))
+            if not applied:
+                self._stop.wait(self.poll_interval)
+
+    def step(self) -> int:
+        """One poll: bootstrap if needed, else apply the next batch of records. Returns how many
+        records (or entries) it applied. Called by the tailing thread; public for tests and tools."""
+        meta = self._meta
+        if meta.gen is None or meta.restore is not None:
+            return self._bootstrap()
+        if meta.garbage:
+            if self.replica.collect_garbage(meta.garbage):
+                meta.garbage = []
+        started = time.monotonic()
+        batch = self.leader.read_changelog(after=meta.applied, limit=self.batch_size)
+        position = self.leader.changelog_position()  # after the read: it vouches for what was read
+        self._check_leader(position)
+        if position.purged_offset > meta.applied:
+            log.info("follower of %s: compaction dropped tombstones up to offset %d, past the applied offset %d: "
+                     "bootstrapping again", self.name, position.purged_offset, meta.applied)
+            return self._bootstrap()
+        if batch:
+            epoch = meta.epoch or position.epoch
+            self.replica.apply(meta.gen, batch, batch[-1].offset, epoch)
+            meta.applied, meta.epoch = batch[-1].offset, epoch
+            if self.on_apply is not None:
+                self.on_apply(batch)
+        with self._cond:
+            self._phase = "tailing"
+            if len(batch) < self.batch_size:  # everything committed before `started` is now applied
+                self._caught_up_at = started
+                self._cond.notify_all()
+        return len(batch)
+
+    def _check_leader(self, position) -> None:
+        """Raise :class:`NotFoundError` if the function was deleted (registry entry gone) or its state
+        reset (epoch changed or gone since this follower adopted it)."""
+        fqfn = f"{self.tenant}/{self.namespace}/{self.name}"
+        if self._meta.epoch is not None and position.epoch != self._meta.epoch:
+            raise NotFoundError(f"function {fqfn} was deleted: its state was reset (epoch {self._meta.epoch} -> "
+                                f"{position.epoch}); close this follower")
+        if self._registry is not None and time.monotonic() >= self._next_registry_check:
+            store, path = self._registry
+            if store.get(path) is None:
+                raise NotFoundError(f"function {fqfn} was deleted (no registry entry); close this follower")
+            self._next_registry_check = time.monotonic() + REGISTRY_CHECK_S
+
+    # ---- bootstrap -----------------------------------------------------------------------------
+
+    def _bootstrap(self) -> int:
+        meta = self._meta
+        self._phase = "restoring"
+        if meta.restore is not None and meta.restore.get("source") == "snapshot" and self.snapshots is not None:
+            info = self.snapshots.get(self.tenant, self.namespace, self.name, meta.restore["number"])
+            if info is not None and info.blob_url == meta.restore["blob"]:
+                return self._from_snapshot(info, meta.restore)
+        if meta.restore is not None:  # a full read cannot resume (the leader moved on): start over
+            self.replica.abandon_restore()
+            self._meta = meta = self.replica.load()
+        position = self.leader.changelog_position()
+        self._check_leader(position)
+        info = None
+        if self.snapshots is not None and position.epoch is not None:
+            info = self.snapshots.newest(self.tenant, self.namespace, self.name, epoch=position.epoch)
+        if info is not None and info.offset >= position.purged_offset and info.offset > meta.applied:
+            return self._from_snapshot(info, None)
+        if meta.gen is None and position.purged_offset < 0:  # nothing dropped: replay from the start
+            gen = self.replica.begin_restore({"source": "replay"})
+            self.replica.finish_restore(gen, -1, position.epoch)
+            self._meta = self.replica.load()
+            return 1
+        view = self.leader.read_all()
+        progress = {"source": "read"}
+        progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
+        self._write_generation(progress, view.entries)
+        return self._finish(progress, view.position.last_offset, view.position.epoch)
+
+    def _from_snapshot(self, info: SnapshotInfo, resume: dict[str, Any] | None) -> int:
+        if resume is None:
+            source = {"source": "snapshot", "number": info.number, "blob": info.blob_url}
+            resume = {**source, "gen": self.replica.begin_restore(source), "written": 0}
+        log.info("follower of %s: restoring snapshot %d (offset %d)%s", self.name, info.number, info.offset,
+                 f", resuming after {resume['written']} entries" if resume["written"] else "")
+        try:
+            with self.snapshots.open(info) as (header, entries):
+                if not self._write_generation(resume, entries, skip=resume["written"]):
+                    return 0  # stopping: the restore resumes on the next start
+        except (CorruptStateError, NotFoundError) as e:
+            log.warning("follower of %s: snapshot %d unusable (%s); falling back", self.name, info.number, e)
+            self.replica.abandon_restore()
+            self._meta = self.replica.load()
+            self.snapshots = None  # this run: full read instead
+            return 1
+        return self._finish(resume, int(header["offset"]), header.get("epoch"))
+
+    def _write_generation(self, progress: dict[str, Any], entries: Iterator[StateEntry], skip: int = 0) -> bool:
+        """Write ``entries`` (after the first ``skip``) in chunks; False if asked to stop part-way."""
+        self._restored = skip
+        chunk: list[StateEntry] = []
+        for i, entry in enumerate(entries):
+            if i < skip:
+                continue
+            chunk.append(entry)
+            if len(chunk) >= self.restore_chunk:
+                self.replica.restore_chunk(progress, chunk)
+                self._restored += len(chunk)
+                chunk = []
+                if self._stop.is_set():
+                    return False
+        if chunk:
+            self.replica.restore_chunk(progress, chunk)
+            self._restored += len(chunk)
+        return True
+
+    def _finish(self, progress: dict[str, Any], offset: int, epoch: str | None) -> int:
+        self.replica.finish_restore(progress["gen"], offset, epoch)
+        self._meta = self.replica.load()
+        return max(1, progress["written"])
+
+    # ---- status --------------------------------------------------------------------------------
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise NotFoundError(str(self._error))
+
+    @property
+    def applied_offset(self) -> int:
+        """The leader's changelog offset this copy reflects (-1: none yet)."""
+        return self._meta.applied
+
+    @property
+    def lag(self) -> int:
+        """Changelog records not yet applied (all of them while bootstrapping)."""
+        self._raise_if_failed()
+        return self.leader.count_changelog(after=self._meta.applied if self._meta.gen is not None else -1)
+
+    def wait_until_caught_up(self, timeout: float | None = None) -> bool:
+        """True once every change the leader committed before this call is applied here; False after
+        ``timeout`` seconds. Raises :class:`NotFoundError` if the function was deleted."""
+        called = time.monotonic()
+        deadline = None if timeout is None else called + timeout
+        with self._cond:
+            while self._caught_up_at < called:
+                self._raise_if_failed()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
+        self._raise_if_failed()
+        return True
+
+    def status(self) -> dict[str, Any]:
+        """Where this follower is, as JSON-ready data (no call to the leader)."""
+        meta = self._meta
+        return {"tenant": self.tenant, "namespace": self.namespace, "name": self.name, "phase": self._phase,
+                "appliedOffset": meta.applied, "epoch": meta.epoch, "generation": meta.gen,
+                "restoredEntries": self._restored if meta.restore is not None or self._phase == "restoring" else None,
+                "error": None if self._error is None else str(self._error)}
+
+    # ---- reads: the local copy -----------------------------------------------------------------
+
+    def get_entry(self, key: str) -> StateEntry | None:
+        self._raise_if_failed()
+        return self.replica.get_entry(key)
+
+    def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
+        self._raise_if_failed()
+        return self.replica.get_entries(keys)
+
+    def scan_entries(self, prefix: str = "", start_after: str | None = None,
+                     limit: int | None = None) -> Iterator[StateEntry]:
+        self._raise_if_failed()
+        return self.replica.scan_entries(prefix, start_after, limit)
+
+    def has_marker(self, marker: str) -> bool:
+        return self.leader.has_marker(marker)
+
+    def read_changelog(self, after: int = -1, limit: int | None = None) -> list:
+        return self.leader.read_changelog(after, limit)
+
+    def changelog_position(self):
+        return self.leader.changelog_position()
+
+    @property
+    def batch_limits(self) -> BatchLimits:
+        return self.leader.batch_limits
+
+    # ---- writes: refused -----------------------------------------------------------------------
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise ReadOnlyStoreError(f"{self.tenant}/{self.namespace}/{self.name} here is a read-only follower: "
+                                 "write to the leader (the function's own state store)")
+
+    put = set_counter = delete = incr = apply_batch = replace_state = compact_changelog = _refuse

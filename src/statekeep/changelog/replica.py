@@ -1,0 +1,232 @@
+"""A follower's materialized copy of one function's state, in the follower's own ``local://`` store.
+
+Layout in the store's LMDB environment (databases of their own, so a replica never collides with an
+embedded provider's state even in the same directory); ``P`` is ``tenant \\0 namespace \\0 name \\0``:
+
+- ``follower_state``: ``P + generation (8 bytes) + key`` -> ``version (8 bytes) + tagged value``, the
+  embedded provider's entry format, with the leader's versions;
+- ``follower_meta``: ``P+g`` the active generation, ``P+a`` its applied offset (signed), ``P+e`` the
+  leader's epoch it follows, ``P+r`` an unfinished restore (JSON), ``P+x<gen>`` a generation to delete.
+
+A (re)bootstrap writes a NEW generation in chunks, then switches ``g``/``a``/``e`` in one write, so
+readers always see a whole generation; old ones are deleted afterwards in small writes. Applying
+changelog records and moving ``a`` happen in one write, so a process killed at any moment resumes
+exactly where its last write ended. Every write is durable when it returns (the store's group commit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.state import records
+from statekeep.state.base import StateEntry
+from statekeep.state.embedded import EmbeddedStateProvider
+from statekeep.state.keys import encode_key, encode_prefix
+
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_new_entry = tuple.__new__
+
+
+@dataclass
+class ReplicaMeta:
+    gen: int | None  # None: never bootstrapped
+    applied: int
+    epoch: str | None
+    restore: dict[str, Any] | None
+    garbage: list[int]
+
+
+class LocalReplica:
+    """See the module docstring. Writes come from one thread (the follower's); reads from any."""
+
+    def __init__(self, local_dir: str, tenant: str, namespace: str, name: str) -> None:
+        if not local_dir:
+            raise InvalidArgumentError("a follower needs its own local directory (local_dir)")
+        self.provider = EmbeddedStateProvider()
+        self.provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
+        engine = self.provider.store._engine
+        self._engine, self._env = engine, engine.env
+        self._state, self._meta = engine.open_db(b"follower_state"), engine.open_db(b"follower_meta")
+        self._p = f"{tenant}\0{namespace}\0{name}\0".encode()
+
+    def close(self) -> None:
+        self.provider.close()
+
+    # ---- meta --------------------------------------------------------------------------------
+
+    def load(self) -> ReplicaMeta:
+        p = self._p
+        with self._env.begin(db=self._meta) as txn:
+            gen, applied, epoch, restore = (txn.get(p + k) for k in (b"g", b"a", b"e", b"r"))
+            garbage = []
+            cursor = txn.cursor()
+            if cursor.set_range(p + b"x"):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(p + b"x"):
+                        break
+                    garbage.append(_U64.unpack(key[len(p) + 1:])[0])
+        return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0], -1 if applied is None else _I64.unpack(applied)[0],
+                           None if not epoch else epoch.decode(), None if restore is None else json.loads(restore),
+                           garbage)
+
+    def _submit(self, work) -> Any:
+        return self._engine.submit(lambda reader, now_ms: (work(reader.txn), None))
+
+    # ---- tailing -----------------------------------------------------------------------------
+
+    def apply(self, gen: int, batch: list[records.ChangelogRecord], applied: int, epoch: str | None) -> None:
+        """Apply ``batch`` (in offset order) to generation ``gen`` and record ``applied`` and ``epoch``, in
+        one write. A record sets its key to its absolute value and version (or deletes it), so applying
+        any record twice changes nothing: re-applying after a crash is harmless."""
+        prefix = self._p + _U64.pack(gen)
+
+        def work(txn) -> None:
+            put, delete = txn.put, txn.delete
+            state = self._state
+            for r in batch:
+                key = prefix + r.key.encode()
+                if r.value is None:
+                    delete(key, db=state)
+                elif r.kind == "counter":
+                    put(key, _U64.pack(r.version) + records.COUNTER + r.value, db=state)
+                else:
+                    put(key, _U64.pack(r.version) + records.BYTES + r.value, db=state)
+            txn.put(self._p + b"a", _I64.pack(applied), db=self._meta)
+            txn.put(self._p + b"e", (epoch or "").encode(), db=self._meta)
+
+        self._submit(work)
+
+    # ---- (re)bootstrap -------------------------------------------------------------------------
+
+    def begin_restore(self, source: dict[str, Any]) -> int:
+        """Start writing a new generation; returns it. ``source`` says where it comes from (kept, with the
+        number of entries written so far, so a restarted follower can resume)."""
+        meta = self.load()
+        gen = max([meta.gen or 0, *meta.garbage, (meta.restore or {}).get("gen", 0)]) + 1
+        progress = {**source, "gen": gen, "written": 0}
+        self._submit(lambda txn: txn.put(self._p + b"r", json.dumps(progress).encode(), db=self._meta))
+        return gen
+
+    def restore_chunk(self, progress: dict[str, Any], entries: list[StateEntry]) -> None:
+        """Write ``entries`` into the restore's generation and count them, in one write."""
+        prefix = self._p + _U64.pack(progress["gen"])
+        progress["written"] += len(entries)
+        raw = json.dumps(progress).encode()
+
+        def work(txn) -> None:
+            put, state = txn.put, self._state
+            for e in entries:
+                put(prefix + e.key.encode(), _U64.pack(e.version) + (records.COUNTER if e.kind == "counter"
+                                                                       else records.BYTES) + e.value, db=state)
+            txn.put(self._p + b"r", raw, db=self._meta)
+
+        self._submit(work)
+
+    def finish_restore(self, gen: int, applied: int, epoch: str | None) -> None:
+        """Make ``gen`` the active generation at ``applied``/``epoch``; the old one becomes garbage."""
+        def work(txn) -> None:
+            p, meta = self._p, self._meta
+            old = txn.get(p + b"g", db=meta)
+            if old is not None and _U64.unpack(old)[0] != gen:
+                txn.put(p + b"x" + old, b"", db=meta)
+            txn.put(p + b"g", _U64.pack(gen), db=meta)
+            txn.put(p + b"a", _I64.pack(applied), db=meta)
+            txn.put(p + b"e", (epoch or "").encode(), db=meta)
+            txn.delete(p + b"r", db=meta)
+
+        self._submit(work)
+
+    def abandon_restore(self) -> None:
+        """Drop an unfinished restore: its generation becomes garbage."""
+        def work(txn) -> None:
+            raw = txn.get(self._p + b"r", db=self._meta)
+            if raw is not None:
+                txn.put(self._p + b"x" + _U64.pack(json.loads(raw)["gen"]), b"", db=self._meta)
+                txn.delete(self._p + b"r", db=self._meta)
+
+        self._submit(work)
+
+    def collect_garbage(self, gens: list[int], max_keys: int = 20_000) -> bool:
+        """Delete up to ``max_keys`` keys of garbage generations in one write; True when none is left."""
+        def work(txn) -> bool:
+            budget = max_keys
+            for gen in gens:
+                prefix = self._p + _U64.pack(gen)
+                cursor = txn.cursor(db=self._state)
+                found = cursor.set_range(prefix)
+                while found and budget > 0 and cursor.key().startswith(prefix):
+                    found = cursor.delete()
+                    budget -= 1
+                if budget <= 0:
+                    return False
+                txn.delete(self._p + b"x" + _U64.pack(gen), db=self._meta)
+            return True
+
+        return self._submit(work)
+
+    # ---- reads: the active generation, read in the same transaction as its number ------------
+
+    def _active(self, txn) -> bytes | None:
+        gen = txn.get(self._p + b"g", db=self._meta)
+        return None if gen is None else self._p + gen
+
+    def get_entry(self, key: str) -> StateEntry | None:
+        encode_key(key)
+        with self._env.begin() as txn:
+            prefix = self._active(txn)
+            raw = None if prefix is None else txn.get(prefix + key.encode(), db=self._state)
+        return None if raw is None else _entry(key, raw)
+
+    def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
+        keys = list(dict.fromkeys(keys))
+        for key in keys:
+            encode_key(key)
+        out = {}
+        with self._env.begin() as txn:
+            prefix = self._active(txn)
+            if prefix is not None:
+                for key in keys:
+                    raw = txn.get(prefix + key.encode(), db=self._state)
+                    if raw is not None:
+                        out[key] = _entry(key, raw)
+        return out
+
+    def scan_entries(self, prefix: str = "", start_after: str | None = None,
+                     limit: int | None = None) -> Iterator[StateEntry]:
+        encode_prefix(prefix)
+        if start_after is not None and not isinstance(start_after, str):
+            raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+        return self._scan(prefix, start_after, limit)
+
+    def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
+        with self._env.begin() as txn:  # one snapshot for the whole scan
+            base = self._active(txn)
+            if base is None:
+                return
+            want = base + prefix.encode()
+            low = want
+            if start_after is not None and start_after.encode() >= prefix.encode():
+                low = base + start_after.encode() + b"\0"
+            cursor = txn.cursor(db=self._state)
+            if not cursor.set_range(low):
+                return
+            produced = 0
+            for raw_key, raw in cursor:
+                if not raw_key.startswith(want) or (limit is not None and produced >= limit):
+                    return
+                yield _entry(raw_key[len(base):].decode(), raw)
+                produced += 1
+
+
+def _entry(key: str, raw: bytes) -> StateEntry:
+    kind, payload = records.decode_stored(raw[8:], key)
+    return _new_entry(StateEntry, (key, payload, kind, _U64.unpack_from(raw)[0]))

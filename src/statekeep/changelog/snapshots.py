@@ -1,0 +1,208 @@
+"""Function snapshots: a function's whole state, streamed into blob storage as a state handle.
+
+    snapshots = SnapshotStore(store, "file:///var/lib/statekeep/blobs")
+    info = snapshots.create(state)                  # SnapshotInfo(number=3, offset=41, ...)
+    snapshots.list("public", "default", "wc")       # oldest first
+    snapshots.restore(state, info)                  # the state becomes the snapshot's
+
+Layout: the handles of ``T/N/F`` live in a :class:`~statekeep.handles.StateHandleStore` rooted at
+``ROOT/T/N/F`` (default root ``/statekeep/snapshots``), one handle ``snapshot-<10 digits>`` per
+snapshot, numbered by :meth:`CoordinationService.next_counter_value` on ``ROOT/T/N/F/counter``. Each
+handle's attributes carry what the snapshot covers: ``offset`` (every changelog record at or below it
+is in the snapshot), ``epoch`` (the incarnation of the function's state; a snapshot of another epoch
+is ignored by followers), ``purged`` and ``format``. Blobs go where ``blobs`` points: by default
+``DIR/blobs`` for a ``local://DIR`` store.
+
+Guarantees: ``create`` holds the leadership ``ROOT/T/N/F/leader`` while it adds the handle (one
+snapshot writer at a time per function; handle writes are fenced by it). Consistency of what a
+snapshot holds: on the embedded provider the entries and the offset come from one LMDB read
+transaction (exact); on the metadata provider the offset is read first and the scan may include
+later changes, which is harmless because replaying the changelog from the offset sets every key it
+touches to its newest absolute value. Readers lock the handle while they read it, so a snapshot being
+read is never deleted underneath them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from statekeep.changelog import snapshot_format
+from statekeep.coordination import CoordinationService
+from statekeep.errors import CorruptStateError, InvalidArgumentError, StatekeepError
+from statekeep.handles import BlobStore, StateHandleStore
+from statekeep.handles.handle import decode as decode_handle
+from statekeep.metadata.base import MetadataStore
+from statekeep.state.base import StateEntry, StateStore
+
+DEFAULT_ROOT = "/statekeep/snapshots"
+FORMAT = 1
+PREFIX = "snapshot-"
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One snapshot of ``tenant/namespace/name``: its handle ``key`` and number, the changelog
+    ``offset`` and ``epoch`` it covers, the blob's ``size`` and when it was written."""
+
+    tenant: str
+    namespace: str
+    name: str
+    key: str
+    number: int
+    offset: int
+    epoch: str | None
+    purged: int
+    size: int
+    created_ms: int
+    blob_url: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "namespace": self.namespace, "name": self.name, "snapshot": self.number,
+                "key": self.key, "offset": self.offset, "epoch": self.epoch, "purgedOffset": self.purged,
+                "size": self.size, "createdMs": self.created_ms, "blob": self.blob_url}
+
+
+class SnapshotStore:
+    """Snapshots of function state in ``store`` (handles) and ``blobs`` (bytes); see the module docstring.
+    ``blobs`` may be None for a reader: blob URLs are absolute in the handles. Thread-safe."""
+
+    def __init__(self, store: MetadataStore, blobs: str | BlobStore | None = None, *, root: str = DEFAULT_ROOT,
+                 leader_timeout: float = 60.0, blob_options: dict[str, Any] | None = None) -> None:
+        self.store = store
+        self.root = root.rstrip("/")
+        self.leader_timeout = leader_timeout
+        if blobs is None and getattr(store, "scheme", None) == "local":
+            blobs = f"file://{os.path.join(str(store.directory), 'blobs')}"
+        self.writable = blobs is not None
+        self.blobs = blobs if isinstance(blobs, BlobStore) else BlobStore(blobs or "file:///", options=blob_options)
+
+    def _root(self, tenant: str, namespace: str, name: str) -> str:
+        from statekeep.state.keys import validate_name
+
+        return (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
+                f"{validate_name(name, 'function name')}")
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def create(self, state: StateStore) -> SnapshotInfo:
+        """Snapshot ``state`` now (streamed: memory stays bounded). Raises :class:`InvalidArgumentError`
+        without a blob URL, :class:`LeadershipLostError`, :class:`PossibleInconsistentStateError`
+        (the blob is kept), :class:`TimeoutError` if another snapshot writer holds the leadership."""
+        if not self.writable:
+            raise InvalidArgumentError("snapshots need blob storage: give a blobs URL (e.g. file:///var/lib/blobs)")
+        root = self._root(state.tenant, state.namespace, state.name)
+        coord = CoordinationService(self.store)
+        try:
+            lock = coord.become_leader(root + "/leader", f"snapshot-{os.getpid()}".encode()).result(self.leader_timeout)
+            try:
+                number = coord.next_counter_value(root + "/counter")
+                view = state.read_all()
+                pos = view.position
+                header = {"format": FORMAT, "tenant": state.tenant, "namespace": state.namespace, "name": state.name,
+                          "offset": pos.last_offset, "epoch": pos.epoch, "purged": pos.purged_offset,
+                          "created_ms": int(time.time() * 1000)}
+                attributes = {k: header[k] for k in ("format", "offset", "epoch", "purged")}
+                key = f"{PREFIX}{number:010d}"
+                with StateHandleStore(self.store, root, self.blobs, leadership=lock) as handles:
+                    handles.add_and_lock(key, snapshot_format.encode(header, view.entries), attributes=attributes)
+                    handles.release(key)  # the writer keeps no lock: gc may remove it later
+            finally:
+                lock.release()
+        finally:
+            coord.close()
+        info = self.get(state.tenant, state.namespace, state.name, number)
+        assert info is not None
+        return info
+
+    def remove_older(self, tenant: str, namespace: str, name: str, keep: int = 2) -> list[int]:
+        """Remove all but the ``keep`` newest snapshots (those a reader has locked stay until it is
+        done); returns the numbers removed."""
+        if keep < 1:
+            raise InvalidArgumentError("keep at least one snapshot")
+        root = self._root(tenant, namespace, name)
+        old = self.list(tenant, namespace, name)[:-keep]
+        if not old:
+            return []
+        coord = CoordinationService(self.store)
+        try:
+            lock = coord.become_leader(root + "/leader", f"snapshot-gc-{os.getpid()}".encode()).result(self.leader_timeout)
+            try:
+                with StateHandleStore(self.store, root, self.blobs, leadership=lock) as handles:
+                    return [info.number for info in old if handles.release_and_try_remove(info.key)]
+            finally:
+                lock.release()
+        finally:
+            coord.close()
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def list(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:
+        """The function's snapshots, oldest first (unreadable handles are left out)."""
+        handles = f"{self._root(tenant, namespace, name)}/handles"
+        out = []
+        for key in self.store.get_children(handles):
+            info = self._info(tenant, namespace, name, handles, key)
+            if info is not None:
+                out.append(info)
+        return out
+
+    def get(self, tenant: str, namespace: str, name: str, number: int) -> SnapshotInfo | None:
+        handles = f"{self._root(tenant, namespace, name)}/handles"
+        return self._info(tenant, namespace, name, handles, f"{PREFIX}{number:010d}")
+
+    def newest(self, tenant: str, namespace: str, name: str, epoch: str | None = None) -> SnapshotInfo | None:
+        """The newest snapshot (of ``epoch`` if given), or None."""
+        for info in reversed(self.list(tenant, namespace, name)):
+            if epoch is None or info.epoch == epoch:
+                return info
+        return None
+
+    def _info(self, tenant: str, namespace: str, name: str, handles: str, key: str) -> SnapshotInfo | None:
+        if not key.startswith(PREFIX) or not key[len(PREFIX):].isdigit():
+            return None
+        current = self.store.get(f"{handles}/{key}")
+        if current is None:
+            return None
+        try:
+            h = decode_handle(key, current.stat.version, current.value, None)
+            a = h.attributes
+            return SnapshotInfo(tenant, namespace, name, key, int(key[len(PREFIX):]), int(a["offset"]),
+                                a.get("epoch"), int(a.get("purged", -1)), h.size, h.created_ms, h.blob_url)
+        except (CorruptStateError, KeyError, TypeError, ValueError):
+            return None
+
+    @contextlib.contextmanager
+    def open(self, info: SnapshotInfo) -> Iterator[tuple[dict[str, Any], Iterator[StateEntry]]]:
+        """``(header, entries)`` of a snapshot, its handle locked until the block ends. The entries
+        iterator raises :class:`CorruptStateError` where the stream breaks, at the latest at its end
+        (checksum): act on what it yielded only once it is exhausted. :class:`NotFoundError` if gone."""
+        handles = StateHandleStore(self.store, self._root(info.tenant, info.namespace, info.name), self.blobs)
+        try:
+            handle = handles.get_and_lock(info.key)
+            with handle.open() as reader:
+                header, entries = snapshot_format.decode(reader.read)
+                yield header, entries
+        finally:
+            try:
+                handles.release(info.key)
+            except StatekeepError:
+                pass  # the lock goes with the session anyway
+
+    def verify(self, info: SnapshotInfo) -> int:
+        """Read the whole snapshot, checking it; returns its number of entries."""
+        with self.open(info) as (_, entries):
+            return sum(1 for _ in entries)
+
+    def restore(self, state: StateStore, info: SnapshotInfo) -> int:
+        """Make ``state`` exactly the snapshot's (see :meth:`StateStore.replace_state`: one transaction on
+        the embedded provider, batches elsewhere), each change with its changelog record so followers
+        see it. The snapshot is verified whole first, so a corrupt one changes nothing. Returns the
+        number of keys changed."""
+        self.verify(info)
+        with self.open(info) as (_, entries):
+            return state.replace_state(entries)
