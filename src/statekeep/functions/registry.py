@@ -45,11 +45,22 @@ class FunctionRegistry:
         self.providers = providers
         self.root = root.rstrip("/")
         self.allow_custom_providers = allow_custom_providers
-        self._parsed: dict[bytes, FunctionConfig] = {}  # stored JSON -> config, for state lookups
+        self._paths: dict[tuple[str, str, str], str] = {}
+        # (tenant, namespace, name, stored config JSON) -> state store handle: the same stored config
+        # always means the same provider, so a request for state costs one read of the config
+        self._handles: dict[tuple[str, str, str, bytes], StateStore] = {}
 
     def _path(self, tenant: str, namespace: str, name: str) -> str:
-        return (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
+        try:
+            return self._paths[(tenant, namespace, name)]  # only validated names are ever stored
+        except (KeyError, TypeError):
+            pass
+        path = (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
                 f"{validate_name(name, 'function name')}")
+        if len(self._paths) > 10_000:
+            self._paths.clear()
+        self._paths[(tenant, namespace, name)] = path
+        return path
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -145,12 +156,14 @@ class FunctionRegistry:
         result = self.store.get(self._path(tenant, namespace, name))
         if result is None or not result.value:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
-        cfg = self._parsed.get(result.value)  # the same stored bytes always parse to the same config
-        if cfg is None:
-            if len(self._parsed) > 10_000:
-                self._parsed.clear()
-            cfg = self._parsed[result.value] = FunctionConfig.from_json(json.loads(result.value))
-        return self.provider_for(cfg).get_state_store(tenant, namespace, name)
+        handle = self._handles.get((tenant, namespace, name, result.value))
+        if handle is None:
+            cfg = FunctionConfig.from_json(json.loads(result.value))
+            handle = self.provider_for(cfg).get_state_store(tenant, namespace, name)
+            if len(self._handles) > 10_000:
+                self._handles.clear()
+            self._handles[(tenant, namespace, name, result.value)] = handle
+        return handle
 
     def _check_provider(self, cfg: FunctionConfig) -> None:
         if cfg.stateStorage is not None:

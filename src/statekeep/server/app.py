@@ -91,6 +91,17 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
+    # registered first: the hottest route is matched first; it reads its path parameters itself
+    # (documented through openapi_extra), skipping FastAPI's per-parameter resolution
+    @app.get(FN + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
+             openapi_extra=schemas.STATE_PATH, summary="Query a state key (Pulsar: querystate)")
+    async def query_state(request: Request) -> Response:
+        p = request.path_params
+        auth.check(request.headers.get("authorization"), p["tenant"])
+        metrics.state_op("get")
+        body = await call(service.query_state, p["tenant"], p["namespace"], p["name"], p["key"], read=True)
+        return JSONResponse(body, headers={"ETag": f'"{body["version"]}"'})
+
     async def upload(request: Request, tenant: str, namespace: str, name: str,
                      need_code: bool) -> tuple[dict[str, Any], bytes | None]:
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -163,14 +174,6 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
         metrics.state_op("list")
         return JSONResponse(await call(service.list_state, tenant, namespace, name, prefix, start_after, limit,
                                        read=True))
-
-    @app.get(FN + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
-             summary="Query a state key (Pulsar: querystate)")
-    async def query_state(tenant: str, namespace: str, name: str, key: str, request: Request) -> Response:
-        auth.check(request.headers.get("authorization"), tenant)
-        metrics.state_op("get")
-        body = await call(service.query_state, tenant, namespace, name, key, read=True)
-        return JSONResponse(body, headers={"ETag": f'"{body["version"]}"'})
 
     @app.post(FN + "/state/{key:path}", responses=schemas.ERRORS, openapi_extra=schemas.STATE_BODY,
               response_model=schemas.FunctionState, summary="Put a state key (Pulsar: putstate)")

@@ -75,3 +75,8 @@ FUNCTION_BODY = {"requestBody": {"required": True, "content": {
         "data": {"type": "string", "format": "binary", "description": "the Python file (required on create)"},
     }}},
 }}}
+
+STATE_PATH = {"parameters": [
+    {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+    for name in ("tenant", "namespace", "name", "key")
+]}
