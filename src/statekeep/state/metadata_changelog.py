@@ -29,7 +29,7 @@ from statekeep.state.keys import encode_key
 
 #: records looked at per round: their reads overlap, and their deletes go in multis of DELETE_CHUNK
 COMPACTION_CHUNK = 500
-DELETE_CHUNK = 100  # under etcd's default --max-txn-ops of 128, with room for the compaction node
+DELETE_CHUNK = 100  # at most; and at most the backend's batch_limits.max_keys (etcd: --max-txn-ops)
 
 
 class MetadataChangelog:
@@ -92,8 +92,9 @@ class MetadataChangelog:
                 elif current is None or current.stat.version != rec.version or \
                         current.value != _stored(rec):
                     deletes.append((offset, path, False))
-            for j in range(0, len(deletes), DELETE_CHUNK):
-                part = deletes[j:j + DELETE_CHUNK]
+            per = max(1, min(DELETE_CHUNK, self.batch_limits.max_keys))
+            for j in range(0, len(deletes), per):
+                part = deletes[j:j + per]
                 self._delete_records(part, int(chunk[-1][1:]), first)
                 dropped += sum(1 for d in part if d[2])
                 removed += sum(1 for d in part if not d[2])
