@@ -230,3 +230,21 @@ class LocalReplica:
 def _entry(key: str, raw: bytes) -> StateEntry:
     kind, payload = records.decode_stored(raw[8:], key)
     return _new_entry(StateEntry, (key, payload, kind, _U64.unpack_from(raw)[0]))
+
+
+def followed(local_dir: str) -> list[tuple[str, str, str]]:
+    """The functions whose replicas live in ``local_dir`` (those bootstrapped at least once), sorted."""
+    provider = EmbeddedStateProvider()
+    provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
+    try:
+        engine = provider.store._engine
+        meta = engine.open_db(b"follower_meta")
+        out = []
+        with engine.env.begin(db=meta) as txn:
+            for key in txn.cursor().iternext(values=False):
+                parts = key.split(b"\0")
+                if len(parts) == 4 and parts[3] == b"g":
+                    out.append(tuple(p.decode() for p in parts[:3]))
+        return sorted(out)
+    finally:
+        provider.close()

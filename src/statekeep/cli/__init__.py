@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     functions.register(groups)
     standalone.register(groups)
     __import__("statekeep.cli.handles", fromlist=["register"]).register(groups)
+    __import__("statekeep.cli.followers", fromlist=["register"]).register(groups)
     return parser
 
 

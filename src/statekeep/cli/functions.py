@@ -70,9 +70,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     put.add_argument("--state", required=True,
                      help='FunctionState JSON, e.g. \'{"key": "k", "stringValue": "v"}\' or {"numberValue": 5}')
 
-    from statekeep.cli import run
+    from statekeep.cli import run, snapshots
 
     run.register(command)
+    snapshots.register(command)
 
 
 # ---- the two ways of reaching functions ----------------------------------------------------------

@@ -8,6 +8,8 @@ Routes (``FN`` = ``/admin/v3/functions/{tenant}/{namespace}/{name}``):
   part or a JSON body; ``If-Match: VERSION`` (or ``If-None-Match: *``) makes POST and DELETE conditional.
 - ``GET FN/state?prefix=&startAfter=&limit=``: a page of keys.
 - ``/metrics`` (Prometheus), ``/health``, ``/docs`` and ``/openapi.json``.
+- ``/admin/v3/followers...``: read-only followers configured with the server
+  (:mod:`statekeep.server.followers`).
 
 Errors are ``{"reason"}`` with the status :mod:`statekeep.server.errors` maps; a refused request
 changes nothing.
@@ -28,6 +30,7 @@ from starlette.datastructures import UploadFile
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.functions.service import FunctionService
 from statekeep.server import errors, schemas
+from statekeep.server import followers as follower_routes
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig
 from statekeep.server.metrics import Metrics, MetricsMiddleware
@@ -62,6 +65,12 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
     registry = service.registry
     store = registry.store
     metrics = Metrics()
+    try:
+        followers = follower_routes.Followers(cfg.followers)
+    except BaseException:
+        service.close()
+        raise
+    metrics.add_collector(followers.metrics_lines)
     worker = cfg.worker if cfg.worker is not None else NullWorker()
     # embedded stores answer reads from local memory-mapped pages: serve them on the event loop,
     # skipping a thread hop; anything that may wait (network, fsync) runs in the thread pool
@@ -82,6 +91,7 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
             try:
                 worker.stop()
             finally:
+                followers.close()
                 service.close()
 
     app = FastAPI(title="statekeep", version="0.1.0", lifespan=lifespan,
@@ -195,9 +205,11 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
         await call(service.delete_state, tenant, namespace, name, key, version)
         return Response(status_code=204)
 
+    follower_routes.install(app, followers, auth, call)
+
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
     async def prometheus() -> Response:
-        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(await run_in_threadpool(metrics.render), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/health", summary="Liveness")
     async def health() -> dict[str, str]:

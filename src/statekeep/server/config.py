@@ -16,7 +16,8 @@ class ServerConfig:
     store, ``metadata`` on others, on the server's own store when the config is None). ``tokens`` (token -> grant) or ``tokens_file`` (JSON) turn auth on.
     ``allow_custom_state_providers``: let a function's config name its own provider (off: a REST
     caller could otherwise make the server open any store). ``worker``: runs functions (see
-    :mod:`statekeep.server.worker`). ``max_request_bytes``: larger bodies get 413."""
+    :mod:`statekeep.server.worker`). ``max_request_bytes``: larger bodies get 413. ``followers``:
+    read-only followers to serve (see :mod:`statekeep.server.followers`)."""
 
     metadata_url: str = "memory://"
     state_provider: str | None = None
@@ -26,6 +27,7 @@ class ServerConfig:
     allow_custom_state_providers: bool = False
     functions_root: str = "/statekeep/functions"
     max_request_bytes: int = 8 << 20
+    followers: list[dict[str, Any]] | None = None
     worker: Any = field(default=None, repr=False)
 
     @classmethod

@@ -4,6 +4,7 @@
   so keys in URLs do not multiply series); unmatched paths count under route ``"unmatched"``.
 - ``statekeep_http_request_duration_seconds{route}``: a latency histogram.
 - ``statekeep_state_operations_total{op}``: state operations (get, put, delete, list) served.
+- whatever collectors added with :meth:`Metrics.add_collector` render (e.g. follower lag gauges).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import bisect
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -26,6 +28,11 @@ class Metrics:
         self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
         self.latency: dict[str, list[float]] = {}  # route -> per-bucket counts, then +Inf count, then sum
         self.state_ops: dict[str, int] = defaultdict(int)
+        self.collectors: list[Callable[[], list[str]]] = []
+
+    def add_collector(self, collect: Callable[[], list[str]]) -> None:
+        """``collect()`` returns exposition lines (HELP, TYPE, samples) to append at each scrape."""
+        self.collectors.append(collect)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -64,6 +71,8 @@ class Metrics:
                 "# TYPE statekeep_state_operations_total counter"]
         for op, n in sorted(ops.items()):
             out.append(f'statekeep_state_operations_total{{op="{op}"}} {n}')
+        for collect in self.collectors:
+            out += collect()
         return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,129 @@
+"""``statekeep followers start|get|status``: read-only followers of a function's state (KIP-813).
+
+A follower materializes a leader's function state in its own directory (``--local-dir``) by tailing
+the leader's changelog (bootstrapping from the newest snapshot when there is one), and serves reads
+from there. ``--leader-store URL`` is the leader's metadata store (default ``$STATEKEEP_STORE`` or
+``local://./.statekeep-data``); the function must be registered there.
+
+- ``start``: follow until interrupted, printing the follower's status (and lag) every ``--interval``.
+- ``get --key K``: catch up (at most ``--timeout`` seconds), then print the key as FunctionState JSON.
+- ``status``: every function followed in ``--local-dir``: applied offset, epoch and, with the
+  leader reachable, the lag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from statekeep.cli import default_store_url, print_json
+from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser("followers", help="read-only followers of a function's state")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run, help: str, *, named: bool = True) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help)
+        if named:
+            sub.add_argument("--tenant", default="public", help="tenant (default: %(default)s)")
+            sub.add_argument("--namespace", default="default", help="namespace (default: %(default)s)")
+            sub.add_argument("--name", required=True, help="function name")
+            sub.add_argument("--blobs", default=None, help="snapshot blob storage if not in the handles' URLs")
+            sub.add_argument("--provider", default=None, help="the leader's state provider (default: the registry's)")
+        sub.add_argument("--leader-store", default=default_store_url(),
+                         help="the leader's metadata store URL (default: $STATEKEEP_STORE or %(default)s)")
+        sub.add_argument("--local-dir", required=True, help="the follower's own directory")
+        sub.set_defaults(run=run)
+        return sub
+
+    start = command("start", _start, "follow a function until interrupted, printing status")
+    start.add_argument("--interval", type=float, default=1.0, help="seconds between status lines (default: 1)")
+    get = command("get", _get, "catch up, then print one key as FunctionState JSON")
+    get.add_argument("--key", required=True, help="state key")
+    get.add_argument("--timeout", type=float, default=60.0, help="seconds to catch up (default: %(default)s)")
+    status = command("status", _status, "the functions followed in a directory", named=False)
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _open(args: argparse.Namespace):
+    from statekeep.changelog import FollowerStore
+
+    return FollowerStore.open(args.leader_store, args.tenant, args.namespace, args.name,
+                              local_dir=args.local_dir, blobs=args.blobs, provider=args.provider)
+
+
+def _start(args: argparse.Namespace) -> int:
+    with _open(args) as follower:
+        print(f"following {args.tenant}/{args.namespace}/{args.name} of {args.leader_store} into {args.local_dir}; "
+              "Ctrl-C stops", file=sys.stderr)
+        while True:
+            status = follower.status()
+            try:
+                status["lag"] = follower.lag
+            except NotFoundError:
+                raise
+            except StatekeepError as e:
+                status["lag"], status["error"] = None, str(e)
+            print(f"{time.strftime('%H:%M:%S')}  {status['phase']:<9}  applied offset {status['appliedOffset']:>10}  "
+                  f"lag {status['lag']}" + (f"  restored {status['restoredEntries']}" if status["restoredEntries"] else "")
+                  + (f"  error: {status['error']}" if status["error"] else ""), flush=True)
+            time.sleep(args.interval)
+
+
+def _get(args: argparse.Namespace) -> int:
+    from statekeep.state.shape import function_state_json
+
+    with _open(args) as follower:
+        if not follower.wait_until_caught_up(args.timeout):
+            raise StatekeepError(f"the follower did not catch up within {args.timeout:g} s (lag {follower.lag})")
+        entry = follower.get_entry(args.key)
+    if entry is None:
+        raise NotFoundError(f"key {args.key!r} not found in {args.tenant}/{args.namespace}/{args.name}")
+    print_json(function_state_json(entry))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from statekeep.changelog.replica import LocalReplica, followed
+
+    if not os.path.isdir(args.local_dir):
+        raise InvalidArgumentError(f"no follower directory {args.local_dir}")
+    rows = []
+    for tenant, namespace, name in followed(args.local_dir):
+        replica = LocalReplica(args.local_dir, tenant, namespace, name)
+        try:
+            meta = replica.load()
+        finally:
+            replica.close()
+        rows.append({"tenant": tenant, "namespace": namespace, "name": name, "appliedOffset": meta.applied,
+                     "epoch": meta.epoch, "generation": meta.gen, "restoring": meta.restore is not None,
+                     "lag": _lag(args.leader_store, tenant, namespace, name, meta)})
+    if args.json:
+        print_json(rows)
+        return 0
+    if not rows:
+        print(f"no followers in {args.local_dir}")
+    for row in rows:
+        print(f"{row['tenant']}/{row['namespace']}/{row['name']}  applied offset {row['appliedOffset']}  "
+              f"lag {row['lag'] if row['lag'] is not None else '?'}" + ("  (restoring)" if row["restoring"] else ""))
+    return 0
+
+
+def _lag(url: str, tenant: str, namespace: str, name: str, meta) -> int | str | None:
+    """Records the leader has after the follower's applied offset; None if unknown, "deleted" if gone."""
+    from statekeep.functions.service import FunctionService
+
+    try:
+        with FunctionService.open(url) as service:
+            state = service.registry.state_store(tenant, namespace, name)
+            if meta.epoch is not None and state.changelog_position().epoch != meta.epoch:
+                return "deleted"
+            return state.count_changelog(meta.applied if meta.gen is not None else -1)
+    except NotFoundError:
+        return "deleted"
+    except StatekeepError:
+        return None
