@@ -58,10 +58,16 @@ class BufferedState:
         return (self._entry(key)[1] or 0) + delta
 
     def incr(self, key: str, amount: int) -> int:
-        value = self.get_counter(key) + amount
+        # get_counter inlined: this runs once per record in counting functions
+        delta = self.counter_deltas.get(key, 0) + amount
+        if key in self.puts:
+            value = delta
+        else:
+            base = self._base.get(key)
+            value = ((base if base is not None else self._entry(key))[1] or 0) + delta
         if not COUNTER_MIN <= value <= COUNTER_MAX:
             raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
-        self.counter_deltas[key] = self.counter_deltas.get(key, 0) + amount
+        self.counter_deltas[key] = delta
         return value
 
     @property
@@ -121,12 +127,12 @@ class Context:
         self._state.put(_key(key), None)
 
     def incr_counter(self, key: str, amount: int = 1) -> int:
-        if isinstance(amount, bool) or not isinstance(amount, int):
+        if amount.__class__ is not int and (isinstance(amount, bool) or not isinstance(amount, int)):
             raise InvalidArgumentError(f"a counter amount must be an int, not {type(amount).__name__}")
-        return self._state.incr(_key(key), amount)
+        return self._state.incr(key if key.__class__ is str and key else _key(key), amount)
 
     def get_counter(self, key: str) -> int:
-        return self._state.get_counter(_key(key))
+        return self._state.get_counter(key if key.__class__ is str and key else _key(key))
 
     def del_counter(self, key: str) -> None:
         self._state.put(_key(key), None)

@@ -87,12 +87,24 @@ def _cached_state_store(spec: dict):
         return _stores[key]
 
 
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # what json.loads runs, minus its per-call checks
+
+
 def decode_records(values: Iterable[Any], input_format: str) -> Iterator[Any]:
-    if input_format == "json":
-        for line in values:
-            yield json.loads(line)
-    else:
+    """Each JSON line as ``json.loads`` decodes it (same values, same errors), else the value itself."""
+    if input_format != "json":
         yield from values
+        return
+    scan, loads = _scan_json, json.loads
+    for line in values:
+        # fast path: a str holding exactly one JSON value, no surrounding whitespace; anything else
+        # (whitespace, bytes, malformed input) goes through json.loads for its exact value or error
+        try:
+            record, end = scan(line, 0)
+        except Exception:
+            yield loads(line)
+            continue
+        yield record if end == len(line) else loads(line)
 
 
 def write_outputs(directory: str, batch_id: int, partition: int, outputs: list[Any], fmt: str) -> None:
@@ -173,9 +185,9 @@ def arrow_partition_runner(spec: dict, batch_id: int) -> Callable[[Iterator[Any]
         values: list[Any] = []
         keys: set[str] = set()
         for batch in batches:
-            columns = batch.to_pydict()
-            values.extend(columns["__record"])
-            keys.update(k for k in columns["__key"] if k is not None)
+            values.extend(batch.column("__record").to_pylist())
+            keys.update(batch.column("__key").to_pylist())
+        keys.discard(None)
         stats = run_partition(spec, batch_id, partition, values, keys)
         yield pa.RecordBatch.from_pylist([{
             "partition": partition, "processed": stats.processed, "skipped": stats.skipped,

@@ -1,0 +1,59 @@
+"""The per-record fast paths of the function runtime give exactly what the plain code gives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.context import BufferedState, Context
+from statekeep.functions.runtime import decode_records
+
+LINES = ['{"word": "a"}', ' {"word": "lead"}', '{"word": "trail"} ', '{"word": "crlf"}\r', '[1, 2.5, null]',
+         '"s"', "3", "-0.0", "1e400", "NaN", "true", '{"k": {"n": [1, {"x": "\\u00e9\\ud83d\\ude00"}]}}',
+         '{"a": 1, "a": 2}', "12345678901234567890123", b'{"bytes": 1}']
+BAD = ["", " ", '{"word": "a"', '{"word": "a"} x', "1 2", "\ufeff1", '{"a": }', "[1,]", "nul", None, 1.5]
+
+
+def test_json_fast_path_decodes_as_json_loads():
+    assert list(decode_records(LINES, "json")) == [json.loads(line) for line in LINES]
+    assert list(decode_records(["not json", 7], "text")) == ["not json", 7]
+
+
+@pytest.mark.parametrize("line", BAD)
+def test_json_fast_path_raises_as_json_loads(line):
+    with pytest.raises(Exception) as expected:
+        json.loads(line)
+    with pytest.raises(type(expected.value)) as got:
+        list(decode_records(["{}", line], "json"))
+    assert str(got.value) == str(expected.value)
+
+
+def fetcher(base):
+    return lambda keys: {k: base.get(k, (None, None)) for k in keys}
+
+
+def test_counter_semantics():
+    state = BufferedState(fetcher({"n": (b"\0" * 7 + b"\x05", 5), "b": (b"bytes", None)}))
+    context = Context("t", "n", "f", state)
+    assert context.incr_counter("n", 2) == 7 and context.get_counter("n") == 7
+    assert context.incr_counter("new") == 1 and context.incr_counter("new", -3) == -2
+    assert context.incr_counter("b") == 1  # the store refuses bytes when the batch is applied
+    context.del_counter("n")
+    assert context.incr_counter("n", 4) == 4  # a delete then an increment restarts from zero
+    assert state.puts == {"n": None} and state.counter_deltas == {"n": 4, "new": -2, "b": 1}
+
+    class Key(str):
+        pass
+
+    assert context.incr_counter(Key("sub"), True + 1) == 2
+    for key, amount in (("", 1), (None, 1), (3, 1), ("k", True), ("k", 1.0), ("k", "1")):
+        with pytest.raises(InvalidArgumentError):
+            context.incr_counter(key, amount)
+    with pytest.raises(InvalidArgumentError):
+        context.get_counter("")
+    assert context.incr_counter("max", (1 << 63) - 1) == (1 << 63) - 1
+    with pytest.raises(InvalidArgumentError):
+        context.incr_counter("max", 1)
+    assert context.get_counter("max") == (1 << 63) - 1  # the refused increment changed nothing
