@@ -166,3 +166,31 @@ def test_sigkill_of_the_driver_then_rerun_is_exact(tmp_path):
         assert counters(service, "crash") == Counter(words)
     lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
     assert len(lines) == 600
+
+
+MIRROR = b'''
+def process(input, context):
+    # input: one changelog record of another function (offset, key, kind, value, number, version, tombstone)
+    if input.get("tombstone"):
+        context.del_state(input["key"])
+    else:
+        context.put_state(input["key"], str(input["number"]))
+'''
+
+
+def test_function_reads_another_functions_compacted_changelog(spark, service, tmp_path):
+    from statekeep.changelog import compact
+
+    inputs = tmp_path / "in"
+    write_words(inputs, "a.jsonl", ["x", "y", "x", "z", "x", "y"])
+    register(service, "counts", inputs)
+    run_once(service, spark, tmp_path, "counts")
+    counts = service.registry.state_store("public", "default", "counts")
+    counts.delete("z")
+    result = compact(counts, tombstone_retention_s=3600)  # leaves gaps: superseded records are gone
+    assert result.removed > 0
+    service.registry.create({"tenant": "public", "namespace": "default", "name": "mirror", "keyField": "key",
+                             "inputs": ["statekeep://public/default/counts"], "parallelism": 2}, MIRROR)
+    run_once(service, spark, tmp_path, "mirror")
+    mirror = service.registry.state_store("public", "default", "mirror")
+    assert {k: int(v) for k, v in mirror.scan()} == counters(service, "counts") == {"x": 3, "y": 2}

@@ -5,6 +5,11 @@
 - ``spark.readStream.format("statekeep-changelog").option("function", "T/N/F").load()``: its
   changelog as a stream (offset, key, kind, value, number, version, tombstone); the stream's offset
   is the changelog offset, so a query restarted from its checkpoint resumes exactly where it was.
+  Compaction may remove records inside a range before it is read: the stream skips those gaps (each
+  removed record was superseded by a later one the stream still delivers). A stream that falls
+  further behind than the tombstone retention (``purged_offset``) may miss deletes, as a Kafka
+  consumer of a compacted topic does. A function takes another's changelog as its input with
+  ``inputs: ["statekeep://T/N/F"]``.
 
 Option ``store``: the metadata store URL holding the function registry (default
 ``$STATEKEEP_STORE``, else ``local://./.statekeep-data``). The state is reached through the
@@ -26,7 +31,7 @@ MAX_RECORDS_PER_BATCH = 100_000
 
 
 def _function(options: dict) -> tuple[str, str, str]:
-    parts = str(options.get("function", "")).split("/")
+    parts = str(options.get("function", "")).removeprefix("statekeep://").split("/")
     if len(parts) != 3 or not all(parts):
         raise InvalidArgumentError('option "function" must be "tenant/namespace/name"')
     return parts[0], parts[1], parts[2]

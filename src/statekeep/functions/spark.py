@@ -48,9 +48,11 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
 
 
 def input_frame(spark, inputs: list[str], input_format: str, key_field: str | None,
-                options: dict[str, str] | None = None):
+                options: dict[str, str] | None = None, *, store_url: str | None = None):
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
-    text input) and ``__key`` (the partitioning key, or null)."""
+    text input) and ``__key`` (the partitioning key, or null). A ``statekeep-changelog`` input is
+    another function's changelog (``statekeep://T/N/F`` or ``T/N/F``) in the registry at
+    ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
 
     if input_format not in INPUT_FORMATS:
@@ -61,7 +63,9 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
     if input_format == "rate":
         frame = reader.format("rate").load()
     elif input_format == "statekeep-changelog":
-        frame = reader.format("statekeep-changelog").option("function", inputs[0]).load()
+        if store_url and "store" not in (options or {}):
+            reader = reader.option("store", store_url)
+        frame = reader.format("statekeep-changelog").option("function", inputs[0].removeprefix("statekeep://")).load()
     elif input_format in ("json", "text"):
         frame = reader.format("text").load(inputs[0] if len(inputs) == 1 else inputs)
     else:
@@ -110,7 +114,7 @@ class FunctionQuery:
 
     def start(self) -> FunctionQuery:
         frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
-                            self.spec.get("input_options"))
+                            self.spec.get("input_options"), store_url=self.spec.get("store_url"))
         writer = (frame.writeStream.foreachBatch(self._handle_batch)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
@@ -165,6 +169,7 @@ def executor_spec(registry, metadata_url: str, tenant: str, namespace: str, name
         "state_provider": provider, "state_config": provider_config,
         "input_format": "text" if input_format == "text" else "json",
         "source_format": input_format, "key_field": cfg.keyField, "output": cfg.output,
+        "store_url": metadata_url,  # the registry, where a statekeep:// input function is found
         "output_format": cfg.outputFormat or "jsonl", "user_config": user_config,
         "skip_errors": bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
         # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
