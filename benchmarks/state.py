@@ -7,7 +7,8 @@ both served by uvicorn in their own process, under the same load, in one run.
 
 ZooKeeper and etcd are started on loopback through statekeep.testing.servers when their client
 library and server are installed. Store rows are single-threaded ops/s, per provider (``metadata`` everywhere, ``embedded``
-on local). REST rows: CLIENTS
+on local), measured in alternating slices against their baseline (medians; ratio = median of
+per-slice ratios). REST rows: CLIENTS
 keep-alive connections (threads in client processes), 12 rounds of 1.5 s alternating between the
 two servers; the table shows each side's median round and the median of the per-round ratios.
 Target for REST: >= 0.7x the bare route.
@@ -50,7 +51,18 @@ def rate(fn: Callable[[], object], seconds: float) -> float:
             return n / elapsed
 
 
-def bench_store(url: str, provider_name: str, seconds: float) -> list[tuple[str, float, str, float]]:
+def paired(ours: Callable[[], object], base: Callable[[], object], seconds: float,
+           slices: int = 6) -> tuple[float, float, float]:
+    """(ours ops/s, baseline ops/s, ratio): alternating slices, so both see the same background load
+    (fsync contention from other processes swings single runs by several times); medians."""
+    a, b = [], []
+    for i in range(slices):
+        for fn, out in ((ours, a), (base, b)) if i % 2 == 0 else ((base, b), (ours, a)):
+            out.append(rate(fn, seconds / slices))
+    return statistics.median(a), statistics.median(b), statistics.median(x / y for x, y in zip(a, b))
+
+
+def bench_store(url: str, provider_name: str, seconds: float) -> list[tuple[str, float, str, float, float]]:
     store = open_store(url)
     provider = open_provider(provider_name, {"store": store})
     state = provider.get_state_store("bench", "ns", "fn")
@@ -60,26 +72,29 @@ def bench_store(url: str, provider_name: str, seconds: float) -> list[tuple[str,
         store.put("/bare/k", b"value-0123456789")
         state.incr("c")
         store.put("/bare/c", (0).to_bytes(8, "big"))
-        rows = [("get", rate(lambda: state.get("k"), seconds), "store.get", rate(lambda: store.get("/bare/k"), seconds))]
-        rows.append(("put (+ changelog record)", rate(lambda: state.put("k", b"value-%d" % next(seq)), seconds),
-                     "store.put", rate(lambda: store.put("/bare/k", b"value-%d" % next(seq)), seconds)))
+        rows = [("get", *paired(lambda: state.get("k"), lambda: store.get("/bare/k"), seconds), "store.get")]
+        rows.append(("put (+ changelog record)", *paired(lambda: state.put("k", b"value-%d" % next(seq)),
+                                                         lambda: store.put("/bare/k", b"value-%d" % next(seq)),
+                                                         seconds), "store.put"))
 
         def bare_incr():
             current = store.get("/bare/c")
             value = int.from_bytes(current.value, "big", signed=True) + 1
             store.put("/bare/c", value.to_bytes(8, "big", signed=True), expected_version=current.stat.version)
 
-        rows.append(("incr (+ changelog record)", rate(lambda: state.incr("c"), seconds),
-                     "get + CAS put", rate(bare_incr, seconds)))
+        rows.append(("incr (+ changelog record)", *paired(lambda: state.incr("c"), bare_incr, seconds),
+                     "get + CAS put"))
         # a micro-batch as the Spark runtime writes it: N counters, their records and a marker in one write
         n = min(state.batch_limits.max_keys, 500)
         keys = [f"w{i}" for i in range(n)]
         for key in keys:
             store.put(f"/bare/b/{key}", b"0")
-        batch = rate(lambda: state.apply_batch({}, dict.fromkeys(keys, 1), marker=f"m{next(seq)}"), seconds)
-        bare = rate(lambda: store.multi([Put(f"/bare/b/{k}", b"%d" % next(seq)) for k in keys]), seconds)
-        rows.append((f"apply_batch of {n} counters (keys/s)", batch * n, f"multi of {n} plain puts (keys/s)", bare * n))
-        return rows
+        batch, bare, ratio = paired(lambda: state.apply_batch({}, dict.fromkeys(keys, 1), marker=f"m{next(seq)}"),
+                                    lambda: store.multi([Put(f"/bare/b/{k}", b"%d" % next(seq)) for k in keys]),
+                                    seconds)
+        rows.append((f"apply_batch of {n} counters (keys/s)", batch * n, bare * n, ratio,
+                     f"multi of {n} plain puts (keys/s)"))
+        return [(op, r, base, br, ratio) for op, r, br, ratio, base in rows]
     finally:
         provider.close()
         store.close()
@@ -225,7 +240,7 @@ def main() -> None:
     if args.serve_baseline:
         serve_baseline(args.serve_baseline[0], int(args.serve_baseline[1]))
         return
-    seconds = 0.3 if args.quick else 1.5
+    seconds = 0.6 if args.quick else 3.0
     from statekeep.testing import servers
 
     started, results = [], []
@@ -249,10 +264,10 @@ def main() -> None:
                     started.append(server)
                     url = f"{backend}://{server.address}/bench{uuid.uuid4().hex[:8]}"
                 for provider in ("metadata", "embedded") if backend == "local" else ("metadata",):
-                    for op, r, base, br in bench_store(url, provider, seconds):
+                    for op, r, base, br, ratio in bench_store(url, provider, seconds):
                         unit = "keys/s" if "keys/s" in op else "ops/s"
                         results.append((f"{backend} ({provider})", op.replace(" (keys/s)", ""), f"{r:,.0f} {unit}",
-                                        base.replace(" (keys/s)", ""), f"{br:,.0f} {unit}", f"{r / br:.2f}x"))
+                                        base.replace(" (keys/s)", ""), f"{br:,.0f} {unit}", f"{ratio:.2f}x"))
         finally:
             for server in started:
                 server.stop()
