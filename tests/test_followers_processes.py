@@ -123,23 +123,24 @@ def test_follower_killed_mid_restore_resumes_and_converges(tmp_path):
     url = f"local://{tmp_path / 'leader'}"
     service, state = leader_service(url)
     with service:
-        for start in range(0, 100_000, 10_000):
+        for start in range(0, 200_000, 10_000):
             state.apply_batch({f"key{i:06d}": b"x" * 20 for i in range(start, start + 10_000)}, {})
         SnapshotStore(service.registry.store).create(state)
-        write_updates(state, 5_000, 500, 100_000)  # the tail after the snapshot
-        follower = Follower(url, tmp_path / "follower", "--restore-chunk", "1000")
+        write_updates(state, 5_000, 500, 200_000)  # the tail after the snapshot
+        follower = Follower(url, tmp_path / "follower", "--restore-chunk", "500")
         try:
             follower.wait_for(lambda s: s["phase"] == "restoring" and (s["restoredEntries"] or 0) >= 20_000)
             follower.kill()
             replica = LocalReplica(str(tmp_path / "follower"), "t", "n", "f")
             progress = replica.load().restore
             replica.close()
-            assert progress["source"] == "snapshot" and 20_000 <= progress["written"] < 100_000
-            follower = Follower(url, tmp_path / "follower", "--restore-chunk", "1000")
+            assert progress is not None, "the restore finished before the kill"
+            assert progress["source"] == "snapshot" and 20_000 <= progress["written"] < 200_000
+            follower = Follower(url, tmp_path / "follower", "--restore-chunk", "500")
             follower.wait_for(lambda s: s["phase"] == "tailing")
             restoring = [s["restoredEntries"] for s in follower.seen if s["phase"] == "restoring"]
             assert not restoring or min(restoring) >= progress["written"]  # resumed where it stopped
-            write_updates(state, 2_000, 500, 100_000)
+            write_updates(state, 2_000, 500, 200_000)
             assert follower.dump(tmp_path / "dump.json") == entries(state)
             follower.quit()
         finally:

@@ -233,6 +233,7 @@ class FollowerStore(StateStore):
 
     def _bootstrap(self) -> int:
         meta = self._meta
+        self._restored = (meta.restore or {}).get("written", 0)  # before the phase: status never goes back
         self._phase = "restoring"
         if meta.restore is not None and meta.restore.get("source") == "snapshot" and self.snapshots is not None:
             info = self.snapshots.get(self.tenant, self.namespace, self.name, meta.restore["number"])
