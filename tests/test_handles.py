@@ -20,9 +20,11 @@ from statekeep.errors import (
     LeadershipLostError,
     PossibleInconsistentStateError,
     StoreClosedError,
+    StoreUnavailableError,
 )
 from statekeep.handles import BlobStore, StateHandleStore, collect_garbage
 from statekeep.metadata import open_store
+from statekeep.testing import wait_for
 
 IN_CI = os.environ.get("CI") == "true"
 ROOT = "/jobs/j1/state"
@@ -156,6 +158,15 @@ def test_server_killed_after_upload(dedicated_server, tmp_path):
             handles.add_and_lock("during", state_then_kill())
         assert handles.blobs.exists(info.value.blob_url)
         dedicated_server.restart()
+
+        def reachable() -> bool:  # the client reconnects with backoff; a loaded machine slows it down
+            try:
+                handles.exists("during")
+                return True
+            except StoreUnavailableError:
+                return False
+
+        assert wait_for(reachable, timeout=60)
         version = handles.exists("during")
         if version is None:  # not applied: an orphan for gc, not a loss
             report = collect_garbage(store, ROOT, handles.blobs, grace_seconds=0)
