@@ -1,0 +1,266 @@
+"""Keyed counting on Spark: a statekeep function against Spark's own stateful operators, in one run.
+
+    PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/spark_state.py \\
+        [--quick] [--events N] [--keys K] [--files F] [--variants a,b,...] [--profile]
+
+The same JSON-lines input ({"word": "w<k>"}, k uniform over K keys, seeded), one SparkSession
+(local[2], 2 shuffle partitions, RocksDB state store provider), maxFilesPerTrigger=1 (one
+micro-batch per file) and availableNow triggers for every variant:
+
+- statekeep: a registered function ``context.incr_counter(input["word"], 1)`` (run_registered, parallelism 2);
+- applyInPandasWithState: groupBy(word), a pandas function keeping a count in GroupState;
+- transformWithStateInPandas: a StatefulProcessor with a ValueState count;
+- jvm_count: streaming groupBy(word).count(), no Python at all (the ceiling).
+
+Each query is timed from start to termination, right after a warm-up run of the same variant on a small
+input (2% of the events: Python workers started, JIT warm); "w/o batch 0" is the rate of the later
+micro-batches alone (from the query's progress), as the first one still pays some warm-up.
+Results: statekeep's counters read through its state provider, the others' final counts from a
+memory sink, each compared with counts computed in Python.
+Targets: statekeep >= 5x applyInPandasWithState and >= 0.5x the JVM count().
+``--profile`` then breaks the statekeep variant down by phase per micro-batch (:func:`profile_statekeep`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from statekeep.functions import spark as sk_spark  # noqa: E402
+from statekeep.functions.service import FunctionService  # noqa: E402
+
+COUNT_ONLY = b'def process(input, context):\n    context.incr_counter(input["word"], 1)\n'
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def write_input(directory: str, events: int, keys: int, files: int, seed: int) -> Counter:
+    rng, expected = random.Random(seed), Counter()
+    os.makedirs(directory)
+    for f in range(files):
+        words = [f"w{rng.randrange(keys)}" for _ in range(events * (f + 1) // files - events * f // files)]
+        expected.update(words)
+        with open(os.path.join(directory, f"part-{f:03d}.jsonl"), "w") as out:
+            out.write("".join(f'{{"word": "{w}"}}\n' for w in words))
+    return expected
+
+
+def batch_seconds(query, phase: str = "triggerExecution") -> list[tuple[int, float]]:
+    """(input rows, seconds) of each micro-batch that had input, from the query's progress reports."""
+    return [(p["numInputRows"], p["durationMs"].get(phase, 0) / 1000) for p in query.recentProgress
+            if p["numInputRows"]]
+
+
+def run_statekeep(spark, inputs: str, work: str) -> tuple:
+    url = f"local://{work}/data"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "count", "inputs": [inputs],
+                                 "keyField": "word", "parallelism": 2,
+                                 "userConfig": {"inputOptions": {"maxFilesPerTrigger": "1"}}}, COUNT_ONLY)
+        start = time.perf_counter()
+        query = sk_spark.run_registered(service, url, "public", "default", "count", checkpoint_root=f"{work}/ckpt",
+                                        once=True, spark=spark)
+        query.await_termination()
+        elapsed = time.perf_counter() - start
+        state = service.registry.state_store("public", "default", "count")
+        return elapsed, {e.key: e.counter for e in state.scan_entries()}, batch_seconds(query.query)
+
+
+def words_stream(spark, inputs: str):
+    return spark.readStream.schema("word string").option("maxFilesPerTrigger", 1).json(inputs)
+
+
+def count_in_pandas(key, pdfs, state):
+    import pandas as pd
+
+    total = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
+    state.update((total,))
+    yield pd.DataFrame({"word": [key[0]], "count": [total]})
+
+
+def transform_with_state(spark, inputs: str):
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class CountProcessor(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.count = handle.getValueState("count", "count long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            total = (self.count.get()[0] if self.count.exists() else 0) + sum(len(pdf) for pdf in rows)
+            self.count.update((total,))
+            yield pd.DataFrame({"word": [key[0]], "count": [total]})
+
+    return words_stream(spark, inputs).groupBy("word").transformWithStateInPandas(
+        CountProcessor(), "word string, count long", "Update", "None")
+
+
+VARIANTS = {  # name -> streaming frame of (word, count) updates; statekeep runs as a function instead
+    "statekeep": None,
+    "applyInPandasWithState": lambda spark, inputs: words_stream(spark, inputs).groupBy("word").applyInPandasWithState(
+        count_in_pandas, "word string, count long", "count long", "Update", "NoTimeout"),
+    "transformWithStateInPandas": transform_with_state,
+    "jvm_count": lambda spark, inputs: words_stream(spark, inputs).groupBy("word").count(),
+}
+
+
+def run_variant(spark, variant: str, inputs: str, work: str, tag: str) -> tuple:
+    """(seconds, {word: count}, batch_seconds) of one run; a Spark variant's count is its last update."""
+    name = f"{tag}_{len(os.listdir(work))}"
+    os.makedirs(os.path.join(work, name))
+    if VARIANTS[variant] is None:
+        result = run_statekeep(spark, inputs, os.path.join(work, name))
+    else:
+        start = time.perf_counter()
+        query = (VARIANTS[variant](spark, inputs).writeStream.format("memory").queryName(name).outputMode("update")
+                 .option("checkpointLocation", f"{work}/{name}/ckpt").trigger(availableNow=True).start())
+        query.awaitTermination()
+        elapsed = time.perf_counter() - start
+        rows = spark.sql(f"select word, max(count) as n from {name} group by word").collect()
+        spark.catalog.dropTempView(name)
+        result = elapsed, {r.word: r.n for r in rows}, batch_seconds(query)
+    print(f"  {tag} {variant}: {result[0]:.1f} s", file=sys.stderr)
+    return result
+
+
+PHASES = {"arrow_wait": "waiting for Arrow batches (shuffle read)", "to_lists": "Arrow -> Python lists, key set",
+          "marker": "applied-marker check", "prefetch": "state prefetch (fetch_many)", "decode": "JSON decode",
+          "calls": "function calls (process + context)", "apply": "apply_batch (LMDB write txn + fsync)"}
+
+
+def profiled_runner(directory: str):
+    """``arrow_partition_runner`` with timers around its phases (patched by name in the worker, and
+    restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
+    def runner(spec: dict, batch_id: int):
+        def run(batches):
+            from pyspark import TaskContext
+
+            from statekeep.functions import runtime
+            inner = runtime.arrow_partition_runner(spec, batch_id)  # built here: it sees the patches below
+            times: dict[str, float] = defaultdict(float)
+
+            def timed(phase, fn):
+                def call(*args, **kwargs):
+                    start, result = time.perf_counter(), fn(*args, **kwargs)
+                    times[phase] += time.perf_counter() - start
+                    return result
+                return call
+
+            def waited(iterator):  # time spent waiting for the JVM's next Arrow batch
+                start = time.perf_counter()
+                for batch in iterator:
+                    times["arrow_wait"] += time.perf_counter() - start
+                    yield batch
+                    start = time.perf_counter()
+
+            store, plain = runtime._cached_state_store(spec), (runtime.decode_records, runtime.run_partition)
+            for method, phase in (("has_marker", "marker"), ("fetch_many", "prefetch"), ("apply_batch", "apply")):
+                setattr(store, method, timed(phase, getattr(type(store), method).__get__(store)))
+            runtime.decode_records = timed("decode", lambda values, fmt: iter(list(plain[0](values, fmt))))
+            runtime.run_partition = timed("run_partition", plain[1])
+            start = time.perf_counter()
+            try:
+                yield from inner(waited(batches))
+            finally:
+                runtime.decode_records, runtime.run_partition = plain
+                for method in ("has_marker", "fetch_many", "apply_batch"):
+                    delattr(store, method)
+            times["to_lists"] = time.perf_counter() - start - times["run_partition"] - times["arrow_wait"]
+            other = sum(times[p] for p in ("marker", "prefetch", "decode", "apply"))
+            times["calls"] = times.pop("run_partition") - other
+            with open(os.path.join(directory, f"b{batch_id}-p{TaskContext.get().partitionId()}.json"), "w") as out:
+                json.dump(times, out)
+
+        return run
+
+    return runner
+
+
+def drain(batches):
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pylist([{"n": sum(b.num_rows for b in batches)}])
+
+
+def profile_statekeep(spark, inputs: str, work: str) -> None:
+    """The statekeep variant again (after its warm-up), with timers in its Python workers; then the same
+    Spark job whose Python side only drains the Arrow batches (the floor of Spark's part)."""
+    plain = sk_spark.arrow_partition_runner
+    try:
+        for tag, data in (("profile_warm", os.path.join(work, "warm")), ("profile", inputs)):
+            directory = os.path.join(work, tag + "_times")
+            os.makedirs(directory)
+            sk_spark.arrow_partition_runner = profiled_runner(directory)
+            trigger = run_variant(spark, "statekeep", data, work, tag)[2]
+    finally:
+        sk_spark.arrow_partition_runner = plain
+    frame = sk_spark.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
+    floor = (frame.writeStream.trigger(availableNow=True).option("checkpointLocation", f"{work}/ckpt-floor")
+             .foreachBatch(lambda df, _: df.repartition(2, "__key").mapInArrow(drain, "n long").collect()).start())
+    floor.awaitTermination()
+    parts = [json.load(open(os.path.join(directory, f"b{b}-p{p}.json"))) for b in range(len(trigger)) for p in (0, 1)]
+    print("\nstatekeep per micro-batch, seconds (Python phases: sum over the 2 partitions, which run in parallel)")
+    rows = [("micro-batch (query progress)", [t for _, t in trigger]),
+            ("Spark floor: same job, Python only drains", [t for _, t in batch_seconds(floor, "addBatch")]),
+            ("Python workers:", [])]
+    rows += [("  " + label, [parts[2 * b][phase] + parts[2 * b + 1][phase] for b in range(len(trigger))])
+             for phase, label in PHASES.items()]
+    for label, values in rows:
+        print(f"{label:<44}" + "".join(f"{v:>7.2f}" for v in values) + (f"{sum(values):>9.2f}" if values else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100k events over 10k keys")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--files", type=int, default=4, help="input files = micro-batches")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: %(default)s")
+    parser.add_argument("--profile", action="store_true", help="then break the statekeep variant down by phase")
+    args = parser.parse_args()
+    if args.quick:
+        args.events, args.keys = 100_000, 10_000
+    work = tempfile.mkdtemp(prefix="sk-spark-bench-")
+    expected = write_input(f"{work}/in", args.events, args.keys, args.files, args.seed)
+    write_input(f"{work}/warm", max(4000, args.events // 50), max(500, args.keys // 50), 2, args.seed + 1)
+    spark = sk_spark.spark_session("local[2]", "spark_state_bench", shuffle_partitions=2)
+    # fixed when a stateful query first runs: set for every variant (only two keep their state in Spark)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    warm, results = {}, {}
+    for variant in args.variants.split(","):  # warm just before the run: idle Python workers go after 60 s
+        warm[variant] = run_variant(spark, variant, f"{work}/warm", work, "warm")
+        results[variant] = run_variant(spark, variant, f"{work}/in", work, "run")
+
+    print(f"\n{args.events:,} events over {args.keys:,} keys in {args.files} micro-batches; Spark {spark.version}, "
+          f"{spark.sparkContext.master}, 2 shuffle partitions, RocksDB state store; time from start to termination")
+    rates = {v: args.events / r[0] for v, r in results.items()}
+    base, ceiling = rates.get("applyInPandasWithState"), rates.get("jvm_count")
+    print(f"{'variant':<28}{'time s':>7}{'events/s':>10}{'vs applyInPandas':>17}{'vs JVM count':>13}"
+          f"{'warm-up s':>10}{'w/o batch 0':>12}  equal  micro-batches s")
+    for variant, (elapsed, counts, batches) in results.items():
+        steady = sum(n for n, _ in batches[1:]) / max(1e-9, sum(t for _, t in batches[1:]))
+        ratios = "".join(f"{rates[variant] / b:>{w}.2f}x" if b else f"{'-':>{w + 1}}"
+                         for b, w in ((base, 16), (ceiling, 12)))
+        print(f"{variant:<28}{elapsed:>7.1f}{rates[variant]:>10,.0f}{ratios}{warm[variant][0]:>10.1f}{steady:>12,.0f}"
+              f"  {'yes' if counts == expected else 'NO':<5}  " + " / ".join(f"{t:.1f}" for _, t in batches))
+    sk = rates.get("statekeep")
+    if sk and base and ceiling:
+        print(f"targets: statekeep >= 5x applyInPandasWithState: {sk / base:.2f}x "
+              f"({'met' if sk >= 5 * base else 'missed'}); >= 0.5x JVM count(): {sk / ceiling:.2f}x "
+              f"({'met' if sk >= 0.5 * ceiling else 'missed'})")
+    if args.profile:
+        profile_statekeep(spark, f"{work}/in", work)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
