@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -260,6 +261,7 @@ def main() -> None:
     if args.profile:
         profile_statekeep(spark, f"{work}/in", work)
     spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
