@@ -167,3 +167,17 @@ def test_map_full_is_a_clear_error_and_writes_nothing(tmp_path):
             store.put(f"/big/{i}", b"x" * 60_000)
     assert store.get("/small").value == b"ok"
     store.close()
+
+
+def test_overlong_path_is_an_invalid_path_and_writes_nothing(tmp_path):
+    from statekeep.errors import InvalidPathError
+
+    store = open_store(f"local://{tmp_path}")
+    long_path = "/" + "x" * 600
+    with pytest.raises(InvalidPathError, match="longer than local://"):
+        store.put(long_path, b"v")
+    with pytest.raises(InvalidPathError):
+        store.get(long_path)
+    assert store.get_children("/") == []
+    store.put("/" + "y" * 500, b"fits")
+    store.close()

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statekeep.errors import MissingDependencyError, StatekeepError, StoreClosedError, StoreUnavailableError
+from statekeep.errors import InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError, StoreUnavailableError
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import GetResult, Notification, NotificationType, Op, Stat, parent_of
@@ -67,6 +67,7 @@ _CHANGES_PARENT = (NotificationType.Created, NotificationType.Deleted)
 DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
 EVENT_RETENTION_MS = 60_000
 NEW_SESSION_PREFIX = ".new-"
+MAX_KEY_BYTES = 511  # LMDB's default key size limit
 
 
 def _depth(path: str) -> int:
@@ -79,9 +80,13 @@ _node_keys: dict[str, bytes] = {}
 def node_key(path: str) -> bytes:
     key = _node_keys.get(path)
     if key is None:
+        key = _DEPTH.pack(_depth(path)) + path.encode()
+        if len(key) > MAX_KEY_BYTES:
+            raise InvalidPathError(f"path of {len(key) - 2} bytes is longer than local:// allows "
+                                   f"({MAX_KEY_BYTES - 2} bytes of UTF-8)")
         if len(_node_keys) > 100_000:
             _node_keys.clear()
-        key = _node_keys[path] = _DEPTH.pack(_depth(path)) + path.encode()
+        _node_keys[path] = key
     return key
 
 
