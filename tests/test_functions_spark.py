@@ -121,11 +121,12 @@ def test_failing_record_fails_the_query_with_its_position(spark, service, tmp_pa
 
 def test_failing_record_skipped_and_counted_when_configured(spark, service, tmp_path):
     inputs = tmp_path / "in"
-    write_words(inputs, "a.jsonl", ["ok", "boom", "ok", "boom"])
+    write_words(inputs, "a.jsonl", ["ok", "boom", "ok", "boom", "w" * 1000])  # the last: too long a key
+    (inputs / "b.jsonl").write_text('{"word": "cut\n')  # malformed JSON
     register(service, "skips", inputs, code=FAILING, userConfig={"skipErrors": True})
     query = run_once(service, spark, tmp_path, "skips")
     assert counters(service, "skips") == {"ok": 2}
-    assert query.totals["skipped"] == 2 and query.totals["processed"] == 2
+    assert query.totals["skipped"] == 4 and query.totals["processed"] == 2
 
 
 def test_bad_function_file_refused_before_spark(tmp_path):

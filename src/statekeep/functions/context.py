@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.keys import encode_key
 
 COUNTER_MIN, COUNTER_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -51,11 +52,17 @@ class BufferedState:
         self.puts[key] = value
         self.counter_deltas.pop(key, None)
 
+    def _stored_counter(self, key: str, entry: tuple[bytes | None, int | None]) -> int:
+        value, counter = entry
+        if counter is None and value is not None:  # as the store would refuse it, but per record
+            raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
+        return counter or 0
+
     def get_counter(self, key: str) -> int:
         delta = self.counter_deltas.get(key, 0)
         if key in self.puts:  # deleted (or overwritten) in this batch: counts restart from zero
             return delta
-        return (self._entry(key)[1] or 0) + delta
+        return self._stored_counter(key, self._entry(key)) + delta
 
     def incr(self, key: str, amount: int) -> int:
         # get_counter inlined: this runs once per record in counting functions
@@ -64,7 +71,9 @@ class BufferedState:
             value = delta
         else:
             base = self._base.get(key)
-            value = ((base if base is not None else self._entry(key))[1] or 0) + delta
+            if base is None:
+                base = self._entry(key)
+            value = (base[1] if base[1] is not None else self._stored_counter(key, base)) + delta
         if not COUNTER_MIN <= value <= COUNTER_MAX:
             raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
         self.counter_deltas[key] = delta
@@ -76,9 +85,17 @@ class BufferedState:
 
 
 def _key(key: object) -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidArgumentError(f"a state key must be a non-empty str, not {key!r}")
-    return key
+    encode_key(key)  # raises InvalidArgumentError for what the store would refuse (cached for hot keys)
+    return key  # type: ignore[return-value]
+
+
+def is_valid_key(key: object) -> bool:
+    """Whether the state store accepts ``key`` (a non-empty str within the length limit)."""
+    try:
+        encode_key(key)
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 class Context:
@@ -129,10 +146,10 @@ class Context:
     def incr_counter(self, key: str, amount: int = 1) -> int:
         if amount.__class__ is not int and (isinstance(amount, bool) or not isinstance(amount, int)):
             raise InvalidArgumentError(f"a counter amount must be an int, not {type(amount).__name__}")
-        return self._state.incr(key if key.__class__ is str and key else _key(key), amount)
+        return self._state.incr(_key(key), amount)
 
     def get_counter(self, key: str) -> int:
-        return self._state.get_counter(key if key.__class__ is str and key else _key(key))
+        return self._state.get_counter(_key(key))
 
     def del_counter(self, key: str) -> None:
         self._state.put(_key(key), None)

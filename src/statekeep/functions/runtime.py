@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import StatekeepError
-from statekeep.functions.context import BufferedState, Context
+from statekeep.functions.context import BufferedState, Context, is_valid_key
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +90,23 @@ def _cached_state_store(spec: dict):
 _scan_json = json.scanner.make_scanner(json.JSONDecoder())  # what json.loads runs, minus its per-call checks
 
 
-def decode_records(values: Iterable[Any], input_format: str) -> Iterator[Any]:
-    """Each JSON line as ``json.loads`` decodes it (same values, same errors), else the value itself."""
+def record_decoder(input_format: str) -> Callable[[Any], Any]:
+    """For JSON lines: a function decoding one line exactly as ``json.loads`` does (same values,
+    same errors); for other formats the identity."""
     if input_format != "json":
-        yield from values
-        return
+        return lambda value: value
     scan, loads = _scan_json, json.loads
-    for line in values:
+
+    def decode(line: Any) -> Any:
         # fast path: a str holding exactly one JSON value, no surrounding whitespace; anything else
         # (whitespace, bytes, malformed input) goes through json.loads for its exact value or error
         try:
             record, end = scan(line, 0)
         except Exception:
-            yield loads(line)
-            continue
-        yield record if end == len(line) else loads(line)
+            return loads(line)
+        return record if end == len(line) else loads(line)
+
+    return decode
 
 
 def write_outputs(directory: str, batch_id: int, partition: int, outputs: list[Any], fmt: str) -> None:
@@ -145,12 +147,14 @@ def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[A
         return stats
     process = _cached_process(spec)
     state = BufferedState(store.fetch_many)
-    state.prefetch(k for k in keys if k is not None)
+    # a key the store would refuse is left out: the record using it fails on its own (and may be skipped)
+    state.prefetch(k for k in keys if is_valid_key(k))
     context = Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"))
+    decode = record_decoder(spec["input_format"])
     outputs: list[Any] = []
-    for position, record in enumerate(decode_records(records, spec["input_format"])):
-        try:
-            result = process(record, context)
+    for position, record in enumerate(records):
+        try:  # a malformed record is a failing record too
+            result = process(decode(record), context)
         except Exception as e:
             where = f"batch {batch_id}, partition {partition}, record {position}"
             if spec.get("skip_errors"):

@@ -1,0 +1,55 @@
+"""One partition of one micro-batch, without Spark: bad records fail with their position, or are
+skipped and counted; either way a failed partition writes nothing and a skipped record changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from statekeep.functions.runtime import FunctionRecordError, run_partition
+from statekeep.state import open_provider
+
+COUNT = '''
+def process(input, context):
+    context.incr_counter(input["word"], 1)
+'''
+LONG_WORD = "w" * 1000  # longer than a state key may be
+
+
+@pytest.fixture
+def spec(tmp_path):
+    return {"tenant": "public", "namespace": "default", "name": "wc", "code": COUNT, "py_name": "wc.py",
+            "state_provider": "embedded", "state_config": {"metadata_url": f"local://{tmp_path}"},
+            "input_format": "json", "output": None, "user_config": {}}
+
+
+def state_of(spec):
+    store = open_provider(spec["state_provider"], spec["state_config"]).get_state_store("public", "default", "wc")
+    return {e.key: e.counter for e in store.scan_entries()}, store
+
+
+LINES = [json.dumps({"word": "ok"}), '{"word": "cut', json.dumps({"word": LONG_WORD}),
+         json.dumps({"word": "blob"}), json.dumps({"word": "ok"})]
+KEYS = {"ok", LONG_WORD, "blob"}
+
+
+def test_bad_records_are_skipped_and_counted_when_configured(spec):
+    _, store = state_of(spec)
+    store.put("blob", b"not a counter")
+    stats = run_partition({**spec, "skip_errors": True}, 0, 0, LINES, KEYS)
+    assert (stats.processed, stats.skipped) == (2, 3)
+    assert "record 1: JSONDecodeError" in stats.errors[0]
+    assert "too long" in stats.errors[1] and "holds bytes" in stats.errors[2]
+    counters, store = state_of(spec)
+    assert counters == {"ok": 2, "blob": None} and store.get("blob") == b"not a counter"
+
+
+@pytest.mark.parametrize("bad_line, position, reason", [(1, 1, "JSONDecodeError"), (2, 1, "too long")])
+def test_a_bad_record_fails_the_partition_with_its_position(spec, bad_line, position, reason):
+    lines = [LINES[0], LINES[bad_line], LINES[4]]
+    with pytest.raises(FunctionRecordError, match=f"batch 3, partition 1, record {position}: .*{reason}"):
+        run_partition(spec, 3, 1, lines, KEYS)
+    assert state_of(spec)[0] == {}  # the failed partition wrote nothing
+    assert run_partition(spec, 3, 1, [LINES[0], LINES[4]], {"ok"}).processed == 2  # its replay applies
+    assert state_of(spec)[0] == {"ok": 2}
