@@ -169,6 +169,81 @@ def test_sigkill_of_the_driver_then_rerun_is_exact(tmp_path):
     assert len(lines) == 600
 
 
+def _python_task_workers(pid: int) -> list[int]:
+    """Pids of the forked Python workers (children of a ``pyspark.daemon pyspark.worker``) below ``pid``."""
+    parent_of, command = {}, {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parent_of[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (ValueError, OSError, IndexError):
+            continue
+
+    def below(p: int) -> bool:
+        while p in parent_of and p > 1:
+            p = parent_of[p]
+            if p == pid:
+                return True
+        return False
+
+    daemons = {p for p, cmd in command.items() if "pyspark.daemon pyspark.worker" in cmd}
+    return [p for p in daemons if parent_of.get(p) in daemons and below(p)]
+
+
+SLOW_COUNT = b'''
+import time
+
+def process(input, context):
+    time.sleep(0.001)  # keeps Python workers busy long enough to be killed mid-partition
+    context.incr_counter(input["word"], 1)
+    return input
+'''
+
+
+def test_sigkill_of_python_workers_mid_run_is_exact(tmp_path):
+    """Python workers are killed with SIGKILL while the driver lives: Spark retries the tasks,
+    and every counter still equals its number of input records, each output record once."""
+    inputs, out, data = tmp_path / "in", tmp_path / "out", tmp_path / "data"
+    words = [f"w{i % 53}" for i in range(3000)]
+    for part in range(6):
+        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    py = tmp_path / "slow.py"
+    py.write_bytes(SLOW_COUNT)
+    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "killed",
+               "--py", str(py), "--inputs", str(inputs), "--key-field", "word",
+               "--parallelism", "2", "--output", str(out), "--data-dir", str(data), "--once",
+               "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    log = tmp_path / "localrun.log"
+    with open(log, "w") as stderr:
+        run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    killed = 0
+    try:
+        while run.poll() is None and killed < 3:
+            workers = _python_task_workers(run.pid)
+            if workers:
+                time.sleep(0.3)
+                for pid in workers:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed += 1
+                    except ProcessLookupError:
+                        pass
+                time.sleep(2)
+            time.sleep(0.1)
+        run.wait(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert killed >= 1, "no Python worker was ever seen"
+    assert run.returncode == 0, log.read_text()[-2000:]
+    assert "Python worker exited unexpectedly" in log.read_text()  # tasks really died, and were retried
+    with FunctionService.open(f"local://{data}") as service:
+        assert counters(service, "killed") == Counter(words)
+    lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert len(lines) == 3000
+
+
 MIRROR = b'''
 def process(input, context):
     # input: one changelog record of another function (offset, key, kind, value, number, version, tombstone)
