@@ -11,11 +11,9 @@ the recipe, of its baseline measured right before it on the same store, and thei
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 
 from statekeep.cache import JsonSerde, MetadataCache
@@ -96,32 +94,11 @@ def main() -> None:
     seconds = 0.3 if args.quick else 1.5
     from statekeep.testing import servers
 
-    started = []
     results = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for backend in args.backends.split(","):
-                if backend == "memory":
-                    url = "memory://"
-                elif backend == "local":
-                    url = f"local://{tmp}/store"
-                else:
-                    module, kind = {"zk": ("kazoo", "zookeeper"), "etcd": ("aetcd", "etcd")}[backend]
-                    if importlib.util.find_spec(module) is None:
-                        print(f"skipping {backend}: {module} is not installed")
-                        continue
-                    try:
-                        server = servers.start(kind)
-                    except servers.ServerNotInstalled as e:
-                        print(f"skipping {backend}: {e}")
-                        continue
-                    started.append(server)
-                    url = f"{backend}://{server.address}/bench{uuid.uuid4().hex[:8]}"
-                for row in bench(url, seconds):
-                    results.append((backend, *row))
-    finally:
-        for server in started:
-            server.stop()
+    with tempfile.TemporaryDirectory() as tmp, servers.backend_urls(args.backends.split(","), tmp) as urls:
+        for backend, url in urls:
+            for row in bench(url, seconds):
+                results.append((backend, *row))
 
     header = ("backend", "operation", "ops/s", "baseline (same run)", "baseline ops/s", "ratio")
     lines = [header] + [(b, op, f"{r:,.0f}", base, f"{br:,.0f}", f"{r / br:.2f}x")

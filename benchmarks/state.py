@@ -17,7 +17,6 @@ Target for REST: >= 0.7x the bare route.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import multiprocessing
@@ -28,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 from statekeep.metadata import Put, open_store
@@ -243,34 +241,15 @@ def main() -> None:
     seconds = 0.6 if args.quick else 3.0
     from statekeep.testing import servers
 
-    started, results = [], []
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            for backend in args.backends.split(","):
-                if backend == "memory":
-                    url = "memory://"
-                elif backend == "local":
-                    url = f"local://{tmp}/store"
-                else:
-                    module, kind = {"zk": ("kazoo", "zookeeper"), "etcd": ("aetcd", "etcd")}[backend]
-                    if importlib.util.find_spec(module) is None:
-                        print(f"skipping {backend}: {module} is not installed")
-                        continue
-                    try:
-                        server = servers.start(kind)
-                    except servers.ServerNotInstalled as e:
-                        print(f"skipping {backend}: {e}")
-                        continue
-                    started.append(server)
-                    url = f"{backend}://{server.address}/bench{uuid.uuid4().hex[:8]}"
+        with servers.backend_urls(args.backends.split(","), tmp) as urls:
+            for backend, url in urls:
                 for provider in ("metadata", "embedded") if backend == "local" else ("metadata",):
                     for op, r, base, br, ratio in bench_store(url, provider, seconds):
                         unit = "keys/s" if "keys/s" in op else "ops/s"
                         results.append((f"{backend} ({provider})", op.replace(" (keys/s)", ""), f"{r:,.0f} {unit}",
                                         base.replace(" (keys/s)", ""), f"{br:,.0f} {unit}", f"{ratio:.2f}x"))
-        finally:
-            for server in started:
-                server.stop()
         if not args.no_rest:
             processes, threads = (int(x) for x in args.clients.split("x"))
             rest = bench_rest(os.path.join(tmp, "rest"), 1.0 if args.quick else 1.5, 3 if args.quick else 12,

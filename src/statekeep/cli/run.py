@@ -8,12 +8,11 @@ Streaming query: ``--once`` processes everything available at start and exits (S
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from statekeep.cli import print_json
-from statekeep.errors import AlreadyExistsError, InvalidArgumentError, StatekeepError
+from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 
 
 def register(command) -> None:

@@ -11,6 +11,8 @@ installs. Each is stopped by its own PID.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -19,6 +21,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
@@ -141,3 +145,38 @@ def start(kind: str) -> Server:
     server = factory(data_dir, free_port())
     server.start()
     return server
+
+
+_CLIENTS = {"zk": ("kazoo", "zookeeper"), "etcd": ("aetcd", "etcd")}
+
+
+@contextlib.contextmanager
+def backend_urls(backends: Iterable[str], directory: str) -> Iterator[Iterator[tuple[str, str]]]:
+    """For benchmarks: ``(backend, url)`` for each of "memory", "local", "zk", "etcd", starting a
+    fresh server (on a fresh chroot or prefix) as each remote one is reached, skipping with a message
+    a backend whose client or server is not installed. Every server started is stopped on exit."""
+    started: list[Server] = []
+
+    def urls() -> Iterator[tuple[str, str]]:
+        for backend in backends:
+            if backend == "memory":
+                yield backend, "memory://"
+            elif backend == "local":
+                yield backend, f"local://{directory}/store-{uuid.uuid4().hex[:8]}"
+            else:
+                module, kind = _CLIENTS[backend]
+                if importlib.util.find_spec(module) is None:
+                    print(f"skipping {backend}: {module} is not installed")
+                    continue
+                try:
+                    started.append(start(kind))
+                except ServerNotInstalled as e:
+                    print(f"skipping {backend}: {e}")
+                    continue
+                yield backend, f"{backend}://{started[-1].address}/bench{uuid.uuid4().hex[:8]}"
+
+    try:
+        yield urls()
+    finally:
+        for server in started:
+            server.stop()
