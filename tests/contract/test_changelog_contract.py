@@ -12,24 +12,6 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.state import StateEntry, open_provider
 
-from conftest import BACKENDS
-
-TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
-
-
-@pytest.fixture(params=TARGETS, ids=[f"{p}-{b}" for p, b in TARGETS])
-def target(request, tmp_path) -> tuple[str, str]:
-    name, backend = request.param
-    return name, BACKENDS[backend](request, tmp_path)
-
-
-@pytest.fixture
-def provider(target):
-    name, url = target
-    p = open_provider(name, {"metadata_url": url, **({"retry_seconds": 60} if name == "metadata" else {})})
-    yield p
-    p.close()
-
 
 @pytest.fixture
 def state(provider):

@@ -14,29 +14,8 @@ from statekeep.state import (COUNTER_MAX, COUNTER_MIN, StateStore, StateStorePro
                              open_provider, provider_names, register_provider)
 from statekeep.state.metadata_provider import MetadataStateStoreProvider
 
-from conftest import BACKENDS
-
 KEYS = ["a", "a/b", "a.b", "a b", ".", "..", "/", "~", "!", "a!", "a~", "é", "日本", "ключ", "\x00x", "\x7f",
         "Z", "z", "0", "a" * 200, "mixed/Case.1~!é", "%2F", "emoji😀"]
-
-
-# every provider over every backend it supports: "metadata" over each of conftest.BACKENDS (the
-# store_url backends), "embedded" over local:// only
-TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
-
-
-@pytest.fixture(params=TARGETS, ids=[f"{p}-{b}" for p, b in TARGETS])
-def target(request, tmp_path) -> tuple[str, str]:
-    name, backend = request.param
-    return name, BACKENDS[backend](request, tmp_path)
-
-
-@pytest.fixture
-def provider(target):
-    name, url = target
-    p = open_provider(name, {"metadata_url": url, **({"retry_seconds": 60} if name == "metadata" else {})})
-    yield p
-    p.close()
 
 
 @pytest.fixture

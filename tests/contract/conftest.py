@@ -1,0 +1,27 @@
+"""Fixtures the state and changelog contract suites share: every state provider over every
+backend it supports ("metadata" over each of ``BACKENDS``, "embedded" over local:// only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from statekeep.state import open_provider
+
+from conftest import BACKENDS
+
+STATE_TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
+
+
+@pytest.fixture(params=STATE_TARGETS, ids=[f"{p}-{b}" for p, b in STATE_TARGETS])
+def target(request, tmp_path) -> tuple[str, str]:
+    """(provider name, store URL)."""
+    name, backend = request.param
+    return name, BACKENDS[backend](request, tmp_path)
+
+
+@pytest.fixture
+def provider(target):
+    name, url = target
+    p = open_provider(name, {"metadata_url": url, **({"retry_seconds": 60} if name == "metadata" else {})})
+    yield p
+    p.close()
