@@ -34,7 +34,7 @@ from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
 from statekeep.state.embedded_changelog import EmbeddedChangelog
-from statekeep.state.keys import encode_key, encode_prefix, validate_name
+from statekeep.state.keys import check_scan, encode_key, validate_name
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
@@ -176,11 +176,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
-        encode_prefix(prefix)
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+        check_scan(prefix, start_after, limit)
         return self._scan(prefix, start_after, limit)
 
     def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:

@@ -86,6 +86,17 @@ def encode_prefix(prefix: str) -> str:
         raise InvalidArgumentError(f"a key prefix must be valid Unicode: {prefix!r}") from e
 
 
+def check_scan(prefix: object, start_after: object, limit: object) -> str:
+    """Validate the arguments of ``scan_entries`` (eagerly: a generator would raise only when first
+    iterated); returns the encoded prefix. Raises :class:`InvalidArgumentError`."""
+    encoded = encode_prefix(prefix)  # type: ignore[arg-type]
+    if start_after is not None and not isinstance(start_after, str):
+        raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+    return encoded
+
+
 def decode_key(segment: str) -> str:
     """The key whose segment is ``segment``. Raises :class:`InvalidArgumentError` on a segment that
     :func:`encode_key` cannot have produced (a foreign child in the state subtree)."""

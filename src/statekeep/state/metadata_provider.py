@@ -44,7 +44,7 @@ from statekeep.metadata.types import validate_path
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
-from statekeep.state.keys import MAX_SEGMENT, decode_key, encode_key, encode_prefix, validate_name
+from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
 from statekeep.state.metadata_changelog import MetadataChangelog
 
 DEFAULT_ROOT = "/statekeep/state"
@@ -127,13 +127,8 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
-        # validate eagerly (a generator would only raise when first iterated)
-        encoded_prefix = encode_prefix(prefix)
-        if start_after is not None and not isinstance(start_after, str):
-            raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
+        encoded_prefix = check_scan(prefix, start_after, limit)
         after = encode_prefix(start_after) if start_after else None
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
         return self._scan(encoded_prefix, after, limit)
 
     def _scan(self, prefix: str, after: str | None, limit: int | None) -> Iterator[StateEntry]:
