@@ -53,3 +53,25 @@ def test_a_bad_record_fails_the_partition_with_its_position(spec, bad_line, posi
     assert state_of(spec)[0] == {}  # the failed partition wrote nothing
     assert run_partition(spec, 3, 1, [LINES[0], LINES[4]], {"ok"}).processed == 2  # its replay applies
     assert state_of(spec)[0] == {"ok": 2}
+
+
+PUT_REPEATED = '''
+def process(input, context):
+    context.put_state(input["word"], input["word"] * input["n"])
+'''
+
+
+@pytest.mark.parametrize("skip_errors", [True, False])
+def test_a_value_over_the_store_limit_fails_its_own_record(spec, skip_errors):
+    spec = {**spec, "code": PUT_REPEATED, "skip_errors": skip_errors,
+            "state_config": {"metadata_url": spec["state_config"]["metadata_url"] + "?max_value_size=100"}}
+    lines = [json.dumps({"word": w, "n": n}) for w, n in [("a", 3), ("b", 101), ("c", 1)]]
+    _, store = state_of(spec)
+    if skip_errors:
+        stats = run_partition(spec, 0, 0, lines, {"a", "b", "c"})
+        assert (stats.processed, stats.skipped) == (2, 1) and "record 1: ValueTooLargeError" in stats.errors[0]
+        assert {e.key: e.value for e in store.scan_entries()} == {"a": b"aaa", "c": b"c"}
+    else:
+        with pytest.raises(FunctionRecordError, match="record 1: ValueTooLargeError.*101 bytes"):
+            run_partition(spec, 0, 0, lines, {"a", "b", "c"})
+        assert list(store.scan_entries()) == []

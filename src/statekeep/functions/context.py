@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.base import validate_value
 from statekeep.state.keys import encode_key
-
-COUNTER_MIN, COUNTER_MAX = -(1 << 63), (1 << 63) - 1
+from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 
 
 class BufferedState:
@@ -24,11 +24,14 @@ class BufferedState:
     ``fetch(keys)`` returns ``{key: (value_bytes_or_None, counter_or_None)}`` for every key asked.
     After the batch, :attr:`puts` (key -> bytes, or None for a delete) and :attr:`counter_deltas`
     (key -> amount, applied after the puts, so a delete then an increment restarts from zero) are
-    what must be written.
+    what must be written. ``max_value_size`` is the store's limit, checked per put so that a value
+    the store would refuse fails its own record rather than the batch's write.
     """
 
-    def __init__(self, fetch: Callable[[list[str]], Mapping[str, tuple[bytes | None, int | None]]]) -> None:
+    def __init__(self, fetch: Callable[[list[str]], Mapping[str, tuple[bytes | None, int | None]]],
+                 max_value_size: int = 1 << 20) -> None:
         self._fetch = fetch
+        self.max_value_size = max_value_size
         self._base: dict[str, tuple[bytes | None, int | None]] = {}
         self.puts: dict[str, bytes | None] = {}
         self.counter_deltas: dict[str, int] = {}
@@ -136,9 +139,7 @@ class Context:
     def put_state(self, key: str, value: bytes | str) -> None:
         if isinstance(value, str):
             value = value.encode()
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"state values are bytes or str, not {type(value).__name__}")
-        self._state.put(_key(key), bytes(value))
+        self._state.put(_key(key), validate_value(value, self._state.max_value_size))
 
     def del_state(self, key: str) -> None:
         self._state.put(_key(key), None)

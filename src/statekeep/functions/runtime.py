@@ -146,7 +146,7 @@ def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[A
         stats.applied = False  # a replay of a partition that was already applied
         return stats
     process = _cached_process(spec)
-    state = BufferedState(store.fetch_many)
+    state = BufferedState(store.fetch_many, store.max_value_size)
     # a key the store would refuse is left out: the record using it fails on its own (and may be skipped)
     state.prefetch(k for k in keys if is_valid_key(k))
     context = Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"))
