@@ -54,12 +54,20 @@ def test_create_get_list_update_delete(service):
 def test_delete_then_recreate_starts_with_empty_state(service):
     reg = service.registry
     reg.create(config(), CODE)
+    first = reg.incarnation("acme", "prod", "wc")
     state = reg.state_store("acme", "prod", "wc")
     state.incr("hits", 5)
     state.put("last", b"x")
     state.apply_batch({}, {"hits": 1}, marker="batch-0-0")
     reg.delete("acme", "prod", "wc")
+    with pytest.raises(NotFoundError):
+        reg.incarnation("acme", "prod", "wc")
     reg.create(config(), CODE)
+    # a new incarnation (its own checkpoint) even where versions restart and no creation time is kept
+    second = reg.incarnation("acme", "prod", "wc")
+    assert second != first
+    reg.update("acme", "prod", "wc", {"parallelism": 2})
+    assert reg.incarnation("acme", "prod", "wc") == second  # an update is the same incarnation
     again = reg.state_store("acme", "prod", "wc")
     assert list(again.scan()) == [] and again.get_counter("hits") == 0 and not again.has_marker("batch-0-0")
     assert again.read_changelog() == []

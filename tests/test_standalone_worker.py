@@ -1,4 +1,5 @@
-"""``statekeep standalone`` runs functions created through REST on Spark, and stops them on delete."""
+"""``statekeep standalone`` runs functions created through REST on Spark, stops them on delete, and
+starts a function created again under the same name from scratch."""
 
 from __future__ import annotations
 
@@ -35,5 +36,11 @@ def test_created_function_runs_and_its_state_is_served(tmp_path):
 
             assert client.delete("/admin/v3/functions/public/default/wc").status_code in (200, 204)
             assert client.get("/admin/v3/functions/public/default/wc/state/a").status_code == 404
+
+            # created again under the same name: a new query from its own checkpoint reads every file again
+            response = create_function(client, "public", "default", "wc", WORDCOUNT, inputs=[str(inputs)],
+                                       keyField="word")
+            assert response.status_code == 200, response.text
+            assert wait_for(lambda: count("a") == 2 and count("b") == 2, timeout=240), server.log.name
     finally:
         server.stop()

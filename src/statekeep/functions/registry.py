@@ -1,9 +1,10 @@
 """The function registry: each function's configuration and code in the metadata store.
 
 Layout: ``ROOT/TENANT/NAMESPACE/NAME`` (default root ``/statekeep/functions``) holds the configuration
-as JSON (:class:`FunctionConfig`), its child ``code`` the Python file. Both are written and deleted
-in one ``multi``, so a function is never seen without its code. The function's state lives with its
-state provider (PIP-312), reached through :meth:`FunctionRegistry.state_store`.
+as JSON (:class:`FunctionConfig`), its child ``code`` the Python file, its child ``incarnation`` an id
+new with every create. All are written and deleted in one ``multi``, so a function is never seen
+without its code. The function's state lives with its state provider (PIP-312), reached through
+:meth:`FunctionRegistry.state_store`.
 
 Guarantees: ``create`` refuses an existing function (:class:`AlreadyExistsError`) and invalid
 configuration or code (:class:`InvalidArgumentError`, nothing written); ``delete`` removes the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,19 @@ class FunctionRegistry:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
         return FunctionConfig.from_json(json.loads(result.value)), result.stat.version
 
+    def incarnation(self, tenant: str, namespace: str, name: str) -> str:
+        """An id of this creation of the function: one deleted and created again under the same name
+        gets a new one, so its checkpoints and running queries do not carry over (versions restart at
+        0, and etcd keeps no creation times). :class:`NotFoundError` if the function does not exist."""
+        path = self._path(tenant, namespace, name)
+        result = self.store.get(path + "/incarnation")
+        if result is not None:
+            return result.value.decode()
+        created = self.store.get(path)  # registered before incarnations were recorded
+        if created is None or not created.value:
+            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        return f"created-{created.stat.created_ms}"
+
     def get_code(self, tenant: str, namespace: str, name: str) -> bytes:
         result = self.store.get(self._path(tenant, namespace, name) + "/code")
         if result is None:
@@ -97,7 +112,8 @@ class FunctionRegistry:
         self._check_provider(cfg)
         path = self._path(cfg.tenant, cfg.namespace, cfg.name)
         try:
-            self.store.multi([Put(path, _encode(cfg), -1), Put(path + "/code", bytes(code), -1)])
+            self.store.multi([Put(path, _encode(cfg), -1), Put(path + "/code", bytes(code), -1),
+                              Put(path + "/incarnation", uuid.uuid4().hex.encode(), -1)])
         except AlreadyExistsError:
             raise AlreadyExistsError(f"function {cfg.fqfn} already exists") from None
         return cfg
@@ -137,7 +153,7 @@ class FunctionRegistry:
         provider.cleanup(tenant, namespace, name)  # first: if this fails, the function is still listed
         path = self._path(tenant, namespace, name)
         try:
-            self.store.multi([Delete(path + "/code"), Delete(path)])
+            self.store.multi([*(Delete(f"{path}/{child}") for child in self.store.get_children(path)), Delete(path)])
         except NotFoundError:
             raise NotFoundError(f"function {cfg.fqfn} does not exist") from None
         try:  # again: state written between the first cleanup and the delete

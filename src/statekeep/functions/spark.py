@@ -194,12 +194,11 @@ def run_registered(service, metadata_url: str, tenant: str, namespace: str, name
                    once: bool = False, master: str = "local[*,4]", skip_errors: bool | None = None,
                    spark=None) -> FunctionQuery:
     """Start a registered function as a streaming query and keep its status in the metadata store
-    at ``STATUS_ROOT/T/N/F``. The checkpoint is per function incarnation (its creation time), so a
+    at ``STATUS_ROOT/T/N/F``. The checkpoint is per function incarnation, so a
     function deleted and created again starts over instead of resuming the old one's offsets."""
     registry = service.registry
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
-    created = registry.store.get(registry._path(tenant, namespace, name)).stat.created_ms
-    checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, str(created))
+    checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, registry.incarnation(tenant, namespace, name))
     status_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
     spark = spark or spark_session(master)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)

@@ -27,7 +27,7 @@ LOCK_ROOT = "/statekeep/workers"
 class _Running:
     query: object
     lock: object
-    config_version: int
+    config: tuple[str, int]  # (incarnation, config version): a change of either restarts the query
 
 
 class SparkWorker:
@@ -86,7 +86,7 @@ class SparkWorker:
             self._wake.wait(self.interval)
             self._wake.clear()
 
-    def _wanted(self) -> dict[tuple[str, str, str], int]:
+    def _wanted(self) -> dict[tuple[str, str, str], tuple[str, int]]:
         store, root = self.registry.store, self.registry.root
         wanted = {}
         for tenant in store.get_children(root):
@@ -94,21 +94,25 @@ class SparkWorker:
                 for name in store.get_children(f"{root}/{tenant}/{namespace}"):
                     result = store.get(f"{root}/{tenant}/{namespace}/{name}")
                     if result is not None and result.value:
-                        wanted[(tenant, namespace, name)] = result.stat.version
+                        try:
+                            incarnation = self.registry.incarnation(tenant, namespace, name)
+                        except NotFoundError:
+                            continue  # deleted meanwhile
+                        wanted[(tenant, namespace, name)] = (incarnation, result.stat.version)
         return wanted
 
     def _reconcile(self) -> None:
         wanted = self._wanted()
         with self._mutex:
             for fqfn, running in list(self._running.items()):
-                stale = wanted.get(fqfn) != running.config_version
+                stale = wanted.get(fqfn) != running.config
                 if stale or running.lock.expired.done() or not running.query.query.isActive:
                     self._stop_function(fqfn)
-            for fqfn, version in wanted.items():
+            for fqfn, config in wanted.items():
                 if fqfn not in self._running and not self._stopping.is_set():
-                    self._start_function(fqfn, version)
+                    self._start_function(fqfn, config)
 
-    def _start_function(self, fqfn: tuple[str, str, str], version: int) -> None:
+    def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int]) -> None:
         from statekeep.functions.spark import run_registered, spark_session
 
         try:
@@ -124,7 +128,7 @@ class SparkWorker:
             log.warning("cannot start function %s: %s", "/".join(fqfn), e)
             lock.release()
             return
-        self._running[fqfn] = _Running(query, lock, version)
+        self._running[fqfn] = _Running(query, lock, config)
         log.info("function %s started", "/".join(fqfn))
 
     def _stop_function(self, fqfn: tuple[str, str, str]) -> None:
