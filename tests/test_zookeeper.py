@@ -105,6 +105,20 @@ def test_failed_multi_leaves_no_ancestors_behind(zk):
     assert store.get("/deep/x").value == b"" and store.get_children("/") == ["c1", "c2", "deep", "other", "set"]
 
 
+def test_multi_plans_again_when_a_parent_it_saw_was_deleted_by_another_client(zk):
+    """A multi skips reading parents it saw before; another client deleting one costs a retry, not an error."""
+    mine, other = zk(), zk()
+    mine.multi([Put("/d/e/x", b"", -1), Put("/d/e/s-", b"", sequential=True)])
+    other.delete_recursive("/d")
+    stats = mine.multi([Put("/d/e/y", b"1", -1), Put("/d/e/s-", b"", sequential=True)])
+    assert stats[0].version == 0 and mine.get_children("/d/e") == [stats[1].path.rpartition("/")[2], "y"]
+    other.delete_recursive("/d")
+    other.put("/d", b"", ephemeral=True)
+    with pytest.raises(InvalidArgumentError):  # now an ephemeral: no children, as for a fresh plan
+        mine.multi([Put("/d/e/z", b"", -1)])
+    assert not mine.exists("/d/e")
+
+
 def test_check_absent(zk):
     store, events = zk(), []
     store.put("/p/exists", b"")

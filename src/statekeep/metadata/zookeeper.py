@@ -149,6 +149,10 @@ class ZooKeeperStore(MetadataStore):
         self._closing = self._watching = False
         self._watch_lock = threading.Lock()
         self._last_state: str | None = None
+        # persistent paths seen to exist: a multi's plan skips reading them (most creates go under parents
+        # that exist). If one was deleted meanwhile, its child's create fails with NoNode and the multi is
+        # planned again without this cache, so a stale entry costs a round trip, never a wrong result.
+        self._known_dirs: set[str] = set()
         try:  # reconnect forever (operations time out on their own), and quickly
             self._client = KazooClient(hosts=hosts, timeout=float(session_timeout),
                                        connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0))
@@ -224,6 +228,7 @@ class ZooKeeperStore(MetadataStore):
         return self._stat(created, zstat)
 
     def _delete(self, op: Delete) -> None:
+        self._known_dirs = set()
         version = -1 if op.expected_version is None else op.expected_version
         self._run(lambda: self._client.delete_async(op.path, version), op.path, write=True)
 
@@ -242,13 +247,17 @@ class ZooKeeperStore(MetadataStore):
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
         self._check_size(ops)
+        if any(isinstance(op, Delete) for op in ops):
+            self._known_dirs = set()
         for attempt in range(_MAX_REPLANS):
-            steps = self._plan(ops)
+            steps = self._plan(ops, use_known_dirs=attempt == 0)
             results = self._run(lambda: self._call(_Txn([s.request for s in steps])), ops[0].path, write=True)
             failed = next((i for i, r in enumerate(results) if isinstance(r, Exception)
                            and not isinstance(r, (zke.RolledBackError, zke.RuntimeInconsistency))), None)
             if failed is None:
+                self._remember_dirs(ops)
                 return self._multi_results(ops, steps, results)
+            self._known_dirs = set()
             step, error = steps[failed], results[failed]
             racy = (step.racy and isinstance(error, (zke.NodeExistsError, zke.NoNodeError, zke.BadVersionError))
                     or isinstance(step.request, Create) and isinstance(error, zke.NoNodeError))
@@ -257,22 +266,32 @@ class ZooKeeperStore(MetadataStore):
                 raise self._error(error, path) from error
         raise AssertionError("unreachable")
 
-    def _plan(self, ops: list[Op]) -> list[_Step]:
+    def _plan(self, ops: list[Op], *, use_known_dirs: bool) -> list[_Step]:
         """ZooKeeper operations for ``ops``, from one pipelined read of the paths whose state decides
-        their form; ``known`` tracks the effect of the multi's earlier operations."""
+        their form; ``known`` tracks the effect of the multi's earlier operations. With
+        ``use_known_dirs``, the ancestors of creates that are in ``_known_dirs`` are not read."""
+        dirs = self._known_dirs if use_known_dirs else set()
         needed: set[str] = set()
         for op in ops:
-            if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)) or (
-                    isinstance(op, Check) and op.version == -1):
+            if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)):
+                needed.update(a for a in _ancestors(op.path) if a not in dirs)
+                if not op.sequential:
+                    needed.add(op.path)
+            elif isinstance(op, Check) and op.version == -1:
                 needed.update(_ancestors(op.path), [op.path])
         paths = sorted(needed)
-        stats = dict(zip(paths, self._run(lambda: [self._client.exists_async(p) for p in paths], "/")))
+        stats = {}
+        if paths:
+            stats = dict(zip(paths, self._run(lambda: [self._client.exists_async(p) for p in paths], "/")))
         known: dict[str, tuple[bool, bool, int | None]] = {"/": (True, False, None)}  # exists, ephemeral, version
 
         def state(p: str) -> tuple[bool, bool, int | None]:
             if p not in known:
                 z = stats.get(p)
-                known[p] = (False, False, None) if z is None else (True, z.ephemeralOwner != 0, z.version)
+                if z is None and p not in stats and p in dirs:
+                    known[p] = (True, False, None)
+                else:
+                    known[p] = (False, False, None) if z is None else (True, z.ephemeralOwner != 0, z.version)
             return known[p]
 
         acl = self._client.default_acl or OPEN_ACL_UNSAFE
@@ -314,6 +333,14 @@ class ZooKeeperStore(MetadataStore):
                 steps.append(_Step(Create(self._z(first), b"", acl, 0), i, first != op.path))
                 steps.append(_Step(ZDelete(self._z(first), -1), None, True))
         return steps
+
+    def _remember_dirs(self, ops: list[Op]) -> None:
+        """After a committed multi: the ancestors of its creates exist (created persistent if missing)."""
+        if len(self._known_dirs) > 10_000:
+            self._known_dirs = set()
+        for op in ops:
+            if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)):
+                self._known_dirs.update(_ancestors(op.path))
 
     def _multi_results(self, ops: list[Op], steps: list[_Step], results: list) -> list[Stat | None]:
         # A transaction's operations share its time, but a create inside a multi is answered with its
