@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from statekeep.errors import InvalidArgumentError
+from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.functions.context import BufferedState, Context
 from statekeep.functions.runtime import record_decoder
 
@@ -61,3 +61,16 @@ def test_counter_semantics():
     with pytest.raises(InvalidArgumentError):
         context.incr_counter("max", 1)
     assert context.get_counter("max") == (1 << 63) - 1  # the refused increment changed nothing
+
+
+def test_put_state_takes_bytes_or_str_within_the_store_limit():
+    state = BufferedState(fetcher({}), max_value_size=4)
+    context = Context("t", "n", "f", state)
+    context.put_state("s", "abcd")
+    context.put_state("b", bytearray(b"xy"))
+    for value, error, message in ((5, InvalidArgumentError, "bytes or str, not int"),
+                                  (None, InvalidArgumentError, "bytes or str, not NoneType"),
+                                  ("abcde", ValueTooLargeError, "5 bytes exceeds the limit of 4")):
+        with pytest.raises(error, match=message):
+            context.put_state("bad", value)
+    assert state.puts == {"s": b"abcd", "b": b"xy"} and context.get_state("bad") is None

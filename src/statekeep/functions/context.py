@@ -139,6 +139,8 @@ class Context:
     def put_state(self, key: str, value: bytes | str) -> None:
         if isinstance(value, str):
             value = value.encode()
+        elif not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"state values are bytes or str, not {type(value).__name__}")
         self._state.put(_key(key), validate_value(value, self._state.max_value_size))
 
     def del_state(self, key: str) -> None:
