@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 from statekeep.coordination import CoordinationService
@@ -21,6 +22,7 @@ from statekeep.functions.registry import FunctionRegistry
 
 log = logging.getLogger(__name__)
 LOCK_ROOT = "/statekeep/workers"
+DELETE_GRACE_S = 60.0
 
 
 @dataclass
@@ -38,6 +40,9 @@ class SparkWorker:
         self.master = master
         self.interval = interval
         self._running: dict[tuple[str, str, str], _Running] = {}
+        # incarnation being deleted -> until when it is not restarted while the registry still lists it
+        # (a delete that failed leaves it listed: it runs again after DELETE_GRACE_S)
+        self._deleting: dict[tuple[str, str, str], tuple[str, float]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._mutex = threading.RLock()
@@ -67,9 +72,14 @@ class SparkWorker:
         self.coordination.close()
 
     def function_deleting(self, tenant: str, namespace: str, name: str) -> None:
-        """Stop the function's query before its state is deleted."""
+        """Stop the function's query before its state is deleted, and keep it stopped until it is gone."""
+        fqfn = (tenant, namespace, name)
         with self._mutex:
-            self._stop_function((tenant, namespace, name))
+            try:
+                self._deleting[fqfn] = (self.registry.incarnation(*fqfn), time.monotonic() + DELETE_GRACE_S)
+            except NotFoundError:
+                pass
+            self._stop_function(fqfn)
 
     def status(self) -> dict[str, dict]:
         with self._mutex:
@@ -104,6 +114,11 @@ class SparkWorker:
     def _reconcile(self) -> None:
         wanted = self._wanted()
         with self._mutex:
+            for fqfn, (incarnation, until) in list(self._deleting.items()):
+                if wanted.get(fqfn, ("",))[0] != incarnation or time.monotonic() > until:
+                    del self._deleting[fqfn]  # deleted (and maybe created again), or the delete failed
+                else:
+                    del wanted[fqfn]
             for fqfn, running in list(self._running.items()):
                 stale = wanted.get(fqfn) != running.config
                 if stale or running.lock.expired.done() or not running.query.query.isActive:
