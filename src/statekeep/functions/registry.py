@@ -153,7 +153,8 @@ class FunctionRegistry:
         provider.cleanup(tenant, namespace, name)  # first: if this fails, the function is still listed
         path = self._path(tenant, namespace, name)
         try:
-            self.store.multi([*(Delete(f"{path}/{child}") for child in self.store.get_children(path)), Delete(path)])
+            children = [Delete(f"{path}/{child}") for child in self.store.get_children(path)]
+            self.store.multi([*children, Delete(path)])
         except NotFoundError:
             raise NotFoundError(f"function {cfg.fqfn} does not exist") from None
         try:  # again: state written between the first cleanup and the delete

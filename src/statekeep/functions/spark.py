@@ -198,7 +198,8 @@ def run_registered(service, metadata_url: str, tenant: str, namespace: str, name
     function deleted and created again starts over instead of resuming the old one's offsets."""
     registry = service.registry
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
-    checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, registry.incarnation(tenant, namespace, name))
+    incarnation = registry.incarnation(tenant, namespace, name)
+    checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, incarnation)
     status_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
     spark = spark or spark_session(master)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)

@@ -115,7 +115,8 @@ class SparkWorker:
         wanted = self._wanted()
         with self._mutex:
             for fqfn, (incarnation, until) in list(self._deleting.items()):
-                if wanted.get(fqfn, ("",))[0] != incarnation or time.monotonic() > until:
+                listed = wanted.get(fqfn)
+                if listed is None or listed[0] != incarnation or time.monotonic() > until:
                     del self._deleting[fqfn]  # deleted (and maybe created again), or the delete failed
                 else:
                     del wanted[fqfn]

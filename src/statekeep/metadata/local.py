@@ -43,7 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statekeep.errors import InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError, StoreUnavailableError
+from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
+                              StoreUnavailableError)
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import GetResult, Notification, NotificationType, Op, Stat, parent_of

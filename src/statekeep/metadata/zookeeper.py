@@ -150,8 +150,8 @@ class ZooKeeperStore(MetadataStore):
         self._watch_lock = threading.Lock()
         self._last_state: str | None = None
         # persistent paths seen to exist: a multi's plan skips reading them (most creates go under parents
-        # that exist). If one was deleted meanwhile, its child's create fails with NoNode and the multi is
-        # planned again without this cache, so a stale entry costs a round trip, never a wrong result.
+        # that exist). If one was deleted meanwhile, its child's create fails with NoNode, a race the multi
+        # already replans for, with this cache emptied: a stale entry costs a round trip, never a wrong result.
         self._known_dirs: set[str] = set()
         try:  # reconnect forever (operations time out on their own), and quickly
             self._client = KazooClient(hosts=hosts, timeout=float(session_timeout),
@@ -228,7 +228,7 @@ class ZooKeeperStore(MetadataStore):
         return self._stat(created, zstat)
 
     def _delete(self, op: Delete) -> None:
-        self._known_dirs = set()
+        self._known_dirs.discard(op.path)
         version = -1 if op.expected_version is None else op.expected_version
         self._run(lambda: self._client.delete_async(op.path, version), op.path, write=True)
 
@@ -247,30 +247,29 @@ class ZooKeeperStore(MetadataStore):
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
         self._check_size(ops)
-        if any(isinstance(op, Delete) for op in ops):
-            self._known_dirs = set()
+        self._known_dirs.difference_update(op.path for op in ops if isinstance(op, Delete))
         for attempt in range(_MAX_REPLANS):
-            steps = self._plan(ops, use_known_dirs=attempt == 0)
+            steps = self._plan(ops)
             results = self._run(lambda: self._call(_Txn([s.request for s in steps])), ops[0].path, write=True)
             failed = next((i for i, r in enumerate(results) if isinstance(r, Exception)
                            and not isinstance(r, (zke.RolledBackError, zke.RuntimeInconsistency))), None)
             if failed is None:
                 self._remember_dirs(ops)
                 return self._multi_results(ops, steps, results)
-            self._known_dirs = set()
             step, error = steps[failed], results[failed]
             racy = (step.racy and isinstance(error, (zke.NodeExistsError, zke.NoNodeError, zke.BadVersionError))
                     or isinstance(step.request, Create) and isinstance(error, zke.NoNodeError))
             if not racy or attempt == _MAX_REPLANS - 1:
                 path = ops[step.op_index].path if step.op_index is not None else self._unchroot(step.request.path)
                 raise self._error(error, path) from error
+            self._known_dirs = set()  # the plan may have trusted a parent that is gone
         raise AssertionError("unreachable")
 
-    def _plan(self, ops: list[Op], *, use_known_dirs: bool) -> list[_Step]:
+    def _plan(self, ops: list[Op]) -> list[_Step]:
         """ZooKeeper operations for ``ops``, from one pipelined read of the paths whose state decides
-        their form; ``known`` tracks the effect of the multi's earlier operations. With
-        ``use_known_dirs``, the ancestors of creates that are in ``_known_dirs`` are not read."""
-        dirs = self._known_dirs if use_known_dirs else set()
+        their form (less the ancestors of creates in ``_known_dirs``); ``known`` tracks the effect of
+        the multi's earlier operations."""
+        dirs = self._known_dirs
         needed: set[str] = set()
         for op in ops:
             if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)):
