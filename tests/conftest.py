@@ -96,3 +96,21 @@ def spark():
     session = spark_session("local[2,4]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster():
+    """A Spark standalone master and two workers (1 core, 1 GiB each) on loopback, started from
+    PySpark's own spark-class when a test first asks for it, shared by the whole run, stopped by PID.
+    A test that kills a worker restarts it before it ends (``spark_cluster.restart_worker(i)``)."""
+    from statekeep.testing import servers
+    from statekeep.testing.spark_cluster import SparkCluster
+
+    try:
+        cluster = SparkCluster.start(workers=2, cores=1, memory="1g")
+    except servers.ServerNotInstalled as e:
+        if IN_CI:
+            raise
+        pytest.skip(f"no Spark cluster here ({e}); scripts/test installs pyspark")
+    yield cluster
+    cluster.stop()
