@@ -49,12 +49,6 @@ class CounterOverflowError(InvalidArgumentError):
     was written (counters never wrap)."""
 
 
-class BatchTooLargeError(ValueTooLargeError):
-    """An atomic batch needs more operations or bytes than the backend accepts in one transaction
-    (etcd ``--max-txn-ops``/``--max-request-bytes``, ZooKeeper ``jute.maxbuffer``); nothing was written.
-    The message names the limit; split the batch or lower its size."""
-
-
 class StoreUnavailableError(StatekeepError):
     """The store could not be reached in time. The operation may or may not have been applied
     only where :class:`PossibleInconsistentStateError` is raised instead."""

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from statekeep.errors import (AlreadyExistsError, BadVersionError, BatchTooLargeError, CounterOverflowError,
+from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError,
                               InvalidArgumentError, NotFoundError, StatekeepError, ValueTooLargeError)
 from statekeep.state import (COUNTER_MAX, COUNTER_MIN, StateStore, StateStoreProvider, decode_key, encode_key,
                              open_provider, provider_names, register_provider)
@@ -244,19 +244,41 @@ def test_failing_batch_writes_nothing(state):
         state.apply_batch([("a", b"1")], {})
 
 
-def test_batch_limits(state):
+def test_batch_of_any_size(state):
+    """A batch larger than one atomic write of the backend (etcd: 128 operations, ZooKeeper: 1 MB)
+    commits exactly once: keys, deletes, counters, one changelog record per changed key, the marker."""
     limits = state.batch_limits
-    n = min(limits.max_keys, 200)
-    assert state.apply_batch({f"k{i}": b"v" for i in range(n)}, {}, marker="full") is True
-    assert len(list(state.scan(prefix="k"))) == n
-    if limits.max_keys <= 1000:
-        with pytest.raises(BatchTooLargeError, match="limit"):
-            state.apply_batch({f"x{i}": b"v" for i in range(limits.max_keys + 1)}, {}, marker="over")
-    per = state.max_value_size
-    if limits.max_bytes // per < 200:
-        with pytest.raises(BatchTooLargeError):
-            state.apply_batch({f"y{i}": b"v" * per for i in range(limits.max_bytes // per + 1)}, {})
-    assert state.get("x0") is None and state.get("y0") is None and not state.has_marker("over")
+    n = min(3 * limits.max_keys + 7, 2_500)
+    state.put("gone", b"x")
+    state.incr("c0", 5)
+    puts = {f"k{i:05d}": bytes([i % 251]) * 40 for i in range(n)}
+    puts["gone"] = None
+    counters = {f"c{i}": i + 1 for i in range(n)}
+    before = len(changelog(state))
+    assert state.apply_batch(puts, counters, marker="big") is True
+    assert state.has_marker("big")
+    assert state.apply_batch(puts, counters, marker="big") is False  # a replay writes nothing
+    assert state.get("gone") is None and state.get("k00007") == bytes([7]) * 40
+    assert state.get_counter("c0") == 6 and state.get_counter(f"c{n - 1}") == n
+    assert len(list(state.scan(prefix="k"))) == n and len(list(state.scan(prefix="c"))) == n
+    assert len(changelog(state)) == before + 2 * n + 1
+    # large values: more bytes than one write carries
+    per = min(state.max_value_size, 200_000)
+    count = min(max(3, 2 * limits.max_bytes // per + 1), 40)
+    big = {f"y{i}": bytes([i]) * per for i in range(count)}
+    assert state.apply_batch(big, {}, marker="bytes") is True
+    assert [v for _, v in state.scan(prefix="y")] == [big[k] for k in sorted(big)]
+
+
+def test_large_batch_that_would_fail_writes_nothing(state):
+    state.put("bytes", b"b")
+    n = min(2 * state.batch_limits.max_keys + 3, 2_500)
+    counters = {f"c{i}": 1 for i in range(n)}
+    counters["bytes"] = 1
+    before = len(changelog(state))
+    with pytest.raises(InvalidArgumentError):
+        state.apply_batch({}, counters, marker="m")
+    assert not state.has_marker("m") and state.get_counter("c1") == 0 and len(changelog(state)) == before
 
 
 def test_cleanup_removes_all_state(provider, state):
@@ -338,6 +360,4 @@ def test_provider_registry():
 
 
 def test_errors_are_statekeep_errors():
-    for cls in (CounterOverflowError, BatchTooLargeError):
-        assert issubclass(cls, StatekeepError)
-    assert issubclass(BatchTooLargeError, ValueTooLargeError)
+    assert issubclass(CounterOverflowError, StatekeepError)

@@ -147,6 +147,16 @@ class MetadataStore(abc.ABC):
             validate_path(path)
         return self._get(path)
 
+    def get_many(self, paths: Sequence[str]) -> list[GetResult | None]:
+        """``get`` of each path, in order, in as few round trips as the backend allows (each result is
+        as of some moment during the call; the reads are not one snapshot). Every path is validated
+        before anything is read."""
+        self._check_open()
+        for path in paths:
+            if path.__class__ is not str or path not in _valid_paths:
+                validate_path(path)
+        return self._get_many(list(paths))
+
     def get_children(self, path: str) -> list[str]:
         """Names of the immediate children of ``path``, sorted; ``[]`` if there are none."""
         self._check_open()
@@ -256,6 +266,9 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def _get_children(self, path: str) -> list[str]: ...
+
+    def _get_many(self, paths: list[str]) -> list[GetResult | None]:
+        return [self._get(path) for path in paths]
 
     def _exists(self, path: str) -> bool:
         return self._get(path) is not None

@@ -31,17 +31,29 @@ keys are attached to it. Notifications: one watch on ``PREFIX + "/"``, started w
 after errors from the last revision seen. An unreachable server raises :class:`StoreUnavailableError` within
 ``timeout``; a write that may have reached the server before its connection failed raises
 :class:`PossibleInconsistentStateError`. The gRPC channel reconnects by itself when the server is back.
+
+Processes: gRPC is not fork-safe while any of its threads runs. ``close()`` ends everything of the client (tasks,
+channel, the event loop thread and, with the last store, gRPC's poller thread), so a child forked afterwards can open
+``etcd://`` again. ``os.fork()`` while stores are open (multiprocessing's fork start method) is made safe too: just
+before the fork every open store lets its in-flight requests finish (new ones wait), drops its channel so gRPC has no
+thread left, and reconnects right after in the parent (same lease, the watch resumes from the last revision seen). In
+the child, stores inherited from the parent raise :class:`StoreClosedError` (their threads are not there) and
+closing them touches nothing on the server; the child opens its own. Forks through ``subprocess`` never run these
+hooks (they exec at once) and cost nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import logging
+import os
 import random
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -76,6 +88,57 @@ _CHANNEL_OPTIONS = [
     # notice a dead connection under a long-lived watch; etcd refuses pings more often than every 5 s
     ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
 ]
+
+
+#: open stores, for the fork hooks; _fork_lock keeps opening, closing and forking from interleaving
+_stores: weakref.WeakSet[EtcdStore] = weakref.WeakSet()
+_fork_lock = threading.Lock()
+
+
+def _grpc_poller_alive() -> bool:
+    """Is grpc.aio's completion queue poller thread running? It ends once no channel or call is left."""
+    return any("_poll_wrapper" in thread.name for thread in threading.enumerate())
+
+
+def _release_grpc() -> None:
+    """Make sure gRPC's poller thread has ended once no store has a channel: gRPC objects caught in reference
+    cycles (a call in an exception's traceback) keep it alive until collected."""
+    if all(store._channel is None for store in _stores) and _grpc_poller_alive():
+        gc.collect()
+
+
+def _before_fork() -> None:
+    _fork_lock.acquire()
+    try:
+        for store in list(_stores):
+            store._pause_for_fork()
+        _release_grpc()
+        if _grpc_poller_alive():
+            log.warning("fork() while gRPC still runs a thread (a gRPC user other than statekeep's etcd:// stores?): "
+                        "a child process may fail to use gRPC")
+    except BaseException:
+        _fork_lock.release()
+        raise
+
+
+def _after_fork_in_parent() -> None:
+    try:
+        for store in list(_stores):
+            store._resume_after_fork()
+    finally:
+        _fork_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's stores have no threads here: refuse their use, and never revoke the parent's lease.
+    for store in list(_stores):
+        store._forked = store._closed = True
+        store._gate = threading.Condition()
+    _stores.clear()
+    _fork_lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 class _Retry(Exception):
@@ -148,8 +211,22 @@ class _Snapshot:
                 reads[("r", parent)] = None
                 parent = parent_of(parent)
         self._fetch(*reads)
+        # the paths sequential puts will take, read in one more request instead of one by one
+        sequences: dict[str, int] = {}
+        taken: dict[tuple[str, str], None] = {}
+        for op in ops:
+            if isinstance(op, Put) and op.sequential:
+                parent = parent_of(op.path)
+                sequences[parent] = sequences.get(parent, self.seen["s", parent][0]) + 1
+                taken[("r", f"{op.path}{sequences[parent]:010d}")] = None
+        if taken:
+            self._fetch(*taken)
 
     def _fetch(self, *reads: tuple[str, str]) -> None:
+        for i in range(0, len(reads), ETCD_MAX_TXN_OPS):  # a transaction reads at most --max-txn-ops ranges
+            self._fetch_some(reads[i:i + ETCD_MAX_TXN_OPS])
+
+    def _fetch_some(self, reads: tuple[tuple[str, str], ...]) -> None:
         store, ops = self.store, []
         for kind, path in reads:
             if kind == "c":
@@ -226,16 +303,27 @@ class EtcdStore(MetadataStore):
         self.endpoints, self.timeout, self.session_timeout = endpoints, float(timeout), session_timeout
         self.prefix = "/" + prefix if prefix else ""
         self._p = self.prefix.encode()
-        target = _grpc_target(endpoints)
+        self._target = _grpc_target(endpoints)
         self._lease = 0  # the current session's lease; 0 while there is none
         self._tasks: list[asyncio.Task] = []
         self._watch_lock = threading.Lock()
-        self._watching = False
+        self._watching = False  # set on the loop, with the watch task
+        self._watch_revision = 0  # where the watch resumes: the revision after the last event delivered
+        self._session_running = False
+        self._channel: Any = None
+        self._disconnected = False  # the channel was dropped for a fork and is to be rebuilt
+        self._forked = False
+        # in-flight requests, counted so a fork can wait for them; while paused, new ones wait
+        self._gate = threading.Condition()
+        self._inflight = 0
+        self._paused = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statekeep-etcd", daemon=True)
-        self._thread.start()
+        with _fork_lock:
+            self._thread.start()
+            _stores.add(self)
         try:
-            self._call(self._start(target))
+            self._call(self._start())
         except BaseException:
             self._close()
             raise
@@ -266,22 +354,41 @@ class EtcdStore(MetadataStore):
 
     # ---- the event loop thread and errors ----------------------------------------------------
 
+    def _check_open(self) -> None:
+        if self._forked:
+            raise StoreClosedError("this etcd:// store was opened before fork(); open a new one in the child")
+        super()._check_open()
+
     def _call(self, coro: Coroutine, *, write: bool = False) -> Any:
         """Run ``coro`` on the store's loop within ``timeout``; gRPC failures become the contract's errors."""
+        with self._gate:
+            while self._paused:  # a fork is under way: the channel is back right after it
+                self._gate.wait()
+            self._inflight += 1
         try:
-            future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout), self._loop)
-        except RuntimeError as e:  # the loop is gone: close() won a race with this call
-            coro.close()
-            raise StoreClosedError("the store is closed") from e
-        try:
-            return future.result(self.timeout + 5)
-        except grpc.aio.AioRpcError as e:
-            raise self._error(e.code(), e.details() or "", write) from e
-        except TimeoutError as e:
-            future.cancel()
-            raise self._error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self.timeout}s", write) from e
-        except concurrent.futures.CancelledError as e:
-            raise StoreClosedError("the store is closed") from e
+            if self._forked:
+                coro.close()
+                raise StoreClosedError("this etcd:// store was opened before fork(); open a new one in the child")
+            try:
+                future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout), self._loop)
+            except RuntimeError as e:  # the loop is gone: close() won a race with this call
+                coro.close()
+                raise StoreClosedError("the store is closed") from e
+            try:
+                return future.result(self.timeout + 5)
+            except grpc.aio.AioRpcError as e:
+                raise self._error(e.code(), e.details() or "", write) from e
+            except TimeoutError as e:
+                future.cancel()
+                raise self._error(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self.timeout}s",
+                                  write) from e
+            except concurrent.futures.CancelledError as e:
+                raise StoreClosedError("the store is closed") from e
+        finally:
+            with self._gate:
+                self._inflight -= 1
+                if not self._inflight:
+                    self._gate.notify_all()
 
     def _error(self, code: grpc.StatusCode, details: str, write: bool) -> Exception:
         if self._closed:
@@ -308,13 +415,32 @@ class EtcdStore(MetadataStore):
                 f"etcd at {self.endpoints}: {code.name} {details}; the write may or may not have been applied")
         return StoreUnavailableError(f"etcd at {self.endpoints} is unavailable: {code.name} {details}")
 
-    async def _start(self, target: str) -> None:
-        self._channel = rpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        self._kv, self._leases = rpc.KVStub(self._channel), rpc.LeaseStub(self._channel)
-        self._watcher = rpc.WatchStub(self._channel)
+    async def _start(self) -> None:
         self._wake, self._granted = asyncio.Event(), asyncio.Event()
+        self._connect()
         await self._grant()
         await self._spawn(self._keep_session())
+        self._session_running = True
+
+    def _connect(self) -> None:
+        """Create the channel and stubs (on the loop: gRPC binds them to it). Connects lazily."""
+        self._channel = rpc.insecure_channel(self._target, options=_CHANNEL_OPTIONS)
+        self._kv, self._leases = rpc.KVStub(self._channel), rpc.LeaseStub(self._channel)
+        self._watcher = rpc.WatchStub(self._channel)
+
+    async def _disconnect(self) -> None:
+        """Stop the tasks and close the channel, dropping every reference to gRPC objects, so that gRPC's
+        poller thread can end (it runs while any channel or call exists)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        channel, self._channel = self._channel, None
+        self._kv = self._leases = self._watcher = None
+        if channel is not None:
+            await channel.close()
+        del tasks, channel
+        await asyncio.sleep(0)  # let the calls' own done-callbacks run and release them
 
     async def _spawn(self, coro: Coroutine) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
@@ -348,10 +474,16 @@ class EtcdStore(MetadataStore):
                     await self._grant()
                     self._emit_session(SessionEvent.SessionReestablished)
                 lease, ttl = self._lease, 0
-                request = iter([rpc.LeaseKeepAliveRequest(ID=lease)])
-                async for reply in self._leases.LeaseKeepAlive(request, timeout=min(self.timeout, interval)):
-                    ttl = reply.TTL
-                    break
+                # one request and one reply per renewal; write/read (no request iterator, no async generator)
+                # leave no task or generator holding the call once it is cancelled
+                call = self._leases.LeaseKeepAlive(timeout=min(self.timeout, interval))
+                try:
+                    await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
+                    reply = await call.read()
+                    ttl = 0 if reply is grpc.aio.EOF else reply.TTL
+                finally:
+                    call.cancel()
+                    del call
                 if not connected and ttl > 0:
                     self._emit_session(SessionEvent.Reconnected)
                 connected = True
@@ -402,38 +534,45 @@ class EtcdStore(MetadataStore):
             except StatekeepError as e:
                 log.warning("etcd at %s: notifications start once the server answers (%s)", self.endpoints, e)
                 revision = 0
-            self._call(self._spawn(self._watch(revision)))
-            self._watching = True
+            self._call(self._start_watch(revision))
 
-    async def _watch(self, revision: int) -> None:
-        """One watch on ``PREFIX/``; after an error it resumes at the revision after the last event delivered."""
+    async def _start_watch(self, revision: int) -> None:
+        # on the loop, like _disconnect and _reconnect: a fork never sees a watch task without the flag
+        self._watch_revision, self._watching = revision, True
+        await self._spawn(self._watch())
+
+    async def _watch(self) -> None:
+        """One watch on ``PREFIX/``; after an error it resumes at the revision after the last event delivered
+        (``_watch_revision``, 0: from now)."""
         start, backoff = self._p + b"/", 0.1
         while True:
             call = self._watcher.Watch()
             try:
                 await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
-                    key=start, range_end=prefix_range_end(start), start_revision=revision)))
-                async for response in call:
+                    key=start, range_end=prefix_range_end(start), start_revision=self._watch_revision)))
+                while (response := await call.read()) is not grpc.aio.EOF:
                     backoff = 0.1
-                    if response.created and not revision:
-                        revision = response.header.revision + 1
+                    if response.created and not self._watch_revision:
+                        self._watch_revision = response.header.revision + 1
                     if response.compact_revision:
                         log.warning("etcd at %s: notifications before revision %d were compacted away",
                                     self.endpoints, response.compact_revision)
-                        revision = response.compact_revision
+                        self._watch_revision = response.compact_revision
                         break
                     if response.canceled:
                         log.warning("etcd at %s: watch canceled: %s", self.endpoints, response.cancel_reason)
                         break
                     for event in response.events:
                         self._notify(event)
-                        revision = event.kv.mod_revision + 1
+                        self._watch_revision = event.kv.mod_revision + 1
             except grpc.aio.AioRpcError as e:
-                log.debug("etcd at %s: watch interrupted (%s); resuming at %d", self.endpoints, e.details(), revision)
+                log.debug("etcd at %s: watch interrupted (%s); resuming at %d", self.endpoints, e.details(),
+                          self._watch_revision)
             except Exception:  # never let a surprise end notifications for good
-                log.exception("etcd at %s: watch failed; resuming at %d", self.endpoints, revision)
+                log.exception("etcd at %s: watch failed; resuming at %d", self.endpoints, self._watch_revision)
             finally:
                 call.cancel()
+                del call
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
 
@@ -456,6 +595,24 @@ class EtcdStore(MetadataStore):
     def _get(self, path: str) -> GetResult | None:
         kvs = self._read(_range(self._data(path))).kvs
         return GetResult(kvs[0].value, self._stat(path, kvs[0], kvs[0].version - 1)) if kvs else None
+
+    def _get_many(self, paths: list[str]) -> list[GetResult | None]:
+        """Range reads in transactions of ``--max-txn-ops`` reads, several in flight at once."""
+        chunks = [paths[i:i + ETCD_MAX_TXN_OPS] for i in range(0, len(paths), ETCD_MAX_TXN_OPS)]
+
+        async def read(some: list[list[str]]) -> list:
+            return await asyncio.gather(*(self._txn(rpc.TxnRequest(success=[_range(self._data(p)) for p in chunk]))
+                                          for chunk in some))
+
+        responses = []
+        for i in range(0, len(chunks), 16):  # 16 in flight; each group within its own timeout
+            responses += self._call(read(chunks[i:i + 16]))
+        out: list[GetResult | None] = []
+        for chunk, response in zip(chunks, responses):
+            for path, result in zip(chunk, response.responses):
+                kvs = result.response_range.kvs
+                out.append(GetResult(kvs[0].value, self._stat(path, kvs[0], kvs[0].version - 1)) if kvs else None)
+        return out
 
     def _exists(self, path: str) -> bool:
         return self._read(_range(self._data(path), count_only=True)).count > 0
@@ -587,31 +744,72 @@ class EtcdStore(MetadataStore):
         request = rpc.TxnRequest(compare=snapshot.guards(), success=writes)
         return results if self._call(self._txn(request), write=True).succeeded else _Retry
 
-    # ---- closing -----------------------------------------------------------------------------
+    # ---- closing and forking -----------------------------------------------------------------
 
     def _close(self) -> None:
-        """Revoke the lease (ephemeral keys go at once), stop the tasks, close the channel, end the thread."""
-        if self._loop.is_running():
-            try:
-                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(self.timeout + 5)
-            except Exception as e:  # the lease then expires by itself after session_timeout
-                log.warning("etcd at %s: not closed cleanly (%s)", self.endpoints, e)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self._loop.close()
+        """Revoke the lease (ephemeral keys go at once), stop the tasks, close the channel, end the thread.
+        Nothing of the client stays alive: with the last store, gRPC's own poller thread ends too."""
+        with _fork_lock:
+            _stores.discard(self)
+            if self._loop.is_running():
+                try:
+                    asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(self.timeout + 5)
+                except Exception as e:  # the lease then expires by itself after session_timeout
+                    log.warning("etcd at %s: not closed cleanly (%s)", self.endpoints, e)
+                    self._channel = self._kv = self._leases = self._watcher = None
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            if threading.current_thread() is not self._thread:
+                self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
+            _release_grpc()
 
     async def _shutdown(self) -> None:
-        for task in self._tasks:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if getattr(self, "_channel", None) is None:
-            return
-        if self._lease:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lease and self._channel is not None:
             try:
                 await self._leases.LeaseRevoke(rpc.LeaseRevokeRequest(ID=self._lease), timeout=self.timeout)
             except grpc.aio.AioRpcError as e:
                 log.info("etcd at %s: lease not revoked (%s); it expires in %ss", self.endpoints, e.details(),
                          self.session_timeout)
-        await self._channel.close()
+        await self._disconnect()
+
+    def _pause_for_fork(self) -> None:
+        """Before ``fork()`` (under ``_fork_lock``): let in-flight requests finish (new ones wait), then drop the
+        channel. Requests still running after ``timeout`` are cancelled: a child that hangs in gRPC is worse."""
+        with self._gate:
+            self._paused = True
+            deadline = time.monotonic() + self.timeout + 6
+            while self._inflight and (left := deadline - time.monotonic()) > 0:
+                self._gate.wait(left)
+        if self._channel is None or threading.current_thread() is self._thread or not self._loop.is_running():
+            return
+        self._disconnected = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._disconnect(), self._loop).result(self.timeout + 5)
+        except Exception as e:
+            log.warning("etcd at %s: could not pause for fork() (%s)", self.endpoints, e)
+
+    def _resume_after_fork(self) -> None:
+        """In the parent after ``fork()``: rebuild the channel, restart the session and the watch, let requests
+        through. Nothing is lost: the lease outlives the pause and the watch resumes at its revision."""
+        try:
+            if self._disconnected and self._loop.is_running():
+                self._disconnected = False
+                asyncio.run_coroutine_threadsafe(self._reconnect(), self._loop).result(self.timeout + 5)
+        except Exception as e:
+            log.warning("etcd at %s: could not resume after fork() (%s)", self.endpoints, e)
+        finally:
+            with self._gate:
+                self._paused = False
+                self._gate.notify_all()
+
+    async def _reconnect(self) -> None:
+        self._connect()
+        if self._session_running:
+            await self._spawn(self._keep_session())
+        if self._watching:
+            await self._spawn(self._watch())

@@ -88,7 +88,7 @@ class StateView(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
-    """What one atomic write (``apply_batch``) may hold on this store's backend."""
+    """What one atomic write may hold on this store's backend; ``apply_batch`` splits larger batches."""
 
     max_keys: int
     max_bytes: int
@@ -158,13 +158,16 @@ class StateStore(abc.ABC):
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
         """Apply ``puts`` (bytes, or None to delete), then ``counters`` (key -> delta, so a key in both
-        ends as a counter equal to its delta), their changelog records and the marker, in ONE atomic
-        write. Returns False, writing nothing, if ``marker`` was already applied. Raises
-        :class:`BatchTooLargeError` above :attr:`batch_limits`, and as the single-key methods do."""
+        ends as a counter equal to its delta), their changelog records and the marker, exactly once and
+        all or nothing, whatever the batch's size: a batch within :attr:`batch_limits` in ONE atomic
+        write; a larger one committed by one write and then applied (a crash after the commit leaves it
+        to be finished by :meth:`has_marker` or a replay; readers may see it half applied meanwhile).
+        Returns False, writing nothing, if ``marker`` was already applied. Raises as the single-key
+        methods do, before anything is written."""
 
     @abc.abstractmethod
     def has_marker(self, marker: str) -> bool:
-        """Whether a batch with this marker was applied."""
+        """Whether a batch with this marker was applied (finishing it first if a crash interrupted it)."""
 
     @property
     @abc.abstractmethod

@@ -29,19 +29,17 @@ request, so ``max_value_size`` is about half the request limit on ZooKeeper and 
 from __future__ import annotations
 
 import random
-import threading
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from statekeep.errors import (AlreadyExistsError, BadVersionError, BatchTooLargeError, CounterOverflowError,
-                              InvalidArgumentError, NotFoundError)
+from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
+                              NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Put, open_store
 from statekeep.metadata.types import validate_path
-from statekeep.state import records
+from statekeep.state import records, staged
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
@@ -54,20 +52,11 @@ _LIMITS = {"etcd": (27, 1536 * 1024), "zk": (1000, 0xFFFFF), "memory": (10_000, 
 _PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request-size estimate
 _UNCHANGED = object()
 _new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the read path
-_readers: ThreadPoolExecutor | None = None
-_readers_lock = threading.Lock()
 
 
 def _parallel_get(store: MetadataStore, paths: list[str]) -> list[GetResult | None]:
-    """``store.get`` of every path; on a networked backend the reads overlap (pipelined on one
-    connection) instead of costing one round trip each."""
-    global _readers
-    if len(paths) < 2 or store.scheme in ("memory", "local"):
-        return [store.get(p) for p in paths]
-    with _readers_lock:
-        if _readers is None:
-            _readers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="statekeep-state-read")
-    return list(_readers.map(store.get, paths))
+    """``store.get`` of every path, in as few round trips as the backend allows."""
+    return store.get_many(paths)
 
 
 def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
@@ -162,9 +151,6 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                     break
         return out
 
-    def has_marker(self, marker: str) -> bool:
-        return self._store.exists(self._applied + encode_key(marker, what="batch marker"))
-
     # ---- single-key writes -------------------------------------------------------------------
 
     def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
@@ -251,47 +237,89 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
+        """As :meth:`StateStore.apply_batch`, for a batch of any size: one that fits one write of the
+        backend (:attr:`batch_limits`) goes in one ``multi``; a larger one is staged, committed by one
+        write and rolled forward (:mod:`statekeep.state.staged`), exactly once either way."""
         if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
             raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
-        paths = {key: self._kv + encode_key(key) for key in [*puts, *counters]}
         values = {k: None if v is None else validate_value(v, self.max_value_size) for k, v in puts.items()}
         deltas = {k: validate_amount(d, "counter delta") for k, d in counters.items()}
-        marker_path = None if marker is None else self._applied + encode_key(marker, what="batch marker")
-        size = sum(2 * len(v or b"") for v in values.values()) + len(paths) * _PER_KEY_OVERHEAD
-        if len(paths) > self._limits.max_keys or size > self._limits.max_bytes:
-            raise BatchTooLargeError(
-                f"a batch of {len(paths)} keys and about {size} bytes exceeds this backend's limit of "
-                f"{self._limits.max_keys} keys and {self._limits.max_bytes} bytes per atomic write")
-        for wait in self._backoff(f"batch {marker}"):
-            if marker_path is not None and self._store.exists(marker_path):
-                return False
-            ops: list = [] if marker_path is None else [Put(marker_path, b"", -1)]
+        items = [staged.Item(key, self._path_of(key), key in values, values.get(key), deltas.get(key))
+                 for key in dict.fromkeys([*values, *deltas])]
+        anonymous = marker is None
+        if anonymous:
+            marker = f"{staged.ANONYMOUS}{uuid.uuid4().hex}"
+        segment = encode_key(marker, what="batch marker")
+        marker_path = self._applied + segment
+        limits = self._limits
+        if len(items) <= limits.max_keys and sum(map(self._write_size, items)) <= limits.max_bytes:
+            marker_op = [] if anonymous else [Put(marker_path, b"", -1)]
+            return self._apply_items(items, lambda: marker_op, lambda: not anonymous and self.has_marker(marker))
+        return staged.StagedBatches(self).apply(items, marker_path, segment, anonymous)
+
+    def has_marker(self, marker: str) -> bool:
+        """Whether the batch of ``marker`` was committed; one that a crash left half applied is
+        finished first (so a replay completes it instead of skipping it)."""
+        segment = encode_key(marker, what="batch marker")
+        return staged.StagedBatches(self).finish(self._applied + segment, segment)
+
+    def finish_pending_batches(self) -> int:
+        """Finish every batch that was committed but not completely applied; returns how many."""
+        return staged.StagedBatches(self).finish_all()
+
+    def _path_of(self, key: str) -> str:
+        return self._kv + encode_key(key)
+
+    @staticmethod
+    def _write_size(item: staged.Item) -> int:
+        """About what an item costs in one write: its value twice (key and changelog record) and paths."""
+        return 2 * len(item.put or b"") + _PER_KEY_OVERHEAD
+
+    def _stored_of(self, item: staged.Item, current: GetResult | None) -> bytes | None:
+        """The tagged value ``item`` leaves given the key's ``current`` one (None: absent). Raises
+        :class:`CounterOverflowError`, or :class:`InvalidArgumentError` for a delta on bytes."""
+        if item.delta is None:
+            return None if item.put is None else records.encode_bytes(item.put)
+        total = (0 if item.has_put else self._counter_of(item.key, current)) + item.delta
+        if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
+            raise CounterOverflowError(f"counter {item.key!r} would overflow a signed 64-bit integer")
+        return records.encode_counter(total)
+
+    def _read_items(self, items: Sequence[staged.Item]) -> list[GetResult | None]:
+        return _parallel_get(self._store, [item.path for item in items])
+
+    def _apply_items(self, items: Sequence[staged.Item], extra: Callable[[], list], done: Callable[[], bool],
+                     currents: Sequence[GetResult | None] | None = None) -> bool:
+        """Write ``items`` (values computed from the current ones: ``currents`` if given, read
+        otherwise), their changelog records and ``extra()`` in one ``multi``; on a lost race, False
+        if ``done()``, else read and try again."""
+        if currents is None and done():
+            return False
+        for wait in self._backoff(f"batch of {len(items)} keys"):
+            ops: list = list(extra())
             logs = []
-            currents = _parallel_get(self._store, list(paths.values()))
-            for (key, path), current in zip(paths.items(), currents):
-                if key in deltas:
-                    base = 0 if key in values else self._counter_of(key, current)
-                    total = base + deltas[key]
-                    if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
-                        raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-                    stored = records.encode_counter(total)
-                else:
-                    stored = None if values[key] is None else records.encode_bytes(values[key])
+            if currents is None:
+                currents = self._read_items(items)
+            for item, current in zip(items, currents):
+                stored = self._stored_of(item, current)
                 if stored is None:
                     if current is None:
                         continue  # deleting an absent key changes nothing
-                    ops.append(Delete(path, current.stat.version))
-                    logs.append(Put(self._log, records.encode_record(key, None, current.stat.version),
+                    ops.append(Delete(item.path, current.stat.version))
+                    logs.append(Put(self._log, records.encode_record(item.key, None, current.stat.version),
                                     sequential=True))
                 else:
                     version = 0 if current is None else current.stat.version + 1
-                    ops.append(Put(path, stored, -1 if current is None else current.stat.version))
-                    logs.append(Put(self._log, records.encode_record(key, stored, version), sequential=True))
+                    ops.append(Put(item.path, stored, -1 if current is None else current.stat.version))
+                    logs.append(Put(self._log, records.encode_record(item.key, stored, version), sequential=True))
             try:
-                self._store.multi(ops + logs)
+                if ops or logs:
+                    self._store.multi(ops + logs)
                 return True
-            except (BadVersionError, NotFoundError):
-                continue  # lost a race (maybe to a replay of this very batch): the marker check decides
+            except (BadVersionError, NotFoundError, AlreadyExistsError):
+                if done():  # lost to a replay of this very batch, or another applier of this group
+                    return False
+                currents = None
         raise AssertionError("unreachable")
 
 

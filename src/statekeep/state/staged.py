@@ -1,0 +1,215 @@
+"""Exactly-once batches larger than one atomic write of the backend (ZooKeeper's ``jute.maxbuffer``,
+etcd's ``--max-txn-ops`` and ``--max-request-bytes``), for the ``metadata`` provider.
+
+A batch that fits one write goes in one ``multi`` with its marker, as on ``local://``. A larger one
+is committed in three steps, so no guarantee rests on its size:
+
+1. **Stage.** The batch's operations (puts, deletes, counter deltas: the inputs, not their results)
+   are written under ``staging/<marker>/<attempt>/c<i>``, each piece small enough for one write. An
+   attempt has its own id, so a zombie attempt of the same batch never mixes pieces with another.
+2. **Commit.** ONE write creates the marker ``applied/<marker>`` holding the attempt id. This is the
+   commit point: before it, nothing of the batch is visible and a rerun stages again; after it, the
+   batch is decided and only ever rolled forward, never recomputed.
+3. **Apply.** Each piece is applied in groups that fit one write; each group's write carries its
+   keys' changes, their changelog records and the piece's progress counter ``p<i>`` (a
+   compare-and-set on its version, which counts the groups applied). A crash, a replay or a second
+   applier racing this one therefore applies every group exactly once. When every piece is done, the
+   staging subtree goes and the marker is emptied (``b""``: applied), as a one-write batch leaves it.
+
+``has_marker`` on a committed, unfinished batch finishes it first, so the replay of a task that died
+mid-apply completes the batch instead of skipping it. A reader may see a large batch half applied (each
+key's value is always whole, and each key's changelog records follow its commit order); once the batch
+completes, it has been applied exactly once.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple
+
+from statekeep.errors import AlreadyExistsError, BadVersionError, CorruptStateError, NotFoundError
+from statekeep.metadata import Put
+
+if TYPE_CHECKING:
+    from statekeep.state.metadata_provider import MetadataStateStore
+
+_HEAD = struct.Struct(">BH")  # flags, key length
+_LEN = struct.Struct(">I")
+_DELTA = struct.Struct(">q")
+_PUT, _DELETE, _DELTA_FLAG = 1, 2, 4
+PIECE_OVERHEAD = _HEAD.size + _LEN.size + _DELTA.size
+#: markers of batches applied without one (removed once applied)
+ANONYMOUS = "\x00batch-"
+ANONYMOUS_SEGMENT = "!00batch-"  # encode_key(ANONYMOUS)
+
+
+class Item(NamedTuple):
+    """One key's change in a batch: ``put`` (bytes, None to delete, or absent) and ``delta`` (a
+    counter increment, or None); both set: the key ends as a counter equal to ``delta``."""
+
+    key: str
+    path: str
+    has_put: bool
+    put: bytes | None
+    delta: int | None
+
+
+def encode_piece(items: Sequence[Item]) -> bytes:
+    out = bytearray()
+    for item in items:
+        key = item.key.encode()
+        flags = (_PUT if item.has_put and item.put is not None else 0) | \
+                (_DELETE if item.has_put and item.put is None else 0) | (_DELTA_FLAG if item.delta is not None else 0)
+        out += _HEAD.pack(flags, len(key)) + key
+        if flags & _PUT:
+            out += _LEN.pack(len(item.put)) + item.put  # type: ignore[arg-type]
+        if flags & _DELTA_FLAG:
+            out += _DELTA.pack(item.delta)
+    return bytes(out)
+
+
+def decode_piece(raw: bytes, path_of: Callable[[str], str], where: str) -> list[Item]:
+    items, pos = [], 0
+    try:
+        while pos < len(raw):
+            flags, n = _HEAD.unpack_from(raw, pos)
+            pos += _HEAD.size
+            key = raw[pos:pos + n].decode()
+            pos += n
+            put = None
+            if flags & _PUT:
+                (size,) = _LEN.unpack_from(raw, pos)
+                put = raw[pos + _LEN.size:pos + _LEN.size + size]
+                pos += _LEN.size + size
+            delta = None
+            if flags & _DELTA_FLAG:
+                (delta,) = _DELTA.unpack_from(raw, pos)
+                pos += _DELTA.size
+            items.append(Item(key, path_of(key), bool(flags & (_PUT | _DELETE)), put, delta))
+    except (struct.error, UnicodeDecodeError) as e:
+        raise CorruptStateError(f"staged batch piece {where} is malformed: {e}") from e
+    return items
+
+
+def split(items: Sequence[Item], max_keys: int, max_bytes: int, size_of: Callable[[Item], int]) -> list[list[Item]]:
+    """``items`` in order, cut into groups of at most ``max_keys`` keys and ``max_bytes`` (as
+    ``size_of`` counts them; a single item larger than that forms a group of its own)."""
+    groups: list[list[Item]] = [[]]
+    size = 0
+    for item in items:
+        n = size_of(item)
+        if groups[-1] and (len(groups[-1]) >= max_keys or size + n > max_bytes):
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += n
+    return groups if groups[0] else []
+
+
+def piece_size(item: Item) -> int:
+    return PIECE_OVERHEAD + len(item.key) * 4 + len(item.put or b"")
+
+
+_stagers: ThreadPoolExecutor | None = None
+
+
+def _overlapped(fn: Callable[[int], None], n: int) -> None:
+    """``fn(i)`` for i in range(n), up to 8 at once (writes of pieces overlap on networked stores)."""
+    global _stagers
+    if _stagers is None:
+        _stagers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="statekeep-stage")
+    for future in [_stagers.submit(fn, i) for i in range(n)]:
+        future.result()
+
+
+class StagedBatches:
+    """The three steps above over one function's state store (see the module docstring)."""
+
+    def __init__(self, state: MetadataStateStore) -> None:
+        self.state = state
+        self.store = state._store
+        self.staging = state.base + "/staging/"
+
+    def apply(self, items: list[Item], marker_path: str, segment: str, anonymous: bool) -> bool:
+        """Stage, commit and apply ``items``; False (nothing written) if the marker was committed
+        before (that batch is finished first if a crash left it unfinished). Every item is checked
+        against the current state before the commit, so a batch that would fail writes nothing."""
+        if self.finish(marker_path, segment):
+            return False
+        currents = self.state._read_items(items)
+        for item, current in zip(items, currents):
+            self.state._stored_of(item, current)  # raises before anything is written
+        pieces = list(split(items, 1 << 30, self.store.max_value_size - 1024, piece_size))
+        attempt = uuid.uuid4().hex
+        root = f"{self.staging}{segment}/{attempt}"
+        _overlapped(lambda i: self.store.put(f"{root}/c{i:06d}", encode_piece(pieces[i]), -1), len(pieces))
+        try:
+            self.store.put(marker_path, attempt.encode(), -1)  # the commit point
+        except (AlreadyExistsError, BadVersionError):  # another attempt of this batch committed first
+            self.store.delete_recursive(root)
+            self.finish(marker_path, segment)
+            return False
+        known = {item.path: current for item, current in zip(items, currents)}
+        self._roll_forward(marker_path, segment, attempt, anonymous, pieces, known)
+        return True
+
+    def finish(self, marker_path: str, segment: str, anonymous: bool = False) -> bool:
+        """Whether the batch of ``marker_path`` was committed; if it is unfinished, finish it first."""
+        found = self.store.get(marker_path)
+        if found is None:
+            return False
+        if found.value:
+            self._roll_forward(marker_path, segment, found.value.decode(), anonymous)
+        return True
+
+    def finish_all(self) -> int:
+        """Finish every committed, unfinished batch of this function; returns how many."""
+        finished = 0
+        for segment in self.store.get_children(self.staging[:-1]):
+            marker_path = self.state._applied + segment
+            found = self.store.get(marker_path)
+            if found is not None and found.value:
+                self._roll_forward(marker_path, segment, found.value.decode(), segment.startswith(ANONYMOUS_SEGMENT))
+                finished += 1
+        return finished
+
+    def _roll_forward(self, marker_path: str, segment: str, attempt: str, anonymous: bool,
+                      pieces: list[list[Item]] | None = None, known: dict | None = None) -> None:
+        """Apply every group of every piece not applied yet (``pieces`` and the ``known`` current
+        values when this process staged them; else read from the store), then clean up."""
+        root = f"{self.staging}{segment}/{attempt}"
+        if pieces is None:
+            names = [n[1:] for n in self.store.get_children(root) if n.startswith("c")]
+        else:
+            names = [f"{i:06d}" for i in range(len(pieces))]
+        limits = self.state.batch_limits
+        for i, name in enumerate(names):
+            if pieces is not None:
+                items = pieces[i]
+            else:
+                piece = self.store.get(f"{root}/c{name}")
+                if piece is None:
+                    continue
+                items = decode_piece(piece.value, self.state._path_of, f"{root}/c{name}")
+            progress = f"{root}/p{name}"
+            for g, group in enumerate(split(items, limits.max_keys, limits.max_bytes, self.state._write_size)):
+                self.state._apply_items(group, lambda g=g, p=progress: [Put(p, b"", g - 1)],
+                                        lambda g=g, p=progress: self._version(p) >= g,
+                                        None if known is None else [known[item.path] for item in group])
+        self.store.delete_recursive(f"{self.staging}{segment}")
+        try:
+            if anonymous:
+                self.store.delete(marker_path)
+            else:
+                found = self.store.get(marker_path)
+                if found is not None and found.value:
+                    self.store.put(marker_path, b"", found.stat.version)
+        except (NotFoundError, BadVersionError):
+            pass  # another applier finished it first
+
+    def _version(self, path: str) -> int:
+        found = self.store.get(path)
+        return -1 if found is None else found.stat.version
