@@ -221,12 +221,10 @@ class MetadataCache(Generic[T]):
             slot, epoch = self._begin(path)
             try:
                 stat = self.store.put(path, data, expected_version=-1 if current is None else current.stat.version)
-            except (BadVersionError, NotFoundError) as e:  # AlreadyExistsError is a BadVersionError
+            except BadVersionError:  # also a lost create (AlreadyExistsError) or a key deleted meanwhile
                 with self._lock:
                     self._conflicts += 1
                 self.invalidate(path)  # the notification may not be here yet: read the store next time
-                if isinstance(e, NotFoundError) and not create:
-                    raise
                 if attempt:  # lost more than once: spread the contenders out
                     time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))
                 continue

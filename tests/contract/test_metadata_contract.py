@@ -55,10 +55,21 @@ class TestVersions:
         assert store.get("/k").value == b"b"
         assert store.put("/k", b"c", 1).version == 2
 
-    def test_expected_version_on_absent_key_is_not_found(self, store):
-        with pytest.raises(NotFoundError):
-            store.put("/absent", b"x", 0)
-        assert not store.exists("/absent")
+    @pytest.mark.parametrize("version", [0, 1, 5])
+    def test_expected_version_on_absent_key_is_bad_version(self, store, version):
+        # Pulsar's MetadataStoreTest (insertionTestWithExpectedVersion): BadVersion, not NotFound, so a
+        # compare-and-set loop that catches BadVersionError also covers a key deleted under it
+        with pytest.raises(BadVersionError) as raised:
+            store.put("/absent/k", b"x", version)
+        assert not isinstance(raised.value, NotFoundError)
+        assert not store.exists("/absent/k") and not store.exists("/absent")
+
+    def test_expected_version_on_a_deleted_key_is_bad_version(self, store):
+        stat = store.put("/k", b"a")
+        store.delete("/k")
+        with pytest.raises(BadVersionError):
+            store.put("/k", b"b", stat.version)
+        assert not store.exists("/k")
 
     def test_stat_times_are_plausible(self, store):
         first = store.put("/k", b"a")
@@ -225,6 +236,22 @@ class TestMulti:
             store.multi([Put("/m/x", b"x", -1), Put("/m/y", b"2"), failing])
         assert store.get("/m/a").value == b"1"
         assert not store.exists("/m/x") and not store.exists("/m/y")
+
+    def test_put_with_version_on_absent_key_is_bad_version(self, store):
+        store.put("/m/a", b"1")
+        for ops in ([Put("/m/absent", b"x", 0)], [Put("/m/b", b"2", -1), Put("/m/absent", b"x", 3)],
+                    [Put("/m/a", b"2", 0), Put("/m/no/such/key", b"x", 0)]):
+            with pytest.raises(BadVersionError) as raised:
+                store.multi(ops)
+            assert not isinstance(raised.value, NotFoundError)
+        assert store.get("/m/a").value == b"1" and store.get("/m/a").stat.version == 0
+        assert store.get_children("/m") == ["a"]
+
+    def test_delete_and_check_of_absent_key_stay_not_found(self, store):
+        with pytest.raises(NotFoundError):
+            store.multi([Delete("/m/absent")])
+        with pytest.raises(NotFoundError):
+            store.multi([Check("/m/absent", 0)])
 
     def test_empty_multi(self, store):
         assert store.multi([]) == []

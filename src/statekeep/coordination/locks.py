@@ -112,7 +112,7 @@ class ResourceLock:
                     stat = self._store.put(self._path, content, expected_version=self._version)
                     self._version, self._content, self._pending = stat.version, content, None
                     return
-            except (BadVersionError, NotFoundError, StoreClosedError) as e:
+            except (BadVersionError, StoreClosedError) as e:  # BadVersion also when the key is gone
                 self._state = _EXPIRED
                 error = e
             except StoreUnavailableError:

@@ -23,7 +23,6 @@ from statekeep.errors import (
     InvalidArgumentError,
     InvalidPathError,
     LockBusyError,
-    NotFoundError,
     StatekeepError,
     StoreClosedError,
     StoreUnavailableError,
@@ -156,7 +155,7 @@ class CoordinationService:
         # This session's key that no lock handle owns: a create whose reply was lost. Take it over.
         try:
             return self.store.put(path, content, expected_version=existing.stat.version)
-        except (BadVersionError, NotFoundError) as e:
+        except BadVersionError as e:  # also when it went meanwhile
             raise LockBusyError(f"lock {path} changed while being taken over; try again") from e
 
     def read_lock(self, path: str) -> bytes | None:
@@ -241,7 +240,7 @@ class CoordinationService:
             try:
                 self.store.put(path, _COUNTER.pack(value), expected_version=expected)
                 return value
-            except (BadVersionError, NotFoundError):
+            except BadVersionError:  # also a lost create, or the counter deleted meanwhile
                 if attempt:  # lost twice in a row: spread the contenders out
                     time.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** min(attempt, 6))))
         raise BadVersionError(f"counter {path}: lost {self.max_counter_retries} races in a row")

@@ -295,6 +295,9 @@ class StateHandleStore:
                 raise error  # LeadershipLostError, chained to e
             if isinstance(e, AlreadyExistsError):
                 raise AlreadyExistsError(f"state handle {key!r} already exists under {self.root}") from e
+            if what == "replace" and isinstance(e, BadVersionError) and not self.store.exists(self._path(key)):
+                # removed since replace() checked: the store reports a BadVersion (PIP-45), replace NotFound
+                raise NotFoundError(f"no state handle {key!r} under {self.root} (removed meanwhile)") from e
             raise
 
     def _possibly_written(self, what: str, key: str, blob: BlobRef | None,

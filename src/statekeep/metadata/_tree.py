@@ -120,8 +120,8 @@ class Changes:
         if current is not None and (expected == -1 or op.sequential):
             raise AlreadyExistsError(f"{path} already exists")
         if expected is not None and expected >= 0:
-            if current is None:
-                raise NotFoundError(f"{path} does not exist (expected version {expected})")
+            if current is None:  # PIP-45: a version that cannot match is a BadVersion, absent or not
+                raise BadVersionError(f"{path} does not exist (expected version {expected})")
             if current.version != expected:
                 raise BadVersionError(f"{path} is at version {current.version}, not {expected}")
         if current is None:

@@ -97,7 +97,9 @@ class MetadataStore(abc.ABC):
     - Versions start at 0 on create and rise by one per put.
     - ``put(expected_version=None)`` writes unconditionally; ``-1`` requires that the key does not
       exist (else :class:`AlreadyExistsError`, a :class:`BadVersionError`); ``N >= 0`` requires the
-      current version to be N (:class:`NotFoundError` if absent, :class:`BadVersionError` otherwise).
+      current version to be N, else :class:`BadVersionError`, also when the key does not exist (as Pulsar's
+      MetadataStore: a compare-and-set loop catches one error). The same holds for a ``Put`` in ``multi``.
+      ``delete`` of an absent key, and ``Check(path, N)`` of one, raise :class:`NotFoundError`.
     - Values are ``bytes`` of at most ``max_value_size`` (:class:`ValueTooLargeError`).
     - A put that creates a key also creates its missing ancestors as empty persistent keys
       (version 0), as ZooKeeper requires, so every backend lists the same children.

@@ -675,8 +675,8 @@ class EtcdStore(MetadataStore):
             return self._multi([op])[0]  # a missing ancestor has to be created too
         if expected == -1:
             raise AlreadyExistsError(f"{op.path} already exists")
-        if not first.response_range.kvs:
-            raise NotFoundError(f"{op.path} does not exist (expected version {expected})")
+        if not first.response_range.kvs:  # PIP-45: a version that cannot match is a BadVersion, absent or not
+            raise BadVersionError(f"{op.path} does not exist (expected version {expected})")
         raise BadVersionError(f"{op.path} is at version {first.response_range.kvs[0].version - 1}, not {expected}")
 
     def _delete(self, op: Delete) -> None:

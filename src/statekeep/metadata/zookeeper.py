@@ -24,13 +24,19 @@ Failures: an operation waits at most ``timeout`` seconds for a connection and an
 time. A write whose connection broke, or whose answer did not come in time, after it may have reached
 the server is not retried: it raises :class:`PossibleInconsistentStateError` (a
 :class:`StoreUnavailableError`): it may or may not have been applied.
+
+Processes: a child forked while stores are open cannot use them (kazoo's threads stay in the parent): they raise
+:class:`StoreClosedError` there, and closing them in the child leaves the parent's session alone. The child opens
+its own store.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import namedtuple
 from collections.abc import Callable, Iterable
 
@@ -145,6 +151,20 @@ class _MultiRead(namedtuple("_MultiRead", "paths")):
         return results
 
 
+#: open stores, so that a forked child can disown the ones it inherited
+_stores: weakref.WeakSet[ZooKeeperStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # kazoo's threads did not come along, and closing the inherited client would end the parent's session
+    # (it shares the parent's socket): refuse its use and make close() a no-op here.
+    for store in list(_stores):
+        store._forked = store._closed = True
+    _stores.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _Step = namedtuple("_Step", "request op_index racy")  # racy: failing may mean a concurrent change: plan again
 
 
@@ -180,7 +200,7 @@ class ZooKeeperStore(MetadataStore):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
         self._hosts, self._chroot, self._timeout = hosts, chroot, float(timeout)
-        self._closing = self._watching = False
+        self._closing = self._watching = self._forked = False
         self._watch_lock = threading.Lock()
         self._last_state: str | None = None
         # persistent paths seen to exist: a multi's plan skips reading them (most creates go under parents
@@ -196,6 +216,7 @@ class ZooKeeperStore(MetadataStore):
         self._kazoo_read_watch_event = self._client._connection._read_watch_event
         self._client._connection._read_watch_event = self._read_watch_event
         self._client.add_listener(self._on_state)
+        _stores.add(self)
         try:
             self._client.start(timeout=self._timeout)
         except KazooTimeoutError as e:
@@ -211,6 +232,11 @@ class ZooKeeperStore(MetadataStore):
     @classmethod
     def from_url(cls, rest: str, options: dict) -> ZooKeeperStore:
         return cls(rest, **options)
+
+    def _check_open(self) -> None:
+        if self._forked:
+            raise StoreClosedError("this zk:// store was opened before fork(); open a new one in the child")
+        super()._check_open()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -253,8 +279,11 @@ class ZooKeeperStore(MetadataStore):
         if op.sequential or op.expected_version == -1:
             return self._create(op)
         if op.expected_version is not None:
-            return self._stat(path, self._run(lambda: client.set_async(path, op.value, op.expected_version),
-                                              path, write=True))
+            try:
+                return self._stat(path, self._run(lambda: client.set_async(path, op.value, op.expected_version),
+                                                  path, write=True))
+            except NotFoundError as e:  # PIP-45: a version that cannot match is a BadVersion, absent or not
+                raise BadVersionError(f"{path} does not exist (expected version {op.expected_version})") from e
         while True:  # unconditional: set if present, else create; a concurrent create or delete flips it
             try:
                 return self._stat(path, self._run(lambda: client.set_async(path, op.value, -1), path, write=True))
@@ -305,6 +334,11 @@ class ZooKeeperStore(MetadataStore):
                     or isinstance(step.request, Create) and isinstance(error, zke.NoNodeError))
             if not racy or attempt == _MAX_REPLANS - 1:
                 path = ops[step.op_index].path if step.op_index is not None else self._unchroot(step.request.path)
+                if (isinstance(step.request, SetData) and isinstance(error, zke.NoNodeError)
+                        and ops[step.op_index].expected_version is not None):
+                    # a Put with an expected version: PIP-45 makes an absent path a BadVersion, as in put()
+                    raise BadVersionError(f"{path} does not exist (expected version "
+                                          f"{ops[step.op_index].expected_version})") from error
                 raise self._error(error, path) from error
             self._known_dirs = set()  # the plan may have trusted a parent that is gone
         raise AssertionError("unreachable")
@@ -489,6 +523,7 @@ class ZooKeeperStore(MetadataStore):
 
     def _close(self) -> None:
         self._closing = True
+        _stores.discard(self)
         try:
             self._client.stop()
         except Exception:  # closing must not fail; the server ends the session after its timeout

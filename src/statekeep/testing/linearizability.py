@@ -29,7 +29,6 @@ from typing import Any
 
 from statekeep.errors import (
     BadVersionError,
-    NotFoundError,
     PossibleInconsistentStateError,
     StoreUnavailableError,
 )
@@ -273,7 +272,7 @@ def _one_op(store: Any, path: str, client: int, n: int, rng: random.Random, last
         else:
             try:
                 result = store.put(path, value, expected_version=args[0]).version
-            except (BadVersionError, NotFoundError):  # AlreadyExistsError is a BadVersionError
+            except BadVersionError:  # a lost create (AlreadyExistsError) or a key absent at expected version N
                 result = FAIL
         if fault:
             raise InjectedFault("reply lost (injected)")
