@@ -1,5 +1,7 @@
-"""A separate process for the state tests: ``python state_worker.py incr URL KEY N GO``:
-once the file GO exists, increment KEY of function t/n/f N times through the metadata provider."""
+"""A separate process for the state tests, through the metadata provider on function t/n/f:
+
+- ``python state_worker.py incr URL KEY N GO``: once the file GO exists, increment KEY N times;
+- ``python state_worker.py batch URL COUNTERS VALUES SIZE MARKER``: apply :func:`big_batch` once."""
 
 from __future__ import annotations
 
@@ -10,7 +12,22 @@ import time
 from statekeep.state import open_provider
 
 
+def big_batch(counters: int, values: int, size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
+    """A deterministic batch: ``values`` keys of ``size`` bytes, ``counters`` counters (c<i> += i % 7 + 1)."""
+    return ({f"v{i:06d}": bytes([i % 256]) * size for i in range(values)},
+            {f"c{i:06d}": i % 7 + 1 for i in range(counters)})
+
+
 def main(argv: list[str]) -> None:
+    if argv[0] == "batch":
+        url, counters, values, size, marker = argv[1:]
+        provider = open_provider("metadata", {"metadata_url": url})
+        try:
+            puts, deltas = big_batch(int(counters), int(values), int(size))
+            provider.get_state_store("t", "n", "f").apply_batch(puts, deltas, marker=marker)
+        finally:
+            provider.close()
+        return
     mode, url, key, n, go = argv
     assert mode == "incr"
     provider = open_provider("metadata", {"metadata_url": url, "retry_seconds": 120})

@@ -197,7 +197,7 @@ class StagedBatches:
             progress = f"{root}/p{name}"
             for g, group in enumerate(split(items, limits.max_keys, limits.max_bytes, self.state._write_size)):
                 self.state._apply_items(group, lambda g=g, p=progress: [Put(p, b"", g - 1)],
-                                        lambda g=g, p=progress: self._version(p) >= g,
+                                        lambda g=g, p=progress: self._applied(p, root, g),
                                         None if known is None else [known[item.path] for item in group])
         self.store.delete_recursive(f"{self.staging}{segment}")
         try:
@@ -210,6 +210,10 @@ class StagedBatches:
         except (NotFoundError, BadVersionError):
             pass  # another applier finished it first
 
-    def _version(self, path: str) -> int:
-        found = self.store.get(path)
-        return -1 if found is None else found.stat.version
+    def _applied(self, progress: str, root: str, group: int) -> bool:
+        """Whether ``group`` of a piece was applied: its progress counts it, or another applier
+        finished the whole batch (and removed its staging)."""
+        found = self.store.get(progress)
+        if found is not None:
+            return found.stat.version >= group
+        return not self.store.exists(root)

@@ -119,7 +119,7 @@ def zookeeper(data_dir: Path, port: int) -> Server:
         "minSessionTimeout=1000\n"
         "4lw.commands.whitelist=ruok,srvr,stat,mntr,envi,conf\n"
     )
-    command = ["java", "-Xmx256m", "-cp", ZK_CLASSPATH,
+    command = ["java", "-Xmx1g", "-cp", ZK_CLASSPATH,  # holds the whole tree in memory
                "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
     return Server("zookeeper", command, port, data_dir, _zk_ready)
 

@@ -1,0 +1,118 @@
+"""Batches larger than one atomic write of ZooKeeper or etcd (:mod:`statekeep.state.staged`): a batch
+of realistic size commits exactly once, and a process killed with SIGKILL while staging or while
+applying leaves a state that the replay of the same batch completes exactly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from statekeep.state import open_provider
+from statekeep.testing import wait_for
+
+from conftest import BACKENDS
+from state_worker import big_batch
+
+WORKER = Path(__file__).parent / "state_worker.py"
+
+
+@pytest.fixture(params=["zk", "etcd"])
+def url(request, tmp_path) -> str:
+    return BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+def state(url):
+    provider = open_provider("metadata", {"metadata_url": url})
+    yield provider.get_state_store("t", "n", "f")
+    provider.close()
+
+
+def assert_exactly_once(state, counters: int, values: int, size: int, marker: str) -> None:
+    puts, deltas = big_batch(counters, values, size)
+    assert state.has_marker(marker)
+    assert {e.key: e.counter for e in state.scan_entries(prefix="c")} == deltas
+    found = dict(state.scan(prefix="v"))
+    assert found.keys() == puts.keys() and all(found[k] == v for k, v in puts.items())
+    assert state.count_changelog() == counters + values  # one record per key: nothing applied twice
+    store = state._store
+    assert store.get_children(state.base + "/staging") == []  # finished batches leave no staging
+    assert store.get(state.base + "/applied/" + marker).value == b""
+
+
+def test_100k_keys_and_50_mb_in_one_batch(state):
+    """One (batch, partition) touching 100,000 distinct keys and 50 MB of state changes."""
+    counters, values, size = 99_000, 1_000, 50_000
+    puts, deltas = big_batch(counters, values, size)
+    assert state.apply_batch(puts, deltas, marker="7-0") is True
+    assert state.apply_batch(puts, deltas, marker="7-0") is False
+    assert_exactly_once(state, counters, values, size, "7-0")
+
+
+def _kill_when(url: str, batch: tuple[int, int, int], moment) -> bool:
+    """Run the batch in another process and SIGKILL it once ``moment()`` holds; whether it held."""
+    child = subprocess.Popen([sys.executable, str(WORKER), "batch", url, *map(str, batch), "m1"])
+    try:
+        seen = wait_for(lambda: moment() or child.poll() is not None, timeout=120, interval=0.002) and moment()
+    finally:
+        child.kill()
+        child.wait()
+    return seen
+
+
+def test_sigkill_while_staging_then_replay_is_exact(url, state):
+    batch = (5_000, 300, 40_000)  # 12 MB of values: many pieces to stage
+    store = state._store
+    staging, marker = state.base + "/staging", state.base + "/applied/m1"
+
+    def staging_not_committed() -> bool:
+        return any(store.get_children(f"{staging}/{s}") for s in store.get_children(staging)) \
+            and not store.exists(marker)
+
+    assert _kill_when(url, batch, staging_not_committed)
+    assert not state.has_marker("m1") and state.get_counter("c000001") == 0  # nothing visible yet
+    puts, deltas = big_batch(*batch)
+    assert state.apply_batch(puts, deltas, marker="m1") is True  # the replay
+    assert_exactly_once(state, *batch, "m1")
+
+
+def test_sigkill_while_applying_then_replay_is_exact(url, state):
+    batch = (20_000, 50, 1_000)
+    store = state._store
+    marker = state.base + "/applied/m1"
+
+    def half_applied() -> bool:
+        found = store.get(marker)
+        return found is not None and bool(found.value) and state.count_changelog() > 0
+
+    assert _kill_when(url, batch, half_applied)
+    assert 0 < state.count_changelog() < sum(batch[:2])  # killed mid-apply
+    puts, deltas = big_batch(*batch)
+    assert state.apply_batch(puts, deltas, marker="m1") is False  # committed: finished, not redone
+    assert_exactly_once(state, *batch, "m1")
+
+
+def test_concurrent_finishers_apply_each_change_once(url, state):
+    batch = (20_000, 0, 0)
+    marker = state.base + "/applied/m1"
+
+    def half_applied() -> bool:
+        found = state._store.get(marker)
+        return found is not None and bool(found.value) and state.count_changelog() > 0
+
+    assert _kill_when(url, batch, half_applied)
+    provider = open_provider("metadata", {"metadata_url": url})
+    other = provider.get_state_store("t", "n", "f")
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda s=s: results.append(s.has_marker("m1"))) for s in (state, other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    provider.close()
+    assert results == [True, True]
+    assert_exactly_once(state, *batch, "m1")
