@@ -1,13 +1,16 @@
 """Keyed counting on Spark: a statekeep function against Spark's own stateful operators, in one run.
 
     PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/spark_state.py \\
-        [--quick] [--events N] [--keys K] [--files F] [--variants a,b,...] [--profile]
+        [--quick] [--events N] [--keys K] [--files F] [--variants a,b,...] [--store local,zk,etcd] [--profile]
 
 The same JSON-lines input ({"word": "w<k>"}, k uniform over K keys, seeded), one SparkSession
 (local[2], 2 shuffle partitions, RocksDB state store provider), maxFilesPerTrigger=1 (one
 micro-batch per file) and availableNow triggers for every variant:
 
-- statekeep: a registered function ``context.incr_counter(input["word"], 1)`` (run_registered, parallelism 2);
+- statekeep: a registered function ``context.incr_counter(input["word"], 1)`` (run_registered, parallelism 2),
+  with its registry and state on each store of ``--store`` (default local; zk and etcd start a server on
+  loopback through statekeep.testing.servers; there each (batch, partition) of 125k events touches ~50k
+  keys, far more than one transaction, so it goes through the staged commit);
 - applyInPandasWithState: groupBy(word), a pandas function keeping a count in GroupState;
 - transformWithStateInPandas: a StatefulProcessor with a ValueState count;
 - jvm_count: streaming groupBy(word).count(), no Python at all (the ceiling).
@@ -38,6 +41,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from statekeep.functions import spark as sk_spark  # noqa: E402
 from statekeep.functions.service import FunctionService  # noqa: E402
+from statekeep.testing.servers import backend_urls  # noqa: E402
 
 COUNT_ONLY = b'def process(input, context):\n    context.incr_counter(input["word"], 1)\n'
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -60,8 +64,7 @@ def batch_seconds(query, phase: str = "triggerExecution") -> list[tuple[int, flo
             if p["numInputRows"]]
 
 
-def run_statekeep(spark, inputs: str, work: str) -> tuple:
-    url = f"local://{work}/data"
+def run_statekeep(spark, inputs: str, work: str, url: str) -> tuple:
     with FunctionService.open(url) as service:
         service.registry.create({"tenant": "public", "namespace": "default", "name": "count", "inputs": [inputs],
                                  "keyField": "word", "parallelism": 2,
@@ -113,12 +116,14 @@ VARIANTS = {  # name -> streaming frame of (word, count) updates; statekeep runs
 }
 
 
-def run_variant(spark, variant: str, inputs: str, work: str, tag: str) -> tuple:
-    """(seconds, {word: count}, batch_seconds) of one run; a Spark variant's count is its last update."""
+def run_variant(spark, variant: str, inputs: str, work: str, tag: str, url: str | None = None) -> tuple:
+    """(seconds, {word: count}, batch_seconds) of one run; a Spark variant's count is its last update.
+    The statekeep variant keeps its state at ``url`` (default: a fresh local:// directory)."""
     name = f"{tag}_{len(os.listdir(work))}"
     os.makedirs(os.path.join(work, name))
     if VARIANTS[variant] is None:
-        result = run_statekeep(spark, inputs, os.path.join(work, name))
+        where = url.rstrip("/") + f"/{name}" if url else f"local://{work}/{name}/data"
+        result = run_statekeep(spark, inputs, os.path.join(work, name), where)
     else:
         start = time.perf_counter()
         query = (VARIANTS[variant](spark, inputs).writeStream.format("memory").queryName(name).outputMode("update")
@@ -226,6 +231,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4, help="input files = micro-batches")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: %(default)s")
+    parser.add_argument("--store", default="local", help="comma-separated stores for statekeep: local,zk,etcd")
     parser.add_argument("--profile", action="store_true", help="then break the statekeep variant down by phase")
     args = parser.parse_args()
     if args.quick:
@@ -237,9 +243,13 @@ def main() -> None:
     # fixed when a stateful query first runs: set for every variant (only two keep their state in Spark)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     warm, results = {}, {}
-    for variant in args.variants.split(","):  # warm just before the run: idle Python workers go after 60 s
-        warm[variant] = run_variant(spark, variant, f"{work}/warm", work, "warm")
-        results[variant] = run_variant(spark, variant, f"{work}/in", work, "run")
+    with backend_urls(args.store.split(","), work) as urls:
+        stores = list(urls)
+        for variant in args.variants.split(","):  # warm just before the run: idle Python workers go after 60 s
+            for backend, url in stores if VARIANTS[variant] is None else [(None, None)]:
+                row = variant if backend in (None, "local") else f"{variant}[{backend}]"
+                warm[row] = run_variant(spark, variant, f"{work}/warm", work, "warm", url)
+                results[row] = run_variant(spark, variant, f"{work}/in", work, "run", url)
 
     print(f"\n{args.events:,} events over {args.keys:,} keys in {args.files} micro-batches; Spark {spark.version}, "
           f"{spark.sparkContext.master}, 2 shuffle partitions, RocksDB state store; time from start to termination")
@@ -253,6 +263,12 @@ def main() -> None:
                          for b, w in ((base, 16), (ceiling, 12)))
         print(f"{variant:<28}{elapsed:>7.1f}{rates[variant]:>10,.0f}{ratios}{warm[variant][0]:>10.1f}{steady:>12,.0f}"
               f"  {'yes' if counts == expected else 'NO':<5}  " + " / ".join(f"{t:.1f}" for _, t in batches))
+    for backend in ("zk", "etcd"):
+        remote, local = rates.get(f"statekeep[{backend}]"), rates.get("statekeep")
+        if remote and base:
+            print(f"target: statekeep on {backend} >= 5x applyInPandasWithState: {remote / base:.2f}x "
+                  f"({'met' if remote >= 5 * base else 'missed'})"
+                  + (f"; vs statekeep on local: {remote / local:.2f}x" if local else ""))
     sk = rates.get("statekeep")
     if sk and base and ceiling:
         print(f"targets: statekeep >= 5x applyInPandasWithState: {sk / base:.2f}x "

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from statekeep.errors import StoreUnavailableError
 from statekeep.state import open_provider
-from statekeep.testing import wait_for
+from statekeep.testing import servers, wait_for
 
 from conftest import BACKENDS
 from state_worker import big_batch
@@ -116,3 +117,45 @@ def test_concurrent_finishers_apply_each_change_once(url, state):
     provider.close()
     assert results == [True, True]
     assert_exactly_once(state, *batch, "m1")
+
+
+@pytest.mark.parametrize("kind", ["zk", "etcd"])
+def test_store_unreachable_mid_batch_fails_clearly_and_the_rerun_is_exact(kind):
+    """The server dies (SIGKILL) while a large batch is being applied: the batch fails with the
+    contract's StoreUnavailableError, and once the server is back the replay completes it exactly."""
+    server = servers.start("zookeeper" if kind == "zk" else "etcd")
+    try:
+        url = f"{kind}://{server.address}/down?timeout=3"
+        provider = open_provider("metadata", {"metadata_url": url})
+        state = provider.get_state_store("t", "n", "f")
+        batch = (20_000, 0, 0)
+        puts, deltas = big_batch(*batch)
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                state.apply_batch(puts, deltas, marker="m1")
+            except BaseException as e:  # noqa: BLE001 - the test inspects it
+                failure.append(e)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert wait_for(lambda: state.count_changelog() > 0 or not thread.is_alive(), timeout=120, interval=0.002)
+        server.kill()
+        thread.join(timeout=120)
+        assert failure and isinstance(failure[0], StoreUnavailableError), failure
+        server.start()
+        assert wait_for(lambda: _reachable(state), timeout=60)
+        assert state.apply_batch(puts, deltas, marker="m1") is False  # committed before the outage
+        assert_exactly_once(state, *batch, "m1")
+        provider.close()
+    finally:
+        server.stop()
+
+
+def _reachable(state) -> bool:
+    try:
+        state.has_marker("probe")
+        return True
+    except StoreUnavailableError:
+        return False

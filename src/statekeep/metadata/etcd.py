@@ -200,27 +200,39 @@ class _Snapshot:
         # ("s", parent) -> (last sequence number, mod revision). Mod revision 0: absent.
         self.seen: dict[tuple[str, str], tuple[Any, int]] = {}
         reads: dict[tuple[str, str], None] = {}
+        sequential = [op for op in ops if isinstance(op, Put) and op.sequential]
         for op in ops:
-            reads[("r", op.path)] = None
-            if isinstance(op, Delete):
-                reads[("c", op.path)] = None
             if isinstance(op, Put) and op.sequential:
                 reads[("s", parent_of(op.path))] = None
+            else:
+                reads[("r", op.path)] = None
+            if isinstance(op, Delete):
+                reads[("c", op.path)] = None
             parent = parent_of(op.path)
             while isinstance(op, Put) and parent != "/":  # the ancestors it may have to create
                 reads[("r", parent)] = None
                 parent = parent_of(parent)
+        # the paths sequential puts will take: guessed from this store's last commit under the same
+        # parent (a writer appending a log), so they are read in the same request
+        reads.update(dict.fromkeys(self._sequence_paths(sequential, store._sequence_hints)))
         self._fetch(*reads)
-        # the paths sequential puts will take, read in one more request instead of one by one
-        sequences: dict[str, int] = {}
-        taken: dict[tuple[str, str], None] = {}
+        if sequential:  # a wrong guess (another writer appended meanwhile) costs one more request
+            taken = [read for read in self._sequence_paths(sequential, None) if read not in self.seen]
+            if taken:
+                self._fetch(*taken)
+
+    def _sequence_paths(self, ops: list[Put], hints: dict[str, int] | None) -> list[tuple[str, str]]:
+        """The paths sequential ``ops`` take after the last numbers in ``hints`` (None: as read)."""
+        numbers: dict[str, int] = {}
+        paths = []
         for op in ops:
-            if isinstance(op, Put) and op.sequential:
-                parent = parent_of(op.path)
-                sequences[parent] = sequences.get(parent, self.seen["s", parent][0]) + 1
-                taken[("r", f"{op.path}{sequences[parent]:010d}")] = None
-        if taken:
-            self._fetch(*taken)
+            parent = parent_of(op.path)
+            last = numbers.get(parent, self.seen["s", parent][0] if hints is None else hints.get(parent))
+            if last is None:
+                continue
+            numbers[parent] = last + 1
+            paths.append(("r", f"{op.path}{last + 1:010d}"))
+        return paths
 
     def _fetch(self, *reads: tuple[str, str]) -> None:
         for i in range(0, len(reads), ETCD_MAX_TXN_OPS):  # a transaction reads at most --max-txn-ops ranges
@@ -305,6 +317,7 @@ class EtcdStore(MetadataStore):
         self._p = self.prefix.encode()
         self._target = _grpc_target(endpoints)
         self._lease = 0  # the current session's lease; 0 while there is none
+        self._sequence_hints: dict[str, int] = {}  # parent -> last sequence number this store committed
         self._tasks: list[asyncio.Task] = []
         self._watch_lock = threading.Lock()
         self._watching = False  # set on the loop, with the watch task
@@ -742,7 +755,13 @@ class EtcdStore(MetadataStore):
             return results  # nothing to write: the snapshot answered at one revision
         # etcd itself refuses a transaction over --max-txn-ops or --max-request-bytes, before applying anything
         request = rpc.TxnRequest(compare=snapshot.guards(), success=writes)
-        return results if self._call(self._txn(request), write=True).succeeded else _Retry
+        if not self._call(self._txn(request), write=True).succeeded:
+            return _Retry
+        if changes.sequences:
+            if len(self._sequence_hints) > 1000:
+                self._sequence_hints.clear()
+            self._sequence_hints.update(changes.sequences)
+        return results
 
     # ---- closing and forking -----------------------------------------------------------------
 
