@@ -55,6 +55,21 @@ def service(tmp_path):
         yield s
 
 
+# Per backend: distinct keys per input file (one file per micro-batch, two partitions), so that on
+# ZooKeeper (1000 keys per transaction) and etcd (27) each (batch, partition) needs several
+# transactions and goes through the staged commit of statekeep.state.staged.
+KEYS_PER_FILE = {"local": 100, "etcd": 240, "zk": 2_400}
+
+
+def backend_store(backend: str, request, tmp_path) -> tuple[str, list[str]]:
+    """The store URL for ``backend`` and the localrun options that select it."""
+    if backend == "local":
+        return f"local://{tmp_path / 'data'}", ["--data-dir", str(tmp_path / "data")]
+    server = request.getfixturevalue("zk_server" if backend == "zk" else "etcd_server")
+    url = f"{backend}://{server.address}/spark{os.urandom(4).hex()}"
+    return url, ["--store", url, "--checkpoint-dir", str(tmp_path / "checkpoints")]
+
+
 def run_once(service, spark, tmp_path, name):
     query = run_registered(service, f"local://{tmp_path / 'data'}", "public", "default", name,
                            checkpoint_root=str(tmp_path / "checkpoints"), once=True, spark=spark)
@@ -141,21 +156,24 @@ def test_bad_function_file_refused_before_spark(tmp_path):
     assert "Traceback" not in result.stderr and "py4j" not in result.stderr
 
 
-def test_sigkill_of_the_driver_then_rerun_is_exact(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path):
     """A localrun process is killed at a random moment mid-run; a rerun from the checkpoint
     ends with every counter equal to its number of input records and each output once."""
-    inputs, out, data = tmp_path / "in", tmp_path / "out", tmp_path / "data"
-    words = [f"w{i % 37}" for i in range(600)]
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    url, where = backend_store(backend, request, tmp_path)
+    per = KEYS_PER_FILE[backend]
+    words = [f"w{i % (per + 3)}" for i in range(6 * per)]
     for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 100:(part + 1) * 100])
+        write_words(inputs, f"part-{part}.jsonl", words[part * per:(part + 1) * per])
     command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "crash",
                "--py", str(EXAMPLE / "wordcount.py"), "--inputs", str(inputs), "--key-field", "word",
-               "--parallelism", "2", "--output", str(out), "--data-dir", str(data), "--once",
+               "--parallelism", "2", "--output", str(out), *where, "--once",
                "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
-    with FunctionService.open(f"local://{data}") as service:
+    with FunctionService.open(url) as service:
         assert wait_for(lambda: (read_status(service.registry.store, "public", "default", "crash") or {})
                         .get("batches", 0) >= 2 or first.poll() is not None, timeout=300)
     os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
@@ -163,10 +181,10 @@ def test_sigkill_of_the_driver_then_rerun_is_exact(tmp_path):
     time.sleep(1)
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    with FunctionService.open(f"local://{data}") as service:
+    with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
     lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
-    assert len(lines) == 600
+    assert len(lines) == len(words)
 
 
 def _python_task_workers(pid: int) -> list[int]:
@@ -200,18 +218,21 @@ def process(input, context):
 '''
 
 
-def test_sigkill_of_python_workers_mid_run_is_exact(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
+def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path):
     """Python workers are killed with SIGKILL while the driver lives: Spark retries the tasks,
     and every counter still equals its number of input records, each output record once."""
-    inputs, out, data = tmp_path / "in", tmp_path / "out", tmp_path / "data"
-    words = [f"w{i % 53}" for i in range(3000)]
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    url, where = backend_store(backend, request, tmp_path)
+    per = max(500, KEYS_PER_FILE[backend])
+    words = [f"w{i % (per if backend != 'local' else 53)}" for i in range(6 * per)]
     for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+        write_words(inputs, f"part-{part}.jsonl", words[part * per:(part + 1) * per])
     py = tmp_path / "slow.py"
     py.write_bytes(SLOW_COUNT)
     command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "killed",
                "--py", str(py), "--inputs", str(inputs), "--key-field", "word",
-               "--parallelism", "2", "--output", str(out), "--data-dir", str(data), "--once",
+               "--parallelism", "2", "--output", str(out), *where, "--once",
                "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     log = tmp_path / "localrun.log"
@@ -238,10 +259,10 @@ def test_sigkill_of_python_workers_mid_run_is_exact(tmp_path):
     assert killed >= 1, "no Python worker was ever seen"
     assert run.returncode == 0, log.read_text()[-2000:]
     assert "Python worker exited unexpectedly" in log.read_text()  # tasks really died, and were retried
-    with FunctionService.open(f"local://{data}") as service:
+    with FunctionService.open(url) as service:
         assert counters(service, "killed") == Counter(words)
     lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
-    assert len(lines) == 3000
+    assert len(lines) == len(words)
 
 
 MIRROR = b'''
