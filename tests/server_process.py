@@ -18,12 +18,20 @@ FUNCTION = b"def process(input, context):\n    context.incr_counter(input, 1)\n 
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, tokens: dict | None = None, worker: bool = False) -> None:
+    """``statekeep standalone`` on ``--data-dir data_dir``, or with ``store`` on ``--store store`` (then
+    ``data_dir`` only holds the log). ``extra``: more options. In a process group of its own, so
+    :meth:`kill` takes its Spark JVM and Python workers with it, as a lost machine would."""
+
+    def __init__(self, data_dir: Path, tokens: dict | None = None, worker: bool = False, *,
+                 store: str | None = None, extra: list[str] = ()) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.worker_id = f"127.0.0.1:{self.port}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        where = ["--store", store] if store else ["--data-dir", str(data_dir)]
         argv = [sys.executable, "-c", "from statekeep.cli import main; import sys; sys.exit(main())",
-                "standalone", "--data-dir", str(data_dir), "--port", str(self.port)]
+                "standalone", *where, "--port", str(self.port), *extra]
         if not worker:
             argv.append("--no-worker")  # REST tests need no Spark; tests of the worker ask for it
         if tokens is not None:
@@ -31,7 +39,7 @@ class ServerProcess:
             tokens_file.write_text(json.dumps(tokens))
             argv += ["--tokens-file", str(tokens_file)]
         self.log = open(data_dir.parent / f"server-{self.port}.log", "wb")
-        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -45,14 +53,27 @@ class ServerProcess:
                 raise RuntimeError(f"server did not start; see {self.log.name}")
             time.sleep(0.05)
 
+    def kill(self) -> None:
+        """SIGKILL the server with its whole process group (its Spark driver JVM and Python workers)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.log.close()
+
     def stop(self) -> None:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=30 if "--no-worker" not in self.process.args else 10)
             except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+                pass
+        try:  # whatever is left of its group (a Spark JVM still shutting down)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
         self.log.close()
 
 

@@ -1,17 +1,23 @@
 """``statekeep functions localrun`` and ``statekeep functions status``: running a function on Spark.
 
-``localrun`` registers (or updates) the function in the store, then runs it as a Spark Structured
-Streaming query: ``--once`` processes everything available at start and exits (Spark's
-``availableNow``); without it the query runs until interrupted.
+``localrun`` takes the function's lock (the one standalone workers run it under; it waits up to
+``--lock-wait`` seconds for a holder that is stopping or died), registers (or updates) the function
+in the store, then runs it as a Spark Structured Streaming query: ``--once`` processes everything
+available at start and exits (Spark's ``availableNow``); without it the query runs until
+interrupted. Checkpoints go to ``--checkpoint-dir`` (a directory or Hadoop-compatible URL), by
+default ``DATA_DIR/checkpoints``; with ``--store`` and no ``--checkpoint-dir`` that default is
+``./.statekeep-data/checkpoints``, and localrun says so. ``status`` prints the function's status
+with ``workerId``: the standalone worker or localrun running it now.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
-from statekeep.cli import print_json
+from statekeep.cli import default_store_url, print_json
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 
 
@@ -26,8 +32,12 @@ def register(command) -> None:
     run.add_argument("--classname", default=None, help="entry point (default: process)")
     run.add_argument("--parallelism", type=int, default=None, help="Spark partitions for the function (default: 1)")
     run.add_argument("--once", action="store_true", help="process what is there now, then exit")
-    run.add_argument("--spark-master", default="local[*,4]", help="Spark master (default: %(default)s)")
-    run.add_argument("--checkpoint-dir", default=None, help="Spark checkpoints (default: DATA_DIR/checkpoints)")
+    run.add_argument("--spark-master", default="local[*,4]",
+                     help="Spark master, e.g. spark://HOST:7077 (default: %(default)s)")
+    run.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URL",
+                     help="Spark checkpoints: a directory or Hadoop-compatible URL (default: DATA_DIR/checkpoints)")
+    run.add_argument("--lock-wait", type=float, default=60.0, metavar="SECONDS",
+                     help="how long to wait for the worker running the function to let it go (default: %(default)s)")
     run.add_argument("--skip-errors", action="store_true",
                      help="skip and count records on which the function raises (default: fail the query)")
     command("status", _status, "show a function's query state, records processed and last batch")
@@ -44,46 +54,84 @@ def _service_and_url(args: argparse.Namespace):
 
 def _localrun(args: argparse.Namespace) -> int:
     from statekeep.cli.functions import _config_from_args, _read_py
-    from statekeep.functions.spark import read_status, run_registered
+    from statekeep.cli.standalone import resolve_location
+    from statekeep.coordination import CoordinationService
+    from statekeep.functions.worker import acquire_function_lock
 
     config, code = _config_from_args(args), _read_py(args)
     if code is None or not config.get("inputs"):
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC")
+    if args.lock_wait < 0:
+        raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
     config["py"] = os.path.basename(args.py)
     if args.skip_errors:
         config.setdefault("userConfig", {})["skipErrors"] = True
+    if config.get("output") and config["output"] != "console":
+        # executors write it: on a cluster their working directory is not ours
+        config["output"] = resolve_location(config["output"])
     data_dir = os.path.abspath(args.data_dir or "./.statekeep-data")
+    if args.checkpoint_dir:
+        checkpoint_root = resolve_location(args.checkpoint_dir)
+    else:
+        checkpoint_root = os.path.join(data_dir, "checkpoints")
+        if args.store:
+            print(f"statekeep: checkpoints in {checkpoint_root} (--checkpoint-dir sets a place every "
+                  "machine reaches)", file=sys.stderr)
     service, store = _service_and_url(args)
+    # the store the executors open: the registry's own (a local:// one by its absolute path)
+    if args.data_dir or not (args.store or os.environ.get("STATEKEEP_STORE")):
+        metadata_url = f"local://{data_dir}"
+    else:
+        metadata_url = args.store or default_store_url()
+    worker_id = f"localrun@{socket.gethostname()}:{os.getpid()}"
     with service:
+        coordination = CoordinationService(store)
         try:
-            service.registry.create(config, code)
-        except AlreadyExistsError:
-            service.registry.update(args.tenant, args.namespace, args.name, config, code)
-        metadata_url = args.store or f"local://{data_dir}"
-        query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
-                               checkpoint_root=args.checkpoint_dir or os.path.join(data_dir, "checkpoints"),
-                               once=args.once, master=args.spark_master)
-        try:
-            query.await_termination()
-        except KeyboardInterrupt:
-            query.stop()
-        except Exception as e:  # a StreamingQueryException: report the function's own message
-            message = str(e)
-            marker = "FunctionRecordError: "
-            if marker in message:
-                message = message[message.index(marker) + len(marker):].split("\n")[0]
-            print(f"statekeep: the function failed: {message}", file=sys.stderr)
-            return 1
-        print_json(read_status(store, args.tenant, args.namespace, args.name) or query.status())
+            lock = acquire_function_lock(
+                coordination, args.tenant, args.namespace, args.name, worker_id, wait=args.lock_wait,
+                on_wait=lambda holder: print(f"statekeep: waiting for worker {holder} to let go of the function",
+                                             file=sys.stderr))
+            try:
+                return _run_locked(args, config, code, service, store, metadata_url, checkpoint_root, worker_id)
+            finally:
+                lock.release()
+        finally:
+            coordination.close()
+
+
+def _run_locked(args: argparse.Namespace, config: dict, code: bytes, service, store, metadata_url: str,
+                checkpoint_root: str, worker_id: str) -> int:
+    """Register and run the function while this process holds its lock."""
+    from statekeep.functions.spark import read_status, run_registered
+
+    try:
+        service.registry.create(config, code)
+    except AlreadyExistsError:
+        service.registry.update(args.tenant, args.namespace, args.name, config, code)
+    query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
+                           checkpoint_root=checkpoint_root, once=args.once, master=args.spark_master,
+                           worker_id=worker_id)
+    try:
+        query.await_termination()
+    except KeyboardInterrupt:
+        query.stop()
+    except Exception as e:  # noqa: BLE001 - a StreamingQueryException: report the function's own message
+        message = str(e)
+        marker = "FunctionRecordError: "
+        if marker in message:
+            message = message[message.index(marker) + len(marker):].split("\n")[0]
+        print(f"statekeep: the function failed: {message}", file=sys.stderr)
+        return 1
+    print_json(read_status(store, args.tenant, args.namespace, args.name) or query.status())
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    from statekeep.functions.spark import read_status
+    from statekeep.functions.worker import function_status
 
     service, store = _service_and_url(args)
     with service:
         service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError for an unknown function
-        status = read_status(store, args.tenant, args.namespace, args.name)
-    print_json(status or {"running": False, "batches": 0, "processed": 0, "last_batch": None})
+        status = function_status(store, args.tenant, args.namespace, args.name)
+    print_json(status)
     return 0

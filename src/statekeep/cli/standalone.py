@@ -1,74 +1,158 @@
-"""``statekeep standalone [--data-dir DIR] [--port 8080] [--host 127.0.0.1]``: the REST API on the
-embedded default store ``local://DIR``, plus the functions worker that runs every created function
-on Spark (:mod:`statekeep.functions.worker`). ``--follow T/N/F[@LEADER_URL]`` (repeatable) also serves a
-read-only follower of that function (leader default: this server's own store) under
-``/admin/v3/followers/T/N/F``, its copy in ``DIR/followers/T.N.F``."""
+"""``statekeep standalone [--data-dir DIR | --store URL] [--port 8080] [--host 127.0.0.1]``: the REST
+API plus the functions worker that runs every created function on Spark
+(:mod:`statekeep.functions.worker`).
+
+``--data-dir DIR`` (the default, ``./.statekeep-data``) keeps everything in the embedded store
+``local://DIR``, with Spark checkpoints in ``DIR/checkpoints``. ``--store URL`` serves any backend
+(``zk://``, ``etcd://``, ...): several such servers, on one host or many, share one registry and one
+state; each function runs on exactly one of their workers at a time and moves to another when its
+worker dies. Spark checkpoints must then be where every server reaches them, so ``--store`` needs
+``--checkpoint-dir`` (a shared directory or a Hadoop-compatible URL) unless ``--no-worker``.
+A worker is known as ``ADVERTISED_ADDRESS:PORT`` (in ``functions status`` and the REST status).
+
+``--follow T/N/F[@LEADER_URL]`` (repeatable) also serves a read-only follower of that function
+(leader default: this server's own store) under ``/admin/v3/followers/T/N/F``, its copy in
+``DIR/followers/T.N.F`` (with ``--store``: under ``--followers-dir``)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import socket
+
+from statekeep.errors import InvalidArgumentError
 
 DEFAULT_DATA_DIR = "./.statekeep-data"
+DEFAULT_FOLLOWERS_DIR = "./.statekeep-followers"
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    parser = groups.add_parser("standalone", help="run the REST API and functions worker on a local data directory")
-    parser.add_argument("--data-dir", default=os.environ.get("STATEKEEP_DATA_DIR", DEFAULT_DATA_DIR),
-                        help="data directory, used as local://DIR (default: $STATEKEEP_DATA_DIR or %(default)s)")
+    parser = groups.add_parser("standalone", help="run the REST API and functions worker (embedded store or --store)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--data-dir", default=None,
+                       help=f"data directory, used as local://DIR (default: $STATEKEEP_DATA_DIR or {DEFAULT_DATA_DIR})")
+    where.add_argument("--store", default=None, metavar="URL",
+                       help="metadata store shared by every server of a cluster, e.g. zk://HOST:2181/statekeep or "
+                            "etcd://HOST:2379/statekeep (needs --checkpoint-dir)")
+    parser.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URL",
+                        help="Spark checkpoints: a directory or Hadoop-compatible URL every server reaches "
+                             "(default with --data-dir: DATA_DIR/checkpoints; required with --store)")
     parser.add_argument("--port", type=int, default=8080, help="HTTP port (default: %(default)s; 0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--advertised-address", default=None,
+                        help="this server's name in worker ids (default: --host, or the host name if --host is "
+                             "a wildcard address)")
     parser.add_argument("--tokens-file", default=None,
                         help='JSON {"TOKEN": {"superuser": true} | {"tenants": [...]}}: turns bearer-token auth on')
     parser.add_argument("--access-log", action="store_true", help="log every request")
-    parser.add_argument("--spark-master", default="local[*,4]", help="Spark master for functions (default: %(default)s)")
+    parser.add_argument("--spark-master", default="local[*,4]",
+                        help="Spark master for functions, e.g. spark://HOST:7077 (default: %(default)s)")
     parser.add_argument("--no-worker", action="store_true", help="serve the REST API only; run no functions")
     parser.add_argument("--follow", action="append", default=[], metavar="T/N/F[@LEADER_URL]",
                         help="serve a read-only follower of function T/N/F of LEADER_URL (default: this store)")
+    parser.add_argument("--followers-dir", default=None,
+                        help=f"followers' local copies (default: DATA_DIR/followers; with --store {DEFAULT_FOLLOWERS_DIR})")
     parser.set_defaults(run=_run)
 
 
-def build_worker(args: argparse.Namespace):
+def resolve_location(location: str) -> str:
+    """A checkpoint or output location as every process sees it: a URL (``scheme://...``) unchanged,
+    a local path made absolute (relative paths would otherwise depend on each process's directory)."""
+    return location if "://" in location else os.path.abspath(location)
+
+
+def _layout(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
+    """(metadata URL, checkpoint root, data dir or None) from the options; InvalidArgumentError for a
+    combination that cannot work."""
+    if args.store is not None:
+        if "://" not in args.store:
+            raise InvalidArgumentError(f"--store takes a URL such as zk://HOST:PORT/ROOT or etcd://HOST:PORT/PREFIX, "
+                                       f"not {args.store!r} (for a directory use --data-dir)")
+        if args.checkpoint_dir is None and not args.no_worker:
+            raise InvalidArgumentError(
+                "--store needs --checkpoint-dir: a directory or Hadoop-compatible URL (hdfs://, s3a://, ...) that "
+                "every server reaches, so a function moved to another server resumes from its checkpoint")
+        checkpoints = resolve_location(args.checkpoint_dir) if args.checkpoint_dir else None
+        return args.store, checkpoints, None
+    data_dir = os.path.abspath(args.data_dir or os.environ.get("STATEKEEP_DATA_DIR") or DEFAULT_DATA_DIR)
+    checkpoints = resolve_location(args.checkpoint_dir) if args.checkpoint_dir else os.path.join(data_dir, "checkpoints")
+    return f"local://{data_dir}", checkpoints, data_dir
+
+
+def advertised_address(args: argparse.Namespace) -> str:
+    if args.advertised_address:
+        return args.advertised_address
+    if args.host in ("", "0.0.0.0", "::"):
+        return socket.gethostname()
+    return args.host
+
+
+def build_worker(args: argparse.Namespace, metadata_url: str | None = None, checkpoint_root: str | None = None):
     """The functions worker of ``standalone``: runs every registered function on Spark
-    (``--no-worker``: the REST API only)."""
+    (``--no-worker``: the REST API only). Its ``worker_id`` is set once the port is known."""
     from statekeep.server.worker import NullWorker
 
     if args.no_worker:
         return NullWorker()
     from statekeep.functions.worker import SparkWorker
 
-    data_dir = os.path.abspath(args.data_dir)
-    return SparkWorker(f"local://{data_dir}", os.path.join(data_dir, "checkpoints"), master=args.spark_master)
+    if metadata_url is None or checkpoint_root is None:
+        metadata_url, checkpoint_root, _ = _layout(args)
+    return SparkWorker(metadata_url, checkpoint_root, master=args.spark_master)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from statekeep.server import ServerConfig, create_app  # raises MissingDependencyError naming the extra
+    metadata_url, checkpoints, data_dir = _layout(args)  # bad options fail before anything starts
+    # raises MissingDependencyError naming the extra to install
+    from statekeep.server import ServerConfig, create_app
 
-    import uvicorn
+    if data_dir is not None:
+        os.makedirs(data_dir, exist_ok=True)
+    import uvicorn  # after statekeep.server, which names the extra to install if it is missing
 
-    data_dir = os.path.abspath(args.data_dir)
-    os.makedirs(data_dir, exist_ok=True)
-    app = create_app(ServerConfig(metadata_url=f"local://{data_dir}", tokens_file=args.tokens_file,
-                                  worker=build_worker(args), followers=follower_specs(args.follow, data_dir)))
+    followers_dir = os.path.abspath(args.followers_dir) if args.followers_dir else None
+    worker = build_worker(args, metadata_url, checkpoints)
+    app = create_app(ServerConfig(metadata_url=metadata_url, tokens_file=args.tokens_file, worker=worker,
+                                  followers=follower_specs(args.follow, data_dir, leader=metadata_url,
+                                                           followers_dir=followers_dir)))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger(__name__).info("statekeep standalone: data in %s, auth %s", data_dir,
-                                     "on" if args.tokens_file else "off")
-    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log, log_level="info")
+    config = uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log, log_level="info")
+    sock = config.bind_socket()  # the port first (it may be 0): it is part of the worker's id
+    port = sock.getsockname()[1]
+    if hasattr(worker, "worker_id"):
+        worker.worker_id = f"{advertised_address(args)}:{port}"
+    logging.getLogger(__name__).info(
+        "statekeep standalone: store %s, checkpoints %s, worker %s, auth %s", _redact(metadata_url),
+        checkpoints or "-", getattr(worker, "worker_id", "off"), "on" if args.tokens_file else "off")
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
-def follower_specs(follow: list[str], data_dir: str) -> list[dict]:
-    """``T/N/F[@LEADER_URL]`` options as ``ServerConfig.followers`` entries."""
-    from statekeep.errors import InvalidArgumentError
+def _redact(url: str) -> str:
+    """A store URL for the log, without credentials (``user:password@``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
+
+def follower_specs(follow: list[str], data_dir: str | None, *, leader: str | None = None,
+                   followers_dir: str | None = None) -> list[dict]:
+    """``T/N/F[@LEADER_URL]`` options as ``ServerConfig.followers`` entries. The leader defaults to
+    ``leader`` (else ``local://DATA_DIR``), each local copy goes to ``FOLLOWERS_DIR/T.N.F``
+    (default ``DATA_DIR/followers``)."""
+    default_leader = leader or (f"local://{data_dir}" if data_dir else None)
+    if followers_dir is None:
+        followers_dir = os.path.join(data_dir, "followers") if data_dir else os.path.abspath(DEFAULT_FOLLOWERS_DIR)
     specs = []
     for item in follow:
-        function, _, leader = item.partition("@")
+        function, _, from_leader = item.partition("@")
         parts = function.split("/")
         if len(parts) != 3 or not all(parts):
             raise InvalidArgumentError(f"--follow takes TENANT/NAMESPACE/NAME[@LEADER_URL], not {item!r}")
         specs.append({"tenant": parts[0], "namespace": parts[1], "name": parts[2],
-                      "leader": leader or f"local://{data_dir}",
-                      "local_dir": os.path.join(data_dir, "followers", ".".join(parts))})
+                      "leader": from_leader or default_leader,
+                      "local_dir": os.path.join(followers_dir, ".".join(parts))})
     return specs

@@ -98,6 +98,7 @@ class FunctionQuery:
         self.trigger_interval = trigger_interval
         self.on_batch = on_batch
         self.query = None
+        self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None}
 
     def _handle_batch(self, frame, batch_id: int) -> None:
@@ -141,7 +142,7 @@ class FunctionQuery:
         active = self.query is not None and self.query.isActive
         exception = self.query.exception() if self.query is not None and not active else None
         return {"running": active, "error": str(exception) if exception else None, **self.totals,
-                "updated_ms": int(time.time() * 1000)}
+                "workerId": self.worker_id, "updated_ms": int(time.time() * 1000)}
 
 
 def status_json(status: dict) -> bytes:
@@ -192,10 +193,12 @@ def _guess_format(source: str) -> str:
 
 def run_registered(service, metadata_url: str, tenant: str, namespace: str, name: str, *, checkpoint_root: str,
                    once: bool = False, master: str = "local[*,4]", skip_errors: bool | None = None,
-                   spark=None) -> FunctionQuery:
+                   spark=None, worker_id: str | None = None) -> FunctionQuery:
     """Start a registered function as a streaming query and keep its status in the metadata store
-    at ``STATUS_ROOT/T/N/F``. The checkpoint is per function incarnation, so a
-    function deleted and created again starts over instead of resuming the old one's offsets."""
+    at ``STATUS_ROOT/T/N/F`` (``workerId``: ``worker_id``). The checkpoint is per function incarnation,
+    so a function deleted and created again starts over instead of resuming the old one's offsets.
+    ``checkpoint_root`` is a local directory or any Hadoop-compatible URL (``hdfs://``, ``s3a://``,
+    ...); a function that may move between machines needs one every machine reaches."""
     registry = service.registry
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
     incarnation = registry.incarnation(tenant, namespace, name)
@@ -203,9 +206,12 @@ def run_registered(service, metadata_url: str, tenant: str, namespace: str, name
     status_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
     spark = spark or spark_session(master)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
+    query.worker_id = worker_id
     query.save_status = lambda: registry.store.put(status_path, status_json(query.status()))
     query.on_batch = lambda batch_id, rows: query.save_status()
-    return query.start()
+    query.start()
+    query.save_status()  # says at once who runs it now (status readers compare it with the lock)
+    return query
 
 
 def read_status(store, tenant: str, namespace: str, name: str) -> dict | None:

@@ -1,17 +1,23 @@
 """The functions worker of ``statekeep standalone``: runs every registered function as a Spark
 streaming query, and follows creates, updates and deletes.
 
-Each function runs under a lock at ``/statekeep/workers/T/N/F`` (an ephemeral key), so when several
-workers share a store each function runs once; a worker that dies releases its functions with its
-session and the others take them over at their next pass. A pass runs on every registry
-notification and every ``interval`` seconds. Spark starts in the background, so the REST API is
+Each function runs under a lock at ``/statekeep/workers/T/N/F`` (an ephemeral key in the
+coordination service) whose content names the worker (:func:`lock_content`), so when several
+workers (servers, possibly on different hosts) share a store each function runs on exactly one of
+them, and ``functions status`` can say which. A worker that dies (SIGKILL, or its session lost)
+loses its locks with its session; the others are woken by the lock's deletion and take its
+functions over, each resuming from the function's checkpoint (which must therefore be somewhere
+every worker reaches). A pass runs on every registry notification, every deleted lock, every lost
+lock of its own and every ``interval`` seconds. Spark starts in the background, so the REST API is
 ready before the first function runs.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -19,10 +25,98 @@ from dataclasses import dataclass
 from statekeep.coordination import CoordinationService
 from statekeep.errors import LockBusyError, NotFoundError, StatekeepError
 from statekeep.functions.registry import FunctionRegistry
+from statekeep.metadata.types import NotificationType
 
 log = logging.getLogger(__name__)
 LOCK_ROOT = "/statekeep/workers"
 DELETE_GRACE_S = 60.0
+
+
+def default_worker_id() -> str:
+    """``HOST:PID``: unique among live processes, readable by people."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lock_content(worker_id: str) -> bytes:
+    """What a runner of a function writes into the function's lock: JSON with ``workerId`` (and the
+    host and process), so any server can tell who runs it."""
+    return json.dumps({"workerId": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
+                       "sinceMs": int(time.time() * 1000)}, sort_keys=True).encode()
+
+
+def lock_path(tenant: str, namespace: str, name: str) -> str:
+    return f"{LOCK_ROOT}/{tenant}/{namespace}/{name}"
+
+
+def function_runner(store, tenant: str, namespace: str, name: str) -> str | None:
+    """The id of the worker (or localrun) holding the function's lock in ``store`` now, or None if
+    nobody runs it."""
+    result = store.get(lock_path(tenant, namespace, name))
+    if result is None or not result.stat.ephemeral:
+        return None
+    raw = result.value
+    try:
+        return str(json.loads(raw)["workerId"])
+    except (ValueError, KeyError, TypeError):
+        return raw.decode("utf-8", "replace")  # a lock written by an older version: its raw content
+
+
+def acquire_function_lock(coordination: CoordinationService, tenant: str, namespace: str, name: str,
+                          worker_id: str, *, wait: float = 0.0, on_wait=None):
+    """Take the function's lock for ``worker_id`` (a :class:`ResourceLock`), waiting up to ``wait``
+    seconds for its holder to release it or die (a dead holder's lock goes with its session, on
+    zk:// and etcd:// after the session timeout). ``on_wait(holder)`` is called once if it must wait.
+    Raises :class:`LockBusyError` naming the holder if it is still held after ``wait``."""
+    path = lock_path(tenant, namespace, name)
+    content = lock_content(worker_id)
+    try:
+        return coordination.acquire_lock(path, content)
+    except LockBusyError:
+        if wait <= 0:
+            raise
+    holder = function_runner(coordination.store, tenant, namespace, name)
+    if on_wait is not None:
+        on_wait(holder)
+    future = coordination.become_leader(path, content)
+    try:
+        return future.result(timeout=wait)
+    except TimeoutError:
+        future.cancel()
+        if future.done() and not future.cancelled() and future.exception() is None:
+            return future.result()  # won just as we gave up
+        holder = function_runner(coordination.store, tenant, namespace, name) or holder
+        raise LockBusyError(f"function {tenant}/{namespace}/{name} runs on worker {holder}: stop it there "
+                            f"(or delete it) first") from None
+
+
+def function_status(store, tenant: str, namespace: str, name: str) -> dict:
+    """A function's status: its query's last recorded totals (``processed``, ``skipped``, ``outputs``,
+    ``batches``, ``last_batch``, ``error``, ``updated_ms``) with ``workerId``, the worker (or
+    localrun) holding its lock now, None if nobody. ``running`` is true only while the recorded
+    runner still holds the lock: a runner killed mid-run leaves a status that says running, but its
+    lock goes with its session. Does not check that the function exists."""
+    from statekeep.functions.spark import read_status
+
+    holder = function_runner(store, tenant, namespace, name)
+    status = read_status(store, tenant, namespace, name) or {
+        "running": False, "error": None, "processed": 0, "skipped": 0, "outputs": 0, "batches": 0,
+        "last_batch": None, "updated_ms": None}
+    status["running"] = bool(status.get("running")) and holder is not None and status.get("workerId") == holder
+    status["workerId"] = holder
+    return status
+
+
+def pulsar_function_status(status: dict) -> dict:
+    """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus`` (one instance: the
+    function's streaming query); ``workerId`` is where it runs, ``""`` if nowhere."""
+    running = bool(status.get("running"))
+    processed, skipped = int(status.get("processed") or 0), int(status.get("skipped") or 0)
+    return {"numInstances": 1, "numRunning": int(running), "instances": [{"instanceId": 0, "status": {
+        "running": running, "error": status.get("error") or "", "numRestarts": 0,
+        "numReceived": processed + skipped, "numSuccessfullyProcessed": processed,
+        "numUserExceptions": skipped, "latestUserExceptions": [], "numSystemExceptions": 0,
+        "latestSystemExceptions": [], "averageLatency": 0.0,
+        "lastInvocationTime": int(status.get("updated_ms") or 0), "workerId": status.get("workerId") or ""}}]}
 
 
 @dataclass
@@ -33,12 +127,17 @@ class _Running:
 
 
 class SparkWorker:
+    """Runs registered functions on Spark (``master``), each under its lock, with checkpoints under
+    ``checkpoint_root`` (a directory or Hadoop-compatible URL; shared by every worker of a cluster).
+    ``worker_id`` names this worker in locks and status (default ``HOST:PID``)."""
+
     def __init__(self, metadata_url: str, checkpoint_root: str, master: str = "local[*,4]",
-                 interval: float = 5.0) -> None:
+                 interval: float = 5.0, worker_id: str | None = None) -> None:
         self.metadata_url = metadata_url
         self.checkpoint_root = checkpoint_root
         self.master = master
         self.interval = interval
+        self.worker_id = worker_id or default_worker_id()
         self._running: dict[tuple[str, str, str], _Running] = {}
         # incarnation being deleted -> until when it is not restarted while the registry still lists it
         # (a delete that failed leaves it listed: it runs again after DELETE_GRACE_S)
@@ -55,8 +154,7 @@ class SparkWorker:
         self.registry = registry
         self.service = FunctionService(registry)
         self.coordination = CoordinationService(registry.store)
-        self._subscription = registry.store.add_listener(
-            lambda n: self._wake.set() if n.path.startswith(registry.root) else None)
+        self._subscription = registry.store.add_listener(self._on_notification)
         self._thread = threading.Thread(target=self._loop, name="statekeep-worker", daemon=True)
         self._thread.start()
 
@@ -71,6 +169,13 @@ class SparkWorker:
         self._subscription.close()
         self.coordination.close()
 
+    def _on_notification(self, n) -> None:
+        # registry changes, and locks deleted by a release or a dead worker's session: a function may
+        # be free to take over now, not only at the next interval
+        if n.path.startswith(self.registry.root + "/") or (
+                n.type is NotificationType.Deleted and n.path.startswith(LOCK_ROOT + "/")):
+            self._wake.set()
+
     def function_deleting(self, tenant: str, namespace: str, name: str) -> None:
         """Stop the function's query before its state is deleted, and keep it stopped until it is gone."""
         fqfn = (tenant, namespace, name)
@@ -82,8 +187,9 @@ class SparkWorker:
             self._stop_function(fqfn)
 
     def status(self) -> dict[str, dict]:
+        """``T/N/F`` -> query status of each function this worker runs now."""
         with self._mutex:
-            return {"/".join(k): r.query.status() for k, r in self._running.items()}
+            return {"/".join(k): {**r.query.status(), "workerId": self.worker_id} for k, r in self._running.items()}
 
     # ---- the reconcile loop ------------------------------------------------------------------
 
@@ -132,20 +238,26 @@ class SparkWorker:
         from statekeep.functions.spark import run_registered, spark_session
 
         try:
-            lock = self.coordination.acquire_lock(f"{LOCK_ROOT}/{'/'.join(fqfn)}", str(os.getpid()).encode())
+            lock = self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
         except LockBusyError:
-            return  # another worker runs it
+            return  # another worker runs it; its lock's deletion wakes us
         try:
             if self._spark is None:
                 self._spark = spark_session(self.master)
             query = run_registered(self.service, self.metadata_url, *fqfn, checkpoint_root=self.checkpoint_root,
-                                   master=self.master, spark=self._spark)
+                                   master=self.master, spark=self._spark, worker_id=self.worker_id)
         except (NotFoundError, StatekeepError) as e:
             log.warning("cannot start function %s: %s", "/".join(fqfn), e)
             lock.release()
             return
+        except BaseException:
+            lock.release()  # e.g. Spark failed to start: let another worker try
+            raise
         self._running[fqfn] = _Running(query, lock, config)
-        log.info("function %s started", "/".join(fqfn))
+        # lost (session expired, key removed): stop at once rather than at the next interval,
+        # since another worker may already be taking the function over
+        lock.expired.add_done_callback(lambda _: self._wake.set())
+        log.info("function %s started on worker %s", "/".join(fqfn), self.worker_id)
 
     def _stop_function(self, fqfn: tuple[str, str, str]) -> None:
         running = self._running.pop(fqfn, None)

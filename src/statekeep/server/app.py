@@ -7,6 +7,8 @@ Routes (``FN`` = ``/admin/v3/functions/{tenant}/{namespace}/{name}``):
 - ``GET|POST|DELETE FN/state/{key}``: one key as FunctionState JSON; POST takes a multipart ``state``
   part or a JSON body; ``If-Match: VERSION`` (or ``If-None-Match: *``) makes POST and DELETE conditional.
 - ``GET FN/state?prefix=&startAfter=&limit=``: a page of keys.
+- ``GET FN/status``: Pulsar's FunctionStatus JSON; ``instances[0].status.workerId`` names the worker
+  running the function now (any server answers for any function: status and locks are in the store).
 - ``/metrics`` (Prometheus), ``/health``, ``/docs`` and ``/openapi.json``.
 - ``/admin/v3/followers...``: read-only followers configured with the server
   (:mod:`statekeep.server.followers`).
@@ -29,6 +31,8 @@ from starlette.datastructures import UploadFile
 
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.functions.service import FunctionService
+from statekeep.functions.worker import function_status as read_function_status
+from statekeep.functions.worker import pulsar_function_status
 from statekeep.server import errors, schemas
 from statekeep.server import followers as follower_routes
 from statekeep.server.auth import Authorizer
@@ -159,6 +163,16 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
     async def get_function(tenant: str, namespace: str, name: str, request: Request) -> Response:
         auth.check(request.headers.get("authorization"), tenant)
         return JSONResponse((await call(registry.get, tenant, namespace, name, read=True)).to_json())
+
+    @app.get(FN + "/status", responses=schemas.ERRORS, summary="A function's status, with the worker running it")
+    async def function_status(tenant: str, namespace: str, name: str, request: Request) -> Response:
+        auth.check(request.headers.get("authorization"), tenant)
+
+        def status() -> dict[str, Any]:
+            registry.get(tenant, namespace, name)  # 404 for an unknown function
+            return pulsar_function_status(read_function_status(store, tenant, namespace, name))
+
+        return JSONResponse(await call(status, read=True))
 
     @app.delete(FN, status_code=204, responses=schemas.ERRORS, summary="Delete a function and its state")
     async def delete_function(tenant: str, namespace: str, name: str, request: Request) -> Response:
