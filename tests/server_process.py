@@ -38,7 +38,7 @@ class ServerProcess:
             tokens_file = data_dir.parent / f"tokens-{self.port}.json"
             tokens_file.write_text(json.dumps(tokens))
             argv += ["--tokens-file", str(tokens_file)]
-        self.log = open(data_dir.parent / f"server-{self.port}.log", "wb")
+        self.log = open(data_dir.parent / f"server-{self.port}.log", "wb")  # noqa: SIM115 - open as long as the server
         self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
         while True:
