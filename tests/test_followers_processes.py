@@ -159,7 +159,8 @@ def test_metadata_provider_follower_process(backend, request, tmp_path):
         state = service.registry.state_store("t", "n", "f")
         follower = Follower(url, tmp_path / "follower", "--no-snapshots", "--provider", "metadata")
         try:
-            write_updates(state, 1_500, state.batch_limits.max_keys, 300)
+            per = min(3 * state.batch_limits.max_keys, 3_000)  # zk and etcd: larger than a transaction
+            write_updates(state, 2 * per, per, per)
             assert follower.dump(tmp_path / "dump.json") == entries(state)
             follower.quit()
         finally:
