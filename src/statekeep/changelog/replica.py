@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.metadata.local import transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
 from statekeep.state.embedded import EmbeddedStateProvider
@@ -63,7 +64,7 @@ class LocalReplica:
 
     def load(self) -> ReplicaMeta:
         p = self._p
-        with self._env.begin(db=self._meta) as txn:
+        with transaction(self._env, db=self._meta) as txn:
             gen, applied, epoch, restore = (txn.get(p + k) for k in (b"g", b"a", b"e", b"r"))
             garbage = []
             cursor = txn.cursor()
@@ -179,7 +180,7 @@ class LocalReplica:
 
     def get_entry(self, key: str) -> StateEntry | None:
         encode_key(key)
-        with self._env.begin() as txn:
+        with transaction(self._env) as txn:
             prefix = self._active(txn)
             raw = None if prefix is None else txn.get(prefix + key.encode(), db=self._state)
         return None if raw is None else _entry(key, raw)
@@ -189,7 +190,7 @@ class LocalReplica:
         for key in keys:
             encode_key(key)
         out = {}
-        with self._env.begin() as txn:
+        with transaction(self._env) as txn:
             prefix = self._active(txn)
             if prefix is not None:
                 for key in keys:
@@ -204,7 +205,7 @@ class LocalReplica:
         return self._scan(prefix, start_after, limit)
 
     def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
-        with self._env.begin() as txn:  # one snapshot for the whole scan
+        with transaction(self._env) as txn:  # one snapshot for the whole scan
             base = self._active(txn)
             if base is None:
                 return
@@ -236,7 +237,7 @@ def followed(local_dir: str) -> list[tuple[str, str, str]]:
         engine = provider.store._engine
         meta = engine.open_db(b"follower_meta")
         out = []
-        with engine.env.begin(db=meta) as txn:
+        with transaction(engine.env, db=meta) as txn:
             for key in txn.cursor().iternext(values=False):
                 parts = key.split(b"\0")
                 if len(parts) == 4 and parts[3] == b"g":

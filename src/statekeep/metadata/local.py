@@ -27,6 +27,11 @@ Sessions: each store instance is a session that holds an exclusive ``flock`` on 
 ``sessions/``. The kernel drops the lock when the process dies, so any other process can tell a dead
 session from a live one without timeouts; the first to notice removes the dead session's
 ephemeral keys (with notifications) and its file.
+
+Processes: ``fork()`` (multiprocessing's fork start method) waits until no LMDB transaction is open in
+this process (new ones wait for it), so a child never inherits one; there, stores opened before the
+fork raise :class:`StoreClosedError`, and the child opens its own. Other LMDB users in this package
+(the embedded state provider, follower replicas) open their transactions through :class:`transaction`.
 """
 
 from __future__ import annotations
@@ -91,6 +96,102 @@ def node_key(path: str) -> bytes:
     return key
 
 
+# ---- fork() ------------------------------------------------------------------------------------
+# LMDB forbids using an environment across fork(). A child that opens a store must first close the
+# inherited environment (py-lmdb refuses to open its files twice in one process), and closing ends
+# every transaction other threads of the parent had open at the fork: a write transaction only its
+# own thread can end (the close hangs), and ending a read transaction frees the parent's reader slot
+# in the shared lock file (that reader would lose its snapshot). So fork() waits until no transaction
+# is open in this process and holds new ones back until it is done. Each transaction counts itself
+# in _open_txns: list append and pop are atomic under the GIL, and cheaper than a lock on the read path.
+_open_txns: list[None] = []
+_forking = False
+_fork_cond = threading.Condition()
+_unusable_in_child: set[Path] = set()  # environments a transaction still held when this process forked
+FORK_WAIT_S = 5.0
+
+
+def _hold_for_fork() -> None:
+    """Called by a transaction (already counted) that found a fork under way: wait until it is done."""
+    while _forking:
+        _open_txns.pop()
+        with _fork_cond:
+            while _forking:
+                _fork_cond.wait()
+        _open_txns.append(None)
+
+
+class transaction:  # lower case: used like lmdb's own env.begin()
+    """``with transaction(env, **kw) as txn:`` is ``with env.begin(**kw) as txn:`` (commit on success,
+    abort on error), counted so that fork() never happens while it is open (see above). Outside a
+    ``with``, end it with :meth:`end` (or use :class:`held_transaction`)."""
+
+    __slots__ = ("txn",)
+
+    def __init__(self, env: lmdb.Environment, **options: Any) -> None:
+        _open_txns.append(None)
+        if _forking:
+            _hold_for_fork()
+        try:
+            self.txn = env.begin(**options)
+        except BaseException:
+            self.txn = None
+            _open_txns.pop()
+            raise
+
+    def __enter__(self) -> lmdb.Transaction:
+        return self.txn
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        txn, self.txn = self.txn, None
+        try:
+            if exc_type is None:
+                txn.commit()
+            else:
+                txn.abort()
+        finally:
+            _open_txns.pop()
+
+    def end(self) -> None:
+        """Abort (end, for a read) the transaction; a no-op once ended."""
+        if self.txn is not None:
+            self.__exit__(BaseException)
+
+
+class held_transaction(transaction):
+    """A :class:`transaction` that its holder ends with :meth:`end`, e.g. one a lazy iterator reads
+    from; aborted when collected if it never was (an iterator dropped before it started)."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        self.end()
+
+
+def _before_fork() -> None:
+    global _forking
+    _engines_lock.acquire()  # a child must not inherit it held, nor an engine half open
+    with _fork_cond:
+        _forking = True
+    deadline = time.monotonic() + FORK_WAIT_S
+    while _open_txns and time.monotonic() < deadline:
+        time.sleep(0.0002)  # transactions are short; scans are the exception
+    _unusable_in_child.clear()
+    if _open_txns:  # e.g. this very thread is iterating a scan: the child cannot close what it inherits
+        _unusable_in_child.update(_engines)
+        log.warning("fork() with %d LMDB transactions still open after %ss: the child cannot open local stores "
+                    "this process has open (%s)", len(_open_txns), FORK_WAIT_S, ", ".join(map(str, _engines)))
+
+
+def _after_fork_in_parent() -> None:
+    global _forking
+    _unusable_in_child.clear()
+    with _fork_cond:
+        _forking = False
+        _fork_cond.notify_all()
+    _engines_lock.release()
+
+
 def children_prefix(path: str) -> bytes:
     return _DEPTH.pack(_depth(path) + 1) + (path if path == "/" else path + "/").encode()
 
@@ -147,7 +248,7 @@ class _Engine:
             )
         except lmdb.Error as e:
             raise StoreUnavailableError(f"cannot open local store at {directory}: {e}") from e
-        with self.env.begin(write=True) as txn:
+        with transaction(self.env, write=True) as txn:
             self.nodes = self.env.open_db(b"nodes", txn=txn)
             self.ephemeral = self.env.open_db(b"ephemeral", txn=txn)
             self.sequences = self.env.open_db(b"sequences", txn=txn)
@@ -186,7 +287,7 @@ class _Engine:
         return names
 
     def _last_event_seq(self) -> int:
-        with self.env.begin(db=self.events) as txn:
+        with transaction(self.env, db=self.events) as txn:
             cursor = txn.cursor()
             return _U64.unpack(cursor.key())[0] if cursor.last() else 0
 
@@ -240,31 +341,22 @@ class _Engine:
     def _commit(self, batch: list[_Request]) -> None:
         now_ms = int(time.time() * 1000)
         try:
-            txn = self.env.begin(write=True)
+            with transaction(self.env, write=True) as txn:  # commits at the end, aborts on an error
+                reader = _TxnReader(self, txn)
+                next_event = self._last_event_in(txn) + 1
+                for request in batch:
+                    try:
+                        request.result, changes = request.build(reader, now_ms)
+                    except Exception as e:  # the request wrote nothing; the rest of the batch goes on
+                        request.error = e
+                        continue
+                    if changes is not None:  # None: the request wrote its own databases only
+                        next_event = self._flush(txn, changes, now_ms, next_event)
+                self._commits += 1
+                if self._commits % 64 == 0:
+                    self._trim_events(txn, now_ms - EVENT_RETENTION_MS)
         except lmdb.Error as e:
             self._fail(batch, e)
-            return
-        try:
-            reader = _TxnReader(self, txn)
-            next_event = self._last_event_in(txn) + 1
-            for request in batch:
-                try:
-                    request.result, changes = request.build(reader, now_ms)
-                except Exception as e:  # the request wrote nothing; the rest of the batch goes on
-                    request.error = e
-                    continue
-                if changes is not None:  # None: the request wrote its own databases only
-                    next_event = self._flush(txn, changes, now_ms, next_event)
-            self._commits += 1
-            if self._commits % 64 == 0:
-                self._trim_events(txn, now_ms - EVENT_RETENTION_MS)
-            txn.commit()
-        except lmdb.Error as e:
-            txn.abort()
-            self._fail(batch, e)
-        except BaseException:
-            txn.abort()
-            raise
 
     @staticmethod
     def _fail(batch: list[_Request], e: lmdb.Error) -> None:
@@ -422,7 +514,7 @@ class _Engine:
 
     def _deliver_events(self) -> None:
         listening = self.listening
-        with self.env.begin(db=self.events) as txn:
+        with transaction(self.env, db=self.events) as txn:
             cursor = txn.cursor()
             if not listening:
                 self._last_event = _U64.unpack(cursor.key())[0] if cursor.last() else self._last_event
@@ -457,22 +549,27 @@ _engines_lock = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
-    # LMDB forbids using an environment across fork; the child opens its own on first use.
-    # Closing the inherited handle is safe: LMDB then frees only reader slots of the child's own
-    # pid, and fcntl locks (per process) are not inherited. Inherited session fds are closed
+    # The child opens its own environments on first use. Closing an inherited one is safe once no
+    # transaction is open (_before_fork saw to that): LMDB then frees only reader slots of the child's
+    # own pid, and fcntl locks (per process) are not inherited. Inherited session fds are closed
     # without unlocking: the flock stays with the parent's open file description.
-    for engine in _engines.values():
+    global _forking, _fork_cond
+    _forking, _fork_cond = False, threading.Condition()
+    _open_txns.clear()  # those of the parent's other threads, which do not exist here
+    for directory, engine in _engines.items():
         for store in list(engine.stores):
             store._forked = store._closed = True  # every call now raises StoreClosedError
             try:
                 os.close(store._session_fd)
             except OSError:
                 pass
-        engine.env.close()
+        if directory not in _unusable_in_child:
+            engine.env.close()
     _engines.clear()
+    _engines_lock.release()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 class LocalStore(MetadataStore):
@@ -490,6 +587,10 @@ class LocalStore(MetadataStore):
         if not str(path):
             raise StoreUnavailableError("local:// needs a directory, e.g. local:///var/lib/statekeep")
         directory = Path(path).expanduser().resolve()
+        if directory in _unusable_in_child:
+            raise StoreUnavailableError(f"local store {directory}: this process was forked while a transaction on it "
+                                        "was open (an unfinished scan?), so LMDB cannot be reopened here; finish "
+                                        "scans before forking, or use the spawn start method")
         with _engines_lock:
             engine = _engines.get(directory)
             if engine is None:
@@ -514,8 +615,14 @@ class LocalStore(MetadataStore):
 
     def _get(self, path: str) -> GetResult | None:
         key = _node_keys.get(path) or node_key(path)
-        with self._env.begin(db=self._nodes) as txn:
-            raw = txn.get(key)
+        _open_txns.append(None)  # transaction(), inlined: this is the hottest read path
+        if _forking:
+            _hold_for_fork()
+        try:
+            with self._env.begin(db=self._nodes) as txn:
+                raw = txn.get(key)
+        finally:
+            _open_txns.pop()
         if raw is None:
             return None
         version, created, modified, owner = _unpack_header(raw)
@@ -525,11 +632,11 @@ class LocalStore(MetadataStore):
         return _new_tuple(GetResult, (raw[32:], stat))
 
     def _exists(self, path: str) -> bool:
-        with self._env.begin(db=self._nodes) as txn:
+        with transaction(self._env, db=self._nodes) as txn:
             return txn.get(node_key(path)) is not None
 
     def _get_children(self, path: str) -> list[str]:
-        with self._env.begin() as txn:
+        with transaction(self._env) as txn:
             return self._engine.children(txn, path)
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:

@@ -29,7 +29,8 @@ from typing import Any
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import open_store
-from statekeep.metadata.local import LocalStore
+from statekeep.metadata import local
+from statekeep.metadata.local import LocalStore, transaction
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
@@ -131,8 +132,15 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     def get_entry(self, key: str) -> StateEntry | None:
         encode_key(key)
-        with self._env.begin(db=self._state) as txn:
-            raw = txn.get(self._prefix + key.encode())
+        open_txns = local._open_txns
+        open_txns.append(None)  # transaction(), inlined: the hot read path of REST and the CLI
+        if local._forking:
+            local._hold_for_fork()
+        try:
+            with self._env.begin(db=self._state) as txn:
+                raw = txn.get(self._prefix + key.encode())
+        finally:
+            open_txns.pop()
         return None if raw is None else self._entry(key, raw)
 
     def _entry(self, key: str, raw: bytes) -> StateEntry:
@@ -146,7 +154,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             encode_key(key)
         out = {}
         prefix = self._prefix
-        with self._env.begin(db=self._state) as txn:
+        with transaction(self._env, db=self._state) as txn:
             get = txn.get
             for key in keys:
                 raw = get(prefix + key.encode())
@@ -161,7 +169,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             encode_key(key)
         out: dict[str, tuple[bytes | None, int | None]] = {}
         prefix, absent, counter_tag, unpack = self._prefix, (None, None), records.COUNTER, _I64.unpack_from
-        with self._env.begin(db=self._state) as txn:
+        with transaction(self._env, db=self._state) as txn:
             get = txn.get
             for key in keys:
                 raw = get(prefix + key.encode())
@@ -184,7 +192,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         if start_after is not None and start_after.encode() >= prefix.encode():
             low = self._prefix + start_after.encode() + b"\0"  # the first key after start_after
         produced = 0
-        with self._env.begin(db=self._state) as txn:  # one consistent snapshot for the whole scan
+        with transaction(self._env, db=self._state) as txn:  # one consistent snapshot for the whole scan
             cursor = txn.cursor()
             if not cursor.set_range(low):
                 return
@@ -198,7 +206,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first."""
         out = []
-        with self._env.begin(db=self._changelog) as txn:
+        with transaction(self._env, db=self._changelog) as txn:
             cursor = txn.cursor()
             if not cursor.set_range(self._prefix + _U64.pack(after + 1)):
                 return out
@@ -209,7 +217,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         return out
 
     def has_marker(self, marker: str) -> bool:
-        with self._env.begin(db=self._meta) as txn:
+        with transaction(self._env, db=self._meta) as txn:
             return txn.get(self._marker_key(marker)) is not None
 
     def _marker_key(self, marker: str) -> bytes:

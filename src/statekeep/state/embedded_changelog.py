@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.metadata.local import held_transaction, transaction
 from statekeep.state import records
 from statekeep.state.base import (ChangelogPosition, CompactionResult, StateEntry, StateView, merge_entries,
                                   validate_value)
@@ -47,12 +48,12 @@ class EmbeddedChangelog:
             -1 if purged is None else _I64.unpack(purged)[0])
 
     def changelog_position(self) -> ChangelogPosition:
-        with self._env.begin() as txn:
+        with transaction(self._env) as txn:
             return self._position_in(txn)
 
     def count_changelog(self, after: int = -1) -> int:
         count = 0
-        with self._env.begin(db=self._changelog) as txn:
+        with transaction(self._env, db=self._changelog) as txn:
             cursor = txn.cursor()
             if cursor.set_range(self._prefix + _U64.pack(after + 1)):
                 prefix = self._prefix
@@ -64,15 +65,16 @@ class EmbeddedChangelog:
 
     def read_all(self) -> StateView:
         """Entries and position from ONE read transaction: exactly the state at ``last_offset``."""
-        txn = self._env.begin()
+        gated = held_transaction(self._env)
         try:
-            position = self._position_in(txn)
+            position = self._position_in(gated.txn)
         except BaseException:
-            txn.abort()
+            gated.end()
             raise
-        return StateView(position, self._entries_in(txn))
+        return StateView(position, self._entries_in(gated))
 
-    def _entries_in(self, txn) -> Iterator[StateEntry]:
+    def _entries_in(self, gated: held_transaction) -> Iterator[StateEntry]:
+        txn = gated.txn
         try:
             cursor = txn.cursor(db=self._state)
             prefix, n = self._prefix, len(self._prefix)
@@ -82,7 +84,7 @@ class EmbeddedChangelog:
                         break
                     yield self._entry(raw_key[n:].decode(), raw)
         finally:
-            txn.abort()
+            gated.end()
 
     def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
                           now_ms: int | None = None) -> CompactionResult:
