@@ -95,27 +95,41 @@ class _AddWatch(namedtuple("_AddWatch", "path mode")):
         return None
 
 
+def _multi_response(buffer: bytes, offset: int, read_one: Callable[[int, bytes, int], tuple]) -> list:
+    """The results of a multi response, one per operation: ``read_one(type, buffer, offset)`` decodes
+    a successful one; a failed one becomes its kazoo exception (an instance, not raised)."""
+    results: list = []
+    header, offset = MultiHeader.deserialize(buffer, offset)
+    while not header.done:
+        if header.type == -1:
+            result = zke.EXCEPTIONS[int_struct.unpack_from(buffer, offset)[0]]()
+            offset += int_struct.size
+        else:
+            result, offset = read_one(header.type, buffer, offset)
+        results.append(result)
+        header, offset = MultiHeader.deserialize(buffer, offset)
+    return results
+
+
+def _read_stat(buffer: bytes, offset: int) -> tuple[ZnodeStat, int]:
+    return ZnodeStat._make(stat_struct.unpack_from(buffer, offset)), offset + stat_struct.size
+
+
 class _Txn(Transaction):
     """kazoo's Transaction, decoding exactly one result per operation (kazoo drops falsy ones): the
     created path (kazoo strips the chroot), a ZnodeStat (set), None, or a failed op's kazoo exception."""
 
+    @staticmethod
+    def _read_one(kind: int, buffer: bytes, offset: int) -> tuple:
+        if kind == Create.type:
+            return read_string(buffer, offset)
+        if kind == SetData.type:
+            return _read_stat(buffer, offset)
+        return None, offset
+
     @classmethod
     def deserialize(cls, buffer: bytes, offset: int) -> list:
-        results: list = []
-        header, offset = MultiHeader.deserialize(buffer, offset)
-        while not header.done:
-            if header.type == Create.type:
-                result, offset = read_string(buffer, offset)
-            elif header.type == SetData.type:
-                result, offset = ZnodeStat._make(stat_struct.unpack_from(buffer, offset)), offset + stat_struct.size
-            elif header.type == -1:
-                result = zke.EXCEPTIONS[int_struct.unpack_from(buffer, offset)[0]]()
-                offset += int_struct.size
-            else:
-                result = None
-            results.append(result)
-            header, offset = MultiHeader.deserialize(buffer, offset)
-        return results
+        return _multi_response(buffer, offset, cls._read_one)
 
 
 class _MultiRead(namedtuple("_MultiRead", "paths")):
@@ -124,7 +138,6 @@ class _MultiRead(namedtuple("_MultiRead", "paths")):
 
     type = 22
     _GET_DATA = 4
-    _NO_NODE = -101
 
     def serialize(self) -> bytes:
         out = bytearray()
@@ -132,23 +145,19 @@ class _MultiRead(namedtuple("_MultiRead", "paths")):
             out += MultiHeader(self._GET_DATA, False, -1).serialize() + write_string(path) + b"\0"  # no watch
         return bytes(out + MultiHeader(-1, True, -1).serialize())
 
+    @staticmethod
+    def _read_one(kind: int, buffer: bytes, offset: int) -> tuple:
+        data, offset = read_buffer(buffer, offset)
+        stat, offset = _read_stat(buffer, offset)
+        return (data, stat), offset
+
     @classmethod
     def deserialize(cls, buffer: bytes, offset: int) -> list:
-        results: list = []
-        header, offset = MultiHeader.deserialize(buffer, offset)
-        while not header.done:
-            if header.type == cls._GET_DATA:
-                data, offset = read_buffer(buffer, offset)
-                results.append((data, ZnodeStat._make(stat_struct.unpack_from(buffer, offset))))
-                offset += stat_struct.size
-            else:
-                err = int_struct.unpack_from(buffer, offset)[0]
-                offset += int_struct.size
-                if err != cls._NO_NODE:
-                    raise zke.EXCEPTIONS[err]()
-                results.append(None)
-            header, offset = MultiHeader.deserialize(buffer, offset)
-        return results
+        results = _multi_response(buffer, offset, cls._read_one)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, zke.NoNodeError):
+                raise result
+        return [None if isinstance(r, Exception) else r for r in results]
 
 
 #: open stores, so that a forked child can disown the ones it inherited
@@ -164,6 +173,7 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 _Step = namedtuple("_Step", "request op_index racy")  # racy: failing may mean a concurrent change: plan again
 
