@@ -57,7 +57,8 @@ def test_standalone_options_refuse_what_cannot_work(tmp_path, capsys):
     for argv, message in (
             (["--store", "zk://127.0.0.1:1/x"], "--store needs --checkpoint-dir"),
             (["--store", str(tmp_path), "--checkpoint-dir", str(tmp_path)], "--store takes a URL"),
-            (["--store", "nope://x", "--checkpoint-dir", str(tmp_path)], "unknown metadata store scheme 'nope'")):
+            (["--store", "nope://x", "--checkpoint-dir", str(tmp_path)], "unknown metadata store scheme 'nope'"),
+            (["--data-dir", str(tmp_path), "--spark-conf", "cores=2"], "--spark-conf takes spark.KEY=VALUE")):
         assert main(["standalone", *argv, "--port", "0"]) == 2
         assert message in capsys.readouterr().err
 

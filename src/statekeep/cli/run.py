@@ -34,6 +34,9 @@ def register(command) -> None:
     run.add_argument("--once", action="store_true", help="process what is there now, then exit")
     run.add_argument("--spark-master", default="local[*,4]",
                      help="Spark master, e.g. spark://HOST:7077 (default: %(default)s)")
+    from statekeep.cli.standalone import add_spark_conf_option
+
+    add_spark_conf_option(run)
     run.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URL",
                      help="Spark checkpoints: a directory or Hadoop-compatible URL (default: DATA_DIR/checkpoints)")
     run.add_argument("--lock-wait", type=float, default=60.0, metavar="SECONDS",
@@ -54,7 +57,7 @@ def _service_and_url(args: argparse.Namespace):
 
 def _localrun(args: argparse.Namespace) -> int:
     from statekeep.cli.functions import _config_from_args, _read_py
-    from statekeep.cli.standalone import resolve_location
+    from statekeep.cli.standalone import resolve_location, spark_conf
     from statekeep.coordination import CoordinationService
     from statekeep.functions.worker import acquire_function_lock
 
@@ -63,6 +66,7 @@ def _localrun(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC")
     if args.lock_wait < 0:
         raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
+    args.spark_conf = spark_conf(args.spark_conf)
     config["py"] = os.path.basename(args.py)
     if args.skip_errors:
         config.setdefault("userConfig", {})["skipErrors"] = True
@@ -110,7 +114,7 @@ def _run_locked(args: argparse.Namespace, config: dict, code: bytes, service, st
         service.registry.update(args.tenant, args.namespace, args.name, config, code)
     query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
                            checkpoint_root=checkpoint_root, once=args.once, master=args.spark_master,
-                           worker_id=worker_id)
+                           worker_id=worker_id, spark_conf=args.spark_conf)
     try:
         query.await_termination()
     except KeyboardInterrupt:

@@ -48,12 +48,30 @@ def register(groups: argparse._SubParsersAction) -> None:
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.add_argument("--spark-master", default="local[*,4]",
                         help="Spark master for functions, e.g. spark://HOST:7077 (default: %(default)s)")
+    add_spark_conf_option(parser)
     parser.add_argument("--no-worker", action="store_true", help="serve the REST API only; run no functions")
     parser.add_argument("--follow", action="append", default=[], metavar="T/N/F[@LEADER_URL]",
                         help="serve a read-only follower of function T/N/F of LEADER_URL (default: this store)")
     parser.add_argument("--followers-dir", default=None,
                         help=f"followers' local copies (default: DATA_DIR/followers; with --store {DEFAULT_FOLLOWERS_DIR})")
     parser.set_defaults(run=_run)
+
+
+def add_spark_conf_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the driver, e.g. spark.cores.max=2 when several servers share a "
+                             "Spark cluster (repeatable)")
+
+
+def spark_conf(items: list[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` options as a dict; InvalidArgumentError for anything else."""
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise InvalidArgumentError(f"--spark-conf takes spark.KEY=VALUE, not {item!r}")
+        conf[key.strip()] = value
+    return conf
 
 
 def resolve_location(location: str) -> str:
@@ -99,11 +117,12 @@ def build_worker(args: argparse.Namespace, metadata_url: str | None = None, chec
 
     if metadata_url is None or checkpoint_root is None:
         metadata_url, checkpoint_root, _ = _layout(args)
-    return SparkWorker(metadata_url, checkpoint_root, master=args.spark_master)
+    return SparkWorker(metadata_url, checkpoint_root, master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
 
 
 def _run(args: argparse.Namespace) -> int:
     metadata_url, checkpoints, data_dir = _layout(args)  # bad options fail before anything starts
+    spark_conf(args.spark_conf)
     # raises MissingDependencyError naming the extra to install
     from statekeep.server import ServerConfig, create_app
 

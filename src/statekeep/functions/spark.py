@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
@@ -21,10 +21,13 @@ from statekeep.functions.runtime import STATS_SCHEMA, arrow_partition_runner
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
 
 
-def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2):
+def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2,
+                  conf: Mapping[str, str] | None = None):
     """A SparkSession set up for statekeep (shared: Spark allows one per driver process).
     The default master retries a failed task up to 4 times (``local[*,4]``), so a killed Python
-    worker costs a retry, not the query."""
+    worker costs a retry, not the query. ``conf``: more Spark settings (e.g. ``spark.cores.max``
+    when several drivers share a cluster), applied last; they take effect only if this call
+    creates the session."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
@@ -38,8 +41,10 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
              .config("spark.sql.streaming.schemaInference", "true")
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-             .getOrCreate())
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000"))
+    for key, value in (conf or {}).items():
+        spark = spark.config(key, value)
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from statekeep.functions.sources import register_sources
 
@@ -193,18 +198,20 @@ def _guess_format(source: str) -> str:
 
 def run_registered(service, metadata_url: str, tenant: str, namespace: str, name: str, *, checkpoint_root: str,
                    once: bool = False, master: str = "local[*,4]", skip_errors: bool | None = None,
-                   spark=None, worker_id: str | None = None) -> FunctionQuery:
+                   spark=None, worker_id: str | None = None,
+                   spark_conf: Mapping[str, str] | None = None) -> FunctionQuery:
     """Start a registered function as a streaming query and keep its status in the metadata store
     at ``STATUS_ROOT/T/N/F`` (``workerId``: ``worker_id``). The checkpoint is per function incarnation,
     so a function deleted and created again starts over instead of resuming the old one's offsets.
     ``checkpoint_root`` is a local directory or any Hadoop-compatible URL (``hdfs://``, ``s3a://``,
-    ...); a function that may move between machines needs one every machine reaches."""
+    ...); a function that may move between machines needs one every machine reaches. Without
+    ``spark``, a session on ``master`` with ``spark_conf`` is created (or the process's one reused)."""
     registry = service.registry
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
     incarnation = registry.incarnation(tenant, namespace, name)
     checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, incarnation)
     status_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
-    spark = spark or spark_session(master)
+    spark = spark or spark_session(master, conf=spark_conf)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
     query.worker_id = worker_id
     query.save_status = lambda: registry.store.put(status_path, status_json(query.status()))

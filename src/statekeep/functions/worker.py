@@ -129,13 +129,16 @@ class _Running:
 class SparkWorker:
     """Runs registered functions on Spark (``master``), each under its lock, with checkpoints under
     ``checkpoint_root`` (a directory or Hadoop-compatible URL; shared by every worker of a cluster).
-    ``worker_id`` names this worker in locks and status (default ``HOST:PID``)."""
+    ``worker_id`` names this worker in locks and status (default ``HOST:PID``); ``spark_conf``: more
+    Spark settings for its session, which starts with its first function."""
 
     def __init__(self, metadata_url: str, checkpoint_root: str, master: str = "local[*,4]",
-                 interval: float = 5.0, worker_id: str | None = None) -> None:
+                 interval: float = 5.0, worker_id: str | None = None,
+                 spark_conf: dict[str, str] | None = None) -> None:
         self.metadata_url = metadata_url
         self.checkpoint_root = checkpoint_root
         self.master = master
+        self.spark_conf = dict(spark_conf or {})
         self.interval = interval
         self.worker_id = worker_id or default_worker_id()
         self._running: dict[tuple[str, str, str], _Running] = {}
@@ -243,7 +246,7 @@ class SparkWorker:
             return  # another worker runs it; its lock's deletion wakes us
         try:
             if self._spark is None:
-                self._spark = spark_session(self.master)
+                self._spark = spark_session(self.master, conf=self.spark_conf)
             query = run_registered(self.service, self.metadata_url, *fqfn, checkpoint_root=self.checkpoint_root,
                                    master=self.master, spark=self._spark, worker_id=self.worker_id)
         except (NotFoundError, StatekeepError) as e:
