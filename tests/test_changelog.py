@@ -10,9 +10,7 @@ import time
 import pytest
 
 from statekeep.changelog import Compactor, FollowerStore, SnapshotStore, compact
-from statekeep.changelog import follower as follower_module
 from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError
-from statekeep.functions import registry as registry_module
 from statekeep.metadata import open_store
 from statekeep.state import open_provider
 
@@ -249,7 +247,3 @@ def test_compactor_leaves_the_head_alone(tmp_path):
             pass
     finally:
         provider.close()
-
-
-def test_registry_root_matches():
-    assert follower_module.FUNCTIONS_ROOT == registry_module.DEFAULT_ROOT

@@ -1,7 +1,7 @@
 """``FollowerStore``: a read-only, materialized view of a leader's function state (KIP-813).
 
     follower = FollowerStore.open("local:///var/lib/statekeep", "public", "default", "wc",
-                                  local_dir="/var/lib/follower")
+                                  local_dir="/var/lib/follower")   # without: a private temporary copy
     follower.wait_until_caught_up(10)      # True once everything committed before the call is applied
     follower.get_counter("hello"); follower.scan(prefix="h"); follower.lag
     follower.put("k", b"v")                # ReadOnlyStoreError: nothing is written
@@ -10,7 +10,12 @@
 Contract:
 
 - Reads (``get``, ``get_entry``, ``get_counter``, ``scan``...) are served from the follower's own
-  ``local://`` directory (LMDB), with the leader's values and versions, never from the leader.
+  ``local://`` directory (LMDB), with the leader's values and versions, never from the leader. That is
+  ``local_dir`` if given (kept at close, so a restart resumes), else a private temporary directory
+  removed at close.
+- The function is found through the function registry (:class:`~statekeep.state.catalog.FunctionCatalog`
+  on the leader's store, under ``functions_root``: the root the registry was configured with), which
+  also names its state provider.
 - Every write method raises :class:`ReadOnlyStoreError` and writes nothing, locally or on the leader.
 - A background thread tails the leader's changelog (a poll every ``poll_interval``), applying each
   batch and its offset in one local write: after a restart, even a SIGKILL, it resumes exactly.
@@ -29,8 +34,9 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import logging
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -40,12 +46,10 @@ from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError, StatekeepError
 from statekeep.state.base import BatchLimits, StateEntry, StateStore, StateStoreProvider
+from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
 
 log = logging.getLogger(__name__)
 
-#: where the function registry keeps a function's config (statekeep.functions.registry.DEFAULT_ROOT;
-#: changelog sits below functions, so it names the path instead of importing it)
-FUNCTIONS_ROOT = "/statekeep/functions"
 RESTORE_CHUNK = 20_000
 REGISTRY_CHECK_S = 0.5
 
@@ -54,13 +58,15 @@ class FollowerStore(StateStore):
     """See the module docstring. Build one with :meth:`open`. Thread-safe; call :meth:`close`."""
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
-                 registry: tuple[Any, str] | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
+                 registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
                  restore_chunk: int = RESTORE_CHUNK,
-                 on_apply: Callable[[list], None] | None = None, owned: Iterable[Any] = ()) -> None:
+                 on_apply: Callable[[list], None] | None = None, owned: Iterable[Any] = (),
+                 temporary_dir: str | None = None) -> None:
         super().__init__(leader.tenant, leader.namespace, leader.name)
         self.leader, self.replica, self.snapshots = leader, replica, snapshots
         self.max_value_size = leader.max_value_size
-        self._registry = registry  # (metadata store, path of the function's registry entry)
+        self._registry = registry  # where the function's registry entry is checked (None: not checked)
+        self._temporary_dir = temporary_dir  # removed at close
         self.poll_interval, self.batch_size, self.restore_chunk = poll_interval, batch_size, restore_chunk
         self.on_apply = on_apply
         self._owned = list(owned)
@@ -76,30 +82,34 @@ class FollowerStore(StateStore):
 
     @classmethod
     def open(cls, leader: str | StateStoreProvider | StateStore, tenant: str, namespace: str, name: str, *,
-             local_dir: str, blobs: str | None = None, snapshots: bool | SnapshotStore = True,
+             local_dir: str | None = None, blobs: str | None = None, snapshots: bool | SnapshotStore = True,
              provider: str | None = None, provider_config: Mapping[str, Any] | None = None,
-             check_registry: bool | None = None, start: bool = True, **options: Any) -> FollowerStore:
+             check_registry: bool | None = None, functions_root: str = DEFAULT_ROOT, start: bool = True,
+             **options: Any) -> FollowerStore:
         """Follow ``tenant/namespace/name`` of ``leader``: a metadata store URL (the function's provider
         is the one its registry entry names, else ``provider``, else the default: ``embedded`` on
         ``local://``, ``metadata`` elsewhere), a :class:`StateStoreProvider` or a :class:`StateStore`.
-        ``local_dir``: the follower's own directory. ``check_registry`` (default: with a URL) makes a
-        missing registry entry :class:`NotFoundError`. ``options``: ``poll_interval``, ``batch_size``,
-        ``restore_chunk``, ``on_apply`` (called with each applied batch)."""
+        ``local_dir``: the follower's own directory, kept at close so the next open resumes; without
+        it a private temporary directory, removed at close. ``functions_root``: where the function
+        registry keeps functions (its configured root). ``check_registry`` (default: with a URL) makes a
+        missing registry entry :class:`NotFoundError`, now and while following. ``options``:
+        ``poll_interval``, ``batch_size``, ``restore_chunk``, ``on_apply`` (called with each applied batch)."""
         from statekeep.metadata import open_store
         from statekeep.state import open_provider
 
         owned: list[Any] = []
+        temporary = None
         try:
             store = None
             if isinstance(leader, str):
                 store = open_store(leader)
                 owned.append(store)
                 name_, config = provider, dict(provider_config or {})
-                entry = store.get(f"{FUNCTIONS_ROOT}/{tenant}/{namespace}/{name}")
-                storage = json.loads(entry.value).get("stateStorage") if entry is not None and entry.value else None
-                if storage and provider is None:
-                    name_, config = storage["provider"], dict(storage.get("config") or {})
-                name_ = name_ or ("embedded" if store.scheme == "local" else "metadata")
+                entry = FunctionCatalog(store, functions_root).get(tenant, namespace, name)
+                if entry is not None and provider is None:  # the registry's entry names the provider
+                    storage = FunctionCatalog.decode(entry.value).get("stateStorage")
+                    name_, config = parse_state_storage(storage) or (None, config)
+                name_ = name_ or default_provider(store)[0]
                 if name_ in ("embedded", "metadata") and not config:
                     config = {"store": store}
                 opened = open_provider(name_, config)
@@ -116,17 +126,23 @@ class FollowerStore(StateStore):
                                     f"not {tenant}/{namespace}/{name}")
             registry = None
             if check_registry and store is not None:
-                registry = (store, f"{FUNCTIONS_ROOT}/{tenant}/{namespace}/{name}")
-                if store.get(registry[1]) is None:
-                    raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+                registry = FunctionCatalog(store, functions_root)
+                if not registry.exists(tenant, namespace, name):
+                    raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist "
+                                        f"(no entry under {registry.root or '/'} in the registry)")
             if snapshots is True:
                 snapshots = SnapshotStore(store, blobs) if store is not None else None
+            if local_dir is None:
+                local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
             replica = LocalReplica(local_dir, tenant, namespace, name)
             owned.append(replica)
-            follower = cls(state, replica, snapshots=snapshots or None, registry=registry, owned=owned, **options)
+            follower = cls(state, replica, snapshots=snapshots or None, registry=registry, owned=owned,
+                           temporary_dir=temporary, **options)
         except BaseException:
             for resource in reversed(owned):
                 resource.close()
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
             raise
         try:
             follower._check_leader(follower.leader.changelog_position())  # a deleted function fails now
@@ -146,7 +162,8 @@ class FollowerStore(StateStore):
         return self
 
     def close(self) -> None:
-        """Stop tailing and close what :meth:`open` opened. The local copy stays for the next start."""
+        """Stop tailing and close what :meth:`open` opened. A ``local_dir`` copy stays for the next
+        start; a temporary one (no ``local_dir``) is removed."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=60)
@@ -156,6 +173,9 @@ class FollowerStore(StateStore):
                 resource.close()
             except StatekeepError as e:
                 log.warning("follower %s: closing %r failed: %s", self.name, resource, e)
+        temporary, self._temporary_dir = self._temporary_dir, None
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
 
     def __enter__(self) -> FollowerStore:
         return self
@@ -224,8 +244,7 @@ class FollowerStore(StateStore):
             raise NotFoundError(f"function {fqfn} was deleted: its state was reset (epoch {self._meta.epoch} -> "
                                 f"{position.epoch}); close this follower")
         if self._registry is not None and time.monotonic() >= self._next_registry_check:
-            store, path = self._registry
-            if store.get(path) is None:
+            if not self._registry.exists(self.tenant, self.namespace, self.name):
                 raise NotFoundError(f"function {fqfn} was deleted (no registry entry); close this follower")
             self._next_registry_check = time.monotonic() + REGISTRY_CHECK_S
 
@@ -307,6 +326,11 @@ class FollowerStore(StateStore):
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise NotFoundError(str(self._error))
+
+    @property
+    def local_dir(self) -> str:
+        """The directory of this follower's copy (a temporary one unless ``local_dir`` was given)."""
+        return self.replica.local_dir
 
     @property
     def applied_offset(self) -> int:

@@ -50,8 +50,9 @@ class LocalReplica:
     def __init__(self, local_dir: str, tenant: str, namespace: str, name: str) -> None:
         if not local_dir:
             raise InvalidArgumentError("a follower needs its own local directory (local_dir)")
+        self.local_dir = os.path.abspath(local_dir)
         self.provider = EmbeddedStateProvider()
-        self.provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
+        self.provider.init({"metadata_url": f"local://{self.local_dir}"})
         engine = self.provider.store._engine
         self._engine, self._env = engine, engine.env
         self._state, self._meta = engine.open_db(b"follower_state"), engine.open_db(b"follower_meta")

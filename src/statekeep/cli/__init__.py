@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
-
-DEFAULT_STORE = "local://./.statekeep-data"
-
-
-def default_store_url() -> str:
-    """``$STATEKEEP_STORE``, else a ``local://`` store in ``./.statekeep-data``."""
-    return os.environ.get("STATEKEEP_STORE", DEFAULT_STORE)
+from statekeep.metadata.registry import DEFAULT_STORE, default_store_url  # noqa: F401 - the commands use them
 
 
 def print_json(data: object) -> None:

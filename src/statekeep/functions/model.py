@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.catalog import parse_state_storage
 from statekeep.state.keys import validate_name
 
 MAX_INPUTS = 100
@@ -81,12 +82,9 @@ class FunctionConfig:
         if not isinstance(values.get("userConfig", {}), Mapping):
             raise InvalidArgumentError("userConfig must be a JSON object")
         values["userConfig"] = dict(values.get("userConfig", {}))
-        storage = values.get("stateStorage")
+        storage = parse_state_storage(values.get("stateStorage"))  # the catalog's reading, for followers too
         if storage is not None:
-            if (not isinstance(storage, Mapping) or not isinstance(storage.get("provider"), str)
-                    or not isinstance(storage.get("config", {}), Mapping) or set(storage) - {"provider", "config"}):
-                raise InvalidArgumentError('stateStorage must be {"provider": NAME, "config": {...}}')
-            values["stateStorage"] = {"provider": storage["provider"], "config": dict(storage.get("config", {}))}
+            values["stateStorage"] = {"provider": storage[0], "config": storage[1]}
         return cls(**values)
 
 

@@ -2,7 +2,8 @@
 
 Layout: ``ROOT/TENANT/NAMESPACE/NAME`` (default root ``/statekeep/functions``) holds the configuration
 as JSON (:class:`FunctionConfig`), its child ``code`` the Python file, its child ``incarnation`` an id
-new with every create. All are written and deleted in one ``multi``, so a function is never seen
+new with every create. Reading an entry and its layout are :class:`statekeep.state.catalog.FunctionCatalog`
+(``registry.catalog``), shared with the layers below this one (followers find functions through it). All are written and deleted in one ``multi``, so a function is never seen
 without its code. The function's state lives with its state provider (PIP-312), reached through
 :meth:`FunctionRegistry.state_store`.
 
@@ -25,11 +26,12 @@ from typing import Any
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.model import FunctionConfig, validate_source
 from statekeep.metadata import Delete, MetadataStore, Put
-from statekeep.state import ProviderPool, StateStore, StateStoreProvider, validate_name
+from statekeep.state import ProviderPool, StateStore, StateStoreProvider
+from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ROOT = "/statekeep/functions"
+__all__ = ["DEFAULT_ROOT", "FunctionRegistry"]
 IDENTITY = ("tenant", "namespace", "name")
 
 
@@ -45,24 +47,15 @@ class FunctionRegistry:
                  allow_custom_providers: bool = True) -> None:
         self.store = store
         self.providers = providers
-        self.root = root.rstrip("/")
+        self.catalog = FunctionCatalog(store, root)
+        self.root = self.catalog.root
         self.allow_custom_providers = allow_custom_providers
-        self._paths: dict[tuple[str, str, str], str] = {}
         # (tenant, namespace, name, stored config JSON) -> state store handle: the same stored config
         # always means the same provider, so a request for state costs one read of the config
         self._handles: dict[tuple[str, str, str, bytes], StateStore] = {}
 
     def _path(self, tenant: str, namespace: str, name: str) -> str:
-        try:
-            return self._paths[(tenant, namespace, name)]  # only validated names are ever stored
-        except (KeyError, TypeError):
-            pass
-        path = (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
-                f"{validate_name(name, 'function name')}")
-        if len(self._paths) > 10_000:
-            self._paths.clear()
-        self._paths[(tenant, namespace, name)] = path
-        return path
+        return self.catalog.path(tenant, namespace, name)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -71,10 +64,11 @@ class FunctionRegistry:
         return self._read(tenant, namespace, name)[0]
 
     def _read(self, tenant: str, namespace: str, name: str) -> tuple[FunctionConfig, int]:
-        result = self.store.get(self._path(tenant, namespace, name))
-        if result is None or not result.value:  # an empty node is a parent, not a function
+        result = self.catalog.get(tenant, namespace, name)
+        if result is None:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
-        return FunctionConfig.from_json(json.loads(result.value)), result.stat.version
+        config = self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}")
+        return FunctionConfig.from_json(config), result.stat.version
 
     def incarnation(self, tenant: str, namespace: str, name: str) -> str:
         """An id of this creation of the function: one deleted and created again under the same name
@@ -84,8 +78,8 @@ class FunctionRegistry:
         result = self.store.get(path + "/incarnation")
         if result is not None:
             return result.value.decode()
-        created = self.store.get(path)  # registered before incarnations were recorded
-        if created is None or not created.value:
+        created = self.catalog.get(tenant, namespace, name)  # registered before incarnations were recorded
+        if created is None:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
         return f"created-{created.stat.created_ms}"
 
@@ -97,8 +91,7 @@ class FunctionRegistry:
 
     def list(self, tenant: str, namespace: str) -> list[str]:
         """Names of the functions in a namespace, sorted; ``[]`` for an unknown namespace."""
-        parent = f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}"
-        return self.store.get_children(parent)
+        return self.catalog.list(tenant, namespace)
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -170,12 +163,12 @@ class FunctionRegistry:
 
     def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
         """The state of an existing function; :class:`NotFoundError` if the function does not exist."""
-        result = self.store.get(self._path(tenant, namespace, name))
-        if result is None or not result.value:
+        result = self.catalog.get(tenant, namespace, name)
+        if result is None:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
         handle = self._handles.get((tenant, namespace, name, result.value))
         if handle is None:
-            cfg = FunctionConfig.from_json(json.loads(result.value))
+            cfg = FunctionConfig.from_json(self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}"))
             handle = self.provider_for(cfg).get_state_store(tenant, namespace, name)
             if len(self._handles) > 10_000:
                 self._handles.clear()

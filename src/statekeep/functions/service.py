@@ -15,6 +15,7 @@ from statekeep.functions.registry import DEFAULT_ROOT, FunctionRegistry
 from statekeep.metadata import open_store
 from statekeep.state import ProviderPool
 from statekeep.state.base import StateEntry
+from statekeep.state.catalog import default_provider
 from statekeep.state.keys import encode_key
 from statekeep.state.records import counter_bytes
 from statekeep.state.shape import function_state_json, parse_function_state
@@ -37,7 +38,7 @@ class FunctionService:
         store = open_store(metadata_url)
         try:
             if state_provider is None:
-                state_provider = "embedded" if store.scheme == "local" else "metadata"
+                state_provider = default_provider(store)[0]
             if state_provider_config is None:
                 state_provider_config = {"store": store} if state_provider in ("metadata", "embedded") else {}
             pool = ProviderPool(state_provider, state_provider_config)

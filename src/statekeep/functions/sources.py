@@ -39,8 +39,8 @@ def _function(options: dict) -> tuple[str, str, str]:
 
 def _open_state(options: dict):
     """(service, state store) of the function the options name; close the service when done."""
-    from statekeep.cli import default_store_url
     from statekeep.functions.service import FunctionService
+    from statekeep.metadata.registry import default_store_url
 
     service = FunctionService.open(options.get("store") or default_store_url())
     try:

@@ -5,6 +5,7 @@ scheme is used, and then the error names the package to install."""
 from __future__ import annotations
 
 import importlib
+import os
 from importlib.metadata import entry_points
 from urllib.parse import parse_qsl
 
@@ -20,6 +21,13 @@ BUILTIN_BACKENDS: dict[str, tuple[str, str | None]] = {
 }
 
 ENTRY_POINT_GROUP = "statekeep.metadata_stores"
+#: the store the command line and the Spark data sources use when none is named
+DEFAULT_STORE = "local://./.statekeep-data"
+
+
+def default_store_url() -> str:
+    """``$STATEKEEP_STORE``, else a ``local://`` store in ``./.statekeep-data``."""
+    return os.environ.get("STATEKEEP_STORE", DEFAULT_STORE)
 
 
 def _parse_option(value: str) -> object:

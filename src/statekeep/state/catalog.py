@@ -1,0 +1,111 @@
+"""Where the function registry keeps each function, and reading it: :class:`FunctionCatalog`.
+
+Layout: ``ROOT/TENANT/NAMESPACE/NAME`` (default root ``/statekeep/functions``) holds a function's
+configuration as a JSON object (Pulsar's ``FunctionConfig`` shape); an empty key there is a parent
+(a tenant or namespace), not a function. The configuration's ``stateStorage``
+(``{"provider": NAME, "config": {...}}``, absent: the default) names the function's state provider.
+
+This is the one implementation of that layout and of reading an entry.
+:class:`statekeep.functions.registry.FunctionRegistry` (the writer, one layer up) builds on it, and
+layers below ``functions`` that must find a function and its state provider (followers) use it
+directly, so they never parse the registry's JSON themselves nor import ``statekeep.functions``.
+
+    catalog = FunctionCatalog(store)                      # root=... where the registry keeps functions
+    catalog.get("public", "default", "wc")                # GetResult | None
+    name, config = catalog.provider_of("public", "default", "wc")   # NotFoundError if no such function
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import GetResult, validate_path
+from statekeep.state.keys import validate_name
+
+DEFAULT_ROOT = "/statekeep/functions"
+
+
+def parse_state_storage(storage: object) -> tuple[str, dict[str, Any]] | None:
+    """``(provider name, config)`` of a ``stateStorage`` value, ``None`` when absent (the default
+    provider). :class:`InvalidArgumentError` unless it is ``{"provider": NAME, "config": {...}}``."""
+    if storage is None:
+        return None
+    if (not isinstance(storage, Mapping) or not isinstance(storage.get("provider"), str)
+            or not isinstance(storage.get("config", {}), Mapping) or set(storage) - {"provider", "config"}):
+        raise InvalidArgumentError('stateStorage must be {"provider": NAME, "config": {...}}')
+    return storage["provider"], dict(storage.get("config", {}))
+
+
+def default_provider(store: MetadataStore) -> tuple[str, dict[str, Any]]:
+    """The state provider of a function that names none, with its state on ``store`` itself:
+    ``embedded`` on ``local://`` (the fast one), ``metadata`` elsewhere."""
+    return ("embedded" if store.scheme == "local" else "metadata"), {"store": store}
+
+
+class FunctionCatalog:
+    """Read access to the functions registered in ``store`` under ``root``. Thread-safe; reads only."""
+
+    def __init__(self, store: MetadataStore, root: str = DEFAULT_ROOT) -> None:
+        if not isinstance(root, str):
+            raise InvalidArgumentError(f"the functions root must be a path such as {DEFAULT_ROOT}, not {root!r}")
+        self.store = store
+        self.root = root.rstrip("/")
+        if self.root:
+            validate_path(self.root)
+        self._paths: dict[tuple[str, str, str], str] = {}
+
+    def path(self, tenant: str, namespace: str, name: str) -> str:
+        """The key of a function's configuration. :class:`InvalidArgumentError` for an invalid name."""
+        try:
+            return self._paths[(tenant, namespace, name)]  # only validated names are ever stored
+        except (KeyError, TypeError):
+            pass
+        path = (f"{self.namespace_path(tenant, namespace)}/{validate_name(name, 'function name')}")
+        if len(self._paths) > 10_000:
+            self._paths.clear()
+        self._paths[(tenant, namespace, name)] = path
+        return path
+
+    def namespace_path(self, tenant: str, namespace: str) -> str:
+        return f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}"
+
+    def get(self, tenant: str, namespace: str, name: str) -> GetResult | None:
+        """The stored configuration (raw JSON and its stat), or ``None`` if there is no such function."""
+        result = self.store.get(self.path(tenant, namespace, name))
+        return result if result is not None and result.value else None  # empty: a parent, not a function
+
+    def exists(self, tenant: str, namespace: str, name: str) -> bool:
+        return self.get(tenant, namespace, name) is not None
+
+    def config(self, tenant: str, namespace: str, name: str) -> dict[str, Any]:
+        """The configuration as a JSON object. :class:`NotFoundError` if there is no such function,
+        :class:`CorruptStateError` if what is stored is not a JSON object."""
+        result = self.get(tenant, namespace, name)
+        if result is None:
+            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        return self.decode(result.value, f"{tenant}/{namespace}/{name}")
+
+    @staticmethod
+    def decode(raw: bytes, fqfn: str = "function") -> dict[str, Any]:
+        """A stored configuration as a JSON object; :class:`CorruptStateError` if it is not one."""
+        try:
+            config = json.loads(raw)
+        except ValueError as e:
+            raise CorruptStateError(f"the registry entry of {fqfn} is not JSON: {e}") from e
+        if not isinstance(config, dict):
+            raise CorruptStateError(f"the registry entry of {fqfn} is not a JSON object")
+        return config
+
+    def provider_of(self, tenant: str, namespace: str, name: str) -> tuple[str, dict[str, Any]] | None:
+        """``(provider name, config)`` the function's ``stateStorage`` names; ``None`` for the default.
+        :class:`NotFoundError` if there is no such function."""
+        config = self.config(tenant, namespace, name)
+        return parse_state_storage(config.get("stateStorage"))
+
+    def list(self, tenant: str, namespace: str) -> list[str]:
+        """Names of the functions in a namespace, sorted; ``[]`` for an unknown namespace."""
+        return self.store.get_children(self.namespace_path(tenant, namespace))

@@ -1,0 +1,98 @@
+"""Followers as DESIGN.md shows them: ``FollowerStore.open(provider_or_url, tenant, namespace, name)``
+without ``local_dir`` keeps a private temporary copy, removed at close; a follower finds its function
+through the function registry's own reading of it (``statekeep.state.catalog``), under the root the
+registry was configured with, and uses the state provider the registry names. Real backends."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import BACKENDS
+
+from statekeep.changelog import FollowerStore
+from statekeep.errors import NotFoundError, ReadOnlyStoreError
+from statekeep.functions.service import FunctionService
+from statekeep.metadata import open_store
+from statekeep.state import open_provider
+from statekeep.testing import wait_for
+
+CODE = b"def process(input, context):\n    return input\n"
+TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
+
+
+@pytest.fixture(params=TARGETS, ids=[f"{p}-{b}" for p, b in TARGETS])
+def provider(request, tmp_path):
+    name, backend = request.param
+    store = open_store(BACKENDS[backend](request, tmp_path))
+    opened = open_provider(name, {"store": store})
+    yield opened
+    opened.close()
+    store.close()
+
+
+def test_follower_without_local_dir_keeps_a_private_copy_removed_at_close(provider):
+    state = provider.get_state_store("t", "n", "f")
+    state.put("k", b"v")
+    state.incr("c", 3)
+    first = FollowerStore.open(provider, "t", "n", "f", poll_interval=0.01)
+    second = FollowerStore.open(provider, "t", "n", "f", poll_interval=0.01)
+    try:
+        assert first.local_dir != second.local_dir  # private: each its own
+        for follower in (first, second):
+            assert os.path.isdir(follower.local_dir)
+            assert follower.wait_until_caught_up(60)
+            assert follower.get("k") == b"v" and follower.get_counter("c") == 3 and follower.lag == 0
+            with pytest.raises(ReadOnlyStoreError):
+                follower.put("k", b"x")
+    finally:
+        first.close()
+    assert not os.path.exists(first.local_dir)
+    assert os.path.isdir(second.local_dir)  # closing one leaves the other alone
+    second.close()
+    assert not os.path.exists(second.local_dir)
+    assert state.get("k") == b"v"
+
+
+def test_a_given_local_dir_stays_after_close(provider, tmp_path):
+    provider.get_state_store("t", "n", "f").put("k", b"v")
+    directory = tmp_path / "mine"
+    with FollowerStore.open(provider, "t", "n", "f", local_dir=str(directory)) as follower:
+        assert follower.wait_until_caught_up(60)
+        assert follower.local_dir == str(directory)
+    assert directory.is_dir() and any(directory.iterdir())
+
+
+@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
+def test_follower_finds_the_function_under_the_registry_root(request, tmp_path, backend):
+    url = BACKENDS[backend](request, tmp_path)
+    config = {"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py"}
+    with FunctionService.open(url, functions_root="/apps/functions") as service:
+        service.registry.create(config, CODE)
+        state = service.registry.state_store("t", "n", "f")
+        state.put("k", b"v")
+        with pytest.raises(NotFoundError, match="does not exist"):  # not under the default root
+            FollowerStore.open(url, "t", "n", "f")
+        with FollowerStore.open(url, "t", "n", "f", functions_root="/apps/functions",
+                                poll_interval=0.01) as follower:
+            assert follower.wait_until_caught_up(60) and follower.get("k") == b"v"
+            service.registry.delete("t", "n", "f")
+            assert wait_for(lambda: follower.status()["error"] is not None, timeout=30)
+            with pytest.raises(NotFoundError, match="deleted"):
+                follower.get("k")
+        assert not os.path.exists(follower.local_dir)
+
+
+def test_follower_uses_the_provider_the_registry_names(tmp_path):
+    """On local:// the default provider is "embedded"; a function whose config names the "metadata"
+    provider (with its own root) is followed there, as the registry itself reads it."""
+    url = f"local://{tmp_path / 'data'}"
+    storage = {"provider": "metadata", "config": {"metadata_url": url, "root": "/elsewhere"}}
+    config = {"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py", "stateStorage": storage}
+    with FunctionService.open(url) as service:
+        service.registry.create(config, CODE)
+        service.registry.state_store("t", "n", "f").put("k", b"named")
+        with open_store(url) as store:
+            assert store.get_children("/elsewhere")  # the state went to the named provider
+        with FollowerStore.open(url, "t", "n", "f", poll_interval=0.01) as follower:
+            assert follower.wait_until_caught_up(60) and follower.get("k") == b"named"

@@ -1,0 +1,65 @@
+"""DESIGN.md's layering, checked on the source: each layer imports only layers below it (at module
+level and inside functions alike), nothing below ``functions`` imports PySpark, nothing below
+``server`` the web framework. ``errors`` and ``testing`` are outside the layers (every layer may
+use ``errors``; ``testing`` is for tests and benchmarks)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import statekeep
+
+ROOT = Path(statekeep.__file__).parent
+LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "functions", "migrate", "server",
+          "cli"]
+RANK = {name: i for i, name in enumerate(LAYERS)}
+THIRD_PARTY = {"pyspark": "functions", "fastapi": "server", "starlette": "server", "uvicorn": "server",
+               "pydantic": "server"}  # package -> the lowest layer that may import it
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "statekeep" and parts[1] in RANK else None
+
+
+def _imports(path: Path, module: str) -> list[tuple[int, str]]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{alias.name}" if _layer(base) is None and base == "statekeep"
+                       else base) for alias in node.names]
+    return found
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT.parent).with_suffix("")
+        parts = list(relative.parts[:-1] if path.name == "__init__.py" else relative.parts)
+        yield path, ".".join(parts)
+
+
+MODULES = [(path, module) for path, module in _modules() if _layer(module) is not None]
+
+
+@pytest.mark.parametrize("path,module", MODULES, ids=[m for _, m in MODULES])
+def test_imports_only_layers_below(path, module):
+    rank = RANK[_layer(module)]
+    wrong = []
+    for line, name in _imports(path, module):
+        target = _layer(name)
+        if target is not None and RANK[target] > rank:
+            wrong.append(f"line {line}: {name} (layer {target})")
+        lowest = THIRD_PARTY.get(name.split(".")[0])
+        if lowest is not None and rank < RANK[lowest]:
+            wrong.append(f"line {line}: {name} (only {lowest} and above may)")
+    assert not wrong, f"{module} ({_layer(module)}) imports from above its layer: " + "; ".join(wrong)
