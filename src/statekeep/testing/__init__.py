@@ -1,4 +1,5 @@
-"""Helpers for tests and benchmarks: real ZooKeeper and etcd servers on loopback, polling."""
+"""Helpers for tests and benchmarks: real ZooKeeper and etcd servers on loopback (``servers``), a
+Spark standalone cluster (``spark_cluster``), polling."""
 
 from __future__ import annotations
 
