@@ -96,3 +96,41 @@ def test_follower_uses_the_provider_the_registry_names(tmp_path):
             assert store.get_children("/elsewhere")  # the state went to the named provider
         with FollowerStore.open(url, "t", "n", "f", poll_interval=0.01) as follower:
             assert follower.wait_until_caught_up(60) and follower.get("k") == b"named"
+
+
+def test_server_followers_use_the_servers_functions_root_and_a_temporary_copy(tmp_path):
+    pytest.importorskip("fastapi", reason="the server extra")
+    from fastapi.testclient import TestClient
+
+    from statekeep.server import ServerConfig, create_app
+
+    url = f"local://{tmp_path / 'data'}"
+    config = {"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py"}
+    with FunctionService.open(url, functions_root="/apps/functions") as service:
+        service.registry.create(config, CODE)
+        service.registry.state_store("t", "n", "f").put("k", b"v")
+    spec = {"tenant": "t", "namespace": "n", "name": "f", "leader": url}  # no local_dir
+    app = create_app(ServerConfig(metadata_url="memory://", functions_root="/apps/functions", followers=[spec]))
+    with TestClient(app) as client:
+        base = "/admin/v3/followers/t/n/f/state"
+        assert wait_for(lambda: client.get(f"{base}/k").status_code == 200, timeout=30)
+        assert client.get(f"{base}/k").json()["key"] == "k"
+        assert client.post(f"{base}/k", json={"stringValue": "x"}).status_code == 405
+
+
+def test_cli_follower_get_without_local_dir(tmp_path, capsys):
+    import json
+
+    from statekeep.cli import main
+
+    url = f"local://{tmp_path / 'data'}"
+    config = {"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py"}
+    with FunctionService.open(url, functions_root="/apps/functions") as service:
+        service.registry.create(config, CODE)
+        service.registry.state_store("t", "n", "f").incr("hello", 2)
+    argv = ["followers", "get", "--tenant", "t", "--namespace", "n", "--name", "f", "--key", "hello",
+            "--leader-store", url]
+    assert main(argv) == 1  # not under the default root
+    assert "does not exist" in capsys.readouterr().err
+    assert main([*argv, "--functions-root", "/apps/functions"]) == 0
+    assert json.loads(capsys.readouterr().out)["numberValue"] == 2

@@ -1,9 +1,10 @@
 """``statekeep followers start|get|status``: read-only followers of a function's state (KIP-813).
 
-A follower materializes a leader's function state in its own directory (``--local-dir``) by tailing
-the leader's changelog (bootstrapping from the newest snapshot when there is one), and serves reads
-from there. ``--leader-store URL`` is the leader's metadata store (default ``$STATEKEEP_STORE`` or
-``local://./.statekeep-data``); the function must be registered there.
+A follower materializes a leader's function state in its own directory (``--local-dir``; for
+``start`` and ``get`` without it, a temporary one removed on exit) by tailing the leader's changelog
+(bootstrapping from the newest snapshot when there is one), and serves reads from there.
+``--leader-store URL`` is the leader's metadata store (default ``$STATEKEEP_STORE`` or
+``local://./.statekeep-data``); the function must be registered there (under ``--functions-root``).
 
 - ``start``: follow until interrupted, printing the follower's status (and lag) every ``--interval``.
 - ``get --key K``: catch up (at most ``--timeout`` seconds), then print the key as FunctionState JSON.
@@ -20,6 +21,7 @@ import time
 
 from statekeep.cli import default_store_url, print_json
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.state.catalog import DEFAULT_ROOT
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -34,9 +36,14 @@ def register(groups: argparse._SubParsersAction) -> None:
             sub.add_argument("--name", required=True, help="function name")
             sub.add_argument("--blobs", default=None, help="snapshot blob storage if not in the handles' URLs")
             sub.add_argument("--provider", default=None, help="the leader's state provider (default: the registry's)")
+            sub.add_argument("--local-dir", default=None,
+                             help="the follower's own directory (default: a temporary one, removed on exit)")
+        else:
+            sub.add_argument("--local-dir", required=True, help="the follower's own directory")
         sub.add_argument("--leader-store", default=default_store_url(),
                          help="the leader's metadata store URL (default: $STATEKEEP_STORE or %(default)s)")
-        sub.add_argument("--local-dir", required=True, help="the follower's own directory")
+        sub.add_argument("--functions-root", default=DEFAULT_ROOT,
+                         help="where the leader's function registry keeps functions (default: %(default)s)")
         sub.set_defaults(run=run)
         return sub
 
@@ -53,13 +60,14 @@ def _open(args: argparse.Namespace):
     from statekeep.changelog import FollowerStore
 
     return FollowerStore.open(args.leader_store, args.tenant, args.namespace, args.name,
-                              local_dir=args.local_dir, blobs=args.blobs, provider=args.provider)
+                              local_dir=args.local_dir, blobs=args.blobs, provider=args.provider,
+                              functions_root=args.functions_root)
 
 
 def _start(args: argparse.Namespace) -> int:
     with _open(args) as follower:
-        print(f"following {args.tenant}/{args.namespace}/{args.name} of {args.leader_store} into {args.local_dir}; "
-              "Ctrl-C stops", file=sys.stderr)
+        print(f"following {args.tenant}/{args.namespace}/{args.name} of {args.leader_store} into "
+              f"{follower.local_dir}; Ctrl-C stops", file=sys.stderr)
         while True:
             status = follower.status()
             try:
@@ -101,7 +109,7 @@ def _status(args: argparse.Namespace) -> int:
             replica.close()
         rows.append({"tenant": tenant, "namespace": namespace, "name": name, "appliedOffset": meta.applied,
                      "epoch": meta.epoch, "generation": meta.gen, "restoring": meta.restore is not None,
-                     "lag": _lag(args.leader_store, tenant, namespace, name, meta)})
+                     "lag": _lag(args, tenant, namespace, name, meta)})
     if args.json:
         print_json(rows)
         return 0
@@ -113,12 +121,12 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lag(url: str, tenant: str, namespace: str, name: str, meta) -> int | str | None:
+def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str, meta) -> int | str | None:
     """Records the leader has after the follower's applied offset; None if unknown, "deleted" if gone."""
     from statekeep.functions.service import FunctionService
 
     try:
-        with FunctionService.open(url) as service:
+        with FunctionService.open(args.leader_store, functions_root=args.functions_root) as service:
             state = service.registry.state_store(tenant, namespace, name)
             if meta.epoch is not None and state.changelog_position().epoch != meta.epoch:
                 return "deleted"

@@ -70,7 +70,7 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
     store = registry.store
     metrics = Metrics()
     try:
-        followers = follower_routes.Followers(cfg.followers)
+        followers = follower_routes.Followers(cfg.followers, functions_root=cfg.functions_root)
     except BaseException:
         service.close()
         raise

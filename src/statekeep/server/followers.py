@@ -1,8 +1,10 @@
 """Read-only followers over REST (KIP-813), and their lag in ``/metrics``.
 
 Followers are configured with the server (``ServerConfig.followers``: a list of
-``{"tenant", "namespace", "name", "leader": URL, "local_dir": DIR}``, optionally ``"provider"`` and
-``"blobs"``); each tails its leader from the server's start to its stop. Routes (``FOL`` =
+``{"tenant", "namespace", "name", "leader": URL}``, optionally ``"local_dir"`` (else a temporary copy,
+removed at stop), ``"provider"``, ``"blobs"`` and ``"functions_root"`` (where the leader's registry keeps
+functions; default: the server's own ``functions_root``)); each tails its leader from the server's start
+to its stop. Routes (``FOL`` =
 ``/admin/v3/followers/{tenant}/{namespace}/{name}``):
 
 - ``GET /admin/v3/followers``: every follower's status with its ``lag``;
@@ -26,31 +28,33 @@ from fastapi.responses import JSONResponse, Response
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.server import schemas
+from statekeep.state.catalog import DEFAULT_ROOT
 from statekeep.state.shape import function_state_json
 
 log = logging.getLogger(__name__)
 
 FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
-_SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", "blobs"}
+_SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", "blobs", "functions_root"}
 
 
 class Followers:
     """The followers a server serves, by ``T/N/F``."""
 
-    def __init__(self, specs: list[Mapping[str, Any]] | None) -> None:
+    def __init__(self, specs: list[Mapping[str, Any]] | None, *, functions_root: str = DEFAULT_ROOT) -> None:
         from statekeep.changelog import FollowerStore
 
         self.by_name: dict[str, Any] = {}
         try:
             for spec in specs or []:
                 if not isinstance(spec, Mapping) or set(spec) - _SPEC_KEYS or \
-                        not {"tenant", "namespace", "name", "leader", "local_dir"} <= set(spec):
-                    raise InvalidArgumentError(f"a follower is {{tenant, namespace, name, leader, local_dir "
-                                               f"[, provider, blobs]}}, not {spec!r}")
+                        not {"tenant", "namespace", "name", "leader"} <= set(spec):
+                    raise InvalidArgumentError(f"a follower is {{tenant, namespace, name, leader [, local_dir, "
+                                               f"provider, blobs, functions_root]}}, not {spec!r}")
                 fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
                 self.by_name[fqfn] = FollowerStore.open(
-                    spec["leader"], spec["tenant"], spec["namespace"], spec["name"], local_dir=spec["local_dir"],
-                    provider=spec.get("provider"), blobs=spec.get("blobs"))
+                    spec["leader"], spec["tenant"], spec["namespace"], spec["name"], local_dir=spec.get("local_dir"),
+                    provider=spec.get("provider"), blobs=spec.get("blobs"),
+                    functions_root=spec.get("functions_root") or functions_root)
         except BaseException:
             self.close()
             raise
