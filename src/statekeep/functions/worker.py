@@ -240,6 +240,9 @@ class SparkWorker:
     def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int]) -> None:
         from statekeep.functions.spark import run_registered, spark_session
 
+        held = self.registry.store.get(lock_path(*fqfn))
+        if held is not None and not held.stat.created_by_self:
+            return  # another worker runs it (a read, not a failing create, on every pass)
         try:
             lock = self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
         except LockBusyError:
