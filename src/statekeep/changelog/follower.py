@@ -44,7 +44,8 @@ from typing import Any
 
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
-from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError, StatekeepError
+from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
+                              StatekeepError)
 from statekeep.state.base import BatchLimits, StateEntry, StateStore, StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
 
@@ -289,7 +290,7 @@ class FollowerStore(StateStore):
             with self.snapshots.open(info) as (header, entries):
                 if not self._write_generation(resume, entries, skip=resume["written"]):
                     return 0  # stopping: the restore resumes on the next start
-        except (CorruptStateError, NotFoundError) as e:
+        except (CorruptStateError, NotFoundError, MissingDependencyError) as e:  # blobs unreadable here
             log.warning("follower of %s: snapshot %d unusable (%s); falling back", self.name, info.number, e)
             self.replica.abandon_restore()
             self._meta = self.replica.load()

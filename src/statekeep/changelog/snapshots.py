@@ -79,7 +79,17 @@ class SnapshotStore:
         if blobs is None and getattr(store, "scheme", None) == "local":
             blobs = f"file://{os.path.join(str(store.directory), 'blobs')}"
         self.writable = blobs is not None
-        self.blobs = blobs if isinstance(blobs, BlobStore) else BlobStore(blobs or "file:///", options=blob_options)
+        self._blobs = blobs if isinstance(blobs, BlobStore) else None
+        self._blobs_spec = (blobs or "file:///", blob_options)
+
+    @property
+    def blobs(self) -> BlobStore:
+        """The blob storage, created on first use: listing snapshots needs no fsspec, reading or writing
+        one does (:class:`MissingDependencyError` naming ``statekeep[blobs]`` without it)."""
+        if self._blobs is None:
+            url, options = self._blobs_spec
+            self._blobs = BlobStore(url, options=options)
+        return self._blobs
 
     def _root(self, tenant: str, namespace: str, name: str) -> str:
         from statekeep.state.keys import validate_name
@@ -95,6 +105,7 @@ class SnapshotStore:
         (the blob is kept), :class:`TimeoutError` if another snapshot writer holds the leadership."""
         if not self.writable:
             raise InvalidArgumentError("snapshots need blob storage: give a blobs URL (e.g. file:///var/lib/blobs)")
+        blobs = self.blobs  # a missing fsspec fails here, before anything is written
         root = self._root(state.tenant, state.namespace, state.name)
         coord = CoordinationService(self.store)
         try:
@@ -108,7 +119,7 @@ class SnapshotStore:
                           "created_ms": int(time.time() * 1000)}
                 attributes = {k: header[k] for k in ("format", "offset", "epoch", "purged")}
                 key = f"{PREFIX}{number:010d}"
-                with StateHandleStore(self.store, root, self.blobs, leadership=lock) as handles:
+                with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
                     handles.add_and_lock(key, snapshot_format.encode(header, view.entries), attributes=attributes)
                     handles.release(key)  # the writer keeps no lock: gc may remove it later
             finally:
@@ -128,11 +139,12 @@ class SnapshotStore:
         old = self.list(tenant, namespace, name)[:-keep]
         if not old:
             return []
+        blobs = self.blobs  # before the leadership: a missing fsspec changes nothing
         coord = CoordinationService(self.store)
         try:
             lock = coord.become_leader(root + "/leader", f"snapshot-gc-{os.getpid()}".encode()).result(self.leader_timeout)
             try:
-                with StateHandleStore(self.store, root, self.blobs, leadership=lock) as handles:
+                with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
                     return [info.number for info in old if handles.release_and_try_remove(info.key)]
             finally:
                 lock.release()

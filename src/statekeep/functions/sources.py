@@ -21,9 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from statekeep.errors import InvalidArgumentError, MissingDependencyError
 
-from statekeep.errors import InvalidArgumentError
+try:  # this module is the Spark integration itself: without PySpark it is not importable at all
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+except ImportError as e:
+    raise MissingDependencyError(f"the statekeep Spark data sources need PySpark: pip install 'statekeep[spark]' "
+                                 f"({e})") from e
 
 STATE_SCHEMA = "key string, kind string, value binary, number long, version long"
 CHANGELOG_SCHEMA = "offset long, key string, kind string, value binary, number long, version long, tombstone boolean"

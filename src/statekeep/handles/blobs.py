@@ -1,5 +1,9 @@
 """Blob storage for state handles, through fsspec (``file://`` by default, ``s3://`` with ``statekeep[s3]``).
 
+fsspec is optional (``pip install 'statekeep[blobs]'``): it is imported when a :class:`BlobStore` is
+created, which raises :class:`MissingDependencyError` naming the extra without it. Importing this
+module, the handle store or anything that uses them (snapshots, followers) needs nothing beyond the core.
+
 Guarantees of :class:`BlobStore`:
 
 - :meth:`~BlobStore.write` streams its source in chunks: memory stays bounded by a few chunks whatever the
@@ -30,11 +34,22 @@ from urllib.parse import quote
 from statekeep.errors import BlobStorageError, CorruptStateError, InvalidArgumentError, MissingDependencyError
 from statekeep.handles.reader import BlobReader
 
-try:
-    import fsspec
-    from fsspec.implementations.local import LocalFileSystem
-except ImportError as e:  # pragma: no cover - depends on the installation
-    raise MissingDependencyError(f"statekeep.handles needs fsspec: pip install 'statekeep[blobs]' ({e})") from e
+
+
+def _fsspec() -> Any:
+    """The fsspec module, imported on first use: the core does not need it."""
+    try:
+        import fsspec
+        import fsspec.implementations.local
+    except ImportError as e:
+        raise MissingDependencyError(f"blob storage (state handles, snapshots) needs fsspec: "
+                                     f"pip install 'statekeep[blobs]' ({e})") from e
+    return fsspec
+
+
+def _is_local(fs: Any) -> bool:
+    return isinstance(fs, _fsspec().implementations.local.LocalFileSystem)
+
 
 #: What a state may be: bytes, a binary file-like object (``read(n)``), or an iterable of bytes-like chunks.
 StateSource = Union[bytes, bytearray, memoryview, BinaryIO, Iterable[bytes]]
@@ -76,6 +91,7 @@ class BlobStore:
         if not isinstance(chunk_size, int) or chunk_size < 4096:
             raise InvalidArgumentError(f"chunk_size must be an int >= 4096, got {chunk_size!r}")
         self.options = dict(options or {})
+        fsspec = _fsspec()
         try:
             self.fs, base = fsspec.core.url_to_fs(url, **self.options)
         except ImportError as e:
@@ -83,7 +99,7 @@ class BlobStore:
         except (ValueError, OSError) as e:
             raise InvalidArgumentError(f"cannot use {url!r} for blobs: {e}") from e
         self.base = base.rstrip("/") or "/"
-        self.local = isinstance(self.fs, LocalFileSystem)
+        self.local = _is_local(self.fs)
         self.chunk_size = chunk_size
         self.read_ahead = max(1, int(read_ahead))
 
@@ -104,6 +120,7 @@ class BlobStore:
 
     def _path(self, url: str) -> tuple[Any, str]:
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        fsspec = _fsspec()
         if fsspec.utils.get_protocol(url) in protocols:
             return self.fs, self.fs._strip_protocol(url)
         return fsspec.core.url_to_fs(url, **self.options)
@@ -197,7 +214,7 @@ class BlobStore:
         """A verifying reader of the blob at ``url``. :class:`CorruptStateError` if it is missing."""
         fs, path = self._path(url)
         try:
-            if isinstance(fs, LocalFileSystem):
+            if _is_local(fs):
                 f = open(path, "rb", buffering=0)
             else:
                 f = fs.open(path, "rb", block_size=self.chunk_size, cache_type="none")
@@ -223,7 +240,7 @@ class BlobStore:
             return False
         except OSError as e:
             raise BlobStorageError(f"cannot delete blob {url}: {e}") from e
-        if isinstance(fs, LocalFileSystem):  # leave no empty key directories behind
+        if _is_local(fs):  # leave no empty key directories behind
             try:
                 os.rmdir(os.path.dirname(path))
             except OSError:
