@@ -1,6 +1,7 @@
 """Quickstart: the metadata store on the embedded default (no servers).
 
-Run with ``scripts/run``; the store URL comes from $STATEKEEP_STORE (default local://./.statekeep-data).
+Run with ``.venv/bin/python examples/quickstart.py`` (``scripts/run`` or ``scripts/setup-venv`` creates
+``.venv``); the store URL comes from $STATEKEEP_STORE (default local://./.statekeep-data).
 """
 
 from __future__ import annotations
