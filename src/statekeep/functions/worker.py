@@ -220,8 +220,20 @@ class SparkWorker:
                         wanted[(tenant, namespace, name)] = (incarnation, result.stat.version)
         return wanted
 
+    def _free(self, fqfn: tuple[str, str, str]) -> bool:
+        """No other worker holds the function's lock (a read)."""
+        held = self.registry.store.get(lock_path(*fqfn))
+        return held is None or held.stat.created_by_self
+
     def _reconcile(self) -> None:
         wanted = self._wanted()
+        if self._spark is None and not self._stopping.is_set() and any(
+                fqfn not in self._running and self._free(fqfn) for fqfn in wanted):
+            # outside the mutex: a delete must not wait for a JVM to start; and only once there is a
+            # function to run, since on a shared Spark cluster an idle driver would still hold cores
+            from statekeep.functions.spark import spark_session
+
+            self._spark = spark_session(self.master, conf=self.spark_conf)
         with self._mutex:
             for fqfn, (incarnation, until) in list(self._deleting.items()):
                 listed = wanted.get(fqfn)
@@ -240,8 +252,7 @@ class SparkWorker:
     def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int]) -> None:
         from statekeep.functions.spark import run_registered, spark_session
 
-        held = self.registry.store.get(lock_path(*fqfn))
-        if held is not None and not held.stat.created_by_self:
+        if not self._free(fqfn):
             return  # another worker runs it (a read, not a failing create, on every pass)
         try:
             lock = self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
