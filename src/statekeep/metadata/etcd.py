@@ -809,7 +809,7 @@ class EtcdStore(MetadataStore):
         self._disconnected = True
         try:
             asyncio.run_coroutine_threadsafe(self._disconnect(), self._loop).result(self.timeout + 5)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a fork hook must not fail the fork; the child opens its own
             log.warning("etcd at %s: could not pause for fork() (%s)", self.endpoints, e)
 
     def _resume_after_fork(self) -> None:
@@ -819,7 +819,7 @@ class EtcdStore(MetadataStore):
             if self._disconnected and self._loop.is_running():
                 self._disconnected = False
                 asyncio.run_coroutine_threadsafe(self._reconnect(), self._loop).result(self.timeout + 5)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - nor the parent's: requests then fail and the store can be reopened
             log.warning("etcd at %s: could not resume after fork() (%s)", self.endpoints, e)
         finally:
             with self._gate:
