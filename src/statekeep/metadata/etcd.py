@@ -728,7 +728,60 @@ class EtcdStore(MetadataStore):
         self._call(self._txn(rpc.TxnRequest(success=ops)), write=True)
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
-        return self._retrying(lambda: self._multi_once(ops))
+        blind = self._multi_blind(ops)
+        return blind if blind is not None else self._retrying(lambda: self._multi_once(ops))
+
+    def _multi_blind(self, ops: list[Op]) -> list[Stat | None] | None:
+        """One round trip, no read, for the shape a compare-and-set writer appending a log sends: puts
+        and deletes at expected versions and persistent sequential puts under a parent whose last number
+        this store committed. Everything the general path would read is a compare instead; None (nothing
+        written) if the shape does not fit or a compare fails: then the general path decides."""
+        writes: list[rpc.RequestOp] = []
+        guards: list[rpc.Compare] = []
+        results: list[Stat | None] = []
+        numbers: dict[str, int] = {}
+        parents: set[str] = set()
+        for op in ops:
+            if isinstance(op, Put) and not op.ephemeral and op.sequential:
+                parent = parent_of(op.path)
+                if parent not in self._sequence_hints:
+                    return None
+                numbers[parent] = numbers.get(parent, self._sequence_hints[parent]) + 1
+                path, expected = f"{op.path}{numbers[parent]:010d}", -1
+            elif isinstance(op, (Put, Delete)) and op.expected_version is not None and \
+                    not (isinstance(op, Put) and op.ephemeral):
+                path, expected = op.path, op.expected_version
+            else:
+                return None
+            key = self._data(path)
+            guards.append(_version_is(key, _C.EQUAL, expected + 1))
+            if isinstance(op, Delete):
+                start, end = self._children(path)
+                guards.append(_version_is(start, _C.EQUAL, 0, end))  # no children
+                writes += [_delete(key), _delete(self._index(path))]
+                results.append(None)
+            elif expected == -1:
+                parents.add(parent_of(path))
+                writes += [_put(key, op.value), _put(self._index(path), b"")]
+                results.append(Stat(path, 0, 0, 0, False, False))
+            else:
+                writes.append(_put(key, op.value, keep_lease=True))
+                results.append(Stat(path, expected + 1, 0, 0, False, False))
+        if len({s.path for s in results if s is not None} | {op.path for op in ops if isinstance(op, Delete)}) \
+                < len(ops):
+            return None  # a path twice: the general path says why
+        for parent in parents - {"/"}:  # it exists and is persistent (an ephemeral key has no children)
+            guards += [_version_is(self._data(parent), _C.GREATER, 0), _lease_is(self._data(parent), 0)]
+        for parent, last in numbers.items():
+            guards.append(rpc.Compare(key=self._counter(parent), target=_C.VALUE, result=_C.EQUAL,
+                                      value=str(self._sequence_hints[parent]).encode()))
+            writes.append(_put(self._counter(parent), str(last).encode()))
+        if len(guards) > ETCD_MAX_TXN_OPS:
+            return None
+        if not self._call(self._txn(rpc.TxnRequest(compare=guards, success=writes)), write=True).succeeded:
+            return None
+        self._sequence_hints.update(numbers)
+        return results
 
     def _multi_once(self, ops: list[Op]) -> Any:
         ephemeral = any(isinstance(op, Put) and op.ephemeral for op in ops)
