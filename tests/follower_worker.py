@@ -1,6 +1,6 @@
 """A follower in a process of its own (for test_followers_processes.py):
 
-    python follower_worker.py LEADER_URL TENANT NAMESPACE NAME LOCAL_DIR [--restore-chunk N] [--no-snapshots] [--provider P]
+    python follower_worker.py LEADER_URL TENANT NAMESPACE NAME LOCAL_DIR [--restore-chunk N] [--no-snapshots] [--provider P] [--prefix P]
 
 Prints a JSON status line (FollowerStore.status()) every 20 ms. Reads commands from stdin:
 ``dump PATH`` waits until caught up, writes every entry as JSON to PATH and prints ``{"dumped": PATH}``;
@@ -32,10 +32,11 @@ def main() -> None:
     parser.add_argument("--restore-chunk", type=int, default=20_000)
     parser.add_argument("--no-snapshots", action="store_true")
     parser.add_argument("--provider", default=None, help="the leader's state provider (default: the store's)")
+    parser.add_argument("--prefix", default="", help="follow only the keys with this prefix")
     args = parser.parse_args()
     follower = FollowerStore.open(args.url, args.tenant, args.namespace, args.name, local_dir=args.local_dir,
                                   snapshots=not args.no_snapshots, restore_chunk=args.restore_chunk,
-                                  provider=args.provider)
+                                  provider=args.provider, key_prefix=args.prefix)
     out = threading.Lock()
     stop = threading.Event()
 

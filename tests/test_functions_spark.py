@@ -113,6 +113,25 @@ def test_state_readable_as_dataframe_and_changelog_as_stream(spark, service, tmp
     assert sorted((r.key, r.number) for r in records) == [("x", 2), ("y", 1)]
 
 
+def test_changelog_source_prefix_option(spark, service, tmp_path):
+    """The prefix is applied in the reader: only the prefix's records become rows."""
+    register(service, "pfx", tmp_path / "in")
+    state = service.registry.state_store("public", "default", "pfx")
+    state.apply_batch({"a/1": b"x", "b/1": b"y", "a/2": b"z"}, {"a/n": 2, "b/n": 3})
+    state.delete("a/2")
+    store_url = f"local://{tmp_path / 'data'}"
+    changes = (spark.readStream.format("statekeep-changelog").option("function", "public/default/pfx")
+               .option("store", store_url).option("prefix", "a/").load())
+    query = changes.writeStream.format("memory").queryName("pfx_changelog").trigger(availableNow=True).start()
+    query.awaitTermination()
+    rows = spark.sql("select key, tombstone from pfx_changelog").collect()
+    assert sorted((r.key, r.tombstone) for r in rows) == [("a/1", False), ("a/2", False), ("a/2", True),
+                                                          ("a/n", False)]
+    state_rows = (spark.read.format("statekeep").option("function", "public/default/pfx")
+                  .option("store", store_url).option("prefix", "b/").load().collect())
+    assert sorted(r.key for r in state_rows) == ["b/1", "b/n"]
+
+
 FAILING = b'''
 def process(input, context):
     if input["word"] == "boom":

@@ -30,6 +30,16 @@ Contract:
 - When the function is deleted (its registry entry gone, when the follower knows the registry; or its
   state's epoch changed or vanished), reads, ``lag`` and ``wait_until_caught_up`` raise
   :class:`NotFoundError` ("... was deleted"), never serve the stale copy.
+- A follower of a subset (``key_prefix``, ``key_filter``, ``transform``, ``view_id``: see
+  :mod:`statekeep.changelog.view`) materializes only the keys in its view, rewritten by the
+  transform; reads of other keys find nothing. Deletes of keys in the view apply. A bootstrap
+  applies the view too (from a snapshot, entries outside it are not decoded or written; with a
+  prefix, decoding stops after the prefix's range), so restore time and disk follow the subset.
+  The copy records the view's fingerprint: opened with another view, the follower drops the old
+  copy at open (reads find nothing until the new one is whole; no mix of the two views is ever
+  served) and bootstraps again. An exception in the user's ``key_filter`` or ``transform`` (or a
+  transform result of the wrong type) stops the follower without applying the batch: reads,
+  ``lag`` and ``wait_until_caught_up`` then raise :class:`InvalidArgumentError` naming it.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from typing import Any
 
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
+from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewError
 from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
                               StatekeepError)
 from statekeep.state.base import BatchLimits, StateEntry, StateStore, StateStoreProvider
@@ -62,7 +73,7 @@ class FollowerStore(StateStore):
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
                  restore_chunk: int = RESTORE_CHUNK,
                  on_apply: Callable[[list], None] | None = None, owned: Iterable[Any] = (),
-                 temporary_dir: str | None = None) -> None:
+                 temporary_dir: str | None = None, view: FollowerView | None = None) -> None:
         super().__init__(leader.tenant, leader.namespace, leader.name)
         self.leader, self.replica, self.snapshots = leader, replica, snapshots
         self.max_value_size = leader.max_value_size
@@ -71,7 +82,13 @@ class FollowerStore(StateStore):
         self.poll_interval, self.batch_size, self.restore_chunk = poll_interval, batch_size, restore_chunk
         self.on_apply = on_apply
         self._owned = list(owned)
+        self.view = view or FollowerView()
         self._meta = replica.load()
+        if self._meta.view != self.view.fingerprint():  # another view's copy: never mixed with this one
+            if self._meta.gen is not None or self._meta.restore is not None:
+                log.info("follower of %s: the view changed; rebuilding the copy", leader.name)
+            replica.reset_view(self.view.fingerprint())
+            self._meta = replica.load()
         self._error: StatekeepError | None = None
         self._phase = "starting"
         self._restored = 0
@@ -86,7 +103,8 @@ class FollowerStore(StateStore):
              local_dir: str | None = None, blobs: str | None = None, snapshots: bool | SnapshotStore = True,
              provider: str | None = None, provider_config: Mapping[str, Any] | None = None,
              check_registry: bool | None = None, functions_root: str = DEFAULT_ROOT, start: bool = True,
-             **options: Any) -> FollowerStore:
+             key_prefix: str = "", key_filter: KeyFilter | None = None, transform: Transform | None = None,
+             view_id: str | None = None, **options: Any) -> FollowerStore:
         """Follow ``tenant/namespace/name`` of ``leader``: a metadata store URL (the function's provider
         is the one its registry entry names, else ``provider``, else the default: ``embedded`` on
         ``local://``, ``metadata`` elsewhere), a :class:`StateStoreProvider` or a :class:`StateStore`.
@@ -94,10 +112,20 @@ class FollowerStore(StateStore):
         it a private temporary directory, removed at close. ``functions_root``: where the function
         registry keeps functions (its configured root). ``check_registry`` (default: with a URL) makes a
         missing registry entry :class:`NotFoundError`, now and while following. ``options``:
-        ``poll_interval``, ``batch_size``, ``restore_chunk``, ``on_apply`` (called with each applied batch)."""
+        ``poll_interval``, ``batch_size``, ``restore_chunk``, ``on_apply`` (called with each applied batch:
+        the records of keys in the view, as the leader wrote them).
+
+        A subset (see :mod:`statekeep.changelog.view`): ``key_prefix`` (str), ``key_filter(key) -> bool``,
+        ``transform(key, value) -> bytes | int | None`` (value: bytes, or an int for a counter; None
+        leaves the key out). The copy is tagged with the view's fingerprint (the prefix, plus each
+        callable's qualified name and a hash of its code, defaults and plain closure values; or
+        ``view_id`` instead of the callables' part when given): another view on reopen rebuilds it.
+        Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a non-callable
+        filter or transform, before anything is opened or written."""
         from statekeep.metadata import open_store
         from statekeep.state import open_provider
 
+        view = FollowerView(key_prefix, key_filter, transform, view_id)  # bad input: nothing opened yet
         owned: list[Any] = []
         temporary = None
         try:
@@ -138,7 +166,7 @@ class FollowerStore(StateStore):
             replica = LocalReplica(local_dir, tenant, namespace, name)
             owned.append(replica)
             follower = cls(state, replica, snapshots=snapshots or None, registry=registry, owned=owned,
-                           temporary_dir=temporary, **options)
+                           temporary_dir=temporary, view=view, **options)
         except BaseException:
             for resource in reversed(owned):
                 resource.close()
@@ -199,6 +227,13 @@ class FollowerStore(StateStore):
                     self._cond.notify_all()
                 log.warning("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
                 return
+            except ViewError as e:  # the user's filter or transform: retrying would fail again
+                with self._cond:
+                    self._error = e
+                    self._phase = "failed"
+                    self._cond.notify_all()
+                log.error("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
+                return
             except StatekeepError as e:  # e.g. the leader's store is unreachable: try again, slower
                 failures += 1
                 applied = 0
@@ -226,10 +261,12 @@ class FollowerStore(StateStore):
             return self._bootstrap()
         if batch:
             epoch = meta.epoch or position.epoch
-            self.replica.apply(meta.gen, batch, batch[-1].offset, epoch)
+            selected = self.view.records(batch)
+            # the offset moves even when no record is in the view: they need not be read again
+            self.replica.apply(meta.gen, selected, batch[-1].offset, epoch)
             meta.applied, meta.epoch = batch[-1].offset, epoch
-            if self.on_apply is not None:
-                self.on_apply(batch)
+            if self.on_apply is not None and selected:
+                self.on_apply(batch if selected is batch else [r for r in batch if self.view.matches(r.key)])
         with self._cond:
             self._phase = "tailing"
             if len(batch) < self.batch_size:  # everything committed before `started` is now applied
@@ -277,7 +314,7 @@ class FollowerStore(StateStore):
         view = self.leader.read_all()
         progress = {"source": "read"}
         progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
-        self._write_generation(progress, view.entries)
+        self._write_generation(progress, self.view.entries(view.entries), select=False)
         return self._finish(progress, view.position.last_offset, view.position.epoch)
 
     def _from_snapshot(self, info: SnapshotInfo, resume: dict[str, Any] | None) -> int:
@@ -287,8 +324,8 @@ class FollowerStore(StateStore):
         log.info("follower of %s: restoring snapshot %d (offset %d)%s", self.name, info.number, info.offset,
                  f", resuming after {resume['written']} entries" if resume["written"] else "")
         try:
-            with self.snapshots.open(info) as (header, entries):
-                if not self._write_generation(resume, entries, skip=resume["written"]):
+            with self.snapshots.open(info, key_prefix=self.view.key_prefix) as (header, entries):
+                if not self._write_generation(resume, entries, skip=resume.get("read", resume["written"])):
                     return 0  # stopping: the restore resumes on the next start
         except (CorruptStateError, NotFoundError, MissingDependencyError) as e:  # blobs unreadable here
             log.warning("follower of %s: snapshot %d unusable (%s); falling back", self.name, info.number, e)
@@ -298,21 +335,35 @@ class FollowerStore(StateStore):
             return 1
         return self._finish(resume, int(header["offset"]), header.get("epoch"))
 
-    def _write_generation(self, progress: dict[str, Any], entries: Iterator[StateEntry], skip: int = 0) -> bool:
-        """Write ``entries`` (after the first ``skip``) in chunks; False if asked to stop part-way."""
-        self._restored = skip
+    def _write_generation(self, progress: dict[str, Any], entries: Iterator[StateEntry], skip: int = 0,
+                          select: bool = True) -> bool:
+        """Write ``entries`` (after the first ``skip``; those in the view, rewritten, if ``select``) in
+        chunks; False if asked to stop part-way. ``progress["read"]`` counts the entries consumed
+        (``written`` those written), so a resumed restore skips what it already read."""
+        self._restored = progress["written"]
         chunk: list[StateEntry] = []
+        pick = self.view.entry if select and not self.view.everything else None
+        unflushed = 0  # entries read since progress was last written
+        read = progress.get("read", skip)
         for i, entry in enumerate(entries):
             if i < skip:
                 continue
-            chunk.append(entry)
-            if len(chunk) >= self.restore_chunk:
+            if pick is not None:
+                entry = pick(entry)
+            unflushed += 1
+            read = i + 1
+            if entry is not None:
+                chunk.append(entry)
+            # a sparse view also records progress every few chunks' worth of entries read
+            if len(chunk) >= self.restore_chunk or unflushed >= 10 * self.restore_chunk:
+                progress["read"] = read
                 self.replica.restore_chunk(progress, chunk)
                 self._restored += len(chunk)
-                chunk = []
+                chunk, unflushed = [], 0
                 if self._stop.is_set():
                     return False
-        if chunk:
+        if chunk or unflushed:
+            progress["read"] = read
             self.replica.restore_chunk(progress, chunk)
             self._restored += len(chunk)
         return True
@@ -326,7 +377,7 @@ class FollowerStore(StateStore):
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise NotFoundError(str(self._error))
+            raise (ViewError if isinstance(self._error, ViewError) else NotFoundError)(str(self._error))
 
     @property
     def local_dir(self) -> str:
@@ -365,7 +416,8 @@ class FollowerStore(StateStore):
         return {"tenant": self.tenant, "namespace": self.namespace, "name": self.name, "phase": self._phase,
                 "appliedOffset": meta.applied, "epoch": meta.epoch, "generation": meta.gen,
                 "restoredEntries": self._restored if meta.restore is not None or self._phase == "restoring" else None,
-                "error": None if self._error is None else str(self._error)}
+                "error": None if self._error is None else str(self._error),
+                "view": None if self.view.everything else self.view.describe()}
 
     # ---- reads: the local copy -----------------------------------------------------------------
 

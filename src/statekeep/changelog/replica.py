@@ -6,7 +6,9 @@ embedded provider's state even in the same directory); ``P`` is ``tenant \\0 nam
 - ``follower_state``: ``P + generation (8 bytes) + key`` -> ``version (8 bytes) + tagged value``, the
   embedded provider's entry format, with the leader's versions;
 - ``follower_meta``: ``P+g`` the active generation, ``P+a`` its applied offset (signed), ``P+e`` the
-  leader's epoch it follows, ``P+r`` an unfinished restore (JSON), ``P+x<gen>`` a generation to delete.
+  leader's epoch it follows, ``P+r`` an unfinished restore (JSON), ``P+x<gen>`` a generation to delete,
+  ``P+v`` the fingerprint of the view the copy holds (:mod:`statekeep.changelog.view`; absent: the
+  whole state).
 
 A (re)bootstrap writes a NEW generation in chunks, then switches ``g``/``a``/``e`` in one write, so
 readers always see a whole generation; old ones are deleted afterwards in small writes. Applying
@@ -42,6 +44,7 @@ class ReplicaMeta:
     epoch: str | None
     restore: dict[str, Any] | None
     garbage: list[int]
+    view: str | None = None  # the view's fingerprint (None: the whole state)
 
 
 class LocalReplica:
@@ -66,7 +69,7 @@ class LocalReplica:
     def load(self) -> ReplicaMeta:
         p = self._p
         with transaction(self._env, db=self._meta) as txn:
-            gen, applied, epoch, restore = (txn.get(p + k) for k in (b"g", b"a", b"e", b"r"))
+            gen, applied, epoch, restore, view = (txn.get(p + k) for k in (b"g", b"a", b"e", b"r", b"v"))
             garbage = []
             cursor = txn.cursor()
             if cursor.set_range(p + b"x"):
@@ -76,7 +79,28 @@ class LocalReplica:
                     garbage.append(_U64.unpack(key[len(p) + 1:])[0])
         return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0], -1 if applied is None else _I64.unpack(applied)[0],
                            None if not epoch else epoch.decode(), None if restore is None else json.loads(restore),
-                           garbage)
+                           garbage, None if view is None else view.decode())
+
+    def reset_view(self, view: str | None) -> None:
+        """Forget the copy (its generations become garbage, an unfinished restore is dropped) and
+        record ``view`` as what the next bootstrap builds, in one write: a copy of another view is
+        never read or resumed after this."""
+        def work(txn) -> None:
+            p, meta = self._p, self._meta
+            old = txn.get(p + b"g", db=meta)
+            if old is not None:
+                txn.put(p + b"x" + old, b"", db=meta)
+            raw = txn.get(p + b"r", db=meta)
+            if raw is not None:
+                txn.put(p + b"x" + _U64.pack(json.loads(raw)["gen"]), b"", db=meta)
+            for k in (b"g", b"a", b"e", b"r"):
+                txn.delete(p + k, db=meta)
+            if view is None:
+                txn.delete(p + b"v", db=meta)
+            else:
+                txn.put(p + b"v", view.encode(), db=meta)
+
+        self._submit(work)
 
     def _submit(self, work) -> Any:
         return self._engine.submit(lambda reader, now_ms: (work(reader.txn), None))

@@ -9,6 +9,9 @@
 
 Entries are in key order (as ``scan`` yields them), which restores rely on. Memory stays bounded by a
 chunk whatever the number of entries; integrity is the blob store's sha256 plus the trailer's count.
+The format has no index, so a reader of one key prefix (``decode(..., key_prefix=)``) cannot jump to
+it: it steps over the entries before it by their lengths without decoding them, stops decoding
+after the prefix's range, and reads the rest only raw, so the blob's sha256 is still checked whole.
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ def encode(header: dict[str, Any], entries: Iterable[StateEntry], chunk_size: in
     yield bytes(buf)
 
 
-def decode(read: Callable[[int], bytes], chunk_size: int = CHUNK) -> tuple[dict[str, Any], Iterator[StateEntry]]:
+def decode(read: Callable[[int], bytes], chunk_size: int = CHUNK, *,
+           key_prefix: bytes = b"") -> tuple[dict[str, Any], Iterator[StateEntry]]:
     """``(header, entries)`` of the stream ``read(n)`` returns; :class:`CorruptStateError` if it is not a
-    whole snapshot (raised by the header read, or by the entries iterator where it breaks)."""
+    whole snapshot (raised by the header read, or by the entries iterator where it breaks). With
+    ``key_prefix`` (UTF-8), only the entries whose key starts with it; the stream is still read to its
+    end (the blob reader checks the sha256 there), but the trailer's count is then not checked."""
     start = read(len(MAGIC) + 4)
     if len(start) < len(MAGIC) + 4 or not start.startswith(MAGIC):
         raise CorruptStateError("not a statekeep snapshot (bad magic)")
@@ -66,10 +72,10 @@ def decode(read: Callable[[int], bytes], chunk_size: int = CHUNK) -> tuple[dict[
             raise ValueError("truncated")
     except ValueError as e:
         raise CorruptStateError(f"snapshot header is unreadable: {e}") from e
-    return header, _entries(read, chunk_size)
+    return header, _entries(read, chunk_size, key_prefix)
 
 
-def _entries(read: Callable[[int], bytes], chunk_size: int) -> Iterator[StateEntry]:
+def _entries(read: Callable[[int], bytes], chunk_size: int, key_prefix: bytes = b"") -> Iterator[StateEntry]:
     buf, pos, count = b"", 0, 0
     unpack = _ENTRY.unpack_from
     head = _ENTRY.size
@@ -100,6 +106,14 @@ def _entries(read: Callable[[int], bytes], chunk_size: int) -> Iterator[StateEnt
             raise CorruptStateError("snapshot entry is truncated")
         kind = _KINDS.get(tag)
         start = pos + head
+        if key_prefix and not buf.startswith(key_prefix, start, start + key_len):
+            if buf[start:start + key_len] > key_prefix:  # past the prefix's range (keys are sorted)
+                while read(max(chunk_size, 1 << 20)):  # the rest only raw: the reader checks the sha256
+                    pass
+                return
+            pos = start + key_len + value_len  # before the range: stepped over, not decoded
+            count += 1
+            continue
         if kind is None or (kind == "counter" and value_len != 8):
             raise CorruptStateError(f"snapshot entry {count} has an unknown tag {tag!r}")
         try:

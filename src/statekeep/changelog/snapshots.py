@@ -189,15 +189,18 @@ class SnapshotStore:
             return None
 
     @contextlib.contextmanager
-    def open(self, info: SnapshotInfo) -> Iterator[tuple[dict[str, Any], Iterator[StateEntry]]]:
+    def open(self, info: SnapshotInfo, *,
+             key_prefix: str = "") -> Iterator[tuple[dict[str, Any], Iterator[StateEntry]]]:
         """``(header, entries)`` of a snapshot, its handle locked until the block ends. The entries
         iterator raises :class:`CorruptStateError` where the stream breaks, at the latest at its end
-        (checksum): act on what it yielded only once it is exhausted. :class:`NotFoundError` if gone."""
+        (checksum): act on what it yielded only once it is exhausted. :class:`NotFoundError` if gone.
+        With ``key_prefix``, only the entries whose key starts with it (the others are not decoded;
+        see :mod:`~statekeep.changelog.snapshot_format`)."""
         handles = StateHandleStore(self.store, self._root(info.tenant, info.namespace, info.name), self.blobs)
         try:
             handle = handles.get_and_lock(info.key)
             with handle.open() as reader:
-                header, entries = snapshot_format.decode(reader.read)
+                header, entries = snapshot_format.decode(reader.read, key_prefix=key_prefix.encode("utf-8"))
                 yield header, entries
         finally:
             try:

@@ -10,6 +10,9 @@ A follower materializes a leader's function state in its own directory (``--loca
 - ``get --key K``: catch up (at most ``--timeout`` seconds), then print the key as FunctionState JSON.
 - ``status``: every function followed in ``--local-dir``: applied offset, epoch and, with the
   leader reachable, the lag.
+
+``--prefix P`` (``start``, ``get``): follow only the keys starting with ``P``; a ``--local-dir``
+followed before with another prefix is rebuilt for the new one.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def register(groups: argparse._SubParsersAction) -> None:
             sub.add_argument("--provider", default=None, help="the leader's state provider (default: the registry's)")
             sub.add_argument("--local-dir", default=None,
                              help="the follower's own directory (default: a temporary one, removed on exit)")
+            sub.add_argument("--prefix", default="", help="follow only the keys starting with this prefix")
         else:
             sub.add_argument("--local-dir", required=True, help="the follower's own directory")
         sub.add_argument("--leader-store", default=default_store_url(),
@@ -61,13 +65,14 @@ def _open(args: argparse.Namespace):
 
     return FollowerStore.open(args.leader_store, args.tenant, args.namespace, args.name,
                               local_dir=args.local_dir, blobs=args.blobs, provider=args.provider,
-                              functions_root=args.functions_root)
+                              functions_root=args.functions_root, key_prefix=args.prefix)
 
 
 def _start(args: argparse.Namespace) -> int:
     with _open(args) as follower:
-        print(f"following {args.tenant}/{args.namespace}/{args.name} of {args.leader_store} into "
-              f"{follower.local_dir}; Ctrl-C stops", file=sys.stderr)
+        print(f"following {args.tenant}/{args.namespace}/{args.name} of {args.leader_store}"
+              + (f" (keys starting with {args.prefix!r})" if args.prefix else "")
+              + f" into {follower.local_dir}; Ctrl-C stops", file=sys.stderr)
         while True:
             status = follower.status()
             try:

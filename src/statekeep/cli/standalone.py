@@ -10,9 +10,10 @@ worker dies. Spark checkpoints must then be where every server reaches them, so 
 ``--checkpoint-dir`` (a shared directory or a Hadoop-compatible URL) unless ``--no-worker``.
 A worker is known as ``ADVERTISED_ADDRESS:PORT`` (in ``functions status`` and the REST status).
 
-``--follow T/N/F[@LEADER_URL]`` (repeatable) also serves a read-only follower of that function
+``--follow T/N/F[@LEADER_URL][?prefix=P]`` (repeatable) also serves a read-only follower of that function
 (leader default: this server's own store) under ``/admin/v3/followers/T/N/F``, its copy in
-``DIR/followers/T.N.F`` (with ``--store``: under ``--followers-dir``)."""
+``DIR/followers/T.N.F`` (with ``--store``: under ``--followers-dir``); with ``prefix``, of the keys
+starting with ``P`` only (URL-encoded; other query parameters stay with the leader's URL)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import argparse
 import logging
 import os
 import socket
+from urllib.parse import parse_qsl, urlencode
 
 from statekeep.errors import InvalidArgumentError
 
@@ -50,8 +52,9 @@ def register(groups: argparse._SubParsersAction) -> None:
                         help="Spark master for functions, e.g. spark://HOST:7077 (default: %(default)s)")
     add_spark_conf_option(parser)
     parser.add_argument("--no-worker", action="store_true", help="serve the REST API only; run no functions")
-    parser.add_argument("--follow", action="append", default=[], metavar="T/N/F[@LEADER_URL]",
-                        help="serve a read-only follower of function T/N/F of LEADER_URL (default: this store)")
+    parser.add_argument("--follow", action="append", default=[], metavar="T/N/F[@LEADER_URL][?prefix=P]",
+                        help="serve a read-only follower of function T/N/F of LEADER_URL (default: this store); "
+                             "?prefix=P: of the keys starting with P only")
     parser.add_argument("--followers-dir", default=None,
                         help=f"followers' local copies (default: DATA_DIR/followers; with --store {DEFAULT_FOLLOWERS_DIR})")
     parser.set_defaults(run=_run)
@@ -159,19 +162,40 @@ def _redact(url: str) -> str:
 
 def follower_specs(follow: list[str], data_dir: str | None, *, leader: str | None = None,
                    followers_dir: str | None = None) -> list[dict]:
-    """``T/N/F[@LEADER_URL]`` options as ``ServerConfig.followers`` entries. The leader defaults to
-    ``leader`` (else ``local://DATA_DIR``), each local copy goes to ``FOLLOWERS_DIR/T.N.F``
-    (default ``DATA_DIR/followers``)."""
+    """``T/N/F[@LEADER_URL][?prefix=P]`` options as ``ServerConfig.followers`` entries. The leader defaults
+    to ``leader`` (else ``local://DATA_DIR``), each local copy goes to ``FOLLOWERS_DIR/T.N.F``
+    (default ``DATA_DIR/followers``); ``prefix`` becomes the entry's ``key_prefix``."""
     default_leader = leader or (f"local://{data_dir}" if data_dir else None)
     if followers_dir is None:
         followers_dir = os.path.join(data_dir, "followers") if data_dir else os.path.abspath(DEFAULT_FOLLOWERS_DIR)
     specs = []
     for item in follow:
         function, _, from_leader = item.partition("@")
+        key_prefix = None
+        if not from_leader and "?" in function:
+            function, _, query = function.partition("?")
+            key_prefix, rest = _take_prefix(query)
+            if rest:
+                raise InvalidArgumentError(f"--follow {item!r}: only ?prefix=P is an option of a follower")
+        elif "?" in from_leader:  # the leader URL's own options (e.g. ?max_value_size=) stay with it
+            from_leader, _, query = from_leader.partition("?")
+            key_prefix, rest = _take_prefix(query)
+            from_leader += f"?{rest}" if rest else ""
         parts = function.split("/")
         if len(parts) != 3 or not all(parts):
             raise InvalidArgumentError(f"--follow takes TENANT/NAMESPACE/NAME[@LEADER_URL], not {item!r}")
         specs.append({"tenant": parts[0], "namespace": parts[1], "name": parts[2],
                       "leader": from_leader or default_leader,
                       "local_dir": os.path.join(followers_dir, ".".join(parts))})
+        if key_prefix is not None:
+            specs[-1]["key_prefix"] = key_prefix
     return specs
+
+
+def _take_prefix(query: str) -> tuple[str | None, str]:
+    """(the ``prefix`` parameter of ``query``, the query without it)."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    prefixes = [v for k, v in pairs if k == "prefix"]
+    if len(prefixes) > 1:
+        raise InvalidArgumentError(f"--follow takes one ?prefix=, not {len(prefixes)}")
+    return (prefixes[0] if prefixes else None), urlencode([(k, v) for k, v in pairs if k != "prefix"])

@@ -11,6 +11,10 @@
   consumer of a compacted topic does. A function takes another's changelog as its input with
   ``inputs: ["statekeep://T/N/F"]``.
 
+Option ``prefix`` (both sources): only the keys starting with it. It is applied in the reader,
+on the executor, before rows are produced, so records of other keys are never shipped to Spark
+(the changelog stream's offsets stay the changelog's, so checkpoints are unaffected).
+
 Option ``store``: the metadata store URL holding the function registry (default
 ``$STATEKEEP_STORE``, else ``local://./.statekeep-data``). The state is reached through the
 function's own state provider, as the REST API and CLI reach it. An unknown function fails the
@@ -41,6 +45,13 @@ def _function(options: dict) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
+def _prefix(options: dict) -> str:
+    prefix = options.get("prefix", "")
+    if not isinstance(prefix, str):
+        raise InvalidArgumentError(f'option "prefix" must be a str, not {type(prefix).__name__}')
+    return prefix
+
+
 def _open_state(options: dict):
     """(service, state store) of the function the options name; close the service when done."""
     from statekeep.functions.service import FunctionService
@@ -58,11 +69,12 @@ class _StateReader(DataSourceReader):
     def __init__(self, options: dict) -> None:
         self.options = dict(options)
         _function(self.options)
+        _prefix(self.options)
 
     def read(self, partition) -> Iterator[tuple]:
         service, state = _open_state(self.options)
         with service:
-            for entry in state.scan_entries():
+            for entry in state.scan_entries(prefix=_prefix(self.options)):
                 yield entry.key, entry.kind, entry.value, entry.counter, entry.version
 
 
@@ -87,6 +99,7 @@ class _ChangelogStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict) -> None:
         self.options = dict(options)
         _function(self.options)
+        _prefix(self.options)
         self._opened = None  # (service, state) on the driver, opened on first use
 
     def __getstate__(self) -> dict:  # the reader travels to executors; open stores do not
@@ -108,6 +121,7 @@ class _ChangelogStreamReader(DataSourceStreamReader):
 
     def read(self, partition: _Range) -> Iterator[tuple]:
         service, state = _open_state(self.options)
+        prefix = _prefix(self.options)
         with service:
             after = partition.after
             while after < partition.last:
@@ -117,6 +131,8 @@ class _ChangelogStreamReader(DataSourceStreamReader):
                 for r in records:
                     if r.offset > partition.last:
                         return
+                    if prefix and not r.key.startswith(prefix):
+                        continue  # filtered here, so Spark never receives it
                     number = int.from_bytes(r.value, "big", signed=True) if r.kind == "counter" else None
                     yield r.offset, r.key, r.kind, r.value, number, r.version, r.tombstone
                 after = records[-1].offset

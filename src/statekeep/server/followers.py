@@ -2,8 +2,9 @@
 
 Followers are configured with the server (``ServerConfig.followers``: a list of
 ``{"tenant", "namespace", "name", "leader": URL}``, optionally ``"local_dir"`` (else a temporary copy,
-removed at stop), ``"provider"``, ``"blobs"`` and ``"functions_root"`` (where the leader's registry keeps
-functions; default: the server's own ``functions_root``)); each tails its leader from the server's start
+removed at stop), ``"provider"``, ``"blobs"``, ``"functions_root"`` (where the leader's registry keeps
+functions; default: the server's own ``functions_root``) and ``"key_prefix"`` (follow only the keys
+starting with it: reads of other keys find nothing)); each tails its leader from the server's start
 to its stop. Routes (``FOL`` =
 ``/admin/v3/followers/{tenant}/{namespace}/{name}``):
 
@@ -34,7 +35,8 @@ from statekeep.state.shape import function_state_json
 log = logging.getLogger(__name__)
 
 FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
-_SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", "blobs", "functions_root"}
+_SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", "blobs", "functions_root",
+              "key_prefix"}
 
 
 class Followers:
@@ -49,12 +51,13 @@ class Followers:
                 if not isinstance(spec, Mapping) or set(spec) - _SPEC_KEYS or \
                         not {"tenant", "namespace", "name", "leader"} <= set(spec):
                     raise InvalidArgumentError(f"a follower is {{tenant, namespace, name, leader [, local_dir, "
-                                               f"provider, blobs, functions_root]}}, not {spec!r}")
+                                               f"provider, blobs, functions_root, key_prefix]}}, not {spec!r}")
                 fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
                 self.by_name[fqfn] = FollowerStore.open(
                     spec["leader"], spec["tenant"], spec["namespace"], spec["name"], local_dir=spec.get("local_dir"),
                     provider=spec.get("provider"), blobs=spec.get("blobs"),
-                    functions_root=spec.get("functions_root") or functions_root)
+                    functions_root=spec.get("functions_root") or functions_root,
+                    key_prefix="" if spec.get("key_prefix") is None else spec["key_prefix"])
         except BaseException:
             self.close()
             raise
