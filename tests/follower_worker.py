@@ -1,6 +1,6 @@
 """A follower in a process of its own (for test_followers_processes.py):
 
-    python follower_worker.py LEADER_URL TENANT NAMESPACE NAME LOCAL_DIR [--restore-chunk N] [--no-snapshots] [--provider P] [--prefix P]
+    python follower_worker.py LEADER_URL TENANT NAMESPACE NAME LOCAL_DIR [--restore-chunk N] [--no-snapshots] [--provider P] [--prefix P] [--even]
 
 Prints a JSON status line (FollowerStore.status()) every 20 ms. Reads commands from stdin:
 ``dump PATH`` waits until caught up, writes every entry as JSON to PATH and prints ``{"dumped": PATH}``;
@@ -15,6 +15,10 @@ import sys
 import threading
 
 from statekeep.changelog import FollowerStore
+
+
+def even_key(key: str) -> bool:
+    return key[-1] in "02468"
 
 
 def dump(follower: FollowerStore, path: str) -> None:
@@ -33,10 +37,12 @@ def main() -> None:
     parser.add_argument("--no-snapshots", action="store_true")
     parser.add_argument("--provider", default=None, help="the leader's state provider (default: the store's)")
     parser.add_argument("--prefix", default="", help="follow only the keys with this prefix")
+    parser.add_argument("--even", action="store_true", help="follow only the keys ending in an even digit")
     args = parser.parse_args()
     follower = FollowerStore.open(args.url, args.tenant, args.namespace, args.name, local_dir=args.local_dir,
                                   snapshots=not args.no_snapshots, restore_chunk=args.restore_chunk,
-                                  provider=args.provider, key_prefix=args.prefix)
+                                  provider=args.provider, key_prefix=args.prefix,
+                                  key_filter=even_key if args.even else None)
     out = threading.Lock()
     stop = threading.Event()
 

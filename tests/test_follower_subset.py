@@ -280,3 +280,38 @@ def test_followers_get_with_a_prefix(capsys, tmp_path):
         assert main([*args, "--key", "a/1"]) == 0
         assert json.loads(capsys.readouterr().out)["stringValue"] == "x"
         assert main([*args, "--key", "b/1"]) == 1  # outside the subset: not there
+
+
+def test_subset_follower_killed_mid_restore_resumes_and_converges(tmp_path):
+    """A prefix and a filter: the restore counts the snapshot entries it read apart from those it
+    wrote, and a restart resumes after the read ones."""
+    from test_followers_processes import Follower, leader_service, write_updates
+
+    url = f"local://{tmp_path / 'leader'}"
+    service, state = leader_service(url)
+    view = ("--prefix", "key0", "--even", "--restore-chunk", "500")
+    with service:
+        for start in range(0, 200_000, 10_000):
+            state.apply_batch({f"key{i:06d}": b"x" * 20 for i in range(start, start + 10_000)}, {})
+        SnapshotStore(service.registry.store).create(state)
+        write_updates(state, 5_000, 500, 200_000)
+        follower = Follower(url, tmp_path / "follower", *view)
+        try:
+            follower.wait_for(lambda s: s["phase"] == "restoring" and (s["restoredEntries"] or 0) >= 10_000)
+            follower.kill()
+            replica = LocalReplica(str(tmp_path / "follower"), "t", "n", "f")
+            progress = replica.load().restore
+            replica.close()
+            assert progress is not None, "the restore finished before the kill"
+            assert progress["source"] == "snapshot" and progress["read"] > progress["written"] >= 10_000
+            follower = Follower(url, tmp_path / "follower", *view)
+            follower.wait_for(lambda s: s["phase"] == "tailing")
+            restoring = [s["restoredEntries"] for s in follower.seen if s["phase"] == "restoring"]
+            assert not restoring or min(restoring) >= progress["written"]  # resumed where it stopped
+            write_updates(state, 2_000, 500, 200_000)
+            expected = subset(state, "key0", lambda k: k[-1] in "02468")
+            assert expected and follower.dump(tmp_path / "dump.json") == expected
+            follower.quit()
+        finally:
+            if follower.proc.poll() is None:
+                follower.kill()
