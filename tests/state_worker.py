@@ -1,7 +1,8 @@
 """A separate process for the state tests, through the metadata provider on function t/n/f:
 
 - ``python state_worker.py incr URL KEY N GO``: once the file GO exists, increment KEY N times;
-- ``python state_worker.py batch URL COUNTERS VALUES SIZE MARKER``: apply :func:`big_batch` once."""
+- ``python state_worker.py batch URL COUNTERS VALUES SIZE MARKER``: apply :func:`big_batch` once
+  (MARKER ``-``: without a marker)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def main(argv: list[str]) -> None:
         provider = open_provider("metadata", {"metadata_url": url})
         try:
             puts, deltas = big_batch(int(counters), int(values), int(size))
-            provider.get_state_store("t", "n", "f").apply_batch(puts, deltas, marker=marker)
+            provider.get_state_store("t", "n", "f").apply_batch(puts, deltas, marker=None if marker == "-" else marker)
         finally:
             provider.close()
         return

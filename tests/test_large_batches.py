@@ -54,9 +54,9 @@ def test_100k_keys_and_50_mb_in_one_batch(state):
     assert_exactly_once(state, counters, values, size, "7-0")
 
 
-def _kill_when(url: str, batch: tuple[int, int, int], moment) -> bool:
+def _kill_when(url: str, batch: tuple[int, int, int], moment, marker: str = "m1") -> bool:
     """Run the batch in another process and SIGKILL it once ``moment()`` holds; whether it held."""
-    child = subprocess.Popen([sys.executable, str(WORKER), "batch", url, *map(str, batch), "m1"])
+    child = subprocess.Popen([sys.executable, str(WORKER), "batch", url, *map(str, batch), marker])
     try:
         seen = wait_for(lambda: moment() or child.poll() is not None, timeout=120, interval=0.002) and moment()
     finally:
@@ -159,3 +159,22 @@ def _reachable(state) -> bool:
         return True
     except StoreUnavailableError:
         return False
+
+
+def test_batch_without_marker_killed_mid_apply_is_finished_by_the_next_one(url, state):
+    """No replay finishes a batch without a marker: the next large batch of the function (or
+    finish_pending_batches) does, exactly once."""
+    batch = (20_000, 0, 0)
+    store = state._store
+    staging = state.base + "/staging"
+
+    def half_applied() -> bool:
+        return bool(store.get_children(staging)) and state.count_changelog() > 0
+
+    assert _kill_when(url, batch, half_applied, marker="-")
+    assert 0 < state.count_changelog() < batch[0]
+    assert state.finish_pending_batches() == 1 and state.finish_pending_batches() == 0
+    puts, deltas = big_batch(*batch)
+    assert {e.key: e.counter for e in state.scan_entries(prefix="c")} == deltas
+    assert state.count_changelog() == batch[0] and store.get_children(staging) == []
+    assert store.get_children(state.base + "/applied") == []  # its marker went with it

@@ -17,14 +17,18 @@ is committed in three steps, so no guarantee rests on its size:
    staging subtree goes and the marker is emptied (``b""``: applied), as a one-write batch leaves it.
 
 ``has_marker`` on a committed, unfinished batch finishes it first, so the replay of a task that died
-mid-apply completes the batch instead of skipping it. A reader may see a large batch half applied (each
+mid-apply completes the batch instead of skipping it. A batch without a marker gets a private one
+(removed once applied); having no replay, it is finished by the function's next large batch or by
+``finish_pending_batches()``. A reader may see a large batch half applied (each
 key's value is always whole, and each key's changelog records follow its commit order); once the batch
 completes, it has been applied exactly once.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -114,14 +118,25 @@ def piece_size(item: Item) -> int:
 
 
 _stagers: ThreadPoolExecutor | None = None
+_stagers_lock = threading.Lock()
+
+
+def _forget_stagers() -> None:
+    global _stagers
+    _stagers = None  # a forked child has none of the pool's threads: it makes its own
+
+
+os.register_at_fork(after_in_child=_forget_stagers)
 
 
 def _overlapped(fn: Callable[[int], None], n: int) -> None:
     """``fn(i)`` for i in range(n), up to 8 at once (writes of pieces overlap on networked stores)."""
     global _stagers
-    if _stagers is None:
-        _stagers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="statekeep-stage")
-    for future in [_stagers.submit(fn, i) for i in range(n)]:
+    with _stagers_lock:
+        if _stagers is None:
+            _stagers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="statekeep-stage")
+        pool = _stagers
+    for future in [pool.submit(fn, i) for i in range(n)]:
         future.result()
 
 
@@ -139,6 +154,7 @@ class StagedBatches:
         against the current state before the commit, so a batch that would fail writes nothing."""
         if self.finish(marker_path, segment):
             return False
+        self.finish_all()  # batches without a marker that a crash interrupted have no replay to finish them
         currents = self.state._read_items(items)
         for item, current in zip(items, currents):
             self.state._stored_of(item, current)  # raises before anything is written
