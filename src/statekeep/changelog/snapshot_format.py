@@ -89,7 +89,20 @@ def _entries(read: Callable[[int], bytes], chunk_size: int, key_prefix: bytes = 
             buf, pos = buf[pos:] + data, 0
         return True
 
+    before = bool(key_prefix)  # still before the prefix's range
     while True:
+        while before:  # a tight loop over the buffered entries before the range (the common case)
+            if len(buf) - pos < head:
+                break
+            key_len, _, _, value_len = unpack(buf, pos)
+            stop = pos + head + key_len + value_len
+            if key_len == _END or stop > len(buf):
+                break  # the trailer, or an entry not wholly buffered: the general path below
+            if buf[pos + head:pos + head + key_len] >= key_prefix:
+                before = False
+                break
+            pos = stop
+            count += 1
         if not more(2):
             raise CorruptStateError(f"snapshot ends after {count} entries without its trailer")
         if buf[pos] == 0xFF and buf[pos + 1] == 0xFF:
