@@ -2,7 +2,8 @@
 
     python benchmarks/metadata_local.py [--quick]
 
-Prints ops/s for statekeep and for raw LMDB and the ratio of each operation, then durable
+Prints ops/s for statekeep and for raw LMDB and the ratio of each operation (the embedded state
+provider's get and get_counter against a raw LMDB get of the same key), then durable
 throughput with 8 writer threads (group commit) against one fsync per write.
 """
 
@@ -18,8 +19,10 @@ import lmdb
 
 from statekeep.metadata import open_store
 from statekeep.metadata.local import children_prefix, node_key
+from statekeep.state import open_provider
 
 HEADER = struct.Struct(">qqqQ")
+COUNTER = struct.Struct(">q")
 VALUE = b"v" * 100
 
 
@@ -85,6 +88,36 @@ def bench(quick: bool) -> list[tuple[str, float, float]]:
                 HEADER.unpack_from(raw)
 
         rows.append(("get", rate(n_get, sk_get), rate(n_get, raw_get)))
+
+        # The embedded state provider against a raw LMDB get of the same key in the same file
+        # (its own database, its own layout: 8-byte version, tag, payload), decoded alike.
+        provider = open_provider("embedded", {"store": store})
+        state = provider.get_state_store("bench", "ns", "fn")
+        state.put("word", VALUE)
+        state.incr("count", 7)
+        state_env, state_db = state._env, state._state
+        value_key, count_key = state._prefix + b"word", state._prefix + b"count"
+
+        def raw_state_get() -> None:
+            for _ in range(n_get):
+                with state_env.begin(db=state_db) as txn:
+                    raw = txn.get(value_key)
+                raw[9:]  # noqa: B018 - the decode a raw user does too
+
+        def raw_state_get_counter() -> None:
+            for _ in range(n_get):
+                with state_env.begin(db=state_db) as txn:
+                    raw = txn.get(count_key)
+                COUNTER.unpack_from(raw, 9)
+
+        def state_read(read, key: str) -> None:
+            for _ in range(n_get):
+                read(key)
+
+        rows.append(("embedded state get", rate(n_get, lambda: state_read(state.get, "word")),
+                     rate(n_get, raw_state_get)))
+        rows.append(("embedded state get_counter", rate(n_get, lambda: state_read(state.get_counter, "count")),
+                     rate(n_get, raw_state_get_counter)))
 
         def sk_children():
             for _ in range(n_children):

@@ -52,7 +52,8 @@ from statekeep.errors import (InvalidPathError, MissingDependencyError, Statekee
                               StoreUnavailableError)
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import GetResult, Notification, NotificationType, Op, Stat, parent_of
+from statekeep.metadata.types import (GetResult, Notification, NotificationType, Op, Stat, _valid_paths, parent_of,
+                                      validate_path)
 
 try:
     import lmdb
@@ -74,6 +75,8 @@ DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
 EVENT_RETENTION_MS = 60_000
 NEW_SESSION_PREFIX = ".new-"
 MAX_KEY_BYTES = 511  # LMDB's default key size limit
+_RESULT_CACHE_ENTRIES = 4096  # per store: LocalStore.get's reuse of unchanged results
+_RESULT_CACHE_MAX_BYTES = 512 + 32  # values larger than this are not kept (memory stays < 4 MiB)
 
 
 def _depth(path: str) -> int:
@@ -105,6 +108,7 @@ def node_key(path: str) -> bytes:
 # is open in this process and holds new ones back until it is done. Each transaction counts itself
 # in _open_txns: list append and pop are atomic under the GIL, and cheaper than a lock on the read path.
 _open_txns: list[None] = []
+_txn_opened, _txn_closed = _open_txns.append, _open_txns.pop  # bound once: the read path calls them
 _forking = False
 _fork_cond = threading.Condition()
 _unusable_in_child: set[Path] = set()  # environments a transaction still held when this process forked
@@ -598,6 +602,7 @@ class LocalStore(MetadataStore):
             engine.refcount += 1
         self._engine = engine
         self._forked = False
+        self._results: dict[str, tuple[bytes, GetResult]] = {}  # see get()
         self._env = engine.env
         self._nodes = engine.nodes
         self.directory = directory
@@ -613,23 +618,50 @@ class LocalStore(MetadataStore):
             raise StoreClosedError("this local store was opened before fork(); open a new one in the child")
         super()._check_open()
 
-    def _get(self, path: str) -> GetResult | None:
+    def get(self, path: str) -> GetResult | None:
+        """As :meth:`MetadataStore.get`: a fresh LMDB read on every call (what any process committed
+        before the call is seen)."""
+        # MetadataStore.get and _get in one frame: this is the hottest read path
+        if self._closed:
+            self._check_open()
+        if path.__class__ is not str or path not in _valid_paths:
+            validate_path(path)
         key = _node_keys.get(path) or node_key(path)
-        _open_txns.append(None)  # transaction(), inlined: this is the hottest read path
+        _txn_opened(None)  # transaction(), inlined
         if _forking:
             _hold_for_fork()
         try:
             with self._env.begin(db=self._nodes) as txn:
                 raw = txn.get(key)
         finally:
-            _open_txns.pop()
+            _txn_closed()
         if raw is None:
             return None
+        # Building Stat and GetResult costs more than the LMDB read itself; a key read again with
+        # the same stored bytes (header included, so version and times too) gets the same immutable
+        # result back. The comparison is against this very read, so it is never stale.
+        hit = self._results.get(path)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
+        return self._result(path, raw)
+
+    def _result(self, path: str, raw: bytes) -> GetResult:
         version, created, modified, owner = _unpack_header(raw)
-        # tuple.__new__ skips the NamedTuple's Python-level __new__: this is the hottest read path
+        # tuple.__new__ skips the NamedTuple's Python-level __new__
         stat = _new_tuple(Stat, (path, version, created, modified, owner != 0,
                                  owner != 0 and owner == self.session_id))
-        return _new_tuple(GetResult, (raw[32:], stat))
+        result = _new_tuple(GetResult, (raw[32:], stat))
+        if len(raw) <= _RESULT_CACHE_MAX_BYTES:
+            results = self._results
+            if len(results) >= _RESULT_CACHE_ENTRIES:
+                results.clear()  # bounded; a miss only costs the construction above
+            results[path] = (raw, result)
+        return result
+
+    def _get(self, path: str) -> GetResult | None:
+        with transaction(self._env, db=self._nodes) as txn:
+            raw = txn.get(node_key(path))
+        return None if raw is None else self._result(path, raw)
 
     def _exists(self, path: str) -> bool:
         with transaction(self._env, db=self._nodes) as txn:

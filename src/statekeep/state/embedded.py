@@ -40,6 +40,9 @@ from statekeep.state.keys import check_scan, encode_key, validate_name
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _new_entry = tuple.__new__
+_unpack_i64 = _I64.unpack_from
+_TAG_BYTES, _TAG_COUNTER = records.BYTES[0], records.COUNTER[0]
+_txn_opened, _txn_closed = local._open_txns.append, local._open_txns.pop
 
 
 class _Txn:
@@ -122,6 +125,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                                                     engine.open_db(b"state_meta"))
         self._prefix = f"{tenant}\0{namespace}\0{name}\0".encode()
         self._offset_key = self._prefix + b"o"
+        self._raw_keys: dict[str, bytes] = {}  # valid key -> F + key (see get)
         self.max_value_size = provider.store.max_value_size
 
     @property
@@ -142,6 +146,57 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         finally:
             open_txns.pop()
         return None if raw is None else self._entry(key, raw)
+
+    def _raw_key(self, key: str) -> bytes:
+        """``F + key`` for a valid key (:class:`InvalidArgumentError` otherwise), remembered."""
+        encode_key(key)
+        raw_keys = self._raw_keys
+        if len(raw_keys) >= 100_000:
+            raw_keys.clear()
+        raw_key = raw_keys[key] = self._prefix + key.encode()
+        return raw_key
+
+    # get and get_counter read in one frame (the generic ones go through get_entry and a StateEntry):
+    # they are the hot read path of REST, the CLI and user code.
+
+    def get(self, key: str) -> bytes | None:
+        """As :meth:`StateStore.get`: a fresh read of the committed value (a counter as 8 bytes)."""
+        raw_key = self._raw_keys.get(key) if key.__class__ is str else None
+        if raw_key is None:
+            raw_key = self._raw_key(key)
+        _txn_opened(None)  # local.transaction(), inlined
+        if local._forking:
+            local._hold_for_fork()
+        try:
+            with self._env.begin(db=self._state) as txn:
+                raw = txn.get(raw_key)
+        finally:
+            _txn_closed()
+        if raw is None:
+            return None
+        tag = raw[8]
+        if tag == _TAG_BYTES or (tag == _TAG_COUNTER and len(raw) == 17):
+            return raw[9:]
+        return self._entry(key, raw).value  # raises CorruptStateError
+
+    def get_counter(self, key: str) -> int:
+        """As :meth:`StateStore.get_counter`: 0 if absent, :class:`InvalidArgumentError` if it holds bytes."""
+        raw_key = self._raw_keys.get(key) if key.__class__ is str else None
+        if raw_key is None:
+            raw_key = self._raw_key(key)
+        _txn_opened(None)  # local.transaction(), inlined
+        if local._forking:
+            local._hold_for_fork()
+        try:
+            with self._env.begin(db=self._state) as txn:
+                raw = txn.get(raw_key)
+        finally:
+            _txn_closed()
+        if raw is None:
+            return 0
+        if raw[8] == _TAG_COUNTER and len(raw) == 17:
+            return _unpack_i64(raw, 9)[0]
+        return super().get_counter(key)  # raises the right error
 
     def _entry(self, key: str, raw: bytes) -> StateEntry:
         kind, payload = records.decode_stored(raw[8:], key)

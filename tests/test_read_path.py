@@ -1,0 +1,90 @@
+"""The embedded read path's fast paths (LocalStore.get's result reuse, the embedded provider's
+get/get_counter) return exactly what the generic paths do, never a stale result."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+from statekeep.errors import CorruptStateError, InvalidArgumentError
+from statekeep.metadata import open_store
+from statekeep.state import open_provider
+
+
+def _put_from_child(url: str, path: str, value: bytes) -> None:
+    store = open_store(url)
+    store.put(path, value)
+    store.close()
+
+
+def test_local_get_sees_every_change_including_other_processes(tmp_path):
+    url = f"local://{tmp_path}"
+    store = open_store(url)
+    try:
+        assert store.get("/a") is None
+        store.put("/a", b"1")
+        first = store.get("/a")
+        assert first.value == b"1" and first.stat.version == 0
+        assert store.get("/a") == first  # reused while unchanged
+        store.put("/a", b"1")  # same bytes, new version: a new result
+        again = store.get("/a")
+        assert again.value == b"1" and again.stat.version == 1
+        proc = multiprocessing.get_context("spawn").Process(target=_put_from_child, args=(url, "/a", b"2"))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == 0
+        assert store.get("/a").value == b"2" and store.get("/a").stat.version == 2
+        store.delete("/a")
+        assert store.get("/a") is None
+        big = b"x" * 100_000  # not kept by the reuse; still right
+        store.put("/big", big)
+        assert store.get("/big").value == big
+    finally:
+        store.close()
+
+
+def test_local_get_created_by_self_is_per_session(tmp_path):
+    url = f"local://{tmp_path}"
+    one, two = open_store(url), open_store(url)
+    try:
+        one.put("/e", b"x", ephemeral=True)
+        assert one.get("/e").stat.created_by_self
+        assert not two.get("/e").stat.created_by_self
+        assert one.get("/e").stat.ephemeral and two.get("/e").stat.ephemeral
+    finally:
+        one.close()
+        two.close()
+
+
+def test_embedded_get_and_get_counter(tmp_path):
+    store = open_store(f"local://{tmp_path}")
+    provider = open_provider("embedded", {"store": store})
+    state = provider.get_state_store("t", "n", "f")
+    try:
+        assert state.get("k") is None and state.get_counter("k") == 0
+        state.put("k", b"v")
+        assert state.get("k") == b"v"
+        with pytest.raises(InvalidArgumentError, match="holds bytes"):
+            state.get_counter("k")
+        state.incr("c", 5)
+        assert state.get_counter("c") == 5 and state.get("c") == (5).to_bytes(8, "big")
+        state.incr("c", -7)
+        assert state.get_counter("c") == -2
+        for bad in ("", 3, None):
+            with pytest.raises(InvalidArgumentError):
+                state.get(bad)
+            with pytest.raises(InvalidArgumentError):
+                state.get_counter(bad)
+        state.delete("k")
+        assert state.get("k") is None
+        # a value no provider wrote
+        with store._env.begin(write=True, db=state._state) as txn:
+            txn.put(state._prefix + b"odd", b"\0" * 8 + b"Zjunk")
+        with pytest.raises(CorruptStateError):
+            state.get("odd")
+        with pytest.raises(CorruptStateError):
+            state.get_counter("odd")
+    finally:
+        provider.close()
+        store.close()
