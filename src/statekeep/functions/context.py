@@ -82,6 +82,28 @@ class BufferedState:
         self.counter_deltas[key] = delta
         return value
 
+    def incr_many(self, keys: list[str], amounts: list[int]) -> list[int]:
+        """:meth:`incr` of each pair in order (a key may repeat), all or nothing: an overflow or a
+        key holding bytes raises before any of the increments is buffered. Returns the new values."""
+        self.prefetch(k for k in keys if k not in self._base and k not in self.puts)
+        base, puts, deltas = self._base, self.puts, dict.fromkeys(keys)
+        for key in deltas:  # the current delta of each key once, then the additions
+            deltas[key] = self.counter_deltas.get(key, 0)
+        values = []
+        for key, amount in zip(keys, amounts):
+            delta = deltas[key] + amount
+            if key in puts:
+                value = delta
+            else:
+                entry = base[key]
+                value = (entry[1] if entry[1] is not None else self._stored_counter(key, entry)) + delta
+            if not COUNTER_MIN <= value <= COUNTER_MAX:
+                raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
+            deltas[key] = delta
+            values.append(value)
+        self.counter_deltas.update(deltas)
+        return values
+
     @property
     def dirty(self) -> bool:
         return bool(self.puts or self.counter_deltas)
@@ -90,6 +112,42 @@ class BufferedState:
 def _key(key: object) -> str:
     encode_key(key)  # raises InvalidArgumentError for what the store would refuse (cached for hot keys)
     return key  # type: ignore[return-value]
+
+
+def _key_list(keys: object, op: str) -> list[str]:
+    """``keys`` (a pyarrow Array or ChunkedArray, a numpy/pandas array, or any sequence of str) as
+    a list of valid state keys; :class:`InvalidArgumentError` naming ``op`` otherwise."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidArgumentError(f"{op}: keys must be a sequence of str, not one {type(keys).__name__}")
+    if hasattr(keys, "to_pylist"):  # pyarrow
+        keys = keys.to_pylist()
+    elif hasattr(keys, "tolist"):  # numpy, pandas
+        keys = keys.tolist()
+    try:
+        keys = list(keys)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgumentError(f"{op}: keys must be a sequence of str, not {type(keys).__name__}") from None
+    for key in keys:
+        try:
+            encode_key(key)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"{op}: {e}") from None
+    return keys
+
+
+def _value_list(values: object, n: int, op: str, what: str) -> list[Any]:
+    """``values`` (as :func:`_key_list` takes keys) as a list of exactly ``n`` items."""
+    if hasattr(values, "to_pylist"):
+        values = values.to_pylist()
+    elif hasattr(values, "tolist"):
+        values = values.tolist()
+    try:
+        values = list(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgumentError(f"{op}: {what} must be a sequence, not {type(values).__name__}") from None
+    if len(values) != n:
+        raise InvalidArgumentError(f"{op}: {n} keys but {len(values)} {what} (one per key)")
+    return values
 
 
 def is_valid_key(key: object) -> bool:
@@ -156,3 +214,58 @@ class Context:
 
     def del_counter(self, key: str) -> None:
         self._state.put(_key(key), None)
+
+    # bulk state operations (for ``process_batch``; usable from ``process`` too). ``keys`` and
+    # per-key arguments may be pyarrow Arrays or ChunkedArrays, numpy/pandas arrays or sequences.
+    # Each call is all or nothing: a bad key, value or amount raises InvalidArgumentError (naming
+    # the operation) before any of its changes is buffered. Results are lists in the order of keys.
+
+    def incr_counters(self, keys: Any, amounts: Any = 1) -> list[int]:
+        """Add ``amounts`` (one int for every key, or one per key) to the counters at ``keys`` (a key
+        may repeat: its amounts add up); returns each key's value after its increment."""
+        keys = _key_list(keys, "incr_counters")
+        if amounts.__class__ is int or (isinstance(amounts, int) and not isinstance(amounts, bool)):
+            amounts = [amounts] * len(keys)
+        else:
+            amounts = _value_list(amounts, len(keys), "incr_counters", "amounts")
+            for amount in amounts:
+                if amount.__class__ is not int and (isinstance(amount, bool) or not isinstance(amount, int)):
+                    raise InvalidArgumentError(f"incr_counters: a counter amount must be an int, "
+                                               f"not {type(amount).__name__} ({amount!r})")
+        return self._state.incr_many(keys, amounts)
+
+    def get_counters(self, keys: Any) -> list[int]:
+        """The counter at each key (0 if absent); a key holding bytes raises InvalidArgumentError."""
+        keys = _key_list(keys, "get_counters")
+        self._state.prefetch(keys)
+        get = self._state.get_counter
+        return [get(k) for k in keys]
+
+    def get_states(self, keys: Any) -> list[bytes | None]:
+        """The value at each key (a counter as 8 bytes), or None where absent."""
+        keys = _key_list(keys, "get_states")
+        self._state.prefetch(keys)
+        get = self._state.get
+        return [get(k) for k in keys]
+
+    def put_states(self, keys: Any, values: Any) -> None:
+        """Set each key to its value (bytes, or str stored as UTF-8); a later pair wins for a repeated key."""
+        keys = _key_list(keys, "put_states")
+        values = _value_list(values, len(keys), "put_states", "values")
+        limit, checked = self._state.max_value_size, []
+        for key, value in zip(keys, values):
+            if isinstance(value, str):
+                value = value.encode()
+            elif not isinstance(value, (bytes, bytearray, memoryview)):
+                raise InvalidArgumentError(f"put_states: state values are bytes or str, not "
+                                           f"{type(value).__name__} (key {key!r})")
+            checked.append(validate_value(value, limit))
+        put = self._state.put
+        for key, value in zip(keys, checked):
+            put(key, value)
+
+    def del_states(self, keys: Any) -> None:
+        """Delete each key (state or counter); absent keys are fine."""
+        put = self._state.put
+        for key in _key_list(keys, "del_states"):
+            put(key, None)

@@ -96,7 +96,8 @@ def _text(value: object, what: str) -> str:
 
 def validate_source(code: bytes, filename: str = "function.py") -> str:
     """Check a function file WITHOUT running it: UTF-8, compiles, and defines a top-level
-    ``def process(input, context)`` taking two positional arguments. Returns the source text.
+    ``def process(input, context)`` or ``def process_batch(records, context)`` (used when both are
+    defined) taking two positional arguments. Returns the source text.
     Raises :class:`InvalidArgumentError` with ``file:line`` for a syntax error."""
     if not isinstance(code, (bytes, bytearray)):
         raise InvalidArgumentError("the function file must be bytes")
@@ -112,17 +113,19 @@ def validate_source(code: bytes, filename: str = "function.py") -> str:
         raise InvalidArgumentError(f"{where}: syntax error: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; absurdly deep nesting
         raise InvalidArgumentError(f"{filename} cannot be compiled: {type(e).__name__}: {e}") from None
-    process = next((node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and node.name == "process"), None)
+    defined = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    name, first = ("process_batch", "records") if "process_batch" in defined else ("process", "input")
+    process = defined.get(name)
     if process is None:
-        raise InvalidArgumentError(f"{filename} must define a top-level function 'def process(input, context)'")
+        raise InvalidArgumentError(f"{filename} must define a top-level function 'def process(input, context)' "
+                                   "(or 'def process_batch(records, context)')")
     if isinstance(process, ast.AsyncFunctionDef):
-        raise InvalidArgumentError(f"{filename}:{process.lineno}: process must be a plain def, not async def")
+        raise InvalidArgumentError(f"{filename}:{process.lineno}: {name} must be a plain def, not async def")
     args = process.args
     positional = [*args.posonlyargs, *args.args]
     required = len(positional) - len(args.defaults)
     kw_required = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     if (len(positional) < 2 and args.vararg is None) or required > 2 or kw_required:
-        raise InvalidArgumentError(f"{filename}:{process.lineno}: process must accept exactly two positional "
-                                   f"arguments (input, context)")
+        raise InvalidArgumentError(f"{filename}:{process.lineno}: {name} must accept exactly two positional "
+                                   f"arguments ({first}, context)")
     return source
