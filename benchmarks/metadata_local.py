@@ -10,6 +10,7 @@ throughput with 8 writer threads (group commit) against one fsync per write.
 from __future__ import annotations
 
 import argparse
+import statistics
 import struct
 import tempfile
 import threading
@@ -32,14 +33,26 @@ def rate(n: int, fn) -> float:
     return n / (time.perf_counter() - start)
 
 
+def paired(n: int, ours, base, slices: int = 10) -> tuple[float, float, float]:
+    """(ours ops/s, baseline ops/s, ratio) for read loops ``ours(k)``/``base(k)`` of ``k`` ops: alternating
+    slices, so both see the same background load (other processes swing single runs by 30%); medians,
+    the ratio being the median of the per-slice ratios."""
+    a, b = [], []
+    for i in range(slices):
+        pair = ((ours, a), (base, b)) if i % 2 == 0 else ((base, b), (ours, a))
+        for fn, out in pair:
+            out.append(rate(n // slices, lambda fn=fn: fn(n // slices)))
+    return statistics.median(a), statistics.median(b), statistics.median(x / y for x, y in zip(a, b))
+
+
 def raw_env(directory: str) -> lmdb.Environment:
     env = lmdb.open(directory, map_size=1 << 30, max_dbs=2, sync=True, metasync=True, readahead=False)
     return env
 
 
-def bench(quick: bool) -> list[tuple[str, float, float]]:
+def bench(quick: bool) -> list[tuple[str, float, float, float | None]]:
     n_put = 300 if quick else 2000
-    n_get = 20_000 if quick else 200_000
+    n_get = 20_000 if quick else 600_000
     n_children = 2000 if quick else 20_000
     rows = []
     with tempfile.TemporaryDirectory() as sk_dir, tempfile.TemporaryDirectory() as raw_dir:
@@ -56,7 +69,7 @@ def bench(quick: bool) -> list[tuple[str, float, float]]:
                 with env.begin(write=True, db=nodes) as txn:
                     txn.put(node_key(f"/bench/put/{i}"), HEADER.pack(0, 0, 0, 0) + VALUE)
 
-        rows.append(("durable put", rate(n_put, sk_put), rate(n_put, raw_put)))
+        rows.append(("durable put", rate(n_put, sk_put), rate(n_put, raw_put), None))
 
         def sk_cas():
             for i in range(n_put):
@@ -72,22 +85,24 @@ def bench(quick: bool) -> list[tuple[str, float, float]]:
                         raise AssertionError("lost race in a single-writer benchmark")
                     txn.put(key, HEADER.pack(version + 1, 0, 0, 0) + VALUE)
 
-        rows.append(("compare-and-set put", rate(n_put, sk_cas), rate(n_put, raw_cas)))
+        rows.append(("compare-and-set put", rate(n_put, sk_cas), rate(n_put, raw_cas), None))
 
-        keys = [f"/bench/put/{i % n_put}" for i in range(n_get)]
+        keys = [f"/bench/put/{i % n_put}" for i in range(n_get // 10)]
         raw_keys = [node_key(k) for k in keys]
 
-        def sk_get():
-            for k in keys:
-                store.get(k)
+        def sk_get(n: int) -> None:
+            get = store.get
+            for k in keys[:n]:
+                get(k)
 
-        def raw_get():
-            for k in raw_keys:
-                with env.begin(db=nodes) as txn:
+        def raw_get(n: int) -> None:
+            begin, unpack = env.begin, HEADER.unpack_from
+            for k in raw_keys[:n]:
+                with begin(db=nodes) as txn:
                     raw = txn.get(k)
-                HEADER.unpack_from(raw)
+                unpack(raw)
 
-        rows.append(("get", rate(n_get, sk_get), rate(n_get, raw_get)))
+        rows.append(("get", *paired(n_get, sk_get, raw_get)))
 
         # The embedded state provider against a raw LMDB get of the same key in the same file
         # (its own database, its own layout: 8-byte version, tag, payload), decoded alike.
@@ -98,26 +113,32 @@ def bench(quick: bool) -> list[tuple[str, float, float]]:
         state_env, state_db = state._env, state._state
         value_key, count_key = state._prefix + b"word", state._prefix + b"count"
 
-        def raw_state_get() -> None:
-            for _ in range(n_get):
-                with state_env.begin(db=state_db) as txn:
+        def raw_state_get(n: int) -> None:
+            begin = state_env.begin
+            for _ in range(n):
+                with begin(db=state_db) as txn:
                     raw = txn.get(value_key)
-                raw[9:]  # noqa: B018 - the decode a raw user does too
+                raw[9:]  # the decode a raw user does too
 
-        def raw_state_get_counter() -> None:
-            for _ in range(n_get):
-                with state_env.begin(db=state_db) as txn:
+        def raw_state_get_counter(n: int) -> None:
+            begin, unpack = state_env.begin, COUNTER.unpack_from
+            for _ in range(n):
+                with begin(db=state_db) as txn:
                     raw = txn.get(count_key)
-                COUNTER.unpack_from(raw, 9)
+                unpack(raw, 9)
 
-        def state_read(read, key: str) -> None:
-            for _ in range(n_get):
-                read(key)
+        def state_get(n: int) -> None:
+            get = state.get
+            for _ in range(n):
+                get("word")
 
-        rows.append(("embedded state get", rate(n_get, lambda: state_read(state.get, "word")),
-                     rate(n_get, raw_state_get)))
-        rows.append(("embedded state get_counter", rate(n_get, lambda: state_read(state.get_counter, "count")),
-                     rate(n_get, raw_state_get_counter)))
+        def state_get_counter(n: int) -> None:
+            get = state.get_counter
+            for _ in range(n):
+                get("count")
+
+        rows.append(("embedded state get", *paired(n_get, state_get, raw_state_get)))
+        rows.append(("embedded state get_counter", *paired(n_get, state_get_counter, raw_state_get_counter)))
 
         def sk_children():
             for _ in range(n_children):
@@ -137,7 +158,7 @@ def bench(quick: bool) -> list[tuple[str, float, float]]:
                             names.append(key[len(prefix):].decode())
 
         rows.append(("get_children (%d children)" % n_put, rate(n_children, sk_children),
-                     rate(n_children, raw_children)))
+                     rate(n_children, raw_children), None))
         store.close()
         env.close()
     return rows
@@ -180,8 +201,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
     args = parser.parse_args()
     print(f"{'operation':34} {'statekeep ops/s':>16} {'raw LMDB ops/s':>16} {'ratio':>7}")
-    for name, ours, raw in bench(args.quick):
-        print(f"{name:34} {ours:16,.0f} {raw:16,.0f} {ours / raw:7.2f}")
+    for name, ours, raw, ratio in bench(args.quick):
+        print(f"{name:34} {ours:16,.0f} {raw:16,.0f} {ours / raw if ratio is None else ratio:7.2f}")
+    print("reads: alternating slices, medians; target: get and the embedded state reads >= 0.85x raw LMDB")
     print()
     print(f"{'writer threads':34} {'group commit':>16} {'fsync per write':>16} {'ratio':>7}")
     for threads in (8, 64):

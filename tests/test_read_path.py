@@ -4,11 +4,14 @@ get/get_counter) return exactly what the generic paths do, never a stale result.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+import time
 
 import pytest
 
 from statekeep.errors import CorruptStateError, InvalidArgumentError
-from statekeep.metadata import open_store
+from statekeep.metadata import local, open_store
 from statekeep.state import open_provider
 
 
@@ -88,3 +91,56 @@ def test_embedded_get_and_get_counter(tmp_path):
     finally:
         provider.close()
         store.close()
+
+
+def _child_reads(url: str) -> None:
+    try:
+        store = open_store(url)  # refused if fork() had left an LMDB transaction open
+        state = open_provider("embedded", {"store": store}).get_state_store("t", "n", "f")
+        assert store.get("/hot").value == b"v" and state.get_counter("c") == 3 and state.get("s") == b"x"
+        store.close()
+    except BaseException:  # noqa: BLE001 - anything fails the child
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def test_fork_waits_for_uncounted_hot_reads(tmp_path):
+    """Threads hammer the uncounted hot reads while the main thread forks: each child can open
+    the store (fork() never left a read transaction open), and the readers carry on."""
+    url = f"local://{tmp_path}"
+    store = open_store(url)
+    state = open_provider("embedded", {"store": store}).get_state_store("t", "n", "f")
+    store.put("/hot", b"v")
+    state.incr("c", 3)
+    state.put("s", b"x")
+    stop, reads, errors = threading.Event(), [0], []
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                assert store.get("/hot").value == b"v"
+                assert state.get_counter("c") == 3 and state.get("s") == b"x"
+                reads[0] += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    try:
+        for _ in range(5):
+            start = time.monotonic()
+            child = multiprocessing.get_context("fork").Process(target=_child_reads, args=(url,))
+            child.start()
+            child.join(60)
+            assert child.exitcode == 0
+            assert time.monotonic() - start < local.FORK_WAIT_S  # fork() did not sit out its deadline
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+        store.close()
+    assert errors == [] and reads[0] > 0

@@ -40,12 +40,14 @@ import fcntl
 import logging
 import os
 import struct
+import sys
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
@@ -75,8 +77,8 @@ DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
 EVENT_RETENTION_MS = 60_000
 NEW_SESSION_PREFIX = ".new-"
 MAX_KEY_BYTES = 511  # LMDB's default key size limit
-_RESULT_CACHE_ENTRIES = 4096  # per store: LocalStore.get's reuse of unchanged results
-_RESULT_CACHE_MAX_BYTES = 512 + 32  # values larger than this are not kept (memory stays < 4 MiB)
+_HOT_ENTRIES = 4096  # per store: paths LocalStore.get keeps its last result of
+_HOT_MAX_BYTES = 512 + 32  # larger values are not kept (the table stays under about 5 MiB)
 
 
 def _depth(path: str) -> int:
@@ -108,11 +110,37 @@ def node_key(path: str) -> bytes:
 # is open in this process and holds new ones back until it is done. Each transaction counts itself
 # in _open_txns: list append and pop are atomic under the GIL, and cheaper than a lock on the read path.
 _open_txns: list[None] = []
-_txn_opened, _txn_closed = _open_txns.append, _open_txns.pop  # bound once: the read path calls them
 _forking = False
 _fork_cond = threading.Condition()
 _unusable_in_child: set[Path] = set()  # environments a transaction still held when this process forked
 FORK_WAIT_S = 5.0
+
+
+# The hottest reads (LocalStore.get, the embedded provider's get and get_counter) do not count
+# themselves: they check _forking and otherwise open, use and end their transaction without leaving
+# their own frame, so fork() finds them by their code on the threads' stacks and waits for them too.
+# A read that sees _forking takes the counted path instead.
+_uncounted_reads: set[CodeType] = set()
+
+
+def uncounted_read(function: Callable) -> Callable:
+    """Mark ``function`` as a read that opens and ends an LMDB transaction within its own frame
+    without counting it in _open_txns (see above); it must check ``_forking`` before opening one."""
+    _uncounted_reads.add(function.__code__)
+    return function
+
+
+def _uncounted_reads_running() -> bool:
+    """Whether another thread is inside an uncounted read. One waiting in _hold_for_fork above such a
+    frame holds no transaction of it: the read took its counted path, which it enters with none open."""
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        if ident != me:
+            while frame is not None and frame.f_code is not _hold_for_fork.__code__:
+                if frame.f_code in _uncounted_reads:
+                    return True
+                frame = frame.f_back
+    return False
 
 
 def _hold_for_fork() -> None:
@@ -178,10 +206,11 @@ def _before_fork() -> None:
     with _fork_cond:
         _forking = True
     deadline = time.monotonic() + FORK_WAIT_S
-    while _open_txns and time.monotonic() < deadline:
+    while (_open_txns or _uncounted_reads_running()) and time.monotonic() < deadline:
         time.sleep(0.0002)  # transactions are short; scans are the exception
     _unusable_in_child.clear()
-    if _open_txns:  # e.g. this very thread is iterating a scan: the child cannot close what it inherits
+    if _open_txns or _uncounted_reads_running():  # e.g. this very thread is iterating a scan: the child
+        # cannot close what it inherits
         _unusable_in_child.update(_engines)
         log.warning("fork() with %d LMDB transactions still open after %ss: the child cannot open local stores "
                     "this process has open (%s)", len(_open_txns), FORK_WAIT_S, ", ".join(map(str, _engines)))
@@ -563,6 +592,7 @@ def _after_fork_in_child() -> None:
     for directory, engine in _engines.items():
         for store in list(engine.stores):
             store._forked = store._closed = True  # every call now raises StoreClosedError
+            store._hot = {}  # get()'s hits skip the closed check
             try:
                 os.close(store._session_fd)
             except OSError:
@@ -602,8 +632,9 @@ class LocalStore(MetadataStore):
             engine.refcount += 1
         self._engine = engine
         self._forked = False
-        self._results: dict[str, tuple[bytes, GetResult]] = {}  # see get()
+        self._hot: dict[str, tuple[bytes, bytes, GetResult]] = {}  # see get()
         self._env = engine.env
+        self._begin = engine.env.begin
         self._nodes = engine.nodes
         self.directory = directory
         try:
@@ -618,50 +649,55 @@ class LocalStore(MetadataStore):
             raise StoreClosedError("this local store was opened before fork(); open a new one in the child")
         super()._check_open()
 
+    @uncounted_read
     def get(self, path: str) -> GetResult | None:
         """As :meth:`MetadataStore.get`: a fresh LMDB read on every call (what any process committed
         before the call is seen)."""
-        # MetadataStore.get and _get in one frame: this is the hottest read path
+        # The hottest read path. Building Stat and GetResult costs more than the LMDB read itself, so
+        # a path read before keeps (its LMDB key, the stored bytes, the result): when this read finds
+        # the same bytes (header included: version and times), the same immutable result is returned.
+        # The comparison is with this very read, so it is never stale. Only valid paths of an open
+        # store get an entry (close and fork empty the table), so a hit needs no other check.
+        try:
+            hot = self._hot.get(path)
+        except TypeError:  # unhashable: not a path
+            hot = None
+        if hot is None or _forking:
+            return self._get_cold(path)
+        with self._begin(db=self._nodes) as txn:  # uncounted: fork() waits for this frame (see above)
+            raw = txn.get(hot[0])
+        if raw == hot[1]:
+            return hot[2]
+        return None if raw is None else self._result(path, hot[0], raw)
+
+    def _get_cold(self, path: str) -> GetResult | None:
         if self._closed:
             self._check_open()
         if path.__class__ is not str or path not in _valid_paths:
             validate_path(path)
-        key = _node_keys.get(path) or node_key(path)
-        _txn_opened(None)  # transaction(), inlined
-        if _forking:
-            _hold_for_fork()
-        try:
-            with self._env.begin(db=self._nodes) as txn:
-                raw = txn.get(key)
-        finally:
-            _txn_closed()
-        if raw is None:
-            return None
-        # Building Stat and GetResult costs more than the LMDB read itself; a key read again with
-        # the same stored bytes (header included, so version and times too) gets the same immutable
-        # result back. The comparison is against this very read, so it is never stale.
-        hit = self._results.get(path)
-        if hit is not None and hit[0] == raw:
-            return hit[1]
-        return self._result(path, raw)
+        key = node_key(path)
+        with transaction(self._env, db=self._nodes) as txn:
+            raw = txn.get(key)
+        return None if raw is None else self._result(path, key, raw)
 
-    def _result(self, path: str, raw: bytes) -> GetResult:
+    def _result(self, path: str, key: bytes, raw: bytes) -> GetResult:
         version, created, modified, owner = _unpack_header(raw)
         # tuple.__new__ skips the NamedTuple's Python-level __new__
         stat = _new_tuple(Stat, (path, version, created, modified, owner != 0,
                                  owner != 0 and owner == self.session_id))
         result = _new_tuple(GetResult, (raw[32:], stat))
-        if len(raw) <= _RESULT_CACHE_MAX_BYTES:
-            results = self._results
-            if len(results) >= _RESULT_CACHE_ENTRIES:
-                results.clear()  # bounded; a miss only costs the construction above
-            results[path] = (raw, result)
+        if len(raw) <= _HOT_MAX_BYTES:
+            hot = self._hot
+            if len(hot) >= _HOT_ENTRIES:
+                hot.clear()  # bounded; a miss only costs the construction above
+            hot[path] = (key, raw, result)
         return result
 
     def _get(self, path: str) -> GetResult | None:
+        key = node_key(path)
         with transaction(self._env, db=self._nodes) as txn:
-            raw = txn.get(node_key(path))
-        return None if raw is None else self._result(path, raw)
+            raw = txn.get(key)
+        return None if raw is None else self._result(path, key, raw)
 
     def _exists(self, path: str) -> bool:
         with transaction(self._env, db=self._nodes) as txn:
@@ -679,6 +715,7 @@ class LocalStore(MetadataStore):
         return self._engine.submit(build)
 
     def _close(self) -> None:
+        self._hot = {}  # get()'s hits skip the closed check
         self._engine.stores.discard(self)
         try:
             if self._engine.pid == os.getpid():

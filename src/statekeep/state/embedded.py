@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import open_store
 from statekeep.metadata import local
-from statekeep.metadata.local import LocalStore, transaction
+from statekeep.metadata.local import LocalStore, transaction, uncounted_read
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
@@ -42,7 +42,25 @@ _I64 = struct.Struct(">q")
 _new_entry = tuple.__new__
 _unpack_i64 = _I64.unpack_from
 _TAG_BYTES, _TAG_COUNTER = records.BYTES[0], records.COUNTER[0]
-_txn_opened, _txn_closed = local._open_txns.append, local._open_txns.pop
+
+
+def _decode_value(key: str, raw: bytes | None) -> bytes | None:
+    if raw is None:
+        return None
+    tag = raw[8]
+    if tag == _TAG_BYTES or (tag == _TAG_COUNTER and len(raw) == 17):
+        return raw[9:]
+    return records.decode_stored(raw[8:], key)[1]  # raises CorruptStateError
+
+
+def _decode_counter(key: str, raw: bytes | None) -> int:
+    if raw is None:
+        return 0
+    if raw[8] == _TAG_COUNTER and len(raw) == 17:
+        return _unpack_i64(raw, 9)[0]
+    if records.decode_stored(raw[8:], key)[0] == "bytes":  # raises CorruptStateError for garbage
+        raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
+    raise AssertionError("unreachable")
 
 
 class _Txn:
@@ -125,7 +143,10 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                                                     engine.open_db(b"state_meta"))
         self._prefix = f"{tenant}\0{namespace}\0{name}\0".encode()
         self._offset_key = self._prefix + b"o"
-        self._raw_keys: dict[str, bytes] = {}  # valid key -> F + key (see get)
+        # see get(): key -> (LMDB key, stored bytes, answer)
+        self._hot_values: dict[str, tuple[bytes, bytes, bytes | None]] = {}
+        self._hot_counters: dict[str, tuple[bytes, bytes, int]] = {}
+        self._begin = self._env.begin
         self.max_value_size = provider.store.max_value_size
 
     @property
@@ -147,56 +168,56 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             open_txns.pop()
         return None if raw is None else self._entry(key, raw)
 
-    def _raw_key(self, key: str) -> bytes:
-        """``F + key`` for a valid key (:class:`InvalidArgumentError` otherwise), remembered."""
-        encode_key(key)
-        raw_keys = self._raw_keys
-        if len(raw_keys) >= 100_000:
-            raw_keys.clear()
-        raw_key = raw_keys[key] = self._prefix + key.encode()
-        return raw_key
+    # get and get_counter: the hot read path of REST, the CLI and user code. Each keeps, per key
+    # read before, (its LMDB key, the stored bytes, the decoded answer); a read that finds the same
+    # bytes returns the same answer, so a hit is one lookup, one LMDB read and one comparison.
+    # Only valid keys get an entry, so a hit needs no validation.
 
-    # get and get_counter read in one frame (the generic ones go through get_entry and a StateEntry):
-    # they are the hot read path of REST, the CLI and user code.
-
+    @uncounted_read
     def get(self, key: str) -> bytes | None:
         """As :meth:`StateStore.get`: a fresh read of the committed value (a counter as 8 bytes)."""
-        raw_key = self._raw_keys.get(key) if key.__class__ is str else None
-        if raw_key is None:
-            raw_key = self._raw_key(key)
-        _txn_opened(None)  # local.transaction(), inlined
-        if local._forking:
-            local._hold_for_fork()
         try:
-            with self._env.begin(db=self._state) as txn:
-                raw = txn.get(raw_key)
-        finally:
-            _txn_closed()
-        if raw is None:
-            return None
-        tag = raw[8]
-        if tag == _TAG_BYTES or (tag == _TAG_COUNTER and len(raw) == 17):
-            return raw[9:]
-        return self._entry(key, raw).value  # raises CorruptStateError
+            hot = self._hot_values.get(key)
+        except TypeError:  # unhashable: not a key
+            hot = None
+        if hot is None or local._forking:
+            return self._read_cold(key, self._hot_values, _decode_value)
+        with self._begin(db=self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
+            raw = txn.get(hot[0])
+        if raw == hot[1]:
+            return hot[2]
+        return self._read_cold(key, self._hot_values, _decode_value, raw)
 
+    @uncounted_read
     def get_counter(self, key: str) -> int:
         """As :meth:`StateStore.get_counter`: 0 if absent, :class:`InvalidArgumentError` if it holds bytes."""
-        raw_key = self._raw_keys.get(key) if key.__class__ is str else None
-        if raw_key is None:
-            raw_key = self._raw_key(key)
-        _txn_opened(None)  # local.transaction(), inlined
-        if local._forking:
-            local._hold_for_fork()
         try:
-            with self._env.begin(db=self._state) as txn:
+            hot = self._hot_counters.get(key)
+        except TypeError:
+            hot = None
+        if hot is None or local._forking:
+            return self._read_cold(key, self._hot_counters, _decode_counter)
+        with self._begin(db=self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
+            raw = txn.get(hot[0])
+        if raw == hot[1]:
+            return hot[2]
+        return self._read_cold(key, self._hot_counters, _decode_counter, raw)
+
+    def _read_cold(self, key: str, hot: dict, decode: Callable[[str, bytes | None], Any],
+                   raw: bytes | None | bool = False) -> Any:
+        """get/get_counter without a usable entry: validate, read (unless ``raw`` was just read),
+        decode (raising for bytes read as a counter, or a value no provider wrote), remember."""
+        encode_key(key)
+        raw_key = self._prefix + key.encode()
+        if raw is False:
+            with transaction(self._env, db=self._state) as txn:
                 raw = txn.get(raw_key)
-        finally:
-            _txn_closed()
-        if raw is None:
-            return 0
-        if raw[8] == _TAG_COUNTER and len(raw) == 17:
-            return _unpack_i64(raw, 9)[0]
-        return super().get_counter(key)  # raises the right error
+        answer = decode(key, raw)
+        if raw is not None and len(raw) <= 512:
+            if len(hot) >= 4096:
+                hot.clear()  # bounded; a miss costs only the decode
+            hot[key] = (raw_key, raw, answer)
+        return answer
 
     def _entry(self, key: str, raw: bytes) -> StateEntry:
         kind, payload = records.decode_stored(raw[8:], key)
