@@ -117,14 +117,16 @@ def context(tmp_path):
 
 def test_bulk_ops(context):
     ctx, store = context
-    assert ctx.incr_counters(pa.array(["a", "b", "a", "seen"]), 2) == [2, 2, 4, 12]
-    assert ctx.incr_counters(["a", "c"], pa.array([5, -1], pa.int64())) == [9, -1]
+    assert ctx.incr_counters(pa.array(["a", "b", "a", "seen"]), 2) is None
+    assert ctx.get_counters(["a", "b", "seen"]) == [4, 2, 12]
+    ctx.incr_counters(["a", "c"], pa.array([5, -1], pa.int64()))
     assert ctx.get_counters(pa.chunked_array([["a", "b"], ["c", "seen", "none"]])) == [9, 2, -1, 12, 0]
     ctx.put_states(["s1", "s2"], [b"x", "y"])
     assert ctx.get_states(("s1", "s2", "none", "blob")) == [b"x", b"y", None, b"bytes"]
     ctx.del_states(["s1", "a"])
     assert ctx.get_states(["s1"]) == [None] and ctx.get_counters(["a"]) == [0]
-    assert ctx.incr_counters(["a"]) == [1]  # after a delete, counting restarts
+    ctx.incr_counters(["a"])  # after a delete, counting restarts
+    assert ctx.get_counters(["a"]) == [1] and ctx.incr_counter("a", 1) == 2
     assert ctx.get_counter("b") == 2 and ctx.get_state("s2") == b"y"  # the per-key API sees the same buffer
     assert store.get_counter("a") == 0  # nothing written before the batch's apply
 
@@ -136,8 +138,7 @@ def test_bulk_ops(context):
     (lambda c: c.incr_counters("abc", 1), "keys must be a sequence of str, not one str"),
     (lambda c: c.incr_counters(5, 1), "keys must be a sequence of str, not int"),
     (lambda c: c.incr_counters(["a", None], 1), "incr_counters: a state key must be a str"),
-    (lambda c: c.incr_counters(["a", "blob"], 1), "'blob' holds bytes"),
-    (lambda c: c.incr_counters(["a", "seen"], [1, (1 << 63) - 5]), "'seen' would overflow"),
+    (lambda c: c.incr_counters(["a", "a"], [1, (1 << 63) - 1]), "'a' would overflow"),
     (lambda c: c.put_states(["a"], [b"x", b"y"]), "put_states: 1 keys but 2 values"),
     (lambda c: c.put_states(["a"], [3]), "bytes or str, not int"),
     (lambda c: c.put_states(["a", "b"], [b"x", b"y" * 101]), "ValueTooLarge|too large|101"),
@@ -159,3 +160,34 @@ def test_vectorized_word_count_on_the_metadata_provider(spec, tmp_path):
     assert run_partition(spec, 0, 1, lines(words)).applied
     assert not run_partition(spec, 0, 1, lines(words)).applied
     assert counters(spec) == dict(Counter(words))
+
+
+INCR_AND_ECHO = '''
+import pyarrow as pa
+def process_batch(records, context):
+    context.incr_counters(records["word"], 1)
+    return pa.table({"word": records["word"]})
+'''
+
+
+@pytest.mark.parametrize("skip_errors", [False, True])
+def test_stored_values_refusing_bulk_increments_fail_the_batch_whole(spec, tmp_path, skip_errors):
+    """incr_counters reads nothing: a key holding bytes, or a stored counter it would overflow,
+    is refused by the batch's write, which names the function and batch and writes nothing."""
+    store = state_store(spec)
+    store.put("blob", b"bytes")
+    store.set_counter("big", (1 << 63) - 2)
+    spec = {**spec, "code": INCR_AND_ECHO, "skip_errors": skip_errors, "output": str(tmp_path / "out")}
+    for batch, bad in enumerate(["blob", "big"]):
+        words = ["ok", bad, "big"]
+        if skip_errors:
+            stats = run_partition(spec, batch, 5, lines(words))
+            assert (stats.processed, stats.skipped, stats.outputs, stats.applied) == (0, 3, 0, True)
+            assert f"process_batch: the state changes of batch {batch}, partition 5 were refused" in stats.errors[0]
+            assert not run_partition(spec, batch, 5, lines(words)).applied  # its marker was written
+            assert not list((tmp_path / "out").glob("*.jsonl"))  # nor its outputs
+        else:
+            with pytest.raises(FunctionRecordError, match=f"wc process_batch: the state changes of batch {batch}, "
+                                                          r"partition 5 were refused \(nothing written\)"):
+                run_partition(spec, batch, 5, lines(words))
+    assert counters(spec) == {"blob": None, "big": (1 << 63) - 2}

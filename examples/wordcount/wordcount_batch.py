@@ -18,5 +18,5 @@ def process_batch(records, context):
         return None
     counts = pc.value_counts(records["word"].drop_null())  # distinct words and how often each occurs
     words = counts.field("values")
-    totals = context.incr_counters(words, counts.field("counts"))
-    return pa.table({"word": words, "count": pa.array(totals, pa.int64())})
+    context.incr_counters(words, counts.field("counts"))
+    return pa.table({"word": words, "count": pa.array(context.get_counters(words), pa.int64())})

@@ -82,27 +82,20 @@ class BufferedState:
         self.counter_deltas[key] = delta
         return value
 
-    def incr_many(self, keys: list[str], amounts: list[int]) -> list[int]:
-        """:meth:`incr` of each pair in order (a key may repeat), all or nothing: an overflow or a
-        key holding bytes raises before any of the increments is buffered. Returns the new values."""
-        self.prefetch(k for k in keys if k not in self._base and k not in self.puts)
-        base, puts, deltas = self._base, self.puts, dict.fromkeys(keys)
-        for key in deltas:  # the current delta of each key once, then the additions
-            deltas[key] = self.counter_deltas.get(key, 0)
-        values = []
+    def add_many(self, keys: list[str], amounts: list[int]) -> None:
+        """Buffer ``amounts`` as counter deltas of ``keys`` (a key may repeat), reading nothing: the
+        stored values are checked (a key holding bytes, overflow) by the batch's write, which then
+        fails whole. A running delta outside 64 bits raises here, before any of them is buffered."""
+        deltas = self.counter_deltas
+        new = dict.fromkeys(keys, 0)
         for key, amount in zip(keys, amounts):
-            delta = deltas[key] + amount
-            if key in puts:
-                value = delta
-            else:
-                entry = base[key]
-                value = (entry[1] if entry[1] is not None else self._stored_counter(key, entry)) + delta
-            if not COUNTER_MIN <= value <= COUNTER_MAX:
+            new[key] += amount
+        for key, amount in new.items():
+            total = deltas.get(key, 0) + amount
+            if not COUNTER_MIN <= total <= COUNTER_MAX:
                 raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
-            deltas[key] = delta
-            values.append(value)
-        self.counter_deltas.update(deltas)
-        return values
+            new[key] = total
+        deltas.update(new)
 
     @property
     def dirty(self) -> bool:
@@ -220,9 +213,11 @@ class Context:
     # Each call is all or nothing: a bad key, value or amount raises InvalidArgumentError (naming
     # the operation) before any of its changes is buffered. Results are lists in the order of keys.
 
-    def incr_counters(self, keys: Any, amounts: Any = 1) -> list[int]:
+    def incr_counters(self, keys: Any, amounts: Any = 1) -> None:
         """Add ``amounts`` (one int for every key, or one per key) to the counters at ``keys`` (a key
-        may repeat: its amounts add up); returns each key's value after its increment."""
+        may repeat: its amounts add up). Reads nothing (:meth:`get_counters` gives the new values):
+        a key that holds bytes, or a counter the stored value would overflow, fails the batch's
+        write, which then writes nothing."""
         keys = _key_list(keys, "incr_counters")
         if amounts.__class__ is int or (isinstance(amounts, int) and not isinstance(amounts, bool)):
             amounts = [amounts] * len(keys)
@@ -232,7 +227,7 @@ class Context:
                 if amount.__class__ is not int and (isinstance(amount, bool) or not isinstance(amount, int)):
                     raise InvalidArgumentError(f"incr_counters: a counter amount must be an int, "
                                                f"not {type(amount).__name__} ({amount!r})")
-        return self._state.incr_many(keys, amounts)
+        self._state.add_many(keys, amounts)
 
     def get_counters(self, keys: Any) -> list[int]:
         """The counter at each key (0 if absent); a key holding bytes raises InvalidArgumentError."""

@@ -16,6 +16,7 @@ Exactly-once, and why it is cheap:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekeep.errors import StatekeepError
+from statekeep.errors import InvalidArgumentError, StatekeepError
 from statekeep.functions.context import BufferedState, Context, is_valid_key
 
 log = logging.getLogger(__name__)
@@ -284,19 +285,36 @@ def _run_batch(spec: dict, batch_id: int, partition: int, records: Any, store: A
     except FunctionRecordError as e:
         if not spec.get("skip_errors"):
             raise
-        # the whole partition's batch is one unit: skipped, nothing of it written but its marker
-        stats.skipped = table.num_rows if table is not None else len(records)
-        stats.errors.append(str(e).split("\n")[0])
-        state, output = BufferedState(store.fetch_many, store.max_value_size), None
-    else:
-        stats.processed = table.num_rows
+        return _skip_batch(store, marker, stats, table.num_rows if table is not None else len(records), e)
+    stats.processed = table.num_rows
     stats.outputs = output.num_rows if output is not None else 0
     if output is not None and spec.get("output") and spec["output"] != "console":
         write_outputs(spec["output"], batch_id, partition, output, spec.get("output_format", "jsonl"))
-    stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
+    try:
+        stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
+    except InvalidArgumentError as e:  # incr_counters read nothing: a key holding bytes, an overflow
+        error = FunctionRecordError(f"{fqfn} process_batch: the state changes of {where} were refused "
+                                    f"(nothing written): {type(e).__name__}: {e}")
+        if not spec.get("skip_errors"):
+            raise error from None  # a replay fails alike, and rewrites the same output file
+        if output is not None and spec.get("output") and spec["output"] != "console":
+            fmt = spec.get("output_format", "jsonl")  # skipped: its outputs go too
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(spec["output"], f"batch-{batch_id:012d}-part-{partition:05d}.{fmt}"))
+        stats.processed = stats.outputs = 0
+        return _skip_batch(store, marker, stats, table.num_rows, error)
     if output is not None and spec.get("output") == "console":
         for record in output.slice(0, 20).to_pylist():
             print(json.dumps(record, default=str))
+    return stats
+
+
+def _skip_batch(store: Any, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:
+    """``--skip-errors`` for process_batch: the partition's batch is one unit, skipped whole; only its
+    marker is written (a replay skips it again)."""
+    stats.skipped = records
+    stats.errors.append(str(error).split("\n")[0])
+    stats.applied = store.apply_batch({}, {}, marker=marker)
     return stats
 
 
