@@ -23,7 +23,9 @@ Batch limits (``batch_limits``), conservative for the backends' defaults: etcd a
 (``--max-txn-ops`` 128: a created key costs two operations, its record two more, plus the marker
 and missing parents) and 1.5 MiB; ZooKeeper 1000 keys and ``jute.maxbuffer`` (1 MiB) for the whole
 request; memory and local 10000 keys and 64 MiB. A value and its changelog copy travel in one
-request, so ``max_value_size`` is about half the request limit on ZooKeeper and etcd.
+request, so ``max_value_size`` is about half the request limit on ZooKeeper and etcd. A batch
+within them is one ``multi``; a larger one is staged, committed by one write and applied in
+groups within them (:mod:`statekeep.state.staged`), with the same exactly-once guarantee.
 """
 
 from __future__ import annotations
