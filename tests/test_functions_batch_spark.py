@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 
 import pytest
 from test_functions_spark import (
     EXAMPLE,
-    KEYS_PER_FILE,
-    backend_store,
     counters,
     expected_counts,
+    kill_driver_then_rerun,
     register,
     run_once,
     write_words,
@@ -25,7 +19,6 @@ from test_functions_spark import (
 
 from statekeep.functions.service import FunctionService
 from statekeep.functions.spark import read_status
-from statekeep.testing import wait_for
 
 WORDCOUNT_BATCH = (EXAMPLE / "wordcount_batch.py").read_bytes()
 
@@ -63,27 +56,7 @@ def test_vectorized_word_count_exact_and_restart_continues(spark, tmp_path):
 def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path):
     """As tests/test_functions_spark.py's test of the same name, with wordcount_batch.py (on ZooKeeper
     and etcd each (batch, partition) needs several transactions: the staged commit)."""
-    inputs, out = tmp_path / "in", tmp_path / "out"
-    url, where = backend_store(backend, request, tmp_path)
-    per = KEYS_PER_FILE[backend]
-    words = [f"w{i % (per + 3)}" for i in range(6 * per)]
-    for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * per:(part + 1) * per])
-    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "crash",
-               "--py", str(EXAMPLE / "wordcount_batch.py"), "--inputs", str(inputs), "--key-field", "word",
-               "--parallelism", "2", "--output", str(out), *where, "--once",
-               "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
-    with FunctionService.open(url) as service:
-        assert wait_for(lambda: (read_status(service.registry.store, "public", "default", "crash") or {})
-                        .get("batches", 0) >= 2 or first.poll() is not None, timeout=300)
-    os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
-    first.wait()
-    time.sleep(1)
-    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount_batch.py")
     with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
     # each (batch, partition)'s output exists once, so the newest count of each word is its total
