@@ -40,6 +40,23 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, object], str]] = {
 }
 
 
+#: (state provider, backend) pairs: the metadata provider on every backend, the embedded one on local://
+STATE_TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
+
+
+@pytest.fixture(params=STATE_TARGETS, ids=[f"{p}-{b}" for p, b in STATE_TARGETS])
+def leader(request: pytest.FixtureRequest, tmp_path):
+    """A state provider over a fresh store, for each of STATE_TARGETS in turn."""
+    from statekeep.state import open_provider
+
+    name, backend = request.param
+    store = open_store(BACKENDS[backend](request, tmp_path))
+    provider = open_provider(name, {"store": store})
+    yield provider
+    provider.close()
+    store.close()
+
+
 @pytest.fixture(params=list(BACKENDS))
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     """A URL of a fresh, empty namespace on each backend in turn."""

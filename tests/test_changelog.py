@@ -11,10 +11,8 @@ import pytest
 
 from statekeep.changelog import Compactor, FollowerStore, SnapshotStore, compact
 from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError
-from statekeep.metadata import open_store
 from statekeep.state import open_provider
 
-from conftest import BACKENDS
 
 
 def entries(store) -> dict:
@@ -38,19 +36,6 @@ def write_mix(state, n: int, seed: int = 0) -> None:
             else:
                 puts[f"k{k}"] = b"v%d" % i
         state.apply_batch(puts, counters)
-
-
-TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
-
-
-@pytest.fixture(params=TARGETS, ids=[f"{p}-{b}" for p, b in TARGETS])
-def leader(request, tmp_path):
-    name, backend = request.param
-    store = open_store(BACKENDS[backend](request, tmp_path))
-    provider = open_provider(name, {"store": store})
-    yield provider
-    provider.close()
-    store.close()
 
 
 def open_follower(leader, tmp_path, name="f", **options):

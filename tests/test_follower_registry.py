@@ -14,21 +14,12 @@ from statekeep.changelog import FollowerStore
 from statekeep.errors import NotFoundError, ReadOnlyStoreError
 from statekeep.functions.service import FunctionService
 from statekeep.metadata import open_store
-from statekeep.state import open_provider
 from statekeep.testing import wait_for
 
 CODE = b"def process(input, context):\n    return input\n"
-TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
-
-
-@pytest.fixture(params=TARGETS, ids=[f"{p}-{b}" for p, b in TARGETS])
-def provider(request, tmp_path):
-    name, backend = request.param
-    store = open_store(BACKENDS[backend](request, tmp_path))
-    opened = open_provider(name, {"store": store})
-    yield opened
-    opened.close()
-    store.close()
+@pytest.fixture
+def provider(leader):
+    return leader
 
 
 def test_follower_without_local_dir_keeps_a_private_copy_removed_at_close(provider):

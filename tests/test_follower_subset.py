@@ -7,26 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import BACKENDS
-from test_changelog import TARGETS, entries, open_follower
+from test_changelog import entries, open_follower
 
 from statekeep.changelog import FollowerStore, SnapshotStore, compact
 from statekeep.changelog.replica import LocalReplica
 from statekeep.errors import InvalidArgumentError
-from statekeep.metadata import open_store
-from statekeep.state import open_provider
 from statekeep.state.records import counter_bytes
-
-
-@pytest.fixture(params=TARGETS, ids=[f"{p}-{b}" for p, b in TARGETS])
-def leader(request, tmp_path):
-    """A leader provider on each backend (the metadata provider) and the embedded one on local://."""
-    name, backend = request.param
-    store = open_store(BACKENDS[backend](request, tmp_path))
-    provider = open_provider(name, {"store": store})
-    yield provider
-    provider.close()
-    store.close()
 
 
 def follow(leader, tmp_path, local: str, **options) -> FollowerStore:

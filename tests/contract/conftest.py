@@ -7,9 +7,7 @@ import pytest
 
 from statekeep.state import open_provider
 
-from conftest import BACKENDS
-
-STATE_TARGETS = [("metadata", backend) for backend in BACKENDS] + [("embedded", "local")]
+from conftest import BACKENDS, STATE_TARGETS
 
 
 @pytest.fixture(params=STATE_TARGETS, ids=[f"{p}-{b}" for p, b in STATE_TARGETS])
