@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from server_process import ServerProcess, create_function
+from test_functions_spark import write_words
 
 from statekeep.cli import main
 from statekeep.functions.service import FunctionService
@@ -38,13 +39,6 @@ def process(input, context):
 ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 # small micro-batches: one input file each
 ONE_FILE_PER_BATCH = {"inputOptions": {"maxFilesPerTrigger": "1"}}
-
-
-def write_words(directory: Path, name: str, words: list[str]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    temp = directory / f".{name}.tmp"
-    temp.write_text("".join(json.dumps({"word": w}) + "\n" for w in words))
-    temp.rename(directory / name)  # appears whole: Spark's file source must never see half a file
 
 
 def words_in(directory: Path) -> Counter:
