@@ -67,8 +67,6 @@ class MetadataChangelog:
 
     def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
                           now_ms: int | None = None) -> CompactionResult:
-        from statekeep.state.metadata_provider import _parallel_get
-
         cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - int(tombstone_retention_s * 1000)
         every = self._store.get_children(self._log_parent)
         names = [n for n in every if int(n[1:]) <= upto_offset]
@@ -77,10 +75,10 @@ class MetadataChangelog:
         for i in range(0, len(names), COMPACTION_CHUNK):
             chunk = names[i:i + COMPACTION_CHUNK]
             paths = [self._log + n[1:] for n in chunk]
-            found = [(int(n[1:]), p, r) for n, p, r in zip(chunk, paths, _parallel_get(self._store, paths))
+            found = [(int(n[1:]), p, r) for n, p, r in zip(chunk, paths, self._store.get_many(paths))
                      if r is not None]
             decoded = [(offset, path, records.decode_record(r.value, offset)) for offset, path, r in found]
-            currents = _parallel_get(self._store, [self._kv + encode_key(rec.key) for _, _, rec in decoded])
+            currents = self._store.get_many([self._kv + encode_key(rec.key) for _, _, rec in decoded])
             deletes: list[tuple[int, str, bool]] = []  # (offset, path, is a dropped tombstone)
             for (offset, path, rec), current in zip(decoded, currents):
                 scanned += 1

@@ -56,11 +56,6 @@ _UNCHANGED = object()
 _new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the read path
 
 
-def _parallel_get(store: MetadataStore, paths: list[str]) -> list[GetResult | None]:
-    """``store.get`` of every path, in as few round trips as the backend allows."""
-    return store.get_many(paths)
-
-
 def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
     if expected == -1:
         if current is not None:
@@ -109,7 +104,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         keys = list(dict.fromkeys(keys))
         paths = [self._kv + encode_key(key) for key in keys]  # validate all before reading any
         return {key: self._entry(key, path, result)
-                for key, path, result in zip(keys, paths, _parallel_get(self._store, paths)) if result is not None}
+                for key, path, result in zip(keys, paths, self._store.get_many(paths)) if result is not None}
 
     @staticmethod
     def _entry(key: str, path: str, result: GetResult) -> StateEntry:
@@ -288,7 +283,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         return records.encode_counter(total)
 
     def _read_items(self, items: Sequence[staged.Item]) -> list[GetResult | None]:
-        return _parallel_get(self._store, [item.path for item in items])
+        return self._store.get_many([item.path for item in items])
 
     def _apply_items(self, items: Sequence[staged.Item], extra: Callable[[], list], done: Callable[[], bool],
                      currents: Sequence[GetResult | None] | None = None) -> bool:
