@@ -100,11 +100,17 @@ def _grpc_poller_alive() -> bool:
     return any("_poll_wrapper" in thread.name for thread in threading.enumerate())
 
 
-def _release_grpc() -> None:
-    """Make sure gRPC's poller thread has ended once no store has a channel: gRPC objects caught in reference
-    cycles (a call in an exception's traceback) keep it alive until collected."""
-    if all(store._channel is None for store in _stores) and _grpc_poller_alive():
+def _release_grpc(wait: float = 2.0) -> None:
+    """Make sure gRPC's poller thread has ended once no store has a channel. It ends when the last gRPC object is
+    freed: objects in reference cycles (a call in an exception's traceback) wait for a collection, and a
+    cancelled call's last references go a few loop iterations after its channel closed, so wait up to ``wait``
+    seconds (only when the thread outlives the channels, which it does not if nothing else uses gRPC)."""
+    if not all(store._channel is None for store in _stores):
+        return
+    deadline = time.monotonic() + wait
+    while _grpc_poller_alive() and time.monotonic() < deadline:
         gc.collect()
+        time.sleep(0.005)
 
 
 def _before_fork() -> None:
