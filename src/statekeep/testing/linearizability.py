@@ -109,20 +109,21 @@ def check(history: Sequence[Operation], initial: State = None, *, max_explored: 
     calls: dict[int, _Entry] = {}
     prev = head
     for _, kind, i in events:
-        entry = _Entry(i, kind == 0)
+        node = _Entry(i, kind == 0)
         if kind == 0:
-            calls[i] = entry
+            calls[i] = node
         else:
-            calls[i].match = entry
-        entry.prev, prev.next = prev, entry
-        prev = entry
+            calls[i].match = node
+        node.prev, prev.next = prev, node
+        prev = node
 
     state, linearized = initial, 0
     stack: list[tuple[_Entry, State]] = []
     seen: set[tuple[int, State]] = set()
     best, stuck = 0, None
-    entry = head.next
+    entry: _Entry | None = head.next
     while head.next is not None:
+        assert entry is not None  # a call's response always follows it in the list
         if entry.is_call:
             ok, new_state = step(state, ops[entry.op])
             if ok:
@@ -151,6 +152,7 @@ def check(history: Sequence[Operation], initial: State = None, *, max_explored: 
 
 def _lift(entry: _Entry) -> None:
     for e in (entry, entry.match):
+        assert e is not None and e.prev is not None  # every listed entry has a predecessor (the head)
         e.prev.next = e.next
         if e.next is not None:
             e.next.prev = e.prev
@@ -158,6 +160,7 @@ def _lift(entry: _Entry) -> None:
 
 def _unlift(entry: _Entry) -> None:
     for e in (entry.match, entry):
+        assert e is not None and e.prev is not None
         e.prev.next = e
         if e.next is not None:
             e.next.prev = e
@@ -251,6 +254,7 @@ def _one_op(store: Any, path: str, client: int, n: int, rng: random.Random, last
             fault_rate: float) -> tuple[Operation, int]:
     roll = rng.random()
     value = f"{client}:{n}".encode()
+    args: tuple[Any, ...]
     if roll < 0.4:
         kind, args = "read", ()
     elif roll < 0.6:
@@ -271,7 +275,7 @@ def _one_op(store: Any, path: str, client: int, n: int, rng: random.Random, last
             result = store.put(path, value).version
         else:
             try:
-                result = store.put(path, value, expected_version=args[0]).version
+                result = store.put(path, value, expected_version=expected).version
             except BadVersionError:  # a lost create (AlreadyExistsError) or a key absent at expected version N
                 result = FAIL
         if fault:

@@ -186,6 +186,7 @@ class SparkCluster:
         worker = self.workers[index]
         if not worker.alive:
             return []
+        assert worker.process is not None  # alive
         group = worker.process.pid
         pids = []
         for entry in Path("/proc").iterdir():
@@ -237,7 +238,8 @@ class SparkCluster:
         while time.monotonic() < deadline:
             for d in daemons:
                 if not d.alive:
-                    raise RuntimeError(f"spark {d.name} exited with {d.process.returncode}:\n{d.log_tail()}")
+                    code = None if d.process is None else d.process.returncode
+                    raise RuntimeError(f"spark {d.name} exited with {code}:\n{d.log_tail()}")
             if ready(self.state()):
                 return
             time.sleep(0.1)
