@@ -55,6 +55,15 @@ def test_auth_on(server):
         # open endpoints
         assert anonymous.get("/metrics").status_code == 200
         assert anonymous.get("/openapi.json").status_code == 200
+        # the bearer scheme is in the spec, on every guarded operation and not on the open ones
+        spec = anonymous.get("/openapi.json").json()
+        assert spec["components"]["securitySchemes"]["bearer"] == {
+            "type": "http", "scheme": "bearer", "description": spec["components"]["securitySchemes"]["bearer"][
+                "description"]}
+        assert spec["paths"]["/admin/v3/functions/{tenant}/{namespace}/{name}"]["post"]["security"] == [{"bearer": []}]
+        assert spec["paths"]["/admin/v3/functions/{tenant}/{namespace}/{name}/state/{key}"]["get"]["security"] == \
+            [{"bearer": []}]
+        assert "security" not in spec["paths"]["/metrics"]["get"]
 
 
 def test_auth_off_by_default(tmp_path):

@@ -13,7 +13,8 @@ from statekeep.errors import InvalidArgumentError
 class ServerConfig:
     """``metadata_url``: where functions (and, by default, their state) live. ``state_provider`` /
     ``state_provider_config``: the default state provider (None: ``embedded`` on a ``local://``
-    store, ``metadata`` on others, on the server's own store when the config is None). ``tokens`` (token -> grant) or ``tokens_file`` (JSON) turn auth on.
+    store, ``metadata`` on others, on the server's own store when the config is None).
+    ``tokens`` (token -> grant) or ``tokens_file`` (JSON) turn auth on.
     ``allow_custom_state_providers``: let a function's config name its own provider (off: a REST
     caller could otherwise make the server open any store). ``worker``: runs functions (see
     :mod:`statekeep.server.worker`). ``max_request_bytes``: larger bodies get 413. ``followers``:

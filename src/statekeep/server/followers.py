@@ -5,7 +5,7 @@ Followers are configured with the server (``ServerConfig.followers``: a list of
 removed at stop), ``"provider"``, ``"blobs"``, ``"functions_root"`` (where the leader's registry keeps
 functions; default: the server's own ``functions_root``) and ``"key_prefix"`` (follow only the keys
 starting with it: reads of other keys find nothing)); each tails its leader from the server's start
-to its stop. Routes (``FOL`` =
+to its stop. Routes (in :mod:`statekeep.server.routes.followers`; ``FOL`` =
 ``/admin/v3/followers/{tenant}/{namespace}/{name}``):
 
 - ``GET /admin/v3/followers``: every follower's status with its ``lag``;
@@ -21,16 +21,11 @@ applied (-1 when unknown, e.g. the leader is unreachable or the function was del
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse, Response
-
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
-from statekeep.server import schemas
 from statekeep.state.catalog import DEFAULT_ROOT
-from statekeep.state.shape import function_state_json
 
 log = logging.getLogger(__name__)
 
@@ -89,49 +84,3 @@ class Followers:
         for follower in followers:
             follower.close()
 
-
-def _read_only(tenant: str, namespace: str, name: str) -> Response:
-    return JSONResponse({"reason": f"{tenant}/{namespace}/{name} is a read-only follower here: write to its "
-                                   "leader (/admin/v3/functions/...)"}, status_code=405, headers={"Allow": "GET"})
-
-
-def install(app: FastAPI, followers: Followers, auth, call: Callable[..., Any]) -> None:
-    """Add the follower routes to ``app`` (see the module docstring)."""
-
-    @app.get("/admin/v3/followers", summary="Followers served here, with their lag")
-    async def list_followers(request: Request) -> Response:
-        out = []
-        for fqfn, follower in sorted(followers.by_name.items()):
-            auth.check(request.headers.get("authorization"), follower.tenant)
-            status = follower.status()
-            try:
-                status["lag"] = await call(lambda f=follower: f.lag)
-            except StatekeepError as e:
-                status["lag"], status["error"] = None, str(e)
-            out.append(status)
-        return JSONResponse(out)
-
-    @app.get(FOL + "/state", responses=schemas.ERRORS, response_model=schemas.FunctionStatePage,
-             summary="List a follower's state keys, one page at a time")
-    async def list_follower_state(tenant: str, namespace: str, name: str, request: Request, prefix: str = "",
-                                  start_after: str | None = Query(None, alias="startAfter"),
-                                  limit: int = Query(100, ge=1, le=1000)) -> Response:
-        auth.check(request.headers.get("authorization"), tenant)
-        follower = followers.get(tenant, namespace, name)
-        found = list(follower.scan_entries(prefix, start_after or None, limit + 1))
-        items = [function_state_json(e) for e in found[:limit]]
-        return JSONResponse({"items": items, "nextStartAfter": items[-1]["key"] if len(found) > limit else None})
-
-    @app.get(FOL + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
-             summary="Query a state key of a follower (read-only)")
-    async def query_follower_state(tenant: str, namespace: str, name: str, key: str, request: Request) -> Response:
-        auth.check(request.headers.get("authorization"), tenant)
-        entry = followers.get(tenant, namespace, name).get_entry(key)
-        if entry is None:
-            raise NotFoundError(f"key {key!r} not found in follower {tenant}/{namespace}/{name}")
-        return JSONResponse(function_state_json(entry), headers={"ETag": f'"{entry.version}"'})
-
-    for path in (FOL + "/state", FOL + "/state/{key:path}"):
-        @app.api_route(path, methods=["POST", "PUT", "PATCH", "DELETE"], status_code=405, include_in_schema=False)
-        async def refuse_write(tenant: str, namespace: str, name: str) -> Response:
-            return _read_only(tenant, namespace, name)

@@ -1,0 +1,64 @@
+"""Read-only followers (see :mod:`statekeep.server.followers`): ``GET /admin/v3/followers``,
+``GET FOL/state``, ``GET FOL/state/{key}``; writes there get 405 with ``Allow: GET``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from statekeep.errors import NotFoundError, StatekeepError
+from statekeep.server import schemas
+from statekeep.server.auth import authorize
+from statekeep.server.context import ServerContext, get_context
+from statekeep.state.shape import function_state_json
+
+FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
+
+router = APIRouter(dependencies=[Depends(authorize)], tags=["followers"])
+
+
+@router.get("/admin/v3/followers", summary="Followers served here, with their lag")
+async def list_followers(request: Request, ctx: ServerContext = Depends(get_context)) -> Response:
+    out = []
+    for fqfn, follower in sorted(ctx.followers.by_name.items()):
+        ctx.authorizer.check(request.headers.get("authorization"), follower.tenant)
+        status = follower.status()
+        try:
+            status["lag"] = await ctx.call(lambda f=follower: f.lag)
+        except StatekeepError as e:
+            status["lag"], status["error"] = None, str(e)
+        out.append(status)
+    return JSONResponse(out)
+
+
+@router.get(FOL + "/state", responses=schemas.ERRORS, response_model=schemas.FunctionStatePage,
+            summary="List a follower's state keys, one page at a time")
+async def list_follower_state(tenant: str, namespace: str, name: str, prefix: str = "",
+                              start_after: str | None = Query(None, alias="startAfter"),
+                              limit: int = Query(100, ge=1, le=1000),
+                              ctx: ServerContext = Depends(get_context)) -> Response:
+    follower = ctx.followers.get(tenant, namespace, name)
+    found = list(follower.scan_entries(prefix, start_after or None, limit + 1))
+    items = [function_state_json(e) for e in found[:limit]]
+    return JSONResponse({"items": items, "nextStartAfter": items[-1]["key"] if len(found) > limit else None})
+
+
+@router.get(FOL + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
+            summary="Query a state key of a follower (read-only)")
+async def query_follower_state(tenant: str, namespace: str, name: str, key: str,
+                               ctx: ServerContext = Depends(get_context)) -> Response:
+    entry = ctx.followers.get(tenant, namespace, name).get_entry(key)
+    if entry is None:
+        raise NotFoundError(f"key {key!r} not found in follower {tenant}/{namespace}/{name}")
+    return JSONResponse(function_state_json(entry), headers={"ETag": f'"{entry.version}"'})
+
+
+def _read_only(tenant: str, namespace: str, name: str) -> Response:
+    return JSONResponse({"reason": f"{tenant}/{namespace}/{name} is a read-only follower here: write to its "
+                                   "leader (/admin/v3/functions/...)"}, status_code=405, headers={"Allow": "GET"})
+
+
+for _path in (FOL + "/state", FOL + "/state/{key:path}"):
+    @router.api_route(_path, methods=["POST", "PUT", "PATCH", "DELETE"], status_code=405, include_in_schema=False)
+    async def refuse_write(tenant: str, namespace: str, name: str) -> Response:
+        return _read_only(tenant, namespace, name)

@@ -1,0 +1,85 @@
+"""A function's state: ``GET|POST|DELETE FN/state/{key}`` and ``GET FN/state`` (a page of keys)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.server import schemas
+from statekeep.server.auth import authorize
+from statekeep.server.bodies import check_length, read_body, read_part
+from statekeep.server.context import ServerContext, get_context
+
+FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
+
+router = APIRouter(dependencies=[Depends(authorize)], tags=["state"])
+
+
+def expected_version(if_match: str | None, if_none_match: str | None = None) -> int | None:
+    """``If-Match: 3`` / ``"3"`` / ``W/"3"`` -> 3; ``If-None-Match: *`` -> -1 (must not exist)."""
+    if if_match is not None:
+        value = if_match.strip().removeprefix("W/").strip('"')
+        if not (value.isascii() and value.isdigit() and len(value) <= 18):
+            raise InvalidArgumentError("If-Match takes a version number, e.g. If-Match: \"3\"")
+        return int(value)
+    if if_none_match is not None:
+        if if_none_match.strip() != "*":
+            raise InvalidArgumentError("only If-None-Match: * is supported (create only)")
+        return -1
+    return None
+
+
+# first in the router: the hottest route is matched first; it reads its path parameters itself
+# (documented through openapi_extra), skipping FastAPI's per-parameter resolution
+@router.get(FN + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
+            openapi_extra=schemas.STATE_PATH, summary="Query a state key (Pulsar: querystate)")
+async def query_state(request: Request) -> Response:
+    p = request.path_params
+    ctx: ServerContext = request.app.state.ctx
+    ctx.metrics.state_op("get")
+    body = await ctx.call(ctx.service.query_state, p["tenant"], p["namespace"], p["name"], p["key"], read=True)
+    return JSONResponse(body, headers={"ETag": f'"{body["version"]}"'})
+
+
+@router.get(FN + "/state", responses=schemas.ERRORS, response_model=schemas.FunctionStatePage,
+            summary="List state keys, one page at a time")
+async def list_state(tenant: str, namespace: str, name: str, prefix: str = "",
+                     start_after: str | None = Query(None, alias="startAfter"),
+                     limit: int = Query(100, ge=1, le=1000), ctx: ServerContext = Depends(get_context)) -> Response:
+    ctx.metrics.state_op("list")
+    return JSONResponse(await ctx.call(ctx.service.list_state, tenant, namespace, name, prefix, start_after, limit,
+                                       read=True))
+
+
+@router.post(FN + "/state/{key:path}", responses=schemas.ERRORS, openapi_extra=schemas.STATE_BODY,
+             response_model=schemas.FunctionState, summary="Put a state key (Pulsar: putstate)")
+async def put_state(tenant: str, namespace: str, name: str, key: str, request: Request,
+                    if_match: str | None = Header(None), if_none_match: str | None = Header(None),
+                    ctx: ServerContext = Depends(get_context)) -> Response:
+    version = expected_version(if_match, if_none_match)
+    body = await state_body(request, ctx.config.max_request_bytes)
+    ctx.metrics.state_op("put")
+    out = await ctx.call(ctx.service.put_state, tenant, namespace, name, key, body, version)
+    return JSONResponse(out, headers={"ETag": f'"{out["version"]}"'})
+
+
+@router.delete(FN + "/state/{key:path}", status_code=204, responses=schemas.ERRORS, summary="Delete a state key")
+async def delete_state(tenant: str, namespace: str, name: str, key: str, if_match: str | None = Header(None),
+                       ctx: ServerContext = Depends(get_context)) -> Response:
+    version = expected_version(if_match)
+    ctx.metrics.state_op("delete")
+    await ctx.call(ctx.service.delete_state, tenant, namespace, name, key, version)
+    return Response(status_code=204)
+
+
+async def state_body(request: Request, limit: int) -> bytes | str:
+    """The FunctionState JSON from a multipart ``state`` part or the raw body."""
+    check_length(request, limit)
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        form = await request.form(max_files=2, max_fields=8)
+        data = await read_part(form.get("state"), limit)
+        if data is None:
+            raise InvalidArgumentError("the multipart body has no 'state' part")
+        return data
+    return await read_body(request, limit)

@@ -1,0 +1,94 @@
+"""Who may see what in the console, and how stored bytes are shown.
+
+The console's JSON and SSE endpoints authorize exactly as the REST API does (:class:`Authorizer`): a
+function's data needs a token granting its tenant; the metadata tree and state handles span every
+tenant, so they need a superuser token. A token comes in ``Authorization: Bearer TOKEN`` or, for GET
+requests only, in the ``statekeep_token`` cookie the console's token prompt sets (``EventSource`` cannot
+send headers; writes never accept the cookie, so a cross-site form cannot write).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from fastapi import Request
+
+from statekeep.errors import ForbiddenError, UnauthorizedError
+from statekeep.server.auth import Authorizer
+
+COOKIE = "statekeep_token"
+# no grant lists this tenant (tenant names are validated path segments; NUL is not allowed in one),
+# so only a superuser token passes a check for it
+_SUPERUSER_ONLY = "\x00superuser"
+
+
+def authorization(request: Request) -> str | None:
+    """The request's credentials: the Authorization header, else (GET only) the console's cookie."""
+    header = request.headers.get("authorization")
+    if header is None and request.method == "GET":
+        token = request.cookies.get(COOKIE)
+        if token:
+            header = f"Bearer {token}"
+    return header
+
+
+def check_tenant(auth: Authorizer, request: Request, tenant: str) -> None:
+    """Raise :class:`UnauthorizedError` / :class:`ForbiddenError` unless the token may see ``tenant``."""
+    auth.check(authorization(request), tenant)
+
+
+def check_superuser(auth: Authorizer, request: Request) -> None:
+    """Raise unless auth is off or the token is a superuser's (the whole store is visible to it)."""
+    try:
+        auth.check(authorization(request), _SUPERUSER_ONLY)
+    except ForbiddenError:
+        raise ForbiddenError("only a superuser token may browse the whole store") from None
+
+
+def may_see(auth: Authorizer, request: Request, tenant: str) -> bool:
+    """True if the token may see ``tenant``; raises :class:`UnauthorizedError` for a missing/bad token."""
+    try:
+        check_tenant(auth, request, tenant)
+        return True
+    except ForbiddenError:
+        return False
+
+
+def whoami(auth: Authorizer, request: Request) -> dict[str, Any]:
+    """``{"auth": on?, "superuser": bool}``; :class:`UnauthorizedError` when auth is on and the token is bad."""
+    if not auth.enabled:
+        return {"auth": False, "superuser": True}
+    auth.check(authorization(request), _SUPERUSER_ONLY)  # 401: no or an unknown token; 403: not a superuser
+    return {"auth": True, "superuser": True}
+
+
+def whoami_safe(auth: Authorizer, request: Request) -> dict[str, Any]:
+    try:
+        return whoami(auth, request)
+    except ForbiddenError:
+        return {"auth": True, "superuser": False}
+
+
+def value_json(value: bytes) -> dict[str, Any]:
+    """Bytes as FunctionState-style JSON: ``stringValue`` if UTF-8, else ``byteValue`` (base64); the
+    console decodes either for display (JSON pretty-printed, text, hex)."""
+    try:
+        return {"stringValue": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"byteValue": base64.b64encode(value).decode("ascii")}
+
+
+def value_from_json(body: Any) -> bytes:
+    """The bytes of a ``{"stringValue"}`` or ``{"byteValue": base64}`` body; :class:`ValueError` otherwise."""
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object with stringValue or byteValue")
+    if isinstance(body.get("stringValue"), str):
+        return body["stringValue"].encode("utf-8")
+    if isinstance(body.get("byteValue"), str):
+        return base64.b64decode(body["byteValue"], validate=True)
+    raise ValueError("the body must have stringValue (text) or byteValue (base64)")
+
+
+__all__ = ["COOKIE", "UnauthorizedError", "authorization", "check_superuser", "check_tenant", "may_see",
+           "value_from_json", "value_json", "whoami", "whoami_safe"]

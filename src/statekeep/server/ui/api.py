@@ -1,0 +1,226 @@
+"""The console's own JSON endpoints under ``/ui/api`` (everything else it shows comes from the REST API).
+
+- ``GET /ui/api/whoami``: ``{"auth", "superuser"}``; 401 when auth is on and the token is missing or unknown.
+- ``GET /ui/api/functions``: every function the token may see, with its status (running, worker, error,
+  records processed, batches).
+- ``GET /ui/api/functions/T/N/F/batches``: the records-per-micro-batch history (:mod:`.batches`).
+- ``GET /ui/api/functions/T/N/F/changelog?limit=``: the changelog position (compaction point), the
+  newest records and the snapshots.
+- ``GET /ui/api/tree?path=``: a node's children (names, sorted); ``GET|PUT|DELETE /ui/api/node?path=``:
+  a node's value and Stat; PUT takes ``{"stringValue"|"byteValue", "version"}`` (``version`` -1: create,
+  N: only if the node is at version N, absent: unconditional), DELETE takes ``?version=N``.
+- ``GET /ui/api/handles?root=&blobs=&grace=``: the state handles under ``root`` with their blobs, sizes
+  and checksums, and the orphan blobs a garbage-collection dry run finds (nothing is deleted);
+  ``GET /ui/api/handle-roots``: the snapshot handle roots found in the store.
+
+Tree, node and handles span every tenant: superuser only. Errors are ``{"reason"}`` with the REST API's
+statuses (404, 409 on a version conflict, 401/403).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
+from statekeep.changelog.snapshots import SnapshotStore
+from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.functions.worker import function_status
+from statekeep.handles.gc import collect_garbage
+from statekeep.handles.handle import decode as decode_handle
+from statekeep.metadata.types import validate_path
+from statekeep.server.auth import Authorizer
+from statekeep.server.ui import access
+from statekeep.server.ui.batches import BatchHistory
+from statekeep.state.shape import function_state_json
+
+FN = "/ui/api/functions/{tenant}/{namespace}/{name}"
+
+
+def node_json(path: str, result) -> dict[str, Any]:
+    if result is None:
+        return {"path": path, "exists": False}
+    st = result.stat
+    return {"path": path, "exists": True, **access.value_json(result.value), "size": len(result.value),
+            "stat": {"version": st.version, "createdMs": st.created_ms, "modifiedMs": st.modified_ms,
+                     "ephemeral": st.ephemeral,
+                     # the store API exposes only whether this server's own session owns it
+                     "ephemeralOwner": (None if not st.ephemeral else
+                                        "this server's session" if st.created_by_self else "another session")}}
+
+
+def install(router: APIRouter, auth: Authorizer, registry, history: BatchHistory) -> None:
+    store = registry.store
+
+    @router.get("/ui/api/whoami")
+    async def whoami(request: Request) -> Response:
+        return JSONResponse(access.whoami_safe(auth, request))
+
+    @router.get("/ui/api/functions")
+    async def functions(request: Request) -> Response:
+        access.whoami_safe(auth, request)  # 401 before listing anything
+
+        def listing() -> list[dict[str, Any]]:
+            out = []
+            for tenant in store.get_children(registry.root):
+                if not access.may_see(auth, request, tenant):
+                    continue
+                for namespace in store.get_children(f"{registry.root}/{tenant}"):
+                    for name in registry.list(tenant, namespace):
+                        try:
+                            cfg = registry.get(tenant, namespace, name).to_json()
+                        except NotFoundError:
+                            continue  # deleted meanwhile
+                        out.append({"tenant": tenant, "namespace": namespace, "name": name,
+                                    "inputs": cfg.get("inputs"), "output": cfg.get("output"),
+                                    "status": function_status(store, tenant, namespace, name)})
+            return out
+
+        return JSONResponse(await run_in_threadpool(listing))
+
+    @router.get(FN + "/batches")
+    async def batches(tenant: str, namespace: str, name: str, request: Request) -> Response:
+        access.check_tenant(auth, request, tenant)
+        return JSONResponse(history.history(f"{tenant}/{namespace}/{name}"))
+
+    @router.get(FN + "/changelog")
+    async def changelog(tenant: str, namespace: str, name: str, request: Request,
+                        limit: int = Query(50, ge=1, le=1000)) -> Response:
+        access.check_tenant(auth, request, tenant)
+
+        def read() -> dict[str, Any]:
+            state = registry.state_store(tenant, namespace, name)
+            out: dict[str, Any] = {"records": [], "snapshots": []}
+            try:
+                pos = state.changelog_position()
+                out["position"] = {"epoch": pos.epoch, "lastOffset": pos.last_offset,
+                                   "compactedOffset": pos.compacted_offset, "purgedOffset": pos.purged_offset}
+                # offsets may skip numbers: read from a little further back and keep the newest
+                records = state.read_changelog(max(-1, pos.last_offset - 4 * limit), None)[-limit:]
+                out["records"] = [record_json(r) for r in records]
+            except NotImplementedError as e:
+                out["position"], out["reason"] = None, str(e)
+            try:
+                out["snapshots"] = [s.to_json() for s in SnapshotStore(store).list(tenant, namespace, name)]
+            except StatekeepError as e:
+                out["snapshotsReason"] = str(e)
+            return out
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    @router.get("/ui/api/tree")
+    async def tree(request: Request, path: str = "/") -> Response:
+        access.check_superuser(auth, request)
+        validate_path(path)
+        children = await run_in_threadpool(store.get_children, path)
+        base = path.rstrip("/")
+        return JSONResponse({"path": path, "children": [{"name": c, "path": f"{base}/{c}"} for c in children]})
+
+    @router.get("/ui/api/node")
+    async def get_node(request: Request, path: str) -> Response:
+        access.check_superuser(auth, request)
+        validate_path(path)
+        result = await run_in_threadpool(store.get, path)
+        if result is None:
+            raise NotFoundError(f"no node at {path}")
+        out = node_json(path, result)
+        out["children"] = len(await run_in_threadpool(store.get_children, path))
+        return JSONResponse(out)
+
+    @router.put("/ui/api/node")
+    async def put_node(request: Request, path: str) -> Response:
+        access.check_superuser(auth, request)
+        validate_path(path, allow_root=False)
+        try:
+            body = await request.json()
+            value = access.value_from_json(body)
+        except ValueError as e:
+            raise InvalidArgumentError(f"bad node body: {e}") from None
+        version = body.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < -1):
+            raise InvalidArgumentError("version must be -1 (create), a version number, or absent")
+        await run_in_threadpool(lambda: store.put(path, value, expected_version=version))
+        return JSONResponse(node_json(path, await run_in_threadpool(store.get, path)))
+
+    @router.delete("/ui/api/node")
+    async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
+        access.check_superuser(auth, request)
+        validate_path(path, allow_root=False)
+        await run_in_threadpool(lambda: store.delete(path, expected_version=version))
+        return Response(status_code=204)
+
+    @router.get("/ui/api/handle-roots")
+    async def handle_roots(request: Request) -> Response:
+        access.check_superuser(auth, request)
+
+        def roots() -> list[str]:
+            out = []
+            for tenant in store.get_children(SNAPSHOT_ROOT):
+                for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}"):
+                    for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}"):
+                        out.append(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}")
+            return out
+
+        return JSONResponse(await run_in_threadpool(roots))
+
+    @router.get("/ui/api/handles")
+    async def handles(request: Request, root: str, blobs: str | None = None,
+                      grace: float = Query(3600.0, ge=0)) -> Response:
+        access.check_superuser(auth, request)
+        validate_path(root)
+        return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
+
+
+def default_blobs(store) -> str | None:
+    """Where snapshots of this store keep blobs by default (``DIR/blobs`` of a ``local://DIR`` store)."""
+    directory = getattr(store, "directory", None)
+    return f"file://{os.path.join(str(directory), 'blobs')}" if store.scheme == "local" and directory else None
+
+
+def list_handles(store, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
+    base = f"{root.rstrip('/')}/handles"
+    out: dict[str, Any] = {"root": root, "handles": []}
+    for key in store.get_children(base):
+        current = store.get(f"{base}/{key}")
+        if current is None:
+            continue
+        item: dict[str, Any] = {"key": key, "version": current.stat.version,
+                                "locks": store.get_children(f"{base}/{key}/locks")}
+        try:
+            h = decode_handle(key, current.stat.version, current.value, None)
+            item.update(blob=h.blob_url, size=h.size, sha256=h.sha256, createdMs=h.created_ms,
+                        attributes=dict(h.attributes))
+        except CorruptStateError as e:
+            item["error"] = str(e)
+        out["handles"].append(item)
+    blobs = blobs or default_blobs(store)
+    out["blobs"] = blobs
+    if blobs is None:
+        out["gcReason"] = "give the blob storage URL (blobs=...) to look for orphan blobs"
+        return out
+    try:
+        out["gc"] = collect_garbage(store, root, blobs, grace_seconds=grace, delete=False).to_json()
+    except StatekeepError as e:
+        out["gcReason"] = str(e)
+    return out
+
+
+def record_json(r) -> dict[str, Any]:
+    out: dict[str, Any] = {"offset": r.offset, "key": r.key, "version": r.version, "tombstone": r.tombstone}
+    if r.value is not None:
+        out.update(function_state_json(_entry(r)))
+        out.pop("key", None)
+        out.pop("version", None)
+    if r.deleted_ms is not None:
+        out["deletedMs"] = r.deleted_ms
+    return out
+
+
+def _entry(r):
+    from statekeep.state.base import StateEntry
+
+    return StateEntry(r.key, r.value, r.kind, r.version)
