@@ -42,7 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"statekeep: not found: {e}", file=sys.stderr)
         return 1
     except StatekeepError as e:
-        print(f"statekeep: {type(e).__name__}: {e}", file=sys.stderr)
+        # no server answered: its message is the whole advice, said plainly
+        plain = type(e).__name__ == "ServerUnreachableError"
+        print(f"statekeep: {e}" if plain else f"statekeep: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

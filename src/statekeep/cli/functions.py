@@ -1,31 +1,34 @@
-"""``statekeep functions create|update|get|list|delete|querystate|putstate``, shaped like pulsar-admin.
+"""``statekeep functions ...``, shaped like pulsar-admin functions.
 
-Each command works against a running server (``--url http://HOST:PORT``, ``$STATEKEEP_URL``; with
-``--token`` or ``$STATEKEEP_TOKEN`` when auth is on) or directly on a store (``--data-dir DIR`` for
-``local://DIR``, or ``--store URL``; default ``$STATEKEEP_STORE`` or ``local://./.statekeep-data``).
-Both paths give the same JSON: the server's is printed as received, the direct one comes from the
-same :mod:`statekeep.functions.service` code the server runs.
+Like pulsar-admin, the commands talk to a server by default (``--url``, ``$STATEKEEP_URL``, the client
+config file's ``webServiceUrl``, else ``http://localhost:8080``; see :mod:`statekeep.cli.client` for
+the whole order and the token), and say so in one line when none answers. ``--data-dir DIR`` (the
+store ``local://DIR``) or ``--store URL`` work on a store directly instead, with the same JSON: the
+server's is printed as received, the direct one comes from the same
+:mod:`statekeep.functions.service` code the server runs.
+
+A function is named by ``--fqfn tenant/namespace/name`` or by ``--tenant`` (default ``public``),
+``--namespace`` (default ``default``) and ``--name``, not both. ``create``/``update``/``localrun``
+take the function config as pulsar-admin does: ``--function-config-file`` (YAML with Pulsar's
+FunctionConfig fields, needs PyYAML: the ``client`` extra), overridden field by field by flags.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
-import urllib.error
-import urllib.parse
-import urllib.request
-import uuid
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from statekeep import errors
-from statekeep.cli import default_store_url, print_json
-from statekeep.errors import InvalidArgumentError
+from statekeep.cli import print_json
+from statekeep.cli.client import Http, direct_store_url, open_remote
+from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError
 
-# HTTP status -> the error the CLI reports (the inverse of statekeep.server.errors.STATUS)
-_HTTP_ERRORS = {400: errors.InvalidArgumentError, 401: errors.UnauthorizedError, 403: errors.ForbiddenError,
-                404: errors.NotFoundError, 409: errors.BadVersionError, 413: errors.ValueTooLargeError}
+PROCESSING_GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL")  # Pulsar's enum
+WATCH_INTERVAL_S = 1.0  # pulsar-admin's querystate --watch polls once a second
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -34,147 +37,178 @@ def register(groups: argparse._SubParsersAction) -> None:
 
     def command(name: str, run, help: str, *, named: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help)
-        sub.add_argument("--tenant", default="public", help="tenant (default: %(default)s)")
-        sub.add_argument("--namespace", default="default", help="namespace (default: %(default)s)")
         if named:
-            sub.add_argument("--name", required=True, help="function name")
+            sub.add_argument("--fqfn", default=None, metavar="TENANT/NAMESPACE/NAME",
+                             help="the fully qualified function name (instead of --tenant, --namespace, --name)")
+        sub.add_argument("--tenant", default=None, help="tenant (default: public)")
+        sub.add_argument("--namespace", default=None, help="namespace (default: default)")
+        if named:
+            sub.add_argument("--name", default=None, help="function name")
         where = sub.add_mutually_exclusive_group()
-        where.add_argument("--url", default=None, help="a running server, e.g. http://127.0.0.1:8080 ($STATEKEEP_URL)")
+        where.add_argument("--url", default=None,
+                           help="the server (default: $STATEKEEP_URL, client.conf's webServiceUrl, "
+                                "else http://localhost:8080)")
         where.add_argument("--data-dir", default=None, help="work directly on the store local://DIR")
         where.add_argument("--store", default=None, help="work directly on this metadata store URL")
-        sub.add_argument("--token", default=os.environ.get("STATEKEEP_TOKEN"),
-                         help="bearer token for --url ($STATEKEEP_TOKEN)")
-        sub.set_defaults(run=run)
+        sub.add_argument("--token", default=None,
+                         help="bearer token for the server (default: $STATEKEEP_TOKEN, client.conf's authParams)")
+        sub.set_defaults(run=functools.partial(_identified, run, named))
         return sub
 
     for name, run, help in (("create", _create, "register a function"),
                             ("update", _update, "change a function's config or code")):
-        sub = command(name, run, help)
-        sub.add_argument("--py", help="the function's Python file (defines process(input, context))")
-        sub.add_argument("--inputs", help="comma-separated input sources")
-        sub.add_argument("--output", help="output destination")
-        sub.add_argument("--classname", help="entry point (default: process)")
-        sub.add_argument("--parallelism", type=int, help="number of partitions")
-        sub.add_argument("--user-config", help="JSON object passed to the function")
-        sub.add_argument("--key-field", help="input field that partitions records")
-        sub.add_argument("--input-format", help="format of the inputs (e.g. json, text)")
-        sub.add_argument("--output-format", help="format of the output")
+        add_config_flags(command(name, run, help))
     command("get", _get, "print a function's config (JSON)")
     ls = command("list", _list, "list the functions of a namespace", named=False)
     ls.add_argument("--json", action="store_true", help="print a JSON array")
     command("delete", _delete, "delete a function and all its state")
     query = command("querystate", _querystate, "print a state key as FunctionState JSON")
-    query.add_argument("--key", required=True, help="state key")
+    query.add_argument("-k", "--key", required=True, help="state key")
+    query.add_argument("-w", "--watch", action="store_true",
+                       help="keep watching the key: print it (one JSON object per line) each time it changes")
     put = command("putstate", _putstate, "write a state key from FunctionState JSON")
-    put.add_argument("--key", help="state key (default: the key in --state)")
-    put.add_argument("--state", required=True,
+    put.add_argument("-k", "--key", help="state key (default: the key in --state)")
+    put.add_argument("-s", "--state", required=True,
                      help='FunctionState JSON, e.g. \'{"key": "k", "stringValue": "v"}\' or {"numberValue": 5}')
 
-    from statekeep.cli import run, snapshots
+    from statekeep.cli import lifecycle, run, snapshots
 
     run.register(command)
+    lifecycle.register(command)
     snapshots.register(command)
+
+
+def add_config_flags(sub: argparse.ArgumentParser) -> None:
+    """The function config flags of ``create``, ``update`` and ``localrun`` (pulsar-admin's names)."""
+    sub.add_argument("--function-config-file", default=None, metavar="YAML",
+                     help="a YAML file of FunctionConfig fields (flags override it)")
+    sub.add_argument("--py", help="the function's Python file (defines process(input, context))")
+    sub.add_argument("-i", "--inputs", help="comma-separated input sources")
+    sub.add_argument("-o", "--output", help="output destination (a directory, or 'console')")
+    sub.add_argument("--classname", help="entry point: process, module.process or module.Class (default: process)")
+    sub.add_argument("--parallelism", type=int, help="number of partitions")
+    sub.add_argument("--user-config", help="JSON object passed to the function")
+    sub.add_argument("--secrets", help="JSON object: secret name -> how the secrets provider finds it")
+    sub.add_argument("--processing-guarantees", choices=PROCESSING_GUARANTEES, default=None,
+                     help="delivery semantics (statekeep's state is exactly-once: EFFECTIVELY_ONCE)")
+    sub.add_argument("--key-field", help="input field that partitions records")
+    sub.add_argument("--input-format", help="format of the inputs (e.g. json, text)")
+    sub.add_argument("--output-format", help="format of the output")
+
+
+# ---- naming the function ----------------------------------------------------------------------
+
+
+def _identified(run, named: bool, args: argparse.Namespace) -> int:
+    """Fill ``args.tenant``, ``args.namespace`` and ``args.name`` (from ``--fqfn``, the flags, a config
+    file's fields, then the defaults), as pulsar-admin does, then run the command."""
+    file_config = load_config_file(args.function_config_file) if getattr(args, "function_config_file", None) else {}
+    args.file_config = file_config
+    if named and args.fqfn is not None:
+        if args.tenant is not None or args.namespace is not None or args.name is not None:
+            raise InvalidArgumentError("give either --fqfn or --tenant/--namespace/--name, not both")
+        parts = args.fqfn.split("/")
+        if len(parts) != 3 or not all(parts):
+            raise InvalidArgumentError(f"--fqfn must be tenant/namespace/name, not {args.fqfn!r}")
+        args.tenant, args.namespace, args.name = parts
+    args.tenant = args.tenant or file_config.get("tenant") or "public"
+    args.namespace = args.namespace or file_config.get("namespace") or "default"
+    if named:
+        args.name = args.name or file_config.get("name")
+        if not args.name:
+            raise InvalidArgumentError("name the function with --name NAME or --fqfn TENANT/NAMESPACE/NAME")
+    return run(args)
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """A YAML function config file (Pulsar's FunctionConfig fields) as a dict.
+
+    Raises :class:`MissingDependencyError` without PyYAML, :class:`InvalidArgumentError` for a file that
+    cannot be read, is not YAML or is not a mapping."""
+    try:
+        import yaml
+    except ImportError as e:
+        raise MissingDependencyError("--function-config-file needs PyYAML, in the client extra: "
+                                     "pip install 'statekeep[client]'") from e
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot read --function-config-file {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidArgumentError(f"--function-config-file {path} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"--function-config-file {path} must hold a mapping of FunctionConfig fields, "
+                                   f"not a {type(data).__name__}")
+    return data
 
 
 # ---- the two ways of reaching functions ----------------------------------------------------------
 
 
-class _Http:
-    """The REST API through urllib (no extra dependency for the CLI)."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        self.base = url.rstrip("/") + "/admin/v3/functions"
-        self.token = token
-
-    def request(self, method: str, path: list[str], body: bytes | None = None,
-                content_type: str | None = None, query: dict | None = None) -> Any:
-        url = self.base + "".join("/" + _quote(p) for p in path)
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
-        req = urllib.request.Request(url, data=body, method=method)
-        if content_type:
-            req.add_header("Content-Type", content_type)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=60) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                reason = json.loads(raw)["reason"]
-            except (ValueError, KeyError, TypeError):
-                reason = raw.decode("utf-8", "replace") or e.reason
-            cls = _HTTP_ERRORS.get(e.code, errors.StoreUnavailableError if e.code >= 500 else errors.StatekeepError)
-            raise cls(f"HTTP {e.code}: {reason}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise errors.StoreUnavailableError(f"cannot reach {self.base}: {getattr(e, 'reason', e)}") from None
-        return json.loads(raw) if raw else None
-
-    def upload(self, method: str, path: list[str], config: dict, code: bytes | None, filename: str) -> Any:
-        parts = [("functionConfig", None, "application/json", json.dumps(config).encode())]
-        if code is not None:
-            parts.append(("data", filename, "application/octet-stream", code))
-        body, content_type = _multipart(parts)
-        return self.request(method, path, body, content_type)
-
-
-def _quote(segment: str) -> str:
-    # '.' too, so keys like "." or ".." are never taken for dot segments of the URL
-    return urllib.parse.quote(segment, safe="").replace(".", "%2E")
-
-
-def _multipart(parts: list[tuple[str, str | None, str, bytes]]) -> tuple[bytes, str]:
-    """Encode parts as pulsar-admin does: one form-data part per field, each with its content type."""
-    boundary = uuid.uuid4().hex
-    out = bytearray()
-    for name, filename, content_type, data in parts:
-        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
-        out += (f"--{boundary}\r\nContent-Disposition: {disposition}\r\n"
-                f"Content-Type: {content_type}\r\n\r\n").encode() + data + b"\r\n"
-    out += f"--{boundary}--\r\n".encode()
-    return bytes(out), f"multipart/form-data; boundary={boundary}"
-
-
 def _direct(args: argparse.Namespace):
+    """The :class:`FunctionService` on the store the command works on directly."""
     from statekeep.functions.service import FunctionService
 
-    url = f"local://{os.path.abspath(args.data_dir)}" if args.data_dir else args.store or default_store_url()
-    return FunctionService.open(url)
+    return FunctionService.open(direct_store_url(args))
 
 
-def _remote(args: argparse.Namespace) -> _Http | None:
-    url = args.url or (None if args.data_dir or args.store else os.environ.get("STATEKEEP_URL"))
-    return _Http(url, args.token) if url else None
+def _remote(args: argparse.Namespace) -> Http | None:
+    return open_remote(args)
 
 
 # ---- commands --------------------------------------------------------------------------------
 
 
+def _json_flag(args: argparse.Namespace, option: str) -> Any:
+    text = getattr(args, option)
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidArgumentError(f"--{option.replace('_', '-')} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"--{option.replace('_', '-')} must be a JSON object")
+    return value
+
+
 def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    config: dict[str, Any] = {"tenant": args.tenant, "namespace": args.namespace, "name": args.name}
+    """The FunctionConfig JSON: the config file's fields, then the flags given, then the function's name."""
+    config: dict[str, Any] = dict(getattr(args, "file_config", None) or {})
+    config.update({"tenant": args.tenant, "namespace": args.namespace, "name": args.name})
     if args.inputs is not None:
         config["inputs"] = [s.strip() for s in args.inputs.split(",") if s.strip()]
     if args.user_config is not None:
-        try:
-            config["userConfig"] = json.loads(args.user_config)
-        except ValueError as e:
-            raise InvalidArgumentError(f"--user-config is not valid JSON: {e}") from None
+        config["userConfig"] = _json_flag(args, "user_config")
+    if getattr(args, "secrets", None) is not None:
+        config["secrets"] = _json_flag(args, "secrets")
     for option, field in (("py", "py"), ("output", "output"), ("classname", "className"),
                           ("parallelism", "parallelism"), ("key_field", "keyField"),
-                          ("input_format", "inputFormat"), ("output_format", "outputFormat")):
-        if getattr(args, option) is not None:
+                          ("input_format", "inputFormat"), ("output_format", "outputFormat"),
+                          ("processing_guarantees", "processingGuarantees")):
+        if getattr(args, option, None) is not None:
             config[field] = getattr(args, option)
     return config
 
 
+def _code_path(args: argparse.Namespace) -> str | None:
+    """The function's file: ``--py``, else the config file's ``py`` (a path, as pulsar-admin reads it)."""
+    if args.py is not None:
+        return args.py
+    py = (getattr(args, "file_config", None) or {}).get("py")
+    return py if isinstance(py, str) and py else None
+
+
 def _read_py(args: argparse.Namespace) -> bytes | None:
-    if args.py is None:
+    path = _code_path(args)
+    if path is None:
         return None
     try:
-        return Path(args.py).read_bytes()
+        return Path(path).read_bytes()
     except OSError as e:
-        raise InvalidArgumentError(f"cannot read --py {args.py}: {e.strerror}") from None
+        raise InvalidArgumentError(f"cannot read --py {path}: {e.strerror}") from None
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -188,13 +222,15 @@ def _update(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, create: bool) -> int:
     config, code = _config_from_args(args), _read_py(args)
     if create and code is None:
-        raise InvalidArgumentError("create needs --py FILE")
-    if args.py:
-        config["py"] = Path(args.py).name
+        raise InvalidArgumentError("create needs --py FILE (or py: in --function-config-file)")
+    path = _code_path(args)
+    if path:
+        config["py"] = Path(path).name
     remote = _remote(args)
     if remote:
-        remote.upload("POST" if create else "PUT", [args.tenant, args.namespace, args.name], config, code,
-                      Path(args.py).name if args.py else "function.py")
+        with remote:
+            remote.upload("POST" if create else "PUT", [args.tenant, args.namespace, args.name], config, code,
+                          Path(path).name if path else "function.py")
     else:
         with _direct(args) as service:
             if create:
@@ -208,7 +244,8 @@ def _write(args: argparse.Namespace, create: bool) -> int:
 def _get(args: argparse.Namespace) -> int:
     remote = _remote(args)
     if remote:
-        print_json(remote.request("GET", [args.tenant, args.namespace, args.name]))
+        with remote:
+            print_json(remote.request("GET", [args.tenant, args.namespace, args.name]))
     else:
         with _direct(args) as service:
             print_json(service.registry.get(args.tenant, args.namespace, args.name).to_json())
@@ -218,7 +255,8 @@ def _get(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     remote = _remote(args)
     if remote:
-        names = remote.request("GET", [args.tenant, args.namespace])
+        with remote:
+            names = remote.request("GET", [args.tenant, args.namespace])
     else:
         with _direct(args) as service:
             names = service.registry.list(args.tenant, args.namespace)
@@ -233,7 +271,8 @@ def _list(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     remote = _remote(args)
     if remote:
-        remote.request("DELETE", [args.tenant, args.namespace, args.name])
+        with remote:
+            remote.request("DELETE", [args.tenant, args.namespace, args.name])
     else:
         with _direct(args) as service:
             service.registry.delete(args.tenant, args.namespace, args.name)
@@ -244,11 +283,33 @@ def _delete(args: argparse.Namespace) -> int:
 def _querystate(args: argparse.Namespace) -> int:
     remote = _remote(args)
     if remote:
-        print_json(remote.request("GET", [args.tenant, args.namespace, args.name, "state", args.key]))
-    else:
-        with _direct(args) as service:
-            print_json(service.query_state(args.tenant, args.namespace, args.name, args.key))
-    return 0
+        with remote:
+            def fetch() -> Any:
+                return remote.request("GET", [args.tenant, args.namespace, args.name, "state", args.key])
+            return _query(args, fetch)
+    with _direct(args) as service:
+        return _query(args, lambda: service.query_state(args.tenant, args.namespace, args.name, args.key))
+
+
+def _query(args: argparse.Namespace, fetch) -> int:
+    """Print the key once, or with ``--watch`` each time it changes (one JSON object per line; a missing
+    key is said once on stderr and watched on), until interrupted, as pulsar-admin's querystate -w."""
+    if not args.watch:
+        print_json(fetch())
+        return 0
+    last: object = None
+    while True:
+        try:
+            state: object = fetch()
+        except NotFoundError as e:
+            state = e.__class__
+            if last is not state:
+                print(f"statekeep: not found: {e}", file=sys.stderr, flush=True)
+        else:
+            if state != last:
+                print(json.dumps(state), flush=True)
+        last = state
+        time.sleep(WATCH_INTERVAL_S)
 
 
 def _putstate(args: argparse.Namespace) -> int:
@@ -263,11 +324,11 @@ def _putstate(args: argparse.Namespace) -> int:
         state.setdefault("key", key)
     remote = _remote(args)
     if remote:
-        body, content_type = _multipart([("state", None, "application/json", json.dumps(state).encode())])
-        out = remote.request("POST", [args.tenant, args.namespace, args.name, "state", key], body, content_type)
+        with remote:
+            out = remote.request("POST", [args.tenant, args.namespace, args.name, "state", key],
+                                 files={"state": (None, json.dumps(state).encode(), "application/json")})
     else:
         with _direct(args) as service:
             out = service.put_state(args.tenant, args.namespace, args.name, key, state)
     print_json(out)
     return 0
-

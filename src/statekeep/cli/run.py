@@ -1,4 +1,4 @@
-"""``statekeep functions localrun`` and ``statekeep functions status``: running a function on Spark.
+"""``statekeep functions localrun``: running a function on Spark, in this process.
 
 ``localrun`` takes the function's lock (the one standalone workers run it under; it waits up to
 ``--lock-wait`` seconds for a holder that is stopping or died), registers (or updates) the function
@@ -6,8 +6,8 @@ in the store, then runs it as a Spark Structured Streaming query: ``--once`` pro
 available at start and exits (Spark's ``availableNow``); without it the query runs until
 interrupted. Checkpoints go to ``--checkpoint-dir`` (a directory or Hadoop-compatible URL), by
 default ``DATA_DIR/checkpoints``; with ``--store`` and no ``--checkpoint-dir`` that default is
-``./.statekeep-data/checkpoints``, and localrun says so. ``status`` prints the function's status
-with ``workerId``: the standalone worker or localrun running it now.
+``./.statekeep-data/checkpoints``, and localrun says so. It always works on a store (``--data-dir``,
+``--store``, else ``$STATEKEEP_STORE`` or ``local://./.statekeep-data``), never through a server.
 """
 
 from __future__ import annotations
@@ -22,20 +22,15 @@ from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 
 
 def register(command) -> None:
-    """Add ``localrun`` and ``status`` through the functions group's ``command`` helper."""
+    """Add ``localrun`` through the functions group's ``command`` helper."""
+    from statekeep.cli.functions import add_config_flags
+    from statekeep.cli.standalone import add_spark_conf_option
+
     run = command("localrun", _localrun, "run a function on Spark against local inputs")
-    for flag, help in (("--py", "the function's Python file"), ("--inputs", "comma-separated input directories"),
-                       ("--output", "output directory (or 'console')"), ("--key-field", "field that partitions records"),
-                       ("--input-format", "json, csv, text, parquet or rate (default: from the input name)"),
-                       ("--output-format", "jsonl or parquet"), ("--user-config", "JSON object for the function")):
-        run.add_argument(flag, help=help)
-    run.add_argument("--classname", default=None, help="entry point (default: process)")
-    run.add_argument("--parallelism", type=int, default=None, help="Spark partitions for the function (default: 1)")
+    add_config_flags(run)
     run.add_argument("--once", action="store_true", help="process what is there now, then exit")
     run.add_argument("--spark-master", default="local[*,4]",
                      help="Spark master, e.g. spark://HOST:7077 (default: %(default)s)")
-    from statekeep.cli.standalone import add_spark_conf_option
-
     add_spark_conf_option(run)
     run.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URL",
                      help="Spark checkpoints: a directory or Hadoop-compatible URL (default: DATA_DIR/checkpoints)")
@@ -43,31 +38,30 @@ def register(command) -> None:
                      help="how long to wait for the worker running the function to let it go (default: %(default)s)")
     run.add_argument("--skip-errors", action="store_true",
                      help="skip and count records on which the function raises (default: fail the query)")
-    command("status", _status, "show a function's query state, records processed and last batch")
 
 
 def _service_and_url(args: argparse.Namespace):
     from statekeep.cli.functions import _direct
 
     if args.url:
-        raise InvalidArgumentError("localrun and status work on a store (--data-dir or --store), not --url")
+        raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not --url")
     service = _direct(args)
     return service, service.registry.store
 
 
 def _localrun(args: argparse.Namespace) -> int:
-    from statekeep.cli.functions import _config_from_args, _read_py
+    from statekeep.cli.functions import _code_path, _config_from_args, _read_py
     from statekeep.cli.standalone import resolve_location, spark_conf
     from statekeep.coordination import CoordinationService
     from statekeep.functions.worker import acquire_function_lock
 
     config, code = _config_from_args(args), _read_py(args)
     if code is None or not config.get("inputs"):
-        raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC")
+        raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC (flags or --function-config-file)")
     if args.lock_wait < 0:
         raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
     args.spark_conf = spark_conf(args.spark_conf)
-    config["py"] = os.path.basename(args.py)
+    config["py"] = os.path.basename(_code_path(args))
     if args.skip_errors:
         config.setdefault("userConfig", {})["skipErrors"] = True
     if config.get("output") and config["output"] != "console":
@@ -127,15 +121,4 @@ def _run_locked(args: argparse.Namespace, config: dict, code: bytes, service, st
         print(f"statekeep: the function failed: {message}", file=sys.stderr)
         return 1
     print_json(read_status(store, args.tenant, args.namespace, args.name) or query.status())
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    from statekeep.functions.worker import function_status
-
-    service, store = _service_and_url(args)
-    with service:
-        service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError for an unknown function
-        status = function_status(store, args.tenant, args.namespace, args.name)
-    print_json(status)
     return 0

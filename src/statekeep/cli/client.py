@@ -1,0 +1,237 @@
+"""Where a ``statekeep functions`` command goes, and the HTTP client that takes it to a server.
+
+Like pulsar-admin, the commands talk to a server by default. The first of these that is set decides:
+
+1. ``--url URL`` (a server), ``--data-dir DIR`` (the store ``local://DIR``, directly) or ``--store URL``
+   (that store, directly);
+2. ``$STATEKEEP_URL``: a server;
+3. ``$STATEKEEP_STORE``: that store, directly (as the other statekeep commands use it);
+4. ``webServiceUrl`` in the client config file;
+5. ``http://localhost:8080``.
+
+The client config file is ``$STATEKEEP_CLIENT_CONF`` if set (it must then exist), else
+``$XDG_CONFIG_HOME/statekeep/client.conf`` (``~/.config/statekeep/client.conf``) if it exists. It is
+written like Pulsar's ``client.conf`` (``key=value`` lines, ``#`` comments), and statekeep reads two
+of its keys: ``webServiceUrl`` and ``authParams`` (``token:TOKEN`` or ``file:///path/to/token``, as
+Pulsar's token authentication takes them); other keys of a Pulsar ``client.conf`` are ignored. The
+bearer token is ``--token``, else ``$STATEKEEP_TOKEN``, else ``authParams``.
+
+The HTTP client is httpx (the ``client`` extra), imported only when a server is used, so direct
+access (``--data-dir``/``--store``) works on the core install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from statekeep import errors
+from statekeep.errors import InvalidArgumentError, MissingDependencyError
+
+DEFAULT_URL = "http://localhost:8080"
+
+# HTTP status -> the error the CLI reports (the inverse of statekeep.server.errors.STATUS)
+_HTTP_ERRORS = {400: errors.InvalidArgumentError, 401: errors.UnauthorizedError, 403: errors.ForbiddenError,
+                404: errors.NotFoundError, 409: errors.BadVersionError, 413: errors.ValueTooLargeError}
+
+
+class ServerUnreachableError(errors.StoreUnavailableError):
+    """No server answered at the URL a command was sent to. Its message is the whole one-line advice."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a command goes: ``url`` (a server, with ``token``) or ``store`` (a store URL, directly).
+    ``source`` says where that choice came from, for messages."""
+
+    url: str | None
+    store: str | None
+    token: str | None
+    source: str
+
+
+def client_conf_path() -> tuple[Path | None, bool]:
+    """The client config file and whether it was named explicitly (``$STATEKEEP_CLIENT_CONF``)."""
+    explicit = os.environ.get("STATEKEEP_CLIENT_CONF")
+    if explicit:
+        return Path(explicit), True
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "statekeep" / "client.conf", False
+
+
+def read_client_conf() -> tuple[dict[str, str], Path | None]:
+    """The client config file's ``key=value`` pairs (empty if there is none) and its path.
+
+    Raises :class:`InvalidArgumentError` if ``$STATEKEEP_CLIENT_CONF`` names a file that cannot be read."""
+    path, explicit = client_conf_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if explicit:
+            raise InvalidArgumentError(f"$STATEKEEP_CLIENT_CONF names {path}, which does not exist") from None
+        return {}, None
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot read the client config {path}: {e.strerror}") from None
+    values = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        # Java properties: key=value, key: value or key value
+        for i, ch in enumerate(line):
+            if ch in "=: \t":
+                key, value = line[:i], line[i + 1:].strip().lstrip("=:").strip()
+                break
+        else:
+            key, value = line, ""
+        values[key] = value
+    return values, path
+
+
+def _token_from_auth_params(params: str, path: Path) -> str:
+    """Pulsar's token ``authParams``: ``token:TOKEN`` or ``file:///path`` (the token is the file's content)."""
+    if params.startswith("token:"):
+        return params[len("token:"):].strip()
+    if params.startswith("file:"):
+        token_path = urllib.parse.unquote(urllib.parse.urlparse(params).path)
+        try:
+            return Path(token_path).read_text().strip()
+        except OSError as e:
+            raise InvalidArgumentError(f"authParams in {path}: cannot read the token file {token_path}: "
+                                       f"{e.strerror}") from None
+    raise InvalidArgumentError(f"authParams in {path} must be token:TOKEN or file:///path/to/token, not {params!r}")
+
+
+def resolve_target(args: argparse.Namespace) -> Target:
+    """Where the command in ``args`` goes (``url``, ``data_dir``, ``store``, ``token`` attributes), by the
+    precedence in this module's docstring. Raises :class:`InvalidArgumentError` for a bad client config."""
+    token_flag = getattr(args, "token", None)
+    if getattr(args, "url", None):
+        return Target(args.url, None, token_flag or os.environ.get("STATEKEEP_TOKEN") or None, "--url")
+    if getattr(args, "data_dir", None):
+        return Target(None, f"local://{os.path.abspath(args.data_dir)}", None, "--data-dir")
+    if getattr(args, "store", None):
+        return Target(None, args.store, None, "--store")
+    env_token = token_flag or os.environ.get("STATEKEEP_TOKEN") or None
+    if os.environ.get("STATEKEEP_URL"):
+        return Target(os.environ["STATEKEEP_URL"], None, env_token or _conf_token(), "$STATEKEEP_URL")
+    if os.environ.get("STATEKEEP_STORE"):
+        return Target(None, os.environ["STATEKEEP_STORE"], None, "$STATEKEEP_STORE")
+    conf, path = read_client_conf()
+    token = env_token or (_token_from_auth_params(conf["authParams"], path) if conf.get("authParams") else None)
+    if conf.get("webServiceUrl"):
+        return Target(conf["webServiceUrl"], None, token, f"webServiceUrl in {path}")
+    return Target(DEFAULT_URL, None, token, "the default")
+
+
+def _conf_token() -> str | None:
+    conf, path = read_client_conf()
+    return _token_from_auth_params(conf["authParams"], path) if conf.get("authParams") else None
+
+
+def quote(segment: str) -> str:
+    """One URL path segment. '.' is escaped too, so keys like "." or ".." are never taken for dot segments."""
+    return urllib.parse.quote(segment, safe="").replace(".", "%2E")
+
+
+def _httpx():
+    try:
+        import httpx
+    except ImportError as e:
+        raise MissingDependencyError(
+            "talking to a statekeep server needs the client extra: pip install 'statekeep[client]' "
+            "(or work on a store directly with --data-dir DIR or --store URL)") from e
+    return httpx
+
+
+class Http:
+    """Pulsar's ``/admin/v3/functions`` REST API of the server at ``url``, through httpx.
+
+    Every method raises, for an HTTP error, the statekeep error of that status (404 ->
+    :class:`NotFoundError`, ...) with the server's JSON ``reason``; :class:`ServerUnreachableError` when
+    nothing answers at ``url``."""
+
+    def __init__(self, url: str, token: str | None, source: str = "--url", timeout: float = 60.0) -> None:
+        httpx = _httpx()
+        self.url = url.rstrip("/")
+        self.source = source
+        self.base = self.url + "/admin/v3/functions"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._httpx = httpx
+        self._client = httpx.Client(headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Http:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: list[str], *, files: dict | None = None, data: dict | None = None,
+                query: dict | None = None) -> Any:
+        """Send one request to ``base/quoted/path``; the decoded JSON answer (a text answer as a str, None if empty)."""
+        url = self.base + "".join("/" + quote(str(p)) for p in path)
+        httpx = self._httpx
+        try:
+            response = self._client.request(method, url, files=files, data=data, params=query)
+        except httpx.ConnectError as e:
+            raise ServerUnreachableError(self._advice(_reason(e))) from None
+        except httpx.TimeoutException:
+            raise errors.StoreUnavailableError(f"the server at {self.url} did not answer in time") from None
+        except httpx.TransportError as e:
+            raise ServerUnreachableError(self._advice(_reason(e))) from None
+        if response.status_code >= 400:
+            try:
+                reason = response.json()["reason"]
+            except (ValueError, KeyError, TypeError):
+                reason = response.text or response.reason_phrase
+            code = response.status_code
+            cls = _HTTP_ERRORS.get(code, errors.StoreUnavailableError if code >= 500 else errors.StatekeepError)
+            raise cls(f"HTTP {code}: {reason}")
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return response.text
+
+    def upload(self, method: str, path: list[str], config: dict, code: bytes | None, filename: str) -> Any:
+        """Create or update a function as pulsar-admin does: multipart ``functionConfig`` (JSON) and ``data``."""
+        files: dict[str, tuple] = {"functionConfig": (None, json.dumps(config).encode(), "application/json")}
+        if code is not None:
+            files["data"] = (filename, code, "application/octet-stream")
+        return self.request(method, path, files=files)
+
+    def _advice(self, reason: str) -> str:
+        where = "" if self.source == "--url" else f" ({self.source})"
+        return (f"cannot reach a statekeep server at {self.url}{where}: {reason}. Start one with "
+                "'statekeep standalone --data-dir DIR', name another with --url or $STATEKEEP_URL, or work on "
+                "a store directly with --data-dir DIR or --store URL")
+
+
+def _reason(e: Exception) -> str:
+    text = str(e) or type(e).__name__
+    return "connection refused" if "refused" in text.lower() else text
+
+
+def open_remote(args: argparse.Namespace) -> Http | None:
+    """The server the command in ``args`` goes to, or None if it works on a store directly."""
+    target = resolve_target(args)
+    return Http(target.url, target.token, target.source) if target.url else None
+
+
+def direct_store_url(args: argparse.Namespace) -> str:
+    """The store a direct-only command (localrun, snapshot, ...) works on: ``--data-dir``, ``--store``,
+    else ``$STATEKEEP_STORE``, else ``local://./.statekeep-data``."""
+    from statekeep.cli import default_store_url
+
+    if getattr(args, "data_dir", None):
+        return f"local://{os.path.abspath(args.data_dir)}"
+    return getattr(args, "store", None) or default_store_url()
