@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -25,6 +23,7 @@ from statekeep.errors import (
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
 from statekeep.metadata.types import validate_path as _validate_path
+from statekeep.retry import DEFAULT as RETRY
 
 T = TypeVar("T")
 
@@ -137,6 +136,7 @@ class MetadataCache(Generic[T]):
         self.store = store
         self.serde = serde
         self.max_retries = max_retries
+        self._retry = RETRY.bounded(attempts=max_retries + 1)
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
@@ -208,7 +208,7 @@ class MetadataCache(Generic[T]):
         validate_path(path, allow_root=False)
         if not callable(fn):
             raise InvalidArgumentError("fn must be callable")
-        for attempt in range(self.max_retries + 1):
+        for _ in self._retry.attempts():
             current = self.get_entry(path)
             if current is None and not create:
                 raise NotFoundError(f"{path} does not exist")
@@ -225,9 +225,7 @@ class MetadataCache(Generic[T]):
                 with self._lock:
                     self._conflicts += 1
                 self.invalidate(path)  # the notification may not be here yet: read the store next time
-                if attempt:  # lost more than once: spread the contenders out
-                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))
-                continue
+                continue  # the policy spreads the contenders out
             self._install(path, slot, epoch, CacheEntry(self.serde.deserialize(data), stat, data))
             return new
         raise BadVersionError(f"{path}: lost {self.max_retries + 1} compare-and-set races in a row")

@@ -50,15 +50,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewError
 from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
                               StatekeepError)
-from statekeep.state.base import BatchLimits, StateEntry, StateStore, StateStoreProvider
+from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
+                                  StateStoreProvider)
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
+from statekeep.state.records import ChangelogRecord
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,12 @@ RESTORE_CHUNK = 20_000
 REGISTRY_CHECK_S = 0.5
 
 
-class FollowerStore(StateStore):
-    """See the module docstring. Build one with :meth:`open`. Thread-safe; call :meth:`close`."""
+class FollowerStore(ReadableStateStore):
+    """See the module docstring. Build one with :meth:`open`. Thread-safe; call :meth:`close`.
+
+    A :class:`ReadableStateStore`, not a :class:`StateStore`: code typed for writing does not accept a
+    follower. The write methods still exist, for callers that hold it untyped (the REST layer), and
+    raise :class:`ReadOnlyStoreError` without writing anything."""
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
@@ -437,10 +443,10 @@ class FollowerStore(StateStore):
     def has_marker(self, marker: str) -> bool:
         return self.leader.has_marker(marker)
 
-    def read_changelog(self, after: int = -1, limit: int | None = None) -> list:
+    def read_changelog(self, after: int = -1, limit: int | None = None) -> list[ChangelogRecord]:
         return self.leader.read_changelog(after, limit)
 
-    def changelog_position(self):
+    def changelog_position(self) -> ChangelogPosition:
         return self.leader.changelog_position()
 
     @property
@@ -449,7 +455,7 @@ class FollowerStore(StateStore):
 
     # ---- writes: refused -----------------------------------------------------------------------
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise ReadOnlyStoreError(f"{self.tenant}/{self.namespace}/{self.name} here is a read-only follower: "
                                  "write to the leader (the function's own state store)")
 

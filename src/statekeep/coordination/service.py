@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import struct
 import threading
 import time
@@ -30,6 +29,7 @@ from statekeep.errors import (
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
 from statekeep.metadata.types import validate_path as _validate_path
+from statekeep.retry import DEFAULT as _RETRY
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class CoordinationService:
         self.store = store
         self.recheck_interval = float(recheck_interval)
         self.max_counter_retries = max_counter_retries
+        self._counter_retry = _RETRY.bounded(attempts=max_counter_retries)
         self._mutex = threading.Lock()
         self._locks: dict[str, ResourceLock] = {}
         self._elections: dict[str, list[_Election]] = {}
@@ -231,7 +232,7 @@ class CoordinationService:
         :class:`StoreUnavailableError` if the store is unreachable (a value may then be skipped).
         """
         validate_path(path, allow_root=False)
-        for attempt in range(self.max_counter_retries):
+        for _ in self._counter_retry.attempts():
             current = self.store.get(path)
             if current is None:
                 value, expected = 1, -1
@@ -241,8 +242,7 @@ class CoordinationService:
                 self.store.put(path, _COUNTER.pack(value), expected_version=expected)
                 return value
             except BadVersionError:  # also a lost create, or the counter deleted meanwhile
-                if attempt:  # lost twice in a row: spread the contenders out
-                    time.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** min(attempt, 6))))
+                continue  # the policy spreads the contenders out
         raise BadVersionError(f"counter {path}: lost {self.max_counter_retries} races in a row")
 
     # ---- lifecycle ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.model import FunctionConfig, validate_source
+from statekeep.lru import BoundedLRU
 from statekeep.metadata import Delete, MetadataStore, Put
 from statekeep.state import ProviderPool, StateStore, StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog
@@ -52,7 +53,7 @@ class FunctionRegistry:
         self.allow_custom_providers = allow_custom_providers
         # (tenant, namespace, name, stored config JSON) -> state store handle: the same stored config
         # always means the same provider, so a request for state costs one read of the config
-        self._handles: dict[tuple[str, str, str, bytes], StateStore] = {}
+        self._handles: BoundedLRU[tuple[str, str, str, bytes], StateStore] = BoundedLRU(10_000)
 
     def _path(self, tenant: str, namespace: str, name: str) -> str:
         return self.catalog.path(tenant, namespace, name)
@@ -170,9 +171,7 @@ class FunctionRegistry:
         if handle is None:
             cfg = FunctionConfig.from_json(self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}"))
             handle = self.provider_for(cfg).get_state_store(tenant, namespace, name)
-            if len(self._handles) > 10_000:
-                self._handles.clear()
-            self._handles[(tenant, namespace, name, result.value)] = handle
+            self._handles.put((tenant, namespace, name, result.value), handle)
         return handle
 
     def _check_provider(self, cfg: FunctionConfig) -> None:

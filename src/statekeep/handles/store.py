@@ -39,6 +39,7 @@ from statekeep.handles.fence import Fence
 from statekeep.handles.handle import StateHandle, check_attributes, decode, encode
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Check, Delete, GetResult, Op, Put, Stat, validate_path
+from statekeep.retry import DEFAULT as RETRY
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class StateHandleStore:
             raise InvalidArgumentError(f"lock_identity must be one path segment, got {self.lock_identity!r}")
         validate_path(f"{self._handles}/k/locks/{self.lock_identity}")
         self.max_retries = max_retries
+        self._retry = RETRY.bounded(attempts=max_retries)
         self._fence = Fence(store, self.root, leadership)
 
     # ---- paths ---------------------------------------------------------------------------------
@@ -171,7 +173,7 @@ class StateHandleStore:
         except LeadershipLostError:
             self.release(key)
             raise
-        for _ in range(self.max_retries):
+        for _ in self._retry.attempts():
             current = self.store.get(path)
             if current is None:
                 return True
@@ -194,7 +196,7 @@ class StateHandleStore:
         self._check_writable()
         for key in self.get_all_handles():
             path = self._path(key)
-            for _ in range(self.max_retries):
+            for _ in self._retry.attempts():
                 current = self.store.get(path)
                 if current is None:
                     break
@@ -216,7 +218,7 @@ class StateHandleStore:
         """The handle of ``key``, locked for this holder (the leader cannot remove it underneath until
         :meth:`release`). Raises :class:`NotFoundError`; :class:`CorruptStateError` if it cannot be decoded."""
         path = self._path(key)
-        for _ in range(self.max_retries):
+        for _ in self._retry.attempts():
             current = self.store.get(path)
             if current is None:
                 raise NotFoundError(f"no state handle {key!r} under {self.root}")

@@ -118,9 +118,17 @@ class MetadataStore(abc.ABC):
 
     #: URL scheme of the backend, e.g. "local".
     scheme: ClassVar[str] = ""
-    #: What the backend offers beyond the contract: "persistent" (survives close and reopen),
-    #: "multi_process" (several processes may open it), "sessions" (sessions can be lost).
+    #: What the backend offers beyond the contract, so callers ask instead of branching on a scheme
+    #: (a third-party backend opts in by declaring them): "persistent" (survives close and reopen),
+    #: "multi_process" (several processes may open it), "sessions" (sessions can be lost),
+    #: "nonblocking_reads" (a read answers from memory or local disk, never waits on a network, so it
+    #: may run on an event loop), "embedded_state" (the embedded state provider can keep state in the
+    #: store's own files: the default provider there).
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    #: Most operations one ``multi`` may carry and the largest request in bytes the backend accepts;
+    #: layers above size their batches by these. The defaults are etcd's, the strictest.
+    max_multi_ops: ClassVar[int] = 128
+    max_request_bytes: ClassVar[int] = 1536 * 1024
     #: A hard limit of the backend itself; the configured limit can only be lower.
     backend_max_value_size: ClassVar[int] = 1 << 62
 

@@ -49,7 +49,6 @@ import concurrent.futures
 import gc
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -64,6 +63,7 @@ from statekeep.errors import (
 )
 from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.metadata.types import (
     Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
 )
@@ -305,6 +305,7 @@ class EtcdStore(MetadataStore):
 
     scheme = "etcd"
     capabilities = frozenset({"persistent", "multi_process", "sessions"})
+    max_multi_ops, max_request_bytes = ETCD_MAX_TXN_OPS, ETCD_MAX_REQUEST_BYTES
     # etcd refuses requests over 1.5 MiB by default; 64 KiB of that is left for the key, its index entry, compares
     # and framing, so the server never refuses a single value under this limit.
     backend_max_value_size = ETCD_MAX_REQUEST_BYTES - 64 * 1024
@@ -319,6 +320,7 @@ class EtcdStore(MetadataStore):
                 and session_timeout > 0):
             raise InvalidArgumentError("timeout and session_timeout must be positive; session_timeout an int")
         self.endpoints, self.timeout, self.session_timeout = endpoints, float(timeout), session_timeout
+        self._retry = RETRY.bounded(seconds=self.timeout)
         self.prefix = "/" + prefix if prefix else ""
         self._p = self.prefix.encode()
         self._target = _grpc_target(endpoints)
@@ -643,18 +645,16 @@ class EtcdStore(MetadataStore):
     # ---- writes ------------------------------------------------------------------------------
 
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
-        """``attempt()`` until it neither raises nor returns ``_Retry``, for at most ``timeout``."""
-        deadline = time.monotonic() + self.timeout
-        while True:
+        """``attempt()`` until it neither raises nor returns ``_Retry``, for at most ``timeout``
+        (the shared retry policy); then :class:`StoreUnavailableError`."""
+        for _ in self._retry.attempts():
             try:
                 if (result := attempt()) is not _Retry:
                     return result
             except _Retry:
                 pass
-            if time.monotonic() > deadline:
-                raise StoreUnavailableError(f"etcd at {self.endpoints}: other writers or session changes kept this "
-                                            f"write from committing for {self.timeout}s; nothing was written")
-            time.sleep(random.uniform(0.001, 0.02))
+        raise StoreUnavailableError(f"etcd at {self.endpoints}: other writers or session changes kept this "
+                                    f"write from committing for {self.timeout}s; nothing was written")
 
     def _put(self, op: Put) -> Stat:
         return self._multi([op])[0] if op.sequential else self._retrying(lambda: self._put_once(op))

@@ -613,7 +613,8 @@ class LocalStore(MetadataStore):
     ``reap_interval`` (seconds between checks for dead sessions, default 0.2)."""
 
     scheme = "local"
-    capabilities = frozenset({"persistent", "multi_process"})
+    capabilities = frozenset({"persistent", "multi_process", "nonblocking_reads", "embedded_state"})
+    max_multi_ops, max_request_bytes = 40_000, 64 << 20
 
     def __init__(self, path: str | os.PathLike, *, map_size: int = DEFAULT_MAP_SIZE,
                  poll_interval: float = 0.005, reap_interval: float = 0.2, **options) -> None:

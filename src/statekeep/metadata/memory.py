@@ -74,7 +74,8 @@ _named_lock = threading.Lock()
 
 class MemoryStore(MetadataStore):
     scheme = "memory"
-    capabilities: frozenset[str] = frozenset()
+    capabilities: frozenset[str] = frozenset({"nonblocking_reads"})
+    max_multi_ops, max_request_bytes = 40_000, 64 << 20
 
     def __init__(self, name: str = "", **options) -> None:
         super().__init__(**options)

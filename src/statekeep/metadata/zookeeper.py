@@ -194,6 +194,7 @@ class ZooKeeperStore(MetadataStore):
 
     scheme = "zk"
     capabilities = frozenset({"persistent", "multi_process", "sessions"})
+    max_multi_ops, max_request_bytes = 4000, JUTE_MAXBUFFER  # ZooKeeper caps the request bytes, not the ops
     #: jute.maxbuffer (1 MiB - 1) less 1 KiB for path and framing: a value this large with a path of up to
     #: ~800 bytes still fits in one request. Bigger state belongs in blob storage (statekeep.handles).
     backend_max_value_size = 1024 * 1024 - 1024

@@ -1,4 +1,5 @@
-"""Function state (after Pulsar PIP-312): :class:`StateStore`, :class:`StateStoreProvider`, the
+"""Function state (after Pulsar PIP-312): :class:`StateStore` (read and write; it extends
+:class:`ReadableStateStore`, what read-only followers implement), :class:`StateStoreProvider`, the
 provider registry, and the changelog record each mutation writes (KIP-813).
 
     provider = statekeep.state.open_provider("metadata", {"metadata_url": "local:///var/lib/statekeep"})
@@ -8,7 +9,7 @@ provider registry, and the changelog record each mutation writes (KIP-813).
     provider.cleanup("public", "default", "wordcount")
 """
 
-from statekeep.state.base import BatchLimits, StateEntry, StateStore, StateStoreProvider
+from statekeep.state.base import BatchLimits, ReadableStateStore, StateEntry, StateStore, StateStoreProvider
 from statekeep.state.keys import MAX_SEGMENT, decode_key, encode_key, validate_name
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_record
 from statekeep.state.registry import (ENTRY_POINT_GROUP, ProviderPool, open_provider, provider_class,
@@ -16,6 +17,6 @@ from statekeep.state.registry import (ENTRY_POINT_GROUP, ProviderPool, open_prov
 
 __all__ = [
     "COUNTER_MAX", "COUNTER_MIN", "ENTRY_POINT_GROUP", "MAX_SEGMENT", "BatchLimits", "ChangelogRecord",
-    "ProviderPool", "StateEntry", "StateStore", "StateStoreProvider", "decode_key", "decode_record",
-    "encode_key", "open_provider", "provider_class", "provider_names", "register_provider", "validate_name",
+    "ProviderPool", "ReadableStateStore", "StateEntry", "StateStore", "StateStoreProvider", "decode_key",
+    "decode_record", "encode_key", "open_provider", "provider_class", "provider_names", "register_provider", "validate_name",
 ]

@@ -119,60 +119,27 @@ def validate_expected_version(version: object) -> int | None:
     return version
 
 
-class StateStore(abc.ABC):
-    """One function's state. Thread-safe; see the module docstring for the contract."""
+class ReadableStateStore(abc.ABC):
+    """Reading one function's state and its changelog: what every state handle offers, a leader's
+    (:class:`StateStore`) or a read-only follower's (:class:`statekeep.changelog.FollowerStore`).
+    Thread-safe; see the module docstring for the contract. Code that only reads should ask for this
+    type, so a follower fits and a write through it is a type error, not a run-time refusal."""
 
     max_value_size: int = 1 << 20
 
     def __init__(self, tenant: str, namespace: str, name: str) -> None:
         self.tenant, self.namespace, self.name = tenant, namespace, name
 
-    # ---- implemented by providers ------------------------------------------------------------
+    # ---- implemented by every readable store ---------------------------------------------------
 
     @abc.abstractmethod
     def get_entry(self, key: str) -> StateEntry | None:
         """The key's value, kind and version, or None if absent."""
 
     @abc.abstractmethod
-    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        """Store bytes at ``key`` (replacing a counter too); returns the new version."""
-
-    @abc.abstractmethod
-    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
-        """Make ``key`` a counter holding ``value``; returns the new version."""
-
-    @abc.abstractmethod
-    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        """Delete ``key``; False (and nothing written) if it was absent and no version was expected."""
-
-    @abc.abstractmethod
-    def incr(self, key: str, amount: int = 1) -> int:
-        """Atomically add ``amount`` to the counter at ``key`` (absent: 0); returns the new value."""
-
-    @abc.abstractmethod
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
         """Entries of keys starting with ``prefix``, after ``start_after``, in key order, at most ``limit``."""
-
-    @abc.abstractmethod
-    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
-                    marker: str | None = None) -> bool:
-        """Apply ``puts`` (bytes, or None to delete), then ``counters`` (key -> delta, so a key in both
-        ends as a counter equal to its delta), their changelog records and the marker, exactly once and
-        all or nothing, whatever the batch's size: a batch within :attr:`batch_limits` in ONE atomic
-        write; a larger one committed by one write and then applied (a crash after the commit leaves it
-        to be finished by :meth:`has_marker` or a replay; readers may see it half applied meanwhile).
-        Returns False, writing nothing, if ``marker`` was already applied. Raises as the single-key
-        methods do, before anything is written."""
-
-    @abc.abstractmethod
-    def has_marker(self, marker: str) -> bool:
-        """Whether a batch with this marker was applied (finishing it first if a crash interrupted it)."""
-
-    @property
-    @abc.abstractmethod
-    def batch_limits(self) -> BatchLimits:
-        """The most keys and bytes one ``apply_batch`` may carry on this backend."""
 
     # ---- derived -----------------------------------------------------------------------------
 
@@ -218,16 +185,16 @@ class StateStore(abc.ABC):
         found = self.get_entries(keys)
         return {k: (found[k].value, found[k].counter) if k in found else (None, None) for k in keys}
 
-    # ---- changelog (KIP-813): providers override; the defaults are generic but slow --------------
+    # ---- changelog (KIP-813): every provider has one -------------------------------------------
 
+    @abc.abstractmethod
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first, at most ``limit`` (see the module
         docstring for ordering and gaps)."""
-        raise NotImplementedError(f"{type(self).__name__} has no changelog reader")
 
+    @abc.abstractmethod
     def changelog_position(self) -> ChangelogPosition:
         """The changelog's :class:`ChangelogPosition` now."""
-        raise NotImplementedError(f"{type(self).__name__} has no changelog position")
 
     def count_changelog(self, after: int = -1) -> int:
         """How many records have offset > ``after`` (a follower's lag)."""
@@ -239,18 +206,67 @@ class StateStore(abc.ABC):
             count += len(page)
             after = page[-1].offset
 
-    def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
-                          now_ms: int | None = None) -> CompactionResult:
-        """Remove records at or below ``upto_offset`` that a newer record of the same key supersedes,
-        and tombstones older than ``tombstone_retention_s`` that are their key's newest record, in
-        small writes (writers are never held up for long). See the module docstring."""
-        raise NotImplementedError(f"{type(self).__name__} cannot compact its changelog")
-
     def read_all(self) -> StateView:
         """Every entry with the changelog position it covers. This default reads the position first,
         then scans (not one snapshot: later changes may show, which replaying from the position
         repairs); providers that can read both in one snapshot do."""
         return StateView(self.changelog_position(), self.scan_entries())
+
+    def close(self) -> None:
+        """Release what this handle holds (not the provider's shared resources)."""
+
+
+
+
+class StateStore(ReadableStateStore):
+    """One function's state, read and written (the leader's). Thread-safe; see the module docstring."""
+
+    # ---- implemented by providers ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
+        """Store bytes at ``key`` (replacing a counter too); returns the new version."""
+
+    @abc.abstractmethod
+    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        """Make ``key`` a counter holding ``value``; returns the new version."""
+
+    @abc.abstractmethod
+    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
+        """Delete ``key``; False (and nothing written) if it was absent and no version was expected."""
+
+    @abc.abstractmethod
+    def incr(self, key: str, amount: int = 1) -> int:
+        """Atomically add ``amount`` to the counter at ``key`` (absent: 0); returns the new value."""
+
+    @abc.abstractmethod
+    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+                    marker: str | None = None) -> bool:
+        """Apply ``puts`` (bytes, or None to delete), then ``counters`` (key -> delta, so a key in both
+        ends as a counter equal to its delta), their changelog records and the marker, exactly once and
+        all or nothing, whatever the batch's size: a batch within :attr:`batch_limits` in ONE atomic
+        write; a larger one committed by one write and then applied (a crash after the commit leaves it
+        to be finished by :meth:`has_marker` or a replay; readers may see it half applied meanwhile).
+        Returns False, writing nothing, if ``marker`` was already applied. Raises as the single-key
+        methods do, before anything is written."""
+
+    @abc.abstractmethod
+    def has_marker(self, marker: str) -> bool:
+        """Whether a batch with this marker was applied (finishing it first if a crash interrupted it)."""
+
+    @property
+    @abc.abstractmethod
+    def batch_limits(self) -> BatchLimits:
+        """The most keys and bytes one ``apply_batch`` may carry on this backend."""
+
+    @abc.abstractmethod
+    def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
+                          now_ms: int | None = None) -> CompactionResult:
+        """Remove records at or below ``upto_offset`` that a newer record of the same key supersedes,
+        and tombstones older than ``tombstone_retention_s`` that are their key's newest record, in
+        small writes (writers are never held up for long). See the module docstring."""
+
+    # ---- derived -----------------------------------------------------------------------------
 
     def replace_state(self, entries: Iterable[StateEntry]) -> int:
         """Make the state exactly ``entries`` (in strictly ascending key order; versions are ignored):
@@ -287,10 +303,6 @@ class StateStore(abc.ABC):
                 flush()
         flush()
         return changed
-
-    def close(self) -> None:
-        """Release what this handle holds (not the provider's shared resources)."""
-
 
 def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
                   ) -> Iterator[tuple[str, StateEntry | None, StateEntry | None]]:

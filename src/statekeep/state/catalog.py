@@ -17,6 +17,7 @@ directly, so they never parse the registry's JSON themselves nor import ``statek
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,12 @@ from statekeep.metadata.types import GetResult, validate_path
 from statekeep.state.keys import validate_name
 
 DEFAULT_ROOT = "/statekeep/functions"
+
+
+@functools.lru_cache(maxsize=10_000)  # on every REST call; only validated names get cached
+def _function_path(root: str, tenant: str, namespace: str, name: str) -> str:
+    return (f"{root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
+            f"{validate_name(name, 'function name')}")
 
 
 def parse_state_storage(storage: object) -> tuple[str, dict[str, Any]] | None:
@@ -42,8 +49,9 @@ def parse_state_storage(storage: object) -> tuple[str, dict[str, Any]] | None:
 
 def default_provider(store: MetadataStore) -> tuple[str, dict[str, Any]]:
     """The state provider of a function that names none, with its state on ``store`` itself:
-    ``embedded`` on ``local://`` (the fast one), ``metadata`` elsewhere."""
-    return ("embedded" if store.scheme == "local" else "metadata"), {"store": store}
+    ``embedded`` (the fast one) where the backend declares the ``embedded_state`` capability
+    (``local://``), ``metadata`` elsewhere."""
+    return ("embedded" if "embedded_state" in store.capabilities else "metadata"), {"store": store}
 
 
 class FunctionCatalog:
@@ -56,19 +64,13 @@ class FunctionCatalog:
         self.root = root.rstrip("/")
         if self.root:
             validate_path(self.root)
-        self._paths: dict[tuple[str, str, str], str] = {}
 
     def path(self, tenant: str, namespace: str, name: str) -> str:
         """The key of a function's configuration. :class:`InvalidArgumentError` for an invalid name."""
         try:
-            return self._paths[(tenant, namespace, name)]  # only validated names are ever stored
-        except (KeyError, TypeError):
-            pass
-        path = (f"{self.namespace_path(tenant, namespace)}/{validate_name(name, 'function name')}")
-        if len(self._paths) > 10_000:
-            self._paths.clear()
-        self._paths[(tenant, namespace, name)] = path
-        return path
+            return _function_path(self.root, tenant, namespace, name)
+        except TypeError:  # unhashable: not a name at all; let the validation say why
+            return f"{self.namespace_path(tenant, namespace)}/{validate_name(name, 'function name')}"
 
     def namespace_path(self, tenant: str, namespace: str) -> str:
         return f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}"

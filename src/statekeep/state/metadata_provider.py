@@ -30,8 +30,6 @@ groups within them (:mod:`statekeep.state.staged`), with the same exactly-once g
 
 from __future__ import annotations
 
-import random
-import time
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,6 +39,8 @@ from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverfl
                               NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Put, open_store
 from statekeep.metadata.types import validate_path
+from statekeep.lru import BoundedLRU
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_expected_version, validate_value)
@@ -48,9 +48,9 @@ from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key
 from statekeep.state.metadata_changelog import MetadataChangelog
 
 DEFAULT_ROOT = "/statekeep/state"
-# scheme -> (max keys per batch, max request bytes); unknown schemes get etcd's, the strictest
-_LIMITS = {"etcd": (27, 1536 * 1024), "zk": (1000, 0xFFFFF), "memory": (10_000, 64 << 20),
-           "local": (10_000, 64 << 20)}
+# a key of a batch costs up to four operations of one multi (on etcd a created key and its changelog
+# record take two each); the batch's own extra operations (a fence, an offset) get the rest
+_OPS_PER_KEY, _EXTRA_OPS = 4, 20
 _PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request-size estimate
 _UNCHANGED = object()
 _new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the read path
@@ -73,6 +73,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         super().__init__(tenant, namespace, name)
         self._store = provider.store
         self._retry_seconds = provider.retry_seconds
+        self._retry = RETRY.bounded(seconds=provider.retry_seconds)
         self.base = f"{provider.root}/{tenant}/{namespace}/{name}"
         self._kv = self.base + "/kv/"
         self._log = self.base + "/log/r"
@@ -217,18 +218,14 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             return stats[0].version if stats[0] is not None else True
         raise AssertionError("unreachable")
 
-    def _backoff(self, key: str) -> Iterator[None]:
-        """Yields once per attempt, sleeping a little (jittered, growing) between attempts."""
-        deadline = time.monotonic() + self._retry_seconds
+    def _backoff(self, key: str) -> Iterator[int]:
+        """One attempt per item (the shared retry policy, bounded by ``retry_seconds``); raises
+        :class:`BadVersionError` once the deadline has passed with every attempt lost."""
         attempt = 0
-        while True:
-            yield None
-            attempt += 1
-            if time.monotonic() > deadline:
-                raise BadVersionError(f"gave up writing state key {key!r} of {self.base} after {attempt} "
-                                      f"attempts lost to concurrent writers in {self._retry_seconds}s")
-            if attempt > 2:
-                time.sleep(random.uniform(0, min(0.0005 * 2 ** attempt, 0.05)))
+        for attempt in self._retry.attempts():
+            yield attempt
+        raise BadVersionError(f"gave up writing state key {key!r} of {self.base} after {attempt + 1} "
+                              f"attempts lost to concurrent writers in {self._retry_seconds}s")
 
     # ---- batches -----------------------------------------------------------------------------
 
@@ -328,7 +325,7 @@ class MetadataStateStoreProvider(StateStoreProvider):
     def __init__(self) -> None:
         self.store: MetadataStore | None = None
         self._owns_store = False
-        self._handles: dict[tuple[str, str, str], MetadataStateStore] = {}
+        self._handles: BoundedLRU[tuple[str, str, str], MetadataStateStore] = BoundedLRU(10_000)
 
     def init(self, config: Mapping[str, Any]) -> None:
         if not isinstance(config, Mapping):
@@ -347,9 +344,10 @@ class MetadataStateStoreProvider(StateStoreProvider):
         elif not isinstance(store, MetadataStore):
             raise InvalidArgumentError("'store' must be an open statekeep MetadataStore")
         self.store = store
-        self.nonblocking_reads = store.scheme in ("memory", "local")
-        max_keys, request_bytes = _LIMITS.get(store.scheme, _LIMITS["etcd"])
-        self.limits = BatchLimits(max_keys, request_bytes - 8192)
+        # the backend's declared capabilities and limits, not its scheme: a third-party backend opts in
+        self.nonblocking_reads = "nonblocking_reads" in store.capabilities
+        max_keys = max(1, (store.max_multi_ops - _EXTRA_OPS) // _OPS_PER_KEY)
+        self.limits = BatchLimits(max_keys, store.max_request_bytes - 8192)
         fits_store = store.max_value_size - records.RECORD_HEADER_SIZE - MAX_SEGMENT
         fits_request = (self.limits.max_bytes - _PER_KEY_OVERHEAD) // 2
         self.max_value_size = min(fits_store, fits_request)
@@ -367,15 +365,10 @@ class MetadataStateStoreProvider(StateStoreProvider):
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> MetadataStateStore:
         # handles hold no state of their own (only paths), so one per function is shared
-        try:
-            store = self._handles.get((tenant, namespace, name))
-        except TypeError:  # unhashable: not a name at all; _base says why
-            store = None
+        store = self._handles.get((tenant, namespace, name))  # None also for an unhashable name
         if store is None:
-            self._base(tenant, namespace, name)
-            if len(self._handles) > 10_000:
-                self._handles.clear()
-            store = self._handles[(tenant, namespace, name)] = MetadataStateStore(self, tenant, namespace, name)
+            self._base(tenant, namespace, name)  # says what is wrong with a bad name
+            store = self._handles.put((tenant, namespace, name), MetadataStateStore(self, tenant, namespace, name))
         return store
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:

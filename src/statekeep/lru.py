@@ -1,0 +1,72 @@
+"""``BoundedLRU``: the one size-capped memo of statekeep (paths, per-function handles).
+
+A dict that keeps at most ``maxsize`` entries, dropping the least recently used one when full. It is
+for memos of cheap-to-rebuild values keyed by arbitrary hashables (``functools.lru_cache`` memoizes a
+function, whereas these callers also need ``get`` without computing, and a key that may be unhashable).
+Thread-safe: every method holds one lock for O(1) work.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from statekeep.errors import InvalidArgumentError
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+__all__ = ["BoundedLRU"]
+
+
+class BoundedLRU(Generic[K, V]):
+    """At most ``maxsize`` entries; :meth:`get` and :meth:`put` mark an entry most recently used.
+
+    ``get`` of an unhashable key returns the default (such a key is never stored); ``put`` of one
+    raises ``TypeError``. :class:`InvalidArgumentError` if ``maxsize`` is not a positive int.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise InvalidArgumentError(f"maxsize must be a positive int, got {maxsize!r}")
+        self.maxsize = maxsize
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key`` (now most recently used), else ``default``."""
+        with self._lock:
+            try:
+                self._data.move_to_end(key)
+            except (KeyError, TypeError):  # absent, or unhashable and so never stored
+                return default
+            return self._data[key]
+
+    def put(self, key: K, value: V) -> V:
+        """Store ``value`` under ``key`` (most recently used), evicting the least recently used entry
+        if full; returns ``value``."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            if len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+        return value
+
+    def pop(self, key: K, default: V | None = None) -> V | None:
+        with self._lock:
+            return self._data.pop(key, default)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._data
+        except TypeError:
+            return False

@@ -1,0 +1,101 @@
+"""One retry policy for every compare-and-set loop in statekeep.
+
+A compare-and-set loop reads a key, computes the new value and writes it conditionally on the version it
+read; when another writer got there first it reads again. Every such loop (counters, the metadata cache,
+the metadata state provider, state handles, the etcd backend's transactions) iterates over
+:meth:`RetryPolicy.attempts` of a policy derived from :data:`DEFAULT`, so the backoff shape is configured
+here, once, and each caller only chooses its bound (a number of attempts or a deadline)::
+
+    for attempt in DEFAULT.bounded(attempts=100).attempts():
+        current = store.get(path)
+        try:
+            return store.put(path, change(current), expected_version=current.stat.version)
+        except BadVersionError:
+            continue  # lost a race: read again
+    raise BadVersionError(f"{path}: lost 100 races in a row")
+
+Only lost races are retried by the caller; an unreachable store (:class:`StoreUnavailableError`) is not
+caught, so it propagates at once. When the bound is reached the loop simply ends and the caller raises
+its own error (or returns its own result, e.g. ``False`` for a lock it did not get): losing is a result
+of the operation, not of the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from statekeep.errors import InvalidArgumentError
+
+__all__ = ["DEFAULT", "RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Jittered exponential backoff between attempts, bounded by a count and/or a deadline.
+
+    ``max_attempts``: attempts in all (``None``: no count bound). ``deadline``: seconds after the first
+    attempt after which no new attempt starts (``None``: no time bound); at least one bound is required.
+    The first ``immediate`` retries start at once (a single lost race is common and cheap); after that
+    the n-th wait is uniform in ``[0, min(max_delay, first_delay * 2**n)]`` ("full jitter"), which
+    spreads contenders out so that one of them wins each round.
+
+    Raises :class:`InvalidArgumentError` on a negative or non-numeric setting, or no bound.
+    """
+
+    max_attempts: int | None = None
+    deadline: float | None = None
+    first_delay: float = 0.0005
+    max_delay: float = 0.05
+    immediate: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is None and self.deadline is None:
+            raise InvalidArgumentError("a retry policy needs max_attempts or a deadline")
+        if self.max_attempts is not None and (
+                isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int)
+                or self.max_attempts < 1):
+            raise InvalidArgumentError(f"max_attempts must be a positive int, got {self.max_attempts!r}")
+        for name in ("deadline", "first_delay", "max_delay"):
+            value = getattr(self, name)
+            if value is None and name == "deadline":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InvalidArgumentError(f"{name} must be a non-negative number of seconds, got {value!r}")
+        if isinstance(self.immediate, bool) or not isinstance(self.immediate, int) or self.immediate < 0:
+            raise InvalidArgumentError(f"immediate must be a non-negative int, got {self.immediate!r}")
+
+    def bounded(self, *, attempts: int | None = None, seconds: float | None = None) -> RetryPolicy:
+        """This policy's backoff with another bound: ``attempts`` in all and/or ``seconds``."""
+        return dataclasses.replace(self, max_attempts=attempts, deadline=seconds)
+
+    def delay(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1 for the first retry): 0 for the immediate ones."""
+        if retry <= self.immediate:
+            return 0.0
+        return random.uniform(0, min(self.max_delay, self.first_delay * 2 ** min(retry - self.immediate, 30)))
+
+    def attempts(self, *, sleep: Callable[[float], object] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> Iterator[int]:
+        """Yields the attempt number (0, 1, ...) before each attempt, waiting :meth:`delay` in between;
+        ends without raising once ``max_attempts`` attempts were made or ``deadline`` seconds have
+        passed since the first. ``sleep`` and ``clock`` are injectable (tests drive them)."""
+        limit, deadline = self.max_attempts, self.deadline
+        end = None if deadline is None else clock() + deadline
+        attempt = 0
+        while True:
+            yield attempt
+            attempt += 1
+            if limit is not None and attempt >= limit:
+                return
+            if end is not None and clock() > end:
+                return
+            if attempt > self.immediate:
+                sleep(self.delay(attempt))
+
+
+#: The backoff of every compare-and-set loop; callers choose the bound with :meth:`RetryPolicy.bounded`.
+DEFAULT = RetryPolicy(max_attempts=100, first_delay=0.0005, max_delay=0.05, immediate=1)
