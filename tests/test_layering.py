@@ -63,3 +63,16 @@ def test_imports_only_layers_below(path, module):
         if lowest is not None and rank < RANK[lowest]:
             wrong.append(f"line {line}: {name} (only {lowest} and above may)")
     assert not wrong, f"{module} ({_layer(module)}) imports from above its layer: " + "; ".join(wrong)
+
+
+SCHEME_FREE = ["coordination", "cache", "handles", "state", "changelog"]
+
+
+@pytest.mark.parametrize("path,module", [(p, m) for p, m in MODULES if _layer(m) in SCHEME_FREE],
+                         ids=[m for p, m in MODULES if _layer(m) in SCHEME_FREE])
+def test_layers_above_metadata_ask_capabilities_not_schemes(path, module):
+    """A third-party backend opts in by declaring ``capabilities`` and limits; code above the metadata
+    layer never compares a store's ``scheme``."""
+    uses = [node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Attribute) and node.attr == "scheme"]
+    assert not uses, f"{module} reads a store's scheme at lines {uses}; ask store.capabilities instead"

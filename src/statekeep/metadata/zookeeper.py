@@ -223,7 +223,9 @@ class ZooKeeperStore(MetadataStore):
                                        connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0))
         except (ValueError, zke.KazooException) as e:
             raise InvalidArgumentError(f"bad ZooKeeper hosts {hosts!r}: {e}") from e
-        # kazoo hands events only to its one-shot watchers; the listeners must see every event.
+        # kazoo hands events only to its one-shot watchers; the listeners must see every event. This and the
+        # other private attributes used here (_session_id, _session_timeout, _live, _call) have no public
+        # equivalent: pyproject.toml pins the kazoo minor version they are tested with.
         self._kazoo_read_watch_event = self._client._connection._read_watch_event
         self._client._connection._read_watch_event = self._read_watch_event
         self._client.add_listener(self._on_state)
@@ -518,7 +520,8 @@ class ZooKeeperStore(MetadataStore):
                 if (client_id := self._client.client_id) is None:
                     continue
                 # The classic trick: a second client takes over the session, then closes it.
-                other = KazooClient(hosts=self._hosts, client_id=client_id, timeout=self._client._session_timeout / 1000)
+                other = KazooClient(hosts=self._hosts, client_id=client_id,
+                                    timeout=self._client._session_timeout / 1000)
                 try:
                     other.start(timeout=self._timeout)
                     other.stop()
