@@ -145,6 +145,18 @@ def test_pulsar_admin_flags_and_the_yaml_config_file(tmp_path, capsys, py):
         config = json.loads(run(capsys, "functions", "get", "--fqfn", fn, *url)[1])
         assert config["inputs"] == ["c.jsonl"] and config["output"] == "out2"
 
+        # config pulsar-admin sends is honoured (stored, GET returns it) or refused naming the field, never dropped
+        secrets = {"password": "PASSWORD"}
+        for flag, value, field, stored in (
+                ("--processing-guarantees", "EFFECTIVELY_ONCE", "processingGuarantees", "EFFECTIVELY_ONCE"),
+                ("--secrets", json.dumps(secrets), "secrets", secrets)):
+            code, _, err = run(capsys, "functions", "update", "--fqfn", fn, flag, value, *url)
+            if code == 0:
+                assert json.loads(run(capsys, "functions", "get", "--fqfn", fn, *url)[1])[field] == stored
+            else:
+                assert code == 2 and field in err, err
+        config = json.loads(run(capsys, "functions", "get", "--fqfn", fn, *url)[1])
+
         code, out, err = run(capsys, "functions", "putstate", "--fqfn", fn, "-k", "k", "-s", '{"numberValue": 7}', *url)
         assert code == 0 and json.loads(out)["numberValue"] == 7, err
         code, out, _ = run(capsys, "functions", "querystate", "--fqfn", fn, "-k", "k", *url)
@@ -213,3 +225,28 @@ def test_querystate_watch_prints_each_change(tmp_path, py):
             watcher.kill()
             watcher.wait()
         server.stop()
+
+
+BLOCK = "import sys; sys.modules['httpx'] = None; sys.modules['yaml'] = None\n" \
+        "from statekeep.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_without_the_client_extra_direct_access_works_and_a_server_needs_it(tmp_path, py):
+    """As on the core install (httpx and PyYAML unimportable): the CLI imports, works on a data
+    directory, and a command for a server or a YAML config says which extra it needs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEKEEP_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", BLOCK, "functions", *argv], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=120, check=False)
+
+    where = ["--data-dir", str(tmp_path / "data")]
+    created = cli("create", "--fqfn", "public/default/wc", "--py", py, "-i", "in", *where)
+    assert created.returncode == 0 and created.stdout == "Created successfully\n", created.stderr
+    assert cli("list", *where).stdout == "wc\n"
+    for argv, what in ((["get", "--name", "wc"], "talking to a statekeep server"),
+                       (["update", "--name", "wc", "--function-config-file", py, *where], "--function-config-file")):
+        result = cli(*argv)
+        assert result.returncode == 1 and what in result.stderr and "statekeep[client]" in result.stderr, \
+            result.stderr
