@@ -1,0 +1,245 @@
+"""``migrate``, ``export_store`` and ``import_file``: a whole store (metadata tree, functions, their
+state) moved between backends directly or through a portable file.
+
+Each run: (1) a plan: the source is read once and its records counted (the progress total; all a
+dry run does, with the target checked but never written); (2) the copy, resumable (see
+:mod:`statekeep.migrate.sink`); (3) verification: the source read again and compared with the target,
+counts and checksums (:mod:`statekeep.migrate.verify`); (4) the journal removed, a :class:`Report`.
+
+The source is only read: a store opened for reading (on ``local://`` opening registers a session,
+as every client does, but no key or state changes) or a file. A ``local://`` source must exist.
+Errors: :class:`TargetNotEmptyError`, :class:`MigrationError` (also when verification fails: the
+journal then stays, so a rerun resumes), :class:`CorruptFileError`, and the store's own errors
+(:class:`StoreUnavailableError` for an unreachable store), each before any write where it can be known.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statekeep.metadata import open_store
+from statekeep.metadata.base import MetadataStore
+from statekeep.migrate import portable
+from statekeep.migrate.progress import Progress
+from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
+from statekeep.migrate.sink import MigrationError, StoreSink, check_target, read_journal
+from statekeep.migrate.source import StoreSource
+from statekeep.migrate.verify import Check, verify
+
+
+@dataclass
+class Report:
+    """What a run found and did. ``counts``: records of the source by kind; ``skipped``: paths not copied
+    (ephemeral); ``functions``: each function, its state mode and provider on each side; ``checks``:
+    verification per kind (empty for a dry run or an export)."""
+
+    operation: str
+    source: str
+    target: str
+    dry_run: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    functions: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from: int = 0
+    target_state: str = ""
+    checks: dict[str, Check] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks.values())
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["checks"] = {name: {**asdict(c), "ok": c.ok} for name, c in self.checks.items()}
+        out["ok"] = self.ok
+        return out
+
+    def text(self) -> str:
+        verb = "would copy" if self.dry_run else "copied"
+        lines = [f"{self.operation}: {self.source} -> {self.target}" + (" (dry run: nothing written)"
+                                                                          if self.dry_run else "")]
+        if self.target_state:
+            lines.append(f"  target: {self.target_state}")
+        c = self.counts
+        lines.append(f"  {verb}: {c.get('nodes', 0)} metadata keys, {c.get('sequences', 0)} sequential counters, "
+                     f"{c.get('functions', 0)} functions, {c.get('entries', 0)} state keys")
+        for f in self.functions:
+            lines.append(f"    function {f['fqfn']}: {f['entries']} state keys, "
+                         + (f"{f['from']} -> {f['to']} provider" if f["state"] == "copied"
+                            else f"state kept by its own provider {f['from']!r} (not copied)"))
+        if self.skipped:
+            lines.append(f"  skipped {len(self.skipped)} ephemeral keys: {', '.join(self.skipped[:10])}"
+                         + (" ..." if len(self.skipped) > 10 else ""))
+        if self.resumed_from:
+            lines.append(f"  resumed after record {self.resumed_from} of {self.total}")
+        if self.checks:
+            lines.append("  verification:    source  matched  checksum (source / target)")
+            for name, check in self.checks.items():
+                if name == "skipped":
+                    continue
+                mark = "ok" if check.ok else "MISMATCH"
+                lines.append(f"    {name:<12} {check.source:>9} {check.matched:>8}  {check.source_sha256[:16]} / "
+                             f"{check.target_sha256[:16]}  {mark}")
+                for what in check.mismatches:
+                    lines.append(f"      differs: {what}")
+        if self.seconds:
+            lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items()))
+        return "\n".join(lines)
+
+
+def _local_dir(url: str) -> Path | None:
+    if not url.startswith("local://"):
+        return None
+    return Path(url[len("local://"):].split("?", 1)[0]).expanduser()
+
+
+def open_source(url: str) -> MetadataStore:
+    """Open a store to read from; :class:`MigrationError` for a ``local://`` directory that holds no store
+    (opening it would create one)."""
+    directory = _local_dir(url)
+    if directory is not None and not (directory / "data").is_dir():
+        raise MigrationError(f"no statekeep store at {url} (no {directory / 'data'} directory)")
+    return open_store(url)
+
+
+def _plan(records: Iterator[Record], report: Report, target_provider: str) -> None:
+    counts = {"nodes": 0, "skipped": 0, "sequences": 0, "functions": 0, "entries": 0}
+    current: dict[str, Any] | None = None
+    for record in records:
+        if isinstance(record, Node):
+            counts["nodes"] += 1
+        elif isinstance(record, Entry):
+            counts["entries"] += 1
+            if current is not None:
+                current["entries"] += 1
+        elif isinstance(record, Skipped):
+            counts["skipped"] += 1
+            report.skipped.append(record.path)
+        elif isinstance(record, Sequence):
+            counts["sequences"] += 1
+        elif isinstance(record, Function):
+            counts["functions"] += 1
+            current = {"fqfn": record.fqfn, "state": record.state, "from": record.provider,
+                       "to": target_provider if record.state == "copied" else record.provider, "entries": 0}
+            report.functions.append(current)
+    report.counts = counts
+
+
+def _target_provider(url: str) -> str:
+    return "embedded" if url.startswith("local://") else "metadata"
+
+
+def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: str, target_url: str, *,
+          dry_run: bool, force: bool, batch_keys: int | None, progress: bool) -> Report:
+    """The part shared by migrate and import: plan, check the target, copy, verify."""
+    t0 = time.monotonic()
+    _plan(records(), report, _target_provider(target_url))
+    report.seconds["plan"] = time.monotonic() - t0
+    directory = _local_dir(target_url)
+    if dry_run and directory is not None and not (directory / "data").is_dir():
+        report.target_state = "does not exist; would be created"
+        return report
+    with open_store(target_url) as target:
+        report.resumed_from = check_target(target, source_id, force)
+        journal = read_journal(target)
+        report.target_state = (f"holds an unfinished copy of this source; would resume after record "
+                               f"{report.resumed_from}" if journal and report.resumed_from else
+                               "not empty; source keys would overwrite target keys (--force)"
+                               if target.get_children("/") else "empty")
+        if dry_run:
+            return report
+        t1 = time.monotonic()
+        bar = Progress(f"{report.operation}", report.total, enabled=progress)
+        sink = StoreSink(target, source_id, batch_keys=batch_keys, on_progress=bar.update)
+        try:
+            sink.consume(records(), skip=report.resumed_from)
+        finally:
+            bar.close()
+            sink.close()
+        report.seconds["copy"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        report.checks = verify(records(), target)
+        report.seconds["verify"] = time.monotonic() - t2
+        if not report.ok:
+            raise MigrationError("verification failed, the target differs from the source:\n" + report.text())
+        sink.finish()
+    return report
+
+
+def migrate(from_url: str, to_url: str, *, dry_run: bool = False, force: bool = False,
+            batch_keys: int | None = None, progress: bool = True) -> Report:
+    """Copy the store at ``from_url`` into ``to_url`` (see the module docstring); returns the report.
+    Resumes an unfinished copy from the same source. ``batch_keys`` overrides the keys per write."""
+    if from_url.split("?")[0].rstrip("/") == to_url.split("?")[0].rstrip("/"):
+        raise MigrationError("--from and --to name the same store")
+    report = Report("migrate", from_url, to_url, dry_run=dry_run)
+    with open_source(from_url) as store:
+        source = StoreSource(store)
+        try:
+            return _copy(report, source.records, from_url.split("?")[0], to_url, dry_run=dry_run, force=force,
+                         batch_keys=batch_keys, progress=progress)
+        finally:
+            source.close()
+
+
+def export_store(url: str, path: str | os.PathLike, *, progress: bool = True) -> Report:
+    """Write the store at ``url`` to the portable file ``path`` (:mod:`statekeep.migrate.portable`)."""
+    report = Report("export", url, os.fspath(path))
+    with open_source(url) as store:
+        source = StoreSource(store)
+        try:
+            t0 = time.monotonic()
+            _plan(source.records(), report, "")
+            bar = Progress("export", report.total, enabled=progress)
+            done = 0
+
+            def counted() -> Iterator[Record]:
+                nonlocal done
+                for record in source.records():
+                    done += 1
+                    if done % 1000 == 0:
+                        bar.update(done)
+                    yield record
+
+            try:
+                portable.write_file(path, counted(), store.scheme)
+            finally:
+                bar.update(done)
+                bar.close()
+            report.seconds["export"] = time.monotonic() - t0
+        finally:
+            source.close()
+    return report
+
+
+def file_id(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return f"file:sha256:{digest.hexdigest()}"
+
+
+def import_file(url: str, path: str | os.PathLike, *, dry_run: bool = False, force: bool = False,
+                batch_keys: int | None = None, progress: bool = True) -> Report:
+    """Load the portable file ``path`` into the store at ``url``. The whole file is checked first
+    (:class:`CorruptFileError`, nothing written); then as :func:`migrate`."""
+    try:
+        portable.check_file(path)
+        source_id = file_id(path)
+    except OSError as e:
+        raise MigrationError(f"cannot read {os.fspath(path)}: {e}") from e
+    report = Report("import", os.fspath(path), url, dry_run=dry_run)
+    return _copy(report, lambda: portable.read_file(path), source_id, url, dry_run=dry_run, force=force,
+                 batch_keys=batch_keys, progress=progress)

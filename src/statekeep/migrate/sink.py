@@ -1,0 +1,161 @@
+"""Writing migration records into a store, resumably.
+
+Resumption: the copy keeps a journal at :data:`JOURNAL_PATH` on the target,
+``{"source": ID, "done": N, "startedMs": T}``: the first N records of the (deterministic) record
+stream are committed. Tree nodes are written in ``multi`` batches that carry the journal update in
+the same atomic write, so after a SIGKILL the journal is exact; a sequence counter or a function's
+state is committed first and then recorded, and redoing it is harmless (raising a counter is a max,
+and ``replace_state`` writes only what differs). A later run with the same source skips the first N
+records. The journal is removed once the copy is verified.
+
+Target rules: a target whose tree is empty is written; one holding the journal of an unfinished copy
+from the same source is resumed; anything else raises :class:`TargetNotEmptyError` unless ``force``,
+which merges: the source's keys overwrite the target's, other target keys stay, and each copied
+function's state becomes exactly the source's. Versions are not carried (each backend numbers its own
+writes); each function's changelog on the target starts with the migrated state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+
+from statekeep.errors import StatekeepError
+from statekeep.metadata import Put
+from statekeep.metadata.base import MetadataStore
+from statekeep.migrate import sequences
+from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
+from statekeep.migrate.source import JOURNAL_PATH
+from statekeep.state.base import StateEntry
+from statekeep.state.catalog import default_provider
+from statekeep.state.registry import open_provider
+
+# keys and bytes per multi; etcd allows 128 operations per transaction (a created key costs two)
+BATCH_LIMITS = {"etcd": (25, 1 << 20), "zk": (500, 900 * 1024), "local": (5000, 32 << 20),
+                "memory": (5000, 32 << 20)}
+
+
+class MigrationError(StatekeepError):
+    """A migration cannot start or finish; the message says why and what to do."""
+
+
+class TargetNotEmptyError(MigrationError):
+    """The target holds data that is not an unfinished copy from the same source."""
+
+
+def read_journal(store: MetadataStore) -> dict | None:
+    result = store.get(JOURNAL_PATH)
+    if result is None:
+        return None
+    try:
+        journal = json.loads(result.value)
+        if isinstance(journal, dict) and isinstance(journal.get("done"), int):
+            return journal
+    except ValueError:
+        pass
+    raise MigrationError(f"{JOURNAL_PATH} on the target is not a migration journal; remove it or use --force")
+
+
+def check_target(store: MetadataStore, source_id: str, force: bool) -> int:
+    """How many records an earlier run committed (0: start afresh). Raises
+    :class:`TargetNotEmptyError` as the module docstring says. Writes nothing."""
+    journal = read_journal(store)
+    if journal is not None and journal.get("source") == source_id:
+        return journal["done"]
+    if journal is not None and not force:
+        raise TargetNotEmptyError(f"the target holds an unfinished copy from {journal.get('source')!r}, not "
+                                  f"{source_id!r}; finish that one, or use --force to merge this one into it")
+    if not force and store.get_children("/"):
+        raise TargetNotEmptyError("the target store is not empty (its root has keys); migrate into an empty "
+                                  "store, or use --force to merge (source keys overwrite target keys)")
+    return 0
+
+
+class StoreSink:
+    """Consumes a record stream into ``store`` (open, owned by the caller)."""
+
+    def __init__(self, store: MetadataStore, source_id: str, *, batch_keys: int | None = None,
+                 on_progress: Callable[[int], None] = lambda n: None) -> None:
+        self.store = store
+        self.source_id = source_id
+        keys, size = BATCH_LIMITS.get(store.scheme, BATCH_LIMITS["etcd"])
+        self.batch_keys, self.batch_bytes = (batch_keys or keys), size
+        self.on_progress = on_progress
+        self.started_ms = int(time.time() * 1000)
+        self.provider_name, config = default_provider(store)
+        self._provider = open_provider(self.provider_name, config)
+        self.counts = {"nodes": 0, "sequences": 0, "functions": 0, "entries": 0, "skipped": 0}
+
+    def _journal(self, done: int) -> Put:
+        return Put(JOURNAL_PATH, json.dumps({"source": self.source_id, "done": done,
+                                             "startedMs": self.started_ms}).encode())
+
+    def consume(self, records: Iterator[Record], skip: int = 0) -> None:
+        """Write every record after the first ``skip`` (those an earlier run committed)."""
+        it = Peekable(records)
+        index = 0
+        while index < skip and it.next() is not None:  # committed earlier: read past them
+            index += 1
+        self.on_progress(index)
+        if skip == 0:
+            self.store.put(JOURNAL_PATH, self._journal(0).value)
+        batch: list[Put] = []
+        size = 0
+        while (record := it.next()) is not None:
+            index += 1
+            if isinstance(record, Node):
+                batch.append(Put(record.path, record.value))
+                size += len(record.value) + len(record.path) + 64
+                self.counts["nodes"] += 1
+                if len(batch) >= self.batch_keys or size >= self.batch_bytes:
+                    self._flush(batch, index)
+                    batch, size = [], 0
+                continue
+            if batch:  # nodes before anything else are committed first (parents before counters)
+                self._flush(batch, index - 1)
+                batch, size = [], 0
+            if isinstance(record, Sequence):
+                sequences.raise_sequence(self.store, record.parent, record.last)
+                self.counts["sequences"] += 1
+            elif isinstance(record, Function):
+                self.counts["functions"] += 1
+                if record.state == "copied":
+                    index += self._copy_state(record, it, index)
+            elif isinstance(record, Entry):
+                raise MigrationError(f"state key {record.key!r} comes before any function record")
+            else:
+                self.counts["skipped"] += 1
+            self.store.put(JOURNAL_PATH, self._journal(index).value)
+            self.on_progress(index)
+        if batch:
+            self._flush(batch, index)
+
+    def _flush(self, batch: list[Put], done: int) -> None:
+        self.store.multi(batch + [self._journal(done)])
+        self.on_progress(done)
+
+    def _copy_state(self, function: Function, it: Peekable, base: int) -> int:
+        """Make the function's state on the target exactly the entries that follow; returns their number."""
+        taken = 0
+
+        def entries() -> Iterator[StateEntry]:
+            nonlocal taken
+            while isinstance(it.peek(), Entry):
+                entry = it.next()
+                taken += 1
+                if taken % 1000 == 0:
+                    self.on_progress(base + taken)
+                yield StateEntry(entry.key, entry.value, entry.kind, 0)
+
+        state = self._provider.get_state_store(function.tenant, function.namespace, function.name)
+        state.replace_state(entries())
+        self.counts["entries"] += taken
+        return taken
+
+    def finish(self) -> None:
+        """Remove the journal: the copy is complete and verified."""
+        self.store.delete_recursive(JOURNAL_PATH)
+
+    def close(self) -> None:
+        self._provider.close()
