@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from statekeep.functions.service import FunctionService
-from statekeep.server import errors
+from statekeep.server import errors, lifecycle
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig
 from statekeep.server.context import ServerContext
@@ -41,6 +41,7 @@ from statekeep.server.followers import Followers
 from statekeep.server.metrics import Metrics, MetricsMiddleware
 from statekeep.server.routes import followers as follower_routes
 from statekeep.server.routes import functions, ops, state
+from statekeep.server import ui
 from statekeep.server.routes.state import expected_version
 from statekeep.server.worker import NullWorker
 
@@ -102,7 +103,8 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
 
     app.include_router(state.router)  # first: its GET of a key is the hottest route
     app.include_router(functions.router)
-    app.include_router(functions.status_router)
+    lifecycle.install(app, ctx)  # FN/status|stats|start|stop|restart|trigger (replaces functions.status_router)
     app.include_router(follower_routes.router)
     app.include_router(ops.router)
+    app.include_router(ui.router)  # the web console at /ui
     return app

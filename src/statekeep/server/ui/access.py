@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import Request
 
 from statekeep.errors import ForbiddenError, UnauthorizedError
-from statekeep.server.auth import Authorizer
 
 COOKIE = "statekeep_token"
 # no grant lists this tenant (tenant names are validated path segments; NUL is not allowed in one),
@@ -33,39 +32,42 @@ def authorization(request: Request) -> str | None:
     return header
 
 
-def check_tenant(auth: Authorizer, request: Request, tenant: str) -> None:
-    """Raise :class:`UnauthorizedError` / :class:`ForbiddenError` unless the token may see ``tenant``."""
-    auth.check(authorization(request), tenant)
+def check_tenant(request: Request, tenant: str | None) -> None:
+    """Raise :class:`UnauthorizedError` / :class:`ForbiddenError` unless the token may see ``tenant``
+    (None: any valid token)."""
+    request.app.state.ctx.authorizer.check(authorization(request), tenant)
 
 
-def check_superuser(auth: Authorizer, request: Request) -> None:
+def check_superuser(request: Request) -> None:
     """Raise unless auth is off or the token is a superuser's (the whole store is visible to it)."""
     try:
-        auth.check(authorization(request), _SUPERUSER_ONLY)
+        check_tenant(request, _SUPERUSER_ONLY)
     except ForbiddenError:
         raise ForbiddenError("only a superuser token may browse the whole store") from None
 
 
-def may_see(auth: Authorizer, request: Request, tenant: str) -> bool:
+def may_see(request: Request, tenant: str) -> bool:
     """True if the token may see ``tenant``; raises :class:`UnauthorizedError` for a missing/bad token."""
     try:
-        check_tenant(auth, request, tenant)
+        check_tenant(request, tenant)
         return True
     except ForbiddenError:
         return False
 
 
-def whoami(auth: Authorizer, request: Request) -> dict[str, Any]:
-    """``{"auth": on?, "superuser": bool}``; :class:`UnauthorizedError` when auth is on and the token is bad."""
-    if not auth.enabled:
+def whoami(request: Request) -> dict[str, Any]:
+    """``{"auth": on?, "superuser": bool}``; :class:`UnauthorizedError` when auth is on and the token is
+    bad, :class:`ForbiddenError` for a valid token that is not a superuser's."""
+    if not request.app.state.ctx.authorizer.enabled:
         return {"auth": False, "superuser": True}
-    auth.check(authorization(request), _SUPERUSER_ONLY)  # 401: no or an unknown token; 403: not a superuser
+    check_tenant(request, _SUPERUSER_ONLY)  # 401: no or an unknown token; 403: not a superuser
     return {"auth": True, "superuser": True}
 
 
-def whoami_safe(auth: Authorizer, request: Request) -> dict[str, Any]:
+def whoami_safe(request: Request) -> dict[str, Any]:
+    """:func:`whoami` that answers ``superuser: False`` for a tenant's token instead of raising."""
     try:
-        return whoami(auth, request)
+        return whoami(request)
     except ForbiddenError:
         return {"auth": True, "superuser": False}
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -33,9 +33,9 @@ from statekeep.functions.worker import function_status
 from statekeep.handles.gc import collect_garbage
 from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.types import validate_path
-from statekeep.server.auth import Authorizer
+from statekeep.server.auth import authorize
 from statekeep.server.ui import access
-from statekeep.server.ui.batches import BatchHistory
+from statekeep.server.ui import batch_history
 from statekeep.state.shape import function_state_json
 
 FN = "/ui/api/functions/{tenant}/{namespace}/{name}"
@@ -53,126 +53,146 @@ def node_json(path: str, result) -> dict[str, Any]:
                                         "this server's session" if st.created_by_self else "another session")}}
 
 
-def install(router: APIRouter, auth: Authorizer, registry, history: BatchHistory) -> None:
-    store = registry.store
+def _ctx(request: Request):
+    ctx = request.app.state.ctx
+    return ctx.store, ctx.registry
 
-    @router.get("/ui/api/whoami")
-    async def whoami(request: Request) -> Response:
-        return JSONResponse(access.whoami_safe(auth, request))
 
-    @router.get("/ui/api/functions")
-    async def functions(request: Request) -> Response:
-        access.whoami_safe(auth, request)  # 401 before listing anything
+router = APIRouter(include_in_schema=False, dependencies=[Depends(authorize)])
 
-        def listing() -> list[dict[str, Any]]:
-            out = []
-            for tenant in store.get_children(registry.root):
-                if not access.may_see(auth, request, tenant):
-                    continue
-                for namespace in store.get_children(f"{registry.root}/{tenant}"):
-                    for name in registry.list(tenant, namespace):
-                        try:
-                            cfg = registry.get(tenant, namespace, name).to_json()
-                        except NotFoundError:
-                            continue  # deleted meanwhile
-                        out.append({"tenant": tenant, "namespace": namespace, "name": name,
-                                    "inputs": cfg.get("inputs"), "output": cfg.get("output"),
-                                    "status": function_status(store, tenant, namespace, name)})
-            return out
 
-        return JSONResponse(await run_in_threadpool(listing))
+@router.get("/ui/api/whoami")
+async def whoami(request: Request) -> Response:
+    return JSONResponse(access.whoami_safe(request))
 
-    @router.get(FN + "/batches")
-    async def batches(tenant: str, namespace: str, name: str, request: Request) -> Response:
-        access.check_tenant(auth, request, tenant)
-        return JSONResponse(history.history(f"{tenant}/{namespace}/{name}"))
 
-    @router.get(FN + "/changelog")
-    async def changelog(tenant: str, namespace: str, name: str, request: Request,
-                        limit: int = Query(50, ge=1, le=1000)) -> Response:
-        access.check_tenant(auth, request, tenant)
+@router.get("/ui/api/functions")
+async def functions(request: Request) -> Response:
+    store, registry = _ctx(request)
+    access.whoami_safe(request)  # 401 before listing anything
 
-        def read() -> dict[str, Any]:
-            state = registry.state_store(tenant, namespace, name)
-            out: dict[str, Any] = {"records": [], "snapshots": []}
-            try:
-                pos = state.changelog_position()
-                out["position"] = {"epoch": pos.epoch, "lastOffset": pos.last_offset,
-                                   "compactedOffset": pos.compacted_offset, "purgedOffset": pos.purged_offset}
-                # offsets may skip numbers: read from a little further back and keep the newest
-                records = state.read_changelog(max(-1, pos.last_offset - 4 * limit), None)[-limit:]
-                out["records"] = [record_json(r) for r in records]
-            except NotImplementedError as e:
-                out["position"], out["reason"] = None, str(e)
-            try:
-                out["snapshots"] = [s.to_json() for s in SnapshotStore(store).list(tenant, namespace, name)]
-            except StatekeepError as e:
-                out["snapshotsReason"] = str(e)
-            return out
+    def listing() -> list[dict[str, Any]]:
+        out = []
+        for tenant in store.get_children(registry.root):
+            if not access.may_see(request, tenant):
+                continue
+            for namespace in store.get_children(f"{registry.root}/{tenant}"):
+                for name in registry.list(tenant, namespace):
+                    try:
+                        cfg = registry.get(tenant, namespace, name).to_json()
+                    except NotFoundError:
+                        continue  # deleted meanwhile
+                    out.append({"tenant": tenant, "namespace": namespace, "name": name,
+                                "inputs": cfg.get("inputs"), "output": cfg.get("output"),
+                                "status": function_status(store, tenant, namespace, name)})
+        return out
 
-        return JSONResponse(await run_in_threadpool(read))
+    return JSONResponse(await run_in_threadpool(listing))
 
-    @router.get("/ui/api/tree")
-    async def tree(request: Request, path: str = "/") -> Response:
-        access.check_superuser(auth, request)
-        validate_path(path)
-        children = await run_in_threadpool(store.get_children, path)
-        base = path.rstrip("/")
-        return JSONResponse({"path": path, "children": [{"name": c, "path": f"{base}/{c}"} for c in children]})
 
-    @router.get("/ui/api/node")
-    async def get_node(request: Request, path: str) -> Response:
-        access.check_superuser(auth, request)
-        validate_path(path)
-        result = await run_in_threadpool(store.get, path)
-        if result is None:
-            raise NotFoundError(f"no node at {path}")
-        out = node_json(path, result)
-        out["children"] = len(await run_in_threadpool(store.get_children, path))
-        return JSONResponse(out)
+@router.get(FN + "/batches")
+async def batches(tenant: str, namespace: str, name: str, request: Request) -> Response:
+    return JSONResponse(batch_history(request).history(f"{tenant}/{namespace}/{name}"))
 
-    @router.put("/ui/api/node")
-    async def put_node(request: Request, path: str) -> Response:
-        access.check_superuser(auth, request)
-        validate_path(path, allow_root=False)
+
+@router.get(FN + "/changelog")
+async def changelog(tenant: str, namespace: str, name: str, request: Request,
+                    limit: int = Query(50, ge=1, le=1000)) -> Response:
+    store, registry = _ctx(request)
+
+    def read() -> dict[str, Any]:
+        state = registry.state_store(tenant, namespace, name)
+        out: dict[str, Any] = {"records": [], "snapshots": []}
         try:
-            body = await request.json()
-            value = access.value_from_json(body)
-        except ValueError as e:
-            raise InvalidArgumentError(f"bad node body: {e}") from None
-        version = body.get("version")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < -1):
-            raise InvalidArgumentError("version must be -1 (create), a version number, or absent")
-        await run_in_threadpool(lambda: store.put(path, value, expected_version=version))
-        return JSONResponse(node_json(path, await run_in_threadpool(store.get, path)))
+            pos = state.changelog_position()
+            out["position"] = {"epoch": pos.epoch, "lastOffset": pos.last_offset,
+                               "compactedOffset": pos.compacted_offset, "purgedOffset": pos.purged_offset}
+            # offsets may skip numbers: read from a little further back and keep the newest
+            records = state.read_changelog(max(-1, pos.last_offset - 4 * limit), None)[-limit:]
+            out["records"] = [record_json(r) for r in records]
+        except NotImplementedError as e:
+            out["position"], out["reason"] = None, str(e)
+        try:
+            out["snapshots"] = [s.to_json() for s in SnapshotStore(store).list(tenant, namespace, name)]
+        except StatekeepError as e:
+            out["snapshotsReason"] = str(e)
+        return out
 
-    @router.delete("/ui/api/node")
-    async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
-        access.check_superuser(auth, request)
-        validate_path(path, allow_root=False)
-        await run_in_threadpool(lambda: store.delete(path, expected_version=version))
-        return Response(status_code=204)
+    return JSONResponse(await run_in_threadpool(read))
 
-    @router.get("/ui/api/handle-roots")
-    async def handle_roots(request: Request) -> Response:
-        access.check_superuser(auth, request)
 
-        def roots() -> list[str]:
-            out = []
-            for tenant in store.get_children(SNAPSHOT_ROOT):
-                for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}"):
-                    for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}"):
-                        out.append(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}")
-            return out
+@router.get("/ui/api/tree")
+async def tree(request: Request, path: str = "/") -> Response:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+    validate_path(path)
+    children = await run_in_threadpool(store.get_children, path)
+    base = path.rstrip("/")
+    return JSONResponse({"path": path, "children": [{"name": c, "path": f"{base}/{c}"} for c in children]})
 
-        return JSONResponse(await run_in_threadpool(roots))
 
-    @router.get("/ui/api/handles")
-    async def handles(request: Request, root: str, blobs: str | None = None,
-                      grace: float = Query(3600.0, ge=0)) -> Response:
-        access.check_superuser(auth, request)
-        validate_path(root)
-        return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
+@router.get("/ui/api/node")
+async def get_node(request: Request, path: str) -> Response:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+    validate_path(path)
+    result = await run_in_threadpool(store.get, path)
+    if result is None:
+        raise NotFoundError(f"no node at {path}")
+    out = node_json(path, result)
+    out["children"] = len(await run_in_threadpool(store.get_children, path))
+    return JSONResponse(out)
+
+
+@router.put("/ui/api/node")
+async def put_node(request: Request, path: str) -> Response:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+    validate_path(path, allow_root=False)
+    try:
+        body = await request.json()
+        value = access.value_from_json(body)
+    except ValueError as e:
+        raise InvalidArgumentError(f"bad node body: {e}") from None
+    version = body.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < -1):
+        raise InvalidArgumentError("version must be -1 (create), a version number, or absent")
+    await run_in_threadpool(lambda: store.put(path, value, expected_version=version))
+    return JSONResponse(node_json(path, await run_in_threadpool(store.get, path)))
+
+
+@router.delete("/ui/api/node")
+async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+    validate_path(path, allow_root=False)
+    await run_in_threadpool(lambda: store.delete(path, expected_version=version))
+    return Response(status_code=204)
+
+
+@router.get("/ui/api/handle-roots")
+async def handle_roots(request: Request) -> Response:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+
+    def roots() -> list[str]:
+        out = []
+        for tenant in store.get_children(SNAPSHOT_ROOT):
+            for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}"):
+                for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}"):
+                    out.append(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}")
+        return out
+
+    return JSONResponse(await run_in_threadpool(roots))
+
+
+@router.get("/ui/api/handles")
+async def handles(request: Request, root: str, blobs: str | None = None,
+                  grace: float = Query(3600.0, ge=0)) -> Response:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+    validate_path(root)
+    return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
 
 
 def default_blobs(store) -> str | None:
@@ -211,10 +231,9 @@ def list_handles(store, root: str, blobs: str | None, grace: float) -> dict[str,
 
 def record_json(r) -> dict[str, Any]:
     out: dict[str, Any] = {"offset": r.offset, "key": r.key, "version": r.version, "tombstone": r.tombstone}
-    if r.value is not None:
-        out.update(function_state_json(_entry(r)))
-        out.pop("key", None)
-        out.pop("version", None)
+    if r.value is not None:  # the value fields of FunctionState JSON (numberValue, stringValue or byteValue)
+        value = function_state_json(_entry(r))
+        out.update({k: v for k, v in value.items() if k not in ("key", "version")})
     if r.deleted_ms is not None:
         out["deletedMs"] = r.deleted_ms
     return out

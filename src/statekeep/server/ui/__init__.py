@@ -1,0 +1,50 @@
+"""The web console of ``statekeep standalone``, served at ``/ui`` (issue 16).
+
+``router`` is a FastAPI :class:`APIRouter` with the pages (:mod:`.pages`), the
+console's JSON endpoints (:mod:`.api`) and its server-sent event streams (:mod:`.events`). Templates and
+static files ship in this package (no CDN, no build step). The pages are server-rendered shells; a little
+vanilla JS (``static/console.js``) fills them from the REST API and the console's endpoints, with the
+token the console prompts for when the server has auth on (kept in the browser's localStorage and in a
+``SameSite=Strict`` cookie read only by GET endpoints).
+
+Pages: ``/ui/functions`` (status, records, records/s per micro-batch, create, start/stop, delete),
+``/ui/functions/T/N/F`` (state keys), ``/ui/functions/T/N/F/changelog`` (live tail, compaction point,
+snapshots, followers), ``/ui/metadata?path=`` (the store's tree), ``/ui/handles?root=`` (state handles,
+blobs, orphans). Every URL can be bookmarked.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi import APIRouter, Request
+
+
+_history_lock = threading.Lock()
+
+
+def batch_history(request: Request):
+    """The app's :class:`~statekeep.server.ui.batches.BatchHistory`, started on the console's first
+    request (a server whose console is never opened pays nothing for it); closed with the store."""
+    from statekeep.server.ui.batches import BatchHistory
+
+    state = request.app.state
+    with _history_lock:
+        history = getattr(state, "ui_batch_history", None)
+        if history is None:
+            history = state.ui_batch_history = BatchHistory(state.ctx.store)
+        return history
+
+
+def _router() -> APIRouter:
+    from statekeep.server.ui import api, events, pages
+
+    r = APIRouter(include_in_schema=False)
+    r.include_router(pages.router)
+    r.include_router(api.router)
+    r.include_router(events.router)
+    return r
+
+
+#: the console's routes: ``app.include_router(ui.router)``
+router = _router()

@@ -1,0 +1,175 @@
+"""Server-sent event streams of the console (``text/event-stream``; each event's data is JSON).
+
+- ``GET /ui/api/events/functions/T/N/F/state?after=OFFSET``: the function's changelog, tailed: one
+  ``record`` event per change (key, FunctionState value or tombstone, version, offset), from after
+  ``after`` (default: from now). The tail wakes on the store's notifications and otherwise reads the
+  changelog again every ``IDLE_S`` (embedded state on ``local://`` notifies nothing); it never reads keys.
+  A ``reset`` event says the changelog was compacted past the reader (reload the page of keys).
+- ``GET /ui/api/events/functions``: ``batch`` events (records per micro-batch, :mod:`.batches`) and
+  ``changed`` events (a function was created, deleted, or its status changed) for the tenants the
+  token may see.
+- ``GET /ui/api/events/tree``: every store notification as ``{"type", "path"}`` (superuser only).
+
+Each stream sends a comment every ``HEARTBEAT_S`` and ends when the client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from statekeep.functions.spark import STATUS_ROOT
+from statekeep.server.ui import access
+from statekeep.server.ui.api import record_json
+from statekeep.server.ui import batch_history
+
+IDLE_S = 0.5
+HEARTBEAT_S = 10.0
+PAGE = 500
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse(event: str, data: object) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+class _Wakeup:
+    """An asyncio queue fed from another thread (store listeners, the batch history)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+
+    def put(self, item: object) -> None:
+        def add() -> None:
+            if not self.queue.full():  # a slow client loses wakeups, not memory
+                self.queue.put_nowait(item)
+        try:
+            self.loop.call_soon_threadsafe(add)
+        except RuntimeError:  # the loop is closed: the stream is over
+            pass
+
+    async def get(self, timeout: float) -> object | None:
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+
+def stream(body: Callable[[], AsyncIterator[bytes]]) -> StreamingResponse:
+    return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
+
+
+def _ctx(request: Request):
+    ctx = request.app.state.ctx
+    return ctx.store, ctx.registry
+
+
+router = APIRouter(include_in_schema=False)  # EventSource sends no header: access checks the cookie too
+
+
+@router.get("/ui/api/events/functions/{tenant}/{namespace}/{name}/state")
+async def state_events(tenant: str, namespace: str, name: str, request: Request,
+                       after: int | None = Query(None, ge=-1)) -> StreamingResponse:
+    store, registry = _ctx(request)
+    access.check_tenant(request, tenant)
+    state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
+    start = after if after is not None else (await run_in_threadpool(state.changelog_position)).last_offset
+
+    async def body() -> AsyncIterator[bytes]:
+        wake = _Wakeup()
+        subscription = store.add_listener(wake.put)
+        try:
+            offset, idle = start, 0.0
+            yield sse("hello", {"after": offset})
+            while not await request.is_disconnected():
+                records = await run_in_threadpool(state.read_changelog, offset, PAGE)
+                if records:
+                    idle = 0.0
+                    for r in records:
+                        yield sse("record", record_json(r))
+                    offset = records[-1].offset
+                    continue
+                position = await run_in_threadpool(state.changelog_position)
+                if position.purged_offset > offset:  # compaction dropped tombstones this reader never saw
+                    offset = position.last_offset
+                    yield sse("reset", {"after": offset})
+                if await wake.get(IDLE_S) is None:
+                    idle += IDLE_S
+                    if idle >= HEARTBEAT_S:
+                        idle = 0.0
+                        yield b": heartbeat\n\n"
+                while not wake.queue.empty():  # one read serves every notification queued so far
+                    wake.queue.get_nowait()
+        finally:
+            subscription.close()
+
+    return stream(body)
+
+
+@router.get("/ui/api/events/functions")
+async def function_events(request: Request) -> StreamingResponse:
+    store, registry = _ctx(request)
+    access.whoami_safe(request)  # 401 for a missing or unknown token
+    visible: dict[str, bool] = {}
+
+    def may_see(fqfn: str) -> bool:
+        tenant = fqfn.split("/", 1)[0]
+        if tenant not in visible:
+            visible[tenant] = access.may_see(request, tenant)
+        return visible[tenant]
+
+    async def body() -> AsyncIterator[bytes]:
+        wake = _Wakeup()
+        remove = batch_history(request).watch(lambda fqfn, entry: wake.put(("batch", fqfn, entry)))
+        roots = (registry.root + "/", STATUS_ROOT + "/")
+        subscription = store.add_listener(
+            lambda n: wake.put(("changed", n.path, None)) if n.path.startswith(roots) else None)
+        try:
+            yield sse("hello", {})
+            while not await request.is_disconnected():
+                item = await wake.get(HEARTBEAT_S)
+                if item is None:
+                    yield b": heartbeat\n\n"
+                    continue
+                kind, what, entry = item
+                if kind == "batch":
+                    if may_see(what):
+                        yield sse("batch", {"function": what, **entry})
+                    continue
+                rest = what.split("/")[len((registry.root if what.startswith(roots[0]) else STATUS_ROOT)
+                                            .split("/")):]
+                if len(rest) >= 3 and may_see("/".join(rest[:3])):
+                    yield sse("changed", {"function": "/".join(rest[:3])})
+        finally:
+            subscription.close()
+            remove()
+
+    return stream(body)
+
+
+@router.get("/ui/api/events/tree")
+async def tree_events(request: Request) -> StreamingResponse:
+    store, registry = _ctx(request)
+    access.check_superuser(request)
+
+    async def body() -> AsyncIterator[bytes]:
+        wake = _Wakeup()
+        subscription = store.add_listener(lambda n: wake.put((n.type.value, n.path)))
+        try:
+            yield sse("hello", {})
+            while not await request.is_disconnected():
+                item = await wake.get(HEARTBEAT_S)
+                if item is None:
+                    yield b": heartbeat\n\n"
+                else:
+                    yield sse("change", {"type": item[0], "path": item[1]})
+        finally:
+            subscription.close()
+
+    return stream(body)
