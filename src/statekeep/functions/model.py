@@ -1,97 +1,212 @@
-"""A function's configuration (the JSON shape of Pulsar's ``FunctionConfig``) and the check of its code.
+"""A function's configuration: Pulsar's ``FunctionConfig`` JSON, one pydantic model that validates it
+(:meth:`FunctionConfig.from_json`) and documents it (the REST server's OpenAPI spec uses it as is);
+and the check of a function's code (:func:`validate_source`).
 
-JSON fields (camelCase, as pulsar-admin sends them): ``tenant``, ``namespace``, ``name``, ``className``
-(``process`` or ``module.process``), ``runtime`` (``PYTHON``), ``py`` (the file's name), ``inputs``,
-``output``, ``parallelism``, ``userConfig``, ``keyField`` (the input field whose value partitions
-records, so one key's records reach one task), ``inputFormat``, ``outputFormat`` and ``stateStorage``
-(``{"provider": NAME, "config": {...}}``; absent: the server's default provider). Other fields
-pulsar-admin sends (``autoAck``, ``cleanupSubscription``, ...) are accepted and ignored; a field
-of a known name with a wrong type is refused.
+Every field of Pulsar's FunctionConfig is either honoured or refused (:class:`InvalidArgumentError`,
+a 400 over REST, naming the field); a ``null`` field counts as absent, as Gson omits it.
+
+Honoured and stored (``GET`` returns them as stored): ``tenant``, ``namespace``, ``name``, ``className``
+(``process``, ``module.process``, or ``module.Class`` for a class with ``process(self, input, context)``
+as Pulsar's ``pulsar.Function``), ``runtime`` (``PYTHON`` only; ``JAVA``/``GO`` refused), ``py``,
+``inputs`` (a list, or pulsar-admin's comma-separated string), ``output``, ``parallelism``,
+``userConfig``, ``secrets`` (secret name -> what the secrets provider needs to find it),
+``processingGuarantees`` (statekeep always gives effectively-once, which satisfies ``ATLEAST_ONCE``,
+``ATMOST_ONCE`` and ``EFFECTIVELY_ONCE``; ``MANUAL`` is refused: there are no acks to give),
+``timeoutMs``, ``maxMessageRetries``, ``deadLetterTopic``; and statekeep's own ``keyField`` (the input
+field whose value partitions records, so one key's records reach one task), ``inputFormat``,
+``outputFormat`` and ``stateStorage`` (``{"provider": NAME, "config": {...}}``; absent: the server's
+default provider).
+
+Accepted only with the value statekeep always behaves as, and not stored (nothing to configure):
+``autoAck: true`` (every processed record is acknowledged, deprecated in Pulsar anyway),
+``cleanupSubscription: true`` (deleting a function deletes its input progress and state),
+``retainOrdering: false``, ``retainKeyOrdering: false``, ``exposePulsarAdminClientEnabled: false``,
+``skipToLatest: false``, and ``fqfn`` when it equals ``tenant/namespace/name``. Another value is refused.
+
+Refused (they need a Pulsar broker, or mean another runtime or a feature statekeep does not have):
+see :data:`REFUSED`. Any other unknown field is refused too.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      WithJsonSchema, field_validator, model_validator)
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.catalog import parse_state_storage
-from statekeep.state.keys import validate_name
+from statekeep.state.keys import MAX_NAME, validate_name
 
 MAX_INPUTS = 100
 MAX_TEXT = 1024
+#: a tenant, namespace or function name (what :func:`validate_name` accepts)
+NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9_.-]{1,64}$"
+_ENTRY = r"[A-Za-z_][A-Za-z0-9_]*"
+#: ``process``, or a dotted path ending in ``process`` or a class name
+CLASS_NAME_PATTERN = rf"^(process|({_ENTRY}\.)+{_ENTRY})$"
+
+#: Pulsar's fields that are refused whenever given (not null), with why.
+REFUSED: dict[str, str] = {
+    **dict.fromkeys(("topicsPattern", "subName", "subscriptionPosition", "producerConfig", "batchBuilder",
+                     "customSerdeInputs", "customSchemaInputs", "customSchemaOutputs", "inputSpecs",
+                     "inputTypeClassName", "outputSerdeClassName", "outputSchemaType", "outputTypeClassName",
+                     "logTopic", "forwardSourceMessageProperty"),
+                    "needs a Pulsar broker (statekeep reads and writes files through Spark)"),
+    **dict.fromkeys(("jar", "go", "packageUrl", "functionType", "runtimeFlags", "customRuntimeOptions",
+                     "maxPendingAsyncRequests"),
+                    "belongs to another runtime (statekeep runs Python functions on Spark)"),
+    "resources": "is not supported (Spark's executor settings size the function's tasks)",
+    "windowConfig": "is not supported (statekeep has no windowed functions)",
+    "logLevel": "is not supported (the function logs through Python's logging configuration)",
+}
+
+#: Fields accepted only with the value statekeep always behaves as (see the module docstring).
+FIXED: dict[str, bool] = {"autoAck": True, "cleanupSubscription": True, "retainOrdering": False,
+                          "retainKeyOrdering": False, "exposePulsarAdminClientEnabled": False, "skipToLatest": False}
 
 
-@dataclass(frozen=True)
-class FunctionConfig:
-    """A validated function configuration. Build it with :meth:`from_json`."""
+class ProcessingGuarantees(str, Enum):
+    """Pulsar's values; statekeep's effectively-once satisfies all three (``MANUAL`` is refused)."""
 
-    tenant: str
-    namespace: str
-    name: str
-    inputs: list[str]
-    className: str = "process"
-    runtime: str = "PYTHON"
-    py: str | None = None
-    output: str | None = None
-    parallelism: int = 1
-    userConfig: dict[str, Any] = field(default_factory=dict)
-    keyField: str | None = None
-    inputFormat: str | None = None
-    outputFormat: str | None = None
-    stateStorage: dict[str, Any] | None = None
+    ATLEAST_ONCE = "ATLEAST_ONCE"
+    ATMOST_ONCE = "ATMOST_ONCE"
+    EFFECTIVELY_ONCE = "EFFECTIVELY_ONCE"
+
+
+def _name(what: str):
+    return AfterValidator(lambda v: validate_name(v, what))
+
+
+def _name_schema(what: str) -> Any:
+    return Field(json_schema_extra={"pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME},
+                 description=f"the {what}: 1-{MAX_NAME} of A-Z a-z 0-9 _ . - (not . or ..)")
+
+
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+
+
+def _split_inputs(value: object) -> object:
+    if isinstance(value, str):  # pulsar-admin's --inputs a,b
+        if len(value) > MAX_TEXT:
+            raise ValueError(f"inputs as one comma-separated string must be at most {MAX_TEXT} characters")
+        return [s.strip() for s in value.split(",") if s.strip()]
+    return value
+
+
+def _storage(value: object) -> object:
+    parsed = parse_state_storage(value)  # the catalog's reading, for followers too
+    return None if parsed is None else {"provider": parsed[0], "config": parsed[1]}
+
+
+class FunctionConfig(BaseModel):
+    """A validated function configuration (see the module docstring). Build it with
+    :meth:`from_json`; immutable; ``to_json()`` is what is stored and returned."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, title="FunctionConfig",
+                              use_enum_values=True)
+
+    tenant: Annotated[str, _name("tenant")] = _name_schema("tenant")
+    namespace: Annotated[str, _name("namespace")] = _name_schema("namespace")
+    name: Annotated[str, _name("function name")] = _name_schema("function name")
+    inputs: Annotated[list[Text], BeforeValidator(_split_inputs), Field(min_length=1, max_length=MAX_INPUTS),
+                      WithJsonSchema({"anyOf": [
+                          {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
+                           "minItems": 1, "maxItems": MAX_INPUTS},
+                          {"type": "string", "pattern": "[^,\\s]", "maxLength": MAX_TEXT,
+                           "description": "comma-separated, as pulsar-admin --inputs"}],
+                          "description": "the input sources (files or directories)"})]
+    className: Annotated[str, Field(pattern=CLASS_NAME_PATTERN, max_length=MAX_TEXT)] = "process"
+    runtime: Annotated[str, Field(pattern="^(?i:python)$", description="PYTHON (any case)")] = "PYTHON"
+    py: Text | None = None
+    output: Text | None = None
+    parallelism: Annotated[int, Field(ge=1, le=1024)] = 1
+    userConfig: dict[str, Any] = Field(default_factory=dict)
+    keyField: Text | None = None
+    inputFormat: Text | None = None
+    outputFormat: Text | None = None
+    stateStorage: Annotated[dict[str, Any] | None, BeforeValidator(_storage),
+                            Field(description='{"provider": NAME, "config": {...}}')] = None
+    secrets: dict[str, Any] | None = Field(None, description="secret name -> what the secrets provider needs "
+                                                           "(default provider: the environment variable named)")
+    processingGuarantees: ProcessingGuarantees | None = Field(
+        None, description="all three are satisfied by statekeep's effectively-once processing")
+    timeoutMs: Annotated[int, Field(ge=1, le=(1 << 63) - 1)] | None = None
+    maxMessageRetries: Annotated[int, Field(ge=0, le=(1 << 31) - 1)] | None = None
+    deadLetterTopic: Text | None = None
 
     @property
     def fqfn(self) -> str:
         return f"{self.tenant}/{self.namespace}/{self.name}"
 
+    @field_validator("runtime")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
+
+    @field_validator("processingGuarantees", mode="before")
+    @classmethod
+    def _guarantee(cls, value: object) -> object:
+        if value == "MANUAL":
+            raise ValueError("MANUAL is not supported: statekeep acknowledges every processed record itself "
+                             "(effectively-once), so ATLEAST_ONCE, ATMOST_ONCE and EFFECTIVELY_ONCE all hold")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pulsar_fields(cls, data: object) -> object:
+        """Drop nulls; refuse :data:`REFUSED` fields and other values of :data:`FIXED` ones."""
+        if not isinstance(data, Mapping):
+            return data
+        values = {k: v for k, v in data.items() if v is not None}
+        for field, why in REFUSED.items():
+            if field in values:
+                raise InvalidArgumentError(f"{field} {why}")
+        for field, value in FIXED.items():
+            if field in values:
+                if values.pop(field) is not value:
+                    raise InvalidArgumentError(f"{field} can only be {str(value).lower()} here")
+        fqfn = values.pop("fqfn", None)
+        if fqfn is not None and fqfn != "/".join(str(values.get(k)) for k in ("tenant", "namespace", "name")):
+            raise InvalidArgumentError(f"fqfn {fqfn!r} differs from tenant/namespace/name")
+        if values.get("runtime") is not None and not (isinstance(values["runtime"], str)
+                                                       and values["runtime"].upper() == "PYTHON"):
+            raise InvalidArgumentError(f"runtime: only PYTHON functions are supported, not {values['runtime']!r}")
+        return values
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object, without unset (None) fields."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return self.model_dump(exclude_none=True)
 
     @classmethod
     def from_json(cls, data: object) -> FunctionConfig:
         """Validate ``data`` (a JSON object); :class:`InvalidArgumentError` names the first bad field."""
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(f"a function config must be a JSON object, not {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known and v is not None}
-        for what in ("tenant", "namespace", "name"):
-            validate_name(values.get(what), what if what != "name" else "function name")
-        inputs = values.get("inputs")
-        if isinstance(inputs, str):
-            inputs = [s.strip() for s in inputs.split(",") if s.strip()]  # pulsar-admin's --inputs a,b
-        if not isinstance(inputs, list) or not inputs or len(inputs) > MAX_INPUTS:
-            raise InvalidArgumentError(f"inputs must be a list of 1 to {MAX_INPUTS} sources")
-        values["inputs"] = [_text(i, "each input") for i in inputs]
-        for what in ("className", "runtime", "py", "output", "keyField", "inputFormat", "outputFormat"):
-            if what in values:
-                values[what] = _text(values[what], what)
-        entry = values.get("className", "process")
-        if entry.rpartition(".")[2] != "process":
-            raise InvalidArgumentError(f"className must be 'process' or 'module.process' (a top-level "
-                                       f"def process(input, context)), not {entry!r}")
-        if values.get("runtime", "PYTHON").upper() != "PYTHON":
-            raise InvalidArgumentError(f"only PYTHON functions are supported, not {values['runtime']!r}")
-        values["runtime"] = "PYTHON"
-        parallelism = values.get("parallelism", 1)
-        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= 1024:
-            raise InvalidArgumentError(f"parallelism must be an int from 1 to 1024, not {parallelism!r}")
-        if not isinstance(values.get("userConfig", {}), Mapping):
-            raise InvalidArgumentError("userConfig must be a JSON object")
-        values["userConfig"] = dict(values.get("userConfig", {}))
-        storage = parse_state_storage(values.get("stateStorage"))  # the catalog's reading, for followers too
-        if storage is not None:
-            values["stateStorage"] = {"provider": storage[0], "config": storage[1]}
-        return cls(**values)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise InvalidArgumentError(describe(e, "FunctionConfig")) from None
 
 
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
-        raise InvalidArgumentError(f"{what} must be a non-empty string of at most {MAX_TEXT} characters")
-    return value
+def describe(error: ValidationError, model: str) -> str:
+    """The first error of ``error`` as ``field: what is wrong``."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"])
+    if not where:  # a model-level check: its message names the field
+        return first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        return f"{where}: unknown {model} field"
+    if first["type"] == "missing":
+        return f"{where}: required"
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "string_pattern_mismatch" and where == "className":
+        message = ("className must be 'process', 'module.process' (a top-level def process(input, context)) or "
+                   "'module.Class' (a class with process(self, input, context))")
+    return f"{where}: {message}"
 
 
 def validate_source(code: bytes, filename: str = "function.py") -> str:

@@ -1,5 +1,7 @@
-"""OpenAPI documentation of the request and response bodies (handlers return plain JSON; these
-models only describe it, so no per-request validation cost is paid twice)."""
+"""The OpenAPI description of the request and response bodies, built from the same pydantic models
+that validate them (:class:`statekeep.functions.model.FunctionConfig`,
+:class:`statekeep.state.shape.FunctionStateBody` / :class:`~statekeep.state.shape.FunctionState`), so
+the spec cannot drift from the code. Handlers return plain JSON (no second validation pass)."""
 
 from __future__ import annotations
 
@@ -7,42 +9,23 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from statekeep.functions.model import FunctionConfig
+from statekeep.state.keys import MAX_SEGMENT
+from statekeep.state.shape import FunctionState, FunctionStateBody
+
+__all__ = ["ERRORS", "FUNCTION_BODY", "FUNCTION_UPDATE_BODY", "STATE_BODY", "STATE_PATH", "ErrorBody",
+           "FunctionConfig", "FunctionState", "FunctionStatePage"]
+
+REF = "#/components/schemas/{model}"
+
 
 class ErrorBody(BaseModel):
     reason: str
 
 
-class FunctionState(BaseModel):
-    """Exactly one of stringValue, byteValue (base64) and numberValue is present."""
-
-    key: str
-    stringValue: str | None = None
-    byteValue: str | None = Field(None, description="base64")
-    numberValue: int | None = Field(None, ge=-(1 << 63), le=(1 << 63) - 1)
-    version: int
-
-
 class FunctionStatePage(BaseModel):
     items: list[FunctionState]
     nextStartAfter: str | None = Field(None, description="pass as startAfter for the next page; null on the last")
-
-
-class FunctionConfig(BaseModel):
-    """A function's configuration (Pulsar's FunctionConfig shape; unknown fields are ignored)."""
-
-    tenant: str | None = None
-    namespace: str | None = None
-    name: str | None = None
-    className: str | None = "process"
-    runtime: str | None = "PYTHON"
-    py: str | None = None
-    inputs: list[str] | None = None
-    output: str | None = None
-    parallelism: int | None = 1
-    userConfig: dict[str, Any] | None = None
-    keyField: str | None = None
-    inputFormat: str | None = None
-    outputFormat: str | None = None
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -52,31 +35,41 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     ]
 }
 
-STATE_IN_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "key": {"type": "string"},
-        "stringValue": {"type": "string"},
-        "byteValue": {"type": "string", "description": "base64"},
-        "numberValue": {"type": "integer", "minimum": -(1 << 63), "maximum": (1 << 63) - 1},
-        "version": {"type": "integer"},
-    },
-}
+
+def _inline(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(ref_template=REF)
+    schema.pop("$defs", None)  # the nested models are in components (response models)
+    return schema
+
 
 STATE_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": STATE_IN_SCHEMA},
+    "application/json": {"schema": _inline(FunctionStateBody)},
     "multipart/form-data": {"schema": {"type": "object", "required": ["state"], "properties": {
-        "state": {"type": "string", "description": "the FunctionState JSON, as pulsar-admin sends it"}}}},
+        "state": {**_inline(FunctionStateBody), "description": "the FunctionState JSON, as pulsar-admin sends it"}}},
+        "encoding": {"state": {"contentType": "application/json"}}},
 }}}
 
-FUNCTION_BODY = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["functionConfig"], "properties": {
-        "functionConfig": {"type": "string", "description": "FunctionConfig JSON"},
-        "data": {"type": "string", "format": "binary", "description": "the Python file (required on create)"},
-    }}},
-}}}
+
+def _function_body(required: list[str]) -> dict[str, Any]:
+    config = _inline(FunctionConfig)
+    if "data" not in required:  # an update: only the fields given change
+        config.pop("required", None)
+    return {"requestBody": {"required": True, "content": {
+        "multipart/form-data": {"schema": {"type": "object", "required": required, "properties": {
+            "functionConfig": {**config, "description": "FunctionConfig JSON"},
+            "data": {"type": "string", "format": "binary", "description": "the Python file"},
+        }}, "encoding": {"functionConfig": {"contentType": "application/json"}}},
+    }}}
+
+
+FUNCTION_BODY = _function_body(["functionConfig", "data"])
+FUNCTION_UPDATE_BODY = _function_body(["functionConfig"])
+
+#: a state key in a path: 1 to MAX_SEGMENT characters (the exact limit is on its encoded form:
+#: ASCII letters and digits count 1, other bytes of its UTF-8 form 3; see statekeep.state.keys)
+KEY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT}
 
 STATE_PATH = {"parameters": [
     {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-    for name in ("tenant", "namespace", "name", "key")
-]}
+    for name in ("tenant", "namespace", "name")
+] + [{"name": "key", "in": "path", "required": True, "schema": KEY_SCHEMA}]}

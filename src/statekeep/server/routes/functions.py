@@ -62,7 +62,7 @@ async def create_function(tenant: str, namespace: str, name: str, request: Reque
     return JSONResponse(created.to_json())
 
 
-@router.put(FN, responses=schemas.ERRORS, openapi_extra=schemas.FUNCTION_BODY,
+@router.put(FN, responses=schemas.ERRORS, openapi_extra=schemas.FUNCTION_UPDATE_BODY,
             response_model=schemas.FunctionConfig, summary="Update a function")
 async def update_function(tenant: str, namespace: str, name: str, request: Request,
                           ctx: ServerContext = Depends(get_context)) -> Response:
