@@ -8,7 +8,9 @@ per record, and a batch that fails half-way has written nothing.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -152,19 +154,227 @@ def is_valid_key(key: object) -> bool:
     return True
 
 
+class JournaledState(BufferedState):
+    """A :class:`BufferedState` that can take back one record's changes: :meth:`begin` before each
+    record, :meth:`rollback` if it failed (retried, sent to the dead-letter output or skipped: its
+    state changes must not be applied). Used only when the function's config asks for per-record
+    error handling, so the default per-record path pays nothing for it."""
+
+    _ABSENT = object()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._undo_puts: dict[str, Any] = {}
+        self._undo_deltas: dict[str, Any] = {}
+
+    def begin(self) -> None:
+        self._undo_puts.clear()
+        self._undo_deltas.clear()
+
+    def _remember(self, key: str) -> None:
+        if key not in self._undo_puts:
+            self._undo_puts[key] = self.puts.get(key, self._ABSENT)
+        if key not in self._undo_deltas:
+            self._undo_deltas[key] = self.counter_deltas.get(key, self._ABSENT)
+
+    def rollback(self) -> None:
+        """Restore the buffers as they were at :meth:`begin`."""
+        for undo, target in ((self._undo_puts, self.puts), (self._undo_deltas, self.counter_deltas)):
+            for key, old in undo.items():
+                if old is self._ABSENT:
+                    target.pop(key, None)
+                else:
+                    target[key] = old
+        self.begin()
+
+    def put(self, key: str, value: bytes | None) -> None:
+        self._remember(key)
+        super().put(key, value)
+
+    def incr(self, key: str, amount: int) -> int:
+        self._remember(key)
+        return super().incr(key, amount)
+
+    def add_many(self, keys: list[str], amounts: list[int]) -> None:
+        for key in keys:
+            self._remember(key)
+        super().add_many(keys, amounts)
+
+
+class RecordSource:
+    """Where the records of one (batch, partition) came from, for the per-record Context methods.
+    ``records`` (raw lines or JSON documents), ``keys`` (the key field's value per record, or None)
+    and ``topics`` (the input each record came from, or None when there is one input) are aligned
+    by position; the context reads them only when a metadata method is called, so a function that
+    calls none costs one attribute store per record."""
+
+    __slots__ = ("batch_id", "records", "keys", "topics", "inputs", "event_time_field", "source_format")
+
+    def __init__(self, batch_id: int | str, records: list[Any], keys: list[Any] | None = None,
+                 topics: list[Any] | None = None, inputs: list[str] | None = None,
+                 event_time_field: str | None = None, source_format: str = "json") -> None:
+        self.batch_id = batch_id
+        self.records = records
+        self.keys = keys
+        self.topics = topics
+        self.inputs = list(inputs or [])
+        self.event_time_field = event_time_field
+        self.source_format = source_format
+
+
 class Context:
-    """What ``process(input, context)`` may use. Names follow Pulsar's Python Context."""
+    """What ``process(input, context)`` may use. Names and semantics follow Pulsar's Python Context
+    (``pulsar.functions.context.Context``); every method of it exists here.
+
+    Per record: ``get_message_id`` (``"BATCH:PARTITION:POSITION"``, the same on a replay of the
+    batch), ``get_message_key``/``get_partition_key``/``get_ordering_key`` (the key field's value,
+    None without one), ``get_message_eventtime`` (ms: the record's ``userConfig.eventTimeField``
+    field if configured, else None: files carry no producer event time), ``get_message_properties``
+    (a changelog input's ``offset``, ``kind`` and ``version``; ``{}`` for files),
+    ``get_current_message_topic_name`` (the input the record came from). Outside a record (e.g. in
+    ``process_batch``) they return None (``{}`` for properties).
+    """
 
     def __init__(self, tenant: str, namespace: str, name: str, state: BufferedState,
-                 user_config: Mapping[str, Any] | None = None, logger: logging.Logger | None = None) -> None:
+                 user_config: Mapping[str, Any] | None = None, logger: logging.Logger | None = None, *,
+                 function_id: str = "", function_version: int | str = 0, instance_id: int = 0,
+                 inputs: list[str] | None = None, output: str | None = None,
+                 secrets: Mapping[str, Any] | None = None,
+                 secrets_provider: Callable[[str, Any], Any] | None = None,
+                 source: RecordSource | None = None) -> None:
         self.tenant = tenant
         self.namespace = namespace
         self.name = name
         self._state = state
         self._user_config = dict(user_config or {})
         self._logger = logger or logging.getLogger(f"statekeep.function.{tenant}.{namespace}.{name}")
+        self._function_id = function_id
+        self._function_version = function_version
+        self._instance_id = instance_id
+        self._inputs = list(inputs or [])
+        self._output = output
+        self._secrets = dict(secrets or {})
+        self._secrets_provider = secrets_provider or environment_secret
+        self._source = source
+        self._position = -1  # the current record's position in source (set by the runtime per record)
+        self.metrics: dict[str, list[float]] = {}  # name -> [sum, count, last] of record_metric values
+        self.published: list[tuple[str, Any]] = []  # (topic, message) from publish, written with the batch
+
+    # the record being processed
+    def _at(self, column: str) -> Any:
+        source, position = self._source, self._position
+        values = getattr(source, column) if source is not None else None
+        if values is None or not 0 <= position < len(values):
+            return None
+        return values[position]
+
+    def get_message_id(self) -> str | None:
+        if self._source is None or self._position < 0:
+            return None
+        return f"{self._source.batch_id}:{self._instance_id}:{self._position}"
+
+    def get_message_key(self) -> str | None:
+        return self._at("keys")
+
+    def get_partition_key(self) -> str | None:
+        return self._at("keys")
+
+    def get_ordering_key(self) -> str | None:
+        return self._at("keys")
+
+    def _document(self) -> dict | None:
+        raw = self._at("records")
+        if isinstance(raw, dict):
+            return raw
+        if self._source is None or self._source.source_format == "text" or raw is None:
+            return None
+        try:
+            document = json.loads(raw)
+        except (TypeError, ValueError):
+            return None
+        return document if isinstance(document, dict) else None
+
+    def get_message_eventtime(self) -> int | None:
+        field_name = self._source.event_time_field if self._source is not None else None
+        if not field_name:
+            return None
+        value = (self._document() or {}).get(field_name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def get_message_properties(self) -> dict[str, str]:
+        if self._source is None or self._source.source_format != "statekeep-changelog":
+            return {}
+        document = self._document() or {}
+        return {k: str(document[k]) for k in ("offset", "kind", "version") if document.get(k) is not None}
+
+    def get_current_message_topic_name(self) -> str | None:
+        if self._source is None or self._position < 0:
+            return None
+        if self._source.topics is None:
+            return self._inputs[0] if self._inputs else None
+        return input_of(self._at("topics"), self._inputs)
+
+    def get_input_topics(self) -> list[str]:
+        return list(self._inputs)
+
+    def get_output_topic(self) -> str | None:
+        return self._output
+
+    def get_output_serde_class_name(self) -> str | None:
+        return "serde.IdentitySerDe" if self._output else None
+
+    def get_function_id(self) -> str:
+        return self._function_id
+
+    def get_instance_id(self) -> int:
+        return self._instance_id
+
+    def get_function_version(self) -> int | str:
+        return self._function_version
+
+    def get_secret(self, secret_name: str) -> Any:
+        """As Pulsar: None unless ``secret_name`` is in the config's ``secrets`` map; then what the
+        secrets provider gives for it (by default the environment variable of that name)."""
+        if secret_name not in self._secrets:
+            return None
+        return self._secrets_provider(secret_name, self._secrets[secret_name])
+
+    def record_metric(self, metric_name: str, metric_value: float) -> None:
+        """Add a value to a user metric (its count, sum and last value appear in the function's
+        stats as ``userMetrics`` and in ``/metrics``); InvalidArgumentError for a non-number."""
+        if not isinstance(metric_name, str) or not metric_name:
+            raise InvalidArgumentError("a metric name must be a non-empty str")
+        if isinstance(metric_value, bool) or not isinstance(metric_value, (int, float)):
+            raise InvalidArgumentError(f"a metric value must be a number, not {type(metric_value).__name__}")
+        entry = self.metrics.get(metric_name)
+        if entry is None:
+            self.metrics[metric_name] = [float(metric_value), 1.0, float(metric_value)]
+        else:
+            entry[0] += metric_value
+            entry[1] += 1
+            entry[2] = float(metric_value)
+
+    def publish(self, topic_name: str, message: Any, serde_class_name: str = "serde.IdentitySerDe",
+                properties: Mapping[str, str] | None = None, compression_type: Any = None,
+                callback: Callable | None = None, message_conf: Any = None) -> None:
+        """Send ``message`` to the output ``topic_name`` (a directory, as a function's output):
+        written with the batch's outputs, exactly once (a replayed batch rewrites the same file).
+        ``callback`` (if given) is called with ``(None, topic_name)`` once it is buffered."""
+        if not isinstance(topic_name, str) or not topic_name or topic_name == "console":
+            raise InvalidArgumentError("publish needs an output name (a directory), not "
+                                       f"{topic_name!r}")
+        if isinstance(message, (bytes, bytearray)):
+            message = bytes(message).decode("utf-8", "replace")
+        self.published.append((topic_name, message))
+        if callback is not None:
+            callback(None, topic_name)
+
+    def ack(self, msgid: Any = None, topic: Any = None) -> None:
+        """Accepted and ignored: under exactly-once a record counts as consumed when its batch's state
+        and outputs are written, which the runtime does."""
 
     # identity and configuration
+
     def get_function_tenant(self) -> str:
         return self.tenant
 
@@ -264,3 +474,22 @@ class Context:
         put = self._state.put
         for key in _key_list(keys, "del_states"):
             put(key, None)
+
+
+def environment_secret(secret_name: str, path: Any = None) -> str | None:
+    """Pulsar's ``EnvironmentBasedSecretsProvider``: the environment variable named ``secret_name``."""
+    return os.environ.get(secret_name)
+
+
+def input_of(file: str | None, inputs: list[str]) -> str | None:
+    """The entry of ``inputs`` a file read by Spark (``file:///a/b/x.json``) belongs to: the longest
+    input whose path it is, or lies under; the file itself if none matches."""
+    if file is None:
+        return None
+    path = file.removeprefix("file://")
+    best = None
+    for entry in inputs:
+        plain = entry.removeprefix("file://").rstrip("/")
+        if (path == plain or path.startswith(plain + "/")) and (best is None or len(plain) > len(best[1])):
+            best = (entry, plain)
+    return best[0] if best else file

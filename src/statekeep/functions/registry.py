@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
-from statekeep.functions.model import FunctionConfig, validate_source
+from statekeep.functions.loader import validate_function_source
+from statekeep.functions.model import FunctionConfig
 from statekeep.lru import BoundedLRU
 from statekeep.metadata import Delete, MetadataStore, Put
 from statekeep.state import ProviderPool, StateStore, StateStoreProvider
@@ -102,7 +103,7 @@ class FunctionRegistry:
         cfg = config if isinstance(config, FunctionConfig) else FunctionConfig.from_json(config)
         if code is None:
             code = self._read_py(cfg.py)
-        validate_source(code, _filename(cfg))
+        validate_function_source(code, _filename(cfg), cfg.className)
         self._check_provider(cfg)
         path = self._path(cfg.tenant, cfg.namespace, cfg.name)
         try:
@@ -130,8 +131,10 @@ class FunctionRegistry:
                 raise InvalidArgumentError("the state provider of an existing function cannot be changed; "
                                            "delete and create it again")
             ops = [Put(path, _encode(cfg), version)]
+            if code is None and cfg.className != current.className:  # the stored code must have the new entry
+                validate_function_source(self.get_code(tenant, namespace, name), _filename(cfg), cfg.className)
             if code is not None:
-                validate_source(code, _filename(cfg))
+                validate_function_source(code, _filename(cfg), cfg.className)
                 ops.append(Put(path + "/code", bytes(code)))
             try:
                 self.store.multi(ops)

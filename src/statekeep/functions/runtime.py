@@ -21,22 +21,32 @@ import json
 import logging
 import os
 import threading
+import time
 import traceback
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StatekeepError
-from statekeep.functions.context import BufferedState, Context, is_valid_key
+from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
+from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
 
 log = logging.getLogger(__name__)
 
-STATS_SCHEMA = "partition long, processed long, skipped long, outputs long, applied boolean, error string"
+# per (batch, partition): counts, the time spent in the function (s), user metrics and latest
+# exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.stats)
+STATS_SCHEMA = ("partition long, processed long, skipped long, outputs long, applied boolean, error string, "
+                "received long, user_exceptions long, dead_letters long, latency double, metrics string, "
+                "exceptions string")
+MAX_EXCEPTIONS = 10
 
 
 class FunctionRecordError(StatekeepError):
     """A function raised on a record; the message names the record's position."""
+
+
+class ProcessingTimeout(StatekeepError):
+    """A record's processing took longer than the function's ``timeoutMs`` (a user exception)."""
 
 
 @dataclass
@@ -47,47 +57,57 @@ class PartitionStats:
     outputs: int = 0
     applied: bool = True
     errors: list[str] = field(default_factory=list)
+    received: int = 0
+    user_exceptions: int = 0  # every failed attempt (a record retried twice then skipped counts 3)
+    dead_letters: int = 0
+    latency: float = 0.0  # seconds spent in the function for this partition's records
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # record_metric: name -> [sum, count, last]
+    exceptions: list[list[Any]] = field(default_factory=list)  # latest [message, time ms]
+
+    def user_exception(self, message: str) -> None:
+        self.user_exceptions += 1
+        self.exceptions.append([message, int(time.time() * 1000)])
+        del self.exceptions[:-MAX_EXCEPTIONS]
 
 
-def load_process(source: str, filename: str = "<function>") -> Callable[[Any, Context], Any]:
-    """Compile a function file and return its ``process_batch`` if it defines one (see
-    :func:`is_batch_function`), else its ``process``; raises :class:`FunctionRecordError` (a clear
-    message, not a stack trace) when the file has a syntax error or defines neither."""
-    namespace: dict[str, Any] = {"__name__": "statekeep_function", "__file__": filename}
+def load_process(source: str, filename: str = "<function>", class_name: str | None = None) -> Callable[..., Any]:
+    """The function's entry point (see :func:`statekeep.functions.loader.load_function`);
+    :class:`FunctionRecordError` when the file cannot run."""
     try:
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - running user code is the point
-    except SyntaxError as e:
-        raise FunctionRecordError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from e
-    process_batch = namespace.get("process_batch")
-    if callable(process_batch):
-        _batch_functions.add(process_batch)
-        return process_batch
-    process = namespace.get("process")
-    if not callable(process):
-        raise FunctionRecordError(f"{filename} defines no function 'process(input, context)' "
-                                  "nor 'process_batch(records, context)'")
-    return process
-
-
-_batch_functions: weakref.WeakSet = weakref.WeakSet()
-
-
-def is_batch_function(function: Callable) -> bool:
-    """Whether ``function`` (from :func:`load_process`) is a ``process_batch(records, context)``."""
-    return function in _batch_functions
+        return load_function(source, filename, class_name)[0]
+    except FunctionLoadError as e:
+        raise FunctionRecordError(str(e)) from e
 
 
 _cache_lock = threading.Lock()
-_loaded: dict[str, Callable] = {}
+_loaded: dict[tuple[str, str | None], tuple[Callable, str]] = {}
 _stores: dict[str, Any] = {}
 
 
-def _cached_process(spec: dict) -> Callable:
-    key = spec["code"]
+def _cached_process(spec: dict) -> tuple[Callable, str]:
+    """(entry point, kind) of the spec's code, loaded once per executor process."""
+    key = (spec["code"], spec.get("class_name"))
     with _cache_lock:
         if key not in _loaded:
-            _loaded[key] = load_process(spec["code"], spec.get("py_name", "<function>"))
+            try:
+                _loaded[key] = load_function(spec["code"], spec.get("py_name", "<function>"), spec.get("class_name"))
+            except FunctionLoadError as e:
+                raise FunctionRecordError(str(e)) from e
         return _loaded[key]
+
+
+def make_context(spec: dict, state: BufferedState, partition: int, source: RecordSource | None = None) -> Context:
+    """The Context of one (batch, partition) from the executor spec."""
+    return Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"),
+                   function_id=spec.get("function_id", ""), function_version=spec.get("function_version", 0),
+                   instance_id=partition, inputs=spec.get("inputs"), output=spec.get("output"),
+                   secrets=spec.get("secrets"), source=source)
+
+
+def _careful(spec: dict) -> bool:
+    """Whether records need per-record error handling (rollback of a failed record's state)."""
+    return bool(spec.get("skip_errors") or spec.get("max_retries") is not None or spec.get("dead_letter")
+                or spec.get("timeout_ms"))
 
 
 def _cached_state_store(spec: dict):
@@ -151,12 +171,16 @@ def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, f
 
 
 def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[Any],
-                  keys: Iterable[str] = ()) -> PartitionStats:
+                  keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
+                  topics: list[Any] | None = None) -> PartitionStats:
     """Run the function over one partition of one batch and apply its state changes atomically.
 
-    ``keys``: the partition's distinct key-field values, prefetched in one bulk read.
-    Raises :class:`FunctionRecordError` naming the record's position when the function raises
-    (unless ``spec["skip_errors"]``: then the record is skipped and counted).
+    ``keys``: the partition's distinct key-field values, prefetched in one bulk read;
+    ``record_keys`` and ``topics``: each record's key and input file (for the Context's per-record
+    methods; ``keys`` defaults to the distinct ``record_keys``).
+    Raises :class:`FunctionRecordError` naming the record's position when the function raises,
+    unless the spec handles failing records (``skip_errors``, ``max_retries``, ``dead_letter``,
+    see :func:`_run_careful`).
     """
     stats = PartitionStats(partition)
     store = _cached_state_store(spec)
@@ -164,39 +188,127 @@ def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[A
     if store.has_marker(marker):
         stats.applied = False  # a replay of a partition that was already applied
         return stats
-    process = _cached_process(spec)
-    if is_batch_function(process):
+    process, kind = _cached_process(spec)
+    if kind == BATCH:
         return _run_batch(spec, batch_id, partition, records, store, marker, process, stats)
-    state = BufferedState(store.fetch_many, store.max_value_size)
+    if kind == NATIVE:  # Pulsar's native function: process(input)
+        native = process
+
+        def process(value: Any, context: Any) -> Any:
+            return native(value)
+    if not isinstance(records, list):
+        records = list(records)
+    careful = _careful(spec)
+    state = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size)
+    if record_keys is not None and not keys:
+        keys = {k for k in record_keys if k is not None}
     # a key the store would refuse is left out: the record using it fails on its own (and may be skipped)
     state.prefetch(k for k in keys if is_valid_key(k))
-    context = Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"))
+    source = RecordSource(batch_id, records, record_keys, topics, spec.get("inputs"),
+                          spec.get("user_config", {}).get("eventTimeField"), spec.get("source_format", "json"))
+    context = make_context(spec, state, partition, source)
     decode = record_decoder(spec["input_format"])
     outputs: list[Any] = []
-    for position, record in enumerate(records):
-        try:  # a malformed record is a failing record too
-            result = process(decode(record), context)
-        except Exception as e:
-            where = f"batch {batch_id}, partition {partition}, record {position}"
-            if spec.get("skip_errors"):
-                stats.skipped += 1
-                if len(stats.errors) < 10:
-                    stats.errors.append(f"{where}: {type(e).__name__}: {e}")
-                continue
-            raise FunctionRecordError(
-                f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on {where}: "
-                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
-        stats.processed += 1
-        if result is not None:
-            outputs.append(result)
+    dead: list[Any] = []
+    stats.received = len(records)
+    started = time.perf_counter()
+    if careful:
+        _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead)
+    else:
+        for position, record in enumerate(records):
+            context._position = position
+            try:  # a malformed record is a failing record too
+                result = process(decode(record), context)
+            except Exception as e:
+                where = f"batch {batch_id}, partition {partition}, record {position}"
+                raise FunctionRecordError(
+                    f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on {where}: "
+                    f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
+            if result is not None:
+                outputs.append(result)
+        stats.processed = len(records)
+    stats.latency = time.perf_counter() - started
+    context._position = -1
     stats.outputs = len(outputs)
+    stats.metrics = context.metrics
     if spec.get("output") and spec["output"] != "console":
         write_outputs(spec["output"], batch_id, partition, outputs, spec.get("output_format", "jsonl"))
+    _write_published(context.published, batch_id, partition)
+    if dead:
+        write_outputs(spec["dead_letter"], batch_id, partition, dead, "jsonl")
     stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
     if spec.get("output") == "console":
         for record in outputs[:20]:
             print(json.dumps(record, default=str))
     return stats
+
+
+def _run_careful(spec: dict, batch_id: int, partition: int, records: list[Any], process: Callable,
+                 decode: Callable, context: Context, state: JournaledState, stats: PartitionStats,
+                 outputs: list[Any], dead: list[Any]) -> None:
+    """The per-record loop with error handling. A record whose ``process`` raises (or, with
+    ``timeout_ms``, takes longer than that) is a user exception: its state changes and published
+    messages are taken back, it is retried up to ``max_retries`` times, then written to the
+    ``dead_letter`` output if set, else skipped (when ``max_retries`` is set or ``skip_errors``) or
+    the partition fails with :class:`FunctionRecordError` (neither set: only a timeout asked for)."""
+    retries = spec.get("max_retries") or 0
+    timeout = spec.get("timeout_ms") or 0
+    skips = spec.get("skip_errors") or spec.get("max_retries") is not None
+    clock = time.perf_counter
+    for position, record in enumerate(records):
+        context._position = position
+        attempt = 0
+        while True:
+            state.begin()
+            mark = len(context.published)
+            try:
+                start = clock()
+                result = process(decode(record), context)
+                if timeout and (clock() - start) * 1000 > timeout:
+                    raise ProcessingTimeout(f"processing took longer than timeoutMs={timeout}")
+            except Exception as e:
+                state.rollback()
+                del context.published[mark:]
+                where = f"batch {batch_id}, partition {partition}, record {position}"
+                message = f"{where}: {type(e).__name__}: {e}"
+                stats.user_exception(message)
+                if attempt < retries:
+                    attempt += 1
+                    continue
+                if spec.get("dead_letter"):
+                    stats.dead_letters += 1
+                    dead.append(_dead_letter(record, decode))
+                elif skips:
+                    stats.skipped += 1
+                    if len(stats.errors) < MAX_EXCEPTIONS:
+                        stats.errors.append(message)
+                else:
+                    raise FunctionRecordError(
+                        f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on {where}: "
+                        f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
+                break
+            stats.processed += 1
+            if result is not None:
+                outputs.append(result)
+            break
+
+
+def _dead_letter(record: Any, decode: Callable) -> Any:
+    """A failed record as the dead-letter output keeps it: its input value (the raw line if it
+    does not decode)."""
+    try:
+        return decode(record)
+    except Exception:  # noqa: BLE001 - a malformed record goes as it came
+        return record
+
+
+def _write_published(published: list[tuple[str, Any]], batch_id: int, partition: int) -> None:
+    """``context.publish`` messages, one file per (topic, batch, partition), like the main output."""
+    by_topic: dict[str, list[Any]] = {}
+    for topic, message in published:
+        by_topic.setdefault(topic, []).append(message)
+    for topic, messages in by_topic.items():
+        write_outputs(topic, batch_id, partition, messages, "jsonl")
 
 
 def records_table(values: Any, input_format: str) -> Any:
@@ -269,16 +381,20 @@ def _run_batch(spec: dict, batch_id: int, partition: int, records: Any, store: A
     where = f"batch {batch_id}, partition {partition}"
     fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
     state = BufferedState(store.fetch_many, store.max_value_size)
-    context = Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"))
+    context = make_context(spec, state, partition)
     table, output = None, None
     try:
         try:
             table = records_table(records, spec["input_format"])
         except FunctionRecordError as e:
             raise FunctionRecordError(f"{fqfn} process_batch: {where}, {e}") from None
+        stats.received = table.num_rows
+        started = time.perf_counter()
         try:
             output = _batch_output(process_batch(table, context))
+            stats.latency = time.perf_counter() - started
         except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
+            stats.user_exception(f"{where}: {type(e).__name__}: {e}")
             raise FunctionRecordError(
                 f"{fqfn} process_batch failed on {where} ({table.num_rows} records): "
                 f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
@@ -288,8 +404,10 @@ def _run_batch(spec: dict, batch_id: int, partition: int, records: Any, store: A
         return _skip_batch(store, marker, stats, table.num_rows if table is not None else len(records), e)
     stats.processed = table.num_rows
     stats.outputs = output.num_rows if output is not None else 0
+    stats.metrics = context.metrics
     if output is not None and spec.get("output") and spec["output"] != "console":
         write_outputs(spec["output"], batch_id, partition, output, spec.get("output_format", "jsonl"))
+    _write_published(context.published, batch_id, partition)
     try:
         stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
     except InvalidArgumentError as e:  # incr_counters read nothing: a key holding bytes, an overflow
@@ -326,19 +444,23 @@ def arrow_partition_runner(spec: dict, batch_id: int) -> Callable[[Iterator[Any]
         from pyspark import TaskContext
 
         partition = TaskContext.get().partitionId()
-        if is_batch_function(_cached_process(spec)):  # the records stay in Arrow
+        if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
             columns = [batch.column("__record") for batch in batches]
             records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
             stats = run_partition(spec, batch_id, partition, records)
             yield _stats_batch(stats)
             return
         values: list[Any] = []
-        keys: set[str] = set()
+        record_keys: list[Any] = []
+        topics: list[Any] | None = [] if spec.get("topic_column") else None
         for batch in batches:
             values.extend(batch.column("__record").to_pylist())
-            keys.update(batch.column("__key").to_pylist())
+            record_keys.extend(batch.column("__key").to_pylist())
+            if topics is not None:
+                topics.extend(batch.column("__topic").to_pylist())
+        keys = set(record_keys)
         keys.discard(None)
-        stats = run_partition(spec, batch_id, partition, values, keys)
+        stats = run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
         yield _stats_batch(stats)
 
     return run
@@ -350,4 +472,16 @@ def _stats_batch(stats: PartitionStats) -> Any:
     return pa.RecordBatch.from_pylist([{
         "partition": stats.partition, "processed": stats.processed, "skipped": stats.skipped,
         "outputs": stats.outputs, "applied": stats.applied, "error": "\n".join(stats.errors) or None,
-    }])
+        "received": stats.received, "user_exceptions": stats.user_exceptions, "dead_letters": stats.dead_letters,
+        "latency": stats.latency, "metrics": json.dumps(stats.metrics) if stats.metrics else None,
+        "exceptions": json.dumps(stats.exceptions) if stats.exceptions else None,
+    }], schema=_stats_schema())
+
+
+def _stats_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("partition", pa.int64()), ("processed", pa.int64()), ("skipped", pa.int64()),
+                      ("outputs", pa.int64()), ("applied", pa.bool_()), ("error", pa.string()),
+                      ("received", pa.int64()), ("user_exceptions", pa.int64()), ("dead_letters", pa.int64()),
+                      ("latency", pa.float64()), ("metrics", pa.string()), ("exceptions", pa.string())])

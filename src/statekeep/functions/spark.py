@@ -17,6 +17,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.runtime import STATS_SCHEMA, arrow_partition_runner
+from statekeep.functions.stats import add_batch
 
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
 
@@ -53,9 +54,11 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
 
 
 def input_frame(spark, inputs: list[str], input_format: str, key_field: str | None,
-                options: dict[str, str] | None = None, *, store_url: str | None = None):
+                options: dict[str, str] | None = None, *, store_url: str | None = None, topic_column: bool = False):
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
-    text input) and ``__key`` (the partitioning key, or null). A ``statekeep-changelog`` input is
+    text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
+    ``__topic``, the file each record was read from (only asked for with several inputs, where
+    ``context.get_current_message_topic_name`` needs it). A ``statekeep-changelog`` input is
     another function's changelog (``statekeep://T/N/F`` or ``T/N/F``) in the registry at
     ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
@@ -84,7 +87,10 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
     else:
         record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
         key = F.col(key_field).cast("string") if key_field else F.lit(None).cast("string")
-    return frame.select(record.alias("__record"), key.alias("__key"))
+    columns = [record.alias("__record"), key.alias("__key")]
+    if topic_column:
+        columns.append(F.input_file_name().alias("__topic"))
+    return frame.select(*columns)
 
 
 class FunctionQuery:
@@ -104,7 +110,8 @@ class FunctionQuery:
         self.on_batch = on_batch
         self.query = None
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
-        self.totals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None}
+        self.totals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
+                       "instances": {}}  # per partition, see statekeep.functions.stats
 
     def _handle_batch(self, frame, batch_id: int) -> None:
         runner = arrow_partition_runner(self.spec, batch_id)
@@ -113,6 +120,7 @@ class FunctionQuery:
         for row in rows:
             for name in ("processed", "skipped", "outputs"):
                 self.totals[name] += row[name]
+        add_batch(self.totals["instances"], rows)
         self.totals["batches"] += 1
         self.totals["last_batch"] = batch_id
         if self.on_batch is not None:
@@ -120,11 +128,13 @@ class FunctionQuery:
 
     def start(self) -> FunctionQuery:
         frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
-                            self.spec.get("input_options"), store_url=self.spec.get("store_url"))
+                            self.spec.get("input_options"), store_url=self.spec.get("store_url"),
+                            topic_column=bool(self.spec.get("topic_column")))
         writer = (frame.writeStream.foreachBatch(self._handle_batch)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
-        writer = writer.trigger(availableNow=True) if self.once else writer.trigger(processingTime=self.trigger_interval)
+        writer = (writer.trigger(availableNow=True) if self.once
+                  else writer.trigger(processingTime=self.trigger_interval))
         self.query = writer.start()
         return self
 
@@ -163,6 +173,8 @@ def executor_spec(registry, metadata_url: str, tenant: str, namespace: str, name
     data, and its :class:`FunctionConfig`. The provider config names the store by URL, since an
     open store cannot travel to another process."""
     cfg = registry.get(tenant, namespace, name)
+    entry = registry.catalog.get(tenant, namespace, name)
+    version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
     code = registry.get_code(tenant, namespace, name).decode()
     if cfg.stateStorage is not None:
         provider, provider_config = cfg.stateStorage["provider"], dict(cfg.stateStorage["config"])
@@ -180,8 +192,22 @@ def executor_spec(registry, metadata_url: str, tenant: str, namespace: str, name
         "skip_errors": bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
         # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
         "input_options": {str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
+        # Pulsar's className, identity and the per-record Context's data
+        "class_name": cfg.className, "function_id": registry.incarnation(tenant, namespace, name),
+        "function_version": version, "inputs": list(cfg.inputs),
+        "topic_column": len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
+        # Pulsar's per-record error handling (see runtime._run_careful); getattr: fields the config may lack
+        "secrets": dict(getattr(cfg, "secrets", None) or {}),
+        "timeout_ms": getattr(cfg, "timeoutMs", None) or None,
+        "max_retries": _retries(getattr(cfg, "maxMessageRetries", None)),
+        "dead_letter": getattr(cfg, "deadLetterTopic", None) or None,
     }
     return spec, cfg
+
+
+def _retries(value: Any) -> int | None:
+    """``maxMessageRetries``: None (unset, or negative as Pulsar's "no limit" sentinel) or >= 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _guess_format(source: str) -> str:

@@ -106,24 +106,20 @@ def function_status(store, tenant: str, namespace: str, name: str) -> dict:
     return status
 
 
-def pulsar_function_status(status: dict) -> dict:
-    """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus`` (one instance: the
-    function's streaming query); ``workerId`` is where it runs, ``""`` if nowhere."""
-    running = bool(status.get("running"))
-    processed, skipped = int(status.get("processed") or 0), int(status.get("skipped") or 0)
-    return {"numInstances": 1, "numRunning": int(running), "instances": [{"instanceId": 0, "status": {
-        "running": running, "error": status.get("error") or "", "numRestarts": 0,
-        "numReceived": processed + skipped, "numSuccessfullyProcessed": processed,
-        "numUserExceptions": skipped, "latestUserExceptions": [], "numSystemExceptions": 0,
-        "latestSystemExceptions": [], "averageLatency": 0.0,
-        "lastInvocationTime": int(status.get("updated_ms") or 0), "workerId": status.get("workerId") or ""}}]}
+def pulsar_function_status(status: dict, num_instances: int = 1, num_restarts: int = 0) -> dict:
+    """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus``: one instance per
+    Spark partition of the function's query (see :mod:`statekeep.functions.stats`); ``workerId``
+    is where it runs, ``""`` if nowhere."""
+    from statekeep.functions.stats import function_status as pulsar_status
+
+    return pulsar_status(status, num_instances, num_restarts=num_restarts)
 
 
 @dataclass
 class _Running:
     query: object
     lock: object
-    config: tuple[str, int]  # (incarnation, config version): a change of either restarts the query
+    config: tuple[str, int, int]  # (incarnation, config version, restarts): a change restarts the query
 
 
 class SparkWorker:
@@ -205,7 +201,11 @@ class SparkWorker:
             self._wake.wait(self.interval)
             self._wake.clear()
 
-    def _wanted(self) -> dict[tuple[str, str, str], tuple[str, int]]:
+    def _wanted(self) -> dict[tuple[str, str, str], tuple[str, int, int]]:
+        """The functions that should run (not stopped), each with (incarnation, config version,
+        restart count): a change of any restarts its query."""
+        from statekeep.functions.lifecycle import is_stopped, restart_count
+
         store, root = self.registry.store, self.registry.root
         wanted = {}
         for tenant in store.get_children(root):
@@ -213,11 +213,14 @@ class SparkWorker:
                 for name in store.get_children(f"{root}/{tenant}/{namespace}"):
                     result = store.get(f"{root}/{tenant}/{namespace}/{name}")
                     if result is not None and result.value:
+                        if is_stopped(self.registry, tenant, namespace, name):
+                            continue  # stopped (persisted): its query stops, and stays stopped
                         try:
                             incarnation = self.registry.incarnation(tenant, namespace, name)
                         except NotFoundError:
                             continue  # deleted meanwhile
-                        wanted[(tenant, namespace, name)] = (incarnation, result.stat.version)
+                        wanted[(tenant, namespace, name)] = (incarnation, result.stat.version,
+                                                             restart_count(self.registry, tenant, namespace, name))
         return wanted
 
     def _free(self, fqfn: tuple[str, str, str]) -> bool:
@@ -249,7 +252,7 @@ class SparkWorker:
                 if fqfn not in self._running and not self._stopping.is_set():
                     self._start_function(fqfn, config)
 
-    def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int]) -> None:
+    def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int, int]) -> None:
         from statekeep.functions.spark import run_registered, spark_session
 
         if not self._free(fqfn):

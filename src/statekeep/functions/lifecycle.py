@@ -1,0 +1,168 @@
+"""Stopping, starting, restarting and triggering a registered function (Pulsar's ``functions
+stop|start|restart|trigger``), and reading its status and stats, on any server of a cluster.
+
+The wanted state lives in the function registry, beside the config, so it survives server restarts
+and every worker sees it (its notifications wake them): ``ROOT/T/N/F/stopped`` exists while the
+function is stopped; ``ROOT/T/N/F/restarts`` counts restart requests (a worker restarts the query
+when it changes). Both go with the function when it is deleted.
+
+:func:`trigger` runs the function on one value in the calling process, against its real state: the
+state changes are applied in one atomic write, ``context.publish`` messages are written to their
+outputs, and the function's result is returned (not written to its output).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+import uuid
+from typing import Any
+
+from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
+from statekeep.functions.context import BufferedState, RecordSource
+from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
+
+STOPPED, RESTARTS = "stopped", "restarts"
+
+
+def _function_path(registry, tenant: str, namespace: str, name: str) -> tuple[str, int]:
+    """The function's registry path and config version; :class:`NotFoundError` if absent."""
+    result = registry.catalog.get(tenant, namespace, name)
+    if result is None:
+        raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+    return registry.catalog.path(tenant, namespace, name), result.stat.version
+
+
+def is_stopped(registry, tenant: str, namespace: str, name: str) -> bool:
+    """Whether the function was stopped (and not started since). Does not check it exists."""
+    return registry.store.exists(registry.catalog.path(tenant, namespace, name) + "/" + STOPPED)
+
+
+def restart_count(registry, tenant: str, namespace: str, name: str) -> int:
+    """How many restarts were requested (0 if none). Does not check the function exists."""
+    result = registry.store.get(registry.catalog.path(tenant, namespace, name) + "/" + RESTARTS)
+    return int(result.value) if result is not None else 0
+
+
+def set_stopped(registry, tenant: str, namespace: str, name: str, stopped: bool) -> bool:
+    """Stop (``stopped=True``) or start the function; returns whether this changed anything
+    (stopping a stopped function is accepted). Written only while the function exists
+    (:class:`NotFoundError` otherwise), so a deleted function leaves no marker behind."""
+    from statekeep.metadata import Check, Delete, Put
+
+    for _ in range(20):
+        path, version = _function_path(registry, tenant, namespace, name)
+        marker = path + "/" + STOPPED
+        if registry.store.exists(marker) == stopped:
+            return False
+        op = Put(marker, str(int(time.time() * 1000)).encode(), -1) if stopped else Delete(marker)
+        try:
+            registry.store.multi([Check(path, version), op])
+            return True
+        except (BadVersionError, NotFoundError):
+            continue  # the config changed, or a concurrent stop/start: look again
+    raise BadVersionError(f"function {tenant}/{namespace}/{name} kept changing; try again")
+
+
+def request_restart(registry, tenant: str, namespace: str, name: str) -> int:
+    """Ask the worker running the function to restart its query (from its checkpoint); returns the
+    new restart count. A stopped function stays stopped (the count still rises)."""
+    from statekeep.metadata import Check, Put
+
+    for _ in range(20):
+        path, version = _function_path(registry, tenant, namespace, name)
+        current = registry.store.get(path + "/" + RESTARTS)
+        count = (int(current.value) if current is not None else 0) + 1
+        expected = current.stat.version if current is not None else -1
+        try:
+            registry.store.multi([Check(path, version), Put(path + "/" + RESTARTS, str(count).encode(), expected)])
+            return count
+        except (BadVersionError, NotFoundError):
+            continue
+    raise BadVersionError(f"function {tenant}/{namespace}/{name} kept changing; try again")
+
+
+_loaded: dict[tuple[str, str | None], tuple[Any, str]] = {}
+
+
+def trigger(registry, tenant: str, namespace: str, name: str, data: bytes | str) -> Any:
+    """Run the function once on ``data`` (one input record, decoded as its input format: a JSON
+    line gives a dict, text a str) through its real state, and return its result (None: no output).
+    Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
+    data is not valid for the input format or the function raises (nothing is then written)."""
+    from statekeep.functions.runtime import _batch_output, make_context, records_table
+    from statekeep.functions.spark import executor_spec
+
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidArgumentError(f"the trigger data is not UTF-8 text (byte {e.start})") from None
+    spec, cfg = executor_spec(registry, "", tenant, namespace, name)
+    key = (spec["code"], spec.get("class_name"))
+    if key not in _loaded:
+        try:
+            _loaded[key] = load_function(spec["code"], spec["py_name"], spec.get("class_name"))
+        except FunctionLoadError as e:
+            raise InvalidArgumentError(f"the function cannot run: {e}") from None
+        if len(_loaded) > 100:
+            _loaded.pop(next(iter(_loaded)))
+    process, kind = _loaded[key]
+    store = registry.state_store(tenant, namespace, name)
+    state = BufferedState(store.fetch_many, store.max_value_size)
+    value: Any = data.rstrip("\r\n")
+    record_key = None
+    if spec["input_format"] == "json" and kind != BATCH:
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise InvalidArgumentError(f"the trigger data is not a JSON value: {e}") from None
+        if cfg.keyField and isinstance(value, dict) and value.get(cfg.keyField) is not None:
+            record_key = str(value[cfg.keyField])
+    elif spec["input_format"] == "text" and cfg.keyField:
+        record_key = value
+    source = RecordSource("trigger", [data], [record_key], None, spec["inputs"],
+                          spec["user_config"].get("eventTimeField"), spec["source_format"])
+    context = make_context(spec, state, 0, source)
+    context._position = 0
+    try:
+        if kind == BATCH:
+            output = _batch_output(process(records_table([value], spec["input_format"]), context))
+            result = output.to_pylist() if output is not None else None
+        else:
+            result = process(value) if kind == NATIVE else process(value, context)
+    except Exception as e:  # noqa: BLE001 - user code: its error is the answer
+        detail = traceback.format_exc(limit=3)
+        raise InvalidArgumentError(f"function {tenant}/{namespace}/{name} raised on the trigger data: "
+                                   f"{type(e).__name__}: {e}\n{detail}") from None
+    _write_trigger_published(context.published)
+    store.apply_batch(state.puts, state.counter_deltas)
+    return result
+
+
+def _write_trigger_published(published: list[tuple[str, Any]]) -> None:
+    import os
+
+    by_topic: dict[str, list[Any]] = {}
+    for topic, message in published:
+        by_topic.setdefault(topic, []).append(message)
+    for topic, messages in by_topic.items():
+        os.makedirs(topic, exist_ok=True)
+        final = os.path.join(topic, f"trigger-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}.jsonl")
+        with open(final + ".tmp", "w", encoding="utf-8") as out:
+            for message in messages:
+                out.write(json.dumps(message, separators=(",", ":"), default=str) + "\n")
+        os.replace(final + ".tmp", final)
+
+
+def output_text(result: Any) -> str:
+    """The trigger's response body, as Pulsar's: a str result as it is, anything else as JSON
+    (``""`` for no output)."""
+    if result is None:
+        return ""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (bytes, bytearray)):
+        return bytes(result).decode("utf-8", "replace")
+    return json.dumps(result, default=str)

@@ -1,0 +1,136 @@
+"""Finding a function's entry point in its file: statekeep's and Pulsar's three kinds.
+
+``className`` (Pulsar's ``--classname``) names it, with or without the module (``wordcount.WordCount``
+or ``WordCount``; the module part is the file's and is not checked):
+
+- ``process`` (the default): a top-level ``def process(input, context)``, or Pulsar's native
+  one-argument ``def process(input)``; a file defining ``process_batch(records, context)`` runs
+  that instead (vectorized, see :mod:`statekeep.functions.runtime`).
+- any other name: a top-level class with a ``process(self, input, context)`` method, as Pulsar's
+  ``class WordCount(pulsar.Function)``; one instance is created (without arguments) per process.
+
+``from pulsar import Function`` works in a function file whether or not pulsar-client is
+installed (:func:`statekeep.pulsar_compat.install`).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError, StatekeepError
+
+RECORD, NATIVE, BATCH = "record", "native", "batch"  # process(input, context), process(input), process_batch
+
+
+class FunctionLoadError(StatekeepError):
+    """A function file that cannot run: a syntax error, or no entry point of the named kind."""
+
+
+def entry_name(class_name: str | None) -> str:
+    """The entry point's name in the file: the last dotted part of ``className`` (default ``process``)."""
+    return (class_name or "process").rpartition(".")[2] or "process"
+
+
+def load_function(source: str, filename: str = "<function>",
+                  class_name: str | None = None) -> tuple[Callable[..., Any], str]:
+    """Run the function file and return ``(callable, kind)``: kind :data:`RECORD` (called as
+    ``f(input, context)``), :data:`NATIVE` (``f(input)``) or :data:`BATCH` (``f(records, context)``).
+    Raises :class:`FunctionLoadError` (a clear message, not a stack trace) when the file has a
+    syntax error, fails at import, or lacks the entry point."""
+    from statekeep.pulsar_compat import install
+
+    install()
+    namespace: dict[str, Any] = {"__name__": "statekeep_function", "__file__": filename}
+    try:
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - running user code is the point
+    except SyntaxError as e:
+        raise FunctionLoadError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from e
+    name = entry_name(class_name)
+    if name != "process":
+        cls = namespace.get(name)
+        if not isinstance(cls, type) or not callable(getattr(cls, "process", None)):
+            raise FunctionLoadError(f"{filename} defines no class {name!r} with a method "
+                                    "process(self, input, context) (className names it)")
+        try:
+            instance = cls()
+        except Exception as e:  # noqa: BLE001 - user code
+            raise FunctionLoadError(f"{filename}: creating {name}() failed: {type(e).__name__}: {e}") from e
+        return instance.process, RECORD
+    process_batch = namespace.get("process_batch")
+    if callable(process_batch):
+        return process_batch, BATCH
+    process = namespace.get("process")
+    if not callable(process):
+        raise FunctionLoadError(f"{filename} defines no function 'process(input, context)' "
+                                "nor 'process_batch(records, context)'")
+    return process, (NATIVE if _one_argument(process) else RECORD)
+
+
+def _one_argument(function: Callable) -> bool:
+    """Whether ``function`` takes exactly one positional argument (Pulsar's native function)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 1 and not any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def validate_function_source(code: bytes, filename: str = "function.py", class_name: str | None = None) -> str:
+    """Check a function file WITHOUT running it: UTF-8, compiles, and defines the entry point
+    ``className`` names (see the module docstring) with the right arguments. Returns the source.
+    Raises :class:`InvalidArgumentError` naming ``file:line`` and what is wrong."""
+    if not isinstance(code, (bytes, bytearray)):
+        raise InvalidArgumentError("the function file must be bytes")
+    try:
+        source = bytes(code).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidArgumentError(f"{filename} is not UTF-8 text (byte {e.start})") from e
+    try:
+        tree = ast.parse(source, filename)
+        compile(tree, filename, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        where = filename + (f":{e.lineno}" if e.lineno else "") + (f":{e.offset}" if e.lineno and e.offset else "")
+        raise InvalidArgumentError(f"{where}: syntax error: {e.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; absurdly deep nesting
+        raise InvalidArgumentError(f"{filename} cannot be compiled: {type(e).__name__}: {e}") from None
+    name = entry_name(class_name)
+    if name != "process":
+        classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        if name not in classes:
+            raise InvalidArgumentError(f"{filename} must define a top-level class {name!r} (className "
+                                       f"{class_name!r}) with a method process(self, input, context)")
+        methods = {n.name: n for n in classes[name].body if isinstance(n, ast.FunctionDef)}
+        inherits = bool(classes[name].bases)  # process may come from a base class: checked at load
+        if "process" in methods:
+            _check_arguments(methods["process"], filename, 3, "process(self, input, context)")
+        elif not inherits:
+            raise InvalidArgumentError(f"{filename}:{classes[name].lineno}: class {name} has no method "
+                                       "process(self, input, context)")
+        return source
+    defined = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if "process_batch" in defined:
+        _check_arguments(defined["process_batch"], filename, 2, "process_batch(records, context)")
+        return source
+    if "process" not in defined:
+        raise InvalidArgumentError(f"{filename} must define a top-level function 'def process(input, context)' "
+                                   "(or Pulsar's 'def process(input)', or 'def process_batch(records, context)', "
+                                   "or name a class with className)")
+    _check_arguments(defined["process"], filename, (1, 2), "process(input, context) or process(input)")
+    return source
+
+
+def _check_arguments(node: ast.AST, filename: str, count: int | tuple[int, ...], shape: str) -> None:
+    if isinstance(node, ast.AsyncFunctionDef):
+        raise InvalidArgumentError(f"{filename}:{node.lineno}: {node.name} must be a plain def, not async def")
+    counts = (count,) if isinstance(count, int) else count
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    required = len(positional) - len(args.defaults)
+    kw_required = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    accepts = any((len(positional) >= n or args.vararg is not None) and required <= n for n in counts)
+    if not accepts or kw_required:
+        raise InvalidArgumentError(f"{filename}:{node.lineno}: {node.name} must be {shape}")
