@@ -105,9 +105,13 @@ def test_a_server_by_default_with_the_token_of_client_conf(tmp_path, capsys, mon
         monkeypatch.setenv("STATEKEEP_CLIENT_CONF", str(conf))
         code, _, err = run(capsys, "functions", "create", "--name", "wc", "--py", py, "-i", "in")
         assert code == 1 and "HTTP 401" in err
-        write_conf(conf, webServiceUrl=server.url, authParams="token:secret-token")
-        code, out, err = run(capsys, "functions", "create", "--name", "wc", "--py", py, "-i", "in")
+        # the file's token goes to whichever server: here one named by --url
+        conf.write_text("authParams=token:secret-token\n")
+        code, out, err = run(capsys, "functions", "create", "--name", "wc", "--py", py, "-i", "in", "--url", server.url)
         assert (code, out) == (0, "Created successfully\n"), err
+        write_conf(conf, webServiceUrl=server.url, authParams="token:secret-token")
+        code, out, err = run(capsys, "functions", "get", "--name", "wc")
+        assert code == 0 and json.loads(out)["name"] == "wc", err
         got = httpx.get(server.url + "/admin/v3/functions/public/default/wc",
                         headers={"Authorization": "Bearer secret-token"}).json()
         assert got["inputs"] == ["in"]

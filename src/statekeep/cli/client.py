@@ -14,7 +14,7 @@ The client config file is ``$STATEKEEP_CLIENT_CONF`` if set (it must then exist)
 written like Pulsar's ``client.conf`` (``key=value`` lines, ``#`` comments), and statekeep reads two
 of its keys: ``webServiceUrl`` and ``authParams`` (``token:TOKEN`` or ``file:///path/to/token``, as
 Pulsar's token authentication takes them); other keys of a Pulsar ``client.conf`` are ignored. The
-bearer token is ``--token``, else ``$STATEKEEP_TOKEN``, else ``authParams``.
+bearer token, for whichever server, is ``--token``, else ``$STATEKEEP_TOKEN``, else ``authParams``.
 
 The HTTP client is httpx (the ``client`` extra), imported only when a server is used, so direct
 access (``--data-dir``/``--store``) works on the core install.
@@ -110,28 +110,23 @@ def _token_from_auth_params(params: str, path: Path) -> str:
 def resolve_target(args: argparse.Namespace) -> Target:
     """Where the command in ``args`` goes (``url``, ``data_dir``, ``store``, ``token`` attributes), by the
     precedence in this module's docstring. Raises :class:`InvalidArgumentError` for a bad client config."""
-    token_flag = getattr(args, "token", None)
-    if getattr(args, "url", None):
-        return Target(args.url, None, token_flag or os.environ.get("STATEKEEP_TOKEN") or None, "--url")
     if getattr(args, "data_dir", None):
         return Target(None, f"local://{os.path.abspath(args.data_dir)}", None, "--data-dir")
     if getattr(args, "store", None):
         return Target(None, args.store, None, "--store")
-    env_token = token_flag or os.environ.get("STATEKEEP_TOKEN") or None
-    if os.environ.get("STATEKEEP_URL"):
-        return Target(os.environ["STATEKEEP_URL"], None, env_token or _conf_token(), "$STATEKEEP_URL")
-    if os.environ.get("STATEKEEP_STORE"):
+    if not getattr(args, "url", None) and not os.environ.get("STATEKEEP_URL") and os.environ.get("STATEKEEP_STORE"):
         return Target(None, os.environ["STATEKEEP_STORE"], None, "$STATEKEEP_STORE")
     conf, path = read_client_conf()
-    token = env_token or (_token_from_auth_params(conf["authParams"], path) if conf.get("authParams") else None)
+    token = getattr(args, "token", None) or os.environ.get("STATEKEEP_TOKEN") or None
+    if token is None and conf.get("authParams"):
+        token = _token_from_auth_params(conf["authParams"], path)
+    if getattr(args, "url", None):
+        return Target(args.url, None, token, "--url")
+    if os.environ.get("STATEKEEP_URL"):
+        return Target(os.environ["STATEKEEP_URL"], None, token, "$STATEKEEP_URL")
     if conf.get("webServiceUrl"):
         return Target(conf["webServiceUrl"], None, token, f"webServiceUrl in {path}")
     return Target(DEFAULT_URL, None, token, "the default")
-
-
-def _conf_token() -> str | None:
-    conf, path = read_client_conf()
-    return _token_from_auth_params(conf["authParams"], path) if conf.get("authParams") else None
 
 
 def quote(segment: str) -> str:
