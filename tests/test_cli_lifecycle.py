@@ -58,16 +58,32 @@ def test_status_and_stats_print_the_rest_answers(server, capsys):
 
 
 def test_stop_start_restart(server, capsys):
+    from statekeep.functions import lifecycle
+    from statekeep.functions.service import FunctionService
+
     url = ["--url", server.url]
+
+    def stopped() -> bool:  # what the server persisted, read directly (local:// is multi-process)
+        with FunctionService.open(f"local://{server.data_dir}") as service:
+            return lifecycle.is_stopped(service.registry, "public", "default", "wc")
+
+    def restarts() -> int:
+        status = json.loads(run(capsys, "functions", "status", "--name", "wc", *url)[1])
+        return status["instances"][0]["status"]["numRestarts"]
+
     assert run(capsys, "functions", "stop", "--name", "wc", *url)[1] == "Stopped successfully\n"
+    assert stopped()
     status = json.loads(run(capsys, "functions", "status", "--name", "wc", *url)[1])
     assert status["numRunning"] == 0 and not any(i["status"]["running"] for i in status["instances"])
     assert run(capsys, "functions", "start", "--name", "wc", *url)[1] == "Started successfully\n"
+    assert not stopped()
+    before = restarts()
     assert run(capsys, "functions", "restart", "--name", "wc", *url)[1] == "Restarted successfully\n"
+    assert restarts() == before + 1
     # per instance (POST .../0/restart): an instance is a partition of the function's one Spark query, so
     # the server restarts the query for it and refuses to stop or start one partition alone
     code, out, err = run(capsys, "functions", "restart", "--name", "wc", "--instance-id", "0", *url)
-    assert (code, out) == (0, "Restarted successfully\n"), err
+    assert (code, out) == (0, "Restarted successfully\n") and restarts() == before + 2, err
     for command in ("stop", "start"):
         code, out, err = run(capsys, "functions", command, "--name", "wc", "--instance-id", "0", *url)
         assert (code, out) == (2, "") and "HTTP 400" in err and "as a whole" in err, err
