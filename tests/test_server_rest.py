@@ -75,7 +75,8 @@ def test_create_get_list_update_delete(client):
 @pytest.mark.parametrize("code, message", [
     (b"def process(input, context):\n    return (\n", "f.py:2"),
     (b"def handle(input, context):\n    pass\n", "def process(input, context)"),
-    (b"def process(input):\n    pass\n", "two positional"),
+    # (a one-argument def process(input) is Pulsar's native function: accepted since issue 14)
+    (b"def process(input, context, extra):\n    pass\n", "process(input, context)"),
     (b"class F:\n    def process(self, input, context):\n        pass\n", "top-level"),
     (b"\xff\xfe", "UTF-8"),
 ])
@@ -269,3 +270,63 @@ def test_openapi_and_docs(client):
     post = paths["/admin/v3/functions/{tenant}/{namespace}/{name}/state/{key}"]["post"]
     assert {"application/json", "multipart/form-data"} <= set(post["requestBody"]["content"])
     assert client.get("/docs").status_code == 200
+
+
+HONOURED = {"userConfig": {"k": [1, "v"]}, "secrets": {"TOKEN": "ENV_TOKEN"}, "processingGuarantees": "ATLEAST_ONCE",
+            "timeoutMs": 2500, "maxMessageRetries": 3, "deadLetterTopic": "dead.jsonl", "className": "f.process",
+            "keyField": "user", "output": "out.jsonl", "parallelism": 4}
+
+
+def test_honoured_config_is_stored_and_returned_as_sent(client):
+    r = create_function(client, "acme", "cfg", "full", **HONOURED)
+    assert r.status_code == 200, r.text
+    got = client.get("/admin/v3/functions/acme/cfg/full").json()
+    assert {k: got[k] for k in HONOURED} == HONOURED
+    # an update changes only what it names, and GET returns the merge
+    r = client.put("/admin/v3/functions/acme/cfg/full", files={
+        "functionConfig": (None, json.dumps({"processingGuarantees": "EFFECTIVELY_ONCE", "timeoutMs": 10}))})
+    assert r.status_code == 200, r.text
+    got = client.get("/admin/v3/functions/acme/cfg/full").json()
+    assert got["processingGuarantees"] == "EFFECTIVELY_ONCE" and got["timeoutMs"] == 10
+    assert got["secrets"] == HONOURED["secrets"] and got["maxMessageRetries"] == 3
+
+
+@pytest.mark.parametrize("field, value", [
+    ("topicsPattern", "in-.*"), ("subName", "sub"), ("subscriptionPosition", "Latest"), ("producerConfig", {}),
+    ("customSerdeInputs", {"a": "b"}), ("customSchemaInputs", {"a": "b"}), ("inputSpecs", {"a": {}}),
+    ("outputSerdeClassName", "x.Serde"), ("outputSchemaType", "avro"), ("logTopic", "logs"),
+    ("forwardSourceMessageProperty", True), ("batchBuilder", "KEY_BASED"), ("maxPendingAsyncRequests", 10),
+    ("jar", "f.jar"), ("go", "f"), ("packageUrl", "function://a/b/c"), ("runtimeFlags", "-x"),
+    ("resources", {"cpu": 1}), ("windowConfig", {"windowLengthCount": 10}), ("logLevel", "DEBUG"),
+    ("autoAck", False), ("retainOrdering", True), ("retainKeyOrdering", True), ("skipToLatest", True),
+    ("exposePulsarAdminClientEnabled", True), ("cleanupSubscription", False),
+    ("processingGuarantees", "MANUAL"), ("timeoutMs", 0), ("maxMessageRetries", -1), ("secrets", ["a"]),
+    ("fqfn", "acme/other/f"), ("noSuchField", 1),
+])
+def test_config_fields_statekeep_does_not_honour_are_refused_by_name(client, field, value):
+    r = create_function(client, "acme", "refused", "f", **{field: value})
+    assert r.status_code == 400 and field in r.json()["reason"], r.text
+    assert client.get("/admin/v3/functions/acme/refused").json() == []
+    # the same on an update: 400, and the stored config is unchanged
+    assert create_function(client, "acme", "refused", "g").status_code == 200
+    before = client.get("/admin/v3/functions/acme/refused/g").json()
+    r = client.put("/admin/v3/functions/acme/refused/g", files={
+        "functionConfig": (None, json.dumps({field: value, "parallelism": 7}))})
+    assert r.status_code == 400 and field in r.json()["reason"], r.text
+    assert client.get("/admin/v3/functions/acme/refused/g").json() == before
+    assert client.delete("/admin/v3/functions/acme/refused/g").status_code == 204
+
+
+def test_url_and_unknown_parts_are_refused_by_name(client):
+    config = json.dumps({"inputs": ["in.jsonl"]})
+    r = client.post("/admin/v3/functions/acme/url/f", files={
+        "functionConfig": (None, config), "url": (None, "http://example.invalid/f.py")})
+    assert r.status_code == 400 and "url" in r.json()["reason"]
+    assert create_function(client, "acme", "url", "g").status_code == 200
+    before = client.get("/admin/v3/functions/acme/url/g").json()
+    for part in ("url", "updateOptions"):
+        r = client.put("/admin/v3/functions/acme/url/g", files={
+            "functionConfig": (None, json.dumps({"parallelism": 9})), part: (None, "x")})
+        assert r.status_code == 400 and part in r.json()["reason"], r.text
+    assert client.get("/admin/v3/functions/acme/url").json() == ["g"]
+    assert client.get("/admin/v3/functions/acme/url/g").json() == before

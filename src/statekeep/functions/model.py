@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       WithJsonSchema, field_validator, model_validator)
@@ -69,12 +68,8 @@ FIXED: dict[str, bool] = {"autoAck": True, "cleanupSubscription": True, "retainO
                           "retainKeyOrdering": False, "exposePulsarAdminClientEnabled": False, "skipToLatest": False}
 
 
-class ProcessingGuarantees(str, Enum):
-    """Pulsar's values; statekeep's effectively-once satisfies all three (``MANUAL`` is refused)."""
-
-    ATLEAST_ONCE = "ATLEAST_ONCE"
-    ATMOST_ONCE = "ATMOST_ONCE"
-    EFFECTIVELY_ONCE = "EFFECTIVELY_ONCE"
+#: Pulsar's values; statekeep's effectively-once satisfies all three (``MANUAL`` is refused).
+ProcessingGuarantees = Literal["ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE"]
 
 
 def _name(what: str):
@@ -106,8 +101,7 @@ class FunctionConfig(BaseModel):
     """A validated function configuration (see the module docstring). Build it with
     :meth:`from_json`; immutable; ``to_json()`` is what is stored and returned."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, title="FunctionConfig",
-                              use_enum_values=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, title="FunctionConfig")
 
     tenant: Annotated[str, _name("tenant")] = _name_schema("tenant")
     namespace: Annotated[str, _name("namespace")] = _name_schema("namespace")

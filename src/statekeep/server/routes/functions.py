@@ -17,6 +17,8 @@ from statekeep.server.bodies import check_length, read_part
 from statekeep.server.context import ServerContext, get_context
 
 FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
+#: the multipart parts a create or update takes; Pulsar's ``url`` and ``updateOptions`` are refused
+PARTS = ("functionConfig", "data")
 
 router = APIRouter(dependencies=[Depends(authorize)], tags=["functions"])
 #: ``GET FN/status`` alone, so that a lifecycle router can replace it in ``create_app``.
@@ -32,6 +34,12 @@ async def upload(request: Request, ctx: ServerContext, tenant: str, namespace: s
     limit = ctx.config.max_request_bytes
     check_length(request, limit)
     form = await request.form(max_files=4, max_fields=16)
+    for part in form:
+        if part == "url":  # Pulsar's package URL (http://, file://, function://) instead of the file
+            raise InvalidArgumentError("the url part is not supported: send the function's Python file as the "
+                                       "data part")
+        if part not in PARTS:
+            raise InvalidArgumentError(f"the {part} part is not supported (send functionConfig and data)")
     raw = await read_part(form.get("functionConfig"), limit)
     if raw is None:
         raise InvalidArgumentError("the functionConfig part (FunctionConfig JSON) is missing")
