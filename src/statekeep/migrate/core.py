@@ -76,7 +76,7 @@ class Report:
                      f"{c.get('functions', 0)} functions, {c.get('entries', 0)} state keys")
         for f in self.functions:
             lines.append(f"    function {f['fqfn']}: {f['entries']} state keys, "
-                         + (f"{f['from']} -> {f['to']} provider" if f["state"] == "copied"
+                         + (f"{f['from']} -> {f['to'] or 'file'}" if f["state"] == "copied"
                             else f"state kept by its own provider {f['from']!r} (not copied)"))
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped)} ephemeral keys: {', '.join(self.skipped[:10])}"

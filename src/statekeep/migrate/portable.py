@@ -40,8 +40,10 @@ class CorruptFileError(StatekeepError):
     """The file is not a complete, unaltered statekeep export of a known version."""
 
 
-def _open(path: str | os.PathLike, mode: str) -> IO[bytes]:
-    return gzip.open(path, mode) if str(path).endswith(".gz") else open(path, mode)  # type: ignore[return-value]
+def _open(path: str | os.PathLike, mode: str, gz: bool | None = None) -> IO[bytes]:
+    if gz is None:
+        gz = str(path).endswith(".gz")
+    return gzip.open(path, mode) if gz else open(path, mode)  # type: ignore[return-value]
 
 
 def _b64(value: bytes) -> str:
@@ -67,7 +69,7 @@ def write_file(path: str | os.PathLike, records: Iterable[Record], source_scheme
     export never leaves a file that looks complete); returns the number of records."""
     tmp = f"{path}.partial"
     digest, count = hashlib.sha256(), 0
-    with _open(tmp, "wb") as out:
+    with _open(tmp, "wb", gz=str(path).endswith(".gz")) as out:
         def line(obj: dict[str, Any]) -> None:
             data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
             digest.update(data)

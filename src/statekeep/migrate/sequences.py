@@ -6,9 +6,10 @@ in this module so the backends stay untouched):
 
 - ``memory://`` and ``local://``: the last number handed out per parent (the next is one more);
 - ``etcd://``: the key ``PREFIX + "\\0s" + parent`` holding that last number in decimal;
-- ``zk://``: ZooKeeper numbers a sequential child with its parent's ``cversion`` (the count of child
-  creations and deletions), which cannot be set: it is raised by creating and deleting a scratch child
-  in one transaction per 1000 operations, so listeners on the target see those Created/Deleted events.
+- ``zk://``: ZooKeeper numbers a sequential child after its parent's ``cversion`` (which counts child
+  creations and deletions) and offers no way to set it: it is raised by creating sequential scratch
+  children (up to 1000 per transaction) until one gets a number >= the wanted one, then deleting them,
+  so listeners on the target see those Created/Deleted events.
 
 Guarantee of :func:`raise_sequence`: afterwards, every sequential key created under ``parent`` gets a
 number greater than ``at_least``. :func:`last_sequence` is an upper bound of the numbers handed out so
@@ -123,20 +124,30 @@ def _zk_stat(store: MetadataStore, parent: str):  # type: ignore[no-untyped-def]
 
 
 def _raise_zk(store: MetadataStore, parent: str, at_least: int) -> None:
-    zstat = _zk_stat(store, parent)
-    if zstat is None:
+    # ZooKeeper's next number follows the parent's cversion but not as a documented formula (a create and a
+    # delete of one child in one transaction count differently), so numbers are handed out for real: create
+    # sequential scratch children (up to 1000 per transaction), read the numbers they got, delete them.
+    if _zk_stat(store, parent) is None:
         raise InvalidArgumentError(f"cannot raise the sequential counter of {parent}: it does not exist")
-    missing = at_least + 1 - zstat.cversion  # the next number is the cversion; each create or delete adds 1
-    scratch = parent.rstrip("/") + f"/.statekeep-sequence-{uuid.uuid4().hex}"
+    scratch = parent.rstrip("/") + f"/.statekeep-sequence-{uuid.uuid4().hex[:8]}-"
     client = store._client  # type: ignore[attr-defined]
-    while missing > 0:
+    handed_out = -1
+    while handed_out < at_least:
+        count = 1 if handed_out < 0 else min(at_least - handed_out, _ZK_OPS_PER_TXN)
         txn = client.transaction()
-        pairs = min((missing + 1) // 2, _ZK_OPS_PER_TXN // 2)
-        for _ in range(pairs):
-            txn.create(scratch, b"")
-            txn.delete(scratch)
-        results = store._run(txn.commit_async, parent, write=True)  # type: ignore[attr-defined]
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:
-            raise StatekeepError(f"raising the sequential counter of {parent} failed: {failed[0]!r}")
-        missing -= 2 * pairs
+        for _ in range(count):
+            txn.create(scratch, b"", sequence=True)
+        created = _commit(store, txn, parent)
+        handed_out = max(int(name[-10:]) for name in created)
+        txn = client.transaction()
+        for name in created:
+            txn.delete(name)
+        _commit(store, txn, parent)
+
+
+def _commit(store: MetadataStore, txn, parent: str) -> list:  # type: ignore[no-untyped-def]
+    results = store._run(txn.commit_async, parent, write=True)  # type: ignore[attr-defined]
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        raise StatekeepError(f"raising the sequential counter of {parent} failed: {failed[0]!r}")
+    return results

@@ -1,0 +1,243 @@
+"""statekeep migrate / export / import against real ZooKeeper and etcd servers (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from statekeep.cli import main as cli_main
+from statekeep.errors import StoreUnavailableError
+from statekeep.functions.service import FunctionService
+from statekeep.metadata import open_store
+from statekeep.metadata.types import join
+from statekeep.migrate import CorruptFileError, TargetNotEmptyError, export_store, import_file, migrate
+from statekeep.migrate.source import JOURNAL_PATH
+from statekeep.state.catalog import default_provider
+from statekeep.state.registry import open_provider
+
+CODE = b"def process(input, context):\n    return input\n"
+BINARY = bytes(range(256)) * 3 + b"\x00\xff"
+FUNCTIONS = {("public", "default", "wc"): 3000, ("acme", "ns.1", "joins"): 1200}
+
+
+def _fill_state(state, n: int, seed: str) -> None:
+    keys = [f"{seed}/k{i:05d}" for i in range(n)]
+    for start in range(0, n, 500):
+        chunk = keys[start:start + 500]
+        puts = {k: f"v-{k}".encode() + BINARY[: i % 40] for i, k in enumerate(chunk) if i % 3}
+        counters = {k: (i * 7919) % 100_003 - 5000 for i, k in enumerate(chunk) if not i % 3}
+        state.apply_batch(puts, counters)
+    state.put("ünïcode key/with.dots", "é".encode())
+    state.set_counter("big", 2**62)
+
+
+def build_source(url: str) -> None:
+    """A tree of nested, empty and binary values, sequential keys (one deleted, so the counter is above the
+    children), two functions with thousands of keys and counters, one function with external state."""
+    with FunctionService.open(url) as service:
+        store = service.registry.store
+        store.put("/app/config", b'{"parallelism": 4}')
+        store.put("/app/nested/a/b/c/leaf", BINARY)
+        store.put("/app/empty", b"")
+        store.put("/workers", b"")  # the parent of an ephemeral key held during a test
+        store.put("/app/nested/a/sibling", b"\x00\x01\x02")
+        created = [store.put("/jobs/job-", f"job {i}".encode(), sequential=True).path for i in range(5)]
+        store.delete(created[-1])
+        for (tenant, namespace, name), n in FUNCTIONS.items():
+            service.registry.create({"tenant": tenant, "namespace": namespace, "name": name, "inputs": ["x"],
+                                     "py": "f.py"}, CODE)
+            _fill_state(service.registry.state_store(tenant, namespace, name), n, name)
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "ext", "inputs": ["x"],
+                                 "py": "f.py", "stateStorage": {"provider": "metadata",
+                                                                "config": {"metadata_url": "memory://migrate-ext"}}},
+                                CODE)
+
+
+def dump(url: str) -> dict:
+    """Everything a migration must carry: the tree (without the metadata provider's state subtrees,
+    which differ by provider) and each function's state read through the store's default provider."""
+    with open_store(url) as store:
+        tree: dict[str, tuple[bytes, bool]] = {}
+
+        def walk(path: str) -> None:
+            names = store.get_children(path)
+            paths = [join(path, n) for n in names]
+            for child, result in zip(paths, store.get_many(paths)):
+                if child == "/statekeep/state" or result is None:
+                    continue
+                tree[child] = (result.value, result.stat.ephemeral)
+                walk(child)
+
+        walk("/")
+        name, config = default_provider(store)
+        provider = open_provider(name, config)
+        try:
+            state = {f"{t}/{n}/{f}": [(e.key, e.kind, e.value) for e in
+                                      provider.get_state_store(t, n, f).scan_entries()] for t, n, f in FUNCTIONS}
+        finally:
+            provider.close()
+        return {"tree": tree, "state": state}
+
+
+@pytest.fixture(scope="module")
+def source_url(tmp_path_factory) -> str:
+    url = f"local://{tmp_path_factory.mktemp('migrate') / 'source'}"
+    build_source(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def source_dump(source_url) -> dict:
+    return dump(source_url)
+
+
+def _etcd(server) -> str:
+    return f"etcd://{server.address}/m{uuid.uuid4().hex[:10]}"
+
+
+def _zk(server) -> str:
+    return f"zk://{server.address}/m{uuid.uuid4().hex[:10]}"
+
+
+def _sequential_does_not_collide(url: str, migrated: dict) -> None:
+    with open_store(url) as store:
+        path = store.put("/jobs/job-", b"new", sequential=True).path
+        numbers = [int(p[-10:]) for p in migrated["tree"] if p.startswith("/jobs/job-")]
+        assert path not in migrated["tree"] and int(path[-10:]) > max(numbers) + 1  # the deleted one is not reused
+
+
+def test_round_trip_local_etcd_zk_local(source_url, source_dump, zk_server, etcd_server, tmp_path):
+    assert len(source_dump["state"]["public/default/wc"]) == FUNCTIONS[("public", "default", "wc")] + 2
+    holder = open_store(source_url)  # a live session with an ephemeral key on the source
+    holder.put("/workers/w1", b"alive", ephemeral=True)
+    try:
+        etcd_url, zk_url, back_url = _etcd(etcd_server), _zk(zk_server), f"local://{tmp_path / 'back'}"
+        first = migrate(source_url, etcd_url, progress=False)
+        assert first.skipped == ["/workers/w1"] and first.ok
+        assert first.counts["functions"] == 3 and first.counts["entries"] == sum(FUNCTIONS.values()) + 4
+        assert {f["fqfn"]: f["state"] for f in first.functions}["public/default/ext"] == "external"
+        assert {(f["from"], f["to"]) for f in first.functions if f["state"] == "copied"} == {("embedded", "metadata")}
+        assert dump(source_url)["tree"] == {**source_dump["tree"], "/workers/w1": (b"alive", True)}
+    finally:
+        holder.close()
+    assert dump(source_url) == source_dump  # never changed
+    hops = [(etcd_url, zk_url), (zk_url, back_url)]
+    for src, dst in hops:
+        report = migrate(src, dst, progress=False)
+        assert report.ok and report.resumed_from == 0
+    for url in (etcd_url, zk_url, back_url):
+        copy = dump(url)
+        assert copy == source_dump, url
+        with open_store(url) as store:
+            assert not store.exists(JOURNAL_PATH) and not store.exists("/workers/w1")
+    for url in (etcd_url, zk_url, back_url):
+        _sequential_does_not_collide(url, source_dump)
+
+
+def test_export_import_through_a_file(source_url, source_dump, etcd_server, tmp_path, capsys):
+    path = tmp_path / "store.jsonl.gz"
+    assert cli_main(["export", "--store", source_url, str(path), "--no-progress"]) == 0
+    target = _etcd(etcd_server)
+    assert cli_main(["import", "--store", target, str(path), "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["operation"] == "import" and report["checks"]["state"]["matched"] == \
+        sum(FUNCTIONS.values()) + 4
+    assert dump(target) == source_dump
+    _sequential_does_not_collide(target, source_dump)
+
+
+def test_corrupt_or_truncated_file_changes_nothing(source_url, tmp_path):
+    path = tmp_path / "store.jsonl"
+    export_store(source_url, path, progress=False)
+    lines = path.read_bytes().split(b"\n")
+    altered = tmp_path / "altered.jsonl"
+    altered.write_bytes(b"\n".join(lines[:5] + [lines[5].replace(b'"value":"', b'"value":"AAAA')] + lines[6:]))
+    truncated = tmp_path / "truncated.jsonl"
+    truncated.write_bytes(b"\n".join(lines[: len(lines) // 2]) + b"\n")
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"hello\n")
+    target = tmp_path / "target"
+    for bad in (altered, truncated, garbage):
+        with pytest.raises(CorruptFileError):
+            import_file(f"local://{target}", bad, progress=False)
+        assert not target.exists()  # the file is checked whole before the target is even opened
+    assert cli_main(["import", "--store", f"local://{target}", str(truncated), "--no-progress"]) == 1
+
+
+def test_sigkill_mid_copy_then_resume_gives_an_exact_copy(source_url, source_dump, etcd_server, tmp_path):
+    target = _etcd(etcd_server)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "statekeep", "migrate", "--from", source_url, "--to", target, "--json",
+               "--no-progress"]
+    proc = subprocess.Popen(command + ["--batch-keys", "1"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    done = 0
+    with open_store(target) as store:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            result = store.get(JOURNAL_PATH)
+            done = json.loads(result.value)["done"] if result else 0
+            if done >= 10:
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
+        journal = json.loads(store.get(JOURNAL_PATH).value)
+        assert 10 <= journal["done"]
+    resumed = subprocess.run(command, env=env, capture_output=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    report = json.loads(resumed.stdout)
+    assert report["ok"] and 0 < journal["done"] <= report["resumed_from"] < sum(report["counts"].values())
+    assert dump(target) == source_dump
+    assert dump(source_url) == source_dump
+
+
+def test_dry_run_writes_nothing(source_url, source_dump, zk_server, tmp_path, capsys):
+    fresh = tmp_path / "fresh"
+    assert cli_main(["migrate", "--from", source_url, "--to", f"local://{fresh}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run" in out and "would be created" in out and "ephemeral" not in out
+    assert not fresh.exists()
+    target = _zk(zk_server)
+    report = migrate(source_url, target, dry_run=True, progress=False)
+    assert report.counts["entries"] == sum(FUNCTIONS.values()) + 4 and not report.checks
+    assert report.target_state == "empty"
+    with open_store(target) as store:
+        assert store.get_children("/") == []
+    assert dump(source_url) == source_dump
+
+
+def test_bad_input_is_refused_before_writing(source_url, etcd_server, tmp_path, capsys):
+    target = _etcd(etcd_server)
+    with open_store(target) as store:
+        store.put("/theirs", b"keep me")
+    with pytest.raises(TargetNotEmptyError):
+        migrate(source_url, target, progress=False)
+    assert cli_main(["migrate", "--from", source_url, "--to", target, "--no-progress"]) == 1
+    assert "not empty" in capsys.readouterr().err
+    with open_store(target) as store:
+        assert store.get_children("/") == ["theirs"]
+    with pytest.raises(StoreUnavailableError):
+        migrate(source_url, "zk://127.0.0.1:1/x?timeout=1", progress=False)
+    assert cli_main(["migrate", "--from", f"local://{tmp_path / 'nothing'}", "--to", target]) == 1
+    assert "no statekeep store" in capsys.readouterr().err and not (tmp_path / "nothing").exists()
+
+
+def test_force_merges_into_a_non_empty_target(source_url, source_dump, etcd_server):
+    target = _etcd(etcd_server)
+    with open_store(target) as store:
+        store.put("/theirs", b"keep me")
+        store.put("/app/config", b"overwritten")
+    report = migrate(source_url, target, force=True, progress=False)
+    assert report.ok
+    copy = dump(target)
+    assert copy["tree"].pop("/theirs") == (b"keep me", False)
+    assert copy == source_dump
