@@ -57,8 +57,9 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
                 options: dict[str, str] | None = None, *, store_url: str | None = None, topic_column: bool = False):
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
     text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
-    ``__topic``, the file each record was read from (only asked for with several inputs, where
-    ``context.get_current_message_topic_name`` needs it). A ``statekeep-changelog`` input is
+    ``__topic``, the input each record came from (asked for with several inputs, where
+    ``context.get_current_message_topic_name`` needs it). Several file inputs are read as one
+    stream each, unioned. A ``statekeep-changelog`` input is
     another function's changelog (``statekeep://T/N/F`` or ``T/N/F``) in the registry at
     ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
@@ -69,28 +70,33 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
     for k, v in (options or {}).items():
         reader = reader.option(k, v)
     if input_format == "rate":
-        frame = reader.format("rate").load()
+        frames = [(None, reader.format("rate").load())]
     elif input_format == "statekeep-changelog":
         if store_url and "store" not in (options or {}):
             reader = reader.option("store", store_url)
-        frame = reader.format("statekeep-changelog").option("function", inputs[0].removeprefix("statekeep://")).load()
-    elif input_format in ("json", "text"):
-        frame = reader.format("text").load(inputs[0] if len(inputs) == 1 else inputs)
+        frames = [(None, reader.format("statekeep-changelog")
+                   .option("function", inputs[0].removeprefix("statekeep://")).load())]
     else:
         if input_format == "csv":
             reader = reader.option("header", "true")
-        frame = reader.format(input_format).load(inputs[0] if len(inputs) == 1 else inputs)
-    if input_format in ("json", "text"):
-        record = F.col("value")
-        key = F.get_json_object("value", f"$.{key_field}") if key_field and input_format == "json" else (
-            F.col("value") if key_field and input_format == "text" else F.lit(None).cast("string"))
-    else:
-        record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
-        key = F.col(key_field).cast("string") if key_field else F.lit(None).cast("string")
-    columns = [record.alias("__record"), key.alias("__key")]
-    if topic_column:
-        columns.append(F.input_file_name().alias("__topic"))
-    return frame.select(*columns)
+        reader = reader.format("text" if input_format in ("json", "text") else input_format)
+        # a streaming reader loads one path: several inputs are several sources, unioned below
+        frames = [(path, reader.load(path)) for path in inputs]
+    selected = None
+    for path, frame in frames:
+        if input_format in ("json", "text"):
+            record = F.col("value")
+            key = F.get_json_object("value", f"$.{key_field}") if key_field and input_format == "json" else (
+                F.col("value") if key_field and input_format == "text" else F.lit(None).cast("string"))
+        else:
+            record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
+            key = F.col(key_field).cast("string") if key_field else F.lit(None).cast("string")
+        columns = [record.alias("__record"), key.alias("__key")]
+        if topic_column:
+            columns.append(F.lit(path).cast("string").alias("__topic"))
+        frame = frame.select(*columns)
+        selected = frame if selected is None else selected.unionByName(frame)
+    return selected
 
 
 class FunctionQuery:

@@ -1,0 +1,149 @@
+"""Pulsar Python functions on Spark, unchanged: a ``pulsar.Function`` subclass chosen by className and a
+native ``def process(input)``; the whole Context per record; retries and the dead-letter output; the
+per-instance stats the runner saves once per micro-batch."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from statekeep.functions import stats
+from statekeep.functions.service import FunctionService
+from statekeep.functions.spark import read_status, run_registered
+from test_functions_spark import write_words
+
+PULSAR_CLASS = b'''
+from pulsar import Function
+
+
+class WordCount(Function):
+    def __init__(self):
+        self.calls = 0
+
+    def process(self, input, context):
+        self.calls += 1
+        word = input["word"]
+        context.incr_counter(word, 1)
+        context.record_metric("word_length", len(word))
+        if word.startswith("x"):
+            context.publish(context.get_user_config_value("side"), {"word": word})
+        context.ack(context.get_message_id(), context.get_current_message_topic_name())
+        return {"word": word, "key": context.get_message_key(), "partitionKey": context.get_partition_key(),
+                "topic": context.get_current_message_topic_name(), "instance": context.get_instance_id(),
+                "id": context.get_message_id(), "functionId": context.get_function_id(),
+                "version": context.get_function_version(), "inputs": context.get_input_topics(),
+                "output": context.get_output_topic(), "secret": context.get_secret("PYSPARK_PYTHON"),
+                "noSecret": context.get_secret("HOME"), "eventTime": context.get_message_eventtime(),
+                "properties": context.get_message_properties(), "config": context.get_user_config_map()}
+'''
+
+NATIVE = b'''
+def process(input):
+    assert isinstance(input, str), type(input)
+    return input.upper()
+'''
+
+FAILING = b'''
+def process(input, context):
+    context.incr_counter(input["word"], 1)
+    context.publish(context.get_user_config_value("side"), input)
+    if input["word"] == "bad":
+        raise ValueError("bad word")
+    return input
+'''
+
+
+@pytest.fixture
+def service(tmp_path):
+    with FunctionService.open(f"local://{tmp_path / 'data'}") as s:
+        yield s
+
+
+def run(service, spark, tmp_path: Path, name: str):
+    query = run_registered(service, f"local://{tmp_path / 'data'}", "public", "default", name,
+                           checkpoint_root=str(tmp_path / "checkpoints"), once=True, spark=spark)
+    query.await_termination()
+    return read_status(service.registry.store, "public", "default", name)
+
+
+def lines(directory: Path) -> list:
+    return [json.loads(line) for p in sorted(directory.glob("*.jsonl")) for line in p.read_text().splitlines()]
+
+
+def test_pulsar_class_function_with_the_whole_context(spark, service, tmp_path):
+    in_a, in_b, out, side = tmp_path / "in-a", tmp_path / "in-b", tmp_path / "out", tmp_path / "side"
+    words_a = [f"a{i % 7}" for i in range(60)] + ["x1", "x2"]
+    words_b = [f"b{i % 5}" for i in range(40)] + ["x3"]
+    write_words(in_a, "1.jsonl", words_a)
+    write_words(in_b, "1.jsonl", words_b)
+    config = {"tenant": "public", "namespace": "default", "name": "pwc", "inputs": [str(in_a), str(in_b)],
+              "className": "wordcount.WordCount", "keyField": "word", "parallelism": 2, "output": str(out),
+              "userConfig": {"side": str(side)}, "secrets": {"PYSPARK_PYTHON": "env"}}
+    service.registry.create(config, PULSAR_CLASS)
+    status = run(service, spark, tmp_path, "pwc")
+
+    state = service.registry.state_store("public", "default", "pwc")
+    assert {e.key: e.counter for e in state.scan_entries()} == Counter(words_a + words_b)
+    records = lines(out)
+    assert sorted(r["word"] for r in records) == sorted(words_a + words_b)
+    incarnation = service.registry.incarnation("public", "default", "pwc")
+    for r in records:
+        assert r["key"] == r["partitionKey"] == r["word"]
+        assert r["topic"] == str(in_a if r["word"] in words_a else in_b)
+        assert r["instance"] in (0, 1) and r["id"].split(":")[1] == str(r["instance"])
+        assert r["functionId"] == incarnation and r["version"] == 0
+        assert r["inputs"] == [str(in_a), str(in_b)] and r["output"] == str(out)
+        assert r["secret"] == os.environ["PYSPARK_PYTHON"] and r["noSecret"] is None  # not in the secrets map
+        assert r["eventTime"] is None and r["properties"] == {}
+        assert r["config"] == {"side": str(side)}
+    assert len({r["id"] for r in records}) == len(records)
+    assert sorted(m["word"] for m in lines(side)) == ["x1", "x2", "x3"]  # context.publish, exactly once
+
+    # the stats saved with the status, per instance (a Spark partition), as Pulsar's JSON
+    shaped = stats.function_stats(status, 2)
+    total = len(words_a) + len(words_b)
+    assert shaped["receivedTotal"] == shaped["processedSuccessfullyTotal"] == total
+    assert shaped["userExceptionsTotal"] == 0 and shaped["avgProcessLatency"] > 0
+    per = [i["metrics"] for i in shaped["instances"]]
+    assert sum(m["receivedTotal"] for m in per) == total
+    by_instance = Counter(r["instance"] for r in records)
+    assert [m["receivedTotal"] for m in per] == [by_instance[0], by_instance[1]]
+    lengths = [len(w) for w in words_a + words_b]
+    assert sum(m["userMetricsDetail"]["word_length"]["count"] for m in per if m["userMetrics"]) == len(lengths)
+    assert sum(m["userMetricsDetail"]["word_length"]["sum"] for m in per if m["userMetrics"]) == sum(lengths)
+
+
+def test_native_function_gets_text_input_as_str(spark, service, tmp_path):
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    (inputs / "1.txt").write_text("hello world\nsecond line\n")
+    service.registry.create({"tenant": "public", "namespace": "default", "name": "upper", "inputs": [str(inputs)],
+                             "inputFormat": "text", "output": str(out)}, NATIVE)
+    status = run(service, spark, tmp_path, "upper")
+    assert sorted(lines(out)) == ["HELLO WORLD", "SECOND LINE"]
+    assert status["processed"] == 2 and status["error"] is None
+
+
+def test_retries_then_dead_letter_and_the_failed_records_state_is_not_applied(spark, service, tmp_path):
+    inputs, out, side, dead = (tmp_path / d for d in ("in", "out", "side", "dead"))
+    words = ["ok", "bad", "ok", "fine", "bad"]
+    write_words(inputs, "1.jsonl", words)
+    service.registry.create({"tenant": "public", "namespace": "default", "name": "dlq", "inputs": [str(inputs)],
+                             "keyField": "word", "parallelism": 2, "output": str(out),
+                             "userConfig": {"side": str(side)}, "maxMessageRetries": 2,
+                             "deadLetterTopic": str(dead)}, FAILING)
+    status = run(service, spark, tmp_path, "dlq")
+    state = service.registry.state_store("public", "default", "dlq")
+    assert {e.key: e.counter for e in state.scan_entries()} == {"ok": 2, "fine": 1}  # "bad" rolled back
+    assert sorted(r["word"] for r in lines(out)) == ["fine", "ok", "ok"]
+    assert sorted(r["word"] for r in lines(side)) == ["fine", "ok", "ok"]  # its publish rolled back too
+    assert lines(dead) == [{"word": "bad"}, {"word": "bad"}]
+    shaped = stats.function_stats(status, 2)
+    assert shaped["receivedTotal"] == 5 and shaped["processedSuccessfullyTotal"] == 3
+    assert shaped["userExceptionsTotal"] == 6  # two records, each tried 1 + 2 times
+    exceptions = [e for i in stats.function_status(status, 2)["instances"] for e in i["status"]["latestUserExceptions"]]
+    assert exceptions and all("ValueError: bad word" in e["exceptionString"] for e in exceptions)
