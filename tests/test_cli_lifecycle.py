@@ -106,6 +106,14 @@ def test_trigger_runs_the_function_through_its_state(server, capsys, tmp_path):
     assert (code, out) == (0, "hello\n"), err
     code, out, _ = run(capsys, "functions", "querystate", "--name", "wc", "-k", "hello", *url)
     assert json.loads(out)["numberValue"] == 2  # both triggers went through the function's real state
+    code, out, err = run(capsys, "functions", "trigger", "--name", "wc", "--trigger-value", "hello", "--topic", "in",
+                         *url)
+    assert (code, out) == (0, "hello\n"), err
+    code, _, err = run(capsys, "functions", "trigger", "--name", "wc", "--trigger-value", "hello", "--topic", "other",
+                       *url)
+    assert code == 2 and "HTTP 400" in err and "topic" in err
+    out = run(capsys, "functions", "querystate", "--name", "wc", "-k", "hello", *url)[1]
+    assert json.loads(out)["numberValue"] == 3  # the refused trigger wrote nothing
     code, _, err = run(capsys, "functions", "trigger", "--name", "wc", "--trigger-file", str(tmp_path / "no"), *url)
     assert code == 2 and "cannot read --trigger-file" in err
     code, _, err = run(capsys, "functions", "trigger", "--name", "wc", "--trigger-value", "x",
