@@ -24,9 +24,10 @@ from statekeep.errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
-from statekeep.metadata import SessionEvent
+from statekeep.metadata import SessionEvent, open_store
 from statekeep.metadata.registry import backend_class
 from statekeep.testing import wait_for
+from statekeep.testing.faults import inject_session_event, mute_notifications
 
 WORKER = Path(coord_worker.__file__)
 TIMEOUT = 60  # bound for waits on asynchronous effects (session expiry on zk/etcd takes seconds)
@@ -203,7 +204,7 @@ class TestExpiry:
         store, intruder = open_url(), open_url()
         coord = coord_for(store)
         lock = coord.acquire_lock("/l", b"mine")
-        coord._subscriptions[0].close()  # no notifications: only the CAS can tell
+        mute_notifications(coord)  # no notifications: only the CAS can tell
         intruder.put("/l", b"theirs")
         with pytest.raises(LockLostError):
             lock.update_content(b"x")
@@ -214,9 +215,9 @@ class TestExpiry:
         coord = coord_for(store)
         kept = coord.acquire_lock("/kept", b"k")
         lost = coord.acquire_lock("/lost", b"l")
-        coord._subscriptions[0].close()  # notifications off: only the session event may tell
+        mute_notifications(coord)  # notifications off: only the session event may tell
         intruder.delete("/lost")
-        store._emit_session(SessionEvent.Reconnected)
+        inject_session_event(store, SessionEvent.Reconnected)
         lost.expired.result(timeout=TIMEOUT)
         # the same task queue then runs this election: once it completes, the re-check has run too
         coord.become_leader("/probe", b"").result(timeout=TIMEOUT)
@@ -225,7 +226,7 @@ class TestExpiry:
     def test_session_lost_expires_everything(self, store, coord_for):
         coord = coord_for(store)
         locks = [coord.acquire_lock(f"/l{i}", b"") for i in range(3)]
-        store._emit_session(SessionEvent.SessionLost)
+        inject_session_event(store, SessionEvent.SessionLost)
         for lock in locks:
             lock.expired.result(timeout=TIMEOUT)
 
@@ -289,6 +290,90 @@ class TestLeaderElection:
         with pytest.raises(StoreClosedError):
             contender.become_leader("/election", b"c")
         assert holder.read_lock("/election") == b""
+
+
+class TestFairAndHerdFree:
+    """Leadership passes in order of arrival, and each release wakes exactly one contender (counted by
+    ``election_wakeups``; a sentinel write, seen by every store, then ``sync`` prove the others did not
+    wake, without sleeping)."""
+
+    def settle(self, coords, stores, tag):
+        """Every notification committed before now has been acted on by every service."""
+        seen = {id(s): threading.Event() for s in stores}
+        subs = [s.add_listener(lambda n, e=seen[id(s)]: n.path == f"/sentinel-{tag}" and e.set()) for s in stores]
+        try:
+            stores[0].put(f"/sentinel-{tag}", b"")
+            assert all(e.wait(TIMEOUT) for e in seen.values())
+            assert all(c.sync(TIMEOUT) for c in coords)
+        finally:
+            for sub in subs:
+                sub.close()
+
+    def test_order_of_arrival_and_one_wakeup_per_release(self, open_url, coord_for):
+        stores = [open_url() for _ in range(5)]
+        coords = [coord_for(s, recheck_interval=3600) for s in stores]  # no timer re-checks in the count
+        current = coords[0].become_leader("/e", b"c0").result(timeout=TIMEOUT)
+        waiting = []
+        # arrive in the order 3, 1, 4, 2: the order of leadership must follow it, not the service index
+        for k, i in enumerate([3, 1, 4, 2]):
+            waiting.append((i, coords[i].become_leader("/e", f"c{i}".encode())))
+            assert wait_for(lambda: len(coords[0].contenders("/e")) == k + 2, timeout=TIMEOUT)
+        assert coords[0].contenders("/e") == [b"c0", b"c3", b"c1", b"c4", b"c2"]
+        self.settle(coords, stores, "start")
+        for step, (i, future) in enumerate(waiting):
+            before = [c.election_wakeups for c in coords]
+            current.release()
+            current = future.result(timeout=TIMEOUT)
+            assert current.content == f"c{i}".encode() and coords[0].read_lock("/e") == current.content
+            assert not any(f.done() for _, f in waiting[step + 1:])
+            self.settle(coords, stores, str(step))
+            woken = [after - b for after, b in zip((c.election_wakeups for c in coords), before)]
+            assert woken == [int(j == i) for j in range(5)], f"release {step} woke {woken}"
+        current.release()
+        assert wait_for(lambda: coords[0].contenders("/e") == [], timeout=TIMEOUT)
+
+    def test_withdrawn_contender_hands_its_place_on(self, open_url, coord_for):
+        coords = [coord_for(open_url(), recheck_interval=3600) for _ in range(3)]
+        leader = coords[0].become_leader("/e", b"a").result(timeout=TIMEOUT)
+        middle = coords[1].become_leader("/e", b"b")
+        assert wait_for(lambda: len(coords[0].contenders("/e")) == 2, timeout=TIMEOUT)
+        last = coords[2].become_leader("/e", b"c")
+        assert wait_for(lambda: len(coords[0].contenders("/e")) == 3, timeout=TIMEOUT)
+        assert middle.cancel()
+        assert wait_for(lambda: coords[0].contenders("/e") == [b"a", b"c"], timeout=TIMEOUT)
+        leader.release()
+        assert last.result(timeout=TIMEOUT).content == b"c"
+
+
+class TestLockRecipe:
+    def test_context_manager_releases(self, open_url, coord_for):
+        coord, other = coord_for(open_url()), coord_for(open_url())
+        with coord.acquire_lock("/l", b"me") as lock:
+            assert lock.held and other.read_lock("/l") == b"me"
+        assert not lock.held and other.read_lock("/l") is None
+
+    def test_blocking_waits_for_release_and_times_out(self, open_url, coord_for):
+        coord, other = coord_for(open_url()), coord_for(open_url())
+        held = coord.acquire_lock("/l", b"first")
+        with pytest.raises(LockBusyError):
+            other.acquire_lock("/l", b"second", blocking=True, timeout=0.2)
+        assert coord.contenders("/l") == []  # the timed-out waiter left no queue key behind
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(other.acquire_lock("/l", b"second", blocking=True,
+                                                                                timeout=TIMEOUT)))
+        waiter.start()
+        assert wait_for(lambda: coord.contenders("/l") == [b"second"], timeout=TIMEOUT)
+        held.release()
+        waiter.join(TIMEOUT)
+        assert got and got[0].content == b"second" and coord.read_lock("/l") == b"second"
+
+    @pytest.mark.parametrize("kwargs", [{"blocking": 1}, {"blocking": True, "timeout": -1},
+                                        {"blocking": True, "timeout": "5"}])
+    def test_bad_blocking_arguments(self, store, coord_for, kwargs):
+        coord = coord_for(store)
+        with pytest.raises(InvalidArgumentError):
+            coord.acquire_lock("/l", b"", **kwargs)
+        assert store.get("/l") is None and store.get_children("/") == []
 
 
 class TestCounters:
@@ -362,7 +447,8 @@ class TestBetweenProcesses:
             assert wait_for(lambda: lines("leader"), timeout=TIMEOUT)
             new = subprocess.Popen([sys.executable, str(WORKER), "leader", store_url, "/election", str(out), "exit"])
             assert wait_for(lambda: len(lines("waiting")) == 2, timeout=TIMEOUT)
-            time.sleep(0.2)  # let the contender's first attempt find the lock busy (not required)
+            with open_store(store_url) as observer, CoordinationService(observer) as coord:
+                assert wait_for(lambda: len(coord.contenders("/election")) == 2, timeout=TIMEOUT)  # both queued
             killed_at = time.time()
             os.kill(old.pid, signal.SIGKILL)
             assert new.wait(timeout=TIMEOUT) == 0

@@ -25,6 +25,7 @@ from statekeep.errors import (  # noqa: E402
 from statekeep.metadata import Delete, Notification, NotificationType, Put, SessionEvent, open_store  # noqa: E402
 from statekeep.metadata.etcd import EtcdStore  # noqa: E402
 from statekeep.testing import servers, wait_for  # noqa: E402
+from statekeep.testing.faults import stall_event_loop  # noqa: E402
 
 
 @pytest.fixture
@@ -288,7 +289,7 @@ def test_lease_expiry_when_the_client_stalls(opened, url):
     sessions: list[SessionEvent] = []
     owner.add_session_listener(sessions.append)
     owner.put("/eph", b"x", ephemeral=True)
-    owner._loop.call_soon_threadsafe(time.sleep, 5)  # no keep-alive for 5 s
+    stall_event_loop(owner, 5)  # no keep-alive for 5 s
     assert wait_for(lambda: not observer.exists("/eph"), timeout=10)
     assert wait_for(lambda: SessionEvent.SessionReestablished in sessions, timeout=15), sessions
     assert sessions.index(SessionEvent.SessionLost) < sessions.index(SessionEvent.SessionReestablished)

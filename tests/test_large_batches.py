@@ -40,7 +40,7 @@ def assert_exactly_once(state, counters: int, values: int, size: int, marker: st
     found = dict(state.scan(prefix="v"))
     assert found.keys() == puts.keys() and all(found[k] == v for k, v in puts.items())
     assert state.count_changelog() == counters + values  # one record per key: nothing applied twice
-    store = state._store
+    store = state.metadata_store
     assert store.get_children(state.base + "/staging") == []  # finished batches leave no staging
     assert store.get(state.base + "/applied/" + marker).value == b""
 
@@ -67,7 +67,7 @@ def _kill_when(url: str, batch: tuple[int, int, int], moment, marker: str = "m1"
 
 def test_sigkill_while_staging_then_replay_is_exact(url, state):
     batch = (5_000, 300, 40_000)  # 12 MB of values: many pieces to stage
-    store = state._store
+    store = state.metadata_store
     staging, marker = state.base + "/staging", state.base + "/applied/m1"
 
     def staging_not_committed() -> bool:
@@ -83,7 +83,7 @@ def test_sigkill_while_staging_then_replay_is_exact(url, state):
 
 def test_sigkill_while_applying_then_replay_is_exact(url, state):
     batch = (20_000, 50, 1_000)
-    store = state._store
+    store = state.metadata_store
     marker = state.base + "/applied/m1"
 
     def half_applied() -> bool:
@@ -102,7 +102,7 @@ def test_concurrent_finishers_apply_each_change_once(url, state):
     marker = state.base + "/applied/m1"
 
     def half_applied() -> bool:
-        found = state._store.get(marker)
+        found = state.metadata_store.get(marker)
         return found is not None and bool(found.value) and state.count_changelog() > 0
 
     assert _kill_when(url, batch, half_applied)
@@ -165,7 +165,7 @@ def test_batch_without_marker_killed_mid_apply_is_finished_by_the_next_one(url, 
     """No replay finishes a batch without a marker: the next large batch of the function (or
     finish_pending_batches) does, exactly once."""
     batch = (20_000, 0, 0)
-    store = state._store
+    store = state.metadata_store
     staging = state.base + "/staging"
 
     def half_applied() -> bool:

@@ -139,8 +139,7 @@ def test_group_commit_shares_transactions(tmp_path):
     import threading
 
     store = open_store(f"local://{tmp_path}")
-    engine = store._engine
-    before = engine._commits
+    before = store.commit_count
 
     def write(t):
         for i in range(50):
@@ -151,7 +150,7 @@ def test_group_commit_shares_transactions(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    commits = engine._commits - before
+    commits = store.commit_count - before
     assert sum(len(store.get_children(f"/g/{t}")) for t in range(8)) == 400
     assert commits < 400  # some puts shared a commit (and so an fsync)
     store.close()

@@ -13,6 +13,7 @@ import pytest
 from statekeep.errors import CorruptStateError, InvalidArgumentError
 from statekeep.metadata import local, open_store
 from statekeep.state import open_provider
+from statekeep.testing.faults import write_raw_state
 
 
 def _put_from_child(url: str, path: str, value: bytes) -> None:
@@ -82,8 +83,7 @@ def test_embedded_get_and_get_counter(tmp_path):
         state.delete("k")
         assert state.get("k") is None
         # a value no provider wrote
-        with store._env.begin(write=True, db=state._state) as txn:
-            txn.put(state._prefix + b"odd", b"\0" * 8 + b"Zjunk")
+        write_raw_state(state, "odd", b"\0" * 8 + b"Zjunk")
         with pytest.raises(CorruptStateError):
             state.get("odd")
         with pytest.raises(CorruptStateError):

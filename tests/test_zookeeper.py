@@ -251,7 +251,7 @@ def test_bad_options(zk_server, query):
 
 def test_url_options_apply(zk_server):
     with open_store(f"zk://{zk_server.address}/opts?session_timeout=2&timeout=3") as store:
-        assert store._timeout == 3.0 and store._client._session_timeout == 2000
+        assert store.timeout == 3.0 and store.session_timeout == 2.0
 
 
 # ---- faults (their own server) -------------------------------------------------------------------

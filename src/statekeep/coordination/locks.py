@@ -53,6 +53,7 @@ class ResourceLock:
     - :meth:`update_content` is a compare-and-set on the key's version; :class:`LockLostError` if the
       lock is lost or released (nothing is written then).
     - :meth:`release` is idempotent and never deletes a key that is not this lock's.
+    - A context manager: ``with coord.acquire_lock(...) as lock:`` releases it on leaving the block.
     """
 
     def __init__(self, store: MetadataStore, path: str, content: bytes, stat: Stat,
@@ -190,6 +191,13 @@ class ResourceLock:
         self._on_done(self)
         if expired and not self._expired.done():
             self._expired.set_result(None)
+
+    def __enter__(self) -> ResourceLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Releases the lock (see :meth:`release`; a lost lock is left alone)."""
+        self.release()
 
     def __repr__(self) -> str:
         return f"ResourceLock({self._path!r}, version={self._version}, {self._state})"

@@ -1,8 +1,11 @@
 """``CoordinationService``: locks, leader election and unique counters over any ``MetadataStore``.
 
 Recipes in the style of kazoo/Curator, built only on the contract: a lock is an ephemeral key
-created with ``expected_version=-1``; leadership is that lock on the election path, awaited through
-notifications; a counter is a key incremented by compare-and-set. No backend-specific code.
+created with ``expected_version=-1``; a counter is a key incremented by compare-and-set; leadership
+is that lock on the election path, taken in order of arrival: each contender queues a sequential
+ephemeral key under ``PATH.contenders`` and waits for the deletion of only the key just before its
+own (the head waits for the lock key), so a release wakes exactly one contender, never a herd.
+No backend-specific code.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ import queue
 import struct
 import threading
 import time
+import uuid
 import weakref
+from typing import Any
 from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from statekeep.coordination.locks import ResourceLock, check_content
 from statekeep.errors import (
@@ -22,6 +28,7 @@ from statekeep.errors import (
     InvalidArgumentError,
     InvalidPathError,
     LockBusyError,
+    NotFoundError,
     StatekeepError,
     StoreClosedError,
     StoreUnavailableError,
@@ -61,13 +68,33 @@ _held: weakref.WeakKeyDictionary[MetadataStore, dict[str, ResourceLock | _Reserv
 _held_lock = threading.Lock()
 
 
+#: suffix of the sibling key under which an election's contenders queue
+QUEUE_SUFFIX = ".contenders"
+_SEQ_DIGITS = 10  # the contract's sequential suffix
+
+
+def queue_path(path: str) -> str:
+    """Where the contenders for the leadership at ``path`` queue (a sibling of ``path``)."""
+    return path + QUEUE_SUFFIX
+
+
+def _arrival(name: str) -> str:
+    return name[-_SEQ_DIGITS:]
+
+
 class _Election:
-    __slots__ = ("path", "content", "future")
+    """One contender: its queue key (``node``), the one key whose deletion wakes it (``watching``)."""
+
+    __slots__ = ("path", "content", "future", "token", "node", "maybe_queued", "watching")
 
     def __init__(self, path: str, content: bytes) -> None:
         self.path = path
         self.content = content
         self.future: Future[ResourceLock] = Future()
+        self.token = uuid.uuid4().hex  # in the queue key's name: finds a key whose create reply was lost
+        self.node: str | None = None
+        self.maybe_queued = False
+        self.watching: str | None = None
 
 
 class CoordinationService:
@@ -85,7 +112,8 @@ class CoordinationService:
                  max_counter_retries: int = 1000) -> None:
         if not isinstance(store, MetadataStore):
             raise InvalidArgumentError(f"CoordinationService needs a MetadataStore, not {type(store).__name__}")
-        if isinstance(recheck_interval, bool) or not isinstance(recheck_interval, (int, float)) or recheck_interval <= 0:
+        if (isinstance(recheck_interval, bool) or not isinstance(recheck_interval, (int, float))
+                or recheck_interval <= 0):
             raise InvalidArgumentError(f"recheck_interval must be a positive number, got {recheck_interval!r}")
         if isinstance(max_counter_retries, bool) or not isinstance(max_counter_retries, int) or max_counter_retries < 1:
             raise InvalidArgumentError(f"max_counter_retries must be a positive int, got {max_counter_retries!r}")
@@ -96,8 +124,13 @@ class CoordinationService:
         self._mutex = threading.Lock()
         self._locks: dict[str, ResourceLock] = {}
         self._elections: dict[str, list[_Election]] = {}
+        self._watches: dict[str, list[_Election]] = {}  # key -> contenders its deletion wakes
+        self._leader_nodes: dict[str, str] = {}  # lock path -> the queue key of the election that won it
+        self._stale_nodes: set[str] = set()  # queue keys to delete (a delete failed: retried on re-check)
+        self._wakeups = 0
         self._closed = False
-        self._tasks: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        # (kind, argument): a path, an _Election or an Event depending on the kind; None stops the worker
+        self._tasks: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         with _held_lock:
             self._held = _held.setdefault(store, {})
         self._subscriptions = [store.add_listener(self._on_notification),
@@ -107,16 +140,30 @@ class CoordinationService:
 
     # ---- locks -------------------------------------------------------------------------------
 
-    def acquire_lock(self, path: str, content: bytes) -> ResourceLock:
-        """Take the lock at ``path`` (an ephemeral key holding ``content``) or fail at once.
+    def acquire_lock(self, path: str, content: bytes, *, blocking: bool = False,
+                     timeout: float | None = None) -> ResourceLock:
+        """Take the lock at ``path`` (an ephemeral key holding ``content``). Use it as a context
+        manager to release it: ``with coord.acquire_lock(path, b"me", blocking=True, timeout=10):``.
+
+        ``blocking=False`` (the default) fails at once if the lock is taken. ``blocking=True`` waits, in
+        order of arrival with other blocking acquirers (the election queue, so a release wakes one
+        waiter), for at most ``timeout`` seconds (``None``: no limit).
 
         Raises :class:`LockBusyError` if another session (or another lock of this session) holds it,
-        or a persistent key is there; :class:`InvalidPathError` / :class:`InvalidArgumentError` for
-        bad input (nothing written); :class:`StoreUnavailableError` if the store is unreachable (a key
-        created anyway is this session's and is taken over by the next ``acquire_lock`` here).
+        or a persistent key is there (blocking: still so when ``timeout`` passed; nothing is left
+        queued); :class:`InvalidPathError` / :class:`InvalidArgumentError` for bad input (nothing
+        written); :class:`StoreUnavailableError` if the store is unreachable (a key created anyway is
+        this session's and is taken over by the next ``acquire_lock`` here).
         """
         validate_path(path, allow_root=False)
         content = check_content(content)
+        if not isinstance(blocking, bool):
+            raise InvalidArgumentError(f"blocking must be a bool, got {blocking!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout >= 0):
+            raise InvalidArgumentError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+        if blocking:
+            return self._acquire_blocking(path, content, timeout)
         self._check_open()
         reservation = _Reservation()
         with _held_lock:
@@ -138,6 +185,17 @@ class CoordinationService:
         if reservation.dirty:  # the key changed between our create and our registration
             self._tasks.put(("check", path))
         return lock
+
+    def _acquire_blocking(self, path: str, content: bytes, timeout: float | None) -> ResourceLock:
+        future = self.become_leader(path, content)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            if future.cancel():  # withdraws the queue key, on the worker: wait for it (never on itself)
+                if threading.current_thread() is not self._worker:
+                    self.sync(self.recheck_interval)
+                raise LockBusyError(f"lock {path} still held by another session after {timeout}s") from None
+            return future.result()  # won meanwhile
 
     def _create(self, path: str, content: bytes) -> Stat:
         for _ in range(3):  # the holder may release between our create and our read
@@ -181,37 +239,145 @@ class CoordinationService:
     def become_leader(self, path: str, content: bytes) -> Future[ResourceLock]:
         """A future completed with the leadership lock at ``path`` once this session holds it.
 
-        Contenders wait on notifications for ``path`` (with a slow safety re-check) and take over when
-        the leader releases or its session ends. ``future.cancel()`` withdraws from the election.
+        Fair and herd-free (as kazoo's and Curator's recipes): the contender queues a sequential
+        ephemeral key under :func:`queue_path` and waits for the deletion of only the key just before
+        its own; the first in the queue takes the lock at ``path`` (waiting for that key if it is held
+        outside the election). So leadership passes in order of arrival, and a release or a lost session
+        wakes exactly one contender. A contender whose session ends re-queues at the back.
+        ``future.cancel()`` withdraws from the election (its queue key is deleted).
         Callbacks added to the future run on the coordination thread: keep them short.
         Leadership is not re-sought by itself once lost (``lock.expired``): call this again.
         The future fails with :class:`StoreClosedError` if the store closes first; it is cancelled by
         :meth:`close`. Bad input raises at once (:class:`InvalidPathError`, :class:`InvalidArgumentError`).
         """
         validate_path(path, allow_root=False)
+        validate_path(queue_path(path), allow_root=False)
         election = _Election(path, check_content(content))
         with self._mutex:
             self._check_open()
             self._elections.setdefault(path, []).append(election)
-        self._tasks.put(("elect", path))
+        election.future.add_done_callback(lambda f: self._on_election_done(election))
+        self._tasks.put(("advance", election))
         return election.future
 
+    def contenders(self, path: str) -> list[bytes]:
+        """Contents of the contenders queued for the leadership at ``path``, in order of arrival (the
+        first is the leader or next to lead). Costs one read per contender."""
+        validate_path(path, allow_root=False)
+        queue = queue_path(path)
+        out = []
+        for name in sorted(self.store.get_children(queue), key=_arrival):
+            node = self.store.get(f"{queue}/{name}")
+            if node is not None:
+                out.append(node.value)
+        return out
+
+    @property
+    def election_wakeups(self) -> int:
+        """How many times a waiting contender of this service looked at its queue (arrival, a wake-up by
+        its predecessor's deletion, a re-check): shows that a release wakes one contender, not all."""
+        return self._wakeups
+
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until the coordination thread has acted on everything queued for it before this call
+        (notifications already delivered to this service included). False on timeout."""
+        done = threading.Event()
+        self._tasks.put(("sync", done))
+        return done.wait(timeout)
+
+    def _advance(self, election: _Election) -> None:
+        """Look at the queue once: lead if first and the lock is free, else watch the one key before."""
+        if election.future.done():
+            return  # cancelled, failed or won: the done-callback cleans up
+        self._wakeups += 1
+        store, queue = self.store, queue_path(election.path)
+        if election.node is None:
+            election.node = self._enqueue(election, queue)
+        names = sorted(store.get_children(queue), key=_arrival)
+        mine = election.node.rpartition("/")[2]
+        if mine not in names:  # our key went with a lost session: queue again, at the back
+            election.node = None
+            self._tasks.put(("advance", election))
+            return
+        index = names.index(mine)
+        if index == 0:
+            try:
+                lock = self.acquire_lock(election.path, election.content)
+            except LockBusyError:
+                watch = election.path  # held outside the election, or not yet released by the last leader
+            except StoreUnavailableError:
+                return  # the re-check tries again
+            except StatekeepError as e:
+                _set(election.future, exception=e)
+                return
+            else:
+                with self._mutex:
+                    self._leader_nodes[lock.path] = election.node
+                if not _set(election.future, result=lock):
+                    lock.release()  # cancelled while we were acquiring
+                return
+        else:
+            watch = f"{queue}/{names[index - 1]}"
+        with self._mutex:
+            election.watching = watch
+            self._watches.setdefault(watch, []).append(election)
+        if store.get(watch) is None:  # gone before we watched it: look again
+            self._unwatch(election)
+            self._tasks.put(("advance", election))
+
+    def _enqueue(self, election: _Election, queue: str) -> str:
+        """Create the contender's sequential key (or find the one a lost reply created)."""
+        if election.maybe_queued:
+            for name in self.store.get_children(queue):
+                if name.startswith(election.token + "-"):
+                    return f"{queue}/{name}"
+        election.maybe_queued = True
+        stat = self.store.put(f"{queue}/{election.token}-", election.content, sequential=True, ephemeral=True)
+        return stat.path
+
+    def _unwatch(self, election: _Election) -> None:
+        with self._mutex:
+            watchers = self._watches.get(election.watching or "", [])
+            if election in watchers:
+                watchers.remove(election)
+                if not watchers:
+                    del self._watches[election.watching or ""]
+            election.watching = None
+
+    def _on_election_done(self, election: _Election) -> None:
+        """Runs on whichever thread completed the future: only bookkeeping, the worker deletes keys."""
+        self._drop_election(election)
+        self._unwatch(election)
+        future = election.future
+        if future.cancelled() or future.exception() is not None:
+            self._tasks.put(("withdraw", election))
+
+    def _withdraw(self, election: _Election) -> None:
+        if election.node is not None:
+            self._delete_node(election.node)
+        elif election.maybe_queued:  # a create whose reply was lost may have left our key
+            queue = queue_path(election.path)
+            for name in self.store.get_children(queue):
+                if name.startswith(election.token + "-"):
+                    self._delete_node(f"{queue}/{name}")
+
+    def _delete_node(self, node: str) -> None:
+        try:
+            self.store.delete(node)
+        except NotFoundError:
+            pass  # gone with its session
+        except StoreUnavailableError:
+            self._stale_nodes.add(node)  # keeps its successor waiting: retried on every re-check
+            return
+        self._stale_nodes.discard(node)
+
     def _elect(self, path: str) -> None:
+        """Re-check of every waiting contender for ``path`` (the safety timer, a session event)."""
         with self._mutex:
             waiting = [e for e in self._elections.get(path, ()) if not e.future.done()]
         for election in waiting:
-            try:
-                lock = self.acquire_lock(path, election.content)
-            except (LockBusyError, StoreUnavailableError):
-                return  # wait for the next notification or re-check
-            except StatekeepError as e:
-                self._drop_election(election)
-                _set(election.future, exception=e)
-                continue
-            self._drop_election(election)
-            if not _set(election.future, result=lock):
-                lock.release()  # cancelled while we were acquiring
-            return
+            self._unwatch(election)
+            self._advance(election)
 
     def _drop_election(self, election: _Election) -> None:
         with self._mutex:
@@ -286,9 +452,9 @@ class CoordinationService:
                 del self._locks[lock.path]
             if self._held.get(lock.path) is lock:
                 del self._held[lock.path]
-            contended = lock.path in self._elections
-        if contended:  # our own leadership ended: a waiting election here may take over
-            self._tasks.put(("elect", lock.path))
+            node = self._leader_nodes.pop(lock.path, None)
+        if node is not None:  # leadership ended: leave the queue, which wakes the next contender
+            self._tasks.put(("delete_node", node))
 
     # ---- events: listeners only enqueue, the worker talks to the store -------------------------
 
@@ -301,8 +467,12 @@ class CoordinationService:
             owner = self._held.get(n.path)
             if isinstance(owner, _Reservation):
                 owner.dirty = True
-        if n.type is NotificationType.Deleted and n.path in self._elections:
-            self._tasks.put(("elect", n.path))
+        if n.type is NotificationType.Deleted and n.path in self._watches:
+            with self._mutex:
+                woken = self._watches.pop(n.path, [])
+            for election in woken:  # only the contenders right behind the deleted key
+                election.watching = None
+                self._tasks.put(("advance", election))
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event is SessionEvent.SessionLost:
@@ -325,8 +495,14 @@ class CoordinationService:
                     lock = self._locks.get(path)
                     if lock is not None:
                         lock._revalidate()
-                elif kind == "elect":
-                    self._elect(path)
+                elif kind == "advance":
+                    self._advance(path)
+                elif kind == "withdraw":
+                    self._withdraw(path)
+                elif kind == "delete_node":
+                    self._delete_node(path)
+                elif kind == "sync":
+                    path.set()
                 else:
                     if kind == "session_lost":  # the session's ephemeral keys are gone with it
                         for lock in list(self._locks.values()):
@@ -343,6 +519,8 @@ class CoordinationService:
         unknown = False
         for lock in list(self._locks.values()):
             unknown |= lock._revalidate() is None
+        for node in list(self._stale_nodes):
+            self._delete_node(node)
         for path in list(self._elections):
             self._elect(path)
         return unknown

@@ -645,6 +645,12 @@ class LocalStore(MetadataStore):
             raise
         engine.stores.add(self)
 
+    @property
+    def commit_count(self) -> int:
+        """Write transactions the store's engine (shared by the stores of one directory in this process)
+        has committed: each is one fsync, so group commit shows as fewer commits than writes."""
+        return self._engine._commits
+
     def _check_open(self) -> None:
         if self._forked:
             raise StoreClosedError("this local store was opened before fork(); open a new one in the child")

@@ -242,6 +242,16 @@ class ZooKeeperStore(MetadataStore):
             raise
         self._client.chroot = chroot  # from here on kazoo prefixes every path with it
 
+    @property
+    def timeout(self) -> float:
+        """Seconds an operation may take before :class:`StoreUnavailableError`."""
+        return self._timeout
+
+    @property
+    def session_timeout(self) -> float:
+        """Seconds the server keeps the session (and its ephemeral keys) without hearing from us."""
+        return self._client._session_timeout / 1000
+
     @classmethod
     def from_url(cls, rest: str, options: dict) -> ZooKeeperStore:
         return cls(rest, **options)

@@ -1,0 +1,41 @@
+"""Faults injected from tests, in one place, so tests never reach into private attributes.
+
+Each helper stands in for something that happens for real but cannot be triggered on demand: a session
+event from the client library, a stalled client event loop, notifications that never arrive, bytes in a
+state database that no provider wrote. They use internals on purpose: only this module has to follow
+when those change.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statekeep.coordination import CoordinationService
+    from statekeep.metadata import MetadataStore, SessionEvent
+    from statekeep.state.embedded import EmbeddedStateStore
+
+__all__ = ["inject_session_event", "mute_notifications", "stall_event_loop", "write_raw_state"]
+
+
+def inject_session_event(store: MetadataStore, event: SessionEvent) -> None:
+    """Deliver ``event`` to ``store``'s session listeners as if its client library reported it."""
+    store._emit_session(event)
+
+
+def mute_notifications(coord: CoordinationService) -> None:
+    """Stop ``coord`` from hearing the store's notifications (as if they were lost); session events
+    and its re-check timer still reach it."""
+    coord._subscriptions[0].close()
+
+
+def stall_event_loop(store: MetadataStore, seconds: float) -> None:
+    """Block an ``etcd://`` store's client event loop for ``seconds`` (a stuck process: no keep-alive)."""
+    store._loop.call_soon_threadsafe(time.sleep, seconds)  # type: ignore[attr-defined]
+
+
+def write_raw_state(state: EmbeddedStateStore, key: str, raw: bytes) -> None:
+    """Store ``raw`` as the value of ``key`` of an embedded state store, bypassing every check."""
+    with state._env.begin(write=True, db=state._state) as txn:
+        txn.put(state._prefix + key.encode(), raw)
