@@ -177,7 +177,8 @@ def test_malformed_state_requests(client, fn):
     assert r.status_code == 400 and "JSON" in r.json()["reason"]
     r = client.post(fn + "/state/k", files={"other": (None, "{}")})
     assert r.status_code == 400 and "'state' part" in r.json()["reason"]
-    r = client.post(fn + "/state/k", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data; boundary=x"})
+    r = client.post(fn + "/state/k", content=b"--x\r\nbroken",
+                    headers={"content-type": "multipart/form-data; boundary=x"})
     assert r.status_code == 400
     assert client.get(fn + "/state/k").status_code == 404
 

@@ -38,7 +38,7 @@ from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig
 from statekeep.server.context import ServerContext
 from statekeep.server.followers import Followers
-from statekeep.server.metrics import Metrics, MetricsMiddleware
+from statekeep.server.metrics import FollowerLagCollector, Metrics, MetricsMiddleware
 from statekeep.server.routes import followers as follower_routes
 from statekeep.server.routes import functions, ops, state
 from statekeep.server import ui
@@ -63,7 +63,7 @@ def _open(cfg: ServerConfig) -> ServerContext:
     registry = service.registry
     store = registry.store
     metrics = Metrics()
-    metrics.add_collector(followers.metrics_lines)
+    metrics.registry.register(FollowerLagCollector(followers.lags))
     # embedded stores answer reads from local memory-mapped pages: serve them on the event loop,
     # skipping a thread hop; anything that may wait (network, fsync) runs in the thread pool
     inline_reads = (store.scheme in ("memory", "local") and not cfg.allow_custom_state_providers

@@ -14,8 +14,8 @@ to its stop. Routes (in :mod:`statekeep.server.routes.followers`; ``FOL`` =
 - any write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``FOL/state...``: 405 with a JSON ``reason``
   and ``Allow: GET``; nothing is written.
 
-``/metrics`` gains ``statekeep_follower_lag_records{function="T/N/F"}``: changelog records not yet
-applied (-1 when unknown, e.g. the leader is unreachable or the function was deleted).
+``/metrics`` gains ``statekeep_follower_lag_records{function="T/N/F"}`` (from :meth:`Followers.lags`): changelog
+records not yet applied (-1 when unknown, e.g. the leader is unreachable or the function was deleted).
 """
 
 from __future__ import annotations
@@ -71,13 +71,6 @@ class Followers:
             except StatekeepError:
                 out[fqfn] = -1
         return out
-
-    def metrics_lines(self) -> list[str]:
-        lines = ["# HELP statekeep_follower_lag_records Changelog records a follower has not applied yet (-1: unknown).",
-                 "# TYPE statekeep_follower_lag_records gauge"]
-        for fqfn, lag in sorted(self.lags().items()):
-            lines.append(f'statekeep_follower_lag_records{{function="{fqfn}"}} {lag}')
-        return lines if self.by_name else []
 
     def close(self) -> None:
         followers, self.by_name = list(self.by_name.values()), {}

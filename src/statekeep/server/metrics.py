@@ -1,79 +1,97 @@
-"""Prometheus metrics in the text exposition format (version 0.0.4), without a client library.
+"""Prometheus metrics through ``prometheus_client``, one :class:`CollectorRegistry` per app.
 
 - ``statekeep_http_requests_total{method,route,status}``: requests by route template (not raw path,
   so keys in URLs do not multiply series); unmatched paths count under route ``"unmatched"``.
 - ``statekeep_http_request_duration_seconds{route}``: a latency histogram.
 - ``statekeep_state_operations_total{op}``: state operations (get, put, delete, list) served.
-- whatever collectors added with :meth:`Metrics.add_collector` render (e.g. follower lag gauges).
+- ``statekeep_follower_lag_records{function}`` (:class:`FollowerLagCollector`, when followers are
+  configured): changelog records a follower has not applied yet (-1: unknown).
+
+Add a metric with ``metrics.registry.register(collector)`` (a ``prometheus_client`` collector, read at
+each scrape) or a metric object created with ``registry=metrics.registry``. :meth:`Metrics.add_collector`
+still takes a callable returning exposition lines, appended as they are (kept for callers that
+render their own text).
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
+    """The metrics of one app (thread-safe: prometheus_client's metrics are)."""
+
     def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("statekeep_http_requests", "HTTP requests by method, route and status.",
+                                ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram("statekeep_http_request_duration_seconds", "HTTP request latency by route.",
+                                 ["route"], buckets=BUCKETS, registry=self.registry)
+        self.state_ops = Counter("statekeep_state_operations", "Function state operations served.", ["op"],
+                                 registry=self.registry)
         self._lock = threading.Lock()
-        self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
-        self.latency: dict[str, list[float]] = {}  # route -> per-bucket counts, then +Inf count, then sum
-        self.state_ops: dict[str, int] = defaultdict(int)
-        self.collectors: list[Callable[[], list[str]]] = []
+        self._text_collectors: list[Callable[[], list[str]]] = []
+        # children by label values: labels() costs a lock and a dict lookup per call
+        self._children: dict[tuple, Any] = {}
 
     def add_collector(self, collect: Callable[[], list[str]]) -> None:
         """``collect()`` returns exposition lines (HELP, TYPE, samples) to append at each scrape."""
-        self.collectors.append(collect)
+        with self._lock:
+            self._text_collectors.append(collect)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        with self._lock:
-            self.requests[(method, route, status)] += 1
-            row = self.latency.get(route)
-            if row is None:
-                row = self.latency[route] = [0.0] * (len(BUCKETS) + 2)
-            row[bisect.bisect_left(BUCKETS, seconds)] += 1
-            row[-1] += seconds
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self.requests.labels(method, route, str(status)),
+                                              self.latency.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def state_op(self, op: str) -> None:
-        with self._lock:
-            self.state_ops[op] += 1
+        child = self._children.get(op)
+        if child is None:
+            child = self._children[op] = self.state_ops.labels(op)
+        child.inc()
 
     def render(self) -> str:
+        text = generate_latest(self.registry).decode("utf-8")
         with self._lock:
-            requests = dict(self.requests)
-            latency = {k: list(v) for k, v in self.latency.items()}
-            ops = dict(self.state_ops)
-        out = ["# HELP statekeep_http_requests_total HTTP requests by method, route and status.",
-               "# TYPE statekeep_http_requests_total counter"]
-        for (method, route, status), n in sorted(requests.items()):
-            out.append(f'statekeep_http_requests_total{{method="{method}",route="{_label(route)}",'
-                       f'status="{status}"}} {n}')
-        out += ["# HELP statekeep_http_request_duration_seconds HTTP request latency by route.",
-                "# TYPE statekeep_http_request_duration_seconds histogram"]
-        for route, row in sorted(latency.items()):
-            name, cumulative = _label(route), 0.0
-            for bound, count in zip([*map(str, BUCKETS), "+Inf"], row[:-1]):
-                cumulative += count
-                out.append(f'statekeep_http_request_duration_seconds_bucket{{route="{name}",le="{bound}"}} '
-                           f"{int(cumulative)}")
-            out.append(f'statekeep_http_request_duration_seconds_sum{{route="{name}"}} {row[-1]:.6f}')
-            out.append(f'statekeep_http_request_duration_seconds_count{{route="{name}"}} {int(cumulative)}')
-        out += ["# HELP statekeep_state_operations_total Function state operations served.",
-                "# TYPE statekeep_state_operations_total counter"]
-        for op, n in sorted(ops.items()):
-            out.append(f'statekeep_state_operations_total{{op="{op}"}} {n}')
-        for collect in self.collectors:
-            out += collect()
-        return "\n".join(out) + "\n"
+            collectors = list(self._text_collectors)
+        extra = [line for collect in collectors for line in collect()]
+        return text + ("\n".join(extra) + "\n" if extra else "")
+
+
+class FollowerLagCollector(Collector):
+    """``statekeep_follower_lag_records{function}`` from ``lags()`` (fqfn -> records, -1 when
+    unknown), read at each scrape; nothing when there are no followers."""
+
+    def __init__(self, lags: Callable[[], dict[str, int]]) -> None:
+        self._lags = lags
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lags = self._lags()
+        if not lags:
+            return
+        family = GaugeMetricFamily("statekeep_follower_lag_records",
+                                   "Changelog records a follower has not applied yet (-1: unknown).",
+                                   labels=["function"])
+        for fqfn, lag in sorted(lags.items()):
+            family.add_metric([fqfn], lag)
+        yield family
+
+    def describe(self) -> list:
+        return []  # the families depend on the followers configured
 
 
 class MetricsMiddleware:
