@@ -10,7 +10,7 @@ import struct
 import httpx
 import pytest
 
-from server_process import FUNCTION, ServerProcess, create_function
+from support.server_process import FUNCTION, ServerProcess, create_function
 
 pytest.importorskip("fastapi")
 
@@ -331,3 +331,22 @@ def test_url_and_unknown_parts_are_refused_by_name(client):
         assert r.status_code == 400 and part in r.json()["reason"], r.text
     assert client.get("/admin/v3/functions/acme/url").json() == ["g"]
     assert client.get("/admin/v3/functions/acme/url/g").json() == before
+
+
+def test_reads_on_the_event_loop_follow_the_backends_declared_capability(store_url):
+    """The server asks the store's capabilities, not its URL scheme: stores that declare
+    nonblocking_reads (memory, local) are read on the event loop, network stores in the thread pool."""
+    from statekeep.server import create_app
+
+    app = create_app({"metadata_url": store_url})
+    try:
+        ctx = app.state.ctx
+        assert ("nonblocking_reads" in ctx.store.capabilities) == (ctx.store.scheme in ("memory", "local"))
+        assert ctx.inline_reads == (ctx.store.scheme in ("memory", "local"))
+    finally:
+        app.state.service.close()
+    custom = create_app({"metadata_url": "memory://", "allow_custom_state_providers": True})
+    try:  # a function may name any provider then: none is assumed not to block
+        assert custom.state.ctx.inline_reads is False
+    finally:
+        custom.state.service.close()

@@ -64,9 +64,10 @@ def _open(cfg: ServerConfig) -> ServerContext:
     store = registry.store
     metrics = Metrics()
     metrics.registry.register(FollowerLagCollector(followers.lags))
-    # embedded stores answer reads from local memory-mapped pages: serve them on the event loop,
-    # skipping a thread hop; anything that may wait (network, fsync) runs in the thread pool
-    inline_reads = (store.scheme in ("memory", "local") and not cfg.allow_custom_state_providers
+    # a store that declares "nonblocking_reads" (answers from memory or local pages, never waits on a
+    # network) is read on the event loop, skipping a thread hop; anything that may wait runs in the
+    # thread pool. Asked of the backend, not its URL scheme, so a third-party backend can opt in.
+    inline_reads = ("nonblocking_reads" in store.capabilities and not cfg.allow_custom_state_providers
                     and registry.providers.get().nonblocking_reads)
     return ServerContext(config=cfg, authorizer=authorizer, service=service, registry=registry, store=store,
                          metrics=metrics, followers=followers,
