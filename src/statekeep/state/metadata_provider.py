@@ -82,11 +82,11 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         self._limits = provider.limits
 
     @property
-    @property
     def metadata_store(self) -> MetadataStore:
         """The metadata store this state lives in (under :attr:`base`)."""
         return self._store
 
+    @property
     def batch_limits(self) -> BatchLimits:
         return self._limits
 
