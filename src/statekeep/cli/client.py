@@ -28,6 +28,7 @@ import os
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from statekeep import errors
@@ -55,7 +56,7 @@ class Target:
     source: str
 
 
-def client_conf_path() -> tuple[Path | None, bool]:
+def client_conf_path() -> tuple[Path, bool]:
     """The client config file and whether it was named explicitly (``$STATEKEEP_CLIENT_CONF``)."""
     explicit = os.environ.get("STATEKEEP_CLIENT_CONF")
     if explicit:
@@ -64,7 +65,7 @@ def client_conf_path() -> tuple[Path | None, bool]:
     return Path(base) / "statekeep" / "client.conf", False
 
 
-def read_client_conf() -> tuple[dict[str, str], Path | None]:
+def read_client_conf() -> tuple[dict[str, str], Path]:
     """The client config file's ``key=value`` pairs (empty if there is none) and its path.
 
     Raises :class:`InvalidArgumentError` if ``$STATEKEEP_CLIENT_CONF`` names a file that cannot be read."""
@@ -74,7 +75,7 @@ def read_client_conf() -> tuple[dict[str, str], Path | None]:
     except FileNotFoundError:
         if explicit:
             raise InvalidArgumentError(f"$STATEKEEP_CLIENT_CONF names {path}, which does not exist") from None
-        return {}, None
+        return {}, path
     except OSError as e:
         raise InvalidArgumentError(f"cannot read the client config {path}: {e.strerror}") from None
     values = {}
@@ -134,7 +135,7 @@ def quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="").replace(".", "%2E")
 
 
-def _httpx():
+def _httpx() -> ModuleType:
     try:
         import httpx
     except ImportError as e:
@@ -169,8 +170,8 @@ class Http:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, method: str, path: list[str], *, files: dict | None = None, data: dict | None = None,
-                query: dict | None = None) -> Any:
+    def request(self, method: str, path: list[str], *, files: dict[str, tuple[Any, ...]] | None = None,
+                data: dict[str, str] | None = None, query: dict[str, Any] | None = None) -> Any:
         """Send one request to ``base/quoted/path``; the decoded JSON answer (a text answer as a str, None if empty)."""
         url = self.base + "".join("/" + quote(str(p)) for p in path)
         httpx = self._httpx
@@ -197,9 +198,9 @@ class Http:
         except ValueError:
             return response.text
 
-    def upload(self, method: str, path: list[str], config: dict, code: bytes | None, filename: str) -> Any:
+    def upload(self, method: str, path: list[str], config: dict[str, Any], code: bytes | None, filename: str) -> Any:
         """Create or update a function as pulsar-admin does: multipart ``functionConfig`` (JSON) and ``data``."""
-        files: dict[str, tuple] = {"functionConfig": (None, json.dumps(config).encode(), "application/json")}
+        files: dict[str, tuple[Any, ...]] = {"functionConfig": (None, json.dumps(config).encode(), "application/json")}
         if code is not None:
             files["data"] = (filename, code, "application/octet-stream")
         return self.request(method, path, files=files)
@@ -225,7 +226,7 @@ def open_remote(args: argparse.Namespace) -> Http | None:
 def direct_store_url(args: argparse.Namespace) -> str:
     """The store a direct-only command (localrun, snapshot, ...) works on: ``--data-dir``, ``--store``,
     else ``$STATEKEEP_STORE``, else ``local://./.statekeep-data``."""
-    from statekeep.cli import default_store_url
+    from statekeep.metadata.registry import default_store_url
 
     if getattr(args, "data_dir", None):
         return f"local://{os.path.abspath(args.data_dir)}"

@@ -20,6 +20,7 @@ import functools
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,17 @@ from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFo
 PROCESSING_GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL")  # Pulsar's enum
 WATCH_INTERVAL_S = 1.0  # pulsar-admin's querystate --watch polls once a second
 
+Handler = Callable[[argparse.Namespace], int]
+#: ``command(name, handler, help, *, named=True)``: adds a subcommand with the naming and where-to flags
+CommandAdder = Callable[..., argparse.ArgumentParser]
 
-def register(groups: argparse._SubParsersAction) -> None:
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = groups.add_parser("functions", help="manage functions and their state (like pulsar-admin functions)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run, help: str, *, named: bool = True) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help)
+    def command(name: str, run: Handler, help: str, *, named: bool = True) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(name, help=help)
         if named:
             sub.add_argument("--fqfn", default=None, metavar="TENANT/NAMESPACE/NAME",
                              help="the fully qualified function name (instead of --tenant, --namespace, --name)")
@@ -55,9 +60,9 @@ def register(groups: argparse._SubParsersAction) -> None:
         sub.set_defaults(run=functools.partial(_identified, run, named))
         return sub
 
-    for name, run, help in (("create", _create, "register a function"),
-                            ("update", _update, "change a function's config or code")):
-        add_config_flags(command(name, run, help))
+    for name, handler, help in (("create", _create, "register a function"),
+                                ("update", _update, "change a function's config or code")):
+        add_config_flags(command(name, handler, help))
     command("get", _get, "print a function's config (JSON)")
     ls = command("list", _list, "list the functions of a namespace", named=False)
     ls.add_argument("--json", action="store_true", help="print a JSON array")
@@ -71,9 +76,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     put.add_argument("-s", "--state", required=True,
                      help='FunctionState JSON, e.g. \'{"key": "k", "stringValue": "v"}\' or {"numberValue": 5}')
 
-    from statekeep.cli import lifecycle, run, snapshots
+    from statekeep.cli import lifecycle, snapshots
+    from statekeep.cli import run as localrun
 
-    run.register(command)
+    localrun.register(command)
     lifecycle.register(command)
     snapshots.register(command)
 
@@ -99,7 +105,7 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
 # ---- naming the function ----------------------------------------------------------------------
 
 
-def _identified(run, named: bool, args: argparse.Namespace) -> int:
+def _identified(run: Handler, named: bool, args: argparse.Namespace) -> int:
     """Fill ``args.tenant``, ``args.namespace`` and ``args.name`` (from ``--fqfn``, the flags, a config
     file's fields, then the defaults), as pulsar-admin does, then run the command."""
     file_config = load_config_file(args.function_config_file) if getattr(args, "function_config_file", None) else {}
@@ -117,7 +123,7 @@ def _identified(run, named: bool, args: argparse.Namespace) -> int:
         args.name = args.name or file_config.get("name")
         if not args.name:
             raise InvalidArgumentError("name the function with --name NAME or --fqfn TENANT/NAMESPACE/NAME")
-    return run(args)
+    return int(run(args) or 0)
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -126,7 +132,7 @@ def load_config_file(path: str) -> dict[str, Any]:
     Raises :class:`MissingDependencyError` without PyYAML, :class:`InvalidArgumentError` for a file that
     cannot be read, is not YAML or is not a mapping."""
     try:
-        import yaml
+        import yaml  # type: ignore[import-untyped, unused-ignore]
     except ImportError as e:
         raise MissingDependencyError("--function-config-file needs PyYAML, in the client extra: "
                                      "pip install 'statekeep[client]'") from e
@@ -149,7 +155,7 @@ def load_config_file(path: str) -> dict[str, Any]:
 # ---- the two ways of reaching functions ----------------------------------------------------------
 
 
-def _direct(args: argparse.Namespace):
+def _direct(args: argparse.Namespace) -> Any:
     """The :class:`FunctionService` on the store the command works on directly."""
     from statekeep.functions.service import FunctionService
 
@@ -196,9 +202,9 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _code_path(args: argparse.Namespace) -> str | None:
     """The function's file: ``--py``, else the config file's ``py`` (a path, as pulsar-admin reads it)."""
     if args.py is not None:
-        return args.py
+        return str(args.py)
     py = (getattr(args, "file_config", None) or {}).get("py")
-    return py if isinstance(py, str) and py else None
+    return str(py) if isinstance(py, str) and py else None
 
 
 def _read_py(args: argparse.Namespace) -> bytes | None:
@@ -291,7 +297,7 @@ def _querystate(args: argparse.Namespace) -> int:
         return _query(args, lambda: service.query_state(args.tenant, args.namespace, args.name, args.key))
 
 
-def _query(args: argparse.Namespace, fetch) -> int:
+def _query(args: argparse.Namespace, fetch: Callable[[], Any]) -> int:
     """Print the key once, or with ``--watch`` each time it changes (one JSON object per line; a missing
     key is said once on stderr and watched on), until interrupted, as pulsar-admin's querystate -w."""
     if not args.watch:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from statekeep.cli import print_json
+from statekeep.cli.client import Http
 from statekeep.errors import InvalidArgumentError
 
 
-def register(command) -> None:
+def register(command: Any) -> None:
     """Add the commands through the functions group's ``command`` helper."""
     for name, run, help in (
             ("status", _status, "a function's status (Pulsar's FunctionStatus; directly: statekeep's record)"),
@@ -57,7 +59,7 @@ def _path(args: argparse.Namespace, action: str) -> list[str]:
     return path + [action]
 
 
-def _server(args: argparse.Namespace):
+def _server(args: argparse.Namespace) -> Http:
     from statekeep.cli.functions import _remote
 
     remote = _remote(args)
@@ -103,7 +105,7 @@ def _lifecycle(args: argparse.Namespace) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    files: dict[str, tuple] = {}
+    files: dict[str, tuple[Any, ...]] = {}
     if args.trigger_file is not None:
         try:
             data = Path(args.trigger_file).read_bytes()

@@ -16,12 +16,14 @@ import argparse
 import os
 import socket
 import sys
+from typing import Any
 
-from statekeep.cli import default_store_url, print_json
+from statekeep.cli import print_json
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError
+from statekeep.metadata.registry import default_store_url
 
 
-def register(command) -> None:
+def register(command: Any) -> None:
     """Add ``localrun`` through the functions group's ``command`` helper."""
     from statekeep.cli.functions import add_config_flags
     from statekeep.cli.standalone import add_spark_conf_option
@@ -40,7 +42,7 @@ def register(command) -> None:
                      help="skip and count records on which the function raises (default: fail the query)")
 
 
-def _service_and_url(args: argparse.Namespace):
+def _service_and_url(args: argparse.Namespace) -> tuple[Any, Any]:
     from statekeep.cli.functions import _direct
 
     if args.url:
@@ -55,13 +57,13 @@ def _localrun(args: argparse.Namespace) -> int:
     from statekeep.coordination import CoordinationService
     from statekeep.functions.worker import acquire_function_lock
 
-    config, code = _config_from_args(args), _read_py(args)
-    if code is None or not config.get("inputs"):
+    config, code, path = _config_from_args(args), _read_py(args), _code_path(args)
+    if code is None or path is None or not config.get("inputs"):
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC (flags or --function-config-file)")
     if args.lock_wait < 0:
         raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
     args.spark_conf = spark_conf(args.spark_conf)
-    config["py"] = os.path.basename(_code_path(args))
+    config["py"] = os.path.basename(path)
     if args.skip_errors:
         config.setdefault("userConfig", {})["skipErrors"] = True
     if config.get("output") and config["output"] != "console":
@@ -97,8 +99,8 @@ def _localrun(args: argparse.Namespace) -> int:
             coordination.close()
 
 
-def _run_locked(args: argparse.Namespace, config: dict, code: bytes, service, store, metadata_url: str,
-                checkpoint_root: str, worker_id: str) -> int:
+def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, service: Any, store: Any,
+                metadata_url: str, checkpoint_root: str, worker_id: str) -> int:
     """Register and run the function while this process holds its lock."""
     from statekeep.functions.spark import read_status, run_registered
 
