@@ -8,7 +8,9 @@ to the function), ``processed`` (successfully), ``userExceptions`` (failed attem
 twice counts up to 3), ``deadLetters``, ``latency`` (seconds spent in the function; the average
 latency is per received record, in ms, as Pulsar's). System exceptions are failures of the query
 itself (its ``error``). The ``1min`` figures cover the micro-batches that ended within the last
-60 s before the status was saved.
+60 s before the status was saved. As Pulsar's instance counters, the totals count from the query's
+start: a restart (or a move to another worker) starts them again. A trigger (``POST .../trigger``)
+runs outside the query and is not counted.
 """
 
 from __future__ import annotations
