@@ -20,7 +20,7 @@ from statekeep.errors import (
     NotFoundError,
 )
 from statekeep.testing import wait_for
-from test_coordination import TIMEOUT, WORKER, multi_process
+from support.coordination import TIMEOUT, WORKER, multi_process
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from server_process import FUNCTION, ServerProcess
+from support.server_process import FUNCTION, ServerProcess
 from statekeep.cli import main
 
 

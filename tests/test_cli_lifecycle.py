@@ -10,7 +10,7 @@ import os
 import httpx
 import pytest
 
-from server_process import FUNCTION, ServerProcess
+from support.server_process import FUNCTION, ServerProcess
 from statekeep.cli import main
 
 FN = "/admin/v3/functions/public/default/wc"

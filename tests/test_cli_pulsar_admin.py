@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_process import FUNCTION, ServerProcess
+from support.server_process import FUNCTION, ServerProcess
 from statekeep.cli import build_parser, main
 from statekeep.cli.client import DEFAULT_URL, resolve_target
 from statekeep.errors import InvalidArgumentError

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_process import ServerProcess, create_function
+from support.server_process import ServerProcess, create_function
 from test_functions_spark import write_words
 
 from statekeep.cli import main

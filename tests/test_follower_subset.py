@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_changelog import entries, open_follower
 
 from statekeep.changelog import FollowerStore, SnapshotStore, compact
 from statekeep.changelog.replica import LocalReplica
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.records import counter_bytes
+from support.followers import Follower, entries, leader_service, open_follower, write_updates
 
 
 def follow(leader, tmp_path, local: str, **options) -> FollowerStore:
@@ -190,7 +190,6 @@ def test_a_failing_transform_stops_the_follower_and_applies_nothing(leader, tmp_
 
 
 def test_prefix_follower_process_killed_mid_tail_resumes_exactly(tmp_path):
-    from test_followers_processes import Follower, leader_service, write_updates
 
     url = f"local://{tmp_path / 'leader'}"
     service, state = leader_service(url)
@@ -217,7 +216,6 @@ def test_prefix_follower_process_killed_mid_tail_resumes_exactly(tmp_path):
 def test_follow_option_and_rest_follower_of_a_prefix(tmp_path):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
-    from test_followers_processes import leader_service
 
     from statekeep.cli.standalone import follower_specs
     from statekeep.server import ServerConfig, create_app
@@ -253,7 +251,6 @@ def test_follow_option_and_rest_follower_of_a_prefix(tmp_path):
 def test_followers_get_with_a_prefix(capsys, tmp_path):
     import json
 
-    from test_followers_processes import leader_service
 
     from statekeep.cli import main
 
@@ -271,7 +268,6 @@ def test_followers_get_with_a_prefix(capsys, tmp_path):
 def test_subset_follower_killed_mid_restore_resumes_and_converges(tmp_path):
     """A prefix and a filter: the restore counts the snapshot entries it read apart from those it
     wrote, and a restart resumes after the read ones."""
-    from test_followers_processes import Follower, leader_service, write_updates
 
     url = f"local://{tmp_path / 'leader'}"
     service, state = leader_service(url)

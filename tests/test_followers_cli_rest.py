@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from server_process import ServerProcess, create_function
+from support.server_process import ServerProcess, create_function
 from statekeep.cli import main
 from statekeep.cli.standalone import follower_specs
 

@@ -4,98 +4,13 @@ on local, ZooKeeper and etcd (smaller volumes)."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
-import follower_worker
 from statekeep.changelog import SnapshotStore
 from statekeep.changelog.replica import LocalReplica
 from statekeep.functions.service import FunctionService
-
-WORKER = Path(follower_worker.__file__)
-CODE = b"def process(input, context):\n    return input\n"
-
-
-class Follower:
-    """A follower_worker process: its latest status, and dumps on request."""
-
-    def __init__(self, url: str, local_dir: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), url, "t", "n", "f", str(local_dir), *extra],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.status: dict = {}
-        self.seen: list[dict] = []
-        self.dumped = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            data = json.loads(line)
-            if "dumped" in data:
-                self.dumped.set()
-            else:
-                self.status = data
-                self.seen.append(data)
-
-    def wait_for(self, condition, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"follower exited with {self.proc.returncode}")
-            if self.status and condition(self.status):
-                return self.status
-            time.sleep(0.005)
-        raise AssertionError(f"timed out; last status {self.status}")
-
-    def dump(self, path: Path) -> dict:
-        self.proc.stdin.write(f"dump {path}\n")
-        self.proc.stdin.flush()
-        assert self.dumped.wait(300), self.status
-        return {k: (kind, bytes.fromhex(v), version) for k, kind, v, version in json.loads(path.read_text())}
-
-    def quit(self) -> None:
-        self.proc.stdin.write("quit\n")
-        self.proc.stdin.flush()
-        assert self.proc.wait(60) == 0
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-
-def entries(state) -> dict:
-    return {e.key: (e.kind, bytes(e.value), e.version) for e in state.scan_entries()}
-
-
-def leader_service(url: str):
-    service = FunctionService.open(url)
-    service.registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py"}, CODE)
-    return service, service.registry.state_store("t", "n", "f")
-
-
-def write_updates(state, total: int, per_batch: int, keys: int) -> None:
-    """``total`` updates: puts, deletes and counter increments over ``keys`` keys."""
-    written = 0
-    while written < total:
-        puts, counters = {}, {}
-        for i in range(written, min(total, written + per_batch)):
-            k = (i * 7919) % keys
-            if i % 10 == 0:
-                puts[f"k{k}"] = None
-            elif i % 4 == 0:
-                counters[f"c{k % 1000}"] = counters.get(f"c{k % 1000}", 0) + 1
-            else:
-                puts[f"k{k}"] = b"value-%d" % i
-        state.apply_batch(puts, counters)
-        written += per_batch
-
+from support.followers import CODE, Follower, entries, leader_service, write_updates
 
 def test_follower_process_tails_100k_updates_and_survives_sigkill(tmp_path):
     url = f"local://{tmp_path / 'leader'}"

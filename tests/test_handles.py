@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from handles_support import LostAckStore, Unaware, blob_urls, snapshot
+from support.handles import LostAckStore, Unaware, blob_urls, snapshot
 from statekeep.cli import main
 from statekeep.coordination import CoordinationService
 from statekeep.errors import (
@@ -395,7 +395,7 @@ def test_leader_process_paused_beyond_its_session(kind, request, tmp_path):
     scheme = "zk" if kind == "zookeeper" else "etcd"
     url = f"{scheme}://{server.address}/t{uuid.uuid4().hex[:12]}?session_timeout=2"
     blobs = f"file://{tmp_path}/blobs"
-    worker = subprocess.Popen([sys.executable, str(Path(__file__).with_name("handles_worker.py")), url, ROOT,
+    worker = subprocess.Popen([sys.executable, str(Path(__file__).parent / "support" / "handles_worker.py"), url, ROOT,
                                ELECTION, blobs], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     store = open_store(url)
     coord = CoordinationService(store)

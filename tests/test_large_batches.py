@@ -16,9 +16,9 @@ from statekeep.state import open_provider
 from statekeep.testing import servers, wait_for
 
 from conftest import BACKENDS
-from state_worker import big_batch
+from support.state_worker import big_batch
 
-WORKER = Path(__file__).parent / "state_worker.py"
+WORKER = Path(__file__).parent / "support" / "state_worker.py"
 
 
 @pytest.fixture(params=["zk", "etcd"])

@@ -19,7 +19,7 @@ from statekeep.testing.linearizability import (
     record_register_history,
     to_json,
 )
-from test_coordination import go_when_ready, multi_process, run_workers
+from support.coordination import go_when_ready, multi_process, run_workers
 
 
 def op(client, kind, args, call, ret, result):

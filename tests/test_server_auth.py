@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from server_process import ServerProcess, create_function
+from support.server_process import ServerProcess, create_function
 
 pytest.importorskip("fastapi")
 

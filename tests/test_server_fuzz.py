@@ -13,7 +13,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
-from server_process import ServerProcess, create_function  # noqa: E402
+from support.server_process import ServerProcess, create_function  # noqa: E402
 
 pytest.importorskip("fastapi")
 _turn = itertools.count()

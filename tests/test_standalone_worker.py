@@ -9,7 +9,7 @@ import json
 
 import httpx
 import pytest
-from server_process import ServerProcess, create_function
+from support.server_process import ServerProcess, create_function
 
 from statekeep.testing import wait_for
 

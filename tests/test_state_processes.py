@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import state_worker
+from support import state_worker
 from statekeep.state import open_provider
 
 WORKER = Path(state_worker.__file__)

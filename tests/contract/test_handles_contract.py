@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from handles_support import LostAckStore, Unaware, blob_urls, snapshot
+from support.handles import LostAckStore, Unaware, blob_urls, snapshot
 from statekeep.coordination import CoordinationService
 from statekeep.errors import (
     AlreadyExistsError,
