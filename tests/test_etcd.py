@@ -144,8 +144,12 @@ def test_internal_keys_never_notify(opened, url):
         writer.put("/q/item-", b"", sequential=True, ephemeral=True)
     writer.multi([Put("/m/a", b""), Put("/m/b", b"")])
     writer.delete_recursive("/m")
-    assert wait_for(lambda: Notification(NotificationType.Deleted, "/m") in events)
-    time.sleep(0.2)
+    deleted, sentinel = Notification(NotificationType.Deleted, "/m"), Notification(NotificationType.Created, "/m")
+    assert wait_for(lambda: deleted in events)
+    # a sentinel instead of a sleep: etcd's one watch stream delivers in revision order, so once the
+    # re-creation of /m has arrived, every event of the writes above has too (it adds no new path)
+    writer.put("/m", b"sentinel")
+    assert wait_for(lambda: sentinel in events[events.index(deleted):])
     assert all(e.path.startswith("/") and "\0" not in e.path for e in events), events
     assert {e.path for e in events if e.type is NotificationType.Created} == {
         "/q", "/q/item-0000000001", "/q/item-0000000002", "/q/item-0000000003", "/m", "/m/a", "/m/b"}
@@ -244,8 +248,8 @@ def test_kill_during_load_loses_no_acknowledged_write(opened, crash_server, pref
             assert time.monotonic() - started < timeout + 1
             assert raised.value.__cause__ is not None
         assert wait_for(lambda: SessionEvent.ConnectionLost in sessions, timeout=10)
-        before = len(acked)
-        time.sleep(0.3)
+        before, tried = len(acked), len(failures)
+        assert wait_for(lambda: len(failures) >= tried + 3, timeout=30)  # the writer kept trying meanwhile
         assert len(acked) == before  # nothing is acknowledged while down
         crash_server.restart()
         assert wait_for(lambda: len(acked) >= before + 200, timeout=30)

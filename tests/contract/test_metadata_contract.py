@@ -6,7 +6,6 @@ A backend joins by adding an entry to ``BACKENDS`` in tests/conftest.py; nothing
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -308,13 +307,16 @@ class TestNotifications:
     def test_unsubscribe(self, store):
         events: list[Notification] = []
         subscription = store.add_listener(events.append)
+        modified = threading.Event()  # a sentinel: a listener that stays subscribed
+        store.add_listener(lambda n: n.path == "/u/b" and n.type is NotificationType.Modified and modified.set())
         store.put("/u/a", b"")
         assert wait_for(lambda: events)
         subscription.close()
-        time.sleep(0.2)
         count = len(events)
         store.put("/u/b", b"")
-        time.sleep(0.3)
+        store.put("/u/b", b"again")
+        # per-key order: once the Modified of /u/b reached a listener, its Created was dispatched to all
+        assert modified.wait(30)
         assert len(events) == count
 
     def test_failing_listener_does_not_stop_others(self, store):

@@ -37,13 +37,14 @@ DEFAULT_TOMBSTONE_RETENTION_S = 24 * 3600.0  # Kafka's delete.retention.ms defau
 
 
 def compact(state: StateStore, tombstone_retention_s: float = DEFAULT_TOMBSTONE_RETENTION_S, *,
-            upto_offset: int | None = None) -> CompactionResult:
-    """One compaction pass over ``state``'s changelog up to ``upto_offset`` (default: its newest offset)."""
+            upto_offset: int | None = None, now_ms: int | None = None) -> CompactionResult:
+    """One compaction pass over ``state``'s changelog up to ``upto_offset`` (default: its newest offset).
+    ``now_ms`` (default: the clock) is the time tombstone ages are measured at."""
     if upto_offset is None:
         upto_offset = state.changelog_position().last_offset
     if upto_offset < 0:
         return CompactionResult(0, 0, 0, upto_offset)
-    return state.compact_changelog(upto_offset, tombstone_retention_s)
+    return state.compact_changelog(upto_offset, tombstone_retention_s, now_ms=now_ms)
 
 
 class Compactor:
