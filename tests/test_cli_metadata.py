@@ -70,6 +70,8 @@ def test_watch_prints_changes_from_another_process(tmp_path):
         store.put("/w/a", b"2")
         store.put("/elsewhere", b"ignored")
     out, _ = watcher.communicate(timeout=60)
-    events = [json.loads(chunk) for chunk in out.replace("}\n{", "}\x00{").split("\x00") if chunk.strip()]
+    lines = out.splitlines()
+    assert len(lines) == 3  # JSON Lines: one object per line
+    events = [json.loads(line) for line in lines]
     assert [(e["type"], e["path"]) for e in events] == [
         ("Created", "/w/a"), ("ChildrenChanged", "/w"), ("Modified", "/w/a")]

@@ -1,16 +1,19 @@
-"""``statekeep metadata get|put|ls|rm|watch PATH [--store URL] [--json]``."""
+"""``statekeep metadata get|put|ls|rm|watch PATH [--store URL] [--json]``. ``watch --json`` prints one
+JSON object per line."""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import json
 import sys
 import threading
 from datetime import datetime, timezone
 
-from statekeep.cli import default_store_url, print_json
+from statekeep.cli import print_json
 from statekeep.errors import NotFoundError
 from statekeep.metadata import GetResult, Stat, open_store
+from statekeep.metadata.registry import default_store_url
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -112,8 +115,8 @@ def _watch(args: argparse.Namespace) -> int:
         nonlocal seen
         if done.is_set() or not (event.path == args.path or event.path.startswith(prefix) or args.path == "/"):
             return
-        if args.json:
-            print_json({"type": event.type.value, "path": event.path})
+        if args.json:  # one object per line (JSON Lines), so a reader can parse each event as it comes
+            print(json.dumps({"type": event.type.value, "path": event.path}))
         else:
             print(f"{event.type.value:16} {event.path}")
         sys.stdout.flush()
