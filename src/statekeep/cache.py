@@ -12,7 +12,7 @@ import dataclasses
 import json
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from statekeep.errors import (
     BadVersionError,
@@ -59,7 +59,7 @@ class JsonSerde(Generic[T]):
     def serialize(self, value: T) -> bytes:
         if self.type is not None and not isinstance(value, self.type):
             raise InvalidArgumentError(f"expected {self.type.__name__}, got {type(value).__name__}")
-        obj = dataclasses.asdict(value) if self._dataclass else value
+        obj = dataclasses.asdict(value) if self._dataclass else value  # type: ignore[call-overload]
         try:
             return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
         except (TypeError, ValueError) as e:
@@ -68,7 +68,7 @@ class JsonSerde(Generic[T]):
     def deserialize(self, data: bytes) -> T:
         try:
             obj = json.loads(data)
-            return self.type(**obj) if self._dataclass else obj
+            return self.type(**obj) if self.type is not None and self._dataclass else cast(T, obj)
         except (ValueError, TypeError) as e:
             name = self.type.__name__ if self.type else "JSON"
             raise InvalidArgumentError(f"stored bytes are not a valid {name}: {e}") from e
@@ -96,7 +96,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.epoch = 0
-        self.entry: CacheEntry | None = _UNLOADED
+        self.entry: CacheEntry[Any] | None = _UNLOADED
 
     def reset(self) -> None:
         self.epoch += 1
@@ -279,7 +279,7 @@ class MetadataCache(Generic[T]):
                 slot = self._slots[path] = _Slot()
             return slot, slot.epoch
 
-    def _install(self, path: str, slot: _Slot, epoch: int, entry: CacheEntry | None) -> None:
+    def _install(self, path: str, slot: _Slot, epoch: int, entry: CacheEntry[Any] | None) -> None:
         """Cache ``entry`` unless ``path`` was invalidated (or evicted) since ``epoch`` was taken."""
         with self._lock:
             if slot.epoch == epoch and self._slots.get(path) is slot:

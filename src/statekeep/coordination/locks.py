@@ -115,7 +115,7 @@ class ResourceLock:
                     return
             except (BadVersionError, StoreClosedError) as e:  # BadVersion also when the key is gone
                 self._state = _EXPIRED
-                error = e
+                error: Exception | None = e
             except StoreUnavailableError:
                 self._pending = (self._version + 1, content)
                 raise

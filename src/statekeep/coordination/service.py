@@ -531,10 +531,11 @@ def _decode_counter(path: str, raw: bytes) -> int:
         return 0
     if len(raw) != _COUNTER.size:
         raise InvalidArgumentError(f"{path} holds {len(raw)} bytes, not an 8-byte counter")
-    return _COUNTER.unpack(raw)[0]
+    value: int = _COUNTER.unpack(raw)[0]
+    return value
 
 
-def _set(future: Future, *, result: object = None, exception: BaseException | None = None) -> bool:
+def _set(future: Future[Any], *, result: object = None, exception: BaseException | None = None) -> bool:
     """Complete ``future`` unless it was cancelled meanwhile; True if this call completed it."""
     try:
         if exception is not None:

@@ -105,7 +105,7 @@ class BlobStore:
 
     @property
     def url(self) -> str:
-        return self.fs.unstrip_protocol(self.base)
+        return str(self.fs.unstrip_protocol(self.base))
 
     # ---- naming ----------------------------------------------------------------------------------
 
@@ -123,7 +123,8 @@ class BlobStore:
         fsspec = _fsspec()
         if fsspec.utils.get_protocol(url) in protocols:
             return self.fs, self.fs._strip_protocol(url)
-        return fsspec.core.url_to_fs(url, **self.options)
+        fs, path = fsspec.core.url_to_fs(url, **self.options)
+        return fs, str(path)
 
     # ---- writing ---------------------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ class BlobStore:
             hasher.close()
         return BlobRef(self.fs.unstrip_protocol(path), size, hasher.hexdigest(), created_ms)
 
-    def _write_local(self, path: str, chunks: Iterator[bytes], hasher: _Hasher) -> int:
+    def _write_local(self, path: str, chunks: Iterator[bytes | memoryview], hasher: _Hasher) -> int:
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, "." + name[: -len(".blob")] + ".tmp")
         size = 0
@@ -184,7 +185,7 @@ class BlobStore:
             raise
         return size
 
-    def _write_remote(self, path: str, chunks: Iterator[bytes], hasher: _Hasher) -> int:
+    def _write_remote(self, path: str, chunks: Iterator[bytes | memoryview], hasher: _Hasher) -> int:
         size = 0
         try:
             # autocommit=False: an object store publishes the object only on commit(), never half of it
@@ -275,7 +276,7 @@ class _Hasher:
     def __init__(self, depth: int) -> None:
         self._hash = hashlib.sha256()
         self._depth = depth
-        self._queue: queue.Queue | None = None
+        self._queue: queue.Queue[bytes | memoryview | None] | None = None
         self._thread: threading.Thread | None = None
         self._fed = 0
 
@@ -291,11 +292,12 @@ class _Hasher:
         self._queue.put(chunk)
 
     def _run(self) -> None:
+        assert self._queue is not None  # started with the queue
         while (chunk := self._queue.get()) is not None:
             self._hash.update(chunk)
 
     def close(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None and self._queue is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
@@ -313,14 +315,14 @@ def _chunks(source: StateSource, chunk_size: int) -> Iterator[bytes | memoryview
         return (view[i:i + chunk_size] if view.readonly else bytes(view[i:i + chunk_size])
                 for i in range(0, len(view), chunk_size))
     if hasattr(source, "read"):
-        return _read_chunks(source, chunk_size)
+        return _read_chunks(source, chunk_size)  # type: ignore[arg-type]  # has read(): a binary file
     if isinstance(source, Iterable):
         return (_immutable(chunk) for chunk in source)
     raise InvalidArgumentError(f"state must be bytes, a binary file or an iterable of bytes, "
                                f"not {type(source).__name__}")
 
 
-def _read_chunks(f: BinaryIO, chunk_size: int) -> Iterator[bytes]:
+def _read_chunks(f: BinaryIO, chunk_size: int) -> Iterator[bytes | memoryview]:
     while chunk := f.read(chunk_size):
         yield _immutable(chunk)
 
@@ -356,7 +358,7 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _modified_ms(info: dict) -> int:
+def _modified_ms(info: dict[str, Any]) -> int:
     value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
     if value is None:
         return 0

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from statekeep.errors import (
     BadVersionError,
@@ -45,6 +45,16 @@ FENCE = "fence"
 FENCE_SESSIONS = "fence-sessions"
 
 
+class Leadership(Protocol):
+    """What fencing needs of a leadership: a :class:`~statekeep.coordination.ResourceLock` is one."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def version(self) -> int: ...
+
+
 class Fence:
     """The leadership check of one handle store; ``leadership=None`` makes an open (unfenced) store.
 
@@ -53,7 +63,7 @@ class Fence:
     Raises :class:`LeadershipLostError` if the lock is not held at claim time.
     """
 
-    def __init__(self, store: MetadataStore, root: str, leadership: Any | None) -> None:
+    def __init__(self, store: MetadataStore, root: str, leadership: Leadership | None) -> None:
         self.store = store
         self.leadership = leadership
         self.fence_path = f"{root.rstrip('/')}/{FENCE}"
@@ -78,6 +88,7 @@ class Fence:
 
     def _claim(self) -> int:
         lock = self.leadership
+        assert lock is not None  # only claimed with a leadership
         record = json.dumps({"token": self.token, "lock": lock.path, "claimed_ms": int(time.time() * 1000)}).encode()
         try:
             stats: list[Stat | None] = self.store.multi([
@@ -101,6 +112,7 @@ class Fence:
         """The checks to put first in every fenced ``multi`` (none for an open store)."""
         if self.leadership is None:
             return []
+        assert self.epoch is not None  # claimed in __init__ with a leadership
         return [Check(self.leadership.path, self.leadership.version), Check(self.fence_path, self.epoch),
                 Check(self.session_path, 0)]
 

@@ -76,7 +76,8 @@ def check_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if len(encoded) > MAX_ATTRIBUTES_SIZE:
         raise InvalidArgumentError(f"attributes take {len(encoded)} bytes as JSON; at most {MAX_ATTRIBUTES_SIZE} "
                                    "are allowed (put large data in the state itself)")
-    return json.loads(encoded)
+    decoded: dict[str, Any] = json.loads(encoded)
+    return decoded
 
 
 def encode(ref: BlobRef, attributes: dict[str, Any]) -> bytes:

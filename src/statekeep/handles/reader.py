@@ -27,7 +27,7 @@ class BlobReader(io.RawIOBase):
         self._eof = False
         self._error: Exception | None = None  # a verification failure is raised again by every later read
         self._chunk = chunk_size
-        self._queue: queue.Queue | None = None
+        self._queue: queue.Queue[bytes | BaseException] | None = None
         self._stop = threading.Event()
         if size > chunk_size:  # small blobs: one read, no thread
             self._queue = queue.Queue(read_ahead)
@@ -98,14 +98,17 @@ class BlobReader(io.RawIOBase):
 
     def _read_once(self) -> bytes:
         try:
-            return self._f.read(self._chunk) or b""
+            chunk: bytes = self._f.read(self._chunk) or b""
+            return chunk
         except FileNotFoundError as e:
             raise CorruptStateError(f"blob {self.url} is missing") from e
         except OSError as e:
             raise BlobStorageError(f"cannot read blob {self.url}: {e}") from e
 
     def _read_ahead(self) -> None:
+        assert self._queue is not None  # started with the queue
         while not self._stop.is_set():
+            chunk: bytes | BaseException
             try:
                 chunk = self._read_once()
             except BaseException as e:

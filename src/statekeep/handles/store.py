@@ -35,7 +35,7 @@ from statekeep.errors import (
     ValueTooLargeError,
 )
 from statekeep.handles.blobs import DEFAULT_CHUNK_SIZE, BlobRef, BlobStore, StateSource
-from statekeep.handles.fence import Fence
+from statekeep.handles.fence import Fence, Leadership
 from statekeep.handles.handle import StateHandle, check_attributes, decode, encode
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Check, Delete, GetResult, Op, Put, Stat, validate_path
@@ -79,7 +79,7 @@ class StateHandleStore:
     """
 
     def __init__(self, store: MetadataStore, root_path: str, blobs: str | BlobStore, *,
-                 lock_identity: str | None = None, leadership: Any | None = None,
+                 lock_identity: str | None = None, leadership: Leadership | None = None,
                  blob_options: dict[str, Any] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  max_retries: int = 100) -> None:
         if not isinstance(store, MetadataStore):

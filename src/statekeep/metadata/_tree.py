@@ -142,7 +142,7 @@ class Changes:
         while parent != "/" and (existing := self.read(parent)) is None:
             missing.append(parent)
             parent = parent_of(parent)
-        if parent != "/" and existing.owner:
+        if parent != "/" and existing is not None and existing.owner:
             raise InvalidArgumentError(f"{path} cannot be created: an ephemeral key ({parent}) has no children")
         for ancestor in reversed(missing):
             self._write(ancestor, Record(0, self.now_ms, self.now_ms, 0, b""))

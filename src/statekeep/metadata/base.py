@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
 from statekeep.metadata.types import (
@@ -63,11 +63,11 @@ class _Dispatcher:
     so a slow callback never blocks a backend's I/O thread and never reorders events."""
 
     def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Sequence[Callable[[Any], None]], object] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def post(self, callbacks: Sequence[Callable], event: object) -> None:
+    def post(self, callbacks: Sequence[Callable[[Any], None]], event: object) -> None:
         if callbacks:
             self._queue.put((tuple(callbacks), event))
 
@@ -143,9 +143,12 @@ class MetadataStore(abc.ABC):
         self._dispatcher: _Dispatcher | None = None
 
     @classmethod
-    def from_url(cls, rest: str, options: dict) -> MetadataStore:
-        """Open from the part of a URL after ``scheme://`` (query removed) and its options."""
-        return cls(rest, **options)
+    def from_url(cls, rest: str, options: dict[str, Any]) -> MetadataStore:
+        """Open from the part of a URL after ``scheme://`` (query removed) and its options. This default
+        calls ``cls(rest, **options)``: a backend whose constructor takes the URL's rest first needs no
+        override; one that does not (the base takes none) overrides this."""
+        constructor: Callable[..., MetadataStore] = cls
+        return constructor(rest, **options)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -246,7 +249,7 @@ class MetadataStore(abc.ABC):
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -335,7 +338,7 @@ class MetadataStore(abc.ABC):
             return op
         raise InvalidArgumentError(f"multi() accepts Put, Delete and Check, not {type(op).__name__}")
 
-    def _add(self, listeners: list, callback: Callable) -> Subscription:
+    def _add(self, listeners: list[Any], callback: Callable[[Any], None]) -> Subscription:
         if not callable(callback):
             raise InvalidArgumentError("listener must be callable")
         self._check_open()

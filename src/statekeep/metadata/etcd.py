@@ -54,7 +54,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from statekeep.errors import (
     AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError, MissingDependencyError,
@@ -273,7 +273,7 @@ class _Snapshot:
         return None if path == "/" else self._get("r", path)
 
     def has_children(self, path: str) -> bool:
-        return self._get("c", path) > 0
+        return bool(self._get("c", path) > 0)
 
     def children(self, path: str) -> list[str]:
         self.has_children(path)  # so the commit guards this range
@@ -283,7 +283,7 @@ class _Snapshot:
         return [kv.key[len(start):].decode() for kv in response.responses[0].response_range.kvs]
 
     def last_sequence(self, parent: str) -> int:
-        return self._get("s", parent)
+        return int(self._get("s", parent))
 
     def guards(self) -> list[rpc.Compare]:
         guards, store = [], self.store
@@ -326,7 +326,7 @@ class EtcdStore(MetadataStore):
         self._target = _grpc_target(endpoints)
         self._lease = 0  # the current session's lease; 0 while there is none
         self._sequence_hints: dict[str, int] = {}  # parent -> last sequence number this store committed
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self._watch_lock = threading.Lock()
         self._watching = False  # set on the loop, with the watch task
         self._watch_revision = 0  # where the watch resumes: the revision after the last event delivered
@@ -350,7 +350,7 @@ class EtcdStore(MetadataStore):
             raise
 
     @classmethod
-    def from_url(cls, rest: str, options: dict) -> EtcdStore:
+    def from_url(cls, rest: str, options: dict[str, Any]) -> EtcdStore:
         endpoints, _, prefix = rest.partition("/")
         return cls(endpoints, prefix, **options)
 
@@ -380,7 +380,7 @@ class EtcdStore(MetadataStore):
             raise StoreClosedError("this etcd:// store was opened before fork(); open a new one in the child")
         super()._check_open()
 
-    def _call(self, coro: Coroutine, *, write: bool = False) -> Any:
+    def _call(self, coro: Coroutine[Any, Any, Any], *, write: bool = False) -> Any:
         """Run ``coro`` on the store's loop within ``timeout``; gRPC failures become the contract's errors."""
         with self._gate:
             while self._paused:  # a fork is under way: the channel is back right after it
@@ -463,7 +463,7 @@ class EtcdStore(MetadataStore):
         del tasks, channel
         await asyncio.sleep(0)  # let the calls' own done-callbacks run and release them
 
-    async def _spawn(self, coro: Coroutine) -> None:
+    async def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
 
     async def _txn(self, request: rpc.TxnRequest) -> Any:
@@ -621,7 +621,7 @@ class EtcdStore(MetadataStore):
         """Range reads in transactions of ``--max-txn-ops`` reads, several in flight at once."""
         chunks = [paths[i:i + ETCD_MAX_TXN_OPS] for i in range(0, len(paths), ETCD_MAX_TXN_OPS)]
 
-        async def read(some: list[list[str]]) -> list:
+        async def read(some: list[list[str]]) -> list[Any]:
             return await asyncio.gather(*(self._txn(rpc.TxnRequest(success=[_range(self._data(p)) for p in chunk]))
                                           for chunk in some))
 
@@ -636,7 +636,7 @@ class EtcdStore(MetadataStore):
         return out
 
     def _exists(self, path: str) -> bool:
-        return self._read(_range(self._data(path), count_only=True)).count > 0
+        return bool(self._read(_range(self._data(path), count_only=True)).count > 0)
 
     def _get_children(self, path: str) -> list[str]:
         start, end = self._children(path)
@@ -657,7 +657,11 @@ class EtcdStore(MetadataStore):
                                     f"write from committing for {self.timeout}s; nothing was written")
 
     def _put(self, op: Put) -> Stat:
-        return self._multi([op])[0] if op.sequential else self._retrying(lambda: self._put_once(op))
+        if op.sequential:
+            stat = self._multi([op])[0]
+            assert stat is not None  # a put always has a stat
+            return stat
+        return cast(Stat, self._retrying(lambda: self._put_once(op)))
 
     def _put_once(self, op: Put) -> Any:
         key, expected = self._data(op.path), op.expected_version

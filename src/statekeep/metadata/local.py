@@ -47,8 +47,8 @@ import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import CodeType
-from typing import Any
+from types import CodeType, FrameType
+from typing import Any, TypeVar
 
 from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
                               StoreUnavailableError)
@@ -121,9 +121,10 @@ FORK_WAIT_S = 5.0
 # their own frame, so fork() finds them by their code on the threads' stacks and waits for them too.
 # A read that sees _forking takes the counted path instead.
 _uncounted_reads: set[CodeType] = set()
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def uncounted_read(function: Callable) -> Callable:
+def uncounted_read(function: _F) -> _F:
     """Mark ``function`` as a read that opens and ends an LMDB transaction within its own frame
     without counting it in _open_txns (see above); it must check ``_forking`` before opening one."""
     _uncounted_reads.add(function.__code__)
@@ -134,8 +135,9 @@ def _uncounted_reads_running() -> bool:
     """Whether another thread is inside an uncounted read. One waiting in _hold_for_fork above such a
     frame holds no transaction of it: the read took its counted path, which it enters with none open."""
     me = threading.get_ident()
-    for ident, frame in sys._current_frames().items():
+    for ident, top in sys._current_frames().items():
         if ident != me:
+            frame: FrameType | None = top
             while frame is not None and frame.f_code is not _hold_for_fork.__code__:
                 if frame.f_code in _uncounted_reads:
                     return True
@@ -165,7 +167,7 @@ class transaction:  # lower case: used like lmdb's own env.begin()
         if _forking:
             _hold_for_fork()
         try:
-            self.txn = env.begin(**options)
+            self.txn: lmdb.Transaction | None = env.begin(**options)
         except BaseException:
             self.txn = None
             _open_txns.pop()
@@ -176,6 +178,7 @@ class transaction:  # lower case: used like lmdb's own env.begin()
 
     def __exit__(self, exc_type: object, *_: object) -> None:
         txn, self.txn = self.txn, None
+        assert txn is not None, "a transaction ends once"
         try:
             if exc_type is None:
                 txn.commit()
@@ -246,7 +249,7 @@ class _TxnReader:
     def has_children(self, path: str) -> bool:
         prefix = children_prefix(path)
         cursor = self.txn.cursor(db=self.engine.nodes)
-        return cursor.set_range(prefix) and cursor.key().startswith(prefix)
+        return bool(cursor.set_range(prefix)) and bool(cursor.key().startswith(prefix))
 
     def last_sequence(self, parent: str) -> int:
         raw = self.txn.get(parent.encode(), db=self.engine.sequences)
@@ -256,7 +259,7 @@ class _TxnReader:
 class _Request:
     __slots__ = ("build", "result", "error", "finished", "leads")
 
-    def __init__(self, build: Callable[[_TxnReader, int], tuple[Any, Changes]]) -> None:
+    def __init__(self, build: Callable[[_TxnReader, int], tuple[Any, Changes | None]]) -> None:
         self.build = build
         self.result: Any = None
         self.error: BaseException | None = None
@@ -434,7 +437,7 @@ class _Engine:
             if not cursor.delete():
                 break
 
-    def open_db(self, name: bytes):
+    def open_db(self, name: bytes) -> Any:
         """A further named database in this environment (for the embedded state provider)."""
         with self._queue_lock:
             db = self._extra_dbs.get(name)
@@ -616,8 +619,8 @@ class LocalStore(MetadataStore):
     capabilities = frozenset({"persistent", "multi_process", "nonblocking_reads", "embedded_state"})
     max_multi_ops, max_request_bytes = 40_000, 64 << 20
 
-    def __init__(self, path: str | os.PathLike, *, map_size: int = DEFAULT_MAP_SIZE,
-                 poll_interval: float = 0.005, reap_interval: float = 0.2, **options) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
+                 poll_interval: float = 0.005, reap_interval: float = 0.2, **options: Any) -> None:
         super().__init__(**options)
         if not str(path):
             raise StoreUnavailableError("local:// needs a directory, e.g. local:///var/lib/statekeep")
@@ -719,7 +722,8 @@ class LocalStore(MetadataStore):
             changes = Changes(reader, self.session_id, now_ms)
             return [changes.apply(op) for op in ops], changes
 
-        return self._engine.submit(build)
+        result: list[Stat | None] = self._engine.submit(build)
+        return result
 
     def _close(self) -> None:
         self._hot = {}  # get()'s hits skip the closed check

@@ -11,6 +11,7 @@ import itertools
 import threading
 import time
 import weakref
+from typing import Any
 
 from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
@@ -74,10 +75,10 @@ _named_lock = threading.Lock()
 
 class MemoryStore(MetadataStore):
     scheme = "memory"
-    capabilities: frozenset[str] = frozenset({"nonblocking_reads"})
+    capabilities = frozenset({"nonblocking_reads"})
     max_multi_ops, max_request_bytes = 40_000, 64 << 20
 
-    def __init__(self, name: str = "", **options) -> None:
+    def __init__(self, name: str = "", **options: Any) -> None:
         super().__init__(**options)
         if name:
             with _named_lock:
@@ -89,7 +90,7 @@ class MemoryStore(MetadataStore):
         self._tree.stores.add(self)
 
     @classmethod
-    def from_url(cls, rest: str, options: dict) -> MemoryStore:
+    def from_url(cls, rest: str, options: dict[str, Any]) -> MemoryStore:
         return cls(rest.strip("/"), **options)
 
     def _get(self, path: str) -> GetResult | None:

@@ -46,7 +46,7 @@ def backend_class(scheme: str) -> type[MetadataStore]:
     if target is None:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             if ep.name == scheme:
-                return ep.load()
+                return _store_class(ep.load(), f"entry point {ep.value}")
         known = sorted(set(BUILTIN_BACKENDS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
         raise InvalidArgumentError(f"unknown metadata store scheme {scheme!r}; known: {', '.join(known)}")
     module_name, _, class_name = target.partition(":")
@@ -58,7 +58,13 @@ def backend_class(scheme: str) -> type[MetadataStore]:
         raise MissingDependencyError(
             f"the {scheme}:// backend needs {extra}: pip install '{extra.split()[0]}' ({e})"
         ) from e
-    return getattr(module, class_name)
+    return _store_class(getattr(module, class_name), target)
+
+
+def _store_class(found: object, where: str) -> type[MetadataStore]:
+    if not (isinstance(found, type) and issubclass(found, MetadataStore)):
+        raise InvalidArgumentError(f"{where} is not a MetadataStore subclass: {found!r}")
+    return found
 
 
 def open_store(url: str, **options: object) -> MetadataStore:

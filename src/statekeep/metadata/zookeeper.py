@@ -39,6 +39,7 @@ import time
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError,
                               InvalidPathError, MissingDependencyError, NotEmptyError, NotFoundError,
@@ -88,17 +89,18 @@ class _AddWatch(namedtuple("_AddWatch", "path mode")):
     type = 106
 
     def serialize(self) -> bytes:
-        return bytes(write_string(self.path)) + int_struct.pack(self.mode)
+        return bytes(write_string(self.path)) + bytes(int_struct.pack(self.mode))
 
     @classmethod
     def deserialize(cls, buffer: bytes, offset: int) -> None:
         return None
 
 
-def _multi_response(buffer: bytes, offset: int, read_one: Callable[[int, bytes, int], tuple]) -> list:
+def _multi_response(buffer: bytes, offset: int,
+                    read_one: Callable[[int, bytes, int], tuple[Any, ...]]) -> list[Any]:
     """The results of a multi response, one per operation: ``read_one(type, buffer, offset)`` decodes
     a successful one; a failed one becomes its kazoo exception (an instance, not raised)."""
-    results: list = []
+    results: list[Any] = []
     header, offset = MultiHeader.deserialize(buffer, offset)
     while not header.done:
         if header.type == -1:
@@ -115,20 +117,20 @@ def _read_stat(buffer: bytes, offset: int) -> tuple[ZnodeStat, int]:
     return ZnodeStat._make(stat_struct.unpack_from(buffer, offset)), offset + stat_struct.size
 
 
-class _Txn(Transaction):
+class _Txn(Transaction):  # type: ignore[misc]  # kazoo is untyped
     """kazoo's Transaction, decoding exactly one result per operation (kazoo drops falsy ones): the
     created path (kazoo strips the chroot), a ZnodeStat (set), None, or a failed op's kazoo exception."""
 
     @staticmethod
-    def _read_one(kind: int, buffer: bytes, offset: int) -> tuple:
+    def _read_one(kind: int, buffer: bytes, offset: int) -> tuple[Any, ...]:
         if kind == Create.type:
-            return read_string(buffer, offset)
+            return tuple(read_string(buffer, offset))
         if kind == SetData.type:
             return _read_stat(buffer, offset)
         return None, offset
 
     @classmethod
-    def deserialize(cls, buffer: bytes, offset: int) -> list:
+    def deserialize(cls, buffer: bytes, offset: int) -> list[Any]:
         return _multi_response(buffer, offset, cls._read_one)
 
 
@@ -146,13 +148,13 @@ class _MultiRead(namedtuple("_MultiRead", "paths")):
         return bytes(out + MultiHeader(-1, True, -1).serialize())
 
     @staticmethod
-    def _read_one(kind: int, buffer: bytes, offset: int) -> tuple:
+    def _read_one(kind: int, buffer: bytes, offset: int) -> tuple[Any, ...]:
         data, offset = read_buffer(buffer, offset)
         stat, offset = _read_stat(buffer, offset)
         return (data, stat), offset
 
     @classmethod
-    def deserialize(cls, buffer: bytes, offset: int) -> list:
+    def deserialize(cls, buffer: bytes, offset: int) -> list[Any]:
         results = _multi_response(buffer, offset, cls._read_one)
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, zke.NoNodeError):
@@ -199,7 +201,8 @@ class ZooKeeperStore(MetadataStore):
     #: ~800 bytes still fits in one request. Bigger state belongs in blob storage (statekeep.handles).
     backend_max_value_size = 1024 * 1024 - 1024
 
-    def __init__(self, connect: str, *, session_timeout: float = 10.0, timeout: float = 10.0, **options) -> None:
+    def __init__(self, connect: str, *, session_timeout: float = 10.0, timeout: float = 10.0,
+                 **options: Any) -> None:
         super().__init__(**options)
         hosts, _, chroot = connect.partition("/")
         chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
@@ -250,10 +253,10 @@ class ZooKeeperStore(MetadataStore):
     @property
     def session_timeout(self) -> float:
         """Seconds the server keeps the session (and its ephemeral keys) without hearing from us."""
-        return self._client._session_timeout / 1000
+        return float(self._client._session_timeout) / 1000
 
     @classmethod
-    def from_url(cls, rest: str, options: dict) -> ZooKeeperStore:
+    def from_url(cls, rest: str, options: dict[str, Any]) -> ZooKeeperStore:
         return cls(rest, **options)
 
     def _check_open(self) -> None:
@@ -277,7 +280,8 @@ class ZooKeeperStore(MetadataStore):
         out: list[GetResult | None] = []
         for i in range(0, len(paths), 1000):
             chunk = paths[i:i + 1000]
-            answers = self._run(lambda chunk=chunk: self._call(_MultiRead([self._z(p) for p in chunk])), chunk[0])
+            request = _MultiRead([self._z(p) for p in chunk])
+            answers = self._run(lambda: self._call(request), chunk[0])
             out += [None if a is None or p == "/" else GetResult(a[0], self._stat(p, a[1]))
                     for p, a in zip(chunk, answers)]
         return out
@@ -362,7 +366,7 @@ class ZooKeeperStore(MetadataStore):
                     # a Put with an expected version: PIP-45 makes an absent path a BadVersion, as in put()
                     raise BadVersionError(f"{path} does not exist (expected version "
                                           f"{ops[step.op_index].expected_version})") from error
-                raise self._error(error, path) from error
+                raise self._error(error, path or "/") from error
             self._known_dirs = set()  # the plan may have trusted a parent that is gone
         raise AssertionError("unreachable")
 
@@ -442,7 +446,7 @@ class ZooKeeperStore(MetadataStore):
             if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)):
                 self._known_dirs.update(_ancestors(op.path))
 
-    def _multi_results(self, ops: list[Op], steps: list[_Step], results: list) -> list[Stat | None]:
+    def _multi_results(self, ops: list[Op], steps: list[_Step], results: list[Any]) -> list[Stat | None]:
         # A transaction's operations share its time, but a create inside a multi is answered with its
         # path only: take the time from a set in the same multi, else read a created key's ctime.
         txn_ms = next((r.mtime for r in results if isinstance(r, ZnodeStat)), None)
@@ -458,7 +462,7 @@ class ZooKeeperStore(MetadataStore):
         out: list[Stat | None] = [None] * len(ops)
         for step, result in zip(steps, results):
             if step.op_index is not None and isinstance(op := ops[step.op_index], Put):
-                out[step.op_index] = (Stat(result, 0, txn_ms, txn_ms, op.ephemeral, op.ephemeral)
+                out[step.op_index] = (Stat(result, 0, txn_ms or 0, txn_ms or 0, op.ephemeral, op.ephemeral)
                                       if isinstance(result, str) else self._stat(op.path, result))
         return out
 
@@ -476,7 +480,7 @@ class ZooKeeperStore(MetadataStore):
         except Exception as e:  # it is added again on the next connection
             log.warning("zk store %s%s: could not add the watch yet: %r", self._hosts, self._chroot, e)
 
-    def _add_watch(self):
+    def _add_watch(self) -> Any:
         return self._call(_AddWatch(self._chroot or "/", 1))  # 1: persistent recursive
 
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
@@ -509,19 +513,28 @@ class ZooKeeperStore(MetadataStore):
         elif state == KazooState.CONNECTED:
             previous, self._last_state = self._last_state, "connected"
             if self._watching:  # a new connection has no watches; this is queued before later requests
-                self._add_watch().rawlink(lambda r: r.exception and log.warning("zk: re-adding watch: %r",
-                                                                                r.exception))
+                self._add_watch().rawlink(self._log_watch_failure)
             if previous == "suspended":
                 self._emit_session(SessionEvent.Reconnected)
             elif previous == "lost":
                 self._emit_session(SessionEvent.SessionReestablished)
+
+    @staticmethod
+    def _log_watch_failure(result: Any) -> None:
+        if result.exception:
+            log.warning("zk: re-adding watch: %r", result.exception)
 
     def expire_session(self) -> None:
         """Test hook: have the server expire this store's session, as when the process stalls beyond
         ``session_timeout``: its ephemeral keys are deleted, ``ConnectionLost``, ``SessionLost`` and
         ``SessionReestablished`` follow. Returns once a new session is connected."""
         lost = threading.Event()
-        self._client.add_listener(on_state := lambda state: state == KazooState.LOST and (lost.set() or True))
+        def on_state(state: str) -> bool:
+            if state == KazooState.LOST:
+                lost.set()
+            return False  # stay registered (removed below)
+
+        self._client.add_listener(on_state)
         deadline = time.monotonic() + max(self._timeout, 30.0)
         try:
             while not lost.wait(0.05):
@@ -557,7 +570,7 @@ class ZooKeeperStore(MetadataStore):
 
     # ---- plumbing ----------------------------------------------------------------------------
 
-    def _run(self, start: Callable[[], object], path: str, *, write: bool = False):
+    def _run(self, start: Callable[[], Any], path: str, *, write: bool = False) -> Any:
         """Start a request (or a list of them) and return its result(s) within ``timeout`` seconds.
         Requests that never reached the server are retried once reconnected, reads also when the
         connection broke under them; a write then raises PossibleInconsistentStateError."""
@@ -589,7 +602,7 @@ class ZooKeeperStore(MetadataStore):
             except zke.KazooException as e:
                 raise self._error(e, path) from e
 
-    def _call(self, request):
+    def _call(self, request: Any) -> Any:
         result = self._client.handler.async_result()
         self._client._call(request, result)
         return result
