@@ -64,6 +64,10 @@ def test_auth_on(server):
         assert spec["paths"]["/admin/v3/functions/{tenant}/{namespace}/{name}/state/{key}"]["get"]["security"] == \
             [{"bearer": []}]
         assert "security" not in spec["paths"]["/metrics"]["get"]
+        # with tokens, guarded operations list 401 and 403; open ones do not
+        assert {"401", "403"} <= set(spec["paths"]["/admin/v3/functions/{tenant}/{namespace}/{name}"]["get"][
+            "responses"])
+        assert "401" not in spec["paths"]["/metrics"]["get"]["responses"]
 
 
 def test_auth_off_by_default(tmp_path):

@@ -350,3 +350,53 @@ def test_reads_on_the_event_loop_follow_the_backends_declared_capability(store_u
         assert custom.state.ctx.inline_reads is False
     finally:
         custom.state.service.close()
+
+
+def test_an_oversized_value_is_413_as_json_or_multipart(client, fn):
+    big = "x" * (2 << 20)  # above every provider's value limit and Starlette's 1 MiB default part size
+    assert client.post(fn + "/state/big", json={"stringValue": big}).status_code == 413
+    r = client.post(fn + "/state/big", files=state_multipart({"stringValue": big}))
+    assert r.status_code == 413, r.text
+    r = client.post(fn + "/state/big", files={"state": ("state.json", b"x" * (9 << 20), "application/json")})
+    assert r.status_code == 413, r.text
+    assert client.get(fn + "/state/big").status_code == 404
+
+
+def test_405_carries_allow_with_every_method_of_the_resource(client, fn):
+    r = client.patch(fn + "/state/k", json={"stringValue": "x"})
+    assert r.status_code == 405 and "reason" in r.json()
+    assert set(r.headers["allow"].split(", ")) >= {"GET", "POST", "DELETE"}
+    assert "PATCH" not in r.headers["allow"]
+    r = client.patch(fn)
+    assert r.status_code == 405 and set(r.headers["allow"].split(", ")) >= {"GET", "POST", "PUT", "DELETE"}
+    assert client.get(fn + "/state/k").status_code == 404  # nothing was written
+
+
+def test_openapi_tells_the_truth(client):
+    spec = client.get("/openapi.json").json()
+    fn = spec["paths"]["/admin/v3/functions/{tenant}/{namespace}/{name}"]
+    key = spec["paths"]["/admin/v3/functions/{tenant}/{namespace}/{name}/state/{key}"]
+    # names and keys: the patterns and limits the server enforces
+    params = {p["name"]: p for p in key["post"]["parameters"]}
+    assert params["tenant"]["schema"]["pattern"] == "^(?!\\.\\.?$)[A-Za-z0-9_.-]{1,64}$"
+    assert params["key"]["schema"]["maxLength"] == 240
+    assert params["if-match"]["schema"]["type"] == "string" and "pattern" in params["if-match"]["schema"]
+    # the exactly-one-value rule and the FunctionConfig fields are in the body schemas
+    body = key["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert [sorted(b["required"]) for b in body["oneOf"]] == [["stringValue"], ["byteValue"], ["numberValue"]]
+    config = fn["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]["properties"]["functionConfig"]
+    assert config["additionalProperties"] is False and "processingGuarantees" in config["properties"]
+    assert "required" not in fn["put"]["requestBody"]["content"]["multipart/form-data"]["schema"][
+        "properties"]["functionConfig"]  # an update names only what changes
+    # only statuses that are sent: no 422, and no 401/403 on a server without tokens
+    assert set(key["get"]["responses"]) == {"200", "400", "404"}
+    assert set(key["post"]["responses"]) == {"200", "400", "404", "409", "413"}
+    assert set(fn["post"]["responses"]) == {"200", "400", "409", "413"}
+    assert "securitySchemes" not in spec.get("components", {})
+    for item in spec["paths"].values():
+        for operation in item.values():
+            assert "422" not in operation["responses"] and "401" not in operation["responses"]
+    for a_name in ("ok", "a.b-c_1", "..."):
+        assert client.get(f"/admin/v3/functions/{a_name}/ns").status_code == 200
+    for bad in (".", "..", "x" * 65, "a b"):
+        assert client.get(f"/admin/v3/functions/{bad}/ns").status_code in (400, 404)

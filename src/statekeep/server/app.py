@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from statekeep.functions.service import FunctionService
-from statekeep.server import errors, lifecycle
+from statekeep.server import errors, lifecycle, openapi
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig
 from statekeep.server.context import ServerContext
@@ -100,6 +100,7 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
     app.state.registry, app.state.service, app.state.metrics, app.state.worker = (
         ctx.registry, ctx.service, ctx.metrics, ctx.worker)
     errors.install(app)
+    openapi.install(app, auth=ctx.authorizer.enabled)
     app.add_middleware(MetricsMiddleware, metrics=ctx.metrics)
 
     app.include_router(state.router)  # first: its GET of a key is the hottest route

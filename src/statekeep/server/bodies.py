@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Request
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
 
-from statekeep.errors import ValueTooLargeError
+from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 
 
 def check_length(request: Request, limit: int) -> None:
@@ -41,3 +42,14 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise ValueTooLargeError(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_form(request: Request, limit: int, *, max_files: int, max_fields: int) -> FormData:
+    """The multipart form, each part up to ``limit`` bytes (Starlette's own default for a field
+    is 1 MiB, which would make a large value a 400 in multipart but a 413 as JSON)."""
+    try:
+        return await request.form(max_files=max_files, max_fields=max_fields, max_part_size=limit)
+    except HTTPException as e:  # a malformed body, too many parts, or a part over max_part_size
+        if "maximum size" in str(e.detail):
+            raise ValueTooLargeError(f"a multipart part exceeds the limit of {limit} bytes") from None
+        raise InvalidArgumentError(f"malformed multipart body: {e.detail}") from None

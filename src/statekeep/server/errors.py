@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from statekeep import errors as e
 
@@ -37,6 +38,17 @@ def status_of(error: BaseException) -> int:
     return 500
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app serves at this request's path (each method is tried
+    against every route through the routes' public ``matches``, included routers too)."""
+    scope = dict(request.scope)
+    return [method for method in _METHODS
+            if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in request.app.router.routes)]
+
+
 def reason(status: int, text: str) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse({"reason": text}, status_code=status, headers=headers)
@@ -58,7 +70,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        return reason(error.status_code, str(error.detail))
+        response = reason(error.status_code, str(error.detail))
+        if error.status_code == 405:  # RFC 9110: Allow lists every method of the resource, across routes
+            response.headers["Allow"] = ", ".join(allowed_methods(request))
+        elif error.headers:
+            response.headers.update(error.headers)
+        return response
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception) -> JSONResponse:

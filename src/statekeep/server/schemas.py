@@ -28,12 +28,21 @@ class FunctionStatePage(BaseModel):
     nextStartAfter: str | None = Field(None, description="pass as startAfter for the next page; null on the last")
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text} for status, text in [
-        (400, "malformed request"), (401, "no valid token"), (403, "tenant not granted"),
-        (404, "unknown function or key"), (409, "version conflict or already exists"), (413, "too large"),
-    ]
-}
+_ERROR_TEXT = {400: "malformed request", 401: "no valid token (only with tokens configured)",
+               403: "tenant not granted (only with tokens configured)", 404: "unknown function or key",
+               405: "method not allowed (see the Allow header)", 409: "version conflict or already exists",
+               413: "too large"}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route that sends exactly these error statuses (401 and 403 are added
+    to guarded routes, and removed from the spec of a server without tokens, by
+    :func:`statekeep.server.openapi.install`)."""
+    return {code: {"model": ErrorBody, "description": _ERROR_TEXT[code]} for code in codes}
+
+
+#: every client error status (for routes that do not list their own)
+ERRORS: dict[int | str, dict[str, Any]] = errors(400, 401, 403, 404, 409, 413)
 
 
 def _inline(model: type[BaseModel]) -> dict[str, Any]:

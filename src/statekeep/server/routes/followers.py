@@ -31,7 +31,7 @@ async def list_followers(request: Request, ctx: ServerContext = Depends(get_cont
     return JSONResponse(out)
 
 
-@router.get(FOL + "/state", responses=schemas.ERRORS, response_model=schemas.FunctionStatePage,
+@router.get(FOL + "/state", responses=schemas.errors(400, 404), response_model=schemas.FunctionStatePage,
             summary="List a follower's state keys, one page at a time")
 async def list_follower_state(tenant: str, namespace: str, name: str, prefix: str = "",
                               start_after: str | None = Query(None, alias="startAfter"),
@@ -43,7 +43,7 @@ async def list_follower_state(tenant: str, namespace: str, name: str, prefix: st
     return JSONResponse({"items": items, "nextStartAfter": items[-1]["key"] if len(found) > limit else None})
 
 
-@router.get(FOL + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
+@router.get(FOL + "/state/{key:path}", responses=schemas.errors(400, 404), response_model=schemas.FunctionState,
             summary="Query a state key of a follower (read-only)")
 async def query_follower_state(tenant: str, namespace: str, name: str, key: str,
                                ctx: ServerContext = Depends(get_context)) -> Response:
@@ -59,6 +59,8 @@ def _read_only(tenant: str, namespace: str, name: str) -> Response:
 
 
 for _path in (FOL + "/state", FOL + "/state/{key:path}"):
-    @router.api_route(_path, methods=["POST", "PUT", "PATCH", "DELETE"], status_code=405, include_in_schema=False)
+    # OPTIONS too: the generic 405 would list these refusing methods in Allow
+    @router.api_route(_path, methods=["POST", "PUT", "PATCH", "DELETE", "OPTIONS"], status_code=405,
+                      include_in_schema=False)
     async def refuse_write(tenant: str, namespace: str, name: str) -> Response:
         return _read_only(tenant, namespace, name)

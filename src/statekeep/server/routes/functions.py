@@ -13,7 +13,7 @@ from statekeep.functions.worker import function_status as read_function_status
 from statekeep.functions.worker import pulsar_function_status
 from statekeep.server import schemas
 from statekeep.server.auth import authorize
-from statekeep.server.bodies import check_length, read_part
+from statekeep.server.bodies import check_length, read_form, read_part
 from statekeep.server.context import ServerContext, get_context
 
 FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
@@ -33,7 +33,7 @@ async def upload(request: Request, ctx: ServerContext, tenant: str, namespace: s
                                    "part (the Python file)")
     limit = ctx.config.max_request_bytes
     check_length(request, limit)
-    form = await request.form(max_files=4, max_fields=16)
+    form = await read_form(request, limit, max_files=4, max_fields=16)
     for part in form:
         if part == "url":  # Pulsar's package URL (http://, file://, function://) instead of the file
             raise InvalidArgumentError("the url part is not supported: send the function's Python file as the "
@@ -61,7 +61,7 @@ async def upload(request: Request, ctx: ServerContext, tenant: str, namespace: s
     return function_config, code
 
 
-@router.post(FN, responses=schemas.ERRORS, openapi_extra=schemas.FUNCTION_BODY,
+@router.post(FN, responses=schemas.errors(400, 409, 413), openapi_extra=schemas.FUNCTION_BODY,
              response_model=schemas.FunctionConfig, summary="Create a function")
 async def create_function(tenant: str, namespace: str, name: str, request: Request,
                           ctx: ServerContext = Depends(get_context)) -> Response:
@@ -70,7 +70,7 @@ async def create_function(tenant: str, namespace: str, name: str, request: Reque
     return JSONResponse(created.to_json())
 
 
-@router.put(FN, responses=schemas.ERRORS, openapi_extra=schemas.FUNCTION_UPDATE_BODY,
+@router.put(FN, responses=schemas.errors(400, 404, 409, 413), openapi_extra=schemas.FUNCTION_UPDATE_BODY,
             response_model=schemas.FunctionConfig, summary="Update a function")
 async def update_function(tenant: str, namespace: str, name: str, request: Request,
                           ctx: ServerContext = Depends(get_context)) -> Response:
@@ -79,7 +79,7 @@ async def update_function(tenant: str, namespace: str, name: str, request: Reque
     return JSONResponse(updated.to_json())
 
 
-@router.get(FN, responses=schemas.ERRORS, response_model=schemas.FunctionConfig, summary="Get a function")
+@router.get(FN, responses=schemas.errors(400, 404), response_model=schemas.FunctionConfig, summary="Get a function")
 async def get_function(tenant: str, namespace: str, name: str, ctx: ServerContext = Depends(get_context)) -> Response:
     return JSONResponse((await ctx.call(ctx.registry.get, tenant, namespace, name, read=True)).to_json())
 
@@ -94,7 +94,7 @@ async def function_status(tenant: str, namespace: str, name: str,
     return JSONResponse(await ctx.call(status, read=True))
 
 
-@router.delete(FN, status_code=204, responses=schemas.ERRORS, summary="Delete a function and its state")
+@router.delete(FN, status_code=204, responses=schemas.errors(400, 404, 409), summary="Delete a function and its state")
 async def delete_function(tenant: str, namespace: str, name: str,
                           ctx: ServerContext = Depends(get_context)) -> Response:
     await ctx.call(ctx.registry.get, tenant, namespace, name, read=True)  # 404 before telling the worker
@@ -104,7 +104,7 @@ async def delete_function(tenant: str, namespace: str, name: str,
     return Response(status_code=204)
 
 
-@router.get("/admin/v3/functions/{tenant}/{namespace}", responses=schemas.ERRORS, response_model=list[str],
+@router.get("/admin/v3/functions/{tenant}/{namespace}", responses=schemas.errors(400), response_model=list[str],
             summary="List the functions of a namespace")
 async def list_functions(tenant: str, namespace: str, ctx: ServerContext = Depends(get_context)) -> Response:
     return JSONResponse(await ctx.call(ctx.registry.list, tenant, namespace, read=True))

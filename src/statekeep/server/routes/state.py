@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.server import schemas
 from statekeep.server.auth import authorize
-from statekeep.server.bodies import check_length, read_body, read_part
+from statekeep.server.bodies import check_length, read_body, read_form, read_part
 from statekeep.server.context import ServerContext, get_context
 
 FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
@@ -16,23 +19,35 @@ FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
 router = APIRouter(dependencies=[Depends(authorize)], tags=["state"])
 
 
+#: what If-Match takes: a version, optionally quoted and weak (``3``, ``"3"``, ``W/"3"``)
+IF_MATCH_PATTERN = r'^[ \t]*(W/)?"?[0-9]{1,18}"?[ \t]*$'
+#: what If-None-Match takes: ``*`` (create only)
+IF_NONE_MATCH_PATTERN = r"^[ \t]*\*[ \t]*$"
+_IF_MATCH = re.compile(IF_MATCH_PATTERN)
+_IF_NONE_MATCH = re.compile(IF_NONE_MATCH_PATTERN)
+
+
 def expected_version(if_match: str | None, if_none_match: str | None = None) -> int | None:
     """``If-Match: 3`` / ``"3"`` / ``W/"3"`` -> 3; ``If-None-Match: *`` -> -1 (must not exist)."""
     if if_match is not None:
-        value = if_match.strip().removeprefix("W/").strip('"')
-        if not (value.isascii() and value.isdigit() and len(value) <= 18):
+        if not _IF_MATCH.fullmatch(if_match):
             raise InvalidArgumentError("If-Match takes a version number, e.g. If-Match: \"3\"")
-        return int(value)
+        return int(if_match.strip(" \t").removeprefix("W/").strip('"'))
     if if_none_match is not None:
-        if if_none_match.strip() != "*":
+        if not _IF_NONE_MATCH.fullmatch(if_none_match):
             raise InvalidArgumentError("only If-None-Match: * is supported (create only)")
         return -1
     return None
 
 
+def _if_match(conditional: str) -> Any:
+    return Header(None, description=f"{conditional} only if the key's version is this one (e.g. \"3\")",
+                  json_schema_extra={"pattern": IF_MATCH_PATTERN})
+
+
 # first in the router: the hottest route is matched first; it reads its path parameters itself
 # (documented through openapi_extra), skipping FastAPI's per-parameter resolution
-@router.get(FN + "/state/{key:path}", responses=schemas.ERRORS, response_model=schemas.FunctionState,
+@router.get(FN + "/state/{key:path}", responses=schemas.errors(400, 404), response_model=schemas.FunctionState,
             openapi_extra=schemas.STATE_PATH, summary="Query a state key (Pulsar: querystate)")
 async def query_state(request: Request) -> Response:
     p = request.path_params
@@ -42,7 +57,7 @@ async def query_state(request: Request) -> Response:
     return JSONResponse(body, headers={"ETag": f'"{body["version"]}"'})
 
 
-@router.get(FN + "/state", responses=schemas.ERRORS, response_model=schemas.FunctionStatePage,
+@router.get(FN + "/state", responses=schemas.errors(400, 404), response_model=schemas.FunctionStatePage,
             summary="List state keys, one page at a time")
 async def list_state(tenant: str, namespace: str, name: str, prefix: str = "",
                      start_after: str | None = Query(None, alias="startAfter"),
@@ -52,10 +67,12 @@ async def list_state(tenant: str, namespace: str, name: str, prefix: str = "",
                                        read=True))
 
 
-@router.post(FN + "/state/{key:path}", responses=schemas.ERRORS, openapi_extra=schemas.STATE_BODY,
+@router.post(FN + "/state/{key:path}", responses=schemas.errors(400, 404, 409, 413), openapi_extra=schemas.STATE_BODY,
              response_model=schemas.FunctionState, summary="Put a state key (Pulsar: putstate)")
 async def put_state(tenant: str, namespace: str, name: str, key: str, request: Request,
-                    if_match: str | None = Header(None), if_none_match: str | None = Header(None),
+                    if_match: str | None = _if_match("write"),
+                    if_none_match: str | None = Header(None, description="*: write only if the key does not exist",
+                                                       json_schema_extra={"pattern": IF_NONE_MATCH_PATTERN}),
                     ctx: ServerContext = Depends(get_context)) -> Response:
     version = expected_version(if_match, if_none_match)
     body = await state_body(request, ctx.config.max_request_bytes)
@@ -64,8 +81,9 @@ async def put_state(tenant: str, namespace: str, name: str, key: str, request: R
     return JSONResponse(out, headers={"ETag": f'"{out["version"]}"'})
 
 
-@router.delete(FN + "/state/{key:path}", status_code=204, responses=schemas.ERRORS, summary="Delete a state key")
-async def delete_state(tenant: str, namespace: str, name: str, key: str, if_match: str | None = Header(None),
+@router.delete(FN + "/state/{key:path}", status_code=204, responses=schemas.errors(400, 404, 409),
+               summary="Delete a state key")
+async def delete_state(tenant: str, namespace: str, name: str, key: str, if_match: str | None = _if_match("delete"),
                        ctx: ServerContext = Depends(get_context)) -> Response:
     version = expected_version(if_match)
     ctx.metrics.state_op("delete")
@@ -77,7 +95,7 @@ async def state_body(request: Request, limit: int) -> bytes | str:
     """The FunctionState JSON from a multipart ``state`` part or the raw body."""
     check_length(request, limit)
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await request.form(max_files=2, max_fields=8)
+        form = await read_form(request, limit, max_files=2, max_fields=8)
         data = await read_part(form.get("state"), limit)
         if data is None:
             raise InvalidArgumentError("the multipart body has no 'state' part")
