@@ -77,7 +77,8 @@ class LocalReplica:
                     if not key.startswith(p + b"x"):
                         break
                     garbage.append(_U64.unpack(key[len(p) + 1:])[0])
-        return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0], -1 if applied is None else _I64.unpack(applied)[0],
+        return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0],
+                           -1 if applied is None else _I64.unpack(applied)[0],
                            None if not epoch else epoch.decode(), None if restore is None else json.loads(restore),
                            garbage, None if view is None else view.decode())
 

@@ -142,7 +142,8 @@ class SnapshotStore:
         blobs = self.blobs  # before the leadership: a missing fsspec changes nothing
         coord = CoordinationService(self.store)
         try:
-            lock = coord.become_leader(root + "/leader", f"snapshot-gc-{os.getpid()}".encode()).result(self.leader_timeout)
+            lock = coord.become_leader(root + "/leader",
+                                       f"snapshot-gc-{os.getpid()}".encode()).result(self.leader_timeout)
             try:
                 with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
                     return [info.number for info in old if handles.release_and_try_remove(info.key)]

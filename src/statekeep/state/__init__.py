@@ -18,5 +18,6 @@ from statekeep.state.registry import (ENTRY_POINT_GROUP, ProviderPool, open_prov
 __all__ = [
     "COUNTER_MAX", "COUNTER_MIN", "ENTRY_POINT_GROUP", "MAX_SEGMENT", "BatchLimits", "ChangelogRecord",
     "ProviderPool", "ReadableStateStore", "StateEntry", "StateStore", "StateStoreProvider", "decode_key",
-    "decode_record", "encode_key", "open_provider", "provider_class", "provider_names", "register_provider", "validate_name",
+    "decode_record", "encode_key", "open_provider", "provider_class", "provider_names", "register_provider",
+    "validate_name",
 ]

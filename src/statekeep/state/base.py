@@ -317,6 +317,7 @@ def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
             if last is not None and raw <= last:
                 raise InvalidArgumentError(f"entries must be in ascending key order: {want.key!r} came late")
         if have is None or (want is not None and raw < have.key.encode("utf-8")):
+            assert want is not None  # the loop runs while either is left
             yield want.key, want, None
             last, want = raw, next(want_iter, None)
         elif want is None or raw > have.key.encode("utf-8"):

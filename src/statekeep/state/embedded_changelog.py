@@ -10,7 +10,7 @@ dropped tombstone (signed 8-byte big-endian).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
@@ -37,8 +37,10 @@ class EmbeddedChangelog:
     _meta: Any
     _prefix: bytes
     max_value_size: int
+    _write: Callable[..., Any]  # methods of the state store
+    _entry: Callable[..., Any]
 
-    def _position_in(self, txn) -> ChangelogPosition:
+    def _position_in(self, txn: Any) -> ChangelogPosition:
         p = self._prefix
         raw_next, epoch, compacted, purged = (txn.get(p + k, db=self._meta) for k in (b"o", b"e", b"c", b"p"))
         return ChangelogPosition(
@@ -74,7 +76,7 @@ class EmbeddedChangelog:
         return StateView(position, self._entries_in(gated))
 
     def _entries_in(self, gated: held_transaction) -> Iterator[StateEntry]:
-        txn = gated.txn
+        txn: Any = gated.txn
         try:
             cursor = txn.cursor(db=self._state)
             prefix, n = self._prefix, len(self._prefix)
@@ -104,7 +106,7 @@ class EmbeddedChangelog:
             if done:
                 return CompactionResult(totals[0], totals[1], totals[2], upto_offset)
 
-    def _compact_chunk(self, txn, start: int, upto: int, cutoff: int) -> tuple[int, int, int, int, bool]:
+    def _compact_chunk(self, txn: Any, start: int, upto: int, cutoff: int) -> tuple[int, int, int, int, bool]:
         prefix, n = self._prefix, len(self._prefix)
         cursor = txn.cursor(db=self._changelog)
         scanned = removed = dropped = 0
@@ -154,7 +156,7 @@ class EmbeddedChangelog:
         """See :meth:`StateStore.replace_state`; here ONE transaction: readers see the old state or the
         new one, and a failure (a corrupt stream, a bad entry) writes nothing."""
 
-        def work(t) -> int:
+        def work(t: Any) -> int:
             outer = t.txn
             child = self._env.begin(write=True, parent=outer)  # nested: a failure part-way writes nothing
             try:
@@ -170,9 +172,10 @@ class EmbeddedChangelog:
             finally:
                 t.txn = outer
 
-        return self._write(work)
+        changed: int = self._write(work)
+        return changed
 
-    def _replace_in(self, t, entries: Iterable[StateEntry]) -> int:
+    def _replace_in(self, t: Any, entries: Iterable[StateEntry]) -> int:
         prefix, n = self._prefix, len(self._prefix)
         cursor = t.txn.cursor(db=self._state)
         keys = []

@@ -54,7 +54,7 @@ def encode_key(key: object, *, what: str = "state key") -> str:
     is not a non-empty str, does not encode to UTF-8, or encodes to more than :data:`MAX_SEGMENT`
     characters."""
     try:
-        return _segments[key]  # only valid str keys are ever stored
+        return _segments[key]  # type: ignore[index]  # only valid str keys are ever stored
     except (KeyError, TypeError):
         pass
     if not isinstance(key, str):

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from statekeep.errors import BadVersionError, NotFoundError
-from statekeep.metadata import Delete, Put
+from statekeep.metadata import Delete, MetadataStore, Op, Put
 from statekeep.state import records
-from statekeep.state.base import ChangelogPosition, CompactionResult
+from statekeep.state.base import BatchLimits, ChangelogPosition, CompactionResult
 from statekeep.state.keys import encode_key
 
 #: records looked at per round: their reads overlap, and their deletes go in multis of DELETE_CHUNK
@@ -36,10 +36,14 @@ class MetadataChangelog:
     """Changelog operations over the attributes of a ``MetadataStateStore`` (``_store``, ``base``,
     ``_kv``, ``_log``)."""
 
-    _store: Any
+    _store: MetadataStore
     base: str
     _kv: str
     _log: str
+
+    if TYPE_CHECKING:
+        @property
+        def batch_limits(self) -> BatchLimits: ...  # the state store's
 
     @property
     def _log_parent(self) -> str:
@@ -111,7 +115,8 @@ class MetadataChangelog:
                    "purged": max(info.get("purged", -1), purged), "through": max(info.get("through", -1), through)}
             if new == info and not part:
                 return
-            ops: list = [Put(self.base + "/compaction", json.dumps(new).encode(), -1 if version is None else version)]
+            ops: list[Op] = [Put(self.base + "/compaction", json.dumps(new).encode(),
+                                 -1 if version is None else version)]
             ops += [Delete(path) for _, path, _ in part]
             try:
                 self._store.multi(ops)
@@ -125,5 +130,6 @@ class MetadataChangelog:
 
 def _stored(rec: records.ChangelogRecord) -> bytes:
     """The tagged stored value a (non-tombstone) record describes."""
+    assert rec.value is not None  # not a tombstone
     return records.encode_counter(records.decode_counter(rec.value)) if rec.kind == "counter" \
         else records.encode_bytes(rec.value)

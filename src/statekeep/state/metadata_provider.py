@@ -37,7 +37,7 @@ from typing import Any
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
-from statekeep.metadata import Delete, GetResult, MetadataStore, Put, open_store
+from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put, open_store
 from statekeep.metadata.types import validate_path
 from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
@@ -71,6 +71,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     def __init__(self, provider: MetadataStateStoreProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
+        assert provider.store is not None  # handles come from an initialized provider
         self._store = provider.store
         self._retry_seconds = provider.retry_seconds
         self._retry = RETRY.bounded(seconds=provider.retry_seconds)
@@ -158,11 +159,13 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
         stored = records.encode_bytes(validate_value(value, self.max_value_size))
-        return self._change(key, lambda current: stored, expected_version)
+        version: int = self._change(key, lambda current: stored, expected_version)
+        return version
 
     def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
         stored = records.encode_counter(validate_amount(value, "counter value"))
-        return self._change(key, lambda current: stored, expected_version)
+        version: int = self._change(key, lambda current: stored, expected_version)
+        return version
 
     def delete(self, key: str, *, expected_version: int | None = None) -> bool:
         if expected_version == -1:
@@ -193,7 +196,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
         return records.decode_counter(payload)
 
-    def _change(self, key: str, compute, expected_version: int | None) -> Any:
+    def _change(self, key: str, compute: Callable[[GetResult | None], Any], expected_version: int | None) -> Any:
         """Compare-and-set ``key`` to ``compute(current)`` (None: delete, _UNCHANGED: nothing) with its
         changelog record; retried on a lost race unless the caller expected a version."""
         path = self._kv + encode_key(key)
@@ -205,7 +208,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             stored = compute(current)
             if stored is _UNCHANGED:
                 return _UNCHANGED
+            ops: list[Op]
             if stored is None:
+                assert current is not None  # compute deletes only what exists
                 ops = [Delete(path, current.stat.version),
                        Put(self._log, records.encode_record(key, None, current.stat.version), sequential=True)]
             else:
@@ -252,8 +257,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         marker_path = self._applied + segment
         limits = self._limits
         if len(items) <= limits.max_keys and sum(map(self._write_size, items)) <= limits.max_bytes:
-            marker_op = [] if anonymous else [Put(marker_path, b"", -1)]
-            return self._apply_items(items, lambda: marker_op, lambda: not anonymous and self.has_marker(marker))
+            marker_op: list[Op] = [] if anonymous else [Put(marker_path, b"", -1)]
+            return self._apply_items(items, lambda: marker_op,
+                                     lambda: not anonymous and marker is not None and self.has_marker(marker))
         return staged.StagedBatches(self).apply(items, marker_path, segment, anonymous)
 
     def has_marker(self, marker: str) -> bool:
@@ -287,7 +293,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
     def _read_items(self, items: Sequence[staged.Item]) -> list[GetResult | None]:
         return self._store.get_many([item.path for item in items])
 
-    def _apply_items(self, items: Sequence[staged.Item], extra: Callable[[], list], done: Callable[[], bool],
+    def _apply_items(self, items: Sequence[staged.Item], extra: Callable[[], list[Op]], done: Callable[[], bool],
                      currents: Sequence[GetResult | None] | None = None) -> bool:
         """Write ``items`` (values computed from the current ones: ``currents`` if given, read
         otherwise), their changelog records and ``extra()`` in one ``multi``; on a lost race, False
@@ -295,7 +301,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         if currents is None and done():
             return False
         for wait in self._backoff(f"batch of {len(items)} keys"):
-            ops: list = list(extra())
+            ops: list[Op] = list(extra())
             logs = []
             if currents is None:
                 currents = self._read_items(items)
@@ -313,7 +319,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                     logs.append(Put(self._log, records.encode_record(item.key, stored, version), sequential=True))
             try:
                 if ops or logs:
-                    self._store.multi(ops + logs)
+                    self._store.multi([*ops, *logs])
                 return True
             except (BadVersionError, NotFoundError, AlreadyExistsError):
                 if done():  # lost to a replay of this very batch, or another applier of this group
@@ -377,7 +383,9 @@ class MetadataStateStoreProvider(StateStoreProvider):
         return store
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
-        self.store.delete_recursive(self._base(tenant, namespace, name))
+        base = self._base(tenant, namespace, name)  # raises unless initialized
+        assert self.store is not None
+        self.store.delete_recursive(base)
 
     def close(self) -> None:
         if self._owns_store and self.store is not None:

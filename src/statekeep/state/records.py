@@ -57,11 +57,13 @@ def decode_stored(raw: bytes, path: str = "") -> tuple[Kind, bytes]:
         return "bytes", raw[1:]
     if tag == COUNTER and len(raw) == 9:
         return "counter", raw[1:]
-    raise CorruptStateError(f"state value at {path or '?'} is not in statekeep's format (tag {tag!r}, {len(raw)} bytes)")
+    raise CorruptStateError(f"state value at {path or '?'} is not in statekeep's format "
+                            f"(tag {tag!r}, {len(raw)} bytes)")
 
 
 def decode_counter(payload: bytes) -> int:
-    return _COUNTER.unpack(payload)[0]
+    value: int = _COUNTER.unpack(payload)[0]
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,17 +38,23 @@ def provider_names() -> list[str]:
     return sorted(set(BUILTIN_PROVIDERS) | set(_registered) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
 
 
+def _provider_class(found: object, where: str) -> type[StateStoreProvider]:
+    if not (isinstance(found, type) and issubclass(found, StateStoreProvider)):
+        raise InvalidArgumentError(f"{where} is not a StateStoreProvider subclass: {found!r}")
+    return found
+
+
 def provider_class(name: str) -> type[StateStoreProvider]:
     """The class registered as ``name``; :class:`InvalidArgumentError` (listing the known names) if none."""
     if name in _registered:
         return _registered[name]
     if name in BUILTIN_PROVIDERS:
         module, _, attr = BUILTIN_PROVIDERS[name].partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return _provider_class(getattr(importlib.import_module(module), attr), BUILTIN_PROVIDERS[name])
     if isinstance(name, str):
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             if ep.name == name:
-                return ep.load()
+                return _provider_class(ep.load(), f"entry point {ep.value}")
     raise InvalidArgumentError(f"unknown state provider {name!r}; known: {', '.join(provider_names())}")
 
 

@@ -26,16 +26,17 @@ completes, it has been applied exactly once.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, CorruptStateError, NotFoundError
-from statekeep.metadata import Put
+from statekeep.metadata import Op, Put
 
 if TYPE_CHECKING:
     from statekeep.state.metadata_provider import MetadataStateStore
@@ -69,7 +70,7 @@ def encode_piece(items: Sequence[Item]) -> bytes:
                 (_DELETE if item.has_put and item.put is None else 0) | (_DELTA_FLAG if item.delta is not None else 0)
         out += _HEAD.pack(flags, len(key)) + key
         if flags & _PUT:
-            out += _LEN.pack(len(item.put)) + item.put  # type: ignore[arg-type]
+            out += _LEN.pack(len(item.put)) + item.put  # type: ignore[arg-type,operator]  # set: _PUT
         if flags & _DELTA_FLAG:
             out += _DELTA.pack(item.delta)
     return bytes(out)
@@ -129,7 +130,7 @@ def _forget_stagers() -> None:
 os.register_at_fork(after_in_child=_forget_stagers)
 
 
-def _overlapped(fn: Callable[[int], None], n: int) -> None:
+def _overlapped(fn: Callable[[int], object], n: int) -> None:
     """``fn(i)`` for i in range(n), up to 8 at once (writes of pieces overlap on networked stores)."""
     global _stagers
     with _stagers_lock:
@@ -193,7 +194,7 @@ class StagedBatches:
         return finished
 
     def _roll_forward(self, marker_path: str, segment: str, attempt: str, anonymous: bool,
-                      pieces: list[list[Item]] | None = None, known: dict | None = None) -> None:
+                      pieces: list[list[Item]] | None = None, known: dict[str, Any] | None = None) -> None:
         """Apply every group of every piece not applied yet (``pieces`` and the ``known`` current
         values when this process staged them; else read from the store), then clean up."""
         root = f"{self.staging}{segment}/{attempt}"
@@ -212,8 +213,8 @@ class StagedBatches:
                 items = decode_piece(piece.value, self.state._path_of, f"{root}/c{name}")
             progress = f"{root}/p{name}"
             for g, group in enumerate(split(items, limits.max_keys, limits.max_bytes, self.state._write_size)):
-                self.state._apply_items(group, lambda g=g, p=progress: [Put(p, b"", g - 1)],
-                                        lambda g=g, p=progress: self._applied(p, root, g),
+                self.state._apply_items(group, functools.partial(_progress_put, progress, g),
+                                        functools.partial(self._applied, progress, root, g),
                                         None if known is None else [known[item.path] for item in group])
         self.store.delete_recursive(f"{self.staging}{segment}")
         try:
@@ -231,5 +232,10 @@ class StagedBatches:
         finished the whole batch (and removed its staging)."""
         found = self.store.get(progress)
         if found is not None:
-            return found.stat.version >= group
+            return bool(found.stat.version >= group)
         return not self.store.exists(root)
+
+
+def _progress_put(progress: str, group: int) -> list[Op]:
+    """The write that records group ``group`` of a piece as applied (a compare-and-set on its count)."""
+    return [Put(progress, b"", group - 1)]
