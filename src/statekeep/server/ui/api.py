@@ -1,13 +1,15 @@
 """The console's own JSON endpoints under ``/ui/api`` (everything else it shows comes from the REST API).
 
-- ``GET /ui/api/whoami``: ``{"auth", "superuser"}``; 401 when auth is on and the token is missing or unknown.
+Every route here needs a valid token when auth is on (:data:`statekeep.server.auth.authorize`).
+
 - ``GET /ui/api/functions``: every function the token may see, with its status (running, worker, error,
   records processed, batches).
 - ``GET /ui/api/functions/T/N/F/batches``: the records-per-micro-batch history (:mod:`.batches`).
 - ``GET /ui/api/functions/T/N/F/changelog?limit=``: the changelog position (compaction point), the
   newest records and the snapshots.
 - ``GET /ui/api/tree?path=``: a node's children (names, sorted); ``GET|PUT|DELETE /ui/api/node?path=``:
-  a node's value and Stat; PUT takes ``{"stringValue"|"byteValue", "version"}`` (``version`` -1: create,
+  a node's value and Stat (GET of a missing node: ``{"exists": false}``, with its children count);
+  PUT takes ``{"stringValue"|"byteValue", "version"}`` (``version`` -1: create,
   N: only if the node is at version N, absent: unconditional), DELETE takes ``?version=N``.
 - ``GET /ui/api/handles?root=&blobs=&grace=``: the state handles under ``root`` with their blobs, sizes
   and checksums, and the orphan blobs a garbage-collection dry run finds (nothing is deleted);
@@ -59,11 +61,6 @@ def _ctx(request: Request):
 
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(authorize)])
-
-
-@router.get("/ui/api/whoami")
-async def whoami(request: Request) -> Response:
-    return JSONResponse(access.whoami_safe(request))
 
 
 @router.get("/ui/api/functions")
@@ -137,9 +134,7 @@ async def get_node(request: Request, path: str) -> Response:
     access.check_superuser(request)
     validate_path(path)
     result = await run_in_threadpool(store.get, path)
-    if result is None:
-        raise NotFoundError(f"no node at {path}")
-    out = node_json(path, result)
+    out = node_json(path, result)  # a missing node (e.g. the root on most backends) is {"exists": false}
     out["children"] = len(await run_in_threadpool(store.get_children, path))
     return JSONResponse(out)
 

@@ -8,6 +8,7 @@
 - ``GET /ui/api/events/functions``: ``batch`` events (records per micro-batch, :mod:`.batches`) and
   ``changed`` events (a function was created, deleted, or its status changed) for the tenants the
   token may see.
+- ``GET /ui/api/whoami``: ``{"auth", "signedIn", "superuser"}`` for the token (header or cookie).
 - ``GET /ui/api/events/tree``: every store notification as ``{"type", "path"}`` (superuser only).
 
 Each stream sends a comment every ``HEARTBEAT_S`` and ends when the client goes away.
@@ -20,9 +21,10 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from statekeep.errors import UnauthorizedError
 from statekeep.functions.spark import STATUS_ROOT
 from statekeep.server.ui import access
 from statekeep.server.ui.api import record_json
@@ -71,6 +73,15 @@ def _ctx(request: Request):
 
 
 router = APIRouter(include_in_schema=False)  # EventSource sends no header: access checks the cookie too
+
+
+@router.get("/ui/api/whoami")
+async def whoami(request: Request) -> JSONResponse:
+    """``{"auth", "signedIn", "superuser"}``: always 200, so the console's sign-in check logs no error."""
+    try:
+        return JSONResponse({"signedIn": True, **access.whoami_safe(request)})
+    except UnauthorizedError as e:
+        return JSONResponse({"auth": True, "signedIn": False, "superuser": False, "reason": str(e)})
 
 
 @router.get("/ui/api/events/functions/{tenant}/{namespace}/{name}/state")

@@ -141,13 +141,18 @@ $("#login-form").addEventListener("submit", e => { e.preventDefault(); setToken(
 
 async function start() {
   let me;
-  try { me = await api("GET", "/ui/api/whoami"); } catch (e) { if (e.status !== 401) say(e.message, true); return; }
+  try { me = await api("GET", "/ui/api/whoami"); } catch (e) { say(e.message, true); return; }
+  if (!me.signedIn) { showLogin("The token was refused: " + me.reason); return; }
   const who = $("#who");
   if (me.auth) {
     who.append(me.superuser ? "superuser token " : "tenant token ",
       h("button", { id: "sign-out", onclick: () => { setToken(null); location.reload(); } }, "Sign out"));
   } else who.textContent = "auth off";
   window.ME = me;
+  if (!me.superuser && (PAGE === "metadata" || PAGE === "handles")) {
+    say("Only a superuser token may browse the whole store; this token is limited to its tenants.", true);
+    return;
+  }
   const pages = { functions: functionsPage, state: statePage, changelog: changelogPage, metadata: metadataPage, handles: handlesPage };
   try { await pages[PAGE](); } catch (e) { if (e.status !== 401) say(e.message, true); }
 }
@@ -470,7 +475,8 @@ async function metadataPage() {
   }
   async function showDetails(path, note) {
     let node = null;
-    try { node = await api("GET", `/ui/api/node?path=${enc(path)}`); } catch (e) { if (e.status !== 404) { say(e.message, true); return; } }
+    try { node = await api("GET", `/ui/api/node?path=${enc(path)}`); } catch (e) { say(e.message, true); return; }
+    if (!node.exists) node = null;
     const childName = h("input", { id: "child-name", placeholder: "child name" });
     const childKind = kindSelect("text"), childValue = h("textarea", { id: "child-value", rows: 3 });
     const create = h("div", { class: "card" }, h("h2", { text: "Create a child" }), h("div", { class: "toolbar" }, childName, childKind),
@@ -530,7 +536,12 @@ async function metadataPage() {
       timer = setTimeout(async () => {
         const todo = [...dirty]; dirty.clear();
         for (const p of todo) {
-          if (p === "\0details") await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
+          if (p === "\0details") {
+            const box = $("#node-value");
+            if (box && box.value !== box.defaultValue) {  // the user is editing: keep the edit, warn
+              $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
+            } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
+          }
           else await renderChildren(p).catch(() => {});
         }
       }, 150);

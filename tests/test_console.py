@@ -1,0 +1,311 @@
+"""The web console (``/ui``) driven in a real headless Chromium (selenium + Debian's chromium-driver)
+against real ``statekeep standalone`` processes: on ``local://`` and on ZooKeeper, with auth off and on.
+
+Every test ends by reading the browser's console log: no JavaScript error and no failed request except
+the ones the step expects (a 409 when an edit meets a newer version is an answer the console shows).
+``STATEKEEP_SCREENSHOTS=DIR`` also saves a 1280x800 PNG of each page into DIR (see scripts/console-screenshots).
+Run under ``flock /tmp/statekeep-heavy.lock`` (a browser is heavy on a shared machine)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.server_process import ServerProcess, create_function
+
+pytest.importorskip("fastapi")
+webdriver = pytest.importorskip("selenium.webdriver")
+
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+TOKENS = {"root-token": {"superuser": True}, "acme-token": {"tenants": ["acme"]}}
+WAIT_S = 20
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver_path):
+        if os.environ.get("CI") == "true":
+            raise RuntimeError("chromium and chromium-driver are required (scripts/test installs them)")
+        pytest.skip("chromium / chromium-driver not installed (scripts/test installs them)")
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--window-size=1280,800", "--disable-gpu",
+                "--disable-dev-shm-usage", "--hide-scrollbars"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("console-local") / "data")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def zk_console_server(tmp_path_factory, zk_server):
+    srv = ServerProcess(tmp_path_factory.mktemp("console-zk") / "data",
+                        store=f"zk://{zk_server.address}/console{uuid.uuid4().hex[:8]}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=["local", "zk"])
+def server(request):
+    return request.getfixturevalue("local_server" if request.param == "local" else "zk_console_server")
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def wait(driver, condition, what: str):
+    """Wait (bounded) until ``condition(driver)`` is truthy; stale elements (a live re-render) retry."""
+    def check(d):
+        try:
+            return condition(d)
+        except StaleElementReferenceException:
+            return False
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(check, message=what)
+
+
+def text_of(driver, css: str) -> str:
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def row(driver, key: str):
+    return driver.find_element(By.CSS_SELECTOR, f'#state tr[data-key="{key}"]')
+
+
+def console_errors(driver, expected: tuple[str, ...] = ()) -> list[str]:
+    """SEVERE browser log entries (JS errors, failed requests) not matching an ``expected`` pattern."""
+    return [e["message"] for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and not any(re.search(p, e["message"]) for p in expected)]
+
+
+def screenshot(driver, name: str) -> None:
+    directory = os.environ.get("STATEKEEP_SCREENSHOTS")
+    if directory:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(directory) / f"{name}.png"))
+
+
+def rest(server, token: str | None = None) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=30,
+                        headers={"Authorization": f"Bearer {token}"} if token else {})
+
+
+def put(client: httpx.Client, fn: str, key: str, body: dict, version: int | None = None) -> dict:
+    headers = {"If-Match": f'"{version}"'} if version is not None else {}
+    r = client.post(f"/admin/v3/functions/{fn}/state/{key}", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sign_in(driver, token: str) -> None:
+    field = wait(driver, lambda d: d.find_element(By.ID, "token") if d.find_element(By.ID, "login").is_displayed()
+                 else None, "the token prompt")
+    field.clear()
+    field.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
+
+
+# ---- tests -----------------------------------------------------------------------------------------
+
+def test_state_values_live_updates_and_conflict(browser, server):
+    name = f"wc{uuid.uuid4().hex[:6]}"
+    fn = f"public/default/{name}"
+    with rest(server) as c:
+        assert create_function(c, "public", "default", name).status_code == 200
+        put(c, fn, "count", {"numberValue": 41})
+        put(c, fn, "doc", {"stringValue": json.dumps({"a": 1, "b": [1, 2]})})
+        put(c, fn, "note", {"stringValue": "hello console"})
+        put(c, fn, "raw", {"byteValue": base64.b64encode(b"\x00\xff\x10").decode()})
+
+        # from the start page to the function's state
+        browser.get(server.url + "/ui")
+        link = wait(browser, lambda d: d.find_element(By.LINK_TEXT, fn), "the function in the Functions list")
+        assert wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-function="{fn}"] canvas.plot'),
+                    "the records/s plot")
+        screenshot(browser, "functions")
+        link.click()
+        wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream")
+        assert browser.current_url.endswith(f"/ui/functions/{fn}")
+        assert row(browser, "count").find_element(By.CSS_SELECTOR, ".value pre").text == "41"
+        assert row(browser, "count").find_element(By.CSS_SELECTOR, ".kind").text.lower() == "counter"
+        doc = row(browser, "doc").find_element(By.CSS_SELECTOR, ".value pre").text
+        assert json.loads(doc) == {"a": 1, "b": [1, 2]} and "\n" in doc  # pretty-printed
+        assert row(browser, "note").find_element(By.CSS_SELECTOR, ".value pre").text == "hello console"
+        assert row(browser, "raw").find_element(By.CSS_SELECTOR, ".value pre").text == "00 ff 10"
+        screenshot(browser, "state")
+
+        # a change made over REST appears without a reload (the page's own marker survives)
+        browser.execute_script("window.__sameLoad = 1")
+        put(c, fn, "note", {"stringValue": "changed over REST"})
+        put(c, fn, "added", {"stringValue": "a new key"})
+        wait(browser, lambda d: row(d, "note").find_element(By.CSS_SELECTOR, ".value pre").text
+             == "changed over REST", "the REST change in the table")
+        wait(browser, lambda d: row(d, "added").find_element(By.CSS_SELECTOR, ".version").text == "0",
+             "the new key in the table")
+        assert browser.execute_script("return window.__sameLoad") == 1
+        assert row(browser, "note").find_element(By.CSS_SELECTOR, ".version").text == "1"
+
+        # an edit based on version 1 meets version 2 written elsewhere: the conflict is shown, nothing lost
+        row(browser, "note").find_element(By.CSS_SELECTOR, "button.edit").click()
+        put(c, fn, "note", {"stringValue": "written elsewhere"})
+        wait(browser, lambda d: "elsewhere" in text_of(d, "#edit-note"), "the editor's warning")
+        editor = browser.find_element(By.ID, "edit-value")
+        editor.clear()
+        editor.send_keys("my edit")
+        browser.find_element(By.ID, "edit-save").click()
+        conflict = wait(browser, lambda d: d.find_element(By.ID, "conflict"), "the conflict")
+        assert "written elsewhere" in conflict.text and "version 2" in conflict.text
+        assert browser.find_element(By.ID, "edit-value").get_attribute("value") == "my edit"
+        assert c.get(f"/admin/v3/functions/{fn}/state/note").json()["stringValue"] == "written elsewhere"
+        screenshot(browser, "state-conflict")
+        browser.find_element(By.ID, "overwrite").click()  # with the version the conflict showed
+        wait(browser, lambda d: row(d, "note").find_element(By.CSS_SELECTOR, ".value pre").text == "my edit",
+             "the saved edit")
+        stored = c.get(f"/admin/v3/functions/{fn}/state/note").json()
+        assert stored["stringValue"] == "my edit" and stored["version"] == 3
+
+        # the changelog page: position and the live tail
+        browser.get(server.url + f"/ui/functions/{fn}/changelog")
+        wait(browser, lambda d: text_of(d, "#live") == "live", "the changelog tail")
+        assert "Last offset" in text_of(browser, "#position")
+        put(c, fn, "tail", {"stringValue": "tailed"})
+        wait(browser, lambda d: "tailed" in text_of(d, "#tail tbody tr:first-child"), "the new record in the tail")
+        screenshot(browser, "changelog")
+    assert console_errors(browser, expected=(r"state/note - .*409",)) == []
+
+
+def test_metadata_tree_expands_and_follows(browser, server):
+    name = f"tree{uuid.uuid4().hex[:6]}"
+    with rest(server) as c:
+        assert create_function(c, "public", "default", name).status_code == 200
+        base = "/statekeep/functions/public/default"
+        browser.get(server.url + f"/ui/metadata?path={base}/{name}")  # a bookmark: its ancestors open
+        node = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}"]'),
+                    "the bookmarked node")
+        assert "selected" in node.get_attribute("class")
+        wait(browser, lambda d: "Version" in text_of(d, "#stat"), "the Stat details")
+        assert json.loads(browser.find_element(By.ID, "node-decoded").text)["name"] == name  # decoded JSON
+        # lazily expand it: its children appear
+        node.find_element(By.XPATH, "preceding-sibling::span[@class='toggle']").click()
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}/code"]'),
+             "the node's children")
+        # created elsewhere (another function over REST): appears in the open tree
+        other = f"later{uuid.uuid4().hex[:6]}"
+        assert create_function(c, "public", "default", other).status_code == 200
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.node[data-path="{base}/{other}"]'),
+             "the node created elsewhere")
+        screenshot(browser, "metadata")
+
+        # a node edited while another client writes it: the edit is kept, saving shows the conflict
+        code_path = f"{base}/{name}/code"
+        browser.find_element(By.CSS_SELECTOR, f'.node[data-path="{code_path}"]').click()
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#details h2.mono")
+             and d.find_element(By.CSS_SELECTOR, "#details h2.mono").text == code_path, "the code node")
+        version = int(re.search(r"Version\n(\d+)", text_of(browser, "#stat")).group(1))
+        box = browser.find_element(By.ID, "node-value")
+        box.clear()
+        box.send_keys("# mine")
+        r = c.put(f"/ui/api/node?path={code_path}", json={"stringValue": "# elsewhere\n", "version": version})
+        assert r.status_code == 200, r.text
+        wait(browser, lambda d: "changed elsewhere" in text_of(d, "#node-note"), "the change notice")
+        browser.find_element(By.ID, "node-save").click()
+        conflict = wait(browser, lambda d: d.find_element(By.ID, "conflict"), "the conflict")
+        assert f"since version {version}" in conflict.text
+        assert browser.find_element(By.ID, "node-value").get_attribute("value") == "# mine"
+        assert c.get(f"/ui/api/node?path={code_path}").json()["stringValue"] == "# elsewhere\n"
+    assert console_errors(browser, expected=(r"/ui/api/node\?path=.*code - .*409",)) == []
+
+
+def test_auth_prompt_and_tenant_scoping(browser, tmp_path):
+    srv = ServerProcess(tmp_path / "data", tokens=TOKENS)
+    try:
+        with rest(srv, "root-token") as root:
+            assert create_function(root, "acme", "ns", "mine").status_code == 200
+            assert create_function(root, "other", "ns", "theirs").status_code == 200
+            put(root, "acme/ns/mine", "k", {"stringValue": "acme value"})
+        browser.get(srv.url + "/ui/functions")
+        browser.delete_all_cookies()
+        browser.execute_script("localStorage.clear()")
+        browser.get(srv.url + "/ui/functions")
+        sign_in(browser, "wrong-token")
+        wait(browser, lambda d: "refused" in text_of(d, "#login-error"), "the refusal")
+        screenshot(browser, "sign-in")
+        sign_in(browser, "acme-token")
+        wait(browser, lambda d: d.find_elements(By.LINK_TEXT, "acme/ns/mine"), "the tenant's function")
+        assert not browser.find_elements(By.LINK_TEXT, "other/ns/theirs")
+        browser.find_element(By.LINK_TEXT, "acme/ns/mine").click()
+        wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream with the cookie")
+        assert row(browser, "k").find_element(By.CSS_SELECTOR, ".value pre").text == "acme value"
+        with rest(srv, "acme-token") as acme:
+            put(acme, "acme/ns/mine", "k", {"stringValue": "pushed"})
+        wait(browser, lambda d: row(d, "k").find_element(By.CSS_SELECTOR, ".value pre").text == "pushed",
+             "the pushed change")
+        browser.get(srv.url + "/ui/metadata")  # the whole store: superusers only
+        wait(browser, lambda d: "superuser" in text_of(d, "#message"), "the superuser notice")
+        assert not browser.find_elements(By.CSS_SELECTOR, ".tree .node")
+        # the console's own endpoints refuse the same way the REST API does
+        assert httpx.get(srv.url + "/ui/api/tree?path=/", headers={"Authorization": "Bearer acme-token"}
+                         ).status_code == 403
+        assert httpx.get(srv.url + "/ui/api/functions").status_code == 401
+        assert httpx.get(srv.url + "/ui/api/events/functions/other/ns/theirs/state",
+                         cookies={"statekeep_token": "acme-token"}).status_code == 403
+        browser.find_element(By.ID, "sign-out").click()
+        sign_in(browser, "root-token")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, '.tree .node[data-path="/statekeep"]'),
+             "the tree for the superuser")
+        browser.get(srv.url + "/ui/functions")
+        wait(browser, lambda d: d.find_elements(By.LINK_TEXT, "other/ns/theirs"), "every tenant's function")
+        assert console_errors(browser) == []
+    finally:
+        browser.execute_script("localStorage.clear()")
+        browser.delete_all_cookies()
+        srv.stop()
+
+
+def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path):
+    """The records/s plot reads the status the runtime rewrites after each micro-batch (written here in
+    the runtime's format, as a worker would); the handles page lists handles, checksums and orphans."""
+    from statekeep.functions.spark import STATUS_ROOT, status_json
+
+    name = f"plot{uuid.uuid4().hex[:6]}"
+    fn = f"public/default/{name}"
+    with rest(local_server) as c:
+        assert create_function(c, "public", "default", name).status_code == 200
+        browser.get(local_server.url + "/ui/functions")  # the history starts with the console
+        wait(browser, lambda d: d.find_elements(By.LINK_TEXT, fn), "the function")
+        path = f"{STATUS_ROOT}/{fn}"
+        for batches, processed, ms in ((1, 10, 1_000), (2, 110, 2_000), (3, 410, 3_000)):
+            status = {"running": True, "error": None, "processed": processed, "skipped": 0, "outputs": 0,
+                      "batches": batches, "last_batch": batches - 1, "workerId": "w", "updated_ms": ms}
+            assert c.put(f"/ui/api/node?path={path}",
+                         json={"stringValue": status_json(status).decode()}).status_code == 200
+        wait(browser, lambda d: len(c.get(f"/ui/api/functions/{fn}/batches").json()) == 2, "two batch entries")
+        entries = c.get(f"/ui/api/functions/{fn}/batches").json()
+        assert [(e["batch"], e["records"], e["rate"]) for e in entries] == [(1, 100, 100.0), (2, 300, 300.0)]
+        wait(browser, lambda d: d.execute_script(
+            "const c = document.querySelector(arguments[0]);"
+            "return c && c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v > 0)",
+            f'canvas[data-function="{fn}"]'), "the plot drawn")
+    assert console_errors(browser) == []
