@@ -78,7 +78,7 @@ class FollowerStore(ReadableStateStore):
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
                  restore_chunk: int = RESTORE_CHUNK,
-                 on_apply: Callable[[list], None] | None = None, owned: Iterable[Any] = (),
+                 on_apply: Callable[[list[ChangelogRecord]], None] | None = None, owned: Iterable[Any] = (),
                  temporary_dir: str | None = None, view: FollowerView | None = None) -> None:
         super().__init__(leader.tenant, leader.namespace, leader.name)
         self.leader, self.replica, self.snapshots = leader, replica, snapshots
@@ -165,13 +165,14 @@ class FollowerStore(ReadableStateStore):
                 if not registry.exists(tenant, namespace, name):
                     raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist "
                                         f"(no entry under {registry.root or '/'} in the registry)")
-            if snapshots is True:
-                snapshots = SnapshotStore(store, blobs) if store is not None else None
+            snapshot_store: SnapshotStore | None = snapshots if isinstance(snapshots, SnapshotStore) else None
+            if snapshots is True and store is not None:
+                snapshot_store = SnapshotStore(store, blobs)
             if local_dir is None:
                 local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
             replica = LocalReplica(local_dir, tenant, namespace, name)
             owned.append(replica)
-            follower = cls(state, replica, snapshots=snapshots or None, registry=registry, owned=owned,
+            follower = cls(state, replica, snapshots=snapshot_store, registry=registry, owned=owned,
                            temporary_dir=temporary, view=view, **options)
         except BaseException:
             for resource in reversed(owned):
@@ -280,7 +281,7 @@ class FollowerStore(ReadableStateStore):
                 self._cond.notify_all()
         return len(batch)
 
-    def _check_leader(self, position) -> None:
+    def _check_leader(self, position: ChangelogPosition) -> None:
         """Raise :class:`NotFoundError` if the function was deleted (registry entry gone) or its state
         reset (epoch changed or gone since this follower adopted it)."""
         fqfn = f"{self.tenant}/{self.namespace}/{self.name}"
@@ -318,7 +319,7 @@ class FollowerStore(ReadableStateStore):
             self._meta = self.replica.load()
             return 1
         view = self.leader.read_all()
-        progress = {"source": "read"}
+        progress: dict[str, Any] = {"source": "read"}
         progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
         self._write_generation(progress, self.view.entries(view.entries), select=False)
         return self._finish(progress, view.position.last_offset, view.position.epoch)
@@ -330,6 +331,7 @@ class FollowerStore(ReadableStateStore):
         log.info("follower of %s: restoring snapshot %d (offset %d)%s", self.name, info.number, info.offset,
                  f", resuming after {resume['written']} entries" if resume["written"] else "")
         try:
+            assert self.snapshots is not None  # a snapshot was found in them
             with self.snapshots.open(info, key_prefix=self.view.key_prefix) as (header, entries):
                 if not self._write_generation(resume, entries, skip=resume.get("read", resume["written"])):
                     return 0  # stopping: the restore resumes on the next start
@@ -354,12 +356,11 @@ class FollowerStore(ReadableStateStore):
         for i, entry in enumerate(entries):
             if i < skip:
                 continue
-            if pick is not None:
-                entry = pick(entry)
+            shown = pick(entry) if pick is not None else entry
             unflushed += 1
             read = i + 1
-            if entry is not None:
-                chunk.append(entry)
+            if shown is not None:
+                chunk.append(shown)
             # a sparse view also records progress every few chunks' worth of entries read
             if len(chunk) >= self.restore_chunk or unflushed >= 10 * self.restore_chunk:
                 progress["read"] = read
@@ -377,7 +378,8 @@ class FollowerStore(ReadableStateStore):
     def _finish(self, progress: dict[str, Any], offset: int, epoch: str | None) -> int:
         self.replica.finish_restore(progress["gen"], offset, epoch)
         self._meta = self.replica.load()
-        return max(1, progress["written"])
+        written: int = progress["written"]
+        return max(1, written)
 
     # ---- status --------------------------------------------------------------------------------
 

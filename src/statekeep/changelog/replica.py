@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ class LocalReplica:
         self.local_dir = os.path.abspath(local_dir)
         self.provider = EmbeddedStateProvider()
         self.provider.init({"metadata_url": f"local://{self.local_dir}"})
-        engine = self.provider.store._engine
+        engine = self.provider.store._engine  # type: ignore[union-attr]  # an initialized provider
         self._engine, self._env = engine, engine.env
         self._state, self._meta = engine.open_db(b"follower_state"), engine.open_db(b"follower_meta")
         self._p = f"{tenant}\0{namespace}\0{name}\0".encode()
@@ -86,7 +86,7 @@ class LocalReplica:
         """Forget the copy (its generations become garbage, an unfinished restore is dropped) and
         record ``view`` as what the next bootstrap builds, in one write: a copy of another view is
         never read or resumed after this."""
-        def work(txn) -> None:
+        def work(txn: Any) -> None:
             p, meta = self._p, self._meta
             old = txn.get(p + b"g", db=meta)
             if old is not None:
@@ -103,7 +103,7 @@ class LocalReplica:
 
         self._submit(work)
 
-    def _submit(self, work) -> Any:
+    def _submit(self, work: Callable[[Any], Any]) -> Any:
         return self._engine.submit(lambda reader, now_ms: (work(reader.txn), None))
 
     # ---- tailing -----------------------------------------------------------------------------
@@ -114,7 +114,7 @@ class LocalReplica:
         any record twice changes nothing: re-applying after a crash is harmless."""
         prefix = self._p + _U64.pack(gen)
 
-        def work(txn) -> None:
+        def work(txn: Any) -> None:
             put, delete = txn.put, txn.delete
             state = self._state
             for r in batch:
@@ -139,7 +139,7 @@ class LocalReplica:
         gen = max([meta.gen or 0, *meta.garbage, (meta.restore or {}).get("gen", 0)]) + 1
         progress = {**source, "gen": gen, "written": 0}
         self._submit(lambda txn: txn.put(self._p + b"r", json.dumps(progress).encode(), db=self._meta))
-        return gen
+        return gen  # type: ignore[no-any-return]
 
     def restore_chunk(self, progress: dict[str, Any], entries: list[StateEntry]) -> None:
         """Write ``entries`` into the restore's generation and count them, in one write."""
@@ -147,7 +147,7 @@ class LocalReplica:
         progress["written"] += len(entries)
         raw = json.dumps(progress).encode()
 
-        def work(txn) -> None:
+        def work(txn: Any) -> None:
             put, state = txn.put, self._state
             for e in entries:
                 put(prefix + e.key.encode(), _U64.pack(e.version) + (records.COUNTER if e.kind == "counter"
@@ -158,7 +158,7 @@ class LocalReplica:
 
     def finish_restore(self, gen: int, applied: int, epoch: str | None) -> None:
         """Make ``gen`` the active generation at ``applied``/``epoch``; the old one becomes garbage."""
-        def work(txn) -> None:
+        def work(txn: Any) -> None:
             p, meta = self._p, self._meta
             old = txn.get(p + b"g", db=meta)
             if old is not None and _U64.unpack(old)[0] != gen:
@@ -172,7 +172,7 @@ class LocalReplica:
 
     def abandon_restore(self) -> None:
         """Drop an unfinished restore: its generation becomes garbage."""
-        def work(txn) -> None:
+        def work(txn: Any) -> None:
             raw = txn.get(self._p + b"r", db=self._meta)
             if raw is not None:
                 txn.put(self._p + b"x" + _U64.pack(json.loads(raw)["gen"]), b"", db=self._meta)
@@ -182,7 +182,7 @@ class LocalReplica:
 
     def collect_garbage(self, gens: list[int], max_keys: int = 20_000) -> bool:
         """Delete up to ``max_keys`` keys of garbage generations in one write; True when none is left."""
-        def work(txn) -> bool:
+        def work(txn: Any) -> bool:
             budget = max_keys
             for gen in gens:
                 prefix = self._p + _U64.pack(gen)
@@ -196,11 +196,11 @@ class LocalReplica:
                 txn.delete(self._p + b"x" + _U64.pack(gen), db=self._meta)
             return True
 
-        return self._submit(work)
+        return self._submit(work)  # type: ignore[no-any-return]
 
     # ---- reads: the active generation, read in the same transaction as its number ------------
 
-    def _active(self, txn) -> bytes | None:
+    def _active(self, txn: Any) -> bytes | None:
         gen = txn.get(self._p + b"g", db=self._meta)
         return None if gen is None else self._p + gen
 
@@ -260,7 +260,7 @@ def followed(local_dir: str) -> list[tuple[str, str, str]]:
     provider = EmbeddedStateProvider()
     provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
     try:
-        engine = provider.store._engine
+        engine = provider.store._engine  # type: ignore[union-attr]  # an initialized provider
         meta = engine.open_db(b"follower_meta")
         out = []
         with transaction(engine.env, db=meta) as txn:

@@ -76,8 +76,9 @@ class SnapshotStore:
         self.store = store
         self.root = root.rstrip("/")
         self.leader_timeout = leader_timeout
-        if blobs is None and getattr(store, "scheme", None) == "local":
-            blobs = f"file://{os.path.join(str(store.directory), 'blobs')}"
+        directory = getattr(store, "directory", None)  # a store in a local directory (local://), not a scheme
+        if blobs is None and isinstance(directory, (str, os.PathLike)):
+            blobs = f"file://{os.path.join(os.fspath(directory), 'blobs')}"
         self.writable = blobs is not None
         self._blobs = blobs if isinstance(blobs, BlobStore) else None
         self._blobs_spec = (blobs or "file:///", blob_options)
@@ -88,7 +89,7 @@ class SnapshotStore:
         one does (:class:`MissingDependencyError` naming ``statekeep[blobs]`` without it)."""
         if self._blobs is None:
             url, options = self._blobs_spec
-            self._blobs = BlobStore(url, options=options)
+            self._blobs = url if isinstance(url, BlobStore) else BlobStore(url, options=options)
         return self._blobs
 
     def _root(self, tenant: str, namespace: str, name: str) -> str:

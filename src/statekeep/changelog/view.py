@@ -104,6 +104,7 @@ class FollowerView:
     def _rewrite(self, key: str, kind: str, value: bytes) -> tuple[str, bytes] | None:
         """(kind, stored payload) of ``value`` after the transform, or None to leave the key out."""
         try:
+            assert self.transform is not None  # only called with a transform
             out = self.transform(key, records.decode_counter(value) if kind == "counter" else bytes(value))
         except Exception as e:
             raise ViewError(f"transform {_name(self.transform)} raised on key {key!r}: {e!r}") from e
@@ -128,8 +129,9 @@ class FollowerView:
             if not self.matches(r.key):
                 continue
             if self.transform is not None and r.value is not None:
-                rewritten = self._rewrite(r.key, r.kind, r.value)
-                r = records.ChangelogRecord(r.key, *(rewritten or (None, None)), r.version, r.offset)
+                rewritten = self._rewrite(r.key, r.kind or "bytes", r.value)
+                kind, value = rewritten or (None, None)
+                r = records.ChangelogRecord(r.key, kind, value, r.version, r.offset)  # type: ignore[arg-type]
             out.append(r)
         return out
 
@@ -140,7 +142,7 @@ class FollowerView:
         if self.transform is None:
             return e
         rewritten = self._rewrite(e.key, e.kind, e.value)
-        return None if rewritten is None else StateEntry(e.key, rewritten[1], rewritten[0], e.version)
+        return None if rewritten is None else StateEntry(e.key, rewritten[1], rewritten[0], e.version)  # type: ignore[arg-type]
 
     def entries(self, entries: Iterable[StateEntry], sorted_by_key: bool = True) -> Iterator[StateEntry]:
         """The entries of ``entries`` in the view, rewritten. With ``sorted_by_key`` (entries in key
@@ -154,9 +156,9 @@ class FollowerView:
                 if sorted_by_key and e.key > prefix:
                     return
                 continue
-            e = self.entry(e)
-            if e is not None:
-                yield e
+            shown = self.entry(e)
+            if shown is not None:
+                yield shown
 
 
 def _name(fn: Any) -> str | None:

@@ -57,7 +57,7 @@ def _decode_counter(key: str, raw: bytes | None) -> int:
     if raw is None:
         return 0
     if raw[8] == _TAG_COUNTER and len(raw) == 17:
-        return _unpack_i64(raw, 9)[0]
+        return _unpack_i64(raw, 9)[0]  # type: ignore[no-any-return]
     if records.decode_stored(raw[8:], key)[0] == "bytes":  # raises CorruptStateError for garbage
         raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
     raise AssertionError("unreachable")
@@ -66,7 +66,7 @@ def _decode_counter(key: str, raw: bytes | None) -> int:
 class _Txn:
     """Reads and writes of one function inside one LMDB write transaction."""
 
-    def __init__(self, store: EmbeddedStateStore, txn, now_ms: int) -> None:
+    def __init__(self, store: EmbeddedStateStore, txn: Any, now_ms: int) -> None:
         self.s, self.txn, self.now_ms = store, txn, now_ms
         self.offset: int | None = None
 
@@ -94,7 +94,7 @@ class _Txn:
         for key, current, stored in changes:
             raw_key = prefix + key.encode()
             if stored is None:
-                version = current[0]
+                version = current[0]  # type: ignore[index]
                 txn.delete(raw_key, db=s._state)
             else:
                 version = 0 if current is None else current[0] + 1
@@ -137,6 +137,7 @@ def _check_expected(key: str, current: tuple[int, bytes] | None, expected: int |
 class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
+        assert provider.store is not None  # handles come from an initialized provider
         engine = provider.store._engine
         self._engine, self._env = engine, engine.env
         self._state, self._changelog, self._meta = (engine.open_db(b"state"), engine.open_db(b"changelog"),
@@ -181,12 +182,12 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         except TypeError:  # unhashable: not a key
             hot = None
         if hot is None or local._forking:
-            return self._read_cold(key, self._hot_values, _decode_value)
+            return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
         with self._begin(db=self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
-        return self._read_cold(key, self._hot_values, _decode_value, raw)
+        return self._read_cold(key, self._hot_values, _decode_value, raw)  # type: ignore[no-any-return]
 
     @uncounted_read
     def get_counter(self, key: str) -> int:
@@ -196,14 +197,14 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         except TypeError:
             hot = None
         if hot is None or local._forking:
-            return self._read_cold(key, self._hot_counters, _decode_counter)
+            return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
         with self._begin(db=self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
-        return self._read_cold(key, self._hot_counters, _decode_counter, raw)
+        return self._read_cold(key, self._hot_counters, _decode_counter, raw)  # type: ignore[no-any-return]
 
-    def _read_cold(self, key: str, hot: dict, decode: Callable[[str, bytes | None], Any],
+    def _read_cold(self, key: str, hot: dict[str, Any], decode: Callable[[str, bytes | None], Any],
                    raw: bytes | None | bool = False) -> Any:
         """get/get_counter without a usable entry: validate, read (unless ``raw`` was just read),
         decode (raising for bytes read as a counter, or a value no provider wrote), remember."""
@@ -212,8 +213,8 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         if raw is False:
             with transaction(self._env, db=self._state) as txn:
                 raw = txn.get(raw_key)
-        answer = decode(key, raw)
-        if raw is not None and len(raw) <= 512:
+        answer = decode(key, raw)  # type: ignore[arg-type]  # bytes or None once read
+        if raw is not None and len(raw) <= 512:  # type: ignore[arg-type]
             if len(hot) >= 4096:
                 hot.clear()  # bounded; a miss costs only the decode
             hot[key] = (raw_key, raw, answer)
@@ -281,7 +282,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first."""
-        out = []
+        out: list[records.ChangelogRecord] = []
         with transaction(self._env, db=self._changelog) as txn:
             cursor = txn.cursor()
             if not cursor.set_range(self._prefix + _U64.pack(after + 1)):
@@ -301,10 +302,10 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     # ---- writes ------------------------------------------------------------------------------
 
-    def _write(self, work) -> Any:
+    def _write(self, work: Callable[[_Txn], Any]) -> Any:
         """Run ``work(_Txn)`` in a durable write transaction (shared with other writers' commits).
         ``work`` must raise before its first write, never after: its writes are not buffered."""
-        def build(reader, now_ms):
+        def build(reader: Any, now_ms: int) -> tuple[Any, None]:
             t = _Txn(self, reader.txn, now_ms)
             result = work(t)
             t.finish()
@@ -327,7 +328,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             _check_expected(key, current, expected)
             return t.write(key, current, stored)
 
-        return self._write(work)
+        return self._write(work)  # type: ignore[no-any-return]
 
     def delete(self, key: str, *, expected_version: int | None = None) -> bool:
         encode_key(key)
@@ -343,7 +344,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             t.write(key, current, None)
             return True
 
-        return self._write(work)
+        return self._write(work)  # type: ignore[no-any-return]
 
     def incr(self, key: str, amount: int = 1) -> int:
         encode_key(key)
@@ -357,7 +358,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             t.write(key, current, records.encode_counter(value))
             return value
 
-        return self._write(work)
+        return self._write(work)  # type: ignore[no-any-return]
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
@@ -391,15 +392,15 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                         raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
                     stored = records.encode_counter(total)
                 else:
-                    stored = values[key]
+                    stored = values[key]  # type: ignore[assignment]
                 if stored is not None or current is not None:  # deleting an absent key changes nothing
                     changes.append((key, current, stored))
             if marker_key is not None:
                 t.txn.put(marker_key, b"", db=self._meta)
-            t.write_many(changes)
+            t.write_many(changes)  # type: ignore[arg-type]
             return True
 
-        return self._write(work)
+        return self._write(work)  # type: ignore[no-any-return]
 
     def cleanup(self) -> None:
         def work(t: _Txn) -> None:
