@@ -53,6 +53,19 @@ def browser():
     driver.quit()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_page(request):
+    """Each test starts with an empty browser log and leaves a blank page, so a server stopped at the
+    end of one test cannot cut a live stream that the next test's log would report."""
+    if "browser" not in request.fixturenames:
+        yield
+        return
+    driver = request.getfixturevalue("browser")
+    driver.get_log("browser")
+    yield
+    driver.get("about:blank")
+
+
 @pytest.fixture(scope="module")
 def local_server(tmp_path_factory):
     srv = ServerProcess(tmp_path_factory.mktemp("console-local") / "data")
@@ -144,7 +157,6 @@ def test_state_values_live_updates_and_conflict(browser, server):
         link = wait(browser, lambda d: d.find_element(By.LINK_TEXT, fn), "the function in the Functions list")
         assert wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-function="{fn}"] canvas.plot'),
                     "the records/s plot")
-        screenshot(browser, "functions")
         link.click()
         wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream")
         assert browser.current_url.endswith(f"/ui/functions/{fn}")
@@ -281,12 +293,14 @@ def test_auth_prompt_and_tenant_scoping(browser, tmp_path):
     finally:
         browser.execute_script("localStorage.clear()")
         browser.delete_all_cookies()
+        browser.get("about:blank")  # close the page's streams before their server goes
         srv.stop()
 
 
 def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path):
     """The records/s plot reads the status the runtime rewrites after each micro-batch (written here in
-    the runtime's format, as a worker would); the handles page lists handles, checksums and orphans."""
+    the runtime's format, as a worker would: a Spark worker would cost this suite its time budget); the
+    handles page lists handles, sizes, checksums and the orphan blobs a gc dry run finds."""
     from statekeep.functions.spark import STATUS_ROOT, status_json
 
     name = f"plot{uuid.uuid4().hex[:6]}"
@@ -308,4 +322,26 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
             "const c = document.querySelector(arguments[0]);"
             "return c && c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v > 0)",
             f'canvas[data-function="{fn}"]'), "the plot drawn")
+        screenshot(browser, "functions")
+
+    # state handles written by another process on the same store, and an orphan blob beside them
+    import hashlib
+
+    from statekeep.handles import BlobStore, StateHandleStore
+    from statekeep.metadata import open_store
+
+    root, blobs_url = f"/console/h{uuid.uuid4().hex[:6]}", f"file://{tmp_path / 'blobs'}"
+    with open_store(f"local://{local_server.data_dir}") as store:
+        handles = StateHandleStore(store, root, blobs_url)
+        state = b"x" * 1000
+        handles.add_and_lock("state-a", state, attributes={"offset": 7})
+        orphan = BlobStore(blobs_url).write(root, "lost", b"no handle points here")
+        browser.get(local_server.url + f"/ui/handles?root={root}&blobs={blobs_url}&grace=0")
+        table = wait(browser, lambda d: d.find_element(By.ID, "handles"), "the handles table")
+        assert "state-a" in table.text and hashlib.sha256(state).hexdigest() in table.text
+        assert "1000 B" in table.text and '"offset":7' in table.text
+        assert "1 orphans" in text_of(browser, "#gc-summary")
+        assert orphan.url in text_of(browser, "#orphans")
+        screenshot(browser, "handles")
+        handles.release_all()
     assert console_errors(browser) == []

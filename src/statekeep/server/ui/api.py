@@ -3,7 +3,8 @@
 Every route here needs a valid token when auth is on (:data:`statekeep.server.auth.authorize`).
 
 - ``GET /ui/api/functions``: every function the token may see, with its status (running, worker, error,
-  records processed, batches).
+  records processed, batches), the same as Pulsar's FunctionStatus (``functionStatus``), whether it was
+  stopped, and whether this server has the lifecycle routes (``lifecycle``: start/stop).
 - ``GET /ui/api/functions/T/N/F/batches``: the records-per-micro-batch history (:mod:`.batches`).
 - ``GET /ui/api/functions/T/N/F/changelog?limit=``: the changelog position (compaction point), the
   newest records and the snapshots.
@@ -31,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
-from statekeep.functions.worker import function_status
+from statekeep.functions.worker import function_status, pulsar_function_status
 from statekeep.handles.gc import collect_garbage
 from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.types import validate_path
@@ -41,6 +42,7 @@ from statekeep.server.ui import batch_history
 from statekeep.state.shape import function_state_json
 
 FN = "/ui/api/functions/{tenant}/{namespace}/{name}"
+ADMIN_FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
 
 
 def node_json(path: str, result) -> dict[str, Any]:
@@ -79,12 +81,25 @@ async def functions(request: Request) -> Response:
                         cfg = registry.get(tenant, namespace, name).to_json()
                     except NotFoundError:
                         continue  # deleted meanwhile
+                    status = function_status(store, tenant, namespace, name)
                     out.append({"tenant": tenant, "namespace": namespace, "name": name,
-                                "inputs": cfg.get("inputs"), "output": cfg.get("output"),
-                                "status": function_status(store, tenant, namespace, name)})
+                                "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
+                                "functionStatus": pulsar_function_status(status), "lifecycle": lifecycle,
+                                "stopped": _stopped(registry, tenant, namespace, name)})
         return out
 
+    # start/stop buttons only where the server has Pulsar's lifecycle routes (statekeep.server.lifecycle)
+    lifecycle = ADMIN_FN + "/stop" in {getattr(route, "path", None) for route in request.app.routes}
     return JSONResponse(await run_in_threadpool(listing))
+
+
+def _stopped(registry, tenant: str, namespace: str, name: str) -> bool | None:
+    """Whether the function was stopped through the lifecycle API; None where that API is absent."""
+    try:
+        from statekeep.functions.lifecycle import is_stopped
+    except ImportError:
+        return None
+    return is_stopped(registry, tenant, namespace, name)
 
 
 @router.get(FN + "/batches")

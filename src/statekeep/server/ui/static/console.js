@@ -218,21 +218,24 @@ async function functionsPage() {
     const list = await api("GET", "/ui/api/functions");
     const body = h("tbody");
     for (const fn of list) {
-      const id = `${fn.tenant}/${fn.namespace}/${fn.name}`, st = fn.status;
+      // Pulsar's FunctionStatus (one instance: the function's streaming query), batches from the raw status
+      const id = `${fn.tenant}/${fn.namespace}/${fn.name}`, inst = fn.functionStatus.instances[0].status;
+      const st = { running: inst.running, error: inst.error, workerId: inst.workerId, processed: inst.numSuccessfullyProcessed,
+        batches: fn.status.batches, skipped: inst.numUserExceptions };
       const badge = st.error ? h("span", { class: "badge error", title: st.error, text: "error" })
-        : h("span", { class: "badge" + (st.running ? " running" : ""), text: st.running ? "running" : "stopped" });
+        : h("span", { class: "badge" + (st.running ? " running" : ""), text: st.running ? "running" : fn.stopped ? "stopped" : "not running" });
       const canvas = h("canvas", { class: "plot", width: 220, height: 44, "data-function": id });
       body.append(h("tr", { "data-function": id },
         h("td", {}, h("a", { href: `/ui/functions/${fnPath(fn.tenant, fn.namespace, fn.name)}`, class: "fn-link" }, id),
           h("div", { class: "muted mono", text: (fn.inputs || []).join(", ") + (fn.output ? " → " + fn.output : "") })),
         h("td", {}, badge, st.error ? h("div", { class: "error mono", text: st.error }) : null),
         h("td", { class: "mono", text: st.workerId || "—" }),
-        h("td", { class: "num", text: String(st.processed || 0) }),
+        h("td", { class: "num", text: String(st.processed || 0) }, st.skipped ? h("div", { class: "muted", text: `${st.skipped} skipped` }) : null),
         h("td", { class: "num", text: String(st.batches || 0) }),
         h("td", {}, canvas),
         h("td", {},
           h("a", { href: `/ui/functions/${fnPath(fn.tenant, fn.namespace, fn.name)}/changelog` }, "Changelog"), " ",
-          h("button", { onclick: () => lifecycle(fn, st.running ? "stop" : "start") }, st.running ? "Stop" : "Start"), " ",
+          fn.lifecycle ? h("button", { class: "lifecycle", onclick: () => lifecycle(fn, fn.stopped ? "start" : "stop") }, fn.stopped ? "Start" : "Stop") : null, " ",
           h("button", { class: "danger", onclick: () => lifecycle(fn, "delete") }, "Delete"))));
       if (!rates[id]) {
         rates[id] = [];
