@@ -153,6 +153,8 @@ def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: st
     with open_store(target_url) as target:
         report.resumed_from = check_target(target, source_id, force)
         journal = read_journal(target)
+        ours = journal is not None and journal.get("source") == source_id
+        merge = bool(journal.get("merge", True)) if ours else bool(target.get_children("/"))
         report.target_state = (f"holds an unfinished copy of this source; would resume after record "
                                f"{report.resumed_from}" if journal and report.resumed_from else
                                "not empty; source keys would overwrite target keys (--force)"
@@ -161,7 +163,7 @@ def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: st
             return report
         t1 = time.monotonic()
         bar = Progress(f"{report.operation}", report.total, enabled=progress)
-        sink = StoreSink(target, source_id, batch_keys=batch_keys, on_progress=bar.update)
+        sink = StoreSink(target, source_id, merge=merge, batch_keys=batch_keys, on_progress=bar.update)
         try:
             sink.consume(records(), skip=report.resumed_from)
         finally:
