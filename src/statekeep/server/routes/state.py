@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from statekeep.errors import InvalidArgumentError
+from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.server import schemas
 from statekeep.server.auth import authorize
 from statekeep.server.bodies import check_length, read_body, read_form, read_part
@@ -47,13 +47,17 @@ def _if_match(conditional: str) -> Any:
 
 # first in the router: the hottest route is matched first; it reads its path parameters itself
 # (documented through openapi_extra), skipping FastAPI's per-parameter resolution
-@router.get(FN + "/state/{key:path}", responses=schemas.errors(400, 404), response_model=schemas.FunctionState,
+@router.get(FN + "/state/{key:path}", responses=schemas.errors(404), response_model=schemas.FunctionState,
             openapi_extra=schemas.STATE_PATH, summary="Query a state key (Pulsar: querystate)")
 async def query_state(request: Request) -> Response:
     p = request.path_params
     ctx: ServerContext = request.app.state.ctx
     ctx.metrics.state_op("get")
-    body = await ctx.call(ctx.service.query_state, p["tenant"], p["namespace"], p["name"], p["key"], read=True)
+    try:
+        body = await ctx.call(ctx.service.query_state, p["tenant"], p["namespace"], p["name"], p["key"], read=True)
+    except InvalidArgumentError as e:
+        # a name or key that cannot exist is not found, as Pulsar answers a read (a write of it is a 400)
+        raise NotFoundError(f"no such function or key: {e}") from None
     return JSONResponse(body, headers={"ETag": f'"{body["version"]}"'})
 
 
