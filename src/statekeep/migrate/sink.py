@@ -32,8 +32,9 @@ from statekeep.state.base import StateEntry
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
 
-# keys and bytes per multi; etcd allows 128 operations per transaction (a created key costs two)
-BATCH_LIMITS = {"etcd": (25, 1 << 20), "zk": (500, 900 * 1024), "local": (5000, 32 << 20),
+# keys and bytes per multi. etcd allows 128 operations per transaction: a created key costs two puts and
+# its compares (its own and its parent's, parents being written before children), plus the journal's
+BATCH_LIMITS = {"etcd": (50, 1 << 20), "zk": (500, 900 * 1024), "local": (5000, 32 << 20),
                 "memory": (5000, 32 << 20)}
 
 
