@@ -49,6 +49,9 @@ def browser():
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    # a 1280x800 viewport (the window size includes the headless window's frame)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
     yield driver
     driver.quit()
 
@@ -198,6 +201,21 @@ def test_state_values_live_updates_and_conflict(browser, server):
         stored = c.get(f"/admin/v3/functions/{fn}/state/note").json()
         assert stored["stringValue"] == "my edit" and stored["version"] == 3
 
+        # delete a key (If-Match its version) after confirming; the stream marks it deleted
+        row(browser, "added").find_element(By.CSS_SELECTOR, "button.delete").click()
+        wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed(), "the confirmation")
+        browser.find_element(By.ID, "confirm-ok").click()
+        wait(browser, lambda d: "deleted" in row(d, "added").get_attribute("class"), "the deleted key")
+        assert c.get(f"/admin/v3/functions/{fn}/state/added").status_code == 404
+
+        # search by prefix: a bookmarkable URL with only the matching keys
+        prefix = browser.find_element(By.ID, "prefix")
+        prefix.send_keys("no")
+        browser.find_element(By.CSS_SELECTOR, "#search button[type=submit]").click()
+        wait(browser, lambda d: d.current_url.endswith("?prefix=no") and text_of(d, "#live") == "live", "the search")
+        assert [r.get_attribute("data-key") for r in browser.find_elements(By.CSS_SELECTOR, "#state tbody tr")] \
+            == ["note"]
+
         # the changelog page: position and the live tail
         browser.get(server.url + f"/ui/functions/{fn}/changelog")
         wait(browser, lambda d: text_of(d, "#live") == "live", "the changelog tail")
@@ -323,6 +341,25 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
             "return c && c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v > 0)",
             f'canvas[data-function="{fn}"]'), "the plot drawn")
         screenshot(browser, "functions")
+
+        # create a function from the page, then delete it after confirming
+        made = f"made{uuid.uuid4().hex[:6]}"
+        browser.find_element(By.ID, "new-function").click()
+        form = browser.find_element(By.ID, "create-form")
+        form.find_element(By.NAME, "name").send_keys(made)
+        form.find_element(By.NAME, "inputs").send_keys("words.jsonl")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait(browser, lambda d: d.find_elements(By.LINK_TEXT, f"public/default/{made}"), "the created function")
+        assert c.get(f"/admin/v3/functions/public/default/{made}").json()["inputs"] == ["words.jsonl"]
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-function="public/default/{made}"] button.danger').click()
+        wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed(), "the confirmation")
+        browser.find_element(By.ID, "confirm-cancel").click()
+        assert c.get(f"/admin/v3/functions/public/default/{made}").status_code == 200  # cancelled: kept
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-function="public/default/{made}"] button.danger').click()
+        wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed(), "the confirmation")
+        browser.find_element(By.ID, "confirm-ok").click()
+        wait(browser, lambda d: not d.find_elements(By.LINK_TEXT, f"public/default/{made}"), "the deleted function")
+        assert c.get(f"/admin/v3/functions/public/default/{made}").status_code == 404
 
     # state handles written by another process on the same store, and an orphan blob beside them
     import hashlib

@@ -11,7 +11,12 @@
 - ``GET /ui/api/whoami``: ``{"auth", "signedIn", "superuser"}`` for the token (header or cookie).
 - ``GET /ui/api/events/tree``: every store notification as ``{"type", "path"}`` (superuser only).
 
-Each stream sends a comment every ``HEARTBEAT_S`` and ends when the client goes away.
+Each stream sends a comment every ``HEARTBEAT_S`` and ends when the client goes away, or after
+``STREAM_S``: uvicorn waits for open responses before it stops, so an endless stream would hold up the
+server's shutdown for as long as a console tab stays open. ``EventSource`` reconnects by itself (after
+``retry``) and sends the ``id`` of the last event it got (``Last-Event-ID``): the state stream resumes
+from that changelog offset, losing nothing; the other streams say ``hello`` again, and the console then
+re-reads what it shows.
 """
 
 from __future__ import annotations
@@ -31,13 +36,30 @@ from statekeep.server.ui.api import record_json
 from statekeep.server.ui import batch_history
 
 IDLE_S = 0.5
-HEARTBEAT_S = 10.0
+HEARTBEAT_S = 1.0
+STREAM_S = 5.0
+RETRY_MS = 500
 PAGE = 500
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def sse(event: str, data: object) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+def sse(event: str, data: object, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def hello(data: object) -> bytes:
+    return f"retry: {RETRY_MS}\n".encode() + sse("hello", data)
+
+
+async def live(request: Request, started: float) -> bool:
+    """True while the stream should go on (the client is there and the stream is not ``STREAM_S`` old)."""
+    return asyncio.get_running_loop().time() - started < STREAM_S and not await request.is_disconnected()
+
+
+def _last_event_id(request: Request) -> int | None:
+    value = request.headers.get("last-event-id", "").strip()
+    return int(value) if value.lstrip("-").isdigit() and len(value) <= 19 else None
 
 
 class _Wakeup:
@@ -90,26 +112,32 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
     store, registry = _ctx(request)
     access.check_tenant(request, tenant)
     state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
-    start = after if after is not None else (await run_in_threadpool(state.changelog_position)).last_offset
+    resume = _last_event_id(request)  # a reconnect: on from the last record the client got
+    if resume is not None:
+        start = max(resume, -1)
+    elif after is not None:
+        start = after
+    else:
+        start = (await run_in_threadpool(state.changelog_position)).last_offset
 
     async def body() -> AsyncIterator[bytes]:
         wake = _Wakeup()
         subscription = store.add_listener(wake.put)
         try:
-            offset, idle = start, 0.0
-            yield sse("hello", {"after": offset})
-            while not await request.is_disconnected():
+            offset, idle, started = start, 0.0, asyncio.get_running_loop().time()
+            yield hello({"after": offset})
+            while await live(request, started):
                 records = await run_in_threadpool(state.read_changelog, offset, PAGE)
                 if records:
                     idle = 0.0
                     for r in records:
-                        yield sse("record", record_json(r))
+                        yield sse("record", record_json(r), r.offset)
                     offset = records[-1].offset
                     continue
                 position = await run_in_threadpool(state.changelog_position)
                 if position.purged_offset > offset:  # compaction dropped tombstones this reader never saw
                     offset = position.last_offset
-                    yield sse("reset", {"after": offset})
+                    yield sse("reset", {"after": offset}, offset)
                 if await wake.get(IDLE_S) is None:
                     idle += IDLE_S
                     if idle >= HEARTBEAT_S:
@@ -141,9 +169,10 @@ async def function_events(request: Request) -> StreamingResponse:
         roots = (registry.root + "/", STATUS_ROOT + "/")
         subscription = store.add_listener(
             lambda n: wake.put(("changed", n.path, None)) if n.path.startswith(roots) else None)
+        started = asyncio.get_running_loop().time()
         try:
-            yield sse("hello", {})
-            while not await request.is_disconnected():
+            yield hello({})
+            while await live(request, started):
                 item = await wake.get(HEARTBEAT_S)
                 if item is None:
                     yield b": heartbeat\n\n"
@@ -172,9 +201,10 @@ async def tree_events(request: Request) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         wake = _Wakeup()
         subscription = store.add_listener(lambda n: wake.put((n.type.value, n.path)))
+        started = asyncio.get_running_loop().time()
         try:
-            yield sse("hello", {})
-            while not await request.is_disconnected():
+            yield hello({})
+            while await live(request, started):
                 item = await wake.get(HEARTBEAT_S)
                 if item is None:
                     yield b": heartbeat\n\n"

@@ -51,7 +51,7 @@ function decode(v) {
   if (v.numberValue !== undefined) return { kind: "counter", text: String(v.numberValue) };
   if (v.stringValue !== undefined) {
     const s = v.stringValue;
-    if (/^\s*[[{]/.test(s)) { try { return { kind: "json", text: JSON.stringify(JSON.parse(s), null, 2) }; } catch (e) { /* text */ } }
+    if (/^\s*[[{]/.test(s)) { try { return { kind: "json", text: JSON.stringify(JSON.parse(s), null, 2), raw: s }; } catch (e) { /* text */ } }
     return { kind: "text", text: s };
   }
   if (v.byteValue !== undefined) {
@@ -79,8 +79,8 @@ function encodeValue(kind, text) {
   }
   return { stringValue: text };
 }
-function kindSelect(kind) {
-  return h("select", { class: "kind-select" }, ["text", "json", "counter", "binary"].map(k => h("option", { value: k, selected: k === kind }, k)));
+function kindSelect(kind, kinds) {
+  return h("select", { class: "kind-select" }, (kinds || ["text", "json", "counter", "binary"]).map(k => h("option", { value: k, selected: k === kind }, k)));
 }
 
 function confirmDialog(text) {
@@ -254,7 +254,16 @@ async function functionsPage() {
   let pending = null;
   const reload = () => { clearTimeout(pending); pending = setTimeout(() => load().catch(() => {}), 300); };
   await load();
+  let hellos = 0;
   events("/ui/api/events/functions", {
+    hello: () => {
+      if (hellos++ === 0) return;
+      for (const id of Object.keys(rates)) {
+        api("GET", `/ui/api/functions/${id.split("/").map(enc).join("/")}/batches`)
+          .then(hist => { rates[id] = hist.map(b => b.rate); draw(id); }).catch(() => {});
+      }
+      reload();
+    },
     batch: b => { (rates[b.function] = rates[b.function] || []).push(b.rate); draw(b.function); reload(); },
     changed: reload,
   });
@@ -283,7 +292,9 @@ async function statePage() {
   });
 
   const rows = new Map();  // key -> {tr, entry}
-  let page;
+  let page, position = null;
+  try { position = (await api("GET", `/ui/api/functions/${fnPath(P.tenant, P.namespace, P.name)}/changelog?limit=1`)).position; }
+  catch (e) { if (e.status === 404) { say(e.message, true); return; } throw e; }
   try { page = await api("GET", `${base}/state?${new URLSearchParams(Object.assign({ prefix, limit }, startAfter ? { startAfter } : {}))}`); }
   catch (e) { if (e.status === 404) { say(e.message, true); return; } throw e; }
   const tbody = table.tBodies[0];
@@ -333,7 +344,7 @@ async function statePage() {
     editing = entry ? { key: entry.key, version: entry.version } : { key: null, version: -1 };
     const keyInput = h("input", { id: "edit-key", placeholder: "key", value: entry ? entry.key : "", disabled: !!entry, size: 40 });
     const kind = kindSelect(d.kind === "none" ? "text" : d.kind);
-    const text = h("textarea", { id: "edit-value", rows: 6 }, d.text);
+    const text = h("textarea", { id: "edit-value", rows: 6 }, d.raw !== undefined ? d.raw : d.text);
     const note = h("div", { id: "edit-note" });
     const save = h("button", { class: "primary", id: "edit-save" }, "Save");
     editor.replaceChildren(h("div", { class: "card" },
@@ -367,7 +378,8 @@ async function statePage() {
   }
 
   const live = $("#live");
-  const es = events(`/ui/api/events/functions/${fnPath(P.tenant, P.namespace, P.name)}/state`, {
+  const from = position ? `?after=${position.lastOffset}` : "";
+  const es = events(`/ui/api/events/functions/${fnPath(P.tenant, P.namespace, P.name)}/state${from}`, {
     hello: () => { live.textContent = "live"; },
     record: r => {
       if (r.tombstone) {
@@ -437,6 +449,7 @@ async function changelogPage() {
 }
 
 // ---- Metadata tree ---------------------------------------------------------------------------------
+const NODE_KINDS = ["text", "json", "binary"];  // a metadata value is bytes: no counter kind
 async function metadataPage() {
   const expanded = new Set(["/"]);
   let selected = P.path || "/";
@@ -481,7 +494,7 @@ async function metadataPage() {
     try { node = await api("GET", `/ui/api/node?path=${enc(path)}`); } catch (e) { say(e.message, true); return; }
     if (!node.exists) node = null;
     const childName = h("input", { id: "child-name", placeholder: "child name" });
-    const childKind = kindSelect("text"), childValue = h("textarea", { id: "child-value", rows: 3 });
+    const childKind = kindSelect("text", NODE_KINDS), childValue = h("textarea", { id: "child-value", rows: 3 });
     const create = h("div", { class: "card" }, h("h2", { text: "Create a child" }), h("div", { class: "toolbar" }, childName, childKind),
       childValue, h("button", { id: "child-create", onclick: async () => {
         try {
@@ -493,7 +506,7 @@ async function metadataPage() {
       } }, "Create"));
     if (!node) { details.replaceChildren(h("div", { class: "card" }, h("h2", { text: path }), h("p", { class: "muted", text: path === "/" ? "The root." : "No node here (deleted?)." })), path === "/" ? create : ""); return; }
     const d = decode(node), st = node.stat;
-    const kind = kindSelect(d.kind === "counter" ? "text" : d.kind), text = h("textarea", { id: "node-value", rows: 8 }, d.text);
+    const kind = kindSelect(d.kind, NODE_KINDS), text = h("textarea", { id: "node-value", rows: 8 }, d.raw !== undefined ? d.raw : d.text);
     const msg = h("div", { id: "node-note" }, note ? h("p", { class: "error", text: note }) : null);
     details.replaceChildren(h("div", { class: "card" }, h("h2", { class: "mono", text: path }),
       h("dl", { class: "stat", id: "stat" }, ...[["Version", st.version], ["Created", when(st.createdMs)], ["Modified", when(st.modifiedMs)],
@@ -529,27 +542,37 @@ async function metadataPage() {
   await showDetails(selected);
   const parentOf = p => p.lastIndexOf("/") <= 0 ? "/" : p.slice(0, p.lastIndexOf("/"));
   const dirty = new Set(); let timer = null;
+  let hellos = 0;
   events("/ui/api/events/tree", {
+    hello: () => {
+      if (hellos++ === 0) return;
+      for (const p of lists.keys()) dirty.add(p);  // changes made while reconnecting were not sent
+      dirty.add("\0refresh");
+      clearTimeout(timer);
+      timer = setTimeout(flush, 150);
+    },
     change: c => {
       // re-list only expanded parents whose children changed (debounced: bursts of writes re-list once)
       const parent = c.type === "ChildrenChanged" ? c.path : parentOf(c.path);
       if (lists.has(parent) && c.type !== "Modified") dirty.add(parent);
       if (c.path === selected && (c.type === "Modified" || c.type === "Deleted")) dirty.add("\0details");
       clearTimeout(timer);
-      timer = setTimeout(async () => {
-        const todo = [...dirty]; dirty.clear();
-        for (const p of todo) {
-          if (p === "\0details") {
-            const box = $("#node-value");
-            if (box && box.value !== box.defaultValue) {  // the user is editing: keep the edit, warn
-              $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
-            } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
-          }
-          else await renderChildren(p).catch(() => {});
-        }
-      }, 150);
+      timer = setTimeout(flush, 150);
     },
   });
+  async function flush() {
+    const todo = [...dirty]; dirty.clear();
+    const box = $("#node-value"), editing = box && box.value !== box.defaultValue;
+    for (const p of todo) {
+      if (p === "\0details") {
+        if (editing) {  // the user is editing: keep the edit, warn
+          $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
+        } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
+      } else if (p === "\0refresh") {
+        if (!editing) await showDetails(selected).catch(() => {});
+      } else await renderChildren(p).catch(() => {});
+    }
+  }
 }
 
 // ---- State handles ---------------------------------------------------------------------------------
