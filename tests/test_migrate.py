@@ -47,6 +47,7 @@ def build_source(url: str) -> None:
         store.put("/app/empty", b"")
         store.put("/workers", b"")  # the parent of an ephemeral key held during a test
         store.put("/app/nested/a/sibling", b"\x00\x01\x02")
+        store.put("/app/nested/large", bytes(range(256)) * 2800)  # 700 KiB: a write of its own on ZooKeeper
         created = [store.put("/jobs/job-", f"job {i}".encode(), sequential=True).path for i in range(5)]
         store.delete(created[-1])
         for (tenant, namespace, name), n in FUNCTIONS.items():
@@ -232,6 +233,9 @@ def test_bad_input_is_refused_before_writing(source_url, etcd_server, tmp_path, 
         migrate(source_url, "zk://127.0.0.1:1/x?timeout=1", progress=False)
     assert cli_main(["migrate", "--from", f"local://{tmp_path / 'nothing'}", "--to", target]) == 1
     assert "no statekeep store" in capsys.readouterr().err and not (tmp_path / "nothing").exists()
+    fresh = tmp_path / "fresh"
+    assert cli_main(["migrate", "--from", source_url, "--to", f"local://{fresh}", "--batch-keys", "0"]) == 2
+    assert "batch_keys" in capsys.readouterr().err and not fresh.exists()
 
 
 def test_force_merges_into_a_non_empty_target(source_url, source_dump, etcd_server):

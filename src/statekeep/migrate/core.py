@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statekeep.errors import InvalidArgumentError
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
 from statekeep.migrate import portable
@@ -96,6 +97,11 @@ class Report:
         if self.seconds:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items()))
         return "\n".join(lines)
+
+
+def _check_batch_keys(batch_keys: object) -> None:
+    if batch_keys is not None and (isinstance(batch_keys, bool) or not isinstance(batch_keys, int) or batch_keys < 1):
+        raise InvalidArgumentError(f"batch_keys must be an int >= 1, not {batch_keys!r}")
 
 
 def _local_dir(url: str) -> Path | None:
@@ -183,6 +189,7 @@ def migrate(from_url: str, to_url: str, *, dry_run: bool = False, force: bool = 
             batch_keys: int | None = None, progress: bool = True) -> Report:
     """Copy the store at ``from_url`` into ``to_url`` (see the module docstring); returns the report.
     Resumes an unfinished copy from the same source. ``batch_keys`` overrides the keys per write."""
+    _check_batch_keys(batch_keys)
     if from_url.split("?")[0].rstrip("/") == to_url.split("?")[0].rstrip("/"):
         raise MigrationError("--from and --to name the same store")
     report = Report("migrate", from_url, to_url, dry_run=dry_run)
@@ -237,6 +244,7 @@ def import_file(url: str, path: str | os.PathLike, *, dry_run: bool = False, for
                 batch_keys: int | None = None, progress: bool = True) -> Report:
     """Load the portable file ``path`` into the store at ``url``. The whole file is checked first
     (:class:`CorruptFileError`, nothing written); then as :func:`migrate`."""
+    _check_batch_keys(batch_keys)
     try:
         portable.check_file(path)
         source_id = file_id(path)

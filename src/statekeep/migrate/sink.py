@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 
-from statekeep.errors import StatekeepError, ValueTooLargeError
+from statekeep.errors import InvalidArgumentError, StatekeepError, ValueTooLargeError
 from statekeep.metadata import Put
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import validate_path
@@ -83,6 +83,9 @@ class StoreSink:
         self.store = store
         self.merge = merge
         self.source_id = source_id
+        if batch_keys is not None and (isinstance(batch_keys, bool) or not isinstance(batch_keys, int)
+                                       or batch_keys < 1):
+            raise InvalidArgumentError(f"batch_keys must be an int >= 1, not {batch_keys!r}")
         keys, size = BATCH_LIMITS.get(store.scheme, BATCH_LIMITS["etcd"])
         self.batch_keys, self.batch_bytes = (batch_keys or keys), size
         self.on_progress = on_progress
@@ -109,12 +112,16 @@ class StoreSink:
         while (record := it.next()) is not None:
             index += 1
             if isinstance(record, Node):
+                item = len(record.value) + len(record.path) + 64
+                if batch and size + item > self.batch_bytes:  # a request must stay within the backend's limit
+                    self._flush(batch, index - 1)
+                    batch, size = [], 0
                 # a create where the key cannot exist yet (cheaper than an upsert on ZooKeeper and etcd): in
                 # an empty target every key after the journal's checkpoint is unwritten, the journal's
                 # own ancestors aside; merging into a non-empty one (force) needs upserts
                 create = not self.merge and not JOURNAL_PATH.startswith(record.path + "/")
                 batch.append(Put(record.path, record.value, -1 if create else None))
-                size += len(record.value) + len(record.path) + 64
+                size += item
                 self.counts["nodes"] += 1
                 if len(batch) >= self.batch_keys or size >= self.batch_bytes:
                     self._flush(batch, index)
