@@ -248,3 +248,45 @@ def test_force_merges_into_a_non_empty_target(source_url, source_dump, etcd_serv
     copy = dump(target)
     assert copy["tree"].pop("/theirs") == (b"keep me", False)
     assert copy == source_dump
+
+
+def test_force_into_zookeeper_and_import_dry_run(source_url, source_dump, zk_server, tmp_path):
+    path = tmp_path / "store.jsonl"
+    export_store(source_url, path, progress=False)
+    target = _zk(zk_server)
+    with open_store(target) as store:
+        store.put("/app/config", b"old")
+        store.put("/jobs/job-0000000009", b"theirs")  # above the source's counter: the target's stays higher
+    dry = import_file(target, path, dry_run=True, force=True, progress=False)
+    assert dry.dry_run and not dry.checks and "--force" in dry.target_state
+    with open_store(target) as store:
+        assert store.get("/app/config").value == b"old" and store.get_children("/") == ["app", "jobs"]
+    assert import_file(target, path, force=True, progress=False).ok
+    copy = dump(target)
+    assert copy["tree"].pop("/jobs/job-0000000009") == (b"theirs", False)
+    assert copy == source_dump
+    with open_store(target) as store:
+        assert int(store.put("/jobs/job-", b"", sequential=True).path[-10:]) > 9
+
+
+def test_verification_detects_a_different_target(source_url, etcd_server):
+    from statekeep.migrate.source import StoreSource
+    from statekeep.migrate.verify import verify
+
+    target = _etcd(etcd_server)
+    assert migrate(source_url, target, progress=False).ok
+    with open_store(target) as store:
+        store.put("/app/nested/a/sibling", b"changed")
+        provider = open_provider(*default_provider(store))
+        provider.get_state_store("public", "default", "wc").incr("wc/k00000", 1)
+        provider.get_state_store("public", "default", "wc").put("zz-extra", b"x")
+        provider.close()
+        with open_store(source_url) as source_store:
+            source = StoreSource(source_store)
+            checks = verify(source.records(), store)
+            source.close()
+    assert not checks["nodes"].ok and checks["nodes"].mismatches == ["/app/nested/a/sibling"]
+    assert checks["nodes"].matched == checks["nodes"].source - 1
+    assert not checks["state"].ok and checks["state"].mismatches == [
+        "public/default/wc:wc/k00000", "public/default/wc:zz-extra (only on the target)"]
+    assert checks["sequences"].ok

@@ -27,7 +27,7 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import validate_path
 from statekeep.migrate import sequences
 from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
-from statekeep.migrate.source import JOURNAL_PATH
+from statekeep.migrate.source import JOURNAL_PATH, SUFFIX
 from statekeep.state.base import StateEntry
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
@@ -131,7 +131,11 @@ class StoreSink:
                 self._flush(batch, index - 1)
                 batch, size = [], 0
             if isinstance(record, Sequence):
-                sequences.raise_sequence(self.store, record.parent, record.last)
+                last = record.last
+                if self.merge:  # the target's own children may carry higher numbers than the source's
+                    last = max([last] + [int(m.group(1)) for name in self.store.get_children(record.parent)
+                                         if (m := SUFFIX.search(name))])
+                sequences.raise_sequence(self.store, record.parent, last)
                 self.counts["sequences"] += 1
             elif isinstance(record, Function):
                 self.counts["functions"] += 1

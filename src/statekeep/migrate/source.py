@@ -31,7 +31,7 @@ from statekeep.state.metadata_provider import MetadataStateStore
 from statekeep.state.registry import open_provider
 
 JOURNAL_PATH = "/statekeep/migration"
-_SUFFIX = re.compile(r"(\d{10})$")
+SUFFIX = re.compile(r"(\d{10})$")
 _READ_CHUNK = 500
 
 
@@ -100,7 +100,7 @@ class StoreSource:
         names = self.store.get_children(path)
         if not names:
             return
-        last = max((int(m.group(1)) for n in names if (m := _SUFFIX.search(n))), default=0)
+        last = max((int(m.group(1)) for n in names if (m := SUFFIX.search(n))), default=0)
         if sequences.supports_sequences(self.store):
             last = max(last, sequences.last_sequence(self.store, path))
         if last > 0:
