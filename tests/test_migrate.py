@@ -196,6 +196,9 @@ def test_sigkill_mid_copy_then_resume_gives_an_exact_copy(source_url, source_dum
         proc.wait()
         assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
         journal = json.loads(store.get(JOURNAL_PATH).value)
+        dry = migrate(source_url, target, dry_run=True, progress=False)
+        assert dry.target_state.endswith(f"would resume after record {journal['done']}")
+        assert json.loads(store.get(JOURNAL_PATH).value) == journal
     resumed = subprocess.run(command, capture_output=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr.decode()
     report = json.loads(resumed.stdout)

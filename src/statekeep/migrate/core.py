@@ -158,13 +158,13 @@ def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: st
         return report
     with open_store(target_url) as target:
         report.resumed_from = check_target(target, source_id, force)
-        journal = read_journal(target)
+        journal = read_journal(target, strict=False)
         ours = journal is not None and journal.get("source") == source_id
         merge = bool(journal.get("merge", True)) if ours else bool(target.get_children("/"))
-        report.target_state = (f"holds an unfinished copy of this source; would resume after record "
-                               f"{report.resumed_from}" if journal and report.resumed_from else
-                               "not empty; source keys would overwrite target keys (--force)"
-                               if target.get_children("/") else "empty")
+        resume = "would resume" if dry_run else "resuming"
+        report.target_state = (f"holds an unfinished copy of this source; {resume} after record "
+                               f"{report.resumed_from}" if ours else
+                               "not empty; source keys overwrite target keys (--force)" if merge else "empty")
         if dry_run:
             return report
         t1 = time.monotonic()

@@ -46,7 +46,9 @@ class TargetNotEmptyError(MigrationError):
     """The target holds data that is not an unfinished copy from the same source."""
 
 
-def read_journal(store: MetadataStore) -> dict | None:
+def read_journal(store: MetadataStore, *, strict: bool = True) -> dict | None:
+    """The target's journal, None if there is none. One that is not a journal raises
+    :class:`MigrationError` when ``strict``, else reads as a journal of no known source."""
     result = store.get(JOURNAL_PATH)
     if result is None:
         return None
@@ -56,13 +58,15 @@ def read_journal(store: MetadataStore) -> dict | None:
             return journal
     except ValueError:
         pass
+    if not strict:
+        return {"source": None, "done": 0}
     raise MigrationError(f"{JOURNAL_PATH} on the target is not a migration journal; remove it or use --force")
 
 
 def check_target(store: MetadataStore, source_id: str, force: bool) -> int:
     """How many records an earlier run committed (0: start afresh). Raises
     :class:`TargetNotEmptyError` as the module docstring says. Writes nothing."""
-    journal = read_journal(store)
+    journal = read_journal(store, strict=not force)
     if journal is not None and journal.get("source") == source_id:
         return journal["done"]
     if journal is not None and not force:
