@@ -181,6 +181,10 @@ def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(request
                 [s.log.name for s in servers]
             runner_id = status(via_second)["workerId"]
             assert status(via_first)["workerId"] == runner_id
+            # stats: the runner saves them once per micro-batch in the shared store; either server answers
+            stats_path = "/admin/v3/functions/public/default/moving/stats"
+            assert wait_for(lambda: all(c.get(stats_path).json()["receivedTotal"] > 0 for c in (via_first, via_second)),
+                            timeout=120)
             assert main(["functions", "status", "--name", "moving", "--store", url]) == 0
             assert json.loads(capsys.readouterr().out)["workerId"] == runner_id
             runner = next(s for s in servers if s.worker_id == runner_id)
