@@ -141,6 +141,9 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log, log_level="info")
     sock = config.bind_socket()  # the port first (it may be 0): it is part of the worker's id
+    # bind_socket leaves proto 0, so asyncio would not set TCP_NODELAY on accepted connections
+    # (Nagle + delayed ACK: ~40 ms per keep-alive request); give it the protocol
+    sock = socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
     port = sock.getsockname()[1]
     if hasattr(worker, "worker_id"):
         worker.worker_id = f"{advertised_address(args)}:{port}"
