@@ -2,19 +2,22 @@
 
 The console's JSON and SSE endpoints authorize exactly as the REST API does (:class:`Authorizer`): a
 function's data needs a token granting its tenant; the metadata tree and state handles span every
-tenant, so they need a superuser token. A token comes in ``Authorization: Bearer TOKEN`` or, for GET
-requests only, in the ``statekeep_token`` cookie the console's token prompt sets (``EventSource`` cannot
-send headers; writes never accept the cookie, so a cross-site form cannot write).
+tenant, so they need a superuser token. The JSON endpoints take the token from ``Authorization: Bearer
+TOKEN`` only (the server's :data:`~statekeep.server.auth.authorize` dependency); the event streams and
+``whoami``, all GET, also from the ``statekeep_token`` cookie the console's token prompt sets
+(``EventSource`` cannot send headers). Nothing that writes accepts the cookie, so a cross-site form
+cannot write.
 """
 
 from __future__ import annotations
 
 import base64
 from typing import Any
+from urllib.parse import unquote
 
 from fastapi import Request
 
-from statekeep.errors import ForbiddenError, UnauthorizedError
+from statekeep.errors import ForbiddenError
 
 COOKIE = "statekeep_token"
 # no grant lists this tenant (tenant names are validated path segments; NUL is not allowed in one),
@@ -26,7 +29,7 @@ def authorization(request: Request) -> str | None:
     """The request's credentials: the Authorization header, else (GET only) the console's cookie."""
     header = request.headers.get("authorization")
     if header is None and request.method == "GET":
-        token = request.cookies.get(COOKIE)
+        token = unquote(request.cookies.get(COOKIE, ""))  # the console writes it URL-encoded
         if token:
             header = f"Bearer {token}"
     return header
@@ -92,5 +95,5 @@ def value_from_json(body: Any) -> bytes:
     raise ValueError("the body must have stringValue (text) or byteValue (base64)")
 
 
-__all__ = ["COOKIE", "UnauthorizedError", "authorization", "check_superuser", "check_tenant", "may_see",
+__all__ = ["COOKIE", "authorization", "check_superuser", "check_tenant", "may_see",
            "value_from_json", "value_json", "whoami", "whoami_safe"]

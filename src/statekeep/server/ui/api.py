@@ -39,6 +39,7 @@ from statekeep.metadata.types import validate_path
 from statekeep.server.auth import authorize
 from statekeep.server.ui import access
 from statekeep.server.ui import batch_history
+from statekeep.state.base import StateEntry
 from statekeep.state.shape import function_state_json
 
 FN = "/ui/api/functions/{tenant}/{namespace}/{name}"
@@ -249,7 +250,5 @@ def record_json(r) -> dict[str, Any]:
     return out
 
 
-def _entry(r):
-    from statekeep.state.base import StateEntry
-
+def _entry(r) -> StateEntry:
     return StateEntry(r.key, r.value, r.kind, r.version)

@@ -102,7 +102,7 @@ function plot(canvas, points, label) {
   const values = points.map(p => p || 0);
   if (!values.length) { ctx.fillText("no micro-batch yet", 6, ht / 2 + 3); return; }
   const max = Math.max(...values, 1);
-  ctx.fillText(`${label} max ${max.toFixed(max < 10 ? 1 : 0)}`, 4, 10);
+  ctx.fillText(`${label}: last ${values[values.length - 1].toFixed(0)}, max ${max.toFixed(0)}`, 4, 10);
   ctx.strokeStyle = "#2457a6"; ctx.lineWidth = 1.5; ctx.beginPath();
   const n = values.length, top = 14, span = ht - top - 3;
   values.forEach((v, i) => {
@@ -249,7 +249,7 @@ async function functionsPage() {
   }
   function draw(id) {
     const c = table.querySelector(`canvas[data-function="${CSS.escape(id)}"]`);
-    if (c) plot(c, rates[id].slice(-60), "rec/s");
+    if (c) { plot(c, rates[id].slice(-60), "rec/s"); c.dataset.points = Math.min(rates[id].length, 60); }
   }
   let pending = null;
   const reload = () => { clearTimeout(pending); pending = setTimeout(() => load().catch(() => {}), 300); };
