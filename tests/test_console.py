@@ -340,6 +340,18 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
              .get_attribute("data-points") == "2", "the plot drawn with both batches")
         screenshot(browser, "functions")
 
+        # stop and start (Pulsar's lifecycle routes): the wanted state is kept in the registry
+        button = f'tr[data-function="{fn}"] button.lifecycle'
+        stopped = f"/ui/api/node?path=/statekeep/functions/{fn}/stopped"
+        assert browser.find_element(By.CSS_SELECTOR, button).text == "Stop"
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, button).text == "Start", "the stopped function")
+        assert "stopped" in browser.find_element(By.CSS_SELECTOR, f'tr[data-function="{fn}"] .badge').text
+        assert c.get(stopped).json()["exists"] is True
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, button).text == "Stop", "the started function")
+        assert c.get(stopped).json()["exists"] is False
+
         # create a function from the page, then delete it after confirming
         made = f"made{uuid.uuid4().hex[:6]}"
         browser.find_element(By.ID, "new-function").click()

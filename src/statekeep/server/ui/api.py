@@ -28,6 +28,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Match
 
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
@@ -43,7 +44,6 @@ from statekeep.state.base import StateEntry
 from statekeep.state.shape import function_state_json
 
 FN = "/ui/api/functions/{tenant}/{namespace}/{name}"
-ADMIN_FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
 
 
 def node_json(path: str, result) -> dict[str, Any]:
@@ -89,9 +89,17 @@ async def functions(request: Request) -> Response:
                                 "stopped": _stopped(registry, tenant, namespace, name)})
         return out
 
-    # start/stop buttons only where the server has Pulsar's lifecycle routes (statekeep.server.lifecycle)
-    lifecycle = ADMIN_FN + "/stop" in {getattr(route, "path", None) for route in request.app.routes}
+    lifecycle = _has_lifecycle(request)
     return JSONResponse(await run_in_threadpool(listing))
+
+
+def _has_lifecycle(request: Request) -> bool:
+    """Whether the app routes ``POST FN/stop`` (Pulsar's lifecycle, :mod:`statekeep.server.lifecycle`):
+    the console shows start/stop buttons only then. Asked of the routes themselves (included routers
+    are not flattened into ``app.routes``)."""
+    scope = {"type": "http", "method": "POST", "path": "/admin/v3/functions/t/n/f/stop", "root_path": "",
+             "path_params": {}}
+    return any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes)
 
 
 def _stopped(registry, tenant: str, namespace: str, name: str) -> bool | None:
