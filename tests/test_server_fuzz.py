@@ -93,10 +93,22 @@ def fuzz_server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory):
+    """A server with tokens: the spec then declares the bearer scheme, 401 and 403."""
+    srv = ServerProcess(tmp_path_factory.mktemp("fuzz-auth") / "data",
+                        tokens={"root-token": {"superuser": True}, "other-token": {"tenants": ["other"]}})
+    with httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer root-token"}) as client:
+        create_function(client, "fuzz", "ns", "fn")
+        client.post("/admin/v3/functions/fuzz/ns/fn/state/k", json={"numberValue": 1})
+    yield srv
+    srv.stop()
+
+
 def run_schemathesis(url: str, spec: str, config: Path, *extra: str) -> subprocess.CompletedProcess:
     st = Path(sys.executable).with_name("st")
     argv = [str(st), "--config-file", str(config), "run", spec, "--url", url, "--checks", "all", "--mode", "all",
-            "--max-examples", "3", "--workers", "2", "--generation-deterministic", "--continue-on-failure",
+            "--max-examples", "15", "--workers", "2", "--generation-deterministic", "--continue-on-failure",
             "--no-color", "--request-timeout", "30", *extra]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
@@ -119,6 +131,21 @@ def test_schemathesis_against_pulsars_state_paths(fuzz_server, tmp_path):
                               "--exclude-checks", "allow_header_conformance")
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
     assert re.search(r"Tested: 2\b", result.stdout), result.stdout[-5000:]
+
+
+def test_schemathesis_all_checks_with_auth_on(auth_server, tmp_path):
+    """ignored_auth (a request without the token must get 401) and the rest, with a superuser token."""
+    config = tmp_path / "schemathesis.toml"
+    config.write_text('headers = { Authorization = "Bearer root-token" }\n' + CONFIG)
+    result = run_schemathesis(auth_server.url, auth_server.url + "/openapi.json", config)
+    assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
+    assert re.search(r"Tested: (\d+)", result.stdout), result.stdout[-5000:]
+    with httpx.Client(base_url=auth_server.url) as anonymous:  # the fuzzer got in only with the token
+        assert anonymous.get("/admin/v3/functions/fuzz/ns/fn").status_code == 401
+        lines = [line for line in anonymous.get("/metrics").text.splitlines()
+                 if line.startswith("statekeep_http_requests_total")]
+    assert any('status="401"' in line for line in lines)  # ignored_auth's requests without the token
+    assert any("/state/{key:path}" in line and 'status="200"' in line for line in lines)  # and with it
 
 
 def test_server_survives_fuzzing(fuzz_server):

@@ -5,14 +5,17 @@ Routes (``FN`` = ``/admin/v3/functions/{tenant}/{namespace}/{name}``), one route
 
 - ``routes.functions``: ``POST|PUT FN`` create / update, multipart ``functionConfig`` (JSON) + ``data``
   (the Python file); ``GET FN``: the config; ``DELETE FN``: the function and its state;
-  ``GET .../{tenant}/{namespace}``: names; ``GET FN/status`` (``status_router``): Pulsar's FunctionStatus
-  JSON; ``instances[0].status.workerId`` names the worker running the function now.
+  ``GET .../{tenant}/{namespace}``: names.
+- :mod:`statekeep.server.lifecycle`: ``FN/status``, ``FN/stats`` (Pulsar's FunctionStatus and
+  FunctionStats), ``FN/start|stop|restart|trigger`` and their per-instance forms.
 - ``routes.state``: ``GET|POST|DELETE FN/state/{key}``: one key as FunctionState JSON; POST takes a
   multipart ``state`` part or a JSON body; ``If-Match: VERSION`` (or ``If-None-Match: *``) makes POST
   and DELETE conditional. ``GET FN/state?prefix=&startAfter=&limit=``: a page of keys.
 - ``routes.followers``: ``/admin/v3/followers...``, read-only followers configured with the server
   (:mod:`statekeep.server.followers`).
-- ``routes.ops``: ``/metrics`` (Prometheus), ``/health``; FastAPI adds ``/docs`` and ``/openapi.json``.
+- ``routes.ops``: ``/metrics`` (Prometheus), ``/health``; FastAPI adds ``/docs`` and ``/openapi.json``
+  (made truthful by :mod:`statekeep.server.openapi`).
+- :mod:`statekeep.server.ui`: the web console at ``/ui``.
 
 Adding a router: write an ``APIRouter`` guarded by ``dependencies=[Depends(authorize)]``
 (:mod:`statekeep.server.auth`: checks the ``{tenant}`` path parameter, documents the bearer scheme)
@@ -105,7 +108,7 @@ def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
 
     app.include_router(state.router)  # first: its GET of a key is the hottest route
     app.include_router(functions.router)
-    lifecycle.install(app, ctx)  # FN/status|stats|start|stop|restart|trigger (replaces functions.status_router)
+    lifecycle.install(app, ctx)  # FN/status|stats|start|stop|restart|trigger
     app.include_router(follower_routes.router)
     app.include_router(ops.router)
     app.include_router(ui.router)  # the web console at /ui

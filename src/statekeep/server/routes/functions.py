@@ -1,4 +1,5 @@
-"""Functions: ``POST|PUT|GET|DELETE FN``, ``GET FN/status`` and ``GET /admin/v3/functions/{tenant}/{namespace}``."""
+"""Functions: ``POST|PUT|GET|DELETE FN`` and ``GET /admin/v3/functions/{tenant}/{namespace}`` (status, stats
+and start/stop/restart/trigger are in :mod:`statekeep.server.lifecycle`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.worker import function_status as read_function_status
-from statekeep.functions.worker import pulsar_function_status
 from statekeep.server import schemas
 from statekeep.server.auth import authorize
 from statekeep.server.bodies import check_length, read_form, read_part
@@ -21,8 +20,6 @@ FN = "/admin/v3/functions/{tenant}/{namespace}/{name}"
 PARTS = ("functionConfig", "data")
 
 router = APIRouter(dependencies=[Depends(authorize)], tags=["functions"])
-#: ``GET FN/status`` alone, so that a lifecycle router can replace it in ``create_app``.
-status_router = APIRouter(dependencies=[Depends(authorize)], tags=["functions"])
 
 
 async def upload(request: Request, ctx: ServerContext, tenant: str, namespace: str, name: str,
@@ -82,16 +79,6 @@ async def update_function(tenant: str, namespace: str, name: str, request: Reque
 @router.get(FN, responses=schemas.errors(400, 404), response_model=schemas.FunctionConfig, summary="Get a function")
 async def get_function(tenant: str, namespace: str, name: str, ctx: ServerContext = Depends(get_context)) -> Response:
     return JSONResponse((await ctx.call(ctx.registry.get, tenant, namespace, name, read=True)).to_json())
-
-
-@status_router.get(FN + "/status", responses=schemas.ERRORS, summary="A function's status, with the worker running it")
-async def function_status(tenant: str, namespace: str, name: str,
-                          ctx: ServerContext = Depends(get_context)) -> Response:
-    def status() -> dict[str, Any]:
-        ctx.registry.get(tenant, namespace, name)  # 404 for an unknown function
-        return pulsar_function_status(read_function_status(ctx.store, tenant, namespace, name))
-
-    return JSONResponse(await ctx.call(status, read=True))
 
 
 @router.delete(FN, status_code=204, responses=schemas.errors(400, 404, 409), summary="Delete a function and its state")
