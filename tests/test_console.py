@@ -101,6 +101,11 @@ def wait(driver, condition, what: str):
     return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(check, message=what)
 
 
+def click(driver, css: str) -> None:
+    """Click ``css``, again if a live re-render replaced the element between finding and clicking."""
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True, f"a click on {css}")
+
+
 def text_of(driver, css: str) -> str:
     found = driver.find_elements(By.CSS_SELECTOR, css)
     return found[0].text if found else ""
@@ -226,6 +231,33 @@ def test_state_values_live_updates_and_conflict(browser, server):
     assert console_errors(browser, expected=(r"state/note - .*409",)) == []
 
 
+def test_changelog_page_shows_followers_and_lag(browser, tmp_path):
+    first = ServerProcess(tmp_path / "data")
+    try:
+        with rest(first) as c:
+            assert create_function(c, "public", "default", "wc").status_code == 200
+            put(c, "public/default/wc", "k", {"stringValue": "v"})
+    finally:
+        first.stop()
+    srv = ServerProcess(tmp_path / "data", extra=["--follow", "public/default/wc"])  # a follower of its own store
+    try:
+        browser.get(srv.url + "/ui/functions/public/default/wc/changelog")
+        follower = '#followers tr[data-follower="public/default/wc"]'
+        wait(browser, lambda d: text_of(d, f"{follower} .lag") == "0" and text_of(d, f"{follower} .applied") == "0",
+             "the follower, caught up")
+        wait(browser, lambda d: text_of(d, "#live") == "live", "the changelog tail")
+        with rest(srv) as c:
+            put(c, "public/default/wc", "k2", {"numberValue": 7})
+        wait(browser, lambda d: "k2" in text_of(d, "#tail tbody tr:first-child"), "the new record in the tail")
+        wait(browser, lambda d: text_of(d, f"{follower} .applied") == "1", "the follower applying it")
+        assert text_of(browser, f"{follower} .lag") == "0"
+        screenshot(browser, "changelog-followers")
+        assert console_errors(browser) == []
+    finally:
+        browser.get("about:blank")
+        srv.stop()
+
+
 def test_metadata_tree_expands_and_follows(browser, server):
     name = f"tree{uuid.uuid4().hex[:6]}"
     with rest(server) as c:
@@ -238,7 +270,8 @@ def test_metadata_tree_expands_and_follows(browser, server):
         wait(browser, lambda d: "Version" in text_of(d, "#stat"), "the Stat details")
         assert json.loads(browser.find_element(By.ID, "node-decoded").text)["name"] == name  # decoded JSON
         # lazily expand it: its children appear
-        node.find_element(By.XPATH, "preceding-sibling::span[@class='toggle']").click()
+        wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}"]').find_element(
+            By.XPATH, "preceding-sibling::span[@class='toggle']").click() or True, "a click on the toggle")
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}/code"]'),
              "the node's children")
         # created elsewhere (another function over REST): appears in the open tree
@@ -248,9 +281,19 @@ def test_metadata_tree_expands_and_follows(browser, server):
              "the node created elsewhere")
         screenshot(browser, "metadata")
 
+        # create a child of the selected node (must not exist: version -1)
+        click(browser, f'.node[data-path="{base}/{name}"]')
+        wait(browser, lambda d: d.find_elements(By.ID, "child-name"), "the create form")
+        browser.find_element(By.ID, "child-name").send_keys("notes")
+        browser.find_element(By.ID, "child-value").send_keys("made in the console")
+        browser.find_element(By.ID, "child-create").click()
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}/notes"]'),
+             "the created child")
+        assert c.get(f"/ui/api/node?path={base}/{name}/notes").json()["stringValue"] == "made in the console"
+
         # a node edited while another client writes it: the edit is kept, saving shows the conflict
         code_path = f"{base}/{name}/code"
-        browser.find_element(By.CSS_SELECTOR, f'.node[data-path="{code_path}"]').click()
+        click(browser, f'.node[data-path="{code_path}"]')
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#details h2.mono")
              and d.find_element(By.CSS_SELECTOR, "#details h2.mono").text == code_path, "the code node")
         version = int(re.search(r"Version\n(\d+)", text_of(browser, "#stat")).group(1))
@@ -275,6 +318,8 @@ def test_auth_prompt_and_tenant_scoping(browser, tmp_path):
             assert create_function(root, "acme", "ns", "mine").status_code == 200
             assert create_function(root, "other", "ns", "theirs").status_code == 200
             put(root, "acme/ns/mine", "k", {"stringValue": "acme value"})
+            for i in range(55):  # more than a page (50)
+                put(root, "acme/ns/mine", f"p{i:02d}", {"numberValue": i})
         browser.get(srv.url + "/ui/functions")
         browser.delete_all_cookies()
         browser.execute_script("localStorage.clear()")
@@ -292,6 +337,13 @@ def test_auth_prompt_and_tenant_scoping(browser, tmp_path):
             put(acme, "acme/ns/mine", "k", {"stringValue": "pushed"})
         wait(browser, lambda d: row(d, "k").find_element(By.CSS_SELECTOR, ".value pre").text == "pushed",
              "the pushed change")
+        keys = [r.get_attribute("data-key") for r in browser.find_elements(By.CSS_SELECTOR, "#state tbody tr")]
+        assert keys == ["k"] + [f"p{i:02d}" for i in range(49)]
+        browser.find_element(By.ID, "next-page").click()  # the next page, a bookmarkable URL
+        wait(browser, lambda d: "startAfter=p48" in d.current_url
+             and d.find_elements(By.CSS_SELECTOR, "#state tbody tr"), "the second page")
+        assert [r.get_attribute("data-key") for r in browser.find_elements(By.CSS_SELECTOR, "#state tbody tr")] \
+            == [f"p{i:02d}" for i in range(49, 55)]
         browser.get(srv.url + "/ui/metadata")  # the whole store: superusers only
         wait(browser, lambda d: "superuser" in text_of(d, "#message"), "the superuser notice")
         assert not browser.find_elements(By.CSS_SELECTOR, ".tree .node")

@@ -415,7 +415,7 @@ async function changelogPage() {
     h("tbody", {}, data.snapshots.length ? data.snapshots.map(s => h("tr", {}, h("td", { text: s.snapshot }), h("td", { class: "num", text: s.offset }),
       h("td", { class: "mono", text: s.epoch || "" }), h("td", { class: "num", text: bytes(s.size) }), h("td", { text: when(s.createdMs) }), h("td", { class: "mono", text: s.blob })))
       : h("tr", {}, h("td", { colspan: 6, class: "muted", text: "No snapshots." }))));
-  const followers = h("table", { id: "followers" }, h("thead", {}, h("tr", {}, ["Follower of", "Leader", "Lag (records)", "Status"].map(t => h("th", { text: t })))), h("tbody"));
+  const followers = h("table", { id: "followers" }, h("thead", {}, h("tr", {}, ["Follower of", "Phase", "Applied offset", "Lag (records)", "Error"].map(t => h("th", { text: t })))), h("tbody"));
   const tail = h("table", { id: "tail" }, h("thead", {}, h("tr", {}, ["Offset", "Key", "Version", "Value"].map(t => h("th", { text: t })))), h("tbody"));
   content.append(h("div", { class: "grid2" }, h("div", { class: "card" }, h("h2", { text: "Position" }), position),
     h("div", {}, h("h2", { text: "Snapshots" }), snaps)),
@@ -431,10 +431,11 @@ async function changelogPage() {
   async function loadFollowers() {
     let list = [];
     try { list = await api("GET", "/admin/v3/followers"); } catch (e) { if (e.status !== 403) throw e; }
-    const rows = list.map(f => h("tr", { class: `${f.tenant}/${f.namespace}/${f.name}` === id ? "flash" : null },
-      h("td", { text: `${f.tenant}/${f.namespace}/${f.name}` }), h("td", { class: "mono", text: f.leader || "" }),
-      h("td", { class: "num", text: f.lag === null || f.lag === undefined ? "unknown" : String(f.lag) }), h("td", { class: "error", text: f.error || "" })));
-    followers.tBodies[0].replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 4, class: "muted", text: "This server runs no followers." }))]));
+    const rows = list.map(f => h("tr", { "data-follower": `${f.tenant}/${f.namespace}/${f.name}`, style: `${f.tenant}/${f.namespace}/${f.name}` === id ? "font-weight:600" : null },
+      h("td", { text: `${f.tenant}/${f.namespace}/${f.name}` + (f.view ? " (subset)" : "") }), h("td", { text: f.phase || "" }),
+      h("td", { class: "num applied", text: f.appliedOffset === undefined || f.appliedOffset === null ? "" : String(f.appliedOffset) }),
+      h("td", { class: "num lag", text: f.lag === null || f.lag === undefined ? "unknown" : String(f.lag) }), h("td", { class: "error", text: f.error || "" })));
+    followers.tBodies[0].replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 5, class: "muted", text: "This server runs no followers." }))]));
   }
   await loadFollowers();
   setInterval(() => loadFollowers().catch(() => {}), 5000);
@@ -562,11 +563,12 @@ async function metadataPage() {
   });
   async function flush() {
     const todo = [...dirty]; dirty.clear();
-    const box = $("#node-value"), editing = box && box.value !== box.defaultValue;
+    // the user is typing in the details (an edit, a new child): never re-render under them
+    const editing = [...details.querySelectorAll("input, textarea")].some(el => el.value !== el.defaultValue);
     for (const p of todo) {
       if (p === "\0details") {
-        if (editing) {  // the user is editing: keep the edit, warn
-          $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
+        if (editing) {  // keep what the user typed, warn
+          if ($("#node-note")) $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
         } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
       } else if (p === "\0refresh") {
         if (!editing) await showDetails(selected).catch(() => {});
