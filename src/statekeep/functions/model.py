@@ -72,7 +72,7 @@ FIXED: dict[str, bool] = {"autoAck": True, "cleanupSubscription": True, "retainO
 ProcessingGuarantees = Literal["ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE"]
 
 
-def _name(what: str):
+def _name(what: str) -> AfterValidator:
     return AfterValidator(lambda v: validate_name(v, what))
 
 

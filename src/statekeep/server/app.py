@@ -31,7 +31,9 @@ changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -77,14 +79,14 @@ def _open(cfg: ServerConfig) -> ServerContext:
                          worker=cfg.worker if cfg.worker is not None else NullWorker(), inline_reads=inline_reads)
 
 
-def create_app(config: ServerConfig | dict | None = None) -> FastAPI:
+def create_app(config: ServerConfig | Mapping[str, Any] | None = None) -> FastAPI:
     """The ASGI app. Opens the metadata store now; the lifespan starts the worker and, at shutdown,
     stops it and closes the followers, the providers and the store. Raises
     :class:`~statekeep.errors.InvalidArgumentError` for a bad config or tokens file."""
     ctx = _open(ServerConfig.from_any(config))
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ctx.worker.start(ctx.registry)
         try:
             yield

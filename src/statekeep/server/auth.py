@@ -32,7 +32,7 @@ def _digest(token: str) -> bytes:
 class Authorizer:
     """The configured tokens and their grants; ``enabled`` is False when none are configured."""
 
-    def __init__(self, tokens: Mapping[str, Mapping] | None) -> None:
+    def __init__(self, tokens: Mapping[str, Mapping[str, object]] | None) -> None:
         self.enabled = tokens is not None
         self._grants: dict[bytes, tuple[bool, frozenset[str]]] = {}
         for token, grant in (tokens or {}).items():

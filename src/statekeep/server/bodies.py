@@ -23,7 +23,7 @@ async def read_part(part: Any, limit: int) -> bytes | None:
     if part is None:
         return None
     if isinstance(part, UploadFile):
-        data = await part.read(limit + 1)
+        data: bytes = await part.read(limit + 1)
         if len(data) > limit:
             raise ValueTooLargeError(f"upload exceeds the limit of {limit} bytes")
         return data

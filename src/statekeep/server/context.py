@@ -46,4 +46,5 @@ class ServerContext:
 
 def get_context(request: Request) -> ServerContext:
     """FastAPI dependency: the app's :class:`ServerContext`."""
-    return request.app.state.ctx
+    ctx: ServerContext = request.app.state.ctx
+    return ctx

@@ -21,11 +21,14 @@ records not yet applied (-1 when unknown, e.g. the leader is unreachable or the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.state.catalog import DEFAULT_ROOT
+
+if TYPE_CHECKING:
+    from statekeep.changelog import FollowerStore
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +40,10 @@ _SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", 
 class Followers:
     """The followers a server serves, by ``T/N/F``."""
 
-    def __init__(self, specs: list[Mapping[str, Any]] | None, *, functions_root: str = DEFAULT_ROOT) -> None:
+    def __init__(self, specs: Sequence[Mapping[str, Any]] | None, *, functions_root: str = DEFAULT_ROOT) -> None:
         from statekeep.changelog import FollowerStore
 
-        self.by_name: dict[str, Any] = {}
+        self.by_name: dict[str, FollowerStore] = {}
         try:
             for spec in specs or []:
                 if not isinstance(spec, Mapping) or set(spec) - _SPEC_KEYS or \
@@ -57,7 +60,7 @@ class Followers:
             self.close()
             raise
 
-    def get(self, tenant: str, namespace: str, name: str):
+    def get(self, tenant: str, namespace: str, name: str) -> FollowerStore:
         follower = self.by_name.get(f"{tenant}/{namespace}/{name}")
         if follower is None:
             raise NotFoundError(f"this server follows no function {tenant}/{namespace}/{name}")

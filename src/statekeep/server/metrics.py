@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -42,7 +43,8 @@ class Metrics:
         self._lock = threading.Lock()
         self._text_collectors: list[Callable[[], list[str]]] = []
         # children by label values: labels() costs a lock and a dict lookup per call
-        self._children: dict[tuple, Any] = {}
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._op_children: dict[str, Any] = {}
 
     def add_collector(self, collect: Callable[[], list[str]]) -> None:
         """``collect()`` returns exposition lines (HELP, TYPE, samples) to append at each scrape."""
@@ -59,9 +61,9 @@ class Metrics:
         children[1].observe(seconds)
 
     def state_op(self, op: str) -> None:
-        child = self._children.get(op)
+        child = self._op_children.get(op)
         if child is None:
-            child = self._children[op] = self.state_ops.labels(op)
+            child = self._op_children[op] = self.state_ops.labels(op)
         child.inc()
 
     def render(self) -> str:
@@ -90,25 +92,25 @@ class FollowerLagCollector(Collector):
             family.add_metric([fqfn], lag)
         yield family
 
-    def describe(self) -> list:
+    def describe(self) -> list[GaugeMetricFamily]:
         return []  # the families depend on the followers configured
 
 
 class MetricsMiddleware:
     """Pure ASGI middleware (no per-request task or body copy) that records every HTTP request."""
 
-    def __init__(self, app, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
         status = 500
 
-        async def send_status(message) -> None:
+        async def send_status(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

@@ -19,12 +19,13 @@ from statekeep.functions.model import NAME_PATTERN
 from statekeep.server.schemas import KEY_SCHEMA, errors
 from statekeep.state.keys import MAX_NAME
 
-NAME_SCHEMA = {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME,
-               "description": f"1-{MAX_NAME} of A-Z a-z 0-9 _ . - (not . or ..)"}
-PATH_SCHEMAS = {"tenant": NAME_SCHEMA, "namespace": NAME_SCHEMA, "name": NAME_SCHEMA, "key": KEY_SCHEMA,
-                # a function instance (statekeep.server.lifecycle): digits; one past the function's
-                # parallelism is a 404
-                "instanceId": {"type": "string", "pattern": "^[0-9]{1,6}$"}}
+NAME_SCHEMA: dict[str, Any] = {
+    "type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME,
+    "description": f"1-{MAX_NAME} of A-Z a-z 0-9 _ . - (not . or ..)"}
+PATH_SCHEMAS: dict[str, dict[str, Any]] = {
+    "tenant": NAME_SCHEMA, "namespace": NAME_SCHEMA, "name": NAME_SCHEMA, "key": KEY_SCHEMA,
+    # a function instance (statekeep.server.lifecycle): digits; one past the function's parallelism is a 404
+    "instanceId": {"type": "string", "pattern": "^[0-9]{1,6}$"}}
 _AUTH_ERRORS = {str(code): value for code, value in errors(401, 403).items()}
 
 

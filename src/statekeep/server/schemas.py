@@ -76,7 +76,7 @@ FUNCTION_UPDATE_BODY = _function_body(["functionConfig"])
 
 #: a state key in a path: 1 to MAX_SEGMENT characters (the exact limit is on its encoded form:
 #: ASCII letters and digits count 1, other bytes of its UTF-8 form 3; see statekeep.state.keys)
-KEY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT}
+KEY_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT}
 
 STATE_PATH = {"parameters": [
     {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}

@@ -58,7 +58,7 @@ Int64 = Annotated[int, Field(ge=COUNTER_MIN, le=COUNTER_MAX)]
 Base64 = Annotated[str, AfterValidator(_b64), Field(pattern=BASE64_PATTERN, description="base64")]
 ByteArray = list[Annotated[int, Field(ge=-128, le=255)]]
 #: the JSON Schema of "exactly one value field, not null"
-_EXACTLY_ONE = {"oneOf": [
+_EXACTLY_ONE: dict[str, Any] = {"oneOf": [
     {"required": ["stringValue"], "properties": {"stringValue": {"type": "string"}}},
     {"required": ["byteValue"], "properties": {"byteValue": {"type": ["string", "array"]}}},
     {"required": ["numberValue"], "properties": {"numberValue": {"type": "integer"}}},
@@ -114,6 +114,7 @@ class StateValue:
     def write(self, store: StateStore, key: str, expected_version: int | None = None) -> int:
         if self.counter is not None:
             return store.set_counter(key, self.counter, expected_version=expected_version)
+        assert self.data is not None  # one of the two is set
         return store.put(key, self.data, expected_version=expected_version)
 
 
@@ -142,4 +143,4 @@ def parse_function_state(body: object, key: str) -> StateValue:
         return StateValue(counter=state.numberValue)
     if isinstance(state.byteValue, str):
         return StateValue(data=base64.b64decode(state.byteValue, validate=True))
-    return StateValue(data=bytes(b & 0xFF for b in state.byteValue))
+    return StateValue(data=bytes(b & 0xFF for b in state.byteValue or ()))
