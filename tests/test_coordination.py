@@ -233,6 +233,16 @@ class TestLeaderElection:
         assert waiting.result(timeout=TIMEOUT).content == b"new"
         assert not leader.held
 
+    def test_waiting_contender_fails_when_its_store_closes(self, open_url, coord_for):
+        holder = coord_for(open_url())
+        holder.become_leader("/election", b"leader").result(timeout=TIMEOUT)
+        store = open_url()
+        waiting = coord_for(store, recheck_interval=0.05).become_leader("/election", b"waiting")
+        assert wait_for(lambda: len(holder.contenders("/election")) == 2, timeout=TIMEOUT)
+        store.close()
+        with pytest.raises(StoreClosedError):
+            waiting.result(timeout=TIMEOUT)
+
     def test_cancel_and_close(self, open_url, coord_for):
         holder = coord_for(open_url())
         holder.acquire_lock("/election", b"")

@@ -84,14 +84,14 @@ class RetryPolicy:
         ends without raising once ``max_attempts`` attempts were made or ``deadline`` seconds have
         passed since the first. ``sleep`` and ``clock`` are injectable (tests drive them)."""
         limit, deadline = self.max_attempts, self.deadline
-        end = None if deadline is None else clock() + deadline
+        start = clock() if deadline is not None else 0.0
         attempt = 0
         while True:
             yield attempt
             attempt += 1
             if limit is not None and attempt >= limit:
                 return
-            if end is not None and clock() > end:
+            if deadline is not None and clock() - start > deadline:
                 return
             if attempt > self.immediate:
                 sleep(self.delay(attempt))

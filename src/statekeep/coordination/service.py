@@ -286,10 +286,20 @@ class CoordinationService:
         return done.wait(timeout)
 
     def _advance(self, election: _Election) -> None:
-        """Look at the queue once: lead if first and the lock is free, else watch the one key before."""
+        """Look at the queue once: lead if first and the lock is free, else watch the one key before.
+        An unreachable store leaves the contender waiting for the re-check; any other store error (the
+        store closed) fails its future."""
         if election.future.done():
             return  # cancelled, failed or won: the done-callback cleans up
         self._wakeups += 1
+        try:
+            self._advance_once(election)
+        except StoreUnavailableError:
+            log.info("election %s: store unreachable; trying again on the next re-check", election.path)
+        except StatekeepError as e:
+            _set(election.future, exception=e)
+
+    def _advance_once(self, election: _Election) -> None:
         store, queue = self.store, queue_path(election.path)
         if election.node is None:
             election.node = self._enqueue(election, queue)

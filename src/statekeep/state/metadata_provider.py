@@ -201,7 +201,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         changelog record; retried on a lost race unless the caller expected a version."""
         path = self._kv + encode_key(key)
         expected_version = validate_expected_version(expected_version)
-        for wait in self._backoff(key):
+        for _ in self._retry.attempts():
             current = self._store.get(path)
             if expected_version is not None:
                 _check_expected(key, current, expected_version)
@@ -226,16 +226,12 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                                           f"{expected_version})") from None
                 continue  # lost a race: read again
             return stats[0].version if stats[0] is not None else True
-        raise AssertionError("unreachable")
+        raise self._gave_up(f"state key {key!r}")
 
-    def _backoff(self, key: str) -> Iterator[int]:
-        """One attempt per item (the shared retry policy, bounded by ``retry_seconds``); raises
-        :class:`BadVersionError` once the deadline has passed with every attempt lost."""
-        attempt = 0
-        for attempt in self._retry.attempts():
-            yield attempt
-        raise BadVersionError(f"gave up writing state key {key!r} of {self.base} after {attempt + 1} "
-                              f"attempts lost to concurrent writers in {self._retry_seconds}s")
+    def _gave_up(self, what: str) -> BadVersionError:
+        """The error once the retry policy (bounded by ``retry_seconds``) saw every attempt lost."""
+        return BadVersionError(f"gave up writing {what} of {self.base}: every attempt was lost to concurrent "
+                               f"writers for {self._retry_seconds}s")
 
     # ---- batches -----------------------------------------------------------------------------
 
@@ -300,7 +296,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         if ``done()``, else read and try again."""
         if currents is None and done():
             return False
-        for wait in self._backoff(f"batch of {len(items)} keys"):
+        for _ in self._retry.attempts():
             ops: list[Op] = list(extra())
             logs = []
             if currents is None:
@@ -325,7 +321,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                 if done():  # lost to a replay of this very batch, or another applier of this group
                     return False
                 currents = None
-        raise AssertionError("unreachable")
+        raise self._gave_up(f"a batch of {len(items)} keys")
 
 
 class MetadataStateStoreProvider(StateStoreProvider):
