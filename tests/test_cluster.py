@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.server_process import ServerProcess, create_function
-from test_functions_spark import write_words
+from support.spark import write_words
 
 from statekeep.cli import main
 from statekeep.functions.service import FunctionService

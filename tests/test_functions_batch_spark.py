@@ -7,7 +7,7 @@ import shutil
 from collections import Counter
 
 import pytest
-from test_functions_spark import (
+from support.spark import (
     EXAMPLE,
     counters,
     expected_counts,

@@ -16,65 +16,22 @@ import pytest
 
 from statekeep.functions.service import FunctionService
 from statekeep.functions.spark import read_status, run_registered
-from statekeep.testing import wait_for
-
-EXAMPLE = Path(__file__).parent.parent / "examples" / "wordcount"
-WORDCOUNT = (EXAMPLE / "wordcount.py").read_bytes()
-
-
-def write_words(directory: Path, name: str, words: list[str]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    temp = directory / f".{name}.tmp"
-    temp.write_text("".join(json.dumps({"word": w}) + "\n" for w in words))
-    temp.rename(directory / name)  # appear whole: Spark's file source must not see half a file
-
-
-def expected_counts(directory: Path) -> Counter:
-    counts: Counter = Counter()
-    for path in directory.glob("*.jsonl"):
-        counts.update(json.loads(line)["word"] for line in path.read_text().splitlines())
-    return counts
-
-
-def counters(service: FunctionService, name: str) -> dict[str, int]:
-    state = service.registry.state_store("public", "default", name)
-    return {e.key: e.counter for e in state.scan_entries()}
-
-
-def register(service, name, inputs, output=None, code=WORDCOUNT, **extra):
-    config = {"tenant": "public", "namespace": "default", "name": name, "inputs": [str(inputs)],
-              "keyField": "word", "parallelism": 2, **extra}
-    if output:
-        config["output"] = str(output)
-    service.registry.create(config, code)
-
+from support.spark import (
+    EXAMPLE,
+    KEYS_PER_FILE,
+    backend_store,
+    counters,
+    expected_counts,
+    kill_driver_then_rerun,
+    register,
+    run_once,
+    write_words,
+)
 
 @pytest.fixture
 def service(tmp_path):
     with FunctionService.open(f"local://{tmp_path / 'data'}") as s:
         yield s
-
-
-# Per backend: distinct keys per input file (one file per micro-batch, two partitions), so that on
-# ZooKeeper (1000 keys per transaction) and etcd (27) each (batch, partition) needs several
-# transactions and goes through the staged commit of statekeep.state.staged.
-KEYS_PER_FILE = {"local": 100, "etcd": 240, "zk": 2_400}
-
-
-def backend_store(backend: str, request, tmp_path) -> tuple[str, list[str]]:
-    """The store URL for ``backend`` and the localrun options that select it."""
-    if backend == "local":
-        return f"local://{tmp_path / 'data'}", ["--data-dir", str(tmp_path / "data")]
-    server = request.getfixturevalue("zk_server" if backend == "zk" else "etcd_server")
-    url = f"{backend}://{server.address}/spark{os.urandom(4).hex()}"
-    return url, ["--store", url, "--checkpoint-dir", str(tmp_path / "checkpoints")]
-
-
-def run_once(service, spark, tmp_path, name):
-    query = run_registered(service, f"local://{tmp_path / 'data'}", "public", "default", name,
-                           checkpoint_root=str(tmp_path / "checkpoints"), once=True, spark=spark)
-    query.await_termination()
-    return query
 
 
 def test_word_count_exact_and_restart_continues_from_checkpoint(spark, service, tmp_path):
@@ -173,34 +130,6 @@ def test_bad_function_file_refused_before_spark(tmp_path):
     assert result.returncode == 2
     assert "bad.py:1" in result.stderr and "syntax error" in result.stderr
     assert "Traceback" not in result.stderr and "py4j" not in result.stderr
-
-
-def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path) -> tuple[str, list[str], Path]:
-    """Run function file ``py`` with localrun on ``backend`` (one input file per micro-batch), SIGKILL
-    the driver with its JVM and Python workers after two micro-batches, run it again to the end;
-    returns (store URL, the input words, the output directory)."""
-    inputs, out = tmp_path / "in", tmp_path / "out"
-    url, where = backend_store(backend, request, tmp_path)
-    per = KEYS_PER_FILE[backend]
-    words = [f"w{i % (per + 3)}" for i in range(6 * per)]
-    for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * per:(part + 1) * per])
-    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "crash",
-               "--py", str(py), "--inputs", str(inputs), "--key-field", "word",
-               "--parallelism", "2", "--output", str(out), *where, "--once",
-               "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
-    with FunctionService.open(url) as service:
-        assert wait_for(lambda: (read_status(service.registry.store, "public", "default", "crash") or {})
-                        .get("batches", 0) >= 2 or first.poll() is not None, timeout=300)
-    os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
-    first.wait()
-    time.sleep(1)
-    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    return url, words, out
 
 
 @pytest.mark.parametrize("backend", ["local", "zk", "etcd"])

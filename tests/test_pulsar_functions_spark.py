@@ -14,7 +14,7 @@ import pytest
 from statekeep.functions import stats
 from statekeep.functions.service import FunctionService
 from statekeep.functions.spark import read_status, run_registered
-from test_functions_spark import write_words
+from support.spark import write_words
 
 PULSAR_CLASS = b'''
 from pulsar import Function

@@ -1,6 +1,7 @@
 """A follower in a process of its own (for test_followers_processes.py):
 
-    python follower_worker.py LEADER_URL TENANT NAMESPACE NAME LOCAL_DIR [--restore-chunk N] [--no-snapshots] [--provider P] [--prefix P] [--even]
+    python follower_worker.py LEADER_URL TENANT NAMESPACE NAME LOCAL_DIR [--restore-chunk N] [--no-snapshots]
+                              [--provider P] [--prefix P] [--even]
 
 Prints a JSON status line (FollowerStore.status()) every 20 ms. Reads commands from stdin:
 ``dump PATH`` waits until caught up, writes every entry as JSON to PATH and prints ``{"dumped": PATH}``;

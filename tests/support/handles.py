@@ -71,5 +71,6 @@ def snapshot(handles: StateHandleStore) -> dict[str, tuple[int, bytes]]:
         if current is not None:
             from statekeep.handles.handle import decode
 
-            out[key] = (current.stat.version, decode(key, current.stat.version, current.value, handles.blobs).read_bytes())
+            handle = decode(key, current.stat.version, current.value, handles.blobs)
+            out[key] = (current.stat.version, handle.read_bytes())
     return out
