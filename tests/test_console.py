@@ -106,6 +106,15 @@ def click(driver, css: str) -> None:
     wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True, f"a click on {css}")
 
 
+def click_link(driver, text: str) -> None:
+    wait(driver, lambda d: d.find_element(By.LINK_TEXT, text).click() or True, f"a click on the link {text}")
+
+
+def type_into(driver, css: str, text: str) -> None:
+    """Type into ``css``, again into the new element if a live re-render replaced it first."""
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, css).send_keys(text) or True, f"typing into {css}")
+
+
 def text_of(driver, css: str) -> str:
     found = driver.find_elements(By.CSS_SELECTOR, css)
     return found[0].text if found else ""
@@ -162,10 +171,10 @@ def test_state_values_live_updates_and_conflict(browser, server):
 
         # from the start page to the function's state
         browser.get(server.url + "/ui")
-        link = wait(browser, lambda d: d.find_element(By.LINK_TEXT, fn), "the function in the Functions list")
+        wait(browser, lambda d: d.find_element(By.LINK_TEXT, fn), "the function in the Functions list")
         assert wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-function="{fn}"] canvas.plot'),
                     "the records/s plot")
-        link.click()
+        click_link(browser, fn)
         wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream")
         assert browser.current_url.endswith(f"/ui/functions/{fn}")
         assert row(browser, "count").find_element(By.CSS_SELECTOR, ".value pre").text == "41"
@@ -284,7 +293,7 @@ def test_metadata_tree_expands_and_follows(browser, server):
         # create a child of the selected node (must not exist: version -1)
         click(browser, f'.node[data-path="{base}/{name}"]')
         wait(browser, lambda d: d.find_elements(By.ID, "child-name"), "the create form")
-        browser.find_element(By.ID, "child-name").send_keys("notes")
+        type_into(browser, "#child-name", "notes")  # from now on the details keep what is typed
         browser.find_element(By.ID, "child-value").send_keys("made in the console")
         browser.find_element(By.ID, "child-create").click()
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}/notes"]'),
@@ -330,7 +339,7 @@ def test_auth_prompt_and_tenant_scoping(browser, tmp_path):
         sign_in(browser, "acme-token")
         wait(browser, lambda d: d.find_elements(By.LINK_TEXT, "acme/ns/mine"), "the tenant's function")
         assert not browser.find_elements(By.LINK_TEXT, "other/ns/theirs")
-        browser.find_element(By.LINK_TEXT, "acme/ns/mine").click()
+        click_link(browser, "acme/ns/mine")
         wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream with the cookie")
         assert row(browser, "k").find_element(By.CSS_SELECTOR, ".value pre").text == "acme value"
         with rest(srv, "acme-token") as acme:
@@ -396,11 +405,11 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
         button = f'tr[data-function="{fn}"] button.lifecycle'
         stopped = f"/ui/api/node?path=/statekeep/functions/{fn}/stopped"
         assert browser.find_element(By.CSS_SELECTOR, button).text == "Stop"
-        browser.find_element(By.CSS_SELECTOR, button).click()
+        click(browser, button)
         wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, button).text == "Start", "the stopped function")
         assert "stopped" in browser.find_element(By.CSS_SELECTOR, f'tr[data-function="{fn}"] .badge').text
         assert c.get(stopped).json()["exists"] is True
-        browser.find_element(By.CSS_SELECTOR, button).click()
+        click(browser, button)
         wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, button).text == "Stop", "the started function")
         assert c.get(stopped).json()["exists"] is False
 
@@ -413,11 +422,11 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
         form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         wait(browser, lambda d: d.find_elements(By.LINK_TEXT, f"public/default/{made}"), "the created function")
         assert c.get(f"/admin/v3/functions/public/default/{made}").json()["inputs"] == ["words.jsonl"]
-        browser.find_element(By.CSS_SELECTOR, f'tr[data-function="public/default/{made}"] button.danger').click()
+        click(browser, f'tr[data-function="public/default/{made}"] button.danger')
         wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed(), "the confirmation")
         browser.find_element(By.ID, "confirm-cancel").click()
         assert c.get(f"/admin/v3/functions/public/default/{made}").status_code == 200  # cancelled: kept
-        browser.find_element(By.CSS_SELECTOR, f'tr[data-function="public/default/{made}"] button.danger').click()
+        click(browser, f'tr[data-function="public/default/{made}"] button.danger')
         wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed(), "the confirmation")
         browser.find_element(By.ID, "confirm-ok").click()
         wait(browser, lambda d: not d.find_elements(By.LINK_TEXT, f"public/default/{made}"), "the deleted function")

@@ -463,8 +463,12 @@ async function metadataPage() {
   async function renderChildren(path) {
     const ul = lists.get(path); if (!ul) return;
     const data = await api("GET", `/ui/api/tree?path=${enc(path)}`);
-    ul.replaceChildren(...data.children.map(c => item(c.path, c.name)));
-    if (!data.children.length) ul.append(h("li", { class: "muted", text: "(no children)" }));
+    const names = JSON.stringify(data.children.map(c => c.name));
+    if (ul.dataset.names !== names) {  // unchanged children keep their elements (no flicker, no lost clicks)
+      ul.dataset.names = names;
+      ul.replaceChildren(...data.children.map(c => item(c.path, c.name)));
+      if (!data.children.length) ul.append(h("li", { class: "muted", text: "(no children)" }));
+    }
     for (const c of data.children) if (expanded.has(c.path)) await renderChildren(c.path);
   }
   function item(path, name) {
@@ -490,10 +494,14 @@ async function metadataPage() {
     const n = tree.querySelector(`.node[data-path="${CSS.escape(path)}"]`); if (n) n.classList.add("selected");
     await showDetails(path);
   }
-  async function showDetails(path, note) {
+  let shown = null;  // "path@version" on display
+  async function showDetails(path, note, onlyIfChanged) {
     let node = null;
     try { node = await api("GET", `/ui/api/node?path=${enc(path)}`); } catch (e) { say(e.message, true); return; }
     if (!node.exists) node = null;
+    const key = node ? `${path}@${node.stat.version}` : `${path}@none`;
+    if (onlyIfChanged && key === shown) return;
+    shown = key;
     const childName = h("input", { id: "child-name", placeholder: "child name" });
     const childKind = kindSelect("text", NODE_KINDS), childValue = h("textarea", { id: "child-value", rows: 3 });
     const create = h("div", { class: "card" }, h("h2", { text: "Create a child" }), h("div", { class: "toolbar" }, childName, childKind),
@@ -571,7 +579,7 @@ async function metadataPage() {
           if ($("#node-note")) $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
         } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
       } else if (p === "\0refresh") {
-        if (!editing) await showDetails(selected).catch(() => {});
+        if (!editing) await showDetails(selected, undefined, true).catch(() => {});
       } else await renderChildren(p).catch(() => {});
     }
   }
