@@ -243,8 +243,22 @@ async function functionsPage() {
           .then(hist => { rates[id] = hist.map(b => b.rate).concat(rates[id]); draw(id); }).catch(() => {});
       }
     }
-    if (!list.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No functions yet." })));
-    table.tBodies[0].replaceWith(body);
+    const tbody = table.tBodies[0];
+    if (!list.length) {
+      tbody.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No functions yet." })));
+      return;
+    }
+    // update in place: only cells whose content changed are replaced (a click on a button that did
+    // not change is never lost to a refresh), the plot's canvas is kept
+    const old = new Map([...tbody.rows].filter(r => r.dataset.function).map(r => [r.dataset.function, r]));
+    const rows = [...body.rows].map(fresh => {
+      const prev = old.get(fresh.dataset.function);
+      if (!prev) return fresh;
+      [...fresh.cells].forEach((td, i) => { if (i !== 5 && td.outerHTML !== prev.cells[i].outerHTML) prev.cells[i].replaceWith(td); });
+      return prev;
+    });
+    for (const r of [...tbody.rows]) if (!rows.includes(r)) r.remove();
+    rows.forEach((r, i) => { if (tbody.rows[i] !== r) tbody.insertBefore(r, tbody.rows[i] || null); });
     Object.keys(rates).forEach(draw);
   }
   function draw(id) {
