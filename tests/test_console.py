@@ -1,5 +1,5 @@
 """The web console (``/ui``) driven in a real headless Chromium (selenium + Debian's chromium-driver)
-against real ``statekeep standalone`` processes: on ``local://`` and on ZooKeeper, with auth off and on.
+against real ``statekeep standalone`` processes: on ``local://``, ZooKeeper and etcd, with auth off and on.
 
 Every test ends by reading the browser's console log: no JavaScript error and no failed request except
 the ones the step expects (a 409 when an edit meets a newer version is an answer the console shows).
@@ -84,9 +84,17 @@ def zk_console_server(tmp_path_factory, zk_server):
     srv.stop()
 
 
-@pytest.fixture(params=["local", "zk"])
+@pytest.fixture(scope="module")
+def etcd_console_server(tmp_path_factory, etcd_server):
+    srv = ServerProcess(tmp_path_factory.mktemp("console-etcd") / "data",
+                        store=f"etcd://{etcd_server.address}/console{uuid.uuid4().hex[:8]}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=["local", "zk", "etcd"])
 def server(request):
-    return request.getfixturevalue("local_server" if request.param == "local" else "zk_console_server")
+    return request.getfixturevalue(f"{request.param}_console_server" if request.param != "local" else "local_server")
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
