@@ -256,9 +256,16 @@ def test_changelog_page_shows_followers_and_lag(browser, tmp_path):
             put(c, "public/default/wc", "k", {"stringValue": "v"})
     finally:
         first.stop()
+    from statekeep.changelog.snapshots import SnapshotStore
+    from statekeep.functions.service import FunctionService
+
+    with FunctionService.open(f"local://{tmp_path / 'data'}") as service:  # blobs: the store's DIR/blobs
+        info = SnapshotStore(service.registry.store).create(service.registry.state_store("public", "default", "wc"))
     srv = ServerProcess(tmp_path / "data", extra=["--follow", "public/default/wc"])  # a follower of its own store
     try:
         browser.get(srv.url + "/ui/functions/public/default/wc/changelog")
+        wait(browser, lambda d: info.blob_url in text_of(d, "#snapshots"), "the snapshot")
+        assert text_of(browser, "#snapshots tbody tr td:nth-child(2)") == str(info.offset)
         follower = '#followers tr[data-follower="public/default/wc"]'
         wait(browser, lambda d: text_of(d, f"{follower} .lag") == "0" and text_of(d, f"{follower} .applied") == "0",
              "the follower, caught up")
@@ -269,6 +276,10 @@ def test_changelog_page_shows_followers_and_lag(browser, tmp_path):
         wait(browser, lambda d: text_of(d, f"{follower} .applied") == "1", "the follower applying it")
         assert text_of(browser, f"{follower} .lag") == "0"
         screenshot(browser, "changelog-followers")
+        # the snapshot is a state handle: the handles page starts at the snapshot store's root
+        browser.get(srv.url + "/ui/handles")
+        table = wait(browser, lambda d: d.find_element(By.ID, "handles"), "the handles table")
+        assert info.key in table.text and "referenced" in text_of(browser, "#gc-summary")
         assert console_errors(browser) == []
     finally:
         browser.get("about:blank")
