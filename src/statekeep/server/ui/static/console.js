@@ -508,14 +508,20 @@ async function metadataPage() {
     const n = tree.querySelector(`.node[data-path="${CSS.escape(path)}"]`); if (n) n.classList.add("selected");
     await showDetails(path);
   }
-  let shown = null;  // "path@version" on display
-  async function showDetails(path, note, onlyIfChanged) {
+  let shown = null, shownPath = null, renders = 0;  // "path@version" on display
+  // the user is typing in the details (an edit, a new child)
+  const typing = () => [...details.querySelectorAll("input, textarea")].some(el => el.value !== el.defaultValue);
+  // mode "ifChanged": only if the node's version changed; "force": even over what the user typed
+  async function showDetails(path, note, mode) {
+    const mine = ++renders;
     let node = null;
     try { node = await api("GET", `/ui/api/node?path=${enc(path)}`); } catch (e) { say(e.message, true); return; }
+    if (mine !== renders) return;  // a later call superseded this one
+    if (mode !== "force" && path === shownPath && typing()) return;  // never replace what the user is typing
     if (!node.exists) node = null;
     const key = node ? `${path}@${node.stat.version}` : `${path}@none`;
-    if (onlyIfChanged && key === shown) return;
-    shown = key;
+    if (mode === "ifChanged" && key === shown) return;
+    shown = key; shownPath = path;
     const childName = h("input", { id: "child-name", placeholder: "child name" });
     const childKind = kindSelect("text", NODE_KINDS), childValue = h("textarea", { id: "child-value", rows: 3 });
     const create = h("div", { class: "card" }, h("h2", { text: "Create a child" }), h("div", { class: "toolbar" }, childName, childKind),
@@ -525,6 +531,7 @@ async function metadataPage() {
           const p = (path === "/" ? "" : path) + "/" + name;
           await api("PUT", `/ui/api/node?path=${enc(p)}`, { json: Object.assign(nodeBody(childKind.value, childValue.value), { version: -1 }) });
           say(`Created ${p}.`); expanded.add(path); if (!lists.has(path)) await refresh(); else await renderChildren(path);
+          await showDetails(path, undefined, "force");
         } catch (e) { if (e.status !== 401) say(`Not created: ${e.message}`, true); }
       } }, "Create"));
     if (!node) { details.replaceChildren(h("div", { class: "card" }, h("h2", { text: path }), h("p", { class: "muted", text: path === "/" ? "The root." : "No node here (deleted?)." })), path === "/" ? create : ""); return; }
@@ -541,7 +548,7 @@ async function metadataPage() {
           h("button", { class: "primary", id: "node-save", onclick: async () => {
             try {
               await api("PUT", `/ui/api/node?path=${enc(path)}`, { json: Object.assign(nodeBody(kind.value, text.value), { version: st.version }) });
-              say(`Saved ${path}.`); await showDetails(path);
+              say(`Saved ${path}.`); await showDetails(path, undefined, "force");
             } catch (e) { if (e.status === 409) msg.replaceChildren(h("p", { class: "conflict", id: "conflict", text: `Conflict: ${path} changed since version ${st.version} (${e.message}). Your edit is kept; reload the node to see the current value.` })); else if (e.status !== 401) msg.replaceChildren(h("p", { class: "error", text: e.message })); }
           } }, "Save"),
           h("button", { class: "danger", id: "node-delete", onclick: async () => {
@@ -585,15 +592,14 @@ async function metadataPage() {
   });
   async function flush() {
     const todo = [...dirty]; dirty.clear();
-    // the user is typing in the details (an edit, a new child): never re-render under them
-    const editing = [...details.querySelectorAll("input, textarea")].some(el => el.value !== el.defaultValue);
+    const editing = typing();  // never re-render under what the user types
     for (const p of todo) {
       if (p === "\0details") {
         if (editing) {  // keep what the user typed, warn
           if ($("#node-note")) $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
-        } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`).catch(() => {});
+        } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`, "force").catch(() => {});
       } else if (p === "\0refresh") {
-        if (!editing) await showDetails(selected, undefined, true).catch(() => {});
+        if (!editing) await showDetails(selected, undefined, "ifChanged").catch(() => {});
       } else await renderChildren(p).catch(() => {});
     }
   }
