@@ -16,8 +16,11 @@ ROOT = Path(statekeep.__file__).parent
 LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "functions", "migrate", "server",
           "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
+# package -> the lowest layer that may import it. pydantic is the one schema of the REST bodies since
+# issue 15 (state/shape.py, functions/model.py: a core dependency), so the state layer may use it; the
+# web framework stays in server.
 THIRD_PARTY = {"pyspark": "functions", "fastapi": "server", "starlette": "server", "uvicorn": "server",
-               "pydantic": "server"}  # package -> the lowest layer that may import it
+               "pydantic": "state"}
 
 
 def _layer(module: str) -> str | None:
