@@ -9,7 +9,6 @@ import sys
 from collections.abc import Sequence
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
-from statekeep.metadata.registry import DEFAULT_STORE, default_store_url  # noqa: F401 - the commands use them
 
 
 def print_json(data: object) -> None:

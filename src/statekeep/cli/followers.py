@@ -21,18 +21,26 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from statekeep.cli import default_store_url, print_json
+from statekeep.cli import print_json
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.metadata.registry import default_store_url
 from statekeep.state.catalog import DEFAULT_ROOT
 
+if TYPE_CHECKING:
+    from statekeep.changelog import FollowerStore
+    from statekeep.changelog.replica import ReplicaMeta
 
-def register(groups: argparse._SubParsersAction) -> None:
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = groups.add_parser("followers", help="read-only followers of a function's state")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run, help: str, *, named: bool = True) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help)
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str, *,
+                named: bool = True) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(name, help=help)
         if named:
             sub.add_argument("--tenant", default="public", help="tenant (default: %(default)s)")
             sub.add_argument("--namespace", default="default", help="namespace (default: %(default)s)")
@@ -60,7 +68,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace) -> FollowerStore:
     from statekeep.changelog import FollowerStore
 
     return FollowerStore.open(args.leader_store, args.tenant, args.namespace, args.name,
@@ -82,7 +90,8 @@ def _start(args: argparse.Namespace) -> int:
             except StatekeepError as e:
                 status["lag"], status["error"] = None, str(e)
             print(f"{time.strftime('%H:%M:%S')}  {status['phase']:<9}  applied offset {status['appliedOffset']:>10}  "
-                  f"lag {status['lag']}" + (f"  restored {status['restoredEntries']}" if status["restoredEntries"] else "")
+                  f"lag {status['lag']}"
+                  + (f"  restored {status['restoredEntries']}" if status["restoredEntries"] else "")
                   + (f"  error: {status['error']}" if status["error"] else ""), flush=True)
             time.sleep(args.interval)
 
@@ -126,7 +135,8 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str, meta) -> int | str | None:
+def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str,
+         meta: ReplicaMeta) -> int | str | None:
     """Records the leader has after the follower's applied offset; None if unknown, "deleted" if gone."""
     from statekeep.functions.service import FunctionService
 

@@ -22,11 +22,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statekeep.cli import print_json
 from statekeep.cli.client import Http, direct_store_url, open_remote
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError
+
+if TYPE_CHECKING:
+    from statekeep.functions.service import FunctionService
 
 PROCESSING_GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL")  # Pulsar's enum
 WATCH_INTERVAL_S = 1.0  # pulsar-admin's querystate --watch polls once a second
@@ -155,7 +158,7 @@ def load_config_file(path: str) -> dict[str, Any]:
 # ---- the two ways of reaching functions ----------------------------------------------------------
 
 
-def _direct(args: argparse.Namespace) -> Any:
+def _direct(args: argparse.Namespace) -> FunctionService:
     """The :class:`FunctionService` on the store the command works on directly."""
     from statekeep.functions.service import FunctionService
 

@@ -7,18 +7,21 @@ Blob storage credentials come from the environment (for s3://, e.g. ``AWS_ENDPOI
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
-from statekeep.cli import default_store_url, print_json
+from statekeep.cli import print_json
 from statekeep.metadata import open_store
+from statekeep.metadata.registry import default_store_url
 
 
-def register(groups: argparse._SubParsersAction) -> None:
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = groups.add_parser("handles", help="state handles: list them, reclaim orphan blobs")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run, help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help)
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(name, help=help)
         sub.add_argument("--store", default=default_store_url(),
                          help="metadata store URL (default: $STATEKEEP_STORE or %(default)s)")
         sub.add_argument("--root", required=True, help="root path of the state handle store, e.g. /jobs/j1/state")
@@ -52,7 +55,7 @@ def _ls(args: argparse.Namespace) -> int:
     from statekeep.handles.handle import decode
 
     handles = f"{args.root.rstrip('/')}/handles"
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON objects, as --json prints them
     with open_store(args.store) as store:
         for key in store.get_children(handles):
             current = store.get(f"{handles}/{key}")

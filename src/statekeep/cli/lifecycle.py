@@ -17,14 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statekeep.cli import print_json
 from statekeep.cli.client import Http
 from statekeep.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from statekeep.cli.functions import CommandAdder
 
-def register(command: Any) -> None:
+
+def register(command: CommandAdder) -> None:
     """Add the commands through the functions group's ``command`` helper."""
     for name, run, help in (
             ("status", _status, "a function's status (Pulsar's FunctionStatus; directly: statekeep's record)"),

@@ -8,20 +8,21 @@ import base64
 import json
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from statekeep.cli import print_json
 from statekeep.errors import NotFoundError
-from statekeep.metadata import GetResult, Stat, open_store
+from statekeep.metadata import GetResult, Notification, Stat, open_store
 from statekeep.metadata.registry import default_store_url
 
 
-def register(groups: argparse._SubParsersAction) -> None:
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = groups.add_parser("metadata", help="read and write the metadata store")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run, help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help)
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(name, help=help)
         sub.add_argument("path", help="absolute key path, e.g. /config/a")
         sub.add_argument("--store", default=default_store_url(),
                          help="metadata store URL (default: $STATEKEEP_STORE or %(default)s)")
@@ -46,12 +47,12 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _stat_json(stat: Stat) -> dict:
+def _stat_json(stat: Stat) -> dict[str, object]:
     return {"path": stat.path, "version": stat.version, "createdMs": stat.created_ms,
             "modifiedMs": stat.modified_ms, "ephemeral": stat.ephemeral}
 
 
-def _value_json(value: bytes) -> dict:
+def _value_json(value: bytes) -> dict[str, str]:
     try:
         return {"value": value.decode("utf-8")}
     except UnicodeDecodeError:
@@ -111,7 +112,7 @@ def _watch(args: argparse.Namespace) -> int:
     seen = 0
     prefix = args.path.rstrip("/") + "/"
 
-    def on_event(event) -> None:
+    def on_event(event: Notification) -> None:
         nonlocal seen
         if done.is_set() or not (event.path == args.path or event.path.startswith(prefix) or args.path == "/"):
             return

@@ -6,11 +6,16 @@ the copy is verified, 1 on an error (target not empty, unreachable store, corrup
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from statekeep.cli import default_store_url, print_json
+from statekeep.cli import print_json
+from statekeep.metadata.registry import default_store_url
+
+if TYPE_CHECKING:
+    from statekeep.migrate.core import Report
 
 
-def register(groups: argparse._SubParsersAction) -> None:
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def common(parser: argparse.ArgumentParser, *, writes: bool) -> None:
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
@@ -41,7 +46,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     load.set_defaults(run=_import)
 
 
-def _show(report, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _show(report: Report, args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_json())
     else:

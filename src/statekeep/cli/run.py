@@ -16,14 +16,19 @@ import argparse
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statekeep.cli import print_json
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 from statekeep.metadata.registry import default_store_url
 
+if TYPE_CHECKING:
+    from statekeep.cli.functions import CommandAdder
+    from statekeep.functions.service import FunctionService
+    from statekeep.metadata import MetadataStore
 
-def register(command: Any) -> None:
+
+def register(command: CommandAdder) -> None:
     """Add ``localrun`` through the functions group's ``command`` helper."""
     from statekeep.cli.functions import add_config_flags
     from statekeep.cli.standalone import add_spark_conf_option
@@ -42,7 +47,7 @@ def register(command: Any) -> None:
                      help="skip and count records on which the function raises (default: fail the query)")
 
 
-def _service_and_url(args: argparse.Namespace) -> tuple[Any, Any]:
+def _service_and_url(args: argparse.Namespace) -> tuple[FunctionService, MetadataStore]:
     from statekeep.cli.functions import _direct
 
     if args.url:
@@ -99,7 +104,8 @@ def _localrun(args: argparse.Namespace) -> int:
             coordination.close()
 
 
-def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, service: Any, store: Any,
+def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, service: FunctionService,
+                store: MetadataStore,
                 metadata_url: str, checkpoint_root: str, worker_id: str) -> int:
     """Register and run the function while this process holds its lock."""
     from statekeep.functions.spark import read_status, run_registered

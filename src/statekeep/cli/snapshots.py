@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from statekeep.cli import print_json
 from statekeep.errors import InvalidArgumentError, NotFoundError
 
+if TYPE_CHECKING:
+    from statekeep.changelog import SnapshotStore
+    from statekeep.cli.functions import CommandAdder
+    from statekeep.functions.service import FunctionService
+    from statekeep.state.base import StateStore
 
-def register(command) -> None:
+
+def register(command: CommandAdder) -> None:
     """Add the commands through the functions group's ``command`` helper."""
     for name, run, help in (("snapshot", _snapshot, "snapshot a function's state into blob storage"),
                             ("snapshots", _snapshots, "list a function's snapshots"),
@@ -37,7 +44,7 @@ def register(command) -> None:
                          help="drop tombstones older than this (default: 24 hours)")
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace) -> tuple[FunctionService, StateStore, SnapshotStore]:
     from statekeep.changelog import SnapshotStore
     from statekeep.cli.functions import _direct
 

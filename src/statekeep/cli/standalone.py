@@ -21,15 +21,20 @@ import argparse
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
 from statekeep.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from statekeep.functions.worker import SparkWorker
+    from statekeep.server.worker import NullWorker
 
 DEFAULT_DATA_DIR = "./.statekeep-data"
 DEFAULT_FOLLOWERS_DIR = "./.statekeep-followers"
 
 
-def register(groups: argparse._SubParsersAction) -> None:
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = groups.add_parser("standalone", help="run the REST API and functions worker (embedded store or --store)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--data-dir", default=None,
@@ -56,7 +61,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                         help="serve a read-only follower of function T/N/F of LEADER_URL (default: this store); "
                              "?prefix=P: of the keys starting with P only")
     parser.add_argument("--followers-dir", default=None,
-                        help=f"followers' local copies (default: DATA_DIR/followers; with --store {DEFAULT_FOLLOWERS_DIR})")
+                        help="followers' local copies (default: DATA_DIR/followers; "
+                             f"with --store {DEFAULT_FOLLOWERS_DIR})")
     parser.set_defaults(run=_run)
 
 
@@ -97,19 +103,23 @@ def _layout(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
         checkpoints = resolve_location(args.checkpoint_dir) if args.checkpoint_dir else None
         return args.store, checkpoints, None
     data_dir = os.path.abspath(args.data_dir or os.environ.get("STATEKEEP_DATA_DIR") or DEFAULT_DATA_DIR)
-    checkpoints = resolve_location(args.checkpoint_dir) if args.checkpoint_dir else os.path.join(data_dir, "checkpoints")
+    checkpoints = (resolve_location(args.checkpoint_dir) if args.checkpoint_dir
+                   else os.path.join(data_dir, "checkpoints"))
     return f"local://{data_dir}", checkpoints, data_dir
 
 
 def advertised_address(args: argparse.Namespace) -> str:
-    if args.advertised_address:
-        return args.advertised_address
-    if args.host in ("", "0.0.0.0", "::"):
+    advertised: str | None = args.advertised_address
+    if advertised:
+        return advertised
+    host: str = args.host
+    if host in ("", "0.0.0.0", "::"):
         return socket.gethostname()
-    return args.host
+    return host
 
 
-def build_worker(args: argparse.Namespace, metadata_url: str | None = None, checkpoint_root: str | None = None):
+def build_worker(args: argparse.Namespace, metadata_url: str | None = None, checkpoint_root: str | None = None
+                 ) -> NullWorker | SparkWorker:
     """The functions worker of ``standalone``: runs every registered function on Spark
     (``--no-worker``: the REST API only). Its ``worker_id`` is set once the port is known."""
     from statekeep.server.worker import NullWorker
@@ -120,6 +130,8 @@ def build_worker(args: argparse.Namespace, metadata_url: str | None = None, chec
 
     if metadata_url is None or checkpoint_root is None:
         metadata_url, checkpoint_root, _ = _layout(args)
+    # _layout refuses a store without --checkpoint-dir unless --no-worker, handled above
+    assert checkpoint_root is not None
     return SparkWorker(metadata_url, checkpoint_root, master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
 
 
@@ -164,14 +176,14 @@ def _redact(url: str) -> str:
 
 
 def follower_specs(follow: list[str], data_dir: str | None, *, leader: str | None = None,
-                   followers_dir: str | None = None) -> list[dict]:
+                   followers_dir: str | None = None) -> list[dict[str, str | None]]:
     """``T/N/F[@LEADER_URL][?prefix=P]`` options as ``ServerConfig.followers`` entries. The leader defaults
     to ``leader`` (else ``local://DATA_DIR``), each local copy goes to ``FOLLOWERS_DIR/T.N.F``
     (default ``DATA_DIR/followers``); ``prefix`` becomes the entry's ``key_prefix``."""
     default_leader = leader or (f"local://{data_dir}" if data_dir else None)
     if followers_dir is None:
         followers_dir = os.path.join(data_dir, "followers") if data_dir else os.path.abspath(DEFAULT_FOLLOWERS_DIR)
-    specs = []
+    specs: list[dict[str, str | None]] = []
     for item in follow:
         function, _, from_leader = item.partition("@")
         key_prefix = None
