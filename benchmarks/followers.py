@@ -202,7 +202,8 @@ def main() -> None:
              f"{pct(lag['commit'], .5):.1f} ms", f"{pct(lag['lag'], .5) / pct(lag['commit'], .5):.2f}x"),
             ("lag p99 (target < 100 ms)", f"{pct(lag['lag'], .99):.1f} ms", "leader commit p99",
              f"{pct(lag['commit'], .99):.1f} ms", f"{pct(lag['lag'], .99) / pct(lag['commit'], .99):.2f}x"),
-            ("lag max", f"{max(lag['lag']):.1f} ms", "write start -> applied p99", f"{pct(lag['e2e'], .99):.1f} ms", ""),
+            ("lag max", f"{max(lag['lag']):.1f} ms", "write start -> applied p99",
+             f"{pct(lag['e2e'], .99):.1f} ms", ""),
         ]
     if restore["replay"] is not None:
         rows.append((f"restore {restore['keys']:,} keys: snapshot + {restore['tail']:,} tail",
@@ -213,7 +214,8 @@ def main() -> None:
          f"full restore, {restore['keys']:,} keys", f"{restore['from_snapshot']:.2f} s",
          f"{restore['from_snapshot'] / restore['subset']:.1f}x faster"),
         ("subset replica on disk", f"{restore['subset_disk'] / 1e6:.1f} MB", "full replica on disk",
-         f"{restore['full_disk'] / 1e6:.1f} MB", f"{restore['full_disk'] / max(1, restore['subset_disk']):.1f}x smaller"),
+         f"{restore['full_disk'] / 1e6:.1f} MB",
+         f"{restore['full_disk'] / max(1, restore['subset_disk']):.1f}x smaller"),
     ]
     header = ("measurement", "result", "baseline (same run)", "baseline result", "ratio")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
@@ -222,7 +224,8 @@ def main() -> None:
     if lag is not None:
         print(f"\nlag: {lag['batches']} batches after warm-up, {lag['missing']} never applied")
     print(f"restore: history written in {restore['history_s']:.1f} s, snapshot of "
-          f"{restore['snapshot_bytes'] / 1e6:.1f} MB taken in {restore['snapshot_s']:.1f} s; followers equal the leader")
+          f"{restore['snapshot_bytes'] / 1e6:.1f} MB taken in {restore['snapshot_s']:.1f} s; "
+          "followers equal the leader")
     if lag is not None and restore["replay"] is not None:
         ok = pct(lag["lag"], .99) < 100 and restore["replay"] / restore["from_snapshot"] >= 5
         print("targets (lag p99 < 100 ms, restore >= 5x):", "met" if ok else "NOT met")

@@ -116,7 +116,8 @@ def main() -> None:
     rss_growth = maxrss_mib() - rss_before
     handles.release_and_try_remove("memory")
 
-    runs: dict[str, list[float]] = {k: [] for k in ("sk_w", "raw_w", "sk_rc", "raw_rc", "sk_rw", "raw_rw", "raw_rw_sha")}
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("sk_w", "raw_w", "sk_rc", "raw_rc", "sk_rw", "raw_rw", "raw_rw_sha")}
     # Untimed warm-up: on thin-provisioned virtual disks the first write to fresh blocks is much slower
     # than later ones; write (and free) space for both first, then alternate which one goes first.
     raw_write(raw_path, block, size)

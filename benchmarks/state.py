@@ -6,8 +6,8 @@ both served by uvicorn in their own process, under the same load, in one run.
     python benchmarks/state.py [--quick] [--backends memory,local,zk,etcd] [--no-rest]
 
 ZooKeeper and etcd are started on loopback through statekeep.testing.servers when their client
-library and server are installed. Store rows are single-threaded ops/s, per provider (``metadata`` everywhere, ``embedded``
-on local), measured in alternating slices against their baseline (medians; ratio = median of
+library and server are installed. Store rows are single-threaded ops/s, per provider (``metadata``
+everywhere, ``embedded`` on local), measured in alternating slices against their baseline (medians; ratio = median of
 per-slice ratios). REST rows: CLIENTS
 keep-alive connections (threads in client processes), 12 rounds of 1.5 s alternating between the
 two servers; the table shows each side's median round and the median of the per-round ratios.

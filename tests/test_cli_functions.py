@@ -82,7 +82,8 @@ def test_against_a_server_prints_the_rest_json(tmp_path, capsys, py):
         rest = httpx.get(server.url + "/admin/v3/functions/acme/prod/wc/state/k%2F%C3%A9").json()
         assert json.loads(out) == rest == {"key": "k/é", "stringValue": "héllo", "version": 0}
         # the same answer directly on the data directory (local:// is multi-process)
-        code, direct, _ = run(capsys, "functions", "querystate", *ident, "--key", "k/é", "--data-dir", str(server.data_dir))
+        code, direct, _ = run(capsys, "functions", "querystate", *ident, "--key", "k/é",
+                              "--data-dir", str(server.data_dir))
         assert direct == out
         for key in (".", "..", "a?b#c"):
             run(capsys, "functions", "putstate", *ident, "--key", key, "--state", '{"numberValue": 1}', *url)

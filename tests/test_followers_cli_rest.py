@@ -29,7 +29,8 @@ def test_snapshot_restore_compact_and_follow_from_the_cli(capsys, tmp_path):
     fn = ["--tenant", "t", "--namespace", "n", "--name", "f", "--data-dir", data]
     assert run(capsys, "functions", "create", *fn, "--py", str(py), "--inputs", "x")[0] == 0
     for i in range(5):
-        assert run(capsys, "functions", "putstate", *fn, "--key", "k", "--state", json.dumps({"numberValue": i}))[0] == 0
+        state = json.dumps({"numberValue": i})
+        assert run(capsys, "functions", "putstate", *fn, "--key", "k", "--state", state)[0] == 0
     assert run(capsys, "functions", "putstate", *fn, "--key", "s", "--state", '{"stringValue": "one"}')[0] == 0
     code, out, _ = run(capsys, "functions", "snapshot", *fn)
     snap = json.loads(out)

@@ -202,7 +202,8 @@ def populated(tmp_path):
     live = [handles.add_and_lock(k, k.encode() * 100) for k in ("a", "b")]
     orphans = [handles.blobs.write(ROOT, "gone", b"orphan" * 50) for _ in range(2)]
     # an unfinished upload left by a crash
-    tmp = os.path.join(os.path.dirname(orphans[0].url.removeprefix("file://")), f".{orphans[0].created_ms:013d}-{uuid.uuid4().hex}.tmp")
+    tmp = os.path.join(os.path.dirname(orphans[0].url.removeprefix("file://")),
+                       f".{orphans[0].created_ms:013d}-{uuid.uuid4().hex}.tmp")
     with open(tmp, "wb") as f:
         f.write(b"partial")
     # another root's blobs are not this gc's business

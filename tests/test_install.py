@@ -152,7 +152,8 @@ def test_core_install_imports_every_module_and_runs_the_core_commands(tmp_path):
 
 def test_scripts_run_in_a_fresh_copy_prints_the_counts(tmp_path):
     repo = fresh_copy(tmp_path / "repo")
-    words = collections.Counter(json.loads(line)["word"] for part in sorted((repo / "examples/wordcount/input").iterdir())
+    inputs = sorted((repo / "examples/wordcount/input").iterdir())
+    words = collections.Counter(json.loads(line)["word"] for part in inputs
                                 for line in part.read_text().splitlines() if line.strip())
 
     def run() -> str:
