@@ -112,11 +112,12 @@ def context(tmp_path):
     store = open_provider("embedded", {"metadata_url": f"local://{tmp_path}/ctx"}).get_state_store("t", "n", "f")
     store.incr("seen", 10)
     store.put("blob", b"bytes")
-    return Context("t", "n", "f", BufferedState(store.fetch_many, 100)), store
+    state = BufferedState(store.fetch_many, 100)
+    return Context("t", "n", "f", state), store, state
 
 
 def test_bulk_ops(context):
-    ctx, store = context
+    ctx, store, _ = context
     assert ctx.incr_counters(pa.array(["a", "b", "a", "seen"]), 2) is None
     assert ctx.get_counters(["a", "b", "seen"]) == [4, 2, 12]
     ctx.incr_counters(["a", "c"], pa.array([5, -1], pa.int64()))
@@ -146,11 +147,11 @@ def test_bulk_ops(context):
     (lambda c: c.del_states(["ok", ""]), "del_states: a state key must not be empty"),
 ])
 def test_bulk_ops_refuse_bad_input_and_change_nothing(context, call, message):
-    ctx, _ = context
+    ctx, _, state = context
     with pytest.raises(Exception, match=message) as info:
         call(ctx)
     assert isinstance(info.value, (InvalidArgumentError, ValueError)) or "ValueTooLarge" in type(info.value).__name__
-    assert ctx._state.puts == {} and ctx._state.counter_deltas == {}  # all or nothing
+    assert state.puts == {} and state.counter_deltas == {}  # all or nothing
 
 
 def test_vectorized_word_count_on_the_metadata_provider(spec, tmp_path):
