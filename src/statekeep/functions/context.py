@@ -118,16 +118,16 @@ def _key_list(keys: object, op: str) -> list[str]:
         keys = keys.to_pylist()
     elif hasattr(keys, "tolist"):  # numpy, pandas
         keys = keys.tolist()
-    try:
-        keys = list(keys)  # type: ignore[call-overload]
+    try:  # any iterable (list() raises TypeError otherwise); each item is checked to be a valid key below
+        key_list: list[str] = list(keys)  # type: ignore[call-overload]
     except TypeError:
         raise InvalidArgumentError(f"{op}: keys must be a sequence of str, not {type(keys).__name__}") from None
-    for key in keys:
+    for key in key_list:
         try:
             encode_key(key)
         except InvalidArgumentError as e:
             raise InvalidArgumentError(f"{op}: {e}") from None
-    return keys
+    return key_list
 
 
 def _value_list(values: object, n: int, op: str, what: str) -> list[Any]:
@@ -136,13 +136,13 @@ def _value_list(values: object, n: int, op: str, what: str) -> list[Any]:
         values = values.to_pylist()
     elif hasattr(values, "tolist"):
         values = values.tolist()
-    try:
-        values = list(values)  # type: ignore[call-overload]
+    try:  # any iterable: list() raises TypeError otherwise
+        value_list: list[Any] = list(values)  # type: ignore[call-overload]
     except TypeError:
         raise InvalidArgumentError(f"{op}: {what} must be a sequence, not {type(values).__name__}") from None
-    if len(values) != n:
-        raise InvalidArgumentError(f"{op}: {n} keys but {len(values)} {what} (one per key)")
-    return values
+    if len(value_list) != n:
+        raise InvalidArgumentError(f"{op}: {n} keys but {len(value_list)} {what} (one per key)")
+    return value_list
 
 
 def is_valid_key(key: object) -> bool:
@@ -273,16 +273,20 @@ class Context:
             return None
         return f"{self._source.batch_id}:{self._instance_id}:{self._position}"
 
+    def _key(self) -> str | None:
+        key: str | None = self._at("keys")  # the key column: a str per record (null without a key field)
+        return key
+
     def get_message_key(self) -> str | None:
-        return self._at("keys")
+        return self._key()
 
     def get_partition_key(self) -> str | None:
-        return self._at("keys")
+        return self._key()
 
     def get_ordering_key(self) -> str | None:
-        return self._at("keys")
+        return self._key()
 
-    def _document(self) -> dict | None:
+    def _document(self) -> dict[str, Any] | None:
         raw = self._at("records")
         if isinstance(raw, dict):
             return raw
@@ -356,7 +360,7 @@ class Context:
 
     def publish(self, topic_name: str, message: Any, serde_class_name: str = "serde.IdentitySerDe",
                 properties: Mapping[str, str] | None = None, compression_type: Any = None,
-                callback: Callable | None = None, message_conf: Any = None) -> None:
+                callback: Callable[[Any, str], Any] | None = None, message_conf: Any = None) -> None:
         """Send ``message`` to the output ``topic_name`` (a directory, as a function's output):
         written with the batch's outputs, exactly once (a replayed batch rewrites the same file).
         ``callback`` (if given) is called with ``(None, topic_name)`` once it is buffered."""

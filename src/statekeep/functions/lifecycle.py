@@ -17,16 +17,19 @@ import json
 import time
 import traceback
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.functions.context import BufferedState, RecordSource
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
 
+if TYPE_CHECKING:
+    from statekeep.functions.registry import FunctionRegistry
+
 STOPPED, RESTARTS = "stopped", "restarts"
 
 
-def _function_path(registry, tenant: str, namespace: str, name: str) -> tuple[str, int]:
+def _function_path(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> tuple[str, int]:
     """The function's registry path and config version; :class:`NotFoundError` if absent."""
     result = registry.catalog.get(tenant, namespace, name)
     if result is None:
@@ -34,18 +37,18 @@ def _function_path(registry, tenant: str, namespace: str, name: str) -> tuple[st
     return registry.catalog.path(tenant, namespace, name), result.stat.version
 
 
-def is_stopped(registry, tenant: str, namespace: str, name: str) -> bool:
+def is_stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> bool:
     """Whether the function was stopped (and not started since). Does not check it exists."""
     return registry.store.exists(registry.catalog.path(tenant, namespace, name) + "/" + STOPPED)
 
 
-def restart_count(registry, tenant: str, namespace: str, name: str) -> int:
+def restart_count(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> int:
     """How many restarts were requested (0 if none). Does not check the function exists."""
     result = registry.store.get(registry.catalog.path(tenant, namespace, name) + "/" + RESTARTS)
     return int(result.value) if result is not None else 0
 
 
-def set_stopped(registry, tenant: str, namespace: str, name: str, stopped: bool) -> bool:
+def set_stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str, stopped: bool) -> bool:
     """Stop (``stopped=True``) or start the function; returns whether this changed anything
     (stopping a stopped function is accepted). Written only while the function exists
     (:class:`NotFoundError` otherwise), so a deleted function leaves no marker behind."""
@@ -65,7 +68,7 @@ def set_stopped(registry, tenant: str, namespace: str, name: str, stopped: bool)
     raise BadVersionError(f"function {tenant}/{namespace}/{name} kept changing; try again")
 
 
-def request_restart(registry, tenant: str, namespace: str, name: str) -> int:
+def request_restart(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> int:
     """Ask the worker running the function to restart its query (from its checkpoint); returns the
     new restart count. A stopped function stays stopped (the count still rises)."""
     from statekeep.metadata import Check, Put
@@ -86,7 +89,7 @@ def request_restart(registry, tenant: str, namespace: str, name: str) -> int:
 _loaded: dict[tuple[str, str | None], tuple[Any, str]] = {}
 
 
-def trigger(registry, tenant: str, namespace: str, name: str, data: bytes | str) -> Any:
+def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, data: bytes | str) -> Any:
     """Run the function once on ``data`` (one input record, decoded as its input format: a JSON
     line gives a dict, text a str) through its real state, and return its result (None: no output).
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the

@@ -69,7 +69,7 @@ def load_function(source: str, filename: str = "<function>",
     return process, (NATIVE if _one_argument(process) else RECORD)
 
 
-def _one_argument(function: Callable) -> bool:
+def _one_argument(function: Callable[..., Any]) -> bool:
     """Whether ``function`` takes exactly one positional argument (Pulsar's native function)."""
     try:
         parameters = list(inspect.signature(function).parameters.values())
@@ -123,7 +123,8 @@ def validate_function_source(code: bytes, filename: str = "function.py", class_n
     return source
 
 
-def _check_arguments(node: ast.AST, filename: str, count: int | tuple[int, ...], shape: str) -> None:
+def _check_arguments(node: ast.FunctionDef | ast.AsyncFunctionDef, filename: str, count: int | tuple[int, ...],
+                     shape: str) -> None:
     if isinstance(node, ast.AsyncFunctionDef):
         raise InvalidArgumentError(f"{filename}:{node.lineno}: {node.name} must be a plain def, not async def")
     counts = (count,) if isinstance(count, int) else count

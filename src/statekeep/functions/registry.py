@@ -3,8 +3,9 @@
 Layout: ``ROOT/TENANT/NAMESPACE/NAME`` (default root ``/statekeep/functions``) holds the configuration
 as JSON (:class:`FunctionConfig`), its child ``code`` the Python file, its child ``incarnation`` an id
 new with every create. Reading an entry and its layout are :class:`statekeep.state.catalog.FunctionCatalog`
-(``registry.catalog``), shared with the layers below this one (followers find functions through it). All are written and deleted in one ``multi``, so a function is never seen
-without its code. The function's state lives with its state provider (PIP-312), reached through
+(``registry.catalog``), shared with the layers below this one (followers find functions through it).
+All are written and deleted in one ``multi``, so a function is never seen without its code.
+The function's state lives with its state provider (PIP-312), reached through
 :meth:`FunctionRegistry.state_store`.
 
 Guarantees: ``create`` refuses an existing function (:class:`AlreadyExistsError`) and invalid
@@ -121,7 +122,8 @@ class FunctionRegistry:
         changes = dict(changes or {})
         for what, value in zip(IDENTITY, (tenant, namespace, name)):
             if changes.get(what) not in (None, value):
-                raise InvalidArgumentError(f"{what} in the config ({changes[what]!r}) differs from the path ({value!r})")
+                raise InvalidArgumentError(
+                    f"{what} in the config ({changes[what]!r}) differs from the path ({value!r})")
         path = self._path(tenant, namespace, name)
         for _ in range(20):
             current, version = self._read(tenant, namespace, name)

@@ -25,13 +25,18 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from json.scanner import make_scanner
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StatekeepError
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
+from statekeep.state.base import StateStore
 
 log = logging.getLogger(__name__)
+
+# what executors need to run a function, as plain JSON data (built by spark.executor_spec)
+ExecutorSpec = dict[str, Any]
 
 # per (batch, partition): counts, the time spent in the function (s), user metrics and latest
 # exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.stats)
@@ -80,11 +85,11 @@ def load_process(source: str, filename: str = "<function>", class_name: str | No
 
 
 _cache_lock = threading.Lock()
-_loaded: dict[tuple[str, str | None], tuple[Callable, str]] = {}
-_stores: dict[str, Any] = {}
+_loaded: dict[tuple[str, str | None], tuple[Callable[..., Any], str]] = {}
+_stores: dict[str, StateStore] = {}
 
 
-def _cached_process(spec: dict) -> tuple[Callable, str]:
+def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
     """(entry point, kind) of the spec's code, loaded once per executor process."""
     key = (spec["code"], spec.get("class_name"))
     with _cache_lock:
@@ -96,7 +101,8 @@ def _cached_process(spec: dict) -> tuple[Callable, str]:
         return _loaded[key]
 
 
-def make_context(spec: dict, state: BufferedState, partition: int, source: RecordSource | None = None) -> Context:
+def make_context(spec: ExecutorSpec, state: BufferedState, partition: int,
+                 source: RecordSource | None = None) -> Context:
     """The Context of one (batch, partition) from the executor spec."""
     return Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"),
                    function_id=spec.get("function_id", ""), function_version=spec.get("function_version", 0),
@@ -104,13 +110,13 @@ def make_context(spec: dict, state: BufferedState, partition: int, source: Recor
                    secrets=spec.get("secrets"), source=source)
 
 
-def _careful(spec: dict) -> bool:
+def _careful(spec: ExecutorSpec) -> bool:
     """Whether records need per-record error handling (rollback of a failed record's state)."""
     return bool(spec.get("skip_errors") or spec.get("max_retries") is not None or spec.get("dead_letter")
                 or spec.get("timeout_ms"))
 
 
-def _cached_state_store(spec: dict):
+def _cached_state_store(spec: ExecutorSpec) -> StateStore:
     """One provider per executor process and configuration (opening a store costs a session)."""
     from statekeep.state import open_provider
 
@@ -123,7 +129,8 @@ def _cached_state_store(spec: dict):
         return _stores[key]
 
 
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # what json.loads runs, minus its per-call checks
+# what json.loads runs, minus its per-call checks (typeshed types the argument as a scanner, not the decoder)
+_scan_json = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def record_decoder(input_format: str) -> Callable[[Any], Any]:
@@ -170,7 +177,7 @@ def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, f
     os.replace(temp, final)
 
 
-def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[Any],
+def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
                   topics: list[Any] | None = None) -> PartitionStats:
     """Run the function over one partition of one batch and apply its state changes atomically.
@@ -213,6 +220,7 @@ def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[A
     stats.received = len(records)
     started = time.perf_counter()
     if careful:
+        assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
         _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead)
     else:
         for position, record in enumerate(records):
@@ -243,8 +251,8 @@ def run_partition(spec: dict, batch_id: int, partition: int, records: Iterable[A
     return stats
 
 
-def _run_careful(spec: dict, batch_id: int, partition: int, records: list[Any], process: Callable,
-                 decode: Callable, context: Context, state: JournaledState, stats: PartitionStats,
+def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: list[Any], process: Callable[..., Any],
+                 decode: Callable[[Any], Any], context: Context, state: JournaledState, stats: PartitionStats,
                  outputs: list[Any], dead: list[Any]) -> None:
     """The per-record loop with error handling. A record whose ``process`` raises (or, with
     ``timeout_ms``, takes longer than that) is a user exception: its state changes and published
@@ -293,7 +301,7 @@ def _run_careful(spec: dict, batch_id: int, partition: int, records: list[Any], 
             break
 
 
-def _dead_letter(record: Any, decode: Callable) -> Any:
+def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
     """A failed record as the dead-letter output keeps it: its input value (the raw line if it
     does not decode)."""
     try:
@@ -375,8 +383,8 @@ def _batch_output(result: Any) -> Any:
                     "pyarrow.RecordBatch, a list of dicts, or None")
 
 
-def _run_batch(spec: dict, batch_id: int, partition: int, records: Any, store: Any, marker: str,
-               process_batch: Callable, stats: PartitionStats) -> PartitionStats:
+def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, store: Any, marker: str,
+               process_batch: Callable[..., Any], stats: PartitionStats) -> PartitionStats:
     """run_partition for a ``process_batch`` function: one call for the whole partition."""
     where = f"batch {batch_id}, partition {partition}"
     fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
@@ -436,14 +444,16 @@ def _skip_batch(store: Any, marker: str, stats: PartitionStats, records: int, er
     return stats
 
 
-def arrow_partition_runner(spec: dict, batch_id: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function for one micro-batch: record batches in, one stats row out."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        partition = TaskContext.get().partitionId()
+        task = TaskContext.get()
+        assert task is not None  # mapInArrow runs this inside a Spark task
+        partition = task.partitionId()
         if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
             columns = [batch.column("__record") for batch in batches]
             records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())

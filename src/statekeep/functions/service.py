@@ -12,7 +12,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.functions.registry import DEFAULT_ROOT, FunctionRegistry
-from statekeep.metadata import open_store
+from statekeep.metadata import MetadataStore, open_store
 from statekeep.state import ProviderPool
 from statekeep.state.base import StateEntry
 from statekeep.state.catalog import default_provider
@@ -26,7 +26,7 @@ MAX_PAGE = 1000
 class FunctionService:
     def __init__(self, registry: FunctionRegistry) -> None:
         self.registry = registry
-        self._owned: list = []
+        self._owned: list[ProviderPool | MetadataStore] = []  # what open() opened, closed in this order
 
     @classmethod
     def open(cls, metadata_url: str, *, state_provider: str | None = None,
@@ -79,6 +79,7 @@ class FunctionService:
         version = value.write(store, key, expected_version)
         if value.counter is not None:
             return function_state_json(StateEntry(key, counter_bytes(value.counter), "counter", version))
+        assert value.data is not None  # parse_function_state sets data when it sets no counter
         return function_state_json(StateEntry(key, value.data, "bytes", version))
 
     def delete_state(self, tenant: str, namespace: str, name: str, key: str,

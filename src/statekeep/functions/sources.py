@@ -23,7 +23,8 @@ read with :class:`NotFoundError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
 
@@ -33,26 +34,34 @@ except ImportError as e:
     raise MissingDependencyError(f"the statekeep Spark data sources need PySpark: pip install 'statekeep[spark]' "
                                  f"({e})") from e
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import StructType
+
+    from statekeep.functions.service import FunctionService
+    from statekeep.state.base import StateStore
+
 STATE_SCHEMA = "key string, kind string, value binary, number long, version long"
 CHANGELOG_SCHEMA = "offset long, key string, kind string, value binary, number long, version long, tombstone boolean"
 MAX_RECORDS_PER_BATCH = 100_000
 
 
-def _function(options: dict) -> tuple[str, str, str]:
+def _function(options: Mapping[str, Any]) -> tuple[str, str, str]:
     parts = str(options.get("function", "")).removeprefix("statekeep://").split("/")
     if len(parts) != 3 or not all(parts):
         raise InvalidArgumentError('option "function" must be "tenant/namespace/name"')
     return parts[0], parts[1], parts[2]
 
 
-def _prefix(options: dict) -> str:
+def _prefix(options: Mapping[str, Any]) -> str:
     prefix = options.get("prefix", "")
     if not isinstance(prefix, str):
         raise InvalidArgumentError(f'option "prefix" must be a str, not {type(prefix).__name__}')
     return prefix
 
 
-def _open_state(options: dict):
+def _open_state(options: Mapping[str, Any]) -> tuple[FunctionService, StateStore]:
     """(service, state store) of the function the options name; close the service when done."""
     from statekeep.functions.service import FunctionService
     from statekeep.metadata.registry import default_store_url
@@ -66,12 +75,12 @@ def _open_state(options: dict):
 
 
 class _StateReader(DataSourceReader):
-    def __init__(self, options: dict) -> None:
+    def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = dict(options)
         _function(self.options)
         _prefix(self.options)
 
-    def read(self, partition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         service, state = _open_state(self.options)
         with service:
             for entry in state.scan_entries(prefix=_prefix(self.options)):
@@ -86,7 +95,7 @@ class StatekeepStateSource(DataSource):
     def schema(self) -> str:
         return STATE_SCHEMA
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return _StateReader(self.options)
 
 
@@ -96,19 +105,19 @@ class _Range(InputPartition):
 
 
 class _ChangelogStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict) -> None:
+    def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = dict(options)
         _function(self.options)
         _prefix(self.options)
-        self._opened = None  # (service, state) on the driver, opened on first use
+        self._opened: tuple[FunctionService, StateStore] | None = None  # on the driver, opened on first use
 
-    def __getstate__(self) -> dict:  # the reader travels to executors; open stores do not
+    def __getstate__(self) -> dict[str, Any]:  # the reader travels to executors; open stores do not
         return {"options": self.options, "_opened": None}
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, int]:
         return {"offset": -1}
 
-    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+    def latestOffset(self, start: dict[str, int] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
         if self._opened is None:
             self._opened = _open_state(self.options)
         after = (start or {}).get("offset", -1)
@@ -116,10 +125,11 @@ class _ChangelogStreamReader(DataSourceStreamReader):
         records = self._opened[1].read_changelog(after=after, limit=most)
         return {"offset": records[-1].offset if records else after}
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         return [_Range(start["offset"], end["offset"])]
 
-    def read(self, partition: _Range) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, _Range)  # what partitions() makes
         service, state = _open_state(self.options)
         prefix = _prefix(self.options)
         with service:
@@ -133,11 +143,13 @@ class _ChangelogStreamReader(DataSourceStreamReader):
                         return
                     if prefix and not r.key.startswith(prefix):
                         continue  # filtered here, so Spark never receives it
-                    number = int.from_bytes(r.value, "big", signed=True) if r.kind == "counter" else None
+                    # a tombstone has neither kind nor value, so a counter record has a value
+                    number = (int.from_bytes(r.value, "big", signed=True)
+                              if r.kind == "counter" and r.value is not None else None)
                     yield r.offset, r.key, r.kind, r.value, number, r.version, r.tombstone
                 after = records[-1].offset
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the changelog is kept by its owner (compaction decides)."""
 
     def stop(self) -> None:
@@ -154,10 +166,10 @@ class StatekeepChangelogSource(DataSource):
     def schema(self) -> str:
         return CHANGELOG_SCHEMA
 
-    def streamReader(self, schema) -> DataSourceStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _ChangelogStreamReader(self.options)
 
 
-def register_sources(spark) -> None:
+def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(StatekeepStateSource)
     spark.dataSource.register(StatekeepChangelogSource)

@@ -13,17 +13,26 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.runtime import STATS_SCHEMA, arrow_partition_runner
+from statekeep.functions.runtime import STATS_SCHEMA, ExecutorSpec, arrow_partition_runner
 from statekeep.functions.stats import add_batch
+
+if TYPE_CHECKING:  # PySpark is optional: imported where used
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from statekeep.functions.model import FunctionConfig
+    from statekeep.functions.registry import FunctionRegistry
+    from statekeep.functions.service import FunctionService
+    from statekeep.metadata.base import MetadataStore
 
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
 
 
 def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2,
-                  conf: Mapping[str, str] | None = None):
+                  conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession set up for statekeep (shared: Spark allows one per driver process).
     The default master retries a failed task up to 4 times (``local[*,4]``), so a killed Python
     worker costs a retry, not the query. ``conf``: more Spark settings (e.g. ``spark.cores.max``
@@ -37,15 +46,15 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
         from statekeep.errors import MissingDependencyError
 
         raise MissingDependencyError("running functions needs PySpark: pip install 'statekeep[spark]'") from e
-    spark = (SparkSession.builder.master(master).appName(app_name)
+    builder = (SparkSession.builder.master(master).appName(app_name)
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
              .config("spark.sql.streaming.schemaInference", "true")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000"))
     for key, value in (conf or {}).items():
-        spark = spark.config(key, value)
-    spark = spark.getOrCreate()
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from statekeep.functions.sources import register_sources
 
@@ -53,8 +62,9 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
     return spark
 
 
-def input_frame(spark, inputs: list[str], input_format: str, key_field: str | None,
-                options: dict[str, str] | None = None, *, store_url: str | None = None, topic_column: bool = False):
+def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,
+                options: dict[str, str] | None = None, *, store_url: str | None = None,
+                topic_column: bool = False) -> DataFrame:
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
     text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
     ``__topic``, the input each record came from (asked for with several inputs, where
@@ -69,6 +79,7 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
     reader = spark.readStream
     for k, v in (options or {}).items():
         reader = reader.option(k, v)
+    frames: list[tuple[str | None, DataFrame]]
     if input_format == "rate":
         frames = [(None, reader.format("rate").load())]
     elif input_format == "statekeep-changelog":
@@ -82,7 +93,7 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
         reader = reader.format("text" if input_format in ("json", "text") else input_format)
         # a streaming reader loads one path: several inputs are several sources, unioned below
         frames = [(path, reader.load(path)) for path in inputs]
-    selected = None
+    selected: DataFrame | None = None
     for path, frame in frames:
         if input_format in ("json", "text"):
             record = F.col("value")
@@ -96,16 +107,28 @@ def input_frame(spark, inputs: list[str], input_format: str, key_field: str | No
             columns.append(F.lit(path).cast("string").alias("__topic"))
         frame = frame.select(*columns)
         selected = frame if selected is None else selected.unionByName(frame)
+    assert selected is not None  # one frame per input, and a function has at least one (FunctionConfig)
     return selected
+
+
+class QueryTotals(TypedDict):
+    """A query's running totals since it started (``instances``: see statekeep.functions.stats)."""
+
+    processed: int
+    skipped: int
+    outputs: int
+    batches: int
+    last_batch: int | None
+    instances: dict[str, dict[str, Any]]
 
 
 class FunctionQuery:
     """One function running as a streaming query. ``spec`` is the executor-side description
     (see :func:`statekeep.functions.runtime.run_partition`)."""
 
-    def __init__(self, spark, spec: dict, inputs: list[str], checkpoint: str, *, parallelism: int = 2,
-                 once: bool = False, trigger_interval: str = "1 second",
-                 on_batch: Callable[[int, list[dict]], None] | None = None) -> None:
+    def __init__(self, spark: SparkSession, spec: ExecutorSpec, inputs: list[str], checkpoint: str, *,
+                 parallelism: int = 2, once: bool = False, trigger_interval: str = "1 second",
+                 on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None) -> None:
         self.spark = spark
         self.spec = spec
         self.inputs = inputs
@@ -114,18 +137,20 @@ class FunctionQuery:
         self.once = once
         self.trigger_interval = trigger_interval
         self.on_batch = on_batch
-        self.query = None
+        self.query: StreamingQuery | None = None
+        self.status_saver: Callable[[], None] | None = None  # where save_status() keeps status()
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
-        self.totals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
+        self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.stats
 
-    def _handle_batch(self, frame, batch_id: int) -> None:
+    def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
         runner = arrow_partition_runner(self.spec, batch_id)
         rows = [r.asDict() for r in
                 frame.repartition(self.parallelism, "__key").mapInArrow(runner, STATS_SCHEMA).collect()]
         for row in rows:
-            for name in ("processed", "skipped", "outputs"):
-                self.totals[name] += row[name]
+            self.totals["processed"] += row["processed"]
+            self.totals["skipped"] += row["skipped"]
+            self.totals["outputs"] += row["outputs"]
         add_batch(self.totals["instances"], rows)
         self.totals["batches"] += 1
         self.totals["last_batch"] = batch_id
@@ -145,8 +170,10 @@ class FunctionQuery:
         return self
 
     def await_termination(self, timeout: float | None = None) -> bool | None:
+        assert self.query is not None, "start() first"
         try:
-            return self.query.awaitTermination(timeout)
+            # PySpark annotates int seconds but takes float ones (it converts to milliseconds)
+            return self.query.awaitTermination(timeout)  # type: ignore[arg-type]
         finally:
             if not self.query.isActive:
                 self.save_status()
@@ -157,7 +184,9 @@ class FunctionQuery:
         self.save_status()
 
     def save_status(self) -> None:
-        """Record :meth:`status` somewhere (set by :func:`run_registered`); by default nowhere."""
+        """Record :meth:`status` with ``status_saver`` (set by :func:`run_registered`); by default nowhere."""
+        if self.status_saver is not None:
+            self.status_saver()
 
     def status(self) -> dict[str, Any]:
         active = self.query is not None and self.query.isActive
@@ -166,15 +195,15 @@ class FunctionQuery:
                 "workerId": self.worker_id, "updated_ms": int(time.time() * 1000)}
 
 
-def status_json(status: dict) -> bytes:
+def status_json(status: Mapping[str, Any]) -> bytes:
     return json.dumps(status, sort_keys=True).encode()
 
 
 STATUS_ROOT = "/statekeep/status"
 
 
-def executor_spec(registry, metadata_url: str, tenant: str, namespace: str, name: str, *,
-                  skip_errors: bool | None = None) -> tuple[dict, Any]:
+def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
+                  skip_errors: bool | None = None) -> tuple[ExecutorSpec, FunctionConfig]:
     """What executors need to run a registered function (code, provider, formats), as plain JSON
     data, and its :class:`FunctionConfig`. The provider config names the store by URL, since an
     open store cannot travel to another process."""
@@ -228,9 +257,9 @@ def _guess_format(source: str) -> str:
     return "json"
 
 
-def run_registered(service, metadata_url: str, tenant: str, namespace: str, name: str, *, checkpoint_root: str,
-                   once: bool = False, master: str = "local[*,4]", skip_errors: bool | None = None,
-                   spark=None, worker_id: str | None = None,
+def run_registered(service: FunctionService, metadata_url: str, tenant: str, namespace: str, name: str, *,
+                   checkpoint_root: str, once: bool = False, master: str = "local[*,4]",
+                   skip_errors: bool | None = None, spark: SparkSession | None = None, worker_id: str | None = None,
                    spark_conf: Mapping[str, str] | None = None) -> FunctionQuery:
     """Start a registered function as a streaming query and keep its status in the metadata store
     at ``STATUS_ROOT/T/N/F`` (``workerId``: ``worker_id``). The checkpoint is per function incarnation,
@@ -246,13 +275,20 @@ def run_registered(service, metadata_url: str, tenant: str, namespace: str, name
     spark = spark or spark_session(master, conf=spark_conf)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
     query.worker_id = worker_id
-    query.save_status = lambda: registry.store.put(status_path, status_json(query.status()))
+
+    def save_status() -> None:
+        registry.store.put(status_path, status_json(query.status()))
+
+    query.status_saver = save_status
     query.on_batch = lambda batch_id, rows: query.save_status()
     query.start()
     query.save_status()  # says at once who runs it now (status readers compare it with the lock)
     return query
 
 
-def read_status(store, tenant: str, namespace: str, name: str) -> dict | None:
+def read_status(store: MetadataStore, tenant: str, namespace: str, name: str) -> dict[str, Any] | None:
     result = store.get(f"{STATUS_ROOT}/{tenant}/{namespace}/{name}")
-    return None if result is None else json.loads(result.value)
+    if result is None:
+        return None
+    status: dict[str, Any] = json.loads(result.value)  # written by status_json
+    return status

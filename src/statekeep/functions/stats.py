@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 WINDOW_MS = 60_000
@@ -74,7 +74,7 @@ def _window(item: Mapping[str, Any], now_ms: int) -> dict[str, float]:
     return sums
 
 
-def _exceptions(items: Iterable[list]) -> list[dict[str, Any]]:
+def _exceptions(items: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
     return [{"exceptionString": message, "timestampMs": int(ms)} for message, ms in items]
 
 
@@ -94,9 +94,9 @@ def instance_status(status: Mapping[str, Any], instance_id: int, *, num_restarts
 
 def function_status(status: Mapping[str, Any], num_instances: int, *, num_restarts: int = 0) -> dict[str, Any]:
     """Pulsar's ``FunctionStatus``: one entry per instance, ``numRunning`` those running."""
-    instances = [{"instanceId": i, "status": instance_status(status, i, num_restarts=num_restarts)}
-                 for i in range(num_instances)]
-    return {"numInstances": num_instances, "numRunning": sum(i["status"]["running"] for i in instances),
+    statuses = [instance_status(status, i, num_restarts=num_restarts) for i in range(num_instances)]
+    instances = [{"instanceId": i, "status": s} for i, s in enumerate(statuses)]
+    return {"numInstances": num_instances, "numRunning": sum(s["running"] for s in statuses),
             "instances": instances}
 
 

@@ -20,12 +20,20 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from statekeep.coordination import CoordinationService
+from statekeep.coordination import CoordinationService, ResourceLock
 from statekeep.errors import LockBusyError, NotFoundError, StatekeepError
 from statekeep.functions.registry import FunctionRegistry
-from statekeep.metadata.types import NotificationType
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import Notification, NotificationType
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statekeep.functions.spark import FunctionQuery
 
 log = logging.getLogger(__name__)
 LOCK_ROOT = "/statekeep/workers"
@@ -48,7 +56,7 @@ def lock_path(tenant: str, namespace: str, name: str) -> str:
     return f"{LOCK_ROOT}/{tenant}/{namespace}/{name}"
 
 
-def function_runner(store, tenant: str, namespace: str, name: str) -> str | None:
+def function_runner(store: MetadataStore, tenant: str, namespace: str, name: str) -> str | None:
     """The id of the worker (or localrun) holding the function's lock in ``store`` now, or None if
     nobody runs it."""
     result = store.get(lock_path(tenant, namespace, name))
@@ -62,7 +70,8 @@ def function_runner(store, tenant: str, namespace: str, name: str) -> str | None
 
 
 def acquire_function_lock(coordination: CoordinationService, tenant: str, namespace: str, name: str,
-                          worker_id: str, *, wait: float = 0.0, on_wait=None):
+                          worker_id: str, *, wait: float = 0.0,
+                          on_wait: Callable[[str | None], object] | None = None) -> ResourceLock:
     """Take the function's lock for ``worker_id`` (a :class:`ResourceLock`), waiting up to ``wait``
     seconds for its holder to release it or die (a dead holder's lock goes with its session, on
     zk:// and etcd:// after the session timeout). ``on_wait(holder)`` is called once if it must wait.
@@ -89,7 +98,7 @@ def acquire_function_lock(coordination: CoordinationService, tenant: str, namesp
                             f"(or delete it) first") from None
 
 
-def function_status(store, tenant: str, namespace: str, name: str) -> dict:
+def function_status(store: MetadataStore, tenant: str, namespace: str, name: str) -> dict[str, Any]:
     """A function's status: its query's last recorded totals (``processed``, ``skipped``, ``outputs``,
     ``batches``, ``last_batch``, ``error``, ``updated_ms``) with ``workerId``, the worker (or
     localrun) holding its lock now, None if nobody. ``running`` is true only while the recorded
@@ -106,7 +115,7 @@ def function_status(store, tenant: str, namespace: str, name: str) -> dict:
     return status
 
 
-def pulsar_function_status(status: dict, num_instances: int = 1, num_restarts: int = 0) -> dict:
+def pulsar_function_status(status: dict[str, Any], num_instances: int = 1, num_restarts: int = 0) -> dict[str, Any]:
     """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus``: one instance per
     Spark partition of the function's query (see :mod:`statekeep.functions.stats`); ``workerId``
     is where it runs, ``""`` if nowhere."""
@@ -117,8 +126,8 @@ def pulsar_function_status(status: dict, num_instances: int = 1, num_restarts: i
 
 @dataclass
 class _Running:
-    query: object
-    lock: object
+    query: FunctionQuery
+    lock: ResourceLock
     config: tuple[str, int, int]  # (incarnation, config version, restarts): a change restarts the query
 
 
@@ -145,7 +154,7 @@ class SparkWorker:
         self._stopping = threading.Event()
         self._mutex = threading.RLock()
         self._thread: threading.Thread | None = None
-        self._spark = None
+        self._spark: SparkSession | None = None  # started with the first function to run
 
     def start(self, registry: FunctionRegistry) -> None:
         from statekeep.functions.service import FunctionService
@@ -168,7 +177,7 @@ class SparkWorker:
         self._subscription.close()
         self.coordination.close()
 
-    def _on_notification(self, n) -> None:
+    def _on_notification(self, n: Notification) -> None:
         # registry changes, and locks deleted by a release or a dead worker's session: a function may
         # be free to take over now, not only at the next interval
         if n.path.startswith(self.registry.root + "/") or (
@@ -185,7 +194,7 @@ class SparkWorker:
                 pass
             self._stop_function(fqfn)
 
-    def status(self) -> dict[str, dict]:
+    def status(self) -> dict[str, dict[str, Any]]:
         """``T/N/F`` -> query status of each function this worker runs now."""
         with self._mutex:
             return {"/".join(k): {**r.query.status(), "workerId": self.worker_id} for k, r in self._running.items()}
@@ -246,7 +255,9 @@ class SparkWorker:
                     del wanted[fqfn]
             for fqfn, running in list(self._running.items()):
                 stale = wanted.get(fqfn) != running.config
-                if stale or running.lock.expired.done() or not running.query.query.isActive:
+                query = running.query.query
+                assert query is not None  # run_registered started it
+                if stale or running.lock.expired.done() or not query.isActive:
                     self._stop_function(fqfn)
             for fqfn, config in wanted.items():
                 if fqfn not in self._running and not self._stopping.is_set():

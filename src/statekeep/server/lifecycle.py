@@ -23,6 +23,7 @@ server of a cluster answers for any function.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -47,8 +48,9 @@ def install(app: FastAPI, ctx: ServerContext) -> None:
     ctx.metrics.add_collector(lambda: stats.metrics_lines(_all_statuses(ctx)))
 
 
-def _all_statuses(ctx: ServerContext) -> list[tuple[str, dict]]:
-    store, root, out = ctx.store, ctx.registry.root, []
+def _all_statuses(ctx: ServerContext) -> list[tuple[str, dict[str, Any]]]:
+    store, root = ctx.store, ctx.registry.root
+    out: list[tuple[str, dict[str, Any]]] = []
     for tenant in store.get_children(root):
         for namespace in store.get_children(f"{root}/{tenant}"):
             for name in ctx.registry.list(tenant, namespace):
@@ -67,7 +69,7 @@ def _instance(raw: str, parallelism: int, fqfn: str) -> int:
     return instance
 
 
-def _status(ctx: ServerContext, tenant: str, namespace: str, name: str) -> tuple[dict, int, int]:
+def _status(ctx: ServerContext, tenant: str, namespace: str, name: str) -> tuple[dict[str, Any], int, int]:
     """(raw status, numInstances, numRestarts); 404 for an unknown function."""
     cfg = ctx.registry.get(tenant, namespace, name)
     raw = read_function_status(ctx.store, tenant, namespace, name)
@@ -116,13 +118,14 @@ async def trigger_function(tenant: str, namespace: str, name: str, request: Requ
         cfg = ctx.registry.get(tenant, namespace, name)
         if topic is not None and topic.decode("utf-8", "replace") not in cfg.inputs:
             raise InvalidArgumentError(f"topic must be one of the function's inputs {cfg.inputs}")
-        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name,
-                                                       data if data is not None else stream))
+        value = data if data is not None else stream
+        assert value is not None  # exactly one of the two parts was sent (checked above)
+        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value))
 
     return PlainTextResponse(await ctx.call(run))
 
 
-def _action(action: str, per_instance: bool):
+def _action(action: str, per_instance: bool) -> Callable[..., Awaitable[Response]]:
     async def act(tenant: str, namespace: str, name: str, request: Request,
                   ctx: ServerContext = Depends(get_context)) -> Response:
         def run() -> None:

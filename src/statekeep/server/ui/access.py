@@ -88,8 +88,9 @@ def value_from_json(body: Any) -> bytes:
     """The bytes of a ``{"stringValue"}`` or ``{"byteValue": base64}`` body; :class:`ValueError` otherwise."""
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object with stringValue or byteValue")
-    if isinstance(body.get("stringValue"), str):
-        return body["stringValue"].encode("utf-8")
+    text = body.get("stringValue")
+    if isinstance(text, str):
+        return text.encode("utf-8")
     if isinstance(body.get("byteValue"), str):
         return base64.b64decode(body["byteValue"], validate=True)
     raise ValueError("the body must have stringValue (text) or byteValue (base64)")

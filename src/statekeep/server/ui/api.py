@@ -23,7 +23,7 @@ statuses (404, 409 on a version conflict, 401/403).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -36,17 +36,23 @@ from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundEr
 from statekeep.functions.worker import function_status, pulsar_function_status
 from statekeep.handles.gc import collect_garbage
 from statekeep.handles.handle import decode as decode_handle
-from statekeep.metadata.types import validate_path
+from statekeep.metadata.types import GetResult, validate_path
 from statekeep.server.auth import authorize
 from statekeep.server.ui import access
 from statekeep.server.ui import batch_history
 from statekeep.state.base import StateEntry
+from statekeep.state.records import ChangelogRecord
 from statekeep.state.shape import function_state_json
+
+if TYPE_CHECKING:
+    from statekeep.functions.registry import FunctionRegistry
+    from statekeep.metadata.base import MetadataStore
+    from statekeep.server.context import ServerContext
 
 FN = "/ui/api/functions/{tenant}/{namespace}/{name}"
 
 
-def node_json(path: str, result) -> dict[str, Any]:
+def node_json(path: str, result: GetResult | None) -> dict[str, Any]:
     if result is None:
         return {"path": path, "exists": False}
     st = result.stat
@@ -58,8 +64,8 @@ def node_json(path: str, result) -> dict[str, Any]:
                                         "this server's session" if st.created_by_self else "another session")}}
 
 
-def _ctx(request: Request):
-    ctx = request.app.state.ctx
+def _ctx(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
+    ctx: ServerContext = request.app.state.ctx
     return ctx.store, ctx.registry
 
 
@@ -102,7 +108,7 @@ def _has_lifecycle(request: Request) -> bool:
     return any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes)
 
 
-def _stopped(registry, tenant: str, namespace: str, name: str) -> bool | None:
+def _stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> bool | None:
     """Whether the function was stopped through the lifecycle API; None where that API is absent."""
     try:
         from statekeep.functions.lifecycle import is_stopped
@@ -214,13 +220,13 @@ async def handles(request: Request, root: str, blobs: str | None = None,
     return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
 
 
-def default_blobs(store) -> str | None:
+def default_blobs(store: MetadataStore) -> str | None:
     """Where snapshots of this store keep blobs by default (``DIR/blobs`` of a ``local://DIR`` store)."""
     directory = getattr(store, "directory", None)
     return f"file://{os.path.join(str(directory), 'blobs')}" if store.scheme == "local" and directory else None
 
 
-def list_handles(store, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
+def list_handles(store: MetadataStore, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
     base = f"{root.rstrip('/')}/handles"
     out: dict[str, Any] = {"root": root, "handles": []}
     for key in store.get_children(base):
@@ -248,7 +254,7 @@ def list_handles(store, root: str, blobs: str | None, grace: float) -> dict[str,
     return out
 
 
-def record_json(r) -> dict[str, Any]:
+def record_json(r: ChangelogRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"offset": r.offset, "key": r.key, "version": r.version, "tombstone": r.tombstone}
     if r.value is not None:  # the value fields of FunctionState JSON (numberValue, stringValue or byteValue)
         value = function_state_json(_entry(r))
@@ -258,5 +264,6 @@ def record_json(r) -> dict[str, Any]:
     return out
 
 
-def _entry(r) -> StateEntry:
+def _entry(r: ChangelogRecord) -> StateEntry:
+    assert r.value is not None and r.kind is not None  # not a tombstone (record_json checks)
     return StateEntry(r.key, r.value, r.kind, r.version)

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from statekeep.functions.spark import STATUS_ROOT
-from statekeep.metadata.types import NotificationType
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import Notification, NotificationType
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +30,14 @@ log = logging.getLogger(__name__)
 class BatchHistory:
     """Per-function batch entries derived from status notifications. Thread-safe."""
 
-    def __init__(self, store, keep: int = 240) -> None:
+    def __init__(self, store: MetadataStore, keep: int = 240) -> None:
         self.store = store
         self.keep = keep
         self._lock = threading.Lock()
         self._last: dict[str, dict[str, Any]] = {}
-        self._history: dict[str, collections.deque] = {}
+        self._history: dict[str, collections.deque[dict[str, Any]]] = {}
         self._watchers: list[Callable[[str, dict[str, Any]], None]] = []
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # status paths; None: stop
         # the store's dispatcher thread only enqueues: reading the store from it could hold up every listener
         self._thread = threading.Thread(target=self._run, name="statekeep-ui-batches", daemon=True)
         self._thread.start()
@@ -61,7 +62,7 @@ class BatchHistory:
                     self._watchers.remove(callback)
         return remove
 
-    def _on_notification(self, n) -> None:
+    def _on_notification(self, n: Notification) -> None:
         if n.path.startswith(STATUS_ROOT + "/") and n.type in (NotificationType.Created, NotificationType.Modified):
             self._queue.put(n.path)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -34,6 +35,14 @@ from statekeep.functions.spark import STATUS_ROOT
 from statekeep.server.ui import access
 from statekeep.server.ui.api import record_json
 from statekeep.server.ui import batch_history
+
+if TYPE_CHECKING:
+    from statekeep.functions.registry import FunctionRegistry
+    from statekeep.metadata.base import MetadataStore
+    from statekeep.metadata.types import Notification
+    from statekeep.server.context import ServerContext
+
+T = TypeVar("T")
 
 IDLE_S = 0.5
 HEARTBEAT_S = 1.0
@@ -62,14 +71,14 @@ def _last_event_id(request: Request) -> int | None:
     return int(value) if value.lstrip("-").isdigit() and len(value) <= 19 else None
 
 
-class _Wakeup:
-    """An asyncio queue fed from another thread (store listeners, the batch history)."""
+class _Wakeup(Generic[T]):
+    """An asyncio queue of ``T`` fed from another thread (store listeners, the batch history)."""
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+        self.queue: asyncio.Queue[T] = asyncio.Queue(maxsize=10_000)
 
-    def put(self, item: object) -> None:
+    def put(self, item: T) -> None:
         def add() -> None:
             if not self.queue.full():  # a slow client loses wakeups, not memory
                 self.queue.put_nowait(item)
@@ -78,7 +87,7 @@ class _Wakeup:
         except RuntimeError:  # the loop is closed: the stream is over
             pass
 
-    async def get(self, timeout: float) -> object | None:
+    async def get(self, timeout: float) -> T | None:
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except asyncio.TimeoutError:
@@ -89,8 +98,8 @@ def stream(body: Callable[[], AsyncIterator[bytes]]) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
 
 
-def _ctx(request: Request):
-    ctx = request.app.state.ctx
+def _ctx(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
+    ctx: ServerContext = request.app.state.ctx
     return ctx.store, ctx.registry
 
 
@@ -121,7 +130,7 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
         start = (await run_in_threadpool(state.changelog_position)).last_offset
 
     async def body() -> AsyncIterator[bytes]:
-        wake = _Wakeup()
+        wake: _Wakeup[Notification] = _Wakeup()
         subscription = store.add_listener(wake.put)
         try:
             offset, idle, started = start, 0.0, asyncio.get_running_loop().time()
@@ -164,7 +173,8 @@ async def function_events(request: Request) -> StreamingResponse:
         return visible[tenant]
 
     async def body() -> AsyncIterator[bytes]:
-        wake = _Wakeup()
+        # ("batch", fqfn, entry) from the batch history, ("changed", path, None) from the store
+        wake: _Wakeup[tuple[str, str, dict[str, Any] | None]] = _Wakeup()
         remove = batch_history(request).watch(lambda fqfn, entry: wake.put(("batch", fqfn, entry)))
         roots = (registry.root + "/", STATUS_ROOT + "/")
         subscription = store.add_listener(
@@ -179,6 +189,7 @@ async def function_events(request: Request) -> StreamingResponse:
                     continue
                 kind, what, entry = item
                 if kind == "batch":
+                    assert entry is not None  # a batch wakeup carries its entry
                     if may_see(what):
                         yield sse("batch", {"function": what, **entry})
                     continue
@@ -199,7 +210,7 @@ async def tree_events(request: Request) -> StreamingResponse:
     access.check_superuser(request)
 
     async def body() -> AsyncIterator[bytes]:
-        wake = _Wakeup()
+        wake: _Wakeup[tuple[str, str]] = _Wakeup()
         subscription = store.add_listener(lambda n: wake.put((n.type.value, n.path)))
         started = asyncio.get_running_loop().time()
         try:
