@@ -44,7 +44,7 @@ State = tuple[bytes, int] | None
 class Operation:
     client: int
     kind: str  # "read" | "write" | "cas"
-    args: tuple  # read: (); write: (value,); cas: (expected_version, value)
+    args: tuple[Any, ...]  # read: (); write: (value,); cas: (expected_version, value)
     call: float  # invocation time (any monotonic clock shared by the clients)
     ret: float | None  # response time; None if the outcome is unknown
     result: Any  # read: State; write: version; cas: version or FAIL; UNKNOWN if ret is None
@@ -230,7 +230,7 @@ def run_client(store: Any, path: str, client: int, n_ops: int, *, fault_rate: fl
     return ops
 
 
-def to_json(op: Operation) -> list:
+def to_json(op: Operation) -> list[Any]:
     """A JSON-able form of ``op`` (bytes as latin-1 text), for histories recorded in other processes."""
     def enc(x: Any) -> Any:
         if isinstance(x, bytes):
@@ -241,7 +241,7 @@ def to_json(op: Operation) -> list:
     return [op.client, op.kind, enc(op.args), op.call, op.ret, enc(op.result)]
 
 
-def from_json(raw: list) -> Operation:
+def from_json(raw: list[Any]) -> Operation:
     def dec(x: Any) -> Any:
         if isinstance(x, dict):
             return x["b"].encode("latin-1") if "b" in x else tuple(dec(i) for i in x["t"])

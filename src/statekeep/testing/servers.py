@@ -22,7 +22,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
@@ -35,17 +35,19 @@ class ServerNotInstalled(RuntimeError):
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
 class Server:
-    def __init__(self, kind: str, command: list[str], port: int, data_dir: Path, ready) -> None:
+    def __init__(self, kind: str, command: list[str], port: int, data_dir: Path,
+                 ready: Callable[[int], bool]) -> None:
         self.kind = kind
         self.command = command
         self.port = port
         self.data_dir = data_dir
         self._ready = ready
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / f"{kind}.log"
 
     @property

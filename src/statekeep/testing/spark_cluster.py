@@ -24,8 +24,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from statekeep.testing.servers import ServerNotInstalled, free_port
 
@@ -53,7 +55,7 @@ class _Daemon:
     name: str
     argv: list[str]
     log_path: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def alive(self) -> bool:
@@ -158,12 +160,13 @@ class SparkCluster:
     def webui_url(self) -> str:
         return f"http://127.0.0.1:{self.webui_port}"
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """The master's JSON status (``/json``: status, workers, aliveworkers, activeapps, ...);
         ``{}`` while it does not answer."""
         try:
             with urllib.request.urlopen(self.webui_url + "/json", timeout=2) as response:
-                return json.loads(response.read())
+                state: dict[str, Any] = json.loads(response.read())
+                return state
         except (OSError, ValueError):
             return {}
 
@@ -233,7 +236,7 @@ class SparkCluster:
         """The tail of every daemon's log, for a failing test's message."""
         return "\n".join(f"--- {d.name}\n{d.log_tail()}" for d in [self.master, *self.workers])
 
-    def _wait(self, ready, daemons: list[_Daemon], timeout: float) -> None:
+    def _wait(self, ready: Callable[[dict[str, Any]], bool], daemons: list[_Daemon], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for d in daemons:
