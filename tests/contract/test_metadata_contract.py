@@ -449,3 +449,72 @@ class TestValuesAndPersistence:
         final = stores[0].get("/counter")
         assert int.from_bytes(final.value, "big") == sum(successes) == 100
         assert final.stat.version == 100
+
+
+def _number(path: str) -> int:
+    return int(path[-10:])
+
+
+class TestSequenceCounters:
+    """``last_sequence``/``raise_sequence``: what a copy of a tree needs so that numbers are not handed out twice."""
+
+    def test_last_sequence_bounds_the_numbers_handed_out(self, store):
+        assert store.last_sequence("/seq") == 0
+        numbers = [_number(store.put("/seq/a-", b"", sequential=True).path) for _ in range(3)]
+        store.delete(f"/seq/a-{numbers[-1]:010d}")
+        last = store.last_sequence("/seq")
+        assert last >= max(numbers)
+        store.raise_sequence("/seq", last)
+        assert _number(store.put("/seq/a-", b"", sequential=True).path) > last
+
+    def test_raise_makes_later_numbers_greater(self, store):
+        first = _number(store.put("/seq/a-", b"", sequential=True).path)
+        target = first + 1500  # over one ZooKeeper transaction's worth of scratch children
+        raised = store.raise_sequence("/seq", target)
+        assert raised >= target
+        assert store.last_sequence("/seq") >= target
+        after = [_number(store.put("/seq/b-", b"", sequential=True).path) for _ in range(2)]
+        assert target < after[0] < after[1]
+        assert store.get_children("/seq") == [f"a-{first:010d}"] + [f"b-{n:010d}" for n in after]  # no scratch left
+
+    def test_raise_never_lowers_and_repeats_harmlessly(self, store):
+        store.put("/seq/x", b"")
+        assert store.raise_sequence("/seq", 40) >= 40
+        assert store.raise_sequence("/seq", 40) >= 40
+        assert store.raise_sequence("/seq", 3) >= 40
+        assert _number(store.put("/seq/a-", b"", sequential=True).path) > 40
+
+    def test_raise_under_the_root(self, store):
+        store.raise_sequence("/", 25)
+        assert _number(store.put("/r-", b"", sequential=True).path) > 25
+
+    def test_raise_by_another_client_is_honoured(self, open_url):
+        writer, other = open_url(), open_url()
+        before = _number(writer.put("/seq/a-", b"", sequential=True).path)  # the writer now knows the counter
+        other.raise_sequence("/seq", before + 30)
+        assert _number(writer.put("/seq/a-", b"", sequential=True).path) > before + 30
+        assert writer.last_sequence("/seq") > before + 30
+
+    def test_bad_input_raises_and_writes_nothing(self, store):
+        with pytest.raises(NotFoundError):
+            store.raise_sequence("/absent", 5)
+        assert not store.exists("/absent") and store.last_sequence("/absent") == 0
+        store.put("/seq/x", b"")
+        for bad in (-1, True, "3", 1.5, None):
+            with pytest.raises(InvalidArgumentError):
+                store.raise_sequence("/seq", bad)
+        assert store.get_children("/seq") == ["x"]
+        for path in INVALID_PATHS:
+            with pytest.raises(InvalidPathError):
+                store.raise_sequence(path, 1)
+            with pytest.raises(InvalidPathError):
+                store.last_sequence(path)
+        assert _number(store.put("/seq/a-", b"", sequential=True).path) < 5  # nothing was raised
+
+    def test_closed_store_refuses(self, open_url):
+        store = open_url()
+        store.close()
+        with pytest.raises(StoreClosedError):
+            store.last_sequence("/seq")
+        with pytest.raises(StoreClosedError):
+            store.raise_sequence("/seq", 1)

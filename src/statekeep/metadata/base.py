@@ -123,7 +123,8 @@ class MetadataStore(abc.ABC):
     #: "multi_process" (several processes may open it), "sessions" (sessions can be lost),
     #: "nonblocking_reads" (a read answers from memory or local disk, never waits on a network, so it
     #: may run on an event loop), "embedded_state" (the embedded state provider can keep state in the
-    #: store's own files: the default provider there).
+    #: store's own files: the default provider there), "sequence_counters" (``last_sequence`` and
+    #: ``raise_sequence`` work).
     capabilities: ClassVar[frozenset[str]] = frozenset()
     #: Most operations one ``multi`` may carry and the largest request in bytes the backend accepts;
     #: layers above size their batches by these. The defaults are etcd's, the strictest.
@@ -224,6 +225,37 @@ class MetadataStore(abc.ABC):
             raise InvalidArgumentError("a multi() may write each path at most once")
         return self._multi(valid) if valid else []
 
+    # ---- sequential counters -----------------------------------------------------------------
+
+    def last_sequence(self, parent: str) -> int:
+        """An upper bound of the sequential numbers handed out so far under ``parent``: every sequential key
+        created under it had a number <= this (0: none handed out, or, on ZooKeeper, whose counter is the
+        parent's child version, ``parent`` is absent). Exact on memory://, local:// and etcd://, where the next
+        number is one more; on ZooKeeper the next number may be lower than it after deletions: use
+        :meth:`raise_sequence` to be sure of the next one. :class:`InvalidArgumentError` on a backend without the
+        capability ``"sequence_counters"``."""
+        self._check_open()
+        return self._last_sequence(validate_path(parent, allow_root=True))
+
+    def raise_sequence(self, parent: str, at_least: int) -> int:
+        """Make every sequential key created under ``parent`` from now on get a number greater than ``at_least``
+        (as when copying a tree whose numbers must not be handed out again); returns a number >= ``at_least``
+        that no sequential key created later gets (on memory://, local:// and etcd://: the counter). A counter
+        is never lowered, so a repeated call is harmless; nothing is written when it is already high enough,
+        except on ZooKeeper, where numbers are handed out for real (at least one sequential scratch child is
+        created and deleted under ``parent``, in two transactions; listeners see their Created/Deleted events).
+
+        ``parent`` must exist (:class:`NotFoundError` otherwise); ``at_least`` must be an int >= 0
+        (:class:`InvalidArgumentError`); :class:`InvalidArgumentError` on a backend without the capability
+        ``"sequence_counters"``."""
+        self._check_open()
+        validate_path(parent, allow_root=True)
+        if isinstance(at_least, bool) or not isinstance(at_least, int) or at_least < 0:
+            raise InvalidArgumentError(f"at_least must be an int >= 0, not {at_least!r}")
+        if parent != "/" and not self._exists(parent):
+            raise NotFoundError(f"{parent} does not exist: cannot raise its sequential counter")
+        return self._raise_sequence(parent, at_least)
+
     # ---- notifications -----------------------------------------------------------------------
 
     def add_listener(self, callback: NotificationListener) -> Subscription:
@@ -308,6 +340,13 @@ class MetadataStore(abc.ABC):
 
     def _close(self) -> None:
         """Backend-specific release of resources."""
+
+    def _last_sequence(self, parent: str) -> int:
+        raise InvalidArgumentError(f"{self.scheme}:// stores do not expose their sequential counters")
+
+    def _raise_sequence(self, parent: str, at_least: int) -> int:
+        """Raise the counter to ``at_least`` if lower (``parent`` exists, arguments valid); the new last number."""
+        raise InvalidArgumentError(f"{self.scheme}:// stores do not expose their sequential counters")
 
     # ---- validation --------------------------------------------------------------------------
 

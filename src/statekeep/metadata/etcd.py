@@ -304,7 +304,7 @@ class EtcdStore(MetadataStore):
     raises :class:`InvalidArgumentError`, over ``--max-request-bytes`` :class:`ValueTooLargeError`."""
 
     scheme = "etcd"
-    capabilities = frozenset({"persistent", "multi_process", "sessions"})
+    capabilities = frozenset({"persistent", "multi_process", "sessions", "sequence_counters"})
     max_multi_ops, max_request_bytes = ETCD_MAX_TXN_OPS, ETCD_MAX_REQUEST_BYTES
     # etcd refuses requests over 1.5 MiB by default; 64 KiB of that is left for the key, its index entry, compares
     # and framing, so the server never refuses a single value under this limit.
@@ -825,6 +825,26 @@ class EtcdStore(MetadataStore):
                 self._sequence_hints.clear()
             self._sequence_hints.update(changes.sequences)
         return results
+
+    def _last_sequence(self, parent: str) -> int:
+        kvs = self._read(_range(self._counter(parent))).kvs
+        return int(kvs[0].value) if kvs else 0
+
+    def _raise_sequence(self, parent: str, at_least: int) -> int:
+        key = self._counter(parent)
+
+        def attempt() -> Any:
+            kvs = self._read(_range(key)).kvs
+            if kvs and int(kvs[0].value) >= at_least:
+                return int(kvs[0].value)
+            # compare-and-set against the counter as read: a concurrent sequential put is never lost
+            guard = _mod_is(key, _C.EQUAL, kvs[0].mod_revision) if kvs else _version_is(key, _C.EQUAL, 0)
+            request = rpc.TxnRequest(compare=[guard], success=[_put(key, str(at_least).encode())])
+            return at_least if self._call(self._txn(request), write=True).succeeded else _Retry
+
+        last: int = self._retrying(attempt)
+        self._sequence_hints.pop(parent, None)  # its guess of the last number is stale now
+        return last
 
     # ---- closing and forking -----------------------------------------------------------------
 

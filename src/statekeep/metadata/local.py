@@ -616,7 +616,8 @@ class LocalStore(MetadataStore):
     ``reap_interval`` (seconds between checks for dead sessions, default 0.2)."""
 
     scheme = "local"
-    capabilities = frozenset({"persistent", "multi_process", "nonblocking_reads", "embedded_state"})
+    capabilities = frozenset({"persistent", "multi_process", "nonblocking_reads", "embedded_state",
+                              "sequence_counters"})
     max_multi_ops, max_request_bytes = 40_000, 64 << 20
 
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
@@ -723,6 +724,22 @@ class LocalStore(MetadataStore):
             return [changes.apply(op) for op in ops], changes
 
         result: list[Stat | None] = self._engine.submit(build)
+        return result
+
+    def _last_sequence(self, parent: str) -> int:
+        with transaction(self._env) as txn:
+            return _TxnReader(self._engine, txn).last_sequence(parent)
+
+    def _raise_sequence(self, parent: str, at_least: int) -> int:
+        def build(reader: _TxnReader, now_ms: int) -> tuple[int, Changes | None]:
+            last = reader.last_sequence(parent)  # read and raised in one transaction: a concurrent put is not lost
+            if last >= at_least:
+                return last, None
+            changes = Changes(reader, self.session_id, now_ms)
+            changes.sequences[parent] = at_least
+            return at_least, changes
+
+        result: int = self._engine.submit(build)
         return result
 
     def _close(self) -> None:

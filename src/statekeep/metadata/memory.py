@@ -75,7 +75,7 @@ _named_lock = threading.Lock()
 
 class MemoryStore(MetadataStore):
     scheme = "memory"
-    capabilities = frozenset({"nonblocking_reads"})
+    capabilities = frozenset({"nonblocking_reads", "sequence_counters"})
     max_multi_ops, max_request_bytes = 40_000, 64 << 20
 
     def __init__(self, name: str = "", **options: Any) -> None:
@@ -110,6 +110,16 @@ class MemoryStore(MetadataStore):
             results = [changes.apply(op) for op in ops]
             self._tree.commit(changes)
             return results
+
+    def _last_sequence(self, parent: str) -> int:
+        with self._tree.lock:
+            return self._tree.last_sequence(parent)
+
+    def _raise_sequence(self, parent: str, at_least: int) -> int:
+        with self._tree.lock:
+            last = max(self._tree.last_sequence(parent), at_least)
+            self._tree.sequences[parent] = last
+            return last
 
     def _close(self) -> None:
         self._tree.stores.discard(self)

@@ -195,7 +195,7 @@ class ZooKeeperStore(MetadataStore):
     """
 
     scheme = "zk"
-    capabilities = frozenset({"persistent", "multi_process", "sessions"})
+    capabilities = frozenset({"persistent", "multi_process", "sessions", "sequence_counters"})
     max_multi_ops, max_request_bytes = 4000, JUTE_MAXBUFFER  # ZooKeeper caps the request bytes, not the ops
     #: jute.maxbuffer (1 MiB - 1) less 1 KiB for path and framing: a value this large with a path of up to
     #: ~800 bytes still fits in one request. Bigger state belongs in blob storage (statekeep.handles).
@@ -372,15 +372,18 @@ class ZooKeeperStore(MetadataStore):
 
     def _plan(self, ops: list[Op]) -> list[_Step]:
         """ZooKeeper operations for ``ops``, from one pipelined read of the paths whose state decides
-        their form (less the ancestors of creates in ``_known_dirs``); ``known`` tracks the effect of
-        the multi's earlier operations."""
+        their form (less the ancestors of creates in ``_known_dirs`` or written by an earlier op of the
+        multi); ``known`` tracks the effect of the multi's earlier operations."""
         dirs = self._known_dirs
         needed: set[str] = set()
+        written: set[str] = set()  # exist once the multi's earlier ops ran (else the multi fails whole)
         for op in ops:
             if isinstance(op, Put) and (op.sequential or op.expected_version in (None, -1)):
-                needed.update(a for a in _ancestors(op.path) if a not in dirs)
+                needed.update(a for a in _ancestors(op.path) if a not in dirs and a not in written)
                 if not op.sequential:
-                    needed.add(op.path)
+                    written.add(op.path)
+                    if op.expected_version is None:  # create or set? A create-only put (-1) is a Create
+                        needed.add(op.path)           # either way: ZooKeeper fails it if the key exists
             elif isinstance(op, Check) and op.version == -1:
                 needed.update(_ancestors(op.path), [op.path])
         paths = sorted(needed)
@@ -437,6 +440,37 @@ class ZooKeeperStore(MetadataStore):
                 steps.append(_Step(Create(self._z(first), b"", acl, 0), i, first != op.path))
                 steps.append(_Step(ZDelete(self._z(first), -1), None, True))
         return steps
+
+    def _last_sequence(self, parent: str) -> int:
+        # ZooKeeper numbers a sequential child after its parent's cversion (child creations and deletions so
+        # far), so the numbers handed out are below it; deletions may make the next number lower than it
+        zstat = self._run(lambda: self._client.exists_async(parent), parent)
+        return 0 if zstat is None else max(zstat.cversion - 1, 0)
+
+    def _raise_sequence(self, parent: str, at_least: int) -> int:
+        # ZooKeeper offers no way to set a cversion: numbers are handed out for real, by creating sequential
+        # scratch children in transactions and deleting them; the numbers they got say where the counter is.
+        # The next number follows the cversion but not as a documented formula (a deletion counts in the
+        # cversion, not always in the next number), so at least one scratch child is created to learn it.
+        estimate = self._last_sequence(parent)
+        scratch = self._z(join(parent, f".statekeep-sequence-{os.urandom(4).hex()}-"))
+        per_txn = max(1, min(1000, (JUTE_MAXBUFFER - 1024) // (len(scratch.encode()) + 10 + _OP_OVERHEAD)))
+        acl = self._client.default_acl or OPEN_ACL_UNSAFE
+        while True:
+            count = max(1, min(at_least - estimate, per_txn))
+            created = self._scratch_txn([Create(scratch, b"", acl, 2) for _ in range(count)], parent)
+            estimate = max(int(name[-10:]) for name in created)
+            self._scratch_txn([ZDelete(self._z(name), -1) for name in created], parent)
+            if estimate >= at_least:
+                return estimate
+
+    def _scratch_txn(self, requests: list[Any], parent: str) -> list[Any]:
+        results: list[Any] = self._run(lambda: self._call(_Txn(requests)), parent, write=True)
+        failed = next((r for r in results if isinstance(r, Exception) and not isinstance(r, zke.RolledBackError)),
+                      None)
+        if failed is not None:
+            raise self._error(failed, parent) from failed
+        return results
 
     def _remember_dirs(self, ops: list[Op]) -> None:
         """After a committed multi: the ancestors of its creates exist (created persistent if missing)."""

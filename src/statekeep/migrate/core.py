@@ -160,7 +160,7 @@ def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: st
         report.resumed_from = check_target(target, source_id, force)
         journal = read_journal(target, strict=False)
         ours = journal is not None and journal.get("source") == source_id
-        merge = bool(journal.get("merge", True)) if ours else bool(target.get_children("/"))
+        merge = bool(journal.get("merge", True)) if journal is not None and ours else bool(target.get_children("/"))
         resume = "would resume" if dry_run else "resuming"
         report.target_state = (f"holds an unfinished copy of this source; {resume} after record "
                                f"{report.resumed_from}" if ours else
@@ -202,7 +202,7 @@ def migrate(from_url: str, to_url: str, *, dry_run: bool = False, force: bool = 
             source.close()
 
 
-def export_store(url: str, path: str | os.PathLike, *, progress: bool = True) -> Report:
+def export_store(url: str, path: str | os.PathLike[str], *, progress: bool = True) -> Report:
     """Write the store at ``url`` to the portable file ``path`` (:mod:`statekeep.migrate.portable`)."""
     report = Report("export", url, os.fspath(path))
     with open_source(url) as store:
@@ -232,7 +232,7 @@ def export_store(url: str, path: str | os.PathLike, *, progress: bool = True) ->
     return report
 
 
-def file_id(path: str | os.PathLike) -> str:
+def file_id(path: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -240,7 +240,7 @@ def file_id(path: str | os.PathLike) -> str:
     return f"file:sha256:{digest.hexdigest()}"
 
 
-def import_file(url: str, path: str | os.PathLike, *, dry_run: bool = False, force: bool = False,
+def import_file(url: str, path: str | os.PathLike[str], *, dry_run: bool = False, force: bool = False,
                 batch_keys: int | None = None, progress: bool = True) -> Report:
     """Load the portable file ``path`` into the store at ``url``. The whole file is checked first
     (:class:`CorruptFileError`, nothing written); then as :func:`migrate`."""

@@ -40,7 +40,7 @@ class CorruptFileError(StatekeepError):
     """The file is not a complete, unaltered statekeep export of a known version."""
 
 
-def _open(path: str | os.PathLike, mode: str, gz: bool | None = None) -> IO[bytes]:
+def _open(path: str | os.PathLike[str], mode: str, gz: bool | None = None) -> IO[bytes]:
     if gz is None:
         gz = str(path).endswith(".gz")
     return gzip.open(path, mode) if gz else open(path, mode)  # type: ignore[return-value]
@@ -64,7 +64,7 @@ def encode(record: Record) -> dict[str, Any]:
     raise TypeError(f"not a migration record: {record!r}")
 
 
-def write_file(path: str | os.PathLike, records: Iterable[Record], source_scheme: str) -> int:
+def write_file(path: str | os.PathLike[str], records: Iterable[Record], source_scheme: str) -> int:
     """Write ``records`` to ``path`` (through a temporary file renamed at the end, so an interrupted
     export never leaves a file that looks complete); returns the number of records."""
     tmp = f"{path}.partial"
@@ -94,7 +94,7 @@ def _decode_b64(text: object, where: str) -> bytes:
         raise CorruptFileError(f"{where}: bad base64 value") from e
 
 
-def _str(obj: dict, field: str, where: str) -> str:
+def _str(obj: dict[str, object], field: str, where: str) -> str:
     value = obj.get(field)
     if not isinstance(value, str) or not value:
         raise CorruptFileError(f"{where}: {field!r} must be a non-empty string")
@@ -108,7 +108,7 @@ def decode(obj: object, where: str) -> Record:
         return Node(_str(obj, "node", where), _decode_b64(obj.get("value"), where))
     if "key" in obj:
         kind = obj.get("kind")
-        if kind not in ("bytes", "counter"):
+        if kind != "bytes" and kind != "counter":  # (not `in`: mypy narrows this to the Literal)
             raise CorruptFileError(f"{where}: kind must be 'bytes' or 'counter'")
         value = _decode_b64(obj.get("value"), where)
         if kind == "counter" and len(value) != 8:
@@ -126,11 +126,11 @@ def decode(obj: object, where: str) -> Record:
         state = obj.get("state")
         if len(parts) != 3 or not all(parts) or state not in ("copied", "external"):
             raise CorruptFileError(f"{where}: a function record needs 'T/N/F' and state 'copied' or 'external'")
-        return Function(*parts, state, str(obj.get("provider", "")))
+        return Function(parts[0], parts[1], parts[2], str(state), str(obj.get("provider", "")))
     raise CorruptFileError(f"{where}: unknown record {sorted(obj)[:3]}")
 
 
-def read_file(path: str | os.PathLike) -> Iterator[Record]:
+def read_file(path: str | os.PathLike[str]) -> Iterator[Record]:
     """The records of an export file, streamed. Raises :class:`CorruptFileError` at the first problem
     (the checksum and count are checked when the trailer is reached; use :func:`check_file` first),
     ``OSError`` if it cannot be read."""
@@ -172,7 +172,7 @@ def read_file(path: str | os.PathLike) -> Iterator[Record]:
     raise CorruptFileError(f"{name}: truncated (no end record)")
 
 
-def check_file(path: str | os.PathLike) -> dict[str, int]:
+def check_file(path: str | os.PathLike[str]) -> dict[str, int]:
     """Read the whole file and count its records by kind; :class:`CorruptFileError` if anything is wrong."""
     counts: dict[str, int] = {}
     for record in read_file(path):

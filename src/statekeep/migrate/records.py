@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple, Union
 
+from statekeep.state.records import Kind
+
 
 class Node(NamedTuple):
     """A persistent key of the metadata tree and its raw value."""
@@ -57,7 +59,7 @@ class Entry(NamedTuple):
     holds the counter's 8-byte big-endian form)."""
 
     key: str
-    kind: str
+    kind: Kind
     value: bytes
 
 
@@ -81,3 +83,11 @@ class Peekable:
         record = self.peek()
         self._has = False
         return record
+
+    def next_entry(self) -> Entry | None:
+        """The next record if it is an :class:`Entry` (then consumed), else None (nothing consumed)."""
+        record = self.peek()
+        if isinstance(record, Entry):
+            self._has = False
+            return record
+        return None

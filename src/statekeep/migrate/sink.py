@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
-from statekeep.errors import InvalidArgumentError, StatekeepError, ValueTooLargeError
+from statekeep.errors import InvalidArgumentError, StatekeepError
 from statekeep.metadata import Put
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import validate_path
-from statekeep.migrate import sequences
 from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
 from statekeep.migrate.source import JOURNAL_PATH, SUFFIX
 from statekeep.state.base import StateEntry
@@ -46,7 +45,7 @@ class TargetNotEmptyError(MigrationError):
     """The target holds data that is not an unfinished copy from the same source."""
 
 
-def read_journal(store: MetadataStore, *, strict: bool = True) -> dict | None:
+def read_journal(store: MetadataStore, *, strict: bool = True) -> dict[str, Any] | None:
     """The target's journal, None if there is none. One that is not a journal raises
     :class:`MigrationError` when ``strict``, else reads as a journal of no known source."""
     result = store.get(JOURNAL_PATH)
@@ -68,7 +67,8 @@ def check_target(store: MetadataStore, source_id: str, force: bool) -> int:
     :class:`TargetNotEmptyError` as the module docstring says. Writes nothing."""
     journal = read_journal(store, strict=not force)
     if journal is not None and journal.get("source") == source_id:
-        return journal["done"]
+        done: int = journal["done"]  # an int: read_journal checked it
+        return done
     if journal is not None and not force:
         raise TargetNotEmptyError(f"the target holds an unfinished copy from {journal.get('source')!r}, not "
                                   f"{source_id!r}; finish that one, or use --force to merge this one into it")
@@ -139,7 +139,7 @@ class StoreSink:
                 if self.merge:  # the target's own children may carry higher numbers than the source's
                     last = max([last] + [int(m.group(1)) for name in self.store.get_children(record.parent)
                                          if (m := SUFFIX.search(name))])
-                sequences.raise_sequence(self.store, record.parent, last)
+                self.store.raise_sequence(record.parent, last)
                 self.counts["sequences"] += 1
             elif isinstance(record, Function):
                 self.counts["functions"] += 1
@@ -155,10 +155,7 @@ class StoreSink:
             self._flush(batch, index)
 
     def _flush(self, batch: list[Put], done: int) -> None:
-        if self.store.scheme == "zk" and all(put.expected_version == -1 for put in batch):
-            _zk_create_all(self.store, batch, self._journal(done))
-        else:
-            self.store.multi(batch + [self._journal(done)])
+        self.store.multi(batch + [self._journal(done)])
         self.on_progress(done)
 
     def _copy_state(self, function: Function, it: Peekable, base: int) -> int:
@@ -167,8 +164,7 @@ class StoreSink:
 
         def entries() -> Iterator[StateEntry]:
             nonlocal taken
-            while isinstance(it.peek(), Entry):
-                entry = it.next()
+            while (entry := it.next_entry()) is not None:
                 taken += 1
                 if taken % 1000 == 0:
                     self.on_progress(base + taken)
@@ -186,22 +182,3 @@ class StoreSink:
     def close(self) -> None:
         self._provider.close()
 
-
-def _zk_create_all(store: MetadataStore, batch: list[Put], journal: Put) -> None:
-    """``multi(batch + [journal])`` for creates whose parents exist or come earlier in ``batch``, as ONE
-    ZooKeeper transaction sent straight through the store's kazoo client: the backend's ``multi`` plans
-    every create with a read of the key first, which makes bulk creates several times slower."""
-    for put in batch:  # what store.multi would refuse, refused alike before anything is sent
-        validate_path(put.path)
-        if len(put.value) > store.max_value_size:
-            raise ValueTooLargeError(f"{put.path}: a value of {len(put.value)} bytes is over the target's limit "
-                                     f"of {store.max_value_size}")
-    txn = store._client.transaction()  # type: ignore[attr-defined]
-    for put in batch:
-        txn.create(put.path, put.value)
-    txn.set_data(journal.path, journal.value)
-    results = store._run(txn.commit_async, batch[0].path, write=True)  # type: ignore[attr-defined]
-    for put, result in zip(batch + [journal], results):
-        if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
-            raise MigrationError(f"writing {put.path} on the target failed: {type(result).__name__}; nothing of "
-                                 "this batch was written")

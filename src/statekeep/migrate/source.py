@@ -20,9 +20,8 @@ from collections.abc import Iterator
 
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import join
-from statekeep.migrate import sequences
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
-from statekeep.state.base import StateEntry, StateStore
+from statekeep.state.base import StateEntry, StateStore, StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT as FUNCTIONS_ROOT
 from statekeep.state.catalog import FunctionCatalog, default_provider
 from statekeep.state.keys import decode_key
@@ -59,7 +58,7 @@ class StoreSource:
         self.catalog = FunctionCatalog(store, FUNCTIONS_ROOT)
         self.provider_name, provider_config = default_provider(store)
         self._provider_config = provider_config
-        self._provider = None
+        self._provider: StateStoreProvider | None = None
 
     def functions(self) -> list[Function]:
         """Every registered function, sorted by tenant, namespace and name."""
@@ -101,8 +100,8 @@ class StoreSource:
         if not names:
             return
         last = max((int(m.group(1)) for n in names if (m := SUFFIX.search(n))), default=0)
-        if sequences.supports_sequences(self.store):
-            last = max(last, sequences.last_sequence(self.store, path))
+        if "sequence_counters" in self.store.capabilities:
+            last = max(last, self.store.last_sequence(path))
         if last > 0:
             counters.append(Sequence(path, last))
         for i in range(0, len(names), _READ_CHUNK):
@@ -116,7 +115,7 @@ class StoreSource:
                 yield Node(child, result.value)
                 yield from self._walk(child, excluded, counters)
 
-    def _state_provider(self):  # type: ignore[no-untyped-def]
+    def _state_provider(self) -> StateStoreProvider:
         if self._provider is None:
             self._provider = open_provider(self.provider_name, self._provider_config)
         return self._provider

@@ -9,16 +9,15 @@ source's keys, so two equal checksums mean an exact copy; a difference is listed
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from statekeep.metadata.base import MetadataStore
-from statekeep.migrate import sequences
 from statekeep.migrate.source import scan_state
-from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence, Skipped
+from statekeep.migrate.records import Function, Node, Peekable, Record, Sequence, Skipped
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
-from statekeep.state.base import StateEntry, merge_entries
+from statekeep.state.base import StateEntry, StateStoreProvider, merge_entries
 
 _CHUNK = 500
 
@@ -85,7 +84,7 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
                 checks["skipped"].matched += 1
             elif isinstance(record, Sequence):
                 check = checks["sequences"]
-                have = sequences.last_sequence(store, record.parent)
+                have = store.last_sequence(record.parent)
                 ok = have >= record.last
                 last = str(record.last).encode()
                 digests["sequences"].add(record.parent, last, last if ok else str(have).encode())
@@ -104,12 +103,11 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
     return checks
 
 
-def _compare_state(provider, function: Function, it: Peekable, check: Check, digest: _Digest,
-                   mismatch) -> None:  # type: ignore[no-untyped-def]
+def _compare_state(provider: StateStoreProvider, function: Function, it: Peekable, check: Check, digest: _Digest,
+                   mismatch: Callable[[Check, str], None]) -> None:
     """Compare the entries that follow ``function`` in ``it`` with its state on the target, both in key order."""
     def wanted() -> Iterator[StateEntry]:
-        while isinstance(it.peek(), Entry):
-            entry = it.next()
+        while (entry := it.next_entry()) is not None:
             yield StateEntry(entry.key, entry.value, entry.kind, 0)
 
     state = provider.get_state_store(function.tenant, function.namespace, function.name)
