@@ -106,7 +106,7 @@ class BufferedState:
 
 def _key(key: object) -> str:
     encode_key(key)  # raises InvalidArgumentError for what the store would refuse (cached for hot keys)
-    return key  # type: ignore[return-value]
+    return key  # type: ignore[return-value]  # encode_key accepted it, so it is a str
 
 
 def _key_list(keys: object, op: str) -> list[str]:

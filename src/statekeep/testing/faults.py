@@ -32,6 +32,7 @@ def mute_notifications(coord: CoordinationService) -> None:
 
 def stall_event_loop(store: MetadataStore, seconds: float) -> None:
     """Block an ``etcd://`` store's client event loop for ``seconds`` (a stuck process: no keep-alive)."""
+    # the etcd store's private loop: MetadataStore does not declare it
     store._loop.call_soon_threadsafe(time.sleep, seconds)  # type: ignore[attr-defined]
 
 
