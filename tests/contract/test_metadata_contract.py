@@ -267,6 +267,23 @@ class TestMulti:
             store.multi([Put("/m/x", b"x"), "not an op"])
         assert not store.exists("/m/x")
 
+    def test_creates_under_parents_the_same_multi_creates(self, store):
+        # the shape of a bulk copy: parents before children, create-only, and an upsert of a progress key
+        store.put("/j", b"0")
+        stats = store.multi([Put("/c/a", b"1", -1), Put("/c/a/b", b"2", -1), Put("/c/a/b/c", b"3", -1),
+                             Put("/c/d", b"4", -1), Put("/j", b"1")])
+        assert [s.version for s in stats] == [0, 0, 0, 0, 1]
+        assert store.get_children("/c") == ["a", "d"] and store.get_children("/c/a/b") == ["c"]
+        assert [store.get(p).value for p in ("/c/a", "/c/a/b", "/c/a/b/c", "/c/d")] == [b"1", b"2", b"3", b"4"]
+        for existing in ("/c/a/b", "/c/a"):  # a key that exists, also one a multi has seen as a parent
+            with pytest.raises(AlreadyExistsError):
+                store.multi([Put("/n/x", b"", -1), Put("/n/x/y", b"", -1), Put(existing, b"again", -1),
+                             Put("/j", b"2")])
+        assert not store.exists("/n") and store.get("/c/a/b").value == b"2" and store.get("/j").value == b"1"
+        with pytest.raises(InvalidArgumentError):  # an ephemeral key has no children, also within one multi
+            store.multi([Put("/e", b"", -1, ephemeral=True), Put("/e/c", b"", -1)])
+        assert not store.exists("/e")
+
 
 class TestNotifications:
     def _collect(self, store) -> list[Notification]:

@@ -32,6 +32,7 @@ its own store.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -180,10 +181,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 _Step = namedtuple("_Step", "request op_index racy")  # racy: failing may mean a concurrent change: plan again
 
 
-def _ancestors(path: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # a multi asks up to three times per op (plan, steps, remembered dirs)
+def _ancestors(path: str) -> tuple[str, ...]:
     """Proper ancestors of ``path`` top-down, without "/"."""
     parts = path.split("/")[1:-1]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+    return tuple("/" + "/".join(parts[: i + 1]) for i in range(len(parts)))
 
 
 class ZooKeeperStore(MetadataStore):
