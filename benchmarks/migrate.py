@@ -6,7 +6,8 @@ Builds two local:// sources: "tree", N metadata keys (100-byte values, 100 per p
 function with M state keys (half counters). Then for each remote backend, in the same run:
 
 - raw multi: the backend's own ``multi`` in a loop writing the same N tree keys and values (batches of the
-  size the migration uses) into a fresh namespace; on ZooKeeper also raw kazoo: transactions of 500
+  size the migration uses) into a fresh namespace, as upserts and again as create-only puts (expected
+  version -1, the form a migration into an empty target writes); on ZooKeeper also raw kazoo: transactions of 500
   creates straight through kazoo (no statekeep in between);
 - migrate: ``statekeep.migrate.migrate`` of each source into a fresh namespace: plan (read and count the
   source), copy (with its journal; state through the target's provider, changelog records included),
@@ -52,13 +53,13 @@ def build(url: str, keys: int, state_keys: int) -> None:
                               {f"k{j:07d}": j for j in chunk if not j % 2})
 
 
-def raw(url: str, keys: int, scheme: str) -> float:
+def raw(url: str, keys: int, scheme: str, expected_version: int | None = None) -> float:
     per = BATCH_LIMITS[scheme][0]
     paths = tree_keys(keys)
     with open_store(url) as store:
         start = time.perf_counter()
         for i in range(0, len(paths), per):
-            store.multi([Put(p, VALUE) for p in paths[i:i + per]])
+            store.multi([Put(p, VALUE, expected_version) for p in paths[i:i + per]])
         return time.perf_counter() - start
 
 
@@ -119,6 +120,11 @@ def main() -> None:
                     client_rate = args.keys / raw_kazoo(server.address, f"/kz{uuid.uuid4().hex[:8]}", args.keys)
                 print(f"{scheme:<6} {'raw multi (tree keys)':<26} {raw_rate:>9,.0f} {1:>13.2f} "
                       f"{raw_rate / client_rate:>14.2f}")
+                # the form a migration into an empty target writes: create-only puts (expected version -1)
+                create_rate = args.keys / raw(f"{scheme}://{server.address}/raw{uuid.uuid4().hex[:8]}", args.keys,
+                                              scheme, -1)
+                print(f"{scheme:<6} {'raw multi, create-only':<26} {create_rate:>9,.0f} "
+                      f"{create_rate / raw_rate:>13.2f} {create_rate / client_rate:>14.2f}")
                 if scheme == "zk":
                     print(f"{scheme:<6} {'raw kazoo txn (tree keys)':<26} {client_rate:>9,.0f} "
                           f"{client_rate / raw_rate:>13.2f} {1:>14.2f}")
