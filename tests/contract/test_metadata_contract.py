@@ -284,6 +284,21 @@ class TestMulti:
             store.multi([Put("/e", b"", -1, ephemeral=True), Put("/e/c", b"", -1)])
         assert not store.exists("/e")
 
+    def test_upsert_of_a_key_another_client_deleted_creates_it_again(self, open_url):
+        writer, other = open_url(), open_url()
+        for _ in range(2):  # a key this client has written before
+            writer.multi([Put("/u/k", b"1"), Put("/u/d/child", b"c")])
+        other.delete("/u/k")
+        other.delete_recursive("/u/d")
+        stats = writer.multi([Put("/u/k", b"2"), Put("/u/d/child", b"c2")])
+        assert [s.version for s in stats] == [0, 0]
+        assert writer.get("/u/k").value == b"2" and other.get("/u/d/child").value == b"c2"
+        other.delete("/u/k")
+        writer.delete("/u/d/child")
+        writer.delete("/u/d")
+        stats = writer.multi([Put("/u/k", b"3"), Put("/u/d", b"d")])
+        assert [s.version for s in stats] == [0, 0] and other.get("/u/d").value == b"d"
+
 
 class TestNotifications:
     def _collect(self, store) -> list[Notification]:
