@@ -94,6 +94,9 @@ def create_app(config: ServerConfig | Mapping[str, Any] | None = None) -> FastAP
             try:
                 ctx.worker.stop()
             finally:
+                history = getattr(app.state, "ui_batch_history", None)  # the console's, if it was opened
+                if history is not None:
+                    history.close()
                 ctx.followers.close()
                 ctx.service.close()
 
