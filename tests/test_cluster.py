@@ -92,7 +92,9 @@ def test_function_on_the_cluster_is_exact(request, backend, spark_cluster, tmp_p
     assert counters(url, "wc") == Counter(words)
     assert_outputs_exact(out, Counter(words))
     # it ran as an application of the cluster, not in a local Spark
-    assert len(spark_cluster.state().get("completedapps", [])) > apps_before
+    # (the master moves an application to completedapps a moment after its driver exits)
+    assert wait_for(lambda: len(spark_cluster.state().get("completedapps", [])) > apps_before,
+                    timeout=60, interval=0.2)
     # the localrun let go of the function: nobody runs it now
     assert main(["functions", "status", "--name", "wc", "--store", url]) == 0
     status = json.loads(capsys.readouterr().out)
