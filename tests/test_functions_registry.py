@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, ValueTooLargeError
-from statekeep.functions.model import FunctionConfig, validate_source
+from statekeep.functions.loader import validate_function_source as validate_source
+from statekeep.functions.model import FunctionConfig
 from statekeep.functions.service import FunctionService
 
 CODE = b"def process(input, context):\n    context.incr_counter(input, 1)\n"
@@ -130,8 +131,8 @@ def test_config_accepts_pulsar_admin_extras():
     (b"def process(input, context):\n  if True:\n pass\n", "f.py:3"),
     (b"x = 1\n", "def process"),
     (b"async def process(input, context):\n    pass\n", "async"),
-    (b"def process(input, context, extra):\n    pass\n", "two positional"),
-    (b"def process(input, context, *, flag):\n    pass\n", "two positional"),
+    (b"def process(input, context, extra):\n    pass\n", r"process\(input, context\)"),
+    (b"def process(input, context, *, flag):\n    pass\n", r"process\(input, context\)"),
     (b"if True:\n    def process(input, context):\n        pass\n", "top-level"),
     (b"\x00", "null bytes"),
     (b"\xc3\x28", "UTF-8"),

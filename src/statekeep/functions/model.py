@@ -1,6 +1,6 @@
 """A function's configuration: Pulsar's ``FunctionConfig`` JSON, one pydantic model that validates it
-(:meth:`FunctionConfig.from_json`) and documents it (the REST server's OpenAPI spec uses it as is);
-and the check of a function's code (:func:`validate_source`).
+(:meth:`FunctionConfig.from_json`) and documents it (the REST server's OpenAPI spec uses it as is).
+The check of a function's code is :func:`statekeep.functions.loader.validate_function_source`.
 
 Every field of Pulsar's FunctionConfig is either honoured or refused (:class:`InvalidArgumentError`,
 a 400 over REST, naming the field); a ``null`` field counts as absent, as Gson omits it.
@@ -29,7 +29,6 @@ see :data:`REFUSED`. Any other unknown field is refused too.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -202,39 +201,3 @@ def describe(error: ValidationError, model: str) -> str:
                    "'module.Class' (a class with process(self, input, context))")
     return f"{where}: {message}"
 
-
-def validate_source(code: bytes, filename: str = "function.py") -> str:
-    """Check a function file WITHOUT running it: UTF-8, compiles, and defines a top-level
-    ``def process(input, context)`` or ``def process_batch(records, context)`` (used when both are
-    defined) taking two positional arguments. Returns the source text.
-    Raises :class:`InvalidArgumentError` with ``file:line`` for a syntax error."""
-    if not isinstance(code, (bytes, bytearray)):
-        raise InvalidArgumentError("the function file must be bytes")
-    try:
-        source = bytes(code).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidArgumentError(f"{filename} is not UTF-8 text (byte {e.start})") from e
-    try:
-        tree = ast.parse(source, filename)
-        compile(tree, filename, "exec", dont_inherit=True)
-    except SyntaxError as e:
-        where = filename + (f":{e.lineno}" if e.lineno else "") + (f":{e.offset}" if e.lineno and e.offset else "")
-        raise InvalidArgumentError(f"{where}: syntax error: {e.msg}") from None
-    except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; absurdly deep nesting
-        raise InvalidArgumentError(f"{filename} cannot be compiled: {type(e).__name__}: {e}") from None
-    defined = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    name, first = ("process_batch", "records") if "process_batch" in defined else ("process", "input")
-    process = defined.get(name)
-    if process is None:
-        raise InvalidArgumentError(f"{filename} must define a top-level function 'def process(input, context)' "
-                                   "(or 'def process_batch(records, context)')")
-    if isinstance(process, ast.AsyncFunctionDef):
-        raise InvalidArgumentError(f"{filename}:{process.lineno}: {name} must be a plain def, not async def")
-    args = process.args
-    positional = [*args.posonlyargs, *args.args]
-    required = len(positional) - len(args.defaults)
-    kw_required = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    if (len(positional) < 2 and args.vararg is None) or required > 2 or kw_required:
-        raise InvalidArgumentError(f"{filename}:{process.lineno}: {name} must accept exactly two positional "
-                                   f"arguments ({first}, context)")
-    return source
