@@ -9,13 +9,7 @@ import httpx
 import pytest
 
 from support.server_process import FUNCTION, ServerProcess
-from statekeep.cli import main
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from support.cli import run
 
 
 @pytest.fixture

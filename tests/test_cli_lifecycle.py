@@ -11,22 +11,12 @@ import httpx
 import pytest
 
 from support.server_process import FUNCTION, ServerProcess
+from support.cli import run, no_client_settings  # noqa: F401 - a fixture, used below
 from statekeep.cli import main
 
+pytestmark = pytest.mark.usefixtures("no_client_settings")  # no client settings of this machine
+
 FN = "/admin/v3/functions/public/default/wc"
-
-
-@pytest.fixture(autouse=True)
-def no_client_settings(tmp_path, monkeypatch):
-    for name in ("STATEKEEP_URL", "STATEKEEP_STORE", "STATEKEEP_TOKEN", "STATEKEEP_CLIENT_CONF"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

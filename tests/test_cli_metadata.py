@@ -6,14 +6,8 @@ import json
 import subprocess
 import sys
 
-from statekeep.cli import main
+from support.cli import run
 from statekeep.metadata import open_store
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_put_get_ls_rm(tmp_path, capsys):

@@ -17,24 +17,13 @@ import httpx
 import pytest
 
 from support.server_process import FUNCTION, ServerProcess
+from support.cli import run, no_client_settings  # noqa: F401 - a fixture, used below
 from statekeep.cli import build_parser, main
 from statekeep.cli.client import DEFAULT_URL, resolve_target
 from statekeep.errors import InvalidArgumentError
 from statekeep.testing.servers import free_port
 
-
-@pytest.fixture(autouse=True)
-def no_client_settings(tmp_path, monkeypatch):
-    """Nothing of this machine's own client settings reaches the CLI under test."""
-    for name in ("STATEKEEP_URL", "STATEKEEP_STORE", "STATEKEEP_TOKEN", "STATEKEEP_CLIENT_CONF"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("no_client_settings")  # no client settings of this machine
 
 
 def write_conf(path: Path, **values: str) -> Path:

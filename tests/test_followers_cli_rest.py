@@ -10,16 +10,10 @@ import httpx
 import pytest
 
 from support.server_process import ServerProcess, create_function
-from statekeep.cli import main
+from support.cli import run
 from statekeep.cli.standalone import follower_specs
 
 CODE = "def process(input, context):\n    return input\n"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_snapshot_restore_compact_and_follow_from_the_cli(capsys, tmp_path):
