@@ -13,7 +13,8 @@ import pytest
 
 from statekeep.errors import StoreUnavailableError
 from statekeep.state import open_provider
-from statekeep.testing import servers, wait_for
+from statekeep.metadata import Put, open_store
+from statekeep.testing import faults, servers, wait_for
 
 from conftest import BACKENDS
 from support.state_worker import big_batch
@@ -117,6 +118,36 @@ def test_concurrent_finishers_apply_each_change_once(url, state):
     provider.close()
     assert results == [True, True]
     assert_exactly_once(state, *batch, "m1")
+
+
+def test_a_late_applier_never_applies_a_group_of_a_finished_batch(url, state):
+    """An applier that found a group unapplied but reads and writes it only after another applier
+    finished the whole batch (and removed its progress counters) writes nothing: every group's
+    write checks that the batch is still unfinished."""
+    puts, deltas = big_batch(5_000, 0, 0)
+    stores = [open_store(url), open_store(url)]
+    first, late = (open_provider("metadata", {"store": s}).get_state_store("t", "n", "f") for s in stores)
+    committed, go_on = faults.hold(stores[0], "multi", lambda ops: any(  # its first group's write
+        isinstance(op, Put) and "/staging/" in op.path and op.expected_version == -1 for op in ops))
+    read, late_go_on = faults.hold(stores[1], "get_many", lambda paths: "/kv/" in paths[0])  # a group's keys
+    applier = threading.Thread(target=first.apply_batch, args=(puts, deltas), kwargs={"marker": "m1"})
+    finisher = threading.Thread(target=late.has_marker, args=("m1",))
+    try:
+        applier.start()
+        assert committed.wait(timeout=60)  # committed, nothing applied yet
+        finisher.start()
+        assert read.wait(timeout=60)  # the late applier found group 0 unapplied
+        go_on.set()
+        applier.join(timeout=120)
+        assert_exactly_once(state, 5_000, 0, 0, "m1")  # the first applier finished the batch
+    finally:
+        go_on.set()
+        late_go_on.set()
+        applier.join(timeout=120)
+        finisher.join(timeout=120)
+    assert_exactly_once(state, 5_000, 0, 0, "m1")  # the late applier's write changed nothing
+    for store in stores:
+        store.close()
 
 
 @pytest.mark.parametrize("kind", ["zk", "etcd"])

@@ -12,9 +12,12 @@ is committed in three steps, so no guarantee rests on its size:
    batch is decided and only ever rolled forward, never recomputed.
 3. **Apply.** Each piece is applied in groups that fit one write; each group's write carries its
    keys' changes, their changelog records and the piece's progress counter ``p<i>`` (a
-   compare-and-set on its version, which counts the groups applied). A crash, a replay or a second
-   applier racing this one therefore applies every group exactly once. When every piece is done, the
-   staging subtree goes and the marker is emptied (``b""``: applied), as a one-write batch leaves it.
+   compare-and-set on its version, which counts the groups applied) and a check that the marker still
+   holds this attempt unfinished (its version). A crash, a replay or a second applier racing this one
+   therefore applies every group exactly once: a late applier whose group was already applied fails on
+   the progress counter, or, once the batch is finished and its progress counters are gone, on the
+   marker. When every piece is done, the marker is emptied (``b""``: applied, as a one-write batch
+   leaves it; this is the finish point) and only then does the staging subtree go.
 
 ``has_marker`` on a committed, unfinished batch finishes it first, so the replay of a task that died
 mid-apply completes the batch instead of skipping it. A batch without a marker gets a private one
@@ -36,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, CorruptStateError, NotFoundError
-from statekeep.metadata import Op, Put
+from statekeep.metadata import Check, Op, Put
 
 if TYPE_CHECKING:
     from statekeep.state.metadata_provider import MetadataStateStore
@@ -164,13 +167,16 @@ class StagedBatches:
         root = f"{self.staging}{segment}/{attempt}"
         _overlapped(lambda i: self.store.put(f"{root}/c{i:06d}", encode_piece(pieces[i]), -1), len(pieces))
         try:
-            self.store.put(marker_path, attempt.encode(), -1)  # the commit point
+            committed = self.store.put(marker_path, attempt.encode(), -1)  # the commit point
         except (AlreadyExistsError, BadVersionError):  # another attempt of this batch committed first
-            self.store.delete_recursive(root)
-            self.finish(marker_path, segment)
-            return False
+            found = self.store.get(marker_path)
+            if found is None or found.value != attempt.encode():  # (not this one, sent again after a lost answer)
+                self.store.delete_recursive(root)
+                self.finish(marker_path, segment)
+                return False
+            committed = found.stat
         known = {item.path: current for item, current in zip(items, currents)}
-        self._roll_forward(marker_path, segment, attempt, anonymous, pieces, known)
+        self._roll_forward(Check(marker_path, committed.version), segment, attempt, anonymous, pieces, known)
         return True
 
     def finish(self, marker_path: str, segment: str, anonymous: bool = False) -> bool:
@@ -179,24 +185,32 @@ class StagedBatches:
         if found is None:
             return False
         if found.value:
-            self._roll_forward(marker_path, segment, found.value.decode(), anonymous)
+            self._roll_forward(Check(marker_path, found.stat.version), segment, found.value.decode(), anonymous)
         return True
 
     def finish_all(self) -> int:
-        """Finish every committed, unfinished batch of this function; returns how many."""
+        """Finish every committed, unfinished batch of this function (and remove what a crash after
+        a batch's finish point left of its staging); returns how many batches it finished."""
         finished = 0
         for segment in self.store.get_children(self.staging[:-1]):
             marker_path = self.state._applied + segment
+            anonymous = segment.startswith(ANONYMOUS_SEGMENT)
             found = self.store.get(marker_path)
-            if found is not None and found.value:
-                self._roll_forward(marker_path, segment, found.value.decode(), segment.startswith(ANONYMOUS_SEGMENT))
+            if found is None:
+                continue  # not committed (yet): its stager commits it or removes its staging
+            if found.value:
+                self._roll_forward(Check(marker_path, found.stat.version), segment, found.value.decode(), anonymous)
                 finished += 1
+            else:
+                self._clean_up(marker_path, segment, anonymous)
         return finished
 
-    def _roll_forward(self, marker_path: str, segment: str, attempt: str, anonymous: bool,
+    def _roll_forward(self, unfinished: Check, segment: str, attempt: str, anonymous: bool,
                       pieces: list[list[Item]] | None = None, known: dict[str, Any] | None = None) -> None:
         """Apply every group of every piece not applied yet (``pieces`` and the ``known`` current
-        values when this process staged them; else read from the store), then clean up."""
+        values when this process staged them; else read from the store), then finish the batch and
+        clean up. ``unfinished`` checks that the marker still holds ``attempt``: every group's write
+        carries it, so no group is applied again once the batch is finished."""
         root = f"{self.staging}{segment}/{attempt}"
         if pieces is None:
             names = [n[1:] for n in self.store.get_children(root) if n.startswith("c")]
@@ -213,29 +227,35 @@ class StagedBatches:
                 items = decode_piece(piece.value, self.state._path_of, f"{root}/c{name}")
             progress = f"{root}/p{name}"
             for g, group in enumerate(split(items, limits.max_keys, limits.max_bytes, self.state._write_size)):
-                self.state._apply_items(group, functools.partial(_progress_put, progress, g),
-                                        functools.partial(self._applied, progress, root, g),
+                self.state._apply_items(group, functools.partial(_progress_put, unfinished, progress, g),
+                                        functools.partial(self._applied, unfinished, progress, g),
                                         None if known is None else [known[item.path] for item in group])
-        self.store.delete_recursive(f"{self.staging}{segment}")
         try:
-            if anonymous:
-                self.store.delete(marker_path)
-            else:
-                found = self.store.get(marker_path)
-                if found is not None and found.value:
-                    self.store.put(marker_path, b"", found.stat.version)
+            self.store.put(unfinished.path, b"", unfinished.version)  # the finish point
         except (NotFoundError, BadVersionError):
             pass  # another applier finished it first
+        self._clean_up(unfinished.path, segment, anonymous)
 
-    def _applied(self, progress: str, root: str, group: int) -> bool:
-        """Whether ``group`` of a piece was applied: its progress counts it, or another applier
-        finished the whole batch (and removed its staging)."""
+    def _clean_up(self, marker_path: str, segment: str, anonymous: bool) -> None:
+        """After the finish point: the staging goes, and a private marker too."""
+        self.store.delete_recursive(f"{self.staging}{segment}")
+        if anonymous:
+            try:
+                self.store.delete(marker_path)
+            except NotFoundError:
+                pass
+
+    def _applied(self, unfinished: Check, progress: str, group: int) -> bool:
+        """Whether ``group`` of a piece was applied: its progress counts it, or the batch was
+        finished (by another applier, which applied every group before)."""
         found = self.store.get(progress)
-        if found is not None:
-            return bool(found.stat.version >= group)
-        return not self.store.exists(root)
+        if found is not None and found.stat.version >= group:
+            return True
+        marker = self.store.get(unfinished.path)
+        return marker is None or marker.stat.version != unfinished.version
 
 
-def _progress_put(progress: str, group: int) -> list[Op]:
-    """The write that records group ``group`` of a piece as applied (a compare-and-set on its count)."""
-    return [Put(progress, b"", group - 1)]
+def _progress_put(unfinished: Check, progress: str, group: int) -> list[Op]:
+    """The write that records group ``group`` of a piece as applied (a compare-and-set on its count),
+    valid only while the batch is unfinished."""
+    return [unfinished, Put(progress, b"", group - 1)]

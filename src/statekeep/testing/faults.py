@@ -8,15 +8,17 @@ when those change.
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from statekeep.coordination import CoordinationService
     from statekeep.metadata import MetadataStore, SessionEvent
     from statekeep.state.embedded import EmbeddedStateStore
 
-__all__ = ["inject_session_event", "mute_notifications", "stall_event_loop", "write_raw_state"]
+__all__ = ["hold", "inject_session_event", "mute_notifications", "stall_event_loop", "write_raw_state"]
 
 
 def inject_session_event(store: MetadataStore, event: SessionEvent) -> None:
@@ -40,3 +42,20 @@ def write_raw_state(state: EmbeddedStateStore, key: str, raw: bytes) -> None:
     """Store ``raw`` as the value of ``key`` of an embedded state store, bypassing every check."""
     with state._env.begin(write=True, db=state._state) as txn:
         txn.put(state._prefix + key.encode(), raw)
+
+
+def hold(store: MetadataStore, method: str, matches: Callable[[Any], bool]) -> tuple[threading.Event, threading.Event]:
+    """Make the first call of ``store.<method>`` whose first argument ``matches`` wait before it is
+    sent (a slow reader or writer: the store may change meanwhile). Returns ``(held, release)``:
+    ``held`` is set once that call waits; it goes on when the caller sets ``release``."""
+    held, release = threading.Event(), threading.Event()
+    send = getattr(store, method)
+
+    def call(first: Any, *args: Any, **kwargs: Any) -> Any:
+        if not held.is_set() and matches(first):
+            held.set()
+            release.wait()
+        return send(first, *args, **kwargs)
+
+    setattr(store, method, call)
+    return held, release
