@@ -183,6 +183,9 @@ def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(request
                 [s.log.name for s in servers]
             runner_id = status(via_second)["workerId"]
             assert status(via_first)["workerId"] == runner_id
+            # only the runner started a Spark driver: an idle one would hold the cluster's cores
+            assert wait_for(lambda: len(spark_cluster.state()["activeapps"]) == 1, timeout=60), \
+                spark_cluster.state()["activeapps"]
             # stats: the runner saves them once per micro-batch in the shared store; either server answers
             stats_path = "/admin/v3/functions/public/default/moving/stats"
             assert wait_for(lambda: all(c.get(stats_path).json()["receivedTotal"] > 0 for c in (via_first, via_second)),

@@ -239,13 +239,30 @@ class SparkWorker:
 
     def _reconcile(self) -> None:
         wanted = self._wanted()
-        if self._spark is None and not self._stopping.is_set() and any(
-                fqfn not in self._running and self._free(fqfn) for fqfn in wanted):
-            # outside the mutex: a delete must not wait for a JVM to start; and only once there is a
-            # function to run, since on a shared Spark cluster an idle driver would still hold cores
-            from statekeep.functions.spark import spark_session
+        claimed: dict[tuple[str, str, str], ResourceLock] = {}
+        if self._spark is None and not self._stopping.is_set():
+            # the JVM starts only once this worker holds a function's lock: on a shared Spark cluster an
+            # idle driver still holds cores, so a worker that lost the race for every function starts none;
+            # outside the mutex, since a delete must not wait for a JVM to start
+            claimed = {fqfn: lock for fqfn in wanted if fqfn not in self._running
+                       for lock in [self._claim(fqfn)] if lock is not None}
+            if claimed:
+                from statekeep.functions.spark import spark_session
 
-            self._spark = spark_session(self.master, conf=self.spark_conf)
+                try:
+                    self._spark = spark_session(self.master, conf=self.spark_conf)
+                except BaseException:
+                    for lock in claimed.values():
+                        lock.release()
+                    raise
+        try:
+            self._apply(wanted, claimed)
+        finally:
+            for lock in claimed.values():  # claimed but not started (deleted or stopping meanwhile)
+                lock.release()
+
+    def _apply(self, wanted: dict[tuple[str, str, str], tuple[str, int, int]],
+               claimed: dict[tuple[str, str, str], ResourceLock]) -> None:
         with self._mutex:
             for fqfn, (incarnation, until) in list(self._deleting.items()):
                 listed = wanted.get(fqfn)
@@ -261,17 +278,25 @@ class SparkWorker:
                     self._stop_function(fqfn)
             for fqfn, config in wanted.items():
                 if fqfn not in self._running and not self._stopping.is_set():
-                    self._start_function(fqfn, config)
+                    self._start_function(fqfn, config, claimed.pop(fqfn, None))
 
-    def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int, int]) -> None:
+    def _claim(self, fqfn: tuple[str, str, str]) -> ResourceLock | None:
+        """The function's lock for this worker, or None if another worker holds it."""
+        if not self._free(fqfn):
+            return None  # another worker runs it (a read, not a failing create, on every pass)
+        try:
+            return self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
+        except LockBusyError:
+            return None  # another worker runs it; its lock's deletion wakes us
+
+    def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int, int],
+                        lock: ResourceLock | None = None) -> None:
+        """Run the function here, with its ``lock`` if this worker already claimed it."""
         from statekeep.functions.spark import run_registered, spark_session
 
-        if not self._free(fqfn):
-            return  # another worker runs it (a read, not a failing create, on every pass)
-        try:
-            lock = self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
-        except LockBusyError:
-            return  # another worker runs it; its lock's deletion wakes us
+        lock = lock or self._claim(fqfn)
+        if lock is None:
+            return
         try:
             if self._spark is None:
                 self._spark = spark_session(self.master, conf=self.spark_conf)
