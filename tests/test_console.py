@@ -459,7 +459,7 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
 
     root, blobs_url = f"/console/h{uuid.uuid4().hex[:6]}", f"file://{tmp_path / 'blobs'}"
     with open_store(f"local://{local_server.data_dir}") as store:
-        handles = StateHandleStore(store, root, blobs_url)
+        handles = StateHandleStore(store, root, blobs_url, lock_identity="worker-1")
         state = b"x" * 1000
         handles.add_and_lock("state-a", state, attributes={"offset": 7})
         orphan = BlobStore(blobs_url).write(root, "lost", b"no handle points here")

@@ -120,6 +120,13 @@ function events(url, handlers) {
   window.addEventListener("pagehide", () => es.close());
   return es;
 }
+// "live" while the stream is up. The server ends each stream every few seconds and EventSource
+// reconnects at once, so only a gap that lasts is shown as "reconnecting…".
+function showLiveness(es, el) {
+  let timer = null;
+  es.addEventListener("hello", () => { clearTimeout(timer); timer = null; el.textContent = "live"; });
+  es.addEventListener("error", () => { if (timer === null) timer = setTimeout(() => { el.textContent = "reconnecting…"; }, 2000); });
+}
 
 // ---- auth ------------------------------------------------------------------------------------------
 function setToken(token) {
@@ -394,7 +401,6 @@ async function statePage() {
   const live = $("#live");
   const from = position ? `?after=${position.lastOffset}` : "";
   const es = events(`/ui/api/events/functions/${fnPath(P.tenant, P.namespace, P.name)}/state${from}`, {
-    hello: () => { live.textContent = "live"; },
     record: r => {
       if (r.tombstone) {
         const old = rows.get(r.key);
@@ -410,7 +416,7 @@ async function statePage() {
     },
     reset: () => { live.textContent = "changelog compacted: reload for the current keys"; },
   });
-  es.addEventListener("error", () => { live.textContent = "reconnecting…"; });
+  showLiveness(es, live);
   es.addEventListener("open", () => { live.textContent = "live"; });
 }
 
@@ -456,11 +462,10 @@ async function changelogPage() {
   const last = data.records.length ? data.records[data.records.length - 1].offset : (pos ? pos.lastOffset : -1);
   const live = $("#live");
   const es = events(`/ui/api/events/functions/${fn}/state?after=${last}`, {
-    hello: () => { live.textContent = "live"; },
     record: r => { addRecord(r, true); if (pos) { pos.lastOffset = Math.max(pos.lastOffset, r.offset); setPos(pos); } },
     reset: () => { live.textContent = "compacted past this tail: reload"; },
   });
-  es.addEventListener("error", () => { live.textContent = "reconnecting…"; });
+  showLiveness(es, live);
 }
 
 // ---- Metadata tree ---------------------------------------------------------------------------------
