@@ -276,6 +276,16 @@ def test_changelog_page_shows_followers_and_lag(browser, tmp_path):
         wait(browser, lambda d: text_of(d, f"{follower} .applied") == "1", "the follower applying it")
         assert text_of(browser, f"{follower} .lag") == "0"
         screenshot(browser, "changelog-followers")
+        # the server ends each stream after a few seconds and the page reconnects: the label stays "live"
+        ended = """return performance.getEntriesByType("resource")
+            .filter(e => e.name.includes("/ui/api/events/functions/")).length"""
+        before = browser.execute_script(ended)
+        browser.execute_script("""const el = document.getElementById("live"); window.labels = [];
+            new MutationObserver(() => window.labels.push(el.textContent))
+                .observe(el, {childList: true, characterData: true, subtree: true});""")
+        wait(browser, lambda d: d.execute_script(ended) > before, "a stream ended by the server")
+        assert text_of(browser, "#live") == "live"
+        assert "reconnecting…" not in browser.execute_script("return window.labels")
         # the snapshot is a state handle: the handles page starts at the snapshot store's root
         browser.get(srv.url + "/ui/handles")
         table = wait(browser, lambda d: d.find_element(By.ID, "handles"), "the handles table")

@@ -121,10 +121,11 @@ function events(url, handlers) {
   return es;
 }
 // "live" while the stream is up. The server ends each stream every few seconds and EventSource
-// reconnects at once, so only a gap that lasts is shown as "reconnecting…".
+// reconnects at once, so only a gap that lasts is shown as "reconnecting…". A notice that asks for
+// a reload (el.dataset.sticky) stays.
 function showLiveness(es, el) {
   let timer = null;
-  es.addEventListener("hello", () => { clearTimeout(timer); timer = null; el.textContent = "live"; });
+  es.addEventListener("hello", () => { clearTimeout(timer); timer = null; if (!el.dataset.sticky) el.textContent = "live"; });
   es.addEventListener("error", () => { if (timer === null) timer = setTimeout(() => { el.textContent = "reconnecting…"; }, 2000); });
 }
 
@@ -414,10 +415,9 @@ async function statePage() {
         $("#edit-note").replaceChildren(h("p", { class: "error", text: `“${r.key}” was ${r.tombstone ? "deleted" : "changed to version " + r.version} elsewhere; saving will report a conflict.` }));
       }
     },
-    reset: () => { live.textContent = "changelog compacted: reload for the current keys"; },
+    reset: () => { live.dataset.sticky = "1"; live.textContent = "changelog compacted: reload for the current keys"; },
   });
   showLiveness(es, live);
-  es.addEventListener("open", () => { live.textContent = "live"; });
 }
 
 // ---- Changelog -------------------------------------------------------------------------------------
@@ -463,7 +463,7 @@ async function changelogPage() {
   const live = $("#live");
   const es = events(`/ui/api/events/functions/${fn}/state?after=${last}`, {
     record: r => { addRecord(r, true); if (pos) { pos.lastOffset = Math.max(pos.lastOffset, r.offset); setPos(pos); } },
-    reset: () => { live.textContent = "compacted past this tail: reload"; },
+    reset: () => { live.dataset.sticky = "1"; live.textContent = "compacted past this tail: reload"; },
   });
   showLiveness(es, live);
 }
