@@ -20,7 +20,8 @@ FUNCTION = b"def process(input, context):\n    context.incr_counter(input, 1)\n 
 class ServerProcess:
     """``statekeep standalone`` on ``--data-dir data_dir``, or with ``store`` on ``--store store`` (then
     ``data_dir`` only holds the log). ``extra``: more options. In a process group of its own, so
-    :meth:`kill` takes its Spark JVM and Python workers with it, as a lost machine would."""
+    :meth:`kill` takes its Spark JVM with it, as a lost machine would (PySpark's daemon keeps a group of
+    its own and ends its Python workers within a second of the JVM's death)."""
 
     def __init__(self, data_dir: Path, tokens: dict | None = None, worker: bool = False, *,
                  store: str | None = None, extra: list[str] = ()) -> None:
@@ -54,7 +55,7 @@ class ServerProcess:
             time.sleep(0.05)
 
     def kill(self) -> None:
-        """SIGKILL the server with its whole process group (its Spark driver JVM and Python workers)."""
+        """SIGKILL the server with its whole process group (its Spark driver JVM; see the class docstring)."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:

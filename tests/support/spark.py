@@ -71,8 +71,8 @@ def run_once(service, spark, tmp_path, name):
 
 def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path) -> tuple[str, list[str], Path]:
     """Run function file ``py`` with localrun on ``backend`` (one input file per micro-batch), SIGKILL
-    the driver with its JVM and Python workers after two micro-batches, run it again to the end;
-    returns (store URL, the input words, the output directory)."""
+    the driver and its JVM (PySpark's daemon then ends the Python workers) after two micro-batches,
+    run it again to the end; returns (store URL, the input words, the output directory)."""
     inputs, out = tmp_path / "in", tmp_path / "out"
     url, where = backend_store(backend, request, tmp_path)
     per = KEYS_PER_FILE[backend]
