@@ -252,6 +252,22 @@ class TestMulti:
         with pytest.raises(NotFoundError):
             store.multi([Check("/m/absent", 0)])
 
+    def test_checks_among_versioned_writes(self, store):
+        """The shape a compare-and-set writer sends (versioned writes, checks, a sequential append),
+        which a backend may send without reading first: the same results as any other multi."""
+        store.put("/m/a", b"1")
+        store.put("/m/c", b"3")
+        stats = store.multi([Check("/m/c", 0), Put("/m/a", b"2", 0), Put("/m/log/r", b"x", sequential=True)])
+        assert stats[0] is None and stats[1].version == 1 and store.get("/m/a").value == b"2"
+        for failing in (Check("/m/c", 5), Check("/m/absent", 0)):
+            with pytest.raises((BadVersionError, NotFoundError)):
+                store.multi([failing, Put("/m/a", b"3", 1), Put("/m/log/r", b"y", sequential=True)])
+        assert store.get("/m/a").value == b"2" and len(store.get_children("/m/log")) == 1
+        store.multi([Put("/m/a", b"4", 1), Check("/m/a", 2)])  # a check sees the multi's earlier writes
+        with pytest.raises(BadVersionError):
+            store.multi([Put("/m/a", b"5", 2), Check("/m/a", 2)])
+        assert store.get("/m/a").value == b"4" and store.get("/m/a").stat.version == 2
+
     def test_empty_multi(self, store):
         assert store.multi([]) == []
 

@@ -65,7 +65,7 @@ from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.metadata.types import (
-    Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
+    Check, Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
 )
 
 try:
@@ -743,15 +743,24 @@ class EtcdStore(MetadataStore):
 
     def _multi_blind(self, ops: list[Op]) -> list[Stat | None] | None:
         """One round trip, no read, for the shape a compare-and-set writer appending a log sends: puts
-        and deletes at expected versions and persistent sequential puts under a parent whose last number
-        this store committed. Everything the general path would read is a compare instead; None (nothing
-        written) if the shape does not fit or a compare fails: then the general path decides."""
+        and deletes at expected versions, checks of a version, and persistent sequential puts under a
+        parent whose last number this store committed. Everything the general path would read is a
+        compare instead; None (nothing written) if the shape does not fit or a compare fails: then the
+        general path decides."""
         writes: list[rpc.RequestOp] = []
         guards: list[rpc.Compare] = []
         results: list[Stat | None] = []
         numbers: dict[str, int] = {}
         parents: set[str] = set()
+        checked: set[str] = set()
         for op in ops:
+            if isinstance(op, Check):
+                if op.version < 0:
+                    return None
+                checked.add(op.path)
+                guards.append(_version_is(self._data(op.path), _C.EQUAL, op.version + 1))
+                results.append(None)
+                continue
             if isinstance(op, Put) and not op.ephemeral and op.sequential:
                 parent = parent_of(op.path)
                 if parent not in self._sequence_hints:
@@ -777,9 +786,11 @@ class EtcdStore(MetadataStore):
             else:
                 writes.append(_put(key, op.value, keep_lease=True))
                 results.append(Stat(path, expected + 1, 0, 0, False, False))
-        if len({s.path for s in results if s is not None} | {op.path for op in ops if isinstance(op, Delete)}) \
-                < len(ops):
+        written = {s.path for s in results if s is not None} | {op.path for op in ops if isinstance(op, Delete)}
+        if len(written) < len(ops) - sum(isinstance(op, Check) for op in ops):
             return None  # a path twice: the general path says why
+        if checked & written:
+            return None  # compares see the state before the transaction, a check after a write would not
         for parent in parents - {"/"}:  # it exists and is persistent (an ephemeral key has no children)
             guards += [_version_is(self._data(parent), _C.GREATER, 0), _lease_is(self._data(parent), 0)]
         for parent, last in numbers.items():
