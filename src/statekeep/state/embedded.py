@@ -178,12 +178,12 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def get(self, key: str) -> bytes | None:
         """As :meth:`StateStore.get`: a fresh read of the committed value (a counter as 8 bytes)."""
         try:
-            hot = self._hot_values.get(key)
-        except TypeError:  # unhashable: not a key
-            hot = None
-        if hot is None or local._forking:
+            hot = self._hot_values[key]  # as MetadataStore.get in local.py: subscript, positional db
+        except (KeyError, TypeError):  # not read before, or unhashable (not a key)
             return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
-        with self._begin(db=self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
+        if local._forking:
+            return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
+        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
@@ -193,12 +193,12 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def get_counter(self, key: str) -> int:
         """As :meth:`StateStore.get_counter`: 0 if absent, :class:`InvalidArgumentError` if it holds bytes."""
         try:
-            hot = self._hot_counters.get(key)
-        except TypeError:
-            hot = None
-        if hot is None or local._forking:
+            hot = self._hot_counters[key]  # as MetadataStore.get in local.py: subscript, positional db
+        except (KeyError, TypeError):  # not read before, or unhashable (not a key)
             return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
-        with self._begin(db=self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
+        if local._forking:
+            return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
+        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
