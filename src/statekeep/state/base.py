@@ -111,6 +111,16 @@ def validate_amount(amount: object, what: str = "counter amount") -> int:
     return amount
 
 
+def validate_amounts(amounts: Mapping[str, object], what: str = "counter delta") -> dict[str, int]:
+    """:func:`validate_amount` of every value of ``amounts``, as a new dict. The common case (plain
+    ints within 64 bits) is checked in bulk; otherwise each is checked, raising for the first bad one."""
+    values: Any = amounts.values()
+    if all(a.__class__ is int for a in values) and (
+            not values or (COUNTER_MIN <= min(values) and max(values) <= COUNTER_MAX)):
+        return dict(amounts)  # type: ignore[arg-type]  # every value is an int, just checked
+    return {k: validate_amount(a, what) for k, a in amounts.items()}
+
+
 def validate_expected_version(version: object) -> int | None:
     if version is None:
         return None

@@ -33,11 +33,12 @@ from statekeep.metadata import local
 from statekeep.metadata.local import LocalStore, transaction, uncounted_read
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
-                                  validate_expected_version, validate_value)
+                                  validate_amounts, validate_expected_version, validate_value)
 from statekeep.state.embedded_changelog import EmbeddedChangelog
 from statekeep.state.keys import check_scan, encode_key, validate_name
 
 _U64 = struct.Struct(">Q")
+_RECORD = struct.Struct(records.RECORD_FORMAT)
 _I64 = struct.Struct(">q")
 _new_entry = tuple.__new__
 _unpack_i64 = _I64.unpack_from
@@ -76,35 +77,38 @@ class _Txn:
 
     def write(self, key: str, current: tuple[int, bytes] | None, stored: bytes | None) -> int:
         """Set ``key`` to ``stored`` (None: delete) and log it; returns the new (or deleted) version."""
-        return self.write_many([(key, current, stored)])[0]
+        return self.write_many([(key, None if current is None else current[0], stored)])[0]
 
-    def write_many(self, changes: list[tuple[str, tuple[int, bytes] | None, bytes | None]]) -> list[int]:
-        """:meth:`write` of each ``(key, current, stored)`` in order (a key at most once), with the
-        puts of a whole batch handed to LMDB in one call per database."""
-        if not changes:
-            return []
+    def write_many(self, changes: Iterable[tuple[str, int | None, bytes | None]]) -> list[int]:
+        """:meth:`write` of each ``(key, version before or None if absent, stored)`` in order (a key
+        at most once), with the puts of a whole batch handed to LMDB in one call per database."""
         s, txn, now_ms, pack = self.s, self.txn, self.now_ms, _U64.pack
         if self.offset is None:
             raw = txn.get(s._offset_key, db=s._meta)
             self.offset = 0 if raw is None else _U64.unpack(raw)[0]
             if raw is None:  # the first record of this incarnation: a new epoch
                 txn.put(s._prefix + b"e", f"{now_ms}-{os.urandom(6).hex()}".encode(), db=s._meta)
-        prefix, offset, encode_record = s._prefix, self.offset, records.encode_record
-        versions, state_puts, log_puts = [], [], []
-        for key, current, stored in changes:
-            raw_key = prefix + key.encode()
+        prefix, offset, header = s._prefix, self.offset, _RECORD.pack
+        versions: list[int] = []
+        state_puts, log_puts = [], []
+        for key, before, stored in changes:
+            key_bytes = key.encode()
             if stored is None:
-                version = current[0]  # type: ignore[index]
-                txn.delete(raw_key, db=s._state)
+                assert before is not None  # a delete is of a present key
+                version = before
+                txn.delete(prefix + key_bytes, db=s._state)
+                record = header(records.TOMBSTONE, version, len(key_bytes)) + key_bytes + pack(now_ms)
             else:
-                version = 0 if current is None else current[0] + 1
-                state_puts.append((raw_key, pack(version) + stored))
-            log_puts.append((prefix + pack(offset), encode_record(key, stored, version, now_ms)))
+                version = 0 if before is None else before + 1
+                state_puts.append((prefix + key_bytes, pack(version) + stored))
+                record = header(stored[:1], version, len(key_bytes)) + key_bytes + stored[1:]  # records.encode_record
+            log_puts.append((prefix + pack(offset), record))
             offset += 1
             versions.append(version)
         if state_puts:
             txn.cursor(db=s._state).putmulti(state_puts)
-        txn.cursor(db=s._changelog).putmulti(log_puts)
+        if log_puts:
+            txn.cursor(db=s._changelog).putmulti(log_puts)
         self.offset = offset
         return versions
 
@@ -368,7 +372,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             encode_key(key)
         values = {k: None if v is None else records.encode_bytes(validate_value(v, self.max_value_size))
                   for k, v in puts.items()}
-        deltas = {k: validate_amount(d, "counter delta") for k, d in counters.items()}
+        deltas = validate_amounts(counters)
         marker_key = None if marker is None else self._marker_key(marker)
 
         def work(t: _Txn) -> bool:
@@ -377,27 +381,29 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             # compute every new value before writing any: _Txn writes straight into the shared
             # transaction, so whatever can raise (overflow, a key holding bytes) must raise first
             changes = []
-            get, prefix, state_db = t.txn.get, self._prefix, self._state
-            for key in dict.fromkeys([*values, *deltas]):
+            get, prefix, state_db, encode = t.txn.get, self._prefix, self._state, records.encode_counter
+            for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
                 raw = get(prefix + key.encode(), db=state_db)  # _Txn.read, inlined
-                current = None if raw is None else (_U64.unpack_from(raw)[0], raw[8:])
-                if key in deltas:
-                    if key in values or current is None:
-                        total = deltas[key]
-                    elif raw[8:9] == records.COUNTER and len(raw) == 17:  # _counter's common case, inlined
-                        total = _I64.unpack_from(raw, 9)[0] + deltas[key]
+                before = None if raw is None else _U64.unpack_from(raw)[0]
+                delta = deltas.get(key)
+                if delta is None:
+                    stored = values[key]
+                    if stored is None and raw is None:  # deleting an absent key changes nothing
+                        continue
+                else:
+                    if raw is None or key in values:
+                        total = delta
+                    elif raw[8] == _TAG_COUNTER and len(raw) == 17:  # _counter's common case, inlined
+                        total = _unpack_i64(raw, 9)[0] + delta
                     else:
-                        total = _counter(key, current) + deltas[key]
+                        total = _counter(key, (before, raw[8:])) + delta  # type: ignore[arg-type]
                     if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
                         raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-                    stored = records.encode_counter(total)
-                else:
-                    stored = values[key]  # type: ignore[assignment]
-                if stored is not None or current is not None:  # deleting an absent key changes nothing
-                    changes.append((key, current, stored))
+                    stored = encode(total)
+                changes.append((key, before, stored))
             if marker_key is not None:
                 t.txn.put(marker_key, b"", db=self._meta)
-            t.write_many(changes)  # type: ignore[arg-type]
+            t.write_many(changes)
             return True
 
         return self._write(work)  # type: ignore[no-any-return]

@@ -43,7 +43,7 @@ from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
-                                  validate_expected_version, validate_value)
+                                  validate_amounts, validate_expected_version, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
 from statekeep.state.metadata_changelog import MetadataChangelog
 
@@ -243,7 +243,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
             raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
         values = {k: None if v is None else validate_value(v, self.max_value_size) for k, v in puts.items()}
-        deltas = {k: validate_amount(d, "counter delta") for k, d in counters.items()}
+        deltas = validate_amounts(counters)
         items = [staged.Item(key, self._path_of(key), key in values, values.get(key), deltas.get(key))
                  for key in dict.fromkeys([*values, *deltas])]
         anonymous = marker is None

@@ -29,7 +29,8 @@ from statekeep.errors import CorruptStateError
 
 BYTES, COUNTER, TOMBSTONE = b"B", b"C", b"D"
 _COUNTER = struct.Struct(">q")
-_RECORD = struct.Struct(">cqH")
+RECORD_FORMAT = ">cqH"  # tag, version, key length
+_RECORD = struct.Struct(RECORD_FORMAT)
 RECORD_HEADER_SIZE = _RECORD.size
 COUNTER_MIN, COUNTER_MAX = -(1 << 63), (1 << 63) - 1
 
