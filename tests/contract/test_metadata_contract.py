@@ -358,7 +358,7 @@ class TestNotifications:
         modified = threading.Event()  # a sentinel: a listener that stays subscribed
         store.add_listener(lambda n: n.path == "/u/b" and n.type is NotificationType.Modified and modified.set())
         store.put("/u/a", b"")
-        assert wait_for(lambda: events)
+        assert wait_for(lambda: any(e.path == "/u/a" for e in events))  # the put's last event (after /u's)
         subscription.close()
         count = len(events)
         store.put("/u/b", b"")
@@ -366,6 +366,25 @@ class TestNotifications:
         # per-key order: once the Modified of /u/b reached a listener, its Created was dispatched to all
         assert modified.wait(30)
         assert len(events) == count
+
+    def test_no_delivery_after_close(self, store):
+        held, release, passed_on = threading.Event(), threading.Event(), threading.Event()
+
+        def holder(n):  # keeps the dispatcher inside the event of /q/a
+            if n.path == "/q/a":
+                held.set()
+                release.wait(30)
+
+        store.add_listener(holder)
+        events: list[Notification] = []
+        subscription = store.add_listener(events.append)
+        store.add_listener(lambda n: n.path == "/q/a" and passed_on.set())
+        store.put("/q/a", b"")
+        assert held.wait(30)  # /q/a is posted and not yet given to events.append
+        subscription.close()
+        release.set()
+        assert passed_on.wait(30)  # delivery went on to the listener after it
+        assert [e for e in events if e.path == "/q/a"] == []
 
     def test_failing_listener_does_not_stop_others(self, store):
         events: list[Notification] = []

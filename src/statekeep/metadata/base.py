@@ -40,7 +40,8 @@ SessionListener = Callable[[SessionEvent], None]
 
 
 class Subscription:
-    """Returned by ``add_listener``; ``close()`` stops delivery to that callback."""
+    """Returned by ``add_listener``; ``close()`` stops delivery to that callback: once it returns,
+    the callback is not called again (a call under way on the dispatcher thread may still finish)."""
 
     def __init__(self, remove: Callable[[], None]) -> None:
         self._remove = remove
@@ -63,13 +64,17 @@ class _Dispatcher:
     so a slow callback never blocks a backend's I/O thread and never reorders events."""
 
     def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Sequence[Callable[[Any], None]], object] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]],
+                                             object] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def post(self, callbacks: Sequence[Callable[[Any], None]], event: object) -> None:
+        """Queue ``event`` for the callbacks in ``callbacks`` now (one added later does not get it);
+        a callback no longer in ``callbacks`` when its turn comes is skipped, so a closed
+        subscription gets nothing after ``close()`` returns but a call already under way."""
         if callbacks:
-            self._queue.put((tuple(callbacks), event))
+            self._queue.put((tuple(callbacks), callbacks, event))
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -78,8 +83,10 @@ class _Dispatcher:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            callbacks, event = item
+            callbacks, live, event = item
             for callback in callbacks:
+                if callback not in live:  # unsubscribed since the event was posted
+                    continue
                 try:
                     callback(event)
                 except Exception:  # a listener's bug must not stop delivery to the others
