@@ -79,9 +79,11 @@ class _Txn:
         """Set ``key`` to ``stored`` (None: delete) and log it; returns the new (or deleted) version."""
         return self.write_many([(key, None if current is None else current[0], stored)])[0]
 
-    def write_many(self, changes: Iterable[tuple[str, int | None, bytes | None]]) -> list[int]:
+    def write_many(self, changes: list[tuple[str, int | None, bytes | None]]) -> list[int]:
         """:meth:`write` of each ``(key, version before or None if absent, stored)`` in order (a key
         at most once), with the puts of a whole batch handed to LMDB in one call per database."""
+        if not changes:
+            return []
         s, txn, now_ms, pack = self.s, self.txn, self.now_ms, _U64.pack
         if self.offset is None:
             raw = txn.get(s._offset_key, db=s._meta)
@@ -107,8 +109,7 @@ class _Txn:
             versions.append(version)
         if state_puts:
             txn.cursor(db=s._state).putmulti(state_puts)
-        if log_puts:
-            txn.cursor(db=s._changelog).putmulti(log_puts)
+        txn.cursor(db=s._changelog).putmulti(log_puts)
         self.offset = offset
         return versions
 
