@@ -1,7 +1,8 @@
-"""``apply_batch`` of the metadata state provider on ZooKeeper and etcd against the raw client writing
-the same keys in full transactions, each key with its changelog record, in one run.
+"""``apply_batch`` of the metadata state provider on ZooKeeper and etcd (and of the embedded provider
+on local://) against the raw client writing the same keys in full transactions, each key with its
+changelog record, in one run.
 
-    python benchmarks/batches.py [--keys 20000] [--backends zk,etcd]
+    python benchmarks/batches.py [--keys 20000] [--backends local,zk,etcd]
 
 Rows, keys per second (every key is an existing counter updated, plus one changelog record each):
 - ``apply_batch, one write``: batches of ``batch_limits.max_keys`` keys, each one atomic ``multi``;
@@ -10,6 +11,9 @@ Rows, keys per second (every key is an existing counter updated, plus one change
   transactions of 60 keys (60 key puts + 60 record puts = 120 operations), one in flight, driven from
   a synchronous caller as statekeep's etcd:// is (one event loop thread). The raw client neither reads
   nor compares versions: it is the ceiling of the wire, not an equivalent of exactly-once.
+- on local://, one ``apply_batch`` of all keys (the embedded provider's write, as a Spark partition's)
+  against raw LMDB doing the same in one durable transaction: read each counter, put it plus one,
+  put a record (key and value) under the next offset.
 Ratios are against ``raw`` of the same backend. Target: >= 0.5x.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import struct
 import sys
 import tempfile
 import threading
@@ -30,7 +35,7 @@ from statekeep.testing.servers import backend_urls  # noqa: E402
 
 
 def ours(url: str, n: int) -> tuple[float, float]:
-    provider = open_provider("metadata", {"metadata_url": url})
+    provider = open_provider("embedded" if url.startswith("local://") else "metadata", {"metadata_url": url})
     try:
         state = provider.get_state_store("bench", "batches", "f")
         keys = [f"k{i:07d}" for i in range(n)]
@@ -77,6 +82,28 @@ def raw_zk(address: str, n: int) -> float:
         client.close()
 
 
+def raw_lmdb(directory: str, n: int) -> float:
+    import lmdb
+
+    env = lmdb.open(directory, map_size=1 << 32, max_dbs=2)
+    state, log = env.open_db(b"state"), env.open_db(b"log")
+    counter = struct.Struct(">q")
+    keys = [b"k%07d" % i for i in range(n)]
+    with env.begin(write=True, db=state) as txn:
+        for k in keys:
+            txn.put(k, counter.pack(1))
+    start = time.perf_counter()
+    with env.begin(write=True) as txn:
+        get, put = txn.get, txn.put
+        for offset, k in enumerate(keys):
+            value = counter.pack(counter.unpack(get(k, db=state))[0] + 1)
+            put(k, value, db=state)
+            put(offset.to_bytes(8, "big"), k + value, db=log)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return n / elapsed
+
+
 def raw_etcd(address: str, n: int) -> float:
     import aetcd
 
@@ -118,10 +145,15 @@ def main() -> None:
     print(f"{'backend':8} {'row':24} {'keys/s':>10} {'vs raw':>7}")
     with tempfile.TemporaryDirectory() as directory, backend_urls(args.backends.split(","), directory) as urls:
         for backend, url in urls:
-            address = url.split("://", 1)[1].split("/", 1)[0]
-            raw = (raw_zk if backend == "zk" else raw_etcd)(address, args.keys)
-            small, staged = ours(url, args.keys)
-            for row, value in (("apply_batch, one write", small), ("apply_batch, staged", staged), ("raw", raw)):
+            if backend == "local":
+                raw = raw_lmdb(tempfile.mkdtemp(dir=directory), args.keys)
+                rows = [("apply_batch, one write", ours(url, args.keys)[0]), ("raw", raw)]
+            else:
+                address = url.split("://", 1)[1].split("/", 1)[0]
+                raw = (raw_zk if backend == "zk" else raw_etcd)(address, args.keys)
+                small, staged = ours(url, args.keys)
+                rows = [("apply_batch, one write", small), ("apply_batch, staged", staged), ("raw", raw)]
+            for row, value in rows:
                 print(f"{backend:8} {row:24} {value:10.0f} {value / raw:6.2f}x", flush=True)
 
 
