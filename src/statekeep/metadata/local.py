@@ -675,21 +675,29 @@ class LocalStore(MetadataStore):
         # (header included: version and times), the same immutable result is returned. The
         # comparison is with this very read, so it is never stale. Only valid paths of an open store
         # get an entry (close and fork empty the table), so a hit needs no other check.
-        hot_table, begin, nodes, cold, result = self._hot, self._begin, self._nodes, self._get_cold, self._result
+        # The store only through a weak reference, on the miss paths: the store holds this function,
+        # and a cycle would keep an unclosed store (and its engine registration) alive until a GC pass.
+        hot_table, begin, nodes, ref = self._hot, self._begin, self._nodes, weakref.ref(self)
+
+        def store() -> LocalStore:
+            found = ref()
+            if found is None:  # only this function was kept, not the store
+                raise StoreClosedError("this local store was dropped (garbage-collected); keep the store, not its get")
+            return found
 
         @uncounted_read
         def get(path: str) -> GetResult | None:
             try:
                 hot = hot_table[path]  # subscript and positional db: measurably cheaper than .get() and db=
             except (KeyError, TypeError):  # not read before, or unhashable (not a path)
-                return cold(path)
+                return store()._get_cold(path)
             if _forking:
-                return cold(path)
+                return store()._get_cold(path)
             with begin(nodes) as txn:  # uncounted: fork() waits for this frame (see above)
                 raw = txn.get(hot[0])
             if raw == hot[1]:
                 return hot[2]
-            return None if raw is None else result(path, hot[0], raw)
+            return None if raw is None else store()._result(path, hot[0], raw)
 
         return get
 
