@@ -21,6 +21,11 @@ class BadVersionError(StatekeepError):
     """A compare-and-set lost: the stored version is not the expected one."""
 
 
+class StateConflictError(BadVersionError):
+    """State changed since a writer read it (another write committed first): the work that read it must
+    be done again from the new state (the Spark runtime runs the partition's batch again)."""
+
+
 class AlreadyExistsError(BadVersionError):
     """A create (``expected_version=-1``) found the key already present.
 

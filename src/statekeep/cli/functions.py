@@ -103,6 +103,8 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--key-field", help="input field that partitions records")
     sub.add_argument("--input-format", help="format of the inputs (e.g. json, text)")
     sub.add_argument("--output-format", help="format of the output")
+    sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "
+                     "URL: a shared directory or an fsspec URL (s3://bucket/prefix, hdfs://...)")
 
 
 # ---- naming the function ----------------------------------------------------------------------
@@ -199,6 +201,10 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                           ("processing_guarantees", "processingGuarantees")):
         if getattr(args, option, None) is not None:
             config[field] = getattr(args, option)
+    if getattr(args, "state_dir", None):
+        from statekeep.state.partitioned import state_storage
+
+        config["stateStorage"] = state_storage(args.state_dir)
     return config
 
 

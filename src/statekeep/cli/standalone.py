@@ -45,6 +45,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     parser.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URL",
                         help="Spark checkpoints: a directory or Hadoop-compatible URL every server reaches "
                              "(default with --data-dir: DATA_DIR/checkpoints; required with --store)")
+    parser.add_argument("--state-dir", default=None, metavar="URL",
+                        help="functions created here keep partition-owned state durable under URL (a shared "
+                             "directory or s3://bucket/prefix, hdfs://...): the way to scale out on a cluster")
     parser.add_argument("--port", type=int, default=8080, help="HTTP port (default: %(default)s; 0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--advertised-address", default=None,
@@ -149,7 +152,8 @@ def _run(args: argparse.Namespace) -> int:
     worker = build_worker(args, metadata_url, checkpoints)
     app = create_app(ServerConfig(metadata_url=metadata_url, tokens_file=args.tokens_file, worker=worker,
                                   followers=follower_specs(args.follow, data_dir, leader=metadata_url,
-                                                           followers_dir=followers_dir)))
+                                                           followers_dir=followers_dir),
+                                  state_dir=args.state_dir))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log, log_level="info")
     sock = config.bind_socket()  # the port first (it may be 0): it is part of the worker's id

@@ -43,12 +43,15 @@ class FunctionRegistry:
 
     ``providers`` opens the state provider a function names (or the default); when
     ``allow_custom_providers`` is False, a configuration naming its own provider is refused
-    (a REST caller must not make the server open arbitrary stores).
+    (a REST caller must not make the server open arbitrary stores), except ``default_storage``, which
+    functions created without a ``stateStorage`` get.
     """
 
     def __init__(self, store: MetadataStore, providers: ProviderPool, *, root: str = DEFAULT_ROOT,
-                 allow_custom_providers: bool = True) -> None:
+                 allow_custom_providers: bool = True, default_storage: Mapping[str, Any] | None = None) -> None:
         self.store = store
+        #: the ``stateStorage`` of functions created without one (``standalone --state-dir``)
+        self.default_storage = dict(default_storage) if default_storage is not None else None
         self.providers = providers
         self.catalog = FunctionCatalog(store, root)
         self.root = self.catalog.root
@@ -102,6 +105,8 @@ class FunctionRegistry:
         """Register a function. ``code`` is the Python file; if None, ``config["py"]`` is read as a
         local file path. Raises :class:`AlreadyExistsError`, :class:`InvalidArgumentError`."""
         cfg = config if isinstance(config, FunctionConfig) else FunctionConfig.from_json(config)
+        if cfg.stateStorage is None and self.default_storage is not None:
+            cfg = FunctionConfig.from_json({**cfg.to_json(), "stateStorage": self.default_storage})
         if code is None:
             code = self._read_py(cfg.py)
         validate_function_source(code, _filename(cfg), cfg.className)
@@ -165,7 +170,12 @@ class FunctionRegistry:
 
     def provider_for(self, cfg: FunctionConfig) -> StateStoreProvider:
         storage = cfg.stateStorage
-        return self.providers.get() if storage is None else self.providers.get(storage["provider"], storage["config"])
+        if storage is None:
+            return self.providers.get()
+        config = storage["config"]
+        if "store" not in config and "metadata_url" not in config:  # naming no store: the registry's
+            config = {**config, "store": self.store}
+        return self.providers.get(storage["provider"], config)
 
     def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
         """The state of an existing function; :class:`NotFoundError` if the function does not exist."""
@@ -181,7 +191,7 @@ class FunctionRegistry:
 
     def _check_provider(self, cfg: FunctionConfig) -> None:
         if cfg.stateStorage is not None:
-            if not self.allow_custom_providers:
+            if not self.allow_custom_providers and cfg.stateStorage != self.default_storage:
                 raise InvalidArgumentError("this server keeps all function state in its own provider: "
                                            "remove stateStorage from the function config")
             self.provider_for(cfg)  # opens it now: a bad provider fails the create, not later

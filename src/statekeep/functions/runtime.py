@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import Any
 
-from statekeep.errors import InvalidArgumentError, StatekeepError
+from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
-from statekeep.state.base import StateStore
+from statekeep.retry import DEFAULT
+from statekeep.state.base import StateStore, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def _careful(spec: ExecutorSpec) -> bool:
                 or spec.get("timeout_ms"))
 
 
-def _cached_state_store(spec: ExecutorSpec) -> StateStore:
+def cached_state_store(spec: ExecutorSpec) -> StateStore:
     """One provider per executor process and configuration (opening a store costs a session)."""
     from statekeep.state import open_provider
 
@@ -187,10 +188,24 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     methods; ``keys`` defaults to the distinct ``record_keys``).
     Raises :class:`FunctionRecordError` naming the record's position when the function raises,
     unless the spec handles failing records (``skip_errors``, ``max_retries``, ``dead_letter``,
-    see :func:`_run_careful`).
+    see :func:`_run_careful`). With partition-owned state, a batch that finds the state changed
+    since it read it (a REST write committed first) runs again.
     """
+    if not isinstance(records, (list, tuple)) and not hasattr(records, "to_pylist"):
+        records = list(records)  # a conflict runs the batch again (below)
+    for _ in DEFAULT.bounded(attempts=20).attempts():
+        store = cached_state_store(spec).task(batch_id, partition, spec.get("state_parallelism", 1))
+        try:
+            return _run_partition(spec, store, batch_id, partition, records, keys, record_keys, topics)
+        except StateConflictError:
+            continue  # a write committed since this task read the state (partition-owned state): again
+    raise StateConflictError(f"{spec['tenant']}/{spec['namespace']}/{spec['name']} batch {batch_id}, partition "
+                             f"{partition}: the state kept changing under 20 runs of the batch")
+
+
+def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partition: int, records: Any,
+                   keys: Iterable[str], record_keys: list[Any] | None, topics: list[Any] | None) -> PartitionStats:
     stats = PartitionStats(partition)
-    store = _cached_state_store(spec)
     marker = f"{batch_id}-{partition}"
     if store.has_marker(marker):
         stats.applied = False  # a replay of a partition that was already applied
@@ -383,7 +398,7 @@ def _batch_output(result: Any) -> Any:
                     "pyarrow.RecordBatch, a list of dicts, or None")
 
 
-def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, store: Any, marker: str,
+def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, store: TaskState, marker: str,
                process_batch: Callable[..., Any], stats: PartitionStats) -> PartitionStats:
     """run_partition for a ``process_batch`` function: one call for the whole partition."""
     where = f"batch {batch_id}, partition {partition}"
@@ -435,7 +450,7 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     return stats
 
 
-def _skip_batch(store: Any, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:
+def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:
     """``--skip-errors`` for process_batch: the partition's batch is one unit, skipped whole; only its
     marker is written (a replay skips it again)."""
     stats.skipped = records

@@ -8,6 +8,7 @@ key, :class:`InvalidArgumentError` for malformed input, :class:`ValueTooLargeErr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
@@ -31,10 +32,12 @@ class FunctionService:
     @classmethod
     def open(cls, metadata_url: str, *, state_provider: str | None = None,
              state_provider_config: dict[str, Any] | None = None, allow_custom_providers: bool = True,
-             functions_root: str = DEFAULT_ROOT) -> FunctionService:
+             functions_root: str = DEFAULT_ROOT, default_storage: Mapping[str, Any] | None = None
+             ) -> FunctionService:
         """Open the metadata store at ``metadata_url`` with a registry on it. The default state provider
         lives on that same store: ``embedded`` on ``local://`` (the fast one), ``metadata`` elsewhere,
-        unless another is configured. ``close()`` releases all."""
+        unless another is configured; ``default_storage``: the ``stateStorage`` functions created without one
+        get (see :class:`FunctionRegistry`). ``close()`` releases all."""
         store = open_store(metadata_url)
         try:
             if state_provider is None:
@@ -46,7 +49,8 @@ class FunctionService:
         except BaseException:
             store.close()
             raise
-        service = cls(FunctionRegistry(store, pool, root=functions_root, allow_custom_providers=allow_custom_providers))
+        service = cls(FunctionRegistry(store, pool, root=functions_root, allow_custom_providers=allow_custom_providers,
+                                       default_storage=default_storage))
         service._owned = [pool, store]
         return service
 

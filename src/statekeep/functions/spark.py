@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.runtime import STATS_SCHEMA, ExecutorSpec, arrow_partition_runner
+from statekeep.functions.runtime import STATS_SCHEMA, ExecutorSpec, cached_state_store, arrow_partition_runner
 from statekeep.functions.stats import add_batch
+from statekeep.state.partitioned.keygroups import spark_routes
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
     from statekeep.functions.model import FunctionConfig
@@ -111,6 +112,18 @@ def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_f
     return selected
 
 
+def route_column(groups: int, parallelism: int) -> Column:
+    """The column ``repartition(parallelism, column)`` sends each record to the partition owning its key's
+    group by (see :mod:`statekeep.state.partitioned.keygroups`; a record without a key goes to 0)."""
+    from pyspark.sql import functions as F
+
+    routes = spark_routes(parallelism)
+    group = F.pmod(F.crc32(F.col("__key").cast("binary")), F.lit(groups))
+    owner = F.floor(group * parallelism / groups).cast("int")
+    route = F.element_at(F.array(*[F.lit(v) for v in routes]), owner + 1)
+    return F.coalesce(route, F.lit(routes[0]))
+
+
 class QueryTotals(TypedDict):
     """A query's running totals since it started (``instances``: see statekeep.functions.stats)."""
 
@@ -144,9 +157,17 @@ class FunctionQuery:
                        "instances": {}}  # per partition, see statekeep.functions.stats
 
     def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
-        runner = arrow_partition_runner(self.spec, batch_id)
-        rows = [r.asDict() for r in
-                frame.repartition(self.parallelism, "__key").mapInArrow(runner, STATS_SCHEMA).collect()]
+        spec, parallelism = self.spec, self.parallelism
+        # partition-owned state: this batch's parallelism (a rescale happens between batches) and
+        # each record routed to the partition owning its key's group
+        partitioning = cached_state_store(spec).partitioning(parallelism if spec.get("key_field") else 1)
+        if partitioning is not None:
+            groups, parallelism = partitioning
+            spec = {**spec, "state_parallelism": parallelism}
+            frame = frame.withColumn("__route", route_column(groups, parallelism))
+        runner = arrow_partition_runner(spec, batch_id)
+        rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
+                .mapInArrow(runner, STATS_SCHEMA).collect()]
         for row in rows:
             self.totals["processed"] += row["processed"]
             self.totals["skipped"] += row["skipped"]
@@ -213,6 +234,8 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     code = registry.get_code(tenant, namespace, name).decode()
     if cfg.stateStorage is not None:
         provider, provider_config = cfg.stateStorage["provider"], dict(cfg.stateStorage["config"])
+        if "store" not in provider_config:  # a provider config naming no store uses the registry's
+            provider_config.setdefault("metadata_url", metadata_url)
     else:
         provider, provider_config = registry.providers.default_name, {"metadata_url": metadata_url}
     input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])

@@ -248,6 +248,17 @@ class BlobStore:
                 pass
         return True
 
+    def delete_scope(self, scope: str) -> None:
+        """Delete every blob under ``scope`` (a no-op if there are none). :class:`BlobStorageError` on failure."""
+        path = self.scope_path(scope)
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise BlobStorageError(f"cannot delete the blobs under {path}: {e}") from e
+
     def list(self, scope: str) -> list[BlobInfo]:
         """Every blob and temporary upload under ``scope`` (files of other names are not ours: left out)."""
         try:

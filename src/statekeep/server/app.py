@@ -49,6 +49,7 @@ from statekeep.server.routes import functions, ops, state
 from statekeep.server import ui
 from statekeep.server.routes.state import expected_version
 from statekeep.server.worker import NullWorker
+from statekeep.state.partitioned import state_storage
 
 __all__ = ["create_app", "expected_version"]
 
@@ -59,7 +60,8 @@ def _open(cfg: ServerConfig) -> ServerContext:
     service = FunctionService.open(cfg.metadata_url, state_provider=cfg.state_provider,
                                    state_provider_config=cfg.state_provider_config,
                                    allow_custom_providers=cfg.allow_custom_state_providers,
-                                   functions_root=cfg.functions_root)
+                                   functions_root=cfg.functions_root,
+                                   default_storage=state_storage(cfg.state_dir) if cfg.state_dir else None)
     try:
         followers = Followers(cfg.followers, functions_root=cfg.functions_root)
     except BaseException:

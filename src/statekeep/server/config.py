@@ -18,7 +18,8 @@ class ServerConfig:
     ``allow_custom_state_providers``: let a function's config name its own provider (off: a REST
     caller could otherwise make the server open any store). ``worker``: runs functions (see
     :mod:`statekeep.server.worker`). ``max_request_bytes``: larger bodies get 413. ``followers``:
-    read-only followers to serve (see :mod:`statekeep.server.followers`)."""
+    read-only followers to serve (see :mod:`statekeep.server.followers`). ``state_dir``: functions
+    created without a ``stateStorage`` keep partition-owned state there (:mod:`statekeep.state.partitioned`)."""
 
     metadata_url: str = "memory://"
     state_provider: str | None = None
@@ -30,6 +31,7 @@ class ServerConfig:
     max_request_bytes: int = 8 << 20
     followers: list[dict[str, Any]] | None = None
     worker: Any = field(default=None, repr=False)
+    state_dir: str | None = None
 
     @classmethod
     def from_any(cls, config: ServerConfig | Mapping[str, Any] | None) -> ServerConfig:

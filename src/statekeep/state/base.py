@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.state.keys import encode_key
@@ -228,6 +228,19 @@ class ReadableStateStore(abc.ABC):
 
 
 
+class TaskState(Protocol):
+    """The state operations of one Spark task (see :meth:`StateStore.task`)."""
+
+    max_value_size: int
+
+    def has_marker(self, marker: str) -> bool: ...
+
+    def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]: ...
+
+    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+                    marker: str | None = None) -> bool: ...
+
+
 class StateStore(ReadableStateStore):
     """One function's state, read and written (the leader's). Thread-safe; see the module docstring."""
 
@@ -275,6 +288,19 @@ class StateStore(ReadableStateStore):
         """Remove records at or below ``upto_offset`` that a newer record of the same key supersedes,
         and tombstones older than ``tombstone_retention_s`` that are their key's newest record, in
         small writes (writers are never held up for long). See the module docstring."""
+
+    # ---- Spark tasks ---------------------------------------------------------------------------
+
+    def partitioning(self, parallelism: int) -> tuple[int, int] | None:
+        """For state that partitions own (:mod:`statekeep.state.partitioned`): ``(key groups,
+        parallelism)`` the next micro-batch must run with, records routed to the partition owning
+        their key's group. None (this default): any task may write any key."""
+        return None
+
+    def task(self, batch: int, partition: int, parallelism: int) -> TaskState:
+        """What the Spark task of ``partition`` (of ``parallelism``) in micro-batch ``batch`` reads and
+        writes through; this default is the store itself (markers name the batch and partition)."""
+        return self
 
     # ---- derived -----------------------------------------------------------------------------
 

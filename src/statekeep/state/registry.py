@@ -21,6 +21,7 @@ ENTRY_POINT_GROUP = "statekeep.state_providers"
 BUILTIN_PROVIDERS: dict[str, str] = {
     "metadata": "statekeep.state.metadata_provider:MetadataStateStoreProvider",
     "embedded": "statekeep.state.embedded:EmbeddedStateProvider",
+    "partitioned": "statekeep.state.partitioned:PartitionedStateProvider",
 }
 _registered: dict[str, type[StateStoreProvider]] = {}
 

@@ -1,0 +1,491 @@
+"""The function-level store and the provider of partition-owned state (see the package docstring)."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from statekeep.errors import (AlreadyExistsError, BadVersionError, CorruptStateError, InvalidArgumentError,
+                              NotFoundError, StateConflictError, StatekeepError)
+from statekeep.handles.blobs import BlobStore
+from statekeep.metadata import open_store
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.types import Put
+from statekeep.retry import DEFAULT
+from statekeep.state import records
+from statekeep.state.base import (BatchLimits, ChangelogPosition, CompactionResult, StateEntry, StateStore,
+                                  StateStoreProvider, validate_amount, validate_amounts, validate_expected_version,
+                                  validate_value)
+from statekeep.state.keys import check_scan, encode_key, validate_name
+from statekeep.state.partitioned.keygroups import (DEFAULT_KEY_GROUPS, group_range, key_group, owner,
+                                                   validate_layout)
+from statekeep.state.partitioned.manifest import Layout, Manifest, function_path, manifest_name
+from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, plan_batch, write_changes
+
+T = TypeVar("T")
+_CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
+
+
+def _entry(key: str, raw: bytes) -> StateEntry:
+    kind, payload = records.decode_stored(raw[8:], key)
+    return StateEntry(key, payload, kind, int.from_bytes(raw[:8], "big"))
+
+
+class PartitionedStateStore(StateStore):
+    """One function's partition-owned state, as the REST API, the CLI and the console see it: reads
+    answer the latest committed value (each read checks the owning partition's manifest and brings
+    the local copy up to it); writes commit to the owning partition like a micro-batch does, ordered
+    with the function's batches (a batch that read the state before a write commits nothing and is
+    run again). Spark tasks use :meth:`task`."""
+
+    def __init__(self, provider: PartitionedStateProvider, tenant: str, namespace: str, name: str) -> None:
+        super().__init__(tenant, namespace, name)
+        self.provider = provider
+        assert provider.store is not None and provider.blobs is not None
+        self.store, self.blobs = provider.store, provider.blobs
+        self.root = function_path(tenant, namespace, name)
+        self.scope = f"{tenant}/{namespace}/{name}"
+        self.max_value_size = min(self.max_value_size, 64 << 20)
+        self._layout: Layout | None = None
+        self._partitions: dict[str, Partition] = {}
+        self._lock = threading.Lock()
+
+    # ---- layout --------------------------------------------------------------------------------
+
+    def layout(self, refresh: bool = False) -> Layout | None:
+        """The key groups and partitions now (None until the state is first written)."""
+        if self._layout is None or refresh:
+            result = self.store.get(f"{self.root}/layout")
+            self._layout = None if result is None else Layout.decode(result.value, result.stat.version, self.root)
+        return self._layout
+
+    def ensure_layout(self, parallelism: int) -> Layout:
+        """The layout, created with ``parallelism`` partitions if the state has none yet."""
+        layout = self.layout(refresh=True)
+        if layout is not None:
+            return layout
+        groups, parallelism = validate_layout(self.provider.key_groups, parallelism)
+        new = Layout(groups, parallelism, 0)
+        ops = [Put(f"{self.root}/layout", new.encode(), expected_version=-1)]
+        ops += [Put(f"{self.root}/{manifest_name(0, p)}", Manifest.new(0, p, group_range(p, parallelism, groups))
+                    .encode(), expected_version=-1) for p in range(parallelism)]
+        try:
+            self.store.multi(ops)
+        except (AlreadyExistsError, BadVersionError):
+            pass  # another writer created it first
+        layout = self.layout(refresh=True)
+        assert layout is not None
+        return layout
+
+    def manifests(self, layout: Layout) -> list[Manifest]:
+        out = []
+        for p in range(layout.parallelism):
+            path = f"{self.root}/{manifest_name(layout.generation, p)}"
+            result = self.store.get(path)
+            if result is None:
+                raise PartitionMovedError(f"{path} no longer exists")
+            out.append(Manifest.decode(result.value, result.stat.version, path))
+        return out
+
+    def partitioning(self, parallelism: int) -> tuple[int, int]:
+        """``(key groups, parallelism this micro-batch runs with)``; see :meth:`prepare_batch`."""
+        layout = self.layout(refresh=True)
+        return (layout.groups if layout else self.provider.key_groups), self.prepare_batch(parallelism)
+
+    def prepare_batch(self, parallelism: int) -> int:
+        """Called by the driver before each micro-batch: the parallelism this batch runs with. Creates
+        the layout, and rescales to ``parallelism`` when the partitions stand at one batch (a rescale
+        never splits a batch: a batch some partitions applied and others not is finished first, with
+        the parallelism it started with)."""
+        layout = self.ensure_layout(parallelism)
+        if layout.parallelism == parallelism:
+            return parallelism
+        current = self.manifests(layout)
+        if len({m.batch for m in current}) != 1:
+            return layout.parallelism
+        self.rescale(layout, current, parallelism)
+        return parallelism
+
+    def rescale(self, layout: Layout, current: list[Manifest], parallelism: int) -> None:
+        """Replace the partitions of ``layout`` by ``parallelism`` new ones in one atomic write: the old
+        manifests are retired (a task still running with them commits nothing), each new partition
+        inherits the state of the old ones whose key groups it takes over."""
+        groups, parallelism = validate_layout(layout.groups, parallelism)
+        generation = layout.generation + 1
+        ops = [Put(f"{self.root}/{manifest_name(layout.generation, m.partition)}",
+                   replace(m, retired=True).encode(), expected_version=m.version) for m in current]
+        for p in range(parallelism):
+            wanted = group_range(p, parallelism, groups)
+            parents = tuple(lineage for m in current if m.groups[0] < wanted.stop and wanted.start < m.groups[1]
+                            for lineage in (*m.parents, m.lineage()))
+            manifest = Manifest.new(generation, p, wanted, current[0].batch, parents)
+            ops.append(Put(f"{self.root}/{manifest_name(generation, p)}", manifest.encode(), expected_version=-1))
+        ops.append(Put(f"{self.root}/layout", Layout(groups, parallelism, generation).encode(),
+                       expected_version=layout.version))
+        self.store.multi(ops)
+        self.layout(refresh=True)
+
+    def partition(self, layout: Layout, p: int) -> Partition:
+        name = manifest_name(layout.generation, p)
+        with self._lock:
+            found = self._partitions.get(name)
+            if found is None:
+                cache = os.path.join(self.provider.cache_dir, self.tenant, self.namespace, self.name, name)
+                found = self._partitions[name] = Partition(self.store, f"{self.root}/{name}", self.blobs, self.scope,
+                                                           cache, layout.groups)
+            return found
+
+    def _owner_of(self, key: str) -> tuple[Partition, Manifest] | None:
+        """The partition owning ``key`` and its manifest now, its local copy brought up to it; None
+        while the state has no layout (nothing was ever written)."""
+        for attempt in DEFAULT.bounded(attempts=5).attempts():
+            layout = self.layout(refresh=attempt > 0)
+            if layout is None:
+                return None
+            partition = self.partition(layout, owner(key_group(key, layout.groups), layout.parallelism, layout.groups))
+            try:
+                manifest = partition.manifest()
+                partition.sync(manifest)
+                return partition, manifest
+            except PartitionMovedError:
+                continue  # rescaled: read the layout again
+            except CorruptStateError:
+                if attempt >= 1:
+                    raise  # a blob missing twice is not one a snapshot just replaced
+        raise StateConflictError(f"the layout of {self.scope} kept changing")
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def get_entry(self, key: str) -> StateEntry | None:
+        encode_key(key)
+        found = self._owner_of(key)
+        if found is None:
+            return None
+        raw = found[0].read([key]).get(key)
+        return None if raw is None else _entry(key, raw)
+
+    def scan_entries(self, prefix: str = "", start_after: str | None = None,
+                     limit: int | None = None) -> Iterator[StateEntry]:
+        check_scan(prefix, start_after, limit)
+        return self._scan(prefix, start_after, limit)
+
+    def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
+        layout = self.layout(refresh=True)
+        if layout is None:
+            return
+        low = prefix.encode()
+        if start_after is not None and start_after.encode() >= low:
+            low = start_after.encode() + b"\0"
+        streams = []
+        for p in range(layout.parallelism):
+            partition = self.partition(layout, p)
+            partition.sync(partition.manifest())
+            streams.append(partition.scan(low, prefix.encode()))
+        for produced, (key, raw) in enumerate(heapq.merge(*streams)):
+            if limit is not None and produced >= limit:
+                return
+            yield _entry(key.decode(), raw)
+
+    def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
+        raise InvalidArgumentError(f"{self.scope} keeps partition-owned state: its changelog is one per partition, "
+                                   "in its segments (FollowerStore.open follows them)")
+
+    def changelog_position(self) -> ChangelogPosition:
+        """Epoch: the layout's generation; ``last_offset``: commits in all partitions (rises with every commit)."""
+        layout = self.layout(refresh=True)
+        if layout is None:
+            return ChangelogPosition(None, -1)
+        return ChangelogPosition(f"g{layout.generation}", sum(m.seq for m in self.manifests(layout)) - 1)
+
+    # ---- writes (REST, CLI) ---------------------------------------------------------------------
+
+    def _write(self, key: str, work: Callable[[Callable[[bytes], bytes | None]], tuple[T, list[tuple[bytes, bytes]]]]
+               ) -> T:
+        """Commit ``work`` (given the stored value of ``key``) to ``key``'s partition; retried while
+        batches or other writers commit first."""
+        encode_key(key)
+        for _ in DEFAULT.bounded(seconds=30).attempts():
+            found = self._owner_of(key)
+            if found is None:
+                self.ensure_layout(1)
+                continue
+            partition, manifest = found
+
+            def run(txn: Any) -> tuple[T, list[tuple[bytes, bytes]]]:
+                result, changes = work(lambda raw_key: txn.get(raw_key, db=partition.state_db))
+                write_changes(txn, partition.state_db, changes)
+                return result, changes
+
+            try:
+                return partition.commit(manifest, run)
+            except (StateConflictError, PartitionMovedError):
+                continue
+        raise StateConflictError(f"state key {key!r} of {self.scope}: lost every race for 30 s")
+
+    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
+        expected = validate_expected_version(expected_version)
+
+        def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
+            raw = get(key.encode())
+            _check_expected(key, raw, expected)
+            version = 0 if raw is None else int.from_bytes(raw[:8], "big") + 1
+            return version, [(key.encode(), version.to_bytes(8, "big") + stored)]
+
+        return self._write(key, work)
+
+    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
+        return self._set(key, records.encode_bytes(validate_value(value, self.max_value_size)), expected_version)
+
+    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        return self._set(key, records.encode_counter(validate_amount(value, "counter value")), expected_version)
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
+        expected = validate_expected_version(expected_version)
+        if expected == -1:
+            raise InvalidArgumentError("delete takes expected_version None or >= 0")
+
+        def work(get: Callable[[bytes], bytes | None]) -> tuple[bool, list[tuple[bytes, bytes]]]:
+            raw = get(key.encode())
+            _check_expected(key, raw, expected)
+            return (False, []) if raw is None else (True, plan_batch(get, {key: None}, {}, now_ms()))
+
+        return self._write(key, work)
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        amount = validate_amount(amount)
+
+        def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
+            changes = plan_batch(get, {}, {key: amount}, now_ms())
+            return int.from_bytes(changes[0][1][9:], "big", signed=True), changes
+
+        return self._write(key, work)
+
+    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+                    marker: str | None = None) -> bool:
+        """Atomic per partition (keys of one partition commit together); a ``marker`` is refused: a
+        batch of a Spark task goes through :meth:`task`."""
+        if marker is not None:
+            raise InvalidArgumentError("partition-owned state takes batch markers through task(): "
+                                       f"{self.scope}'s batches are per partition")
+        values, deltas = _validated(puts, counters, self.max_value_size)
+        layout = self.layout(refresh=True) or self.ensure_layout(1)
+        by_partition: dict[int, tuple[dict[str, bytes | None], dict[str, int]]] = {}
+        for key in (*values, *deltas):
+            p = owner(key_group(key, layout.groups), layout.parallelism, layout.groups)
+            by_partition.setdefault(p, ({}, {}))
+        for key, value in values.items():
+            by_partition[owner(key_group(key, layout.groups), layout.parallelism, layout.groups)][0][key] = value
+        for key, delta in deltas.items():
+            by_partition[owner(key_group(key, layout.groups), layout.parallelism, layout.groups)][1][key] = delta
+        for part_values, part_deltas in by_partition.values():
+
+            def work(get: Callable[[bytes], bytes | None], v: dict[str, bytes | None] = part_values,
+                     d: dict[str, int] = part_deltas) -> tuple[None, list[tuple[bytes, bytes]]]:
+                return None, plan_batch(get, v, d, now_ms())
+
+            self._write(next(iter([*part_values, *part_deltas])), work)
+        return True
+
+    def has_marker(self, marker: str) -> bool:
+        raise InvalidArgumentError("partition-owned state keeps batch markers per partition: use task()")
+
+    @property
+    def batch_limits(self) -> BatchLimits:
+        return BatchLimits(max_keys=1 << 30, max_bytes=1 << 40)
+
+    def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
+                          now_ms: int | None = None) -> CompactionResult:
+        """Snapshots compact partition-owned state as it runs: nothing to do here."""
+        return CompactionResult(0, 0, 0, upto_offset)
+
+    def task(self, batch: int, partition: int, parallelism: int) -> PartitionTask:
+        return PartitionTask(self, batch, partition, parallelism)
+
+    # ---- housekeeping ---------------------------------------------------------------------------
+
+    def collect_garbage(self, older_than_s: float = 600.0) -> int:
+        """Delete blobs no manifest names (left by crashed or fenced writers, or replaced by a rescale)
+        that are older than ``older_than_s``; returns how many."""
+        layout = self.layout(refresh=True)
+        wanted = set()
+        if layout is not None:
+            wanted = {b.url for m in self.manifests(layout) for b in m.blobs()}
+        cutoff = now_ms() - older_than_s * 1000
+        removed = 0
+        for info in self.blobs.list(self.scope):
+            if info.url not in wanted and info.written_ms < cutoff and self.blobs.delete(info.url):
+                removed += 1
+        return removed
+
+    def cleanup(self) -> None:
+        self.store.delete_recursive(self.root)
+        self.blobs.delete_scope(self.scope)
+        with self._lock:
+            self._partitions.clear()
+        self._layout = None
+
+
+class PartitionTask:
+    """What one Spark task of micro-batch ``batch`` sees: partition ``partition`` of ``parallelism``.
+    Its marker is the batch: :meth:`has_marker` says whether the partition applied it, and
+    :meth:`apply_batch` commits it once (of two attempts, one commits; the other finds it applied).
+    Keys outside the partition's key groups raise :class:`InvalidArgumentError`."""
+
+    def __init__(self, store: PartitionedStateStore, batch: int, partition: int, parallelism: int) -> None:
+        self.store, self.batch = store, batch
+        self.max_value_size = store.max_value_size
+        layout = store.ensure_layout(parallelism)
+        if layout.parallelism != parallelism:
+            raise PartitionMovedError(f"{store.scope} has {layout.parallelism} partitions, this task runs one of "
+                                      f"{parallelism}")
+        self.layout = layout
+        self.partition = store.partition(layout, partition)
+        self.manifest = self.partition.manifest()
+
+    def has_marker(self, marker: str) -> bool:
+        return self.manifest.batch >= self.batch
+
+    def _check(self, keys: Iterable[str]) -> None:
+        low, high = self.manifest.groups
+        groups = self.layout.groups
+        for key in keys:
+            if not low <= key_group(key, groups) < high:
+                raise InvalidArgumentError(
+                    f"state key {key!r} is not in this partition's key groups: with partition-owned state a record "
+                    "reads and writes the state keys of its own key (the function's --key-field value)")
+
+    def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
+        keys = list(dict.fromkeys(keys))
+        for key in keys:
+            encode_key(key)
+        self._check(keys)
+        self.partition.sync(self.manifest)
+        found = self.partition.read(keys)
+        out: dict[str, tuple[bytes | None, int | None]] = {}
+        for key in keys:
+            raw = found.get(key)
+            if raw is None:
+                out[key] = (None, None)
+            else:
+                entry = _entry(key, raw)
+                out[key] = (entry.value, entry.counter)
+        return out
+
+    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+                    marker: str | None = None) -> bool:
+        """Commit the batch's changes; False if the partition had applied the batch already.
+        :class:`StateConflictError` if another write committed since this task read the state (run the
+        batch again)."""
+        values, deltas = _validated(puts, counters, self.max_value_size)
+        self._check([*values, *deltas])
+        if self.manifest.batch >= self.batch:
+            return False
+        db = self.partition.state_db
+
+        def work(txn: Any) -> tuple[None, list[tuple[bytes, bytes]]]:
+            changes = plan_batch(lambda raw_key: txn.get(raw_key, db=db), values, deltas, now_ms())
+            write_changes(txn, db, changes)
+            return None, changes
+
+        try:
+            self.partition.commit(self.manifest, work, batch=self.batch)
+        except StateConflictError:
+            self.manifest = self.partition.manifest()
+            if self.manifest.batch >= self.batch:
+                return False  # another attempt of this batch committed first
+            raise
+        return True
+
+
+def _validated(puts: Mapping[str, bytes | None], counters: Mapping[str, int],
+               max_size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
+    if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
+        raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
+    for key in (*puts, *counters):
+        encode_key(key)
+    values = {k: None if v is None else records.encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
+    return values, validate_amounts(counters)
+
+
+def _check_expected(key: str, raw: bytes | None, expected: int | None) -> None:
+    if expected is None:
+        return
+    if expected == -1:
+        if raw is not None:
+            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
+    elif raw is None:
+        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
+    elif int.from_bytes(raw[:8], "big") != expected:
+        raise BadVersionError(f"state key {key!r} is at version {int.from_bytes(raw[:8], 'big')}, not {expected}")
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("STATEKEEP_STATE_CACHE") or os.path.join(tempfile.gettempdir(), "statekeep-state-cache")
+
+
+class PartitionedStateProvider(StateStoreProvider):
+    """See the package docstring."""
+
+    name = "partitioned"
+
+    def __init__(self) -> None:
+        self.store: MetadataStore | None = None
+        self.blobs: BlobStore | None = None
+        self._owns_store = False
+        self.key_groups = DEFAULT_KEY_GROUPS
+        self.cache_dir = default_cache_dir()
+
+    def init(self, config: Mapping[str, Any]) -> None:
+        if not isinstance(config, Mapping) or set(config) - _CONFIG_KEYS:
+            unknown = sorted(set(config) - _CONFIG_KEYS) if isinstance(config, Mapping) else config
+            raise InvalidArgumentError(f"the partitioned provider takes {', '.join(sorted(_CONFIG_KEYS))}; "
+                                       f"unknown: {unknown}")
+        state_dir = config.get("state_dir")
+        if not isinstance(state_dir, str) or not state_dir:
+            raise InvalidArgumentError("the partitioned provider needs 'state_dir': a shared directory "
+                                       "(file:///...) or an fsspec URL (s3://bucket/prefix, hdfs://...)")
+        options = config.get("storage_options") or {}
+        if not isinstance(options, Mapping):
+            raise InvalidArgumentError("'storage_options' must be a mapping of fsspec options")
+        groups = config.get("key_groups", DEFAULT_KEY_GROUPS)
+        self.key_groups = validate_layout(groups, 1)[0]
+        cache_dir = config.get("cache_dir") or default_cache_dir()
+        if not isinstance(cache_dir, str):
+            raise InvalidArgumentError("'cache_dir' must be a local directory")
+        # one cache per state_dir, so two stores' partitions never share a local copy
+        self.cache_dir = os.path.join(cache_dir, hashlib.sha256(state_dir.encode()).hexdigest()[:16])
+        store = config.get("store")
+        if store is None:
+            url = config.get("metadata_url")
+            if not isinstance(url, str):
+                raise InvalidArgumentError("the partitioned provider needs the coordination store: 'metadata_url' "
+                                           "(zk://..., etcd://..., local://...) or 'store'")
+            store, self._owns_store = open_store(url), True
+        if not isinstance(store, MetadataStore):
+            raise InvalidArgumentError(f"'store' must be a MetadataStore, not {type(store).__name__}")
+        self.store = store
+        try:
+            self.blobs = BlobStore(state_dir, options=dict(options))
+        except StatekeepError:
+            self.close()
+            raise
+
+    def get_state_store(self, tenant: str, namespace: str, name: str) -> PartitionedStateStore:
+        if self.store is None:
+            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
+        return PartitionedStateStore(self, validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
+                                     validate_name(name, "function name"))
+
+    def cleanup(self, tenant: str, namespace: str, name: str) -> None:
+        self.get_state_store(tenant, namespace, name).cleanup()
+
+    def close(self) -> None:
+        if self._owns_store and self.store is not None:
+            self.store.close()
+        self.store = None
