@@ -1,0 +1,302 @@
+"""Partition-owned state (``statekeep.state.partitioned``) without Spark: commits, fencing, catch-up,
+snapshots, rescaling, bad input and faults, on the coordination stores it runs on (local://, zk, etcd)
+with a shared directory as state dir. The Spark runtime's use of it is in test_partitioned_spark.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+
+import pytest
+
+from statekeep.errors import (BlobStorageError, CorruptStateError, InvalidArgumentError, StateConflictError,
+                              StatekeepError)
+from statekeep.handles.blobs import BlobStore
+from statekeep.state import open_provider
+from statekeep.state.partitioned import partition as partition_module
+from statekeep.state.partitioned.keygroups import (group_range, key_group, owner, spark_hash_int, spark_routes,
+                                                   validate_layout)
+from statekeep.state.partitioned.partition import PartitionMovedError
+
+from conftest import BACKENDS
+
+COORDINATION = ["local", "zk", "etcd"]
+G = 128
+
+
+@pytest.fixture(params=COORDINATION)
+def coordination_url(request, tmp_path) -> str:
+    return BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+def open_partitioned(tmp_path, coordination_url):
+    """Opens providers on one coordination store and one shared state dir; each call may name its own
+    cache dir (another machine's local disk)."""
+    opened = []
+    shared = f"file://{tmp_path / 'shared'}"
+
+    def _open(cache: str = "cache", **config):
+        provider = open_provider("partitioned", {"state_dir": shared, "metadata_url": coordination_url,
+                                                 "cache_dir": str(tmp_path / cache), **config})
+        opened.append(provider)
+        return provider
+
+    yield _open
+    for provider in opened:
+        provider.close()
+
+
+def mine(keys, partition, parallelism):
+    return [k for k in keys if owner(key_group(k, G), parallelism, G) == partition]
+
+
+def run_batch(state, batch, parallelism, keys, amount=1):
+    """What the Spark runtime does for each partition of a batch: True per partition that applied it."""
+    applied = []
+    for p in range(parallelism):
+        task = state.task(batch, p, parallelism)
+        if task.has_marker(f"{batch}-{p}"):
+            applied.append(False)
+            continue
+        own = mine(keys, p, parallelism)
+        task.fetch_many(own)
+        applied.append(task.apply_batch({}, {k: amount for k in own}, marker=f"{batch}-{p}"))
+    return applied
+
+
+def manifest(provider, fn, generation, p):
+    result = provider.store.get(f"/statekeep/partitioned/public/default/{fn}/g{generation}-p{p}")
+    return json.loads(result.value), result.stat.version
+
+
+KEYS = [f"key-{i}" for i in range(300)]
+
+
+def test_key_groups_and_spark_routes():
+    assert validate_layout(128, 3) == (128, 3)
+    with pytest.raises(InvalidArgumentError, match="parallelism 200 exceeds"):
+        validate_layout(128, 200)
+    for parallelism in (1, 2, 3, 7, 128):
+        ranges = [group_range(p, parallelism, G) for p in range(parallelism)]
+        assert [g for r in ranges for g in r] == list(range(G))  # every group owned once, in order
+        assert all(owner(g, parallelism, G) == p for p, r in enumerate(ranges) for g in r)
+        assert [spark_hash_int(v) % parallelism for v in spark_routes(parallelism)] == list(range(parallelism))
+    # that spark_hash_int is Spark's own hash() is checked against Spark in test_partitioned_spark.py
+
+
+def test_batches_are_exact_and_once(open_partitioned):
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    for batch in range(3):
+        assert run_batch(state, batch, 2, KEYS) == [True, True]
+        assert run_batch(state, batch, 2, KEYS) == [False, False]  # a replay applies nothing
+    assert {k: state.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 3)
+    assert [e.key for e in state.scan_entries("key-1", limit=5)] == sorted(k for k in KEYS if k.startswith("key-1"))[:5]
+    assert state.get_entry("key-7").version == 2
+
+
+def test_coordination_writes_per_commit_do_not_grow_with_keys(open_partitioned):
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS[:2])
+    _, before = manifest(provider, "wc", 0, 0)
+    run_batch(state, 1, 2, KEYS[:4])
+    _, small = manifest(provider, "wc", 0, 0)
+    run_batch(state, 2, 2, [f"many-{i}" for i in range(5000)])
+    data, large = manifest(provider, "wc", 0, 0)
+    # one compare-and-set of the manifest per commit (plus one when a snapshot is taken)
+    assert small - before == 1 and large - small in (1, 2)
+    assert len(json.dumps(data)) < 4096
+
+
+def test_a_second_attempt_of_a_batch_commits_nothing(open_partitioned):
+    """A speculative task or a zombie driver: both attempts read the state, only one commits."""
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    own = mine(KEYS, 0, 2)
+    first, second = state.task(0, 0, 2), state.task(0, 0, 2)
+    for task in (first, second):
+        assert not task.has_marker("0-0")
+        task.fetch_many(own)
+    assert first.apply_batch({}, dict.fromkeys(own, 1)) is True
+    assert second.apply_batch({}, dict.fromkeys(own, 1)) is False
+    assert all(state.get_counter(k) == 1 for k in own)
+
+
+def test_a_write_between_read_and_commit_makes_the_batch_run_again(open_partitioned):
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    own = mine(KEYS, 0, 2)
+    task = state.task(1, 0, 2)
+    task.fetch_many(own)
+    state.put(own[0], b"written by REST")  # ordered before the batch: the batch must see it
+    with pytest.raises(StateConflictError):
+        task.apply_batch({own[1]: b"x"}, {})
+    assert state.get(own[0]) == b"written by REST" and state.get_counter(own[1]) == 1
+    again = state.task(1, 0, 2)
+    assert again.fetch_many([own[0]])[own[0]] == (b"written by REST", None)
+    assert again.apply_batch({own[1]: b"x"}, {}) is True
+    assert state.get(own[0]) == b"written by REST" and state.get(own[1]) == b"x"
+
+
+def test_another_machine_catches_up_with_what_it_missed_only(open_partitioned, monkeypatch):
+    a = open_partitioned("cache-a").get_state_store("public", "default", "wc")
+    b = open_partitioned("cache-b").get_state_store("public", "default", "wc")
+    run_batch(a, 0, 2, KEYS)
+    own = mine(KEYS, 0, 2)
+    assert b.get_counter(own[0]) == 1  # b's copy of partition 0 built from shared storage
+    for batch in (1, 2, 3):
+        run_batch(a, batch, 2, KEYS)
+    reads = []
+    real_open = BlobStore.open
+    monkeypatch.setattr(BlobStore, "open", lambda self, url, *a_: reads.append(url) or real_open(self, url, *a_))
+    task = b.task(4, 0, 2)
+    assert task.fetch_many(own)[own[0]][1] == 4
+    assert len(reads) == 3  # the three segments b had not seen, not the history
+    assert task.apply_batch({}, dict.fromkeys(own, 1))
+    assert a.get_counter(own[0]) == 5  # and a, whose copy is now behind, catches up in turn
+
+
+def test_snapshots_bound_restore_and_storage(open_partitioned, monkeypatch, tmp_path):
+    monkeypatch.setattr(partition_module, "SNAPSHOT_MIN_ENTRIES", 100)
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    for batch in range(12):
+        run_batch(state, batch, 2, KEYS)
+    data, _ = manifest(provider, "wc", 0, 0)
+    assert data["snapshot"] is not None and len(data["segments"]) <= 1
+    blobs = [f for _, _, files in os.walk(tmp_path / "shared") for f in files]
+    assert len(blobs) <= 2 * 2  # per partition a snapshot and at most one segment after it: old ones deleted
+    fresh = open_partitioned("cache-fresh").get_state_store("public", "default", "wc")
+    assert {k: fresh.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 12)
+
+
+def test_rescale_keeps_state_exact_and_fences_the_old_generation(open_partitioned, monkeypatch):
+    monkeypatch.setattr(partition_module, "SNAPSHOT_MIN_ENTRIES", 100)
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    for batch in range(3):
+        run_batch(state, batch, 2, KEYS)
+    zombie = state.task(3, 1, 2)  # a task of the old layout, still running somewhere
+    zombie.fetch_many(mine(KEYS, 1, 2))
+    assert state.prepare_batch(3) == 3
+    with pytest.raises(PartitionMovedError):
+        zombie.apply_batch({}, dict.fromkeys(mine(KEYS, 1, 2), 100))
+    for batch in (3, 4):
+        run_batch(state, batch, 3, KEYS)
+    assert {k: state.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 5)
+    assert state.prepare_batch(1) == 1  # and down to one
+    run_batch(state, 5, 1, KEYS)
+    fresh = open_partitioned("cache-fresh").get_state_store("public", "default", "wc")
+    assert {k: fresh.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 6)
+    assert state.collect_garbage(older_than_s=0) > 0  # the replaced generations' blobs
+    assert {k: open_partitioned("cache-3").get_state_store("public", "default", "wc").get_counter(k)
+            for k in KEYS} == dict.fromkeys(KEYS, 6)
+
+
+def test_a_rescale_never_splits_a_batch(open_partitioned):
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    task = state.task(1, 0, 2)  # batch 1 applied by partition 0 only (the driver died)
+    own = mine(KEYS, 0, 2)
+    task.fetch_many(own)
+    task.apply_batch({}, dict.fromkeys(own, 1))
+    assert state.prepare_batch(3) == 2  # batch 1 is finished with 2 partitions first
+    assert run_batch(state, 1, 2, KEYS) == [False, True]
+    assert state.prepare_batch(3) == 3
+    assert {k: state.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 2)
+
+
+def test_rest_style_writes(open_partitioned):
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    assert state.get("a") is None and list(state.scan_entries()) == []
+    assert state.put("a", b"1") == 0 and state.put("a", b"2", expected_version=0) == 1
+    assert state.incr("n", 5) == 5 and state.incr("n", -2) == 3
+    with pytest.raises(StatekeepError, match="version"):
+        state.put("a", b"3", expected_version=0)
+    with pytest.raises(InvalidArgumentError, match="not a counter"):
+        state.incr("a")
+    assert state.delete("a") is True and state.delete("a") is False
+    assert [(e.key, e.counter) for e in state.scan_entries()] == [("n", 3)]
+    state.apply_batch({"x": b"1", "y": None}, {"z": 2})
+    assert state.get("x") == b"1" and state.get_counter("z") == 2
+
+
+@pytest.mark.parametrize("bad", [{"k": "not bytes"}, {"": b"v"}, {"k" * 5000: b"v"}])
+def test_bad_input_writes_nothing(open_partitioned, bad):
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    before = manifest(provider, "wc", 0, 0)
+    task = state.task(1, 0, 2)
+    with pytest.raises(InvalidArgumentError):
+        task.apply_batch(bad, {})
+    with pytest.raises(InvalidArgumentError, match="not in this partition's key groups"):
+        task.apply_batch({}, {mine(KEYS, 1, 2)[0]: 1})
+    with pytest.raises(InvalidArgumentError, match="not in this partition's key groups"):
+        task.fetch_many([mine(KEYS, 1, 2)[0]])
+    assert manifest(provider, "wc", 0, 0) == before and state.get_counter(KEYS[0]) == 1
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"state_dir": None}, "needs 'state_dir'"), ({"key_groups": 0}, "key groups"),
+    ({"bogus": 1}, "unknown: \\['bogus'\\]"), ({"storage_options": 3}, "storage_options")])
+def test_bad_provider_config(tmp_path, config, message):
+    base = {"state_dir": f"file://{tmp_path}/s", "metadata_url": "memory://"}
+    with pytest.raises(InvalidArgumentError, match=message):
+        open_provider("partitioned", {**base, **config})
+
+
+def test_corrupt_or_missing_blobs_are_named(open_partitioned, tmp_path):
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    run_batch(state, 1, 2, KEYS)
+    data, _ = manifest(provider, "wc", 0, 0)
+    segment = data["segments"][-1]["url"]
+    path = segment.removeprefix("file://")
+    saved = open(path, "rb").read()
+    open(path, "wb").write(saved[:-3] + b"xyz")
+    fresh = open_partitioned("cache-1").get_state_store("public", "default", "wc")
+    with pytest.raises(CorruptStateError, match=segment.rpartition("/")[2]):
+        fresh.get_counter(mine(KEYS, 0, 2)[0])
+    os.remove(path)
+    with pytest.raises(CorruptStateError, match="missing"):
+        open_partitioned("cache-2").get_state_store("public", "default", "wc").get_counter(mine(KEYS, 0, 2)[0])
+    open(path, "wb").write(saved)  # repaired: exact again
+    assert open_partitioned("cache-3").get_state_store("public", "default", "wc").get_counter(KEYS[0]) == 2
+
+
+def test_unwritable_state_dir_fails_the_commit_and_changes_nothing(open_partitioned, tmp_path):
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    before = manifest(provider, "wc", 0, 0)
+    shared = tmp_path / "shared"
+    moved = tmp_path / "moved"
+    shutil.move(shared, moved)
+    shared.write_text("a file where the state dir was")
+    task = state.task(1, 0, 2)
+    with pytest.raises(BlobStorageError, match="shared"):
+        task.apply_batch({}, dict.fromkeys(mine(KEYS, 0, 2), 1))
+    assert manifest(provider, "wc", 0, 0) == before
+    shared.unlink()
+    shutil.move(moved, shared)
+    assert run_batch(state, 1, 2, KEYS) == [True, True]  # the rerun is exact
+    assert state.get_counter(KEYS[0]) == 2
+
+
+def test_cleanup_and_garbage_collection(open_partitioned, tmp_path):
+    provider = open_partitioned()
+    state = provider.get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    orphan = provider.blobs.write("public/default/wc", uuid.uuid4().hex, b"a fenced writer's segment")
+    assert state.collect_garbage(older_than_s=3600) == 0  # young orphans stay (a writer may be mid-commit)
+    assert state.collect_garbage(older_than_s=0) == 1 and not provider.blobs.exists(orphan.url)
+    assert state.get_counter(KEYS[0]) == 1
+    provider.cleanup("public", "default", "wc")
+    assert provider.store.get("/statekeep/partitioned/public/default/wc") is None
+    assert not [f for _, _, files in os.walk(tmp_path / "shared") for f in files]
+    again = provider.get_state_store("public", "default", "wc")
+    assert again.get_counter(KEYS[0]) == 0
