@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from statekeep.metadata import MetadataStore, open_store
 
 IN_CI = os.environ.get("CI") == "true"
+T = TypeVar("T")
 
 
 def _memory_url(request: pytest.FixtureRequest, tmp_path) -> str:
@@ -83,17 +85,24 @@ def store(open_url) -> MetadataStore:
     return open_url()
 
 
+def _start_or_skip(what: str, start: Callable[[], T]) -> T:
+    """``start()``; a missing dependency (ServerNotInstalled) fails in CI and skips elsewhere."""
+    from statekeep.testing import servers
+
+    try:
+        return start()
+    except servers.ServerNotInstalled as e:
+        if IN_CI:
+            raise
+        pytest.skip(f"{what} is not installed here ({e}); scripts/test installs it")
+
+
 def _server_fixture(kind: str):
     @pytest.fixture(scope="session")
     def server():
         from statekeep.testing import servers
 
-        try:
-            srv = servers.start(kind)
-        except servers.ServerNotInstalled as e:
-            if IN_CI:
-                raise
-            pytest.skip(f"{kind} is not installed here ({e}); scripts/test installs it")
+        srv = _start_or_skip(kind, lambda: servers.start(kind))
         yield srv
         srv.stop()
 
@@ -102,6 +111,42 @@ def _server_fixture(kind: str):
 
 zk_server = _server_fixture("zookeeper")
 etcd_server = _server_fixture("etcd")
+
+
+S3_BUCKETS = ("statekeep", "statekeep-other")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 API on loopback, started once per run, with the buckets S3_BUCKETS. While it runs, this
+    process's os.environ points boto-based clients at it (``AWS_ENDPOINT_URL``, credentials, region), and so
+    do the environments of processes started from here (Spark executors, workers): s3fs reaches it with
+    no options. ``s3_server.url(prefix)`` is a fresh ``s3://statekeep/PREFIX-UNIQUE``;
+    ``s3_server.storage_options`` reach it whatever the environment; ``s3_server.endpoint`` is its URL."""
+    from statekeep.testing import servers
+
+    s3 = _start_or_skip("moto[server] or s3fs", lambda: servers.start_s3(S3_BUCKETS))
+    saved = {name: os.environ.get(name) for name in s3.env}
+    os.environ.update(s3.env)
+    yield s3
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    s3.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_ensemble():
+    """Three ZooKeeper servers in one ensemble on loopback (statekeep.testing.servers.Ensemble), started when
+    a test first asks for it, stopped at the end of the run. ``zk_ensemble.url("/chroot")`` is a zk:// URL
+    listing all three. A test that kills servers starts them again before it ends (``start_all()``)."""
+    from statekeep.testing import servers
+
+    ensemble = _start_or_skip("zookeeper", lambda: servers.start_ensemble(3))
+    yield ensemble
+    ensemble.stop()
 
 
 @pytest.fixture(scope="session")

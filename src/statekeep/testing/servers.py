@@ -1,12 +1,20 @@
-"""Start real ZooKeeper and etcd servers on loopback, on free ports, with temporary data dirs.
+"""Start real servers on loopback, on free ports, with temporary data dirs: ZooKeeper and etcd, a
+3-node ZooKeeper ensemble, and moto's S3 API.
 
-    server = start("zookeeper")      # or "etcd"
+    server = start("zookeeper")      # or "etcd", "moto_s3"
     server.address                   # "127.0.0.1:PORT"
     server.kill(); server.restart()  # SIGKILL, then start again on the same port and data dir
     server.stop()
 
-The servers come from Debian's packages (``zookeeper``; ``etcd-server``), which ``scripts/test``
-installs. Each is stopped by its own PID.
+    ensemble = start_ensemble(3)     # zookeeper_ensemble(base_dir, n)
+    ensemble.url("/chroot")          # "zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/chroot"
+    ensemble.kill(ensemble.leader()); ensemble.restart(i); ensemble.stop_all_for(8); ensemble.stop()
+
+    s3 = start_s3(["bucket"])        # moto_s3(data_dir, port) + create_bucket(endpoint, bucket)
+    s3.endpoint, s3.env, s3.storage_options, s3.url("prefix"); s3.stop()
+
+ZooKeeper and etcd come from Debian's packages (``zookeeper``; ``etcd-server``), moto and s3fs from the
+``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is stopped by its own PID.
 """
 
 from __future__ import annotations
@@ -18,12 +26,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 
@@ -54,11 +65,25 @@ class Server:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def start(self, timeout: float = 30.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to be ready (members of an ensemble are ready
+        only together); :meth:`wait_ready` waits."""
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                         cwd=self.data_dir, start_new_session=True)
         log.close()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the readiness probe answers; kill the server and raise if it exits or times out."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -140,9 +165,259 @@ def etcd(data_dir: Path, port: int) -> Server:
     return Server("etcd", command, port, data_dir, _etcd_ready)
 
 
+# ---- S3 (moto) ------------------------------------------------------------------------------------
+
+#: What an S3 client needs besides the endpoint: moto takes any credentials; us-east-1 is the region
+#: whose bucket creation needs no LocationConstraint (ENVIRONMENT.md saw InvalidLocationConstraint otherwise).
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _http_ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=0.5) as r:
+            r.read()
+        return True
+    except urllib.error.HTTPError:  # any HTTP answer means it is serving
+        return True
+    except OSError:
+        return False
+
+
+def moto_s3(data_dir: Path, port: int) -> Server:
+    """moto's S3 API on ``127.0.0.1:port`` (``moto_server`` from the venv of ``sys.executable``); ready
+    when an HTTP GET answers (about 2 s). Objects live in moto's memory: a restart empties it;
+    ``data_dir`` holds only its log.
+
+    A client needs the endpoint ``http://127.0.0.1:PORT`` plus :data:`S3_CREDENTIALS` (any key and secret,
+    ``AWS_DEFAULT_REGION=us-east-1``), either as environment or as fsspec storage options
+    (:func:`s3_storage_options`).
+
+    ``AWS_ENDPOINT_URL`` works here: with s3fs 2026.9.0 / aiobotocore 3.10 / botocore 1.43, measured,
+    ``fsspec.filesystem("s3")`` in a process whose environment holds only ``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and ``AWS_ENDPOINT_URL=http://127.0.0.1:PORT`` created a
+    bucket, wrote, listed and read an object on moto (botocore >= 1.31 reads ``AWS_ENDPOINT_URL`` and the
+    service-specific ``AWS_ENDPOINT_URL_S3``, which also worked). So a process that inherits
+    :func:`s3_env` (a Spark executor, a forked worker) reaches moto with no options. Elsewhere (older
+    botocore) pass ``{"client_kwargs": {"endpoint_url": ...}}`` (or s3fs's ``{"endpoint_url": ...}``) as storage
+    options; explicit options win over the environment."""
+    binary = Path(sys.executable).parent / "moto_server"  # not resolved: the venv's bin, not the base Python's
+    if not binary.exists():
+        raise ServerNotInstalled(f"S3 on loopback needs moto[server] in this venv ({binary} is missing)")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return Server("moto_s3", [str(binary), "-H", "127.0.0.1", "-p", str(port)], port, data_dir, _http_ready)
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    """The environment that points boto-based clients (s3fs, boto3) at ``endpoint``."""
+    return {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+
+
+def s3_storage_options(endpoint: str) -> dict[str, Any]:
+    """fsspec/s3fs storage options reaching ``endpoint`` whatever the environment holds."""
+    # no "region_name" in client_kwargs: s3fs's mkdir sends it as the bucket's LocationConstraint, and
+    # "us-east-1" there is refused (InvalidLocationConstraint); the region comes from AWS_DEFAULT_REGION
+    return {"key": S3_CREDENTIALS["AWS_ACCESS_KEY_ID"], "secret": S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            "client_kwargs": {"endpoint_url": endpoint}}
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on the S3 API at ``endpoint`` through s3fs (nothing if it exists)."""
+    try:
+        import s3fs
+    except ImportError as e:
+        raise ServerNotInstalled(f"S3 buckets need s3fs: pip install 'statekeep[s3]' ({e})") from e
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3_storage_options(endpoint))
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+
+
+class S3Service:
+    """A moto S3 server with buckets: ``endpoint``, ``storage_options``, ``env``, ``url(prefix)``."""
+
+    def __init__(self, server: Server, buckets: Sequence[str]) -> None:
+        self.server = server
+        self.buckets = list(buckets)
+        self.bucket = self.buckets[0]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.server.address}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return s3_storage_options(self.endpoint)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return s3_env(self.endpoint)
+
+    def url(self, prefix: str = "t", bucket: str | None = None) -> str:
+        """A fresh ``s3://BUCKET/PREFIX-UNIQUE`` (nothing under it yet)."""
+        return f"s3://{bucket or self.bucket}/{prefix.strip('/')}-{uuid.uuid4().hex[:12]}"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start_s3(buckets: Sequence[str] = ("statekeep",)) -> S3Service:
+    """Start moto on a free port (a temp dir for its log) and create ``buckets``."""
+    server = moto_s3(Path(tempfile.mkdtemp(prefix="statekeep-s3-")), free_port())
+    server.start()
+    try:
+        for bucket in buckets:
+            create_bucket(f"http://{server.address}", bucket)
+    except BaseException:
+        server.stop()
+        raise
+    return S3Service(server, buckets)
+
+
+# ---- a ZooKeeper ensemble ---------------------------------------------------------------------------
+
+
+def zk_mode(port: int) -> str | None:
+    """The ``Mode:`` a ZooKeeper server reports to ``srvr`` (leader, follower, standalone); None while it
+    is not serving (no quorum, electing) or not answering."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.sendall(b"srvr")
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+    except OSError:
+        return None
+    for line in answer.decode(errors="replace").splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+def _zk_serving(port: int) -> bool:
+    return zk_mode(port) is not None
+
+
+class Ensemble:
+    """N ZooKeeper servers in one quorum on loopback. Servers are numbered 0..N-1 (``myid`` is i+1);
+    each keeps its dataDir across :meth:`kill` and :meth:`restart`. See :func:`zookeeper_ensemble`."""
+
+    def __init__(self, base_dir: Path, servers: list[Server]) -> None:
+        self.base_dir = base_dir
+        self.servers = servers
+
+    @property
+    def hosts(self) -> str:
+        """``127.0.0.1:p1,127.0.0.1:p2,...``: the connect string of the whole ensemble."""
+        return ",".join(server.address for server in self.servers)
+
+    def url(self, chroot: str = "") -> str:
+        """``zk://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/chroot``."""
+        chroot = chroot.strip("/")
+        return f"zk://{self.hosts}/{chroot}" if chroot else f"zk://{self.hosts}"
+
+    def modes(self) -> list[str | None]:
+        """Each server's ``srvr`` Mode (None: down or not serving)."""
+        return [zk_mode(server.port) if server.running else None for server in self.servers]
+
+    def leader(self, timeout: float = 30.0) -> int:
+        """The index of the server that reports ``Mode: leader``, waiting up to ``timeout`` seconds
+        for an election to finish."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leaders = [i for i, mode in enumerate(self.modes()) if mode == "leader"]
+            if len(leaders) == 1:
+                return leaders[0]
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no single ZooKeeper leader after {timeout}s: modes {self.modes()}")
+            time.sleep(0.05)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL server ``i`` (a crash) and wait until it is gone."""
+        self.servers[i].kill()
+
+    def restart(self, i: int, timeout: float = 60.0) -> None:
+        """Start server ``i`` again (killing it first if it runs) on its dataDir and wait until it
+        serves (it needs a quorum to: with others down it waits for them)."""
+        self.servers[i].kill()
+        self.servers[i].start(timeout)
+
+    def kill_all(self) -> None:
+        for server in self.servers:
+            server.kill()
+
+    def start_all(self, timeout: float = 60.0) -> None:
+        """Start every server that is not running and wait until all serve."""
+        for server in self.servers:
+            if not server.running:
+                server.launch()
+        deadline = time.monotonic() + timeout
+        for server in self.servers:
+            server.wait_ready(max(deadline - time.monotonic(), 0.1))
+
+    def stop_all_for(self, seconds: float, timeout: float = 60.0) -> None:
+        """An outage of the whole ensemble: SIGKILL every server, wait ``seconds``, start them all again
+        on their dataDirs and wait until all serve."""
+        self.kill_all()
+        time.sleep(seconds)
+        self.start_all(timeout)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def zookeeper_ensemble(base_dir: Path, n: int = 3, timeout: float = 60.0) -> Ensemble:
+    """Start ``n`` ``QuorumPeerMain`` servers (``-Xmx200m`` each) forming one ensemble on loopback, on free
+    ports, each with its dataDir under ``base_dir`` (``myid`` 1..n, ``tickTime=500``, ``initLimit=10``,
+    ``syncLimit=5``, the same ``server.N=127.0.0.1:PEER:ELECTION`` lines), and wait until every server
+    answers ``srvr`` with a Mode line (about 3 s). Sessions may ask for up to 60 s (``maxSessionTimeout``)."""
+    if not all(Path(p).exists() for p in ZK_CLASSPATH.split(":")) or shutil.which("java") is None:
+        raise ServerNotInstalled("ZooKeeper needs Debian's 'zookeeper' package and a JVM")
+    ports: set[int] = set()
+    while len(ports) < 3 * n:
+        ports.add(free_port())
+    client, peer, election = (sorted(ports)[k::3] for k in range(3))
+    quorum = "".join(f"server.{i + 1}=127.0.0.1:{peer[i]}:{election[i]}\n" for i in range(n))
+    servers = []
+    for i in range(n):
+        data_dir = base_dir / f"zk{i + 1}"
+        (data_dir / "data").mkdir(parents=True, exist_ok=True)
+        (data_dir / "data" / "myid").write_text(f"{i + 1}\n")
+        cfg = data_dir / "zoo.cfg"
+        cfg.write_text(
+            "tickTime=500\n"
+            "initLimit=10\n"
+            "syncLimit=5\n"
+            f"dataDir={data_dir / 'data'}\n"
+            f"clientPort={client[i]}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "maxClientCnxns=0\n"
+            "maxSessionTimeout=60000\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,envi,conf\n"
+            + quorum
+        )
+        command = ["java", "-Xmx200m", "-cp", ZK_CLASSPATH,
+                   "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
+        servers.append(Server(f"zookeeper{i + 1}", command, client[i], data_dir, _zk_serving))
+    ensemble = Ensemble(base_dir, servers)
+    try:
+        ensemble.start_all(timeout)
+    except BaseException:
+        ensemble.stop()
+        raise
+    return ensemble
+
+
+def start_ensemble(n: int = 3) -> Ensemble:
+    """A fresh ensemble of ``n`` servers in a new temp dir."""
+    return zookeeper_ensemble(Path(tempfile.mkdtemp(prefix="statekeep-zk-ensemble-")), n)
+
+
 def start(kind: str) -> Server:
-    """Start a fresh server of ``kind`` ("zookeeper" or "etcd") and wait until it is ready."""
-    factory = {"zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd}[kind]
+    """Start a fresh server of ``kind`` ("zookeeper", "etcd" or "moto_s3") and wait until it is ready."""
+    factory = {"zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "moto_s3": moto_s3}[kind]
     data_dir = Path(tempfile.mkdtemp(prefix=f"statekeep-{kind}-"))
     server = factory(data_dir, free_port())
     server.start()
