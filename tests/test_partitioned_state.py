@@ -300,3 +300,35 @@ def test_cleanup_and_garbage_collection(open_partitioned, tmp_path):
     assert not [f for _, _, files in os.walk(tmp_path / "shared") for f in files]
     again = provider.get_state_store("public", "default", "wc")
     assert again.get_counter(KEYS[0]) == 0
+
+
+def test_a_stale_reader_whose_blobs_a_snapshot_replaced_gets_a_conflict(open_partitioned, monkeypatch):
+    """A task read the manifest, then another machine's commits snapshotted and deleted the blobs it
+    names: the task's read is a conflict (run the batch again), not corruption."""
+    monkeypatch.setattr(partition_module, "SNAPSHOT_MIN_ENTRIES", 10)
+    a = open_partitioned("cache-a").get_state_store("public", "default", "wc")
+    run_batch(a, 0, 2, KEYS)
+    run_batch(a, 1, 2, KEYS)
+    stale = open_partitioned("cache-b").get_state_store("public", "default", "wc").task(2, 0, 2)
+    for batch in (2, 3, 4):
+        run_batch(a, batch, 2, KEYS)
+    with pytest.raises(StateConflictError):
+        stale.fetch_many(mine(KEYS, 0, 2))
+    fresh = open_partitioned("cache-c").get_state_store("public", "default", "wc")
+    assert fresh.get_counter(mine(KEYS, 0, 2)[0]) == 5 and run_batch(fresh, 5, 2, KEYS) == [True, True]
+
+
+def test_a_local_copy_shared_with_a_newer_writer_fails_the_older_commit(open_partitioned):
+    """Two processes on one machine share the local copy: the one that read an older manifest cannot
+    commit over what the other committed."""
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    other = open_partitioned().get_state_store("public", "default", "wc")  # same cache dir
+    run_batch(state, 0, 2, KEYS)
+    own = mine(KEYS, 0, 2)
+    task = state.task(1, 0, 2)
+    task.fetch_many(own)
+    other.incr(own[0], 10)
+    with pytest.raises(StateConflictError):
+        task.apply_batch({}, dict.fromkeys(own, 1))
+    assert state.get_counter(own[0]) == 11 and run_batch(state, 1, 2, KEYS) == [True, True]
+    assert state.get_counter(own[0]) == 12

@@ -101,19 +101,39 @@ class Partition:
         return (None if lineage is None else lineage.decode()), (-1 if raw is None else _U64.unpack(raw)[0])
 
     def sync(self, manifest: Manifest) -> None:
-        """Bring the local copy to ``manifest`` (a no-op when it is there)."""
+        """Bring the local copy to ``manifest`` (a no-op when it is there or newer: another process on
+        this machine committed since ``manifest`` was read, and a commit at ``manifest`` will fail).
+        :class:`StateConflictError` if a blob ``manifest`` names was replaced since it was read."""
         with transaction(self.env) as txn:
-            if self.local_position(txn) == (manifest.id, manifest.seq):
+            lineage, seq = self.local_position(txn)
+            if lineage == manifest.id and seq >= manifest.seq:
                 return
         with transaction(self.env, write=True) as txn:
-            self.catch_up(txn, manifest)
+            lineage, seq = self.local_position(txn)
+            if not (lineage == manifest.id and seq >= manifest.seq):
+                self.catch_up(txn, manifest)
 
     def catch_up(self, txn: Any, manifest: Manifest) -> None:
+        """Bring the local copy to exactly ``manifest`` within ``txn``. :class:`StateConflictError` if it
+        is newer (``manifest`` is stale: the local copy only ever commits what the manifest committed)
+        or a blob ``manifest`` names was replaced since it was read; :class:`CorruptStateError` for a
+        blob missing or damaged in the manifest the coordination store holds now."""
         lineage, seq = self.local_position(txn)
-        if (lineage, seq) == (manifest.id, manifest.seq):
+        if lineage == manifest.id and seq >= manifest.seq:
+            if seq > manifest.seq:
+                raise StateConflictError(f"{self.path} committed since it was read")
             return
+        try:
+            self._catch_up(txn, manifest, lineage, seq)
+        except CorruptStateError:
+            now = self.store.get(self.path)
+            if now is not None and now.stat.version != manifest.version:
+                raise StateConflictError(f"{self.path} changed while it was read") from None
+            raise
+
+    def _catch_up(self, txn: Any, manifest: Manifest, lineage: str | None, seq: int) -> None:
         snapshot_seq = manifest.snapshot.seq if manifest.snapshot else 0
-        if lineage != manifest.id or seq < snapshot_seq or seq > manifest.seq or (manifest.parents and seq < 1):
+        if lineage != manifest.id or seq < snapshot_seq or (manifest.parents and seq < 1):
             txn.drop(self.state_db, delete=False)  # another lineage, or too far behind: start from the snapshot
             for parent in manifest.parents:
                 wanted = range(*manifest.groups)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from statekeep.errors import (AlreadyExistsError, BadVersionError, CorruptStateError, InvalidArgumentError,
+from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError,
                               NotFoundError, StateConflictError, StatekeepError)
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata import open_store
@@ -153,12 +153,9 @@ class PartitionedStateStore(StateStore):
                 manifest = partition.manifest()
                 partition.sync(manifest)
                 return partition, manifest
-            except PartitionMovedError:
-                continue  # rescaled: read the layout again
-            except CorruptStateError:
-                if attempt >= 1:
-                    raise  # a blob missing twice is not one a snapshot just replaced
-        raise StateConflictError(f"the layout of {self.scope} kept changing")
+            except (PartitionMovedError, StateConflictError):
+                continue  # rescaled, or committed since read: read the layout and manifest again
+        raise StateConflictError(f"the state of {self.scope} kept changing under 5 reads")
 
     # ---- reads ---------------------------------------------------------------------------------
 

@@ -1,0 +1,133 @@
+"""Partition-owned state (``--state-dir``) on Spark: records routed to the partition owning their key
+group, exact and once across restarts, SIGKILLs and rescaling, REST writes during a run ordered with
+the function's batches. Without Spark: test_partitioned_state.py; on a cluster and S3:
+test_partitioned_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+import httpx
+import pytest
+
+from statekeep.functions.service import FunctionService
+from statekeep.state.partitioned import state_storage
+from statekeep.state.partitioned.keygroups import spark_hash_int
+from statekeep.testing import wait_for
+from support.server_process import ServerProcess, create_function
+from support.spark import EXAMPLE, counters, expected_counts, kill_driver_then_rerun, register, run_once, write_words
+
+
+def test_routing_matches_spark(spark):
+    """The Python side computes key groups and routes as the Spark plan does."""
+    import zlib
+
+    from pyspark.sql import functions as F
+
+    values = list(range(-300, 300)) + [2**31 - 1, -(2**31)]
+    rows = spark.createDataFrame([(v,) for v in values], "v int").select("v", F.hash("v").alias("h")).collect()
+    assert {r.v: r.h for r in rows} == {v: spark_hash_int(v) for v in values}
+    words = ["", "a", "spark", "ünïcödé", "x" * 300]
+    rows = spark.createDataFrame([(w,) for w in words], "w string").select(
+        "w", F.crc32(F.col("w").cast("binary")).alias("c")).collect()
+    assert {r.w: r.c for r in rows} == {w: zlib.crc32(w.encode()) for w in words}
+
+
+@pytest.fixture
+def service(tmp_path):
+    with FunctionService.open(f"local://{tmp_path / 'data'}") as s:
+        yield s
+
+
+def test_word_count_exact_then_rescaled_2_to_3(spark, service, tmp_path):
+    inputs, out, shared = tmp_path / "in", tmp_path / "out", tmp_path / "shared"
+    for part in sorted(EXAMPLE.glob("input/*.jsonl")):
+        write_words(inputs, part.name, [json.loads(line)["word"] for line in part.read_text().splitlines()])
+    register(service, "wc", inputs, out, stateStorage=state_storage(str(shared)),
+             userConfig={"inputOptions": {"maxFilesPerTrigger": "1"}})
+    query = run_once(service, spark, tmp_path, "wc")
+    assert counters(service, "wc") == expected_counts(inputs)
+    assert sorted(query.totals["instances"]) == ["0", "1"]  # both partitions ran
+    state = service.registry.state_store("public", "default", "wc")
+    assert state.layout().parallelism == 2
+
+    service.registry.update("public", "default", "wc", {"parallelism": 3})
+    write_words(inputs, "more.jsonl", ["state"] * 7 + ["brand-new"] * 3 + [f"n{i}" for i in range(50)])
+    run_once(service, spark, tmp_path, "wc")
+    assert counters(service, "wc") == expected_counts(inputs)
+    layout = state.layout(refresh=True)
+    assert (layout.parallelism, layout.generation) == (3, 1)
+    lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert len(lines) == sum(expected_counts(inputs).values())  # each output once
+
+
+@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path):
+    shared = tmp_path / "shared"
+    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount.py",
+                                             ["--state-dir", str(shared)])
+    with FunctionService.open(url) as service:
+        assert counters(service, "crash") == Counter(words)
+        assert service.registry.get("public", "default", "crash").stateStorage["provider"] == "partitioned"
+    lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert len(lines) == len(words)
+    assert list(shared.rglob("*.blob"))  # the state's truth is there
+
+
+SLOW_COUNT = b'''
+import time
+
+def process(input, context):
+    time.sleep(0.002)
+    context.incr_counter(input["word"], 1)
+'''
+
+
+def test_rest_writes_during_a_run_are_ordered_with_its_batches(tmp_path):
+    """A server with --state-dir runs a function; meanwhile REST writes keys of the same partitions:
+    no write is lost or overwritten by a batch, and the function's counts stay exact."""
+    inputs, shared = tmp_path / "in", tmp_path / "shared"
+    words = [f"w{i % 40}" for i in range(3000)]
+    for part in range(6):
+        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    server = ServerProcess(tmp_path / "data", worker=True, extra=["--state-dir", str(shared)])
+    stop, written, errors = threading.Event(), Counter(), []
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            response = create_function(client, "public", "default", "slow", SLOW_COUNT, inputs=[str(inputs)],
+                                       keyField="word", parallelism=2,
+                                       userConfig={"inputOptions": {"maxFilesPerTrigger": "1"}})
+            assert response.status_code == 200, response.text
+            config = client.get("/admin/v3/functions/public/default/slow").json()
+            assert config["stateStorage"]["provider"] == "partitioned"
+
+            def count(key: str):
+                r = client.get(f"/admin/v3/functions/public/default/slow/state/{key}")
+                return r.json().get("numberValue") if r.status_code == 200 else None
+
+            def writer():
+                with httpx.Client(base_url=server.url, timeout=60) as own:
+                    i = 0
+                    while not stop.is_set():
+                        key = f"rest{i % 8}"
+                        written[key] += 1
+                        r = own.post(f"/admin/v3/functions/public/default/slow/state/{key}",
+                                     json={"key": key, "numberValue": written[key]})
+                        if r.status_code != 200:
+                            errors.append(r.text)
+                        i += 1
+
+            thread = threading.Thread(target=writer)
+            assert wait_for(lambda: count("w0") is not None, timeout=240), server.log.name
+            thread.start()
+            assert wait_for(lambda: count("w0") == 75, timeout=300), server.log.name
+            stop.set()
+            thread.join()
+            assert errors == []
+            assert {f"w{i}": count(f"w{i}") for i in range(40)} == Counter(words)
+            assert {k: count(k) for k in written} == dict(written)  # every REST write's last value kept
+    finally:
+        stop.set()
+        server.stop()
