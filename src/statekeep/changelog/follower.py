@@ -40,6 +40,11 @@ Contract:
   served) and bootstraps again. An exception in the user's ``key_filter`` or ``transform`` (or a
   transform result of the wrong type) stops the follower without applying the batch: reads,
   ``lag`` and ``wait_until_caught_up`` then raise :class:`InvalidArgumentError` naming it.
+- Partition-owned state (the ``partitioned`` provider, :mod:`statekeep.state.partitioned`) has no single
+  changelog: :meth:`FollowerStore.open` returns a
+  :class:`~statekeep.changelog.partitioned_follower.PartitionedFollowerStore`, with this API and contract,
+  which follows each partition's manifest and segments in shared storage (``lag`` then counts entries of
+  segments not yet applied; see that module).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
@@ -60,6 +65,7 @@ from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoun
 from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
                                   StateStoreProvider)
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
+from statekeep.state.partitioned import PartitionedStateStore
 from statekeep.state.records import ChangelogRecord
 
 log = logging.getLogger(__name__)
@@ -74,6 +80,9 @@ class FollowerStore(ReadableStateStore):
     A :class:`ReadableStateStore`, not a :class:`StateStore`: code typed for writing does not accept a
     follower. The write methods still exist, for callers that hold it untyped (the REST layer), and
     raise :class:`ReadOnlyStoreError` without writing anything."""
+
+    #: the local copy's class (a subclass may keep more in it)
+    replica_type: ClassVar[type[LocalReplica]] = LocalReplica
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
@@ -145,8 +154,8 @@ class FollowerStore(ReadableStateStore):
                     storage = FunctionCatalog.decode(entry.value).get("stateStorage")
                     name_, config = parse_state_storage(storage) or (None, config)
                 name_ = name_ or default_provider(store)[0]
-                if name_ in ("embedded", "metadata") and not config:
-                    config = {"store": store}
+                if "store" not in config and "metadata_url" not in config:  # naming no store: the registry's
+                    config = {**config, "store": store}                      # (as the registry opens it)
                 opened = open_provider(name_, config)
                 owned.append(opened)
                 state = opened.get_state_store(tenant, namespace, name)
@@ -168,12 +177,16 @@ class FollowerStore(ReadableStateStore):
             snapshot_store: SnapshotStore | None = snapshots if isinstance(snapshots, SnapshotStore) else None
             if snapshots is True and store is not None:
                 snapshot_store = SnapshotStore(store, blobs)
+            follower_type: type[FollowerStore] = cls
+            if isinstance(state, PartitionedStateStore):  # no single changelog: followed through its manifests
+                from statekeep.changelog.partitioned_follower import PartitionedFollowerStore
+                follower_type = PartitionedFollowerStore
             if local_dir is None:
                 local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
-            replica = LocalReplica(local_dir, tenant, namespace, name)
+            replica = follower_type.replica_type(local_dir, tenant, namespace, name)
             owned.append(replica)
-            follower = cls(state, replica, snapshots=snapshot_store, registry=registry, owned=owned,
-                           temporary_dir=temporary, view=view, **options)
+            follower = follower_type(state, replica, snapshots=snapshot_store, registry=registry, owned=owned,
+                                     temporary_dir=temporary, view=view, **options)
         except BaseException:
             for resource in reversed(owned):
                 resource.close()
@@ -288,6 +301,12 @@ class FollowerStore(ReadableStateStore):
         if self._meta.epoch is not None and position.epoch != self._meta.epoch:
             raise NotFoundError(f"function {fqfn} was deleted: its state was reset (epoch {self._meta.epoch} -> "
                                 f"{position.epoch}); close this follower")
+        self._check_registry()
+
+    def _check_registry(self) -> None:
+        """Raise :class:`NotFoundError` if the function's registry entry is gone (checked every
+        ``REGISTRY_CHECK_S`` at most, when the follower knows the registry)."""
+        fqfn = f"{self.tenant}/{self.namespace}/{self.name}"
         if self._registry is not None and time.monotonic() >= self._next_registry_check:
             if not self._registry.exists(self.tenant, self.namespace, self.name):
                 raise NotFoundError(f"function {fqfn} was deleted (no registry entry); close this follower")

@@ -31,6 +31,7 @@ from statekeep.state.catalog import DEFAULT_ROOT
 
 if TYPE_CHECKING:
     from statekeep.changelog import FollowerStore
+    from statekeep.changelog.partitioned_follower import Positions
     from statekeep.changelog.replica import ReplicaMeta
 
 
@@ -110,20 +111,24 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from statekeep.changelog.replica import LocalReplica, followed
+    from statekeep.changelog.partitioned_follower import PartitionedReplica
+    from statekeep.changelog.replica import followed
 
     if not os.path.isdir(args.local_dir):
         raise InvalidArgumentError(f"no follower directory {args.local_dir}")
     rows = []
     for tenant, namespace, name in followed(args.local_dir):
-        replica = LocalReplica(args.local_dir, tenant, namespace, name)
+        replica = PartitionedReplica(args.local_dir, tenant, namespace, name)  # any replica; and positions
         try:
             meta = replica.load()
+            positions = replica.positions()
         finally:
             replica.close()
+        if positions is not None and positions.gen != meta.gen:
+            positions = None
         rows.append({"tenant": tenant, "namespace": namespace, "name": name, "appliedOffset": meta.applied,
                      "epoch": meta.epoch, "generation": meta.gen, "restoring": meta.restore is not None,
-                     "lag": _lag(args, tenant, namespace, name, meta)})
+                     "lag": _lag(args, tenant, namespace, name, meta, positions)})
     if args.json:
         print_json(rows)
         return 0
@@ -136,13 +141,18 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str,
-         meta: ReplicaMeta) -> int | str | None:
-    """Records the leader has after the follower's applied offset; None if unknown, "deleted" if gone."""
+         meta: ReplicaMeta, positions: Positions | None) -> int | str | None:
+    """Records the leader has after the follower's applied offset (for partition-owned state: entries
+    of segments not applied); None if unknown, "deleted" if gone."""
+    from statekeep.changelog.partitioned_follower import lag
     from statekeep.functions.service import FunctionService
+    from statekeep.state.partitioned import PartitionedStateStore
 
     try:
         with FunctionService.open(args.leader_store, functions_root=args.functions_root) as service:
             state = service.registry.state_store(tenant, namespace, name)
+            if isinstance(state, PartitionedStateStore):
+                return lag(state, positions)
             if meta.epoch is not None and state.changelog_position().epoch != meta.epoch:
                 return "deleted"
             return state.count_changelog(meta.applied if meta.gen is not None else -1)

@@ -1,0 +1,512 @@
+"""Followers of partition-owned state (:mod:`statekeep.state.partitioned`): what :meth:`FollowerStore.open`
+returns when the function's state provider is ``partitioned``. Same public API and contract as
+:class:`~statekeep.changelog.follower.FollowerStore` (reads from the follower's own ``local_dir`` copy,
+subsets through :class:`~statekeep.changelog.view.FollowerView`, writes refused, a deleted function
+:class:`NotFoundError`); only the way it follows differs, since such state has no single changelog:
+each partition's changelog is its manifest's segments in shared storage.
+
+How it follows (one poll every ``poll_interval``):
+
+- It reads the layout and each partition's manifest from the coordination store (one small read each)
+  and, in ONE write to the local copy (:class:`PartitionedReplica`, a :class:`LocalReplica`), applies per
+  partition the entries of the segments committed after the ``seq`` it applied, and records every
+  partition's position, ``{generation, key groups, [(manifest id, seq) per partition]}`` (the replica's
+  meta ``P+k``): a follower killed at any moment resumes exactly where its last write ended.
+- A partition whose snapshot covers commits it has not applied (it fell behind, or a snapshot replaced
+  the segments while it read them) is rebuilt in place: in that same one write, the copy's keys of the
+  partition's key groups are deleted and its snapshot (or inherited state filtered by its key groups,
+  as :class:`~statekeep.state.partitioned.partition.Partition` restores it) and the segments after it
+  are written. Readers see the copy before or after, never a mix. (Finding those keys reads the
+  copy's keys once per such write: its cost follows the copy's size, which follows the subset.)
+- A rescale (a new generation of the layout) and the first start (or a copy built for another view,
+  or an interrupted bootstrap) re-bootstrap the whole copy: every partition's snapshot, inherited
+  state and segments are written into a NEW generation of the local copy in chunks of
+  ``restore_chunk``, which one write then makes the active one with the positions. Readers keep the
+  previous complete copy until then. An interrupted bootstrap starts over (it does not resume).
+  Rebuilding after a rescale costs the whole state once: the new partitions snapshot at their first
+  commit and delete the segments a follower could have applied instead.
+- A subset (``key_prefix``, ``key_filter``, ``transform``) applies while materializing: entries outside
+  the view are not written (from a snapshot, decoding stops after the prefix's range), so the copy's
+  size and the write time follow the subset (blobs are still read whole: their sha256 is checked).
+
+Status:
+
+- ``lag``: entries in the segments not yet applied, summed over the partitions (for a partition to
+  rebuild, or all of them before a bootstrap or after a rescale: every entry of the blobs it needs).
+  ``applied_offset``: the sum of the applied ``seq`` minus one, like the leader's
+  ``changelog_position().last_offset`` in the same generation.
+- ``wait_until_caught_up(timeout)``: True once every commit made before the call is applied (a poll
+  that started after the call read every manifest and applied everything they name).
+- Deleted: the registry entry gone (when the follower knows the registry), the layout gone after the
+  follower adopted it, or a lineage that is not the one it follows (a partition's manifest id changed
+  in its generation, or the generation it follows is no longer there as the retired predecessor of a
+  rescale): reads, ``lag`` and ``wait_until_caught_up`` raise :class:`NotFoundError`.
+- A blob that is missing or damaged while the manifest naming it is still the one the coordination
+  store holds: the follower keeps serving its last copy and retries (a later snapshot may replace the
+  blob); ``status()["error"]`` and ``wait_until_caught_up`` (raises) report it as
+  :class:`CorruptStateError` naming the blob and the manifest. The same failure while the manifest
+  changed is a race with a snapshot: the next poll reads again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from statekeep.changelog.follower import FollowerStore
+from statekeep.changelog.replica import LocalReplica
+from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError
+from statekeep.metadata.embedded import transaction
+from statekeep.state import records
+from statekeep.state.base import ChangelogPosition, StateStore
+from statekeep.state.partitioned import entries as blobfmt
+from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
+from statekeep.state.partitioned.partition import PartitionMovedError
+from statekeep.state.partitioned.provider import PartitionedStateStore
+
+log = logging.getLogger(__name__)
+
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_TOMBSTONE = blobfmt.TOMBSTONE_TAG
+
+#: One change of the local copy: ``(key, stored value)`` to put, or ``(key, None)`` to delete.
+Op = tuple[bytes, "bytes | None"]
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Where the local copy is: per partition of layout ``generation``, the manifest (lineage) ``id`` and
+    the ``seq`` it applied. ``gen`` is the replica generation they describe (positions of another one
+    are ignored)."""
+
+    gen: int
+    generation: int
+    groups: int
+    partitions: tuple[tuple[str, int], ...]
+
+    @property
+    def applied(self) -> int:
+        return sum(seq for _, seq in self.partitions) - 1
+
+    @property
+    def epoch(self) -> str:
+        return f"g{self.generation}"  # the leader's changelog_position().epoch
+
+    def encode(self) -> bytes:
+        return json.dumps({"gen": self.gen, "generation": self.generation, "groups": self.groups,
+                           "partitions": [list(p) for p in self.partitions]}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Positions | None:
+        try:
+            d = json.loads(raw)
+            return cls(int(d["gen"]), int(d["generation"]), int(d["groups"]),
+                       tuple((str(i), int(s)) for i, s in d["partitions"]))
+        except (ValueError, KeyError, TypeError):
+            return None  # not ours: the copy is bootstrapped again
+
+
+class PartitionedReplica(LocalReplica):
+    """A :class:`LocalReplica` that also keeps the per-partition positions (meta key ``P+k``), written in
+    the same write as the entries they account for, and applies raw stored values (the blobs' entries
+    are already the replica's format: ``version + tagged value``)."""
+
+    def positions(self) -> Positions | None:
+        with transaction(self._env, db=self._meta) as txn:
+            raw = txn.get(self._p + b"k")
+        return None if raw is None else Positions.decode(raw)
+
+    def _put_position(self, txn: Any, positions: Positions) -> None:
+        p, meta = self._p, self._meta
+        txn.put(p + b"k", positions.encode(), db=meta)
+        txn.put(p + b"a", _I64.pack(positions.applied), db=meta)
+        txn.put(p + b"e", positions.epoch.encode(), db=meta)
+
+    def apply_ops(self, positions: Positions, ops: list[Op], clear: tuple[int, frozenset[int]] | None = None) -> None:
+        """In one write, to the active generation ``positions.gen``: delete every key whose key group
+        (of ``clear = (groups, key groups)``) is in the set, apply ``ops`` in order, record ``positions``."""
+        prefix = self._p + _U64.pack(positions.gen)
+
+        def work(txn: Any) -> None:
+            state = self._state
+            if clear is not None:
+                groups, dirty = clear
+                start = len(prefix)
+                cursor = txn.cursor(db=state)
+                found = cursor.set_range(prefix)
+                while found:
+                    key = cursor.key()
+                    if not key.startswith(prefix):
+                        break
+                    if zlib.crc32(key[start:]) % groups in dirty:
+                        found = cursor.delete()
+                    else:
+                        found = cursor.next()
+            _write(txn, state, prefix, ops)
+            self._put_position(txn, positions)
+
+        self._submit(work)
+
+    def restore_ops(self, progress: dict[str, Any], ops: list[Op]) -> None:
+        """Write ``ops`` into the restore's generation and count them, in one write."""
+        prefix = self._p + _U64.pack(progress["gen"])
+        progress["written"] += len(ops)
+        raw = json.dumps(progress).encode()
+
+        def work(txn: Any) -> None:
+            _write(txn, self._state, prefix, ops)
+            txn.put(self._p + b"r", raw, db=self._meta)
+
+        self._submit(work)
+
+    def finish(self, positions: Positions) -> None:
+        """Make generation ``positions.gen`` the active one at ``positions``; the old one becomes garbage."""
+        def work(txn: Any) -> None:
+            p, meta = self._p, self._meta
+            old = txn.get(p + b"g", db=meta)
+            if old is not None and _U64.unpack(old)[0] != positions.gen:
+                txn.put(p + b"x" + old, b"", db=meta)
+            txn.put(p + b"g", _U64.pack(positions.gen), db=meta)
+            self._put_position(txn, positions)
+            txn.delete(p + b"r", db=meta)
+
+        self._submit(work)
+
+
+def _write(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
+    put, delete = txn.put, txn.delete
+    for key, value in ops:
+        if value is None:
+            delete(prefix + key, db=db)
+        else:
+            put(prefix + key, value, db=db)
+
+
+class _Changed(Exception):
+    """The layout or a manifest changed while a poll read them: the next poll reads again."""
+
+
+class PartitionedFollowerStore(FollowerStore):
+    """See the module docstring. Built by :meth:`FollowerStore.open`."""
+
+    replica_type = PartitionedReplica
+    replica: PartitionedReplica
+
+    def __init__(self, leader: StateStore, replica: LocalReplica, **options: Any) -> None:
+        if not isinstance(leader, PartitionedStateStore) or not isinstance(replica, PartitionedReplica):
+            raise InvalidArgumentError("a follower of partition-owned state needs a PartitionedStateStore leader "
+                                       "and a PartitionedReplica")
+        options.pop("snapshots", None)  # partition-owned state keeps its snapshots in its manifests
+        super().__init__(leader, replica, **options)
+        self.state = leader
+        self._positions = self._load_positions()
+        self._blob_error: CorruptStateError | None = None  # of the last poll, and when that poll started
+        self._blob_error_at = float("-inf")
+
+    def _load_positions(self) -> Positions | None:
+        meta = self._meta
+        if meta.gen is None or meta.restore is not None:
+            return None
+        positions = self.replica.positions()
+        return positions if positions is not None and positions.gen == meta.gen else None
+
+    @property
+    def _fqfn(self) -> str:
+        return f"{self.tenant}/{self.namespace}/{self.name}"
+
+    def _deleted(self, why: str) -> NotFoundError:
+        return NotFoundError(f"function {self._fqfn} was deleted: {why}; close this follower")
+
+    def _check_leader(self, position: ChangelogPosition | None) -> None:
+        """:class:`NotFoundError` if the registry entry is gone, or (given the leader's position) its
+        partition-owned state is gone after this follower adopted it."""
+        if position is not None and position.epoch is None and self._positions is not None:
+            raise self._deleted("its partition-owned state is gone")
+        self._check_registry()
+
+    # ---- one poll ------------------------------------------------------------------------------
+
+    def step(self) -> int:
+        """One poll (see the module docstring). Returns how many entries it wrote to the local copy."""
+        meta = self._meta
+        if meta.restore is not None:  # a bootstrap was interrupted: it starts over
+            self.replica.abandon_restore()
+            self._meta = meta = self.replica.load()
+            self._positions = None
+        if meta.garbage:
+            if self.replica.collect_garbage(meta.garbage):
+                meta.garbage = []
+        started = time.monotonic()
+        try:
+            applied = self._poll()
+        except _Changed:
+            return 0  # raced with a commit, a snapshot or a rescale: read again
+        except CorruptStateError as e:
+            with self._cond:
+                self._blob_error, self._blob_error_at = e, started
+                self._cond.notify_all()
+            raise
+        self._blob_error = None
+        with self._cond:
+            self._phase = "tailing"
+            self._caught_up_at = started  # everything committed before `started` is applied
+            self._cond.notify_all()
+        return applied
+
+    def _poll(self) -> int:
+        self._check_registry()
+        layout = self.state.layout(refresh=True)
+        positions = self._positions
+        if layout is None:
+            if positions is not None:
+                raise self._deleted("its partition-owned state is gone")
+            return 0  # nothing was written yet
+        try:
+            manifests = self.state.manifests(layout)
+        except PartitionMovedError:
+            raise _Changed() from None  # rescaled or deleted while read
+        if positions is None:
+            return self._rebuild(layout, manifests)
+        if layout.groups != positions.groups or layout.generation < positions.generation:
+            raise self._deleted(f"its state was reset (layout generation {positions.generation} -> "
+                                f"{layout.generation})")
+        if layout.generation > positions.generation:  # a rescale, unless the lineage followed is gone
+            self._check_predecessors(positions)
+            log.info("follower of %s: rescaled to %d partitions (generation %d); rebuilding the copy",
+                     self._fqfn, layout.parallelism, layout.generation)
+            return self._rebuild(layout, manifests)
+        if len(manifests) != len(positions.partitions):
+            raise self._deleted("its layout changed within a generation")
+        for manifest, (lineage, _) in zip(manifests, positions.partitions):
+            if manifest.id != lineage:
+                raise self._deleted(f"its state was reset (partition {manifest.partition} is another lineage)")
+        return self._advance(layout, manifests, positions)
+
+    def _check_predecessors(self, positions: Positions) -> None:
+        """After a rescale, the manifests of the generation this follower followed are kept, retired:
+        if they are gone or are another lineage, the function was deleted (and created again)."""
+        for p, (lineage, _) in enumerate(positions.partitions):
+            path = f"{self.state.root}/{manifest_name(positions.generation, p)}"
+            found = self.state.store.get(path)
+            if found is None or Manifest.decode(found.value, found.stat.version, path).id != lineage:
+                raise self._deleted(f"its state was reset (generation {positions.generation} is gone)")
+
+    def _advance(self, layout: Layout, manifests: list[Manifest], positions: Positions) -> int:
+        """Apply what each partition committed since its position, in one write."""
+        ops: list[Op] = []
+        dirty: set[int] = set()
+        rebuilt: list[int] = []
+        changed: list[records.ChangelogRecord] | None = [] if self.on_apply is not None else None
+        for manifest, (_, seq) in zip(manifests, positions.partitions):
+            if manifest.seq == seq:
+                continue
+            snapshot_seq = manifest.snapshot.seq if manifest.snapshot else 0
+            if manifest.seq < seq or snapshot_seq > seq:  # behind its snapshot: rebuild the partition
+                dirty.update(range(*manifest.groups))
+                ops += self._partition_ops(layout, manifest)
+                rebuilt.append(manifest.partition)
+                continue
+            for segment in manifest.segments:
+                if segment.seq > seq:
+                    ops += self._ops(segment, blobfmt.SEGMENT, self._where(layout, manifest), changed=changed)
+        updated = Positions(positions.gen, layout.generation, layout.groups,
+                            tuple((m.id, m.seq) for m in manifests))
+        if updated == positions:
+            return 0
+        if rebuilt:
+            log.info("follower of %s: partition(s) %s behind their snapshot: rebuilt in place", self._fqfn, rebuilt)
+        self.replica.apply_ops(updated, ops, (layout.groups, frozenset(dirty)) if dirty else None)
+        self._positions = updated
+        self._meta.applied, self._meta.epoch = updated.applied, updated.epoch
+        if changed:
+            assert self.on_apply is not None
+            self.on_apply(changed)
+        return max(1, len(ops))
+
+    def _rebuild(self, layout: Layout, manifests: list[Manifest]) -> int:
+        """Write every partition's state into a new generation of the copy, then switch to it."""
+        with self._cond:
+            self._phase = "restoring"
+            self._restored = 0
+        progress: dict[str, Any] = {"source": "partitioned", "generation": layout.generation}
+        progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
+        chunk: list[Op] = []
+        try:
+            for manifest in manifests:
+                for op in self._partition_stream(layout, manifest):
+                    chunk.append(op)
+                    if len(chunk) >= self.restore_chunk:
+                        self.replica.restore_ops(progress, chunk)
+                        self._restored += len(chunk)
+                        chunk = []
+                        if self._stop.is_set():
+                            raise _Changed()  # stopping: the next start bootstraps again
+            if chunk:
+                self.replica.restore_ops(progress, chunk)
+                self._restored += len(chunk)
+        except BaseException:
+            self.replica.abandon_restore()
+            self._meta = self.replica.load()
+            raise
+        positions = Positions(progress["gen"], layout.generation, layout.groups,
+                              tuple((m.id, m.seq) for m in manifests))
+        self.replica.finish(positions)
+        self._meta = self.replica.load()
+        self._positions = positions
+        return max(1, int(progress["written"]))
+
+    # ---- reading blobs -------------------------------------------------------------------------
+
+    def _where(self, layout: Layout, manifest: Manifest) -> tuple[str, int]:
+        return f"{self.state.root}/{manifest_name(layout.generation, manifest.partition)}", manifest.version
+
+    def _partition_stream(self, layout: Layout, manifest: Manifest) -> Iterator[Op]:
+        """The changes that build ``manifest``'s state from nothing: its inherited state (filtered by its
+        key groups), its snapshot, then its segments after the snapshot (as Partition restores it)."""
+        where = self._where(layout, manifest)
+        wanted = range(*manifest.groups)
+        groups = layout.groups
+
+        def keep(key: bytes) -> bool:
+            return zlib.crc32(key) % groups in wanted
+
+        for parent in manifest.parents:
+            if parent.snapshot is not None:
+                yield from self._ops(parent.snapshot, blobfmt.SNAPSHOT, where, keep)
+            for segment in parent.segments:
+                yield from self._ops(segment, blobfmt.SEGMENT, where, keep)
+        snapshot_seq = 0
+        if manifest.snapshot is not None:
+            yield from self._ops(manifest.snapshot, blobfmt.SNAPSHOT, where)
+            snapshot_seq = manifest.snapshot.seq
+        for segment in manifest.segments:
+            if segment.seq > snapshot_seq:
+                yield from self._ops(segment, blobfmt.SEGMENT, where)
+
+    def _partition_ops(self, layout: Layout, manifest: Manifest) -> list[Op]:
+        return list(self._partition_stream(layout, manifest))
+
+    def _read(self, blob: Blob, where: tuple[str, int]) -> bytes:
+        """The bytes of ``blob`` (size and sha256 checked). ``where``: the manifest that names it and the
+        version it was read at. A missing or damaged blob is a race with a snapshot, a rescale or a
+        delete if that manifest changed since (:class:`_Changed`), else :class:`CorruptStateError`
+        naming the blob and the manifest."""
+        try:
+            with self.state.blobs.open(blob.url, blob.size, blob.sha256) as reader:
+                data: bytes = reader.read()
+                return data
+        except CorruptStateError as e:
+            path, version = where
+            found = self.state.store.get(path)
+            if found is None or found.stat.version != version:
+                raise _Changed() from None
+            raise CorruptStateError(f"{e} (named by the partition manifest {path}, unchanged since it was "
+                                    "read)") from e
+
+    def _ops(self, blob: Blob, kind: bytes, where: tuple[str, int], keep: Callable[[bytes], bool] | None = None,
+             changed: list[records.ChangelogRecord] | None = None) -> list[Op]:
+        """The changes of one blob to the local copy, in order, for the keys in the follower's view
+        (rewritten by its transform); ``changed`` collects the leader's records of those keys."""
+        pairs = blobfmt.decode(kind, self._read(blob, where), blob.url)
+        view = self.view
+        out: list[Op] = []
+        append = out.append
+        if view.everything and changed is None:
+            for key, value in pairs:
+                if keep is None or keep(key):
+                    append((key, None if value[8] == _TOMBSTONE else value))
+            return out
+        prefix, snapshot = view.prefix_bytes, kind == blobfmt.SNAPSHOT
+        for key, value in pairs:
+            if keep is not None and not keep(key):
+                continue
+            if prefix and not key.startswith(prefix):
+                if snapshot and key > prefix:
+                    break  # a snapshot is in key order: nothing after this is in the view
+                continue
+            record = blobfmt.to_record(key, value)
+            if not view.matches(record.key):
+                continue
+            if changed is not None:
+                changed.append(record)
+            if record.value is None:
+                append((key, None))
+                continue
+            if view.transform is None:
+                append((key, value))
+                continue
+            (shown,) = view.records([record])
+            if shown.value is None:  # the transform left the key out
+                append((key, None))
+            else:
+                tag = records.COUNTER if shown.kind == "counter" else records.BYTES
+                append((key, _U64.pack(shown.version) + tag + shown.value))
+        return out
+
+    # ---- status --------------------------------------------------------------------------------
+
+    @property
+    def lag(self) -> int:
+        """Entries in the segments not yet applied, summed over the partitions (every entry of the blobs
+        a partition needs while it is to be rebuilt, and for all of them before the first bootstrap or
+        after a rescale)."""
+        self._raise_if_failed()
+        return lag(self.state, self._positions)
+
+    def wait_until_caught_up(self, timeout: float | None = None) -> bool:
+        """As :meth:`FollowerStore.wait_until_caught_up`; also raises :class:`CorruptStateError` (naming
+        the blob) when a poll that started after the call could not go on because a blob is missing or
+        damaged (the follower keeps retrying)."""
+        called = time.monotonic()
+        deadline = None if timeout is None else called + timeout
+        with self._cond:
+            while self._caught_up_at < called:
+                self._raise_if_failed()
+                error = self._blob_error
+                if error is not None and self._blob_error_at >= called:
+                    raise CorruptStateError(str(error))
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
+        self._raise_if_failed()
+        return True
+
+    def status(self) -> dict[str, Any]:
+        out = super().status()
+        positions = self._positions
+        if self._blob_error is not None and out["error"] is None:
+            out["error"] = str(self._blob_error)
+        out["partitions"] = None if positions is None else {
+            "generation": positions.generation, "seqs": [seq for _, seq in positions.partitions]}
+        return out
+
+
+def lag(state: PartitionedStateStore, positions: Positions | None) -> int:
+    """Entries of ``state``'s blobs a copy at ``positions`` has not applied (see
+    :attr:`PartitionedFollowerStore.lag`). :class:`NotFoundError` if the state is gone since."""
+    layout = state.layout(refresh=True)
+    if layout is None:
+        if positions is not None:
+            raise NotFoundError(f"function {state.scope} was deleted: its partition-owned state is gone")
+        return 0
+    total = 0
+    for p, manifest in enumerate(state.manifests(layout)):
+        whole = sum(b.entries for b in manifest.blobs())
+        if positions is None or positions.generation != layout.generation or p >= len(positions.partitions):
+            total += whole
+            continue
+        lineage, seq = positions.partitions[p]
+        snapshot_seq = manifest.snapshot.seq if manifest.snapshot else 0
+        if lineage != manifest.id or snapshot_seq > seq:
+            total += whole
+        else:
+            total += sum(s.entries for s in manifest.segments if s.seq > seq)
+    return total
