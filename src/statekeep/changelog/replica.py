@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.metadata.local import transaction
+from statekeep.metadata.embedded import embedded_engine, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
 from statekeep.state.embedded import EmbeddedStateProvider
@@ -56,7 +56,8 @@ class LocalReplica:
         self.local_dir = os.path.abspath(local_dir)
         self.provider = EmbeddedStateProvider()
         self.provider.init({"metadata_url": f"local://{self.local_dir}"})
-        engine = self.provider.store._engine  # type: ignore[union-attr]  # an initialized provider
+        assert self.provider.store is not None  # an initialized provider
+        engine = embedded_engine(self.provider.store)
         self._engine, self._env = engine, engine.env
         self._state, self._meta = engine.open_db(b"follower_state"), engine.open_db(b"follower_meta")
         self._p = f"{tenant}\0{namespace}\0{name}\0".encode()
@@ -260,10 +261,11 @@ def followed(local_dir: str) -> list[tuple[str, str, str]]:
     provider = EmbeddedStateProvider()
     provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
     try:
-        engine = provider.store._engine  # type: ignore[union-attr]  # an initialized provider
+        assert provider.store is not None  # an initialized provider
+        engine = embedded_engine(provider.store)
         meta = engine.open_db(b"follower_meta")
         out = []
-        with transaction(engine.env, db=meta) as txn:
+        with engine.read(meta) as txn:
             for key in txn.cursor().iternext(values=False):
                 parts = key.split(b"\0")
                 if len(parts) == 4 and parts[3] == b"g":

@@ -130,7 +130,8 @@ class MetadataStore(abc.ABC):
     #: "multi_process" (several processes may open it), "sessions" (sessions can be lost),
     #: "nonblocking_reads" (a read answers from memory or local disk, never waits on a network, so it
     #: may run on an event loop), "embedded_state" (the embedded state provider can keep state in the
-    #: store's own files: the default provider there), "sequence_counters" (``last_sequence`` and
+    #: store's own files: the default provider there; the store then has an ``embedded_engine``, see
+    #: :mod:`statekeep.metadata.embedded`), "sequence_counters" (``last_sequence`` and
     #: ``raise_sequence`` work).
     capabilities: ClassVar[frozenset[str]] = frozenset()
     #: Most operations one ``multi`` may carry and the largest request in bytes the backend accepts;

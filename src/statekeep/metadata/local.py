@@ -30,8 +30,10 @@ ephemeral keys (with notifications) and its file.
 
 Processes: ``fork()`` (multiprocessing's fork start method) waits until no LMDB transaction is open in
 this process (new ones wait for it), so a child never inherits one; there, stores opened before the
-fork raise :class:`StoreClosedError`, and the child opens its own. Other LMDB users in this package
-(the embedded state provider, follower replicas) open their transactions through :class:`transaction`.
+fork raise :class:`StoreClosedError`, and the child opens its own.
+
+Other layers reach the engine only through :mod:`statekeep.metadata.embedded` (``embedded_engine(store)``,
+its transactions and its fork gate), never through this module's private members.
 """
 
 from __future__ import annotations
@@ -40,20 +42,19 @@ import fcntl
 import logging
 import os
 import struct
-import sys
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import CodeType, FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
                               StoreUnavailableError)
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
 from statekeep.metadata.types import (GetResult, Notification, NotificationType, Op, Stat, _valid_paths, parent_of,
                                       validate_path)
 
@@ -102,129 +103,26 @@ def node_key(path: str) -> bytes:
 
 
 # ---- fork() ------------------------------------------------------------------------------------
-# LMDB forbids using an environment across fork(). A child that opens a store must first close the
-# inherited environment (py-lmdb refuses to open its files twice in one process), and closing ends
-# every transaction other threads of the parent had open at the fork: a write transaction only its
-# own thread can end (the close hangs), and ending a read transaction frees the parent's reader slot
-# in the shared lock file (that reader would lose its snapshot). So fork() waits until no transaction
-# is open in this process and holds new ones back until it is done. Each transaction counts itself
-# in _open_txns: list append and pop are atomic under the GIL, and cheaper than a lock on the read path.
-_open_txns: list[None] = []
-_forking = False
-_fork_cond = threading.Condition()
+# The fork gate, counted transactions and uncounted reads are statekeep.metadata.embedded's (its docstring
+# says why); this module adds the engines: fork() also waits for the engine registry, and the child closes
+# the environments it inherited (see _after_fork_in_child).
 _unusable_in_child: set[Path] = set()  # environments a transaction still held when this process forked
-FORK_WAIT_S = 5.0
-
-
-# The hottest reads (LocalStore.get, the embedded provider's get and get_counter) do not count
-# themselves: they check _forking and otherwise open, use and end their transaction without leaving
-# their own frame, so fork() finds them by their code on the threads' stacks and waits for them too.
-# A read that sees _forking takes the counted path instead.
-_uncounted_reads: set[CodeType] = set()
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def uncounted_read(function: _F) -> _F:
-    """Mark ``function`` as a read that opens and ends an LMDB transaction within its own frame
-    without counting it in _open_txns (see above); it must check ``_forking`` before opening one."""
-    _uncounted_reads.add(function.__code__)
-    return function
-
-
-def _uncounted_reads_running() -> bool:
-    """Whether another thread is inside an uncounted read. One waiting in _hold_for_fork above such a
-    frame holds no transaction of it: the read took its counted path, which it enters with none open."""
-    me = threading.get_ident()
-    for ident, top in sys._current_frames().items():
-        if ident != me:
-            frame: FrameType | None = top
-            while frame is not None and frame.f_code is not _hold_for_fork.__code__:
-                if frame.f_code in _uncounted_reads:
-                    return True
-                frame = frame.f_back
-    return False
-
-
-def _hold_for_fork() -> None:
-    """Called by a transaction (already counted) that found a fork under way: wait until it is done."""
-    while _forking:
-        _open_txns.pop()
-        with _fork_cond:
-            while _forking:
-                _fork_cond.wait()
-        _open_txns.append(None)
-
-
-class transaction:  # lower case: used like lmdb's own env.begin()
-    """``with transaction(env, **kw) as txn:`` is ``with env.begin(**kw) as txn:`` (commit on success,
-    abort on error), counted so that fork() never happens while it is open (see above). Outside a
-    ``with``, end it with :meth:`end` (or use :class:`held_transaction`)."""
-
-    __slots__ = ("txn",)
-
-    def __init__(self, env: lmdb.Environment, **options: Any) -> None:
-        _open_txns.append(None)
-        if _forking:
-            _hold_for_fork()
-        try:
-            self.txn: lmdb.Transaction | None = env.begin(**options)
-        except BaseException:
-            self.txn = None
-            _open_txns.pop()
-            raise
-
-    def __enter__(self) -> lmdb.Transaction:
-        return self.txn
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        txn, self.txn = self.txn, None
-        assert txn is not None, "a transaction ends once"
-        try:
-            if exc_type is None:
-                txn.commit()
-            else:
-                txn.abort()
-        finally:
-            _open_txns.pop()
-
-    def end(self) -> None:
-        """Abort (end, for a read) the transaction; a no-op once ended."""
-        if self.txn is not None:
-            self.__exit__(BaseException)
-
-
-class held_transaction(transaction):
-    """A :class:`transaction` that its holder ends with :meth:`end`, e.g. one a lazy iterator reads
-    from; aborted when collected if it never was (an iterator dropped before it started)."""
-
-    __slots__ = ()
-
-    def __del__(self) -> None:
-        self.end()
 
 
 def _before_fork() -> None:
-    global _forking
     _engines_lock.acquire()  # a child must not inherit it held, nor an engine half open
-    with _fork_cond:
-        _forking = True
-    deadline = time.monotonic() + FORK_WAIT_S
-    while (_open_txns or _uncounted_reads_running()) and time.monotonic() < deadline:
-        time.sleep(0.0002)  # transactions are short; scans are the exception
+    drained = FORK_GATE.before_fork(FORK_WAIT_S)
     _unusable_in_child.clear()
-    if _open_txns or _uncounted_reads_running():  # e.g. this very thread is iterating a scan: the child
-        # cannot close what it inherits
+    if not drained:  # e.g. this very thread is iterating a scan: the child cannot close what it inherits
         _unusable_in_child.update(_engines)
         log.warning("fork() with %d LMDB transactions still open after %ss: the child cannot open local stores "
-                    "this process has open (%s)", len(_open_txns), FORK_WAIT_S, ", ".join(map(str, _engines)))
+                    "this process has open (%s)", len(FORK_GATE.open_txns), FORK_WAIT_S,
+                    ", ".join(map(str, _engines)))
 
 
 def _after_fork_in_parent() -> None:
-    global _forking
     _unusable_in_child.clear()
-    with _fork_cond:
-        _forking = False
-        _fork_cond.notify_all()
+    FORK_GATE.after_fork_in_parent()
     _engines_lock.release()
 
 
@@ -438,12 +336,16 @@ class _Engine:
                 break
 
     def open_db(self, name: bytes) -> Any:
-        """A further named database in this environment (for the embedded state provider)."""
+        """A further named database in this environment (:meth:`EmbeddedEngine.open_db`)."""
         with self._queue_lock:
             db = self._extra_dbs.get(name)
             if db is None:
                 db = self._extra_dbs[name] = self.env.open_db(name)
             return db
+
+    def read(self, db: Any = None) -> transaction:
+        """A counted read transaction (:meth:`EmbeddedEngine.read`)."""
+        return transaction(self.env, db=db)
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -589,9 +491,7 @@ def _after_fork_in_child() -> None:
     # transaction is open (_before_fork saw to that): LMDB then frees only reader slots of the child's
     # own pid, and fcntl locks (per process) are not inherited. Inherited session fds are closed
     # without unlocking: the flock stays with the parent's open file description.
-    global _forking, _fork_cond
-    _forking, _fork_cond = False, threading.Condition()
-    _open_txns.clear()  # those of the parent's other threads, which do not exist here
+    FORK_GATE.after_fork_in_child()
     for directory, engine in _engines.items():
         for store in list(engine.stores):
             store._forked = store._closed = True  # every call now raises StoreClosedError
@@ -651,6 +551,12 @@ class LocalStore(MetadataStore):
         engine.stores.add(self)
 
     @property
+    def embedded_engine(self) -> EmbeddedEngine:
+        """The LMDB engine of this store's directory (shared by its stores in this process); reach it through
+        :func:`statekeep.metadata.embedded.embedded_engine`."""
+        return self._engine
+
+    @property
     def commit_count(self) -> int:
         """Write transactions the store's engine (shared by the stores of one directory in this process)
         has committed: each is one fsync, so group commit shows as fewer commits than writes."""
@@ -677,7 +583,7 @@ class LocalStore(MetadataStore):
         # get an entry (close and fork empty the table), so a hit needs no other check.
         # The store only through a weak reference, on the miss paths: the store holds this function,
         # and a cycle would keep an unclosed store (and its engine registration) alive until a GC pass.
-        hot_table, begin, nodes, ref = self._hot, self._begin, self._nodes, weakref.ref(self)
+        hot_table, begin, nodes, ref, gate = self._hot, self._begin, self._nodes, weakref.ref(self), FORK_GATE
 
         def store() -> LocalStore:
             found = ref()
@@ -691,9 +597,9 @@ class LocalStore(MetadataStore):
                 hot = hot_table[path]  # subscript and positional db: measurably cheaper than .get() and db=
             except (KeyError, TypeError):  # not read before, or unhashable (not a path)
                 return store()._get_cold(path)
-            if _forking:
+            if gate.pending:
                 return store()._get_cold(path)
-            with begin(nodes) as txn:  # uncounted: fork() waits for this frame (see above)
+            with begin(nodes) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
                 raw = txn.get(hot[0])
             if raw == hot[1]:
                 return hot[2]

@@ -26,6 +26,7 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.embedded import has_embedded_engine
 from statekeep.migrate import portable
 from statekeep.migrate.progress import Progress
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
@@ -143,7 +144,9 @@ def _plan(records: Iterator[Record], report: Report, target_provider: str) -> No
 
 
 def _target_provider(url: str) -> str:
-    return "embedded" if url.startswith("local://") else "metadata"
+    """The default provider on the target (as :func:`statekeep.state.catalog.default_provider`), known
+    from its URL's backend before the target is opened."""
+    return "embedded" if has_embedded_engine(url) else "metadata"
 
 
 def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: str, target_url: str, *,

@@ -24,6 +24,7 @@ from typing import Any
 
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.embedded import has_embedded_engine
 from statekeep.metadata.types import GetResult, validate_path
 from statekeep.state.keys import validate_name
 
@@ -49,9 +50,9 @@ def parse_state_storage(storage: object) -> tuple[str, dict[str, Any]] | None:
 
 def default_provider(store: MetadataStore) -> tuple[str, dict[str, Any]]:
     """The state provider of a function that names none, with its state on ``store`` itself:
-    ``embedded`` (the fast one) where the backend declares the ``embedded_state`` capability
-    (``local://``), ``metadata`` elsewhere."""
-    return ("embedded" if "embedded_state" in store.capabilities else "metadata"), {"store": store}
+    ``embedded`` (the fast one) where the store has an embedded engine (:func:`has_embedded_engine`:
+    ``local://``), ``metadata`` elsewhere."""
+    return ("embedded" if has_embedded_engine(store) else "metadata"), {"store": store}
 
 
 class FunctionCatalog:

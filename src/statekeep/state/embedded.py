@@ -6,8 +6,9 @@ Why it exists: the ``metadata`` provider stores each key as a metadata node and 
 compare-and-set ``multi`` with a sequential changelog node, which is portable but costs tens of
 microseconds of bookkeeping per key. A Spark micro-batch writes tens of thousands of keys per task;
 here a whole batch is one LMDB transaction of plain puts (``benchmarks/state.py`` has the figures).
-It needs a ``local://`` store (several processes may share it: LMDB serializes writers), and
-writes share the store's group commit, so every write is durable when it returns.
+It needs a store with an embedded engine (:mod:`statekeep.metadata.embedded`: the ``embedded_state``
+capability, e.g. ``local://``; several processes may share it: LMDB serializes writers), and writes
+share the store's group commit, so every write is durable when it returns.
 
 Layout, in three databases of the store's environment; ``F`` is ``tenant \\0 namespace \\0 name \\0``:
 
@@ -28,9 +29,9 @@ from typing import Any
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
-from statekeep.metadata import open_store
-from statekeep.metadata import local
-from statekeep.metadata.local import LocalStore, transaction, uncounted_read
+from statekeep.metadata import MetadataStore, open_store
+from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
+                                         uncounted_read)
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
                                   validate_amounts, validate_expected_version, validate_value)
@@ -143,7 +144,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
         assert provider.store is not None  # handles come from an initialized provider
-        engine = provider.store._engine
+        engine = embedded_engine(provider.store)
         self._engine, self._env = engine, engine.env
         self._state, self._changelog, self._meta = (engine.open_db(b"state"), engine.open_db(b"changelog"),
                                                     engine.open_db(b"state_meta"))
@@ -163,10 +164,11 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     def get_entry(self, key: str) -> StateEntry | None:
         encode_key(key)
-        open_txns = local._open_txns
+        gate = FORK_GATE
+        open_txns = gate.open_txns
         open_txns.append(None)  # transaction(), inlined: the hot read path of REST and the CLI
-        if local._forking:
-            local._hold_for_fork()
+        if gate.pending:
+            gate.hold()
         try:
             with self._env.begin(db=self._state) as txn:
                 raw = txn.get(self._prefix + key.encode())
@@ -186,9 +188,9 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             hot = self._hot_values[key]  # as MetadataStore.get in local.py: subscript, positional db
         except (KeyError, TypeError):  # not read before, or unhashable (not a key)
             return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
-        if local._forking:
+        if FORK_GATE.pending:
             return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
-        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
+        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
@@ -201,9 +203,9 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             hot = self._hot_counters[key]  # as MetadataStore.get in local.py: subscript, positional db
         except (KeyError, TypeError):  # not read before, or unhashable (not a key)
             return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
-        if local._forking:
+        if FORK_GATE.pending:
             return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
-        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (local.uncounted_read)
+        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
@@ -422,16 +424,16 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
 
 class EmbeddedStateProvider(StateStoreProvider):
-    """State in the LMDB file of a ``local://`` store; see the module docstring.
+    """State in the LMDB file of a store with an embedded engine (``local://``); see the module docstring.
 
-    Config: ``metadata_url`` (a ``local://`` URL, opened and closed by the provider) or ``store``
-    (an open :class:`LocalStore` shared with the caller)."""
+    Config: ``metadata_url`` (the URL of such a store, opened and closed by the provider) or ``store``
+    (an open one shared with the caller)."""
 
     name = "embedded"
     nonblocking_reads = True
 
     def __init__(self) -> None:
-        self.store: LocalStore | None = None
+        self.store: MetadataStore | None = None
         self._owns_store = False
 
     def init(self, config: Mapping[str, Any]) -> None:
@@ -440,11 +442,17 @@ class EmbeddedStateProvider(StateStoreProvider):
         store = config.get("store")
         if store is None:
             url = config.get("metadata_url")
-            if not isinstance(url, str) or not url.startswith("local://"):
-                raise InvalidArgumentError("the embedded provider needs a local:// 'metadata_url'")
+            if not isinstance(url, str) or not has_embedded_engine(url):  # the backend's capability, before opening
+                raise InvalidArgumentError("the embedded provider needs the 'metadata_url' of a store with an embedded "
+                                           "engine (local://...)")
             store, self._owns_store = open_store(url), True
-        if not isinstance(store, LocalStore):
-            raise InvalidArgumentError("the embedded provider needs a local:// store; use 'metadata' for others")
+        try:
+            embedded_engine(store)  # InvalidArgumentError for a store without one
+        except BaseException:
+            if self._owns_store:
+                store.close()
+                self._owns_store = False
+            raise
         self.store = store
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> EmbeddedStateStore:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.metadata.local import held_transaction, transaction
+from statekeep.metadata.embedded import held_transaction, transaction
 from statekeep.state import records
 from statekeep.state.base import (ChangelogPosition, CompactionResult, StateEntry, StateView, merge_entries,
                                   validate_value)
