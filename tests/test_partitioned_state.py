@@ -332,3 +332,22 @@ def test_a_local_copy_shared_with_a_newer_writer_fails_the_older_commit(open_par
         task.apply_batch({}, dict.fromkeys(own, 1))
     assert state.get_counter(own[0]) == 11 and run_batch(state, 1, 2, KEYS) == [True, True]
     assert state.get_counter(own[0]) == 12
+
+
+def test_writes_to_other_keys_do_not_make_a_batch_run_again(open_partitioned):
+    """A batch commits on top of writes made since it read the state when they touched none of the keys
+    it read or wrote (a REST writer must not starve the function); a write to one of them is a conflict."""
+    state = open_partitioned().get_state_store("public", "default", "wc")
+    run_batch(state, 0, 2, KEYS)
+    own = mine(KEYS, 0, 2)
+    task = state.task(1, 0, 2)
+    task.fetch_many(own[:10])
+    for i in range(3):
+        state.put(own[20 + i], b"rest")
+    assert task.apply_batch({}, dict.fromkeys(own[:10], 1)) is True
+    assert [state.get_counter(k) for k in own[:10]] == [2] * 10 and state.get(own[20]) == b"rest"
+    task = state.task(2, 0, 2)
+    task.fetch_many(own[:10])
+    state.put(own[5], b"rest")
+    with pytest.raises(StateConflictError):
+        task.apply_batch({}, dict.fromkeys(own[:4], 1))

@@ -344,6 +344,7 @@ class PartitionTask:
         self.layout = layout
         self.partition = store.partition(layout, partition)
         self.manifest = self.partition.manifest()
+        self._read: set[str] = set()  # what the batch read: a later write to any of them is a conflict
 
     def has_marker(self, marker: str) -> bool:
         return self.manifest.batch >= self.batch
@@ -363,6 +364,7 @@ class PartitionTask:
             encode_key(key)
         self._check(keys)
         self.partition.sync(self.manifest)
+        self._read.update(keys)
         found = self.partition.read(keys)
         out: dict[str, tuple[bytes | None, int | None]] = {}
         for key in keys:
@@ -390,14 +392,21 @@ class PartitionTask:
             write_changes(txn, db, changes)
             return None, changes
 
-        try:
-            self.partition.commit(self.manifest, work, batch=self.batch)
-        except StateConflictError:
-            self.manifest = self.partition.manifest()
-            if self.manifest.batch >= self.batch:
-                return False  # another attempt of this batch committed first
-            raise
-        return True
+        touched = {k.encode() for k in (*self._read, *values, *deltas)}
+        for _ in DEFAULT.bounded(attempts=50).attempts():
+            try:
+                self.partition.commit(self.manifest, work, batch=self.batch)
+                return True
+            except StateConflictError:
+                read_at, self.manifest = self.manifest, self.partition.manifest()
+                if self.manifest.batch >= self.batch:
+                    return False  # another attempt of this batch committed first
+                # writes since the read (REST, putstate) that touched none of the keys this batch read or
+                # wrote leave its result valid: it commits on top of them instead of running again
+                changed = self.partition.changed_keys(read_at, self.manifest)
+                if changed is None or changed & touched:
+                    raise
+        raise StateConflictError(f"{self.store.scope}: batch {self.batch} lost 50 commits in a row to other writes")
 
 
 def _validated(puts: Mapping[str, bytes | None], counters: Mapping[str, int],
