@@ -43,6 +43,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from statekeep.functions import spark as sk_spark  # noqa: E402
 from statekeep.functions.service import FunctionService  # noqa: E402
+from statekeep.state.partitioned import state_storage  # noqa: E402
 from statekeep.testing.servers import backend_urls  # noqa: E402
 
 COUNT_ONLY = b'def process(input, context):\n    context.incr_counter(input["word"], 1)\n'
@@ -73,10 +74,13 @@ def batch_seconds(query, phase: str = "triggerExecution") -> list[tuple[int, flo
             if p["numInputRows"]]
 
 
-def run_statekeep(spark, inputs: str, work: str, url: str, code: bytes = COUNT_ONLY) -> tuple:
+def run_statekeep(spark, inputs: str, work: str, url: str, code: bytes = COUNT_ONLY, state_dir: str | None = None
+                  ) -> tuple:
+    """With ``state_dir``: partition-owned state there (``--state-dir``), ``url`` only coordinates."""
+    storage = {"stateStorage": state_storage(state_dir)} if state_dir else {}
     with FunctionService.open(url) as service:
         service.registry.create({"tenant": "public", "namespace": "default", "name": "count", "inputs": [inputs],
-                                 "keyField": "word", "parallelism": 2,
+                                 "keyField": "word", "parallelism": 2, **storage,
                                  "userConfig": {"inputOptions": {"maxFilesPerTrigger": "1"}}}, code)
         start = time.perf_counter()
         query = sk_spark.run_registered(service, url, "public", "default", "count", checkpoint_root=f"{work}/ckpt",
@@ -84,6 +88,13 @@ def run_statekeep(spark, inputs: str, work: str, url: str, code: bytes = COUNT_O
         query.await_termination()
         elapsed = time.perf_counter() - start
         state = service.registry.state_store("public", "default", "count")
+        if state_dir:  # coordination-store writes: each manifest's version counts its compare-and-sets
+            manifests = state.manifests(state.layout(refresh=True))
+            writes = sum(m.version + 1 for m in manifests) + 1  # + the layout's create
+            cells = len(manifests) * query.totals["batches"]
+            print(f"    coordination-store writes: {writes} for {len(manifests)} partitions x "
+                  f"{query.totals['batches']} micro-batches = {writes / cells:.2f} per (batch, partition)",
+                  file=sys.stderr)
         return elapsed, {e.key: e.counter for e in state.scan_entries()}, batch_seconds(query.query)
 
 
@@ -126,14 +137,16 @@ VARIANTS = {  # name -> streaming frame of (word, count) updates; statekeep runs
 }
 
 
-def run_variant(spark, variant: str, inputs: str, work: str, tag: str, url: str | None = None) -> tuple:
+def run_variant(spark, variant: str, inputs: str, work: str, tag: str, url: str | None = None,
+                state_dir: str | None = None) -> tuple:
     """(seconds, {word: count}, batch_seconds) of one run; a Spark variant's count is its last update.
     The statekeep variant keeps its state at ``url`` (default: a fresh local:// directory)."""
     name = f"{tag}_{len(os.listdir(work))}"
     os.makedirs(os.path.join(work, name))
     if VARIANTS[variant] is None:
         where = url.rstrip("/") + f"/{name}" if url else f"local://{work}/{name}/data"
-        result = run_statekeep(spark, inputs, os.path.join(work, name), where, FUNCTION_CODE[variant])
+        result = run_statekeep(spark, inputs, os.path.join(work, name), where, FUNCTION_CODE[variant],
+                               state_dir and f"{state_dir.rstrip('/')}/{name}")
     else:
         start = time.perf_counter()
         query = (VARIANTS[variant](spark, inputs).writeStream.format("memory").queryName(name).outputMode("update")
@@ -255,6 +268,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: %(default)s")
     parser.add_argument("--store", default="local", help="comma-separated stores for statekeep: local,zk,etcd")
+    parser.add_argument("--state-dir", default=None, metavar="URL|yes",
+                        help="also run statekeep on each --store but zk/etcd only coordinating, state partition-owned "
+                             "under URL ('yes': a directory of the run)")
     parser.add_argument("--profile", action="store_true", help="then break the statekeep variant down by phase")
     args = parser.parse_args()
     if args.quick:
@@ -266,13 +282,17 @@ def main() -> None:
     # fixed when a stateful query first runs: set for every variant (only two keep their state in Spark)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     warm, results = {}, {}
+    shared = (f"file://{work}/shared" if args.state_dir == "yes" else args.state_dir)
     with backend_urls(args.store.split(","), work) as urls:
         stores = list(urls)
         for variant in args.variants.split(","):  # warm just before the run: idle Python workers go after 60 s
             for backend, url in stores if VARIANTS[variant] is None else [(None, None)]:
-                row = variant if backend in (None, "local") else f"{variant}[{backend}]"
-                warm[row] = run_variant(spark, variant, f"{work}/warm", work, "warm", url)
-                results[row] = run_variant(spark, variant, f"{work}/in", work, "run", url)
+                for state_dir in [None] + ([shared] if shared and backend else []):
+                    row = variant if backend in (None, "local") else f"{variant}[{backend}]"
+                    if state_dir:
+                        row = f"{variant}[{backend}+state-dir]"
+                    warm[row] = run_variant(spark, variant, f"{work}/warm", work, "warm", url, state_dir)
+                    results[row] = run_variant(spark, variant, f"{work}/in", work, "run", url, state_dir)
 
     print(f"\n{args.events:,} events over {args.keys:,} keys in {args.files} micro-batches; Spark {spark.version}, "
           f"{spark.sparkContext.master}, 2 shuffle partitions, RocksDB state store; time from start to termination")
@@ -292,6 +312,11 @@ def main() -> None:
             print(f"target: statekeep on {backend} >= 5x applyInPandasWithState: {remote / base:.2f}x "
                   f"({'met' if remote >= 5 * base else 'missed'})"
                   + (f"; vs statekeep on local: {remote / local:.2f}x" if local else ""))
+    for row, rate in rates.items():
+        local = rates.get(row.split("[")[0])
+        if row.endswith("+state-dir]") and local and row.split("[")[0] != row:
+            print(f"target: {row} >= 0.9x {row.split('[')[0]} on local://: {rate / local:.2f}x "
+                  f"({'met' if rate >= 0.9 * local else 'missed'})")
     vec, sk = rates.get("statekeep_vectorized"), rates.get("statekeep")
     if vec and (ceiling or sk):
         print("targets: statekeep_vectorized" + "".join(

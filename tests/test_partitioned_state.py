@@ -351,3 +351,31 @@ def test_writes_to_other_keys_do_not_make_a_batch_run_again(open_partitioned):
     state.put(own[5], b"rest")
     with pytest.raises(StateConflictError):
         task.apply_batch({}, dict.fromkeys(own[:4], 1))
+
+
+def test_state_dir_on_s3(s3_server, tmp_path, monkeypatch):
+    """The same on an S3 API (moto's server, through s3fs): exact batches, another machine's copy built
+    from the bucket, snapshots, a rescale, cleanup of every object."""
+    monkeypatch.setattr(partition_module, "SNAPSHOT_MIN_ENTRIES", 100)
+    url = s3_server.url("partitioned")
+    coordination = f"local://{tmp_path / 'meta'}"
+
+    def open_on(cache):
+        return open_provider("partitioned", {"state_dir": url, "metadata_url": coordination,
+                                             "cache_dir": str(tmp_path / cache)})
+
+    a, b = open_on("cache-a"), open_on("cache-b")
+    try:
+        state = a.get_state_store("public", "default", "wc")
+        for batch in range(4):
+            assert run_batch(state, batch, 2, KEYS) == [True, True]
+        other = b.get_state_store("public", "default", "wc")
+        assert {k: other.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 4)
+        assert state.prepare_batch(3) == 3 and run_batch(other, 4, 3, KEYS) == [True, True, True]
+        assert {k: state.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 5)
+        assert a.blobs.list("public/default/wc")
+        a.cleanup("public", "default", "wc")
+        assert a.blobs.list("public/default/wc") == []
+    finally:
+        a.close()
+        b.close()
