@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 
 import pytest
@@ -293,6 +294,7 @@ def test_cleanup_and_garbage_collection(open_partitioned, tmp_path):
     run_batch(state, 0, 2, KEYS)
     orphan = provider.blobs.write("public/default/wc", uuid.uuid4().hex, b"a fenced writer's segment")
     assert state.collect_garbage(older_than_s=3600) == 0  # young orphans stay (a writer may be mid-commit)
+    time.sleep(0.01)  # the orphan's write time must be before "now" at millisecond precision
     assert state.collect_garbage(older_than_s=0) == 1 and not provider.blobs.exists(orphan.url)
     assert state.get_counter(KEYS[0]) == 1
     provider.cleanup("public", "default", "wc")

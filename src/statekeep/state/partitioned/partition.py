@@ -154,17 +154,6 @@ class Partition:
         txn.put(b"id", manifest.id.encode(), db=self.meta_db)
         txn.put(b"seq", _U64.pack(manifest.seq), db=self.meta_db)
 
-    def changed_keys(self, old: Manifest, new: Manifest) -> set[bytes] | None:
-        """The keys commits after ``old`` up to ``new`` changed; None when that cannot be told (another
-        lineage, or a snapshot replaced the segments since)."""
-        if old.id != new.id or (new.snapshot is not None and new.snapshot.seq > old.seq):
-            return None
-        try:
-            return {key for segment in new.segments if segment.seq > old.seq
-                    for key, _ in blobfmt.decode(blobfmt.SEGMENT, self._read_blob(segment), segment.url)}
-        except CorruptStateError:
-            return None  # replaced meanwhile
-
     def _read_blob(self, blob: Blob) -> bytes:
         with self.blobs.open(blob.url, blob.size, blob.sha256) as reader:
             return reader.read()

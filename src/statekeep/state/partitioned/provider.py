@@ -344,7 +344,7 @@ class PartitionTask:
         self.layout = layout
         self.partition = store.partition(layout, partition)
         self.manifest = self.partition.manifest()
-        self._read: set[str] = set()  # what the batch read: a later write to any of them is a conflict
+        self._read: dict[bytes, bytes | None] = {}  # key -> version read (None: absent), checked at commit
 
     def has_marker(self, marker: str) -> bool:
         return self.manifest.batch >= self.batch
@@ -364,8 +364,10 @@ class PartitionTask:
             encode_key(key)
         self._check(keys)
         self.partition.sync(self.manifest)
-        self._read.update(keys)
         found = self.partition.read(keys)
+        for key in keys:
+            raw = found.get(key)
+            self._read.setdefault(key.encode(), None if raw is None else raw[:8])  # the version read
         out: dict[str, tuple[bytes | None, int | None]] = {}
         for key in keys:
             raw = found.get(key)
@@ -385,27 +387,29 @@ class PartitionTask:
         self._check([*values, *deltas])
         if self.manifest.batch >= self.batch:
             return False
-        db = self.partition.state_db
+        db, read = self.partition.state_db, self._read
 
         def work(txn: Any) -> tuple[None, list[tuple[bytes, bytes]]]:
-            changes = plan_batch(lambda raw_key: txn.get(raw_key, db=db), values, deltas, now_ms())
+            get = txn.get
+            for raw_key, version in read.items():  # what the batch read must be unchanged (optimistic concurrency)
+                raw = get(raw_key, db=db)
+                if (None if raw is None else raw[:8]) != version:
+                    raise StateConflictError(f"state key {raw_key.decode()!r} changed since the batch read it")
+            changes = plan_batch(lambda raw_key: get(raw_key, db=db), values, deltas, now_ms())
             write_changes(txn, db, changes)
             return None, changes
 
-        touched = {k.encode() for k in (*self._read, *values, *deltas)}
+        # writes since the read (REST, putstate) that changed none of the keys this batch read leave its
+        # result valid: it commits on top of them instead of running again, so a steady writer cannot
+        # starve the function; a changed read key raises StateConflictError (the runtime runs it again)
         for _ in DEFAULT.bounded(attempts=50).attempts():
             try:
                 self.partition.commit(self.manifest, work, batch=self.batch)
                 return True
             except StateConflictError:
-                read_at, self.manifest = self.manifest, self.partition.manifest()
+                self.manifest = self.partition.manifest()
                 if self.manifest.batch >= self.batch:
                     return False  # another attempt of this batch committed first
-                # writes since the read (REST, putstate) that touched none of the keys this batch read or
-                # wrote leave its result valid: it commits on top of them instead of running again
-                changed = self.partition.changed_keys(read_at, self.manifest)
-                if changed is None or changed & touched:
-                    raise
         raise StateConflictError(f"{self.store.scope}: batch {self.batch} lost 50 commits in a row to other writes")
 
 
