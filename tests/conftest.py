@@ -161,10 +161,11 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def spark_cluster():
+def spark_cluster(s3_server):
     """A Spark standalone master and two workers (1 core, 1 GiB each) on loopback, started from
     PySpark's own spark-class when a test first asks for it, shared by the whole run, stopped by PID.
-    A test that kills a worker restarts it before it ends (``spark_cluster.restart_worker(i)``)."""
+    A test that kills a worker restarts it before it ends (``spark_cluster.restart_worker(i)``). Started
+    after the S3 server, so executors inherit its environment and reach it as any S3 endpoint."""
     from statekeep.testing import servers
     from statekeep.testing.spark_cluster import SparkCluster
 

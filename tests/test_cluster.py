@@ -36,7 +36,7 @@ def process(input, context):
     context.incr_counter(word, 1)
     return {"word": word, "count": context.get_counter(word)}
 '''
-ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+ENV_SPARK = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 # small micro-batches: one input file each
 ONE_FILE_PER_BATCH = {"inputOptions": {"maxFilesPerTrigger": "1"}}
 
@@ -67,13 +67,14 @@ def store_url(request: pytest.FixtureRequest, backend: str, **options) -> str:
 
 
 def localrun(name: str, py: Path, inputs: Path, out: Path, url: str, checkpoints: Path, master: str,
-             log: Path) -> subprocess.Popen:
+             log: Path, extra: list[str] = ()) -> subprocess.Popen:
     command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", name, "--py", str(py),
                "--inputs", str(inputs), "--key-field", "word", "--parallelism", "2", "--output", str(out),
                "--store", url, "--checkpoint-dir", str(checkpoints), "--spark-master", master, "--once",
-               "--user-config", json.dumps(ONE_FILE_PER_BATCH)]
-    with open(log, "w") as stderr:
-        return subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+               "--user-config", json.dumps(ONE_FILE_PER_BATCH), *extra]
+    with open(log, "w") as stderr:  # os.environ now: the S3 server's variables when a test started it
+        return subprocess.Popen(command, env={**os.environ, **ENV_SPARK}, stdout=subprocess.DEVNULL, stderr=stderr,
+                                start_new_session=True)
 
 
 @pytest.mark.parametrize("backend", ["etcd", "zk"])
@@ -101,11 +102,14 @@ def test_function_on_the_cluster_is_exact(request, backend, spark_cluster, tmp_p
     assert status["workerId"] is None and status["running"] is False and status["processed"] == 2000
 
 
-def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, spark_cluster, tmp_path):
+@pytest.mark.parametrize("state", ["zk", "s3"])
+def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, state, spark_cluster, tmp_path):
     """One of the two Spark workers is killed with SIGKILL, with its executor and the executor's
     Python workers, while the query runs: Spark reruns the lost tasks on the other executor, and
-    the state and outputs still count every record exactly once."""
+    the state and outputs still count every record exactly once. State per key in ZooKeeper, or
+    partition-owned (--state-dir) in S3 (moto's server) with ZooKeeper coordinating."""
     url = store_url(request, "zk")
+    extra = ["--state-dir", request.getfixturevalue("s3_server").url("cluster")] if state == "s3" else []
     inputs, out = tmp_path / "in", tmp_path / "out"
     words = [f"w{i % 23}" for i in range(3000)]
     for part in range(6):
@@ -113,7 +117,7 @@ def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, spark_clus
     py = tmp_path / "slow.py"
     py.write_bytes(SLOW_COUNT)
     log = tmp_path / "localrun.log"
-    run = localrun("slow", py, inputs, out, url, tmp_path / "checkpoints", spark_cluster.master_url, log)
+    run = localrun("slow", py, inputs, out, url, tmp_path / "checkpoints", spark_cluster.master_url, log, extra)
     victim = None
     try:
         with FunctionService.open(url) as service:
@@ -139,6 +143,9 @@ def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, spark_clus
     assert "Lost executor" in log.read_text()  # the executor really went, and its tasks ran again
     assert counters(url, "slow") == Counter(words)
     assert_outputs_exact(out, Counter(words))
+    if state == "s3":
+        with FunctionService.open(url) as service:
+            assert service.registry.get("public", "default", "slow").stateStorage["config"]["state_dir"] == extra[1]
 
 
 def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(request, spark_cluster, tmp_path,
