@@ -378,10 +378,15 @@ class PartitionedFollowerStore(FollowerStore):
             return zlib.crc32(key) % groups in wanted
 
         for parent in manifest.parents:
+            inherited = range(*parent.groups)  # only the groups this lineage was the truth of
+
+            def keep_parent(key: bytes, inherited: range = inherited) -> bool:
+                return keep(key) and zlib.crc32(key) % groups in inherited
+
             if parent.snapshot is not None:
-                yield from self._ops(parent.snapshot, blobfmt.SNAPSHOT, where, keep)
+                yield from self._ops(parent.snapshot, blobfmt.SNAPSHOT, where, keep_parent)
             for segment in parent.segments:
-                yield from self._ops(segment, blobfmt.SEGMENT, where, keep)
+                yield from self._ops(segment, blobfmt.SEGMENT, where, keep_parent)
         snapshot_seq = 0
         if manifest.snapshot is not None:
             yield from self._ops(manifest.snapshot, blobfmt.SNAPSHOT, where)

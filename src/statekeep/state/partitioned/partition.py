@@ -135,11 +135,13 @@ class Partition:
         snapshot_seq = manifest.snapshot.seq if manifest.snapshot else 0
         if lineage != manifest.id or seq < snapshot_seq or (manifest.parents and seq < 1):
             txn.drop(self.state_db, delete=False)  # another lineage, or too far behind: start from the snapshot
+            wanted = range(*manifest.groups)
             for parent in manifest.parents:
-                wanted = range(*manifest.groups)
+                inherited = range(*parent.groups)  # only the groups this lineage was the truth of
 
-                def keep(key: bytes, wanted: range = wanted) -> bool:
-                    return key_group(key.decode(), self.groups) in wanted
+                def keep(key: bytes, inherited: range = inherited) -> bool:
+                    group = key_group(key.decode(), self.groups)
+                    return group in wanted and group in inherited
 
                 if parent.snapshot is not None:
                     self._apply(txn, parent.snapshot, blobfmt.SNAPSHOT, keep)

@@ -25,7 +25,7 @@ from statekeep.state.base import (BatchLimits, ChangelogPosition, CompactionResu
 from statekeep.state.keys import check_scan, encode_key, validate_name
 from statekeep.state.partitioned.keygroups import (DEFAULT_KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
-from statekeep.state.partitioned.manifest import Layout, Manifest, function_path, manifest_name
+from statekeep.state.partitioned.manifest import Layout, Lineage, Manifest, function_path, manifest_name
 from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, plan_batch, write_changes
 
 T = TypeVar("T")
@@ -122,7 +122,11 @@ class PartitionedStateStore(StateStore):
                    replace(m, retired=True).encode(), expected_version=m.version) for m in current]
         for p in range(parallelism):
             wanted = group_range(p, parallelism, groups)
-            parents = tuple(lineage for m in current if m.groups[0] < wanted.stop and wanted.start < m.groups[1]
+            # each old partition's inherited lineages, narrowed to the groups it owned: a lineage two old
+            # partitions inherited is then the truth of disjoint groups in each, never applied twice
+            parents = tuple(Lineage((max(lineage.groups[0], m.groups[0]), min(lineage.groups[1], m.groups[1])),
+                                    lineage.snapshot, lineage.segments)
+                            for m in current if m.groups[0] < wanted.stop and wanted.start < m.groups[1]
                             for lineage in (*m.parents, m.lineage()))
             manifest = Manifest.new(generation, p, wanted, current[0].batch, parents)
             ops.append(Put(f"{self.root}/{manifest_name(generation, p)}", manifest.encode(), expected_version=-1))
