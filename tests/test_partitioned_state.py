@@ -395,3 +395,37 @@ def test_two_rescales_before_any_snapshot_stay_exact(open_partitioned, monkeypat
     run_batch(state, 2, 2, KEYS)
     fresh = open_partitioned("cache-fresh").get_state_store("public", "default", "wc")
     assert {k: fresh.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 3)
+
+
+def test_server_with_a_state_dir(tmp_path):
+    """A server started with a state dir: functions created there get partition-owned state (recorded in
+    their config), REST reads and writes it, the console says why it shows no changelog, a bad write is a
+    400 changing nothing, and deleting the function deletes its state under the state dir."""
+    import json as json_
+
+    from fastapi.testclient import TestClient
+
+    from statekeep.server import ServerConfig, create_app
+
+    shared = tmp_path / "shared"
+    app = create_app(ServerConfig(metadata_url=f"local://{tmp_path / 'data'}", state_dir=str(shared)))
+    body = {"tenant": "public", "namespace": "default", "name": "wc", "inputs": ["in"], "py": "f.py",
+            "keyField": "word"}
+    code = b"def process(input, context):\n    context.incr_counter(input['word'], 1)\n"
+    base = "/admin/v3/functions/public/default/wc"
+    with TestClient(app) as client:
+        r = client.post(base, files={"functionConfig": (None, json_.dumps(body), "application/json"),
+                                     "data": ("f.py", code, "application/octet-stream")})
+        assert r.status_code == 200, r.text
+        config = client.get(base).json()
+        assert config["stateStorage"] == {"provider": "partitioned", "config": {"state_dir": f"file://{shared}"}}
+        assert client.post(f"{base}/state/k", json={"key": "k", "numberValue": 7}).status_code == 200
+        assert client.get(f"{base}/state/k").json()["numberValue"] == 7
+        bad = client.post(f"{base}/state/k", json={"key": "other", "numberValue": 8})
+        assert bad.status_code == 400 and "key" in bad.json()["reason"]
+        assert client.get(f"{base}/state/k").json()["numberValue"] == 7
+        ui = client.get("/ui/api/functions/public/default/wc/changelog").json()
+        assert ui["records"] == [] and "partition" in ui["reason"]
+        assert list(shared.rglob("*.blob"))
+        assert client.delete(base).status_code in (200, 204)
+        assert not list(shared.rglob("*.blob"))

@@ -137,7 +137,7 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
             # offsets may skip numbers: read from a little further back and keep the newest
             records = state.read_changelog(max(-1, pos.last_offset - 4 * limit), None)[-limit:]
             out["records"] = [record_json(r) for r in records]
-        except NotImplementedError as e:
+        except (NotImplementedError, InvalidArgumentError) as e:  # e.g. partition-owned state: one per partition
             out["position"], out["reason"] = None, str(e)
         try:
             out["snapshots"] = [s.to_json() for s in SnapshotStore(store).list(tenant, namespace, name)]
