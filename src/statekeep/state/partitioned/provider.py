@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError,
-                              NotFoundError, StateConflictError, StatekeepError)
+                              StateConflictError, StatekeepError)
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
@@ -22,6 +22,7 @@ from statekeep.state import records
 from statekeep.state.base import (BatchLimits, ChangelogPosition, CompactionResult, StateEntry, StateStore,
                                   StateStoreProvider, validate_amount, validate_amounts, validate_expected_version,
                                   validate_value)
+from statekeep.state.embedded import _check_expected as check_expected
 from statekeep.state.keys import check_scan, encode_key, validate_name
 from statekeep.state.partitioned.keygroups import (DEFAULT_KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
@@ -428,15 +429,8 @@ def _validated(puts: Mapping[str, bytes | None], counters: Mapping[str, int],
 
 
 def _check_expected(key: str, raw: bytes | None, expected: int | None) -> None:
-    if expected is None:
-        return
-    if expected == -1:
-        if raw is not None:
-            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
-    elif raw is None:
-        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
-    elif int.from_bytes(raw[:8], "big") != expected:
-        raise BadVersionError(f"state key {key!r} is at version {int.from_bytes(raw[:8], 'big')}, not {expected}")
+    """The embedded provider's check, on a stored value of the same layout (version + tagged value)."""
+    check_expected(key, None if raw is None else (int.from_bytes(raw[:8], "big"), raw[8:]), expected)
 
 
 def default_cache_dir() -> str:
