@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.followers import Follower
 from support.server_process import ServerProcess, create_function
 from support.spark import write_words
 
@@ -67,9 +68,9 @@ def store_url(request: pytest.FixtureRequest, backend: str, **options) -> str:
 
 
 def localrun(name: str, py: Path, inputs: Path, out: Path, url: str, checkpoints: Path, master: str,
-             log: Path, extra: list[str] = ()) -> subprocess.Popen:
+             log: Path, extra: list[str] = (), parallelism: int = 2) -> subprocess.Popen:
     command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", name, "--py", str(py),
-               "--inputs", str(inputs), "--key-field", "word", "--parallelism", "2", "--output", str(out),
+               "--inputs", str(inputs), "--key-field", "word", "--parallelism", str(parallelism), "--output", str(out),
                "--store", url, "--checkpoint-dir", str(checkpoints), "--spark-master", master, "--once",
                "--user-config", json.dumps(ONE_FILE_PER_BATCH), *extra]
     with open(log, "w") as stderr:  # os.environ now: the S3 server's variables when a test started it
@@ -146,6 +147,78 @@ def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, state, spa
     if state == "s3":
         with FunctionService.open(url) as service:
             assert service.registry.get("public", "default", "slow").stateStorage["config"]["state_dir"] == extra[1]
+
+
+def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_follower(request, spark_cluster,
+                                                                                     s3_server, tmp_path):
+    """Partition-owned state in S3 (moto's server), ZooKeeper coordinating, on the standalone cluster: a run at
+    parallelism 2 while a second server (another process, sharing only the store) writes state through REST;
+    then a run rescaled to 3 over new input; then a follower in a third process reads the state from S3.
+    Every count exact, the last REST write of each key kept, each output once, the follower equal."""
+    url, state_dir = store_url(request, "zk"), s3_server.url("rescale")
+    inputs, out, checkpoints, py = tmp_path / "in", tmp_path / "out", tmp_path / "checkpoints", tmp_path / "slow.py"
+    py.write_bytes(SLOW_COUNT)
+    words = [f"w{i % 31}" for i in range(5000)]
+    for part in range(6):
+        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    server = ServerProcess(tmp_path / "second", store=url)
+    stop, written, errors = threading.Event(), Counter(), []
+    path = "/admin/v3/functions/public/default/slow/state"
+
+    def writer() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            i = 0
+            while not stop.is_set():
+                key = f"rest{i % 8}"
+                response = client.post(f"{path}/{key}", json={"key": key, "numberValue": written[key] + 1})
+                if response.status_code == 200:
+                    written[key] += 1
+                else:
+                    errors.append(response.text)
+                i += 1
+
+    try:
+        log = tmp_path / "run1.log"
+        run = localrun("slow", py, inputs, out, url, checkpoints, spark_cluster.master_url, log,
+                       ["--state-dir", state_dir])
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            assert wait_for(lambda: client.get(f"{path}/w0").status_code == 200 or run.poll() is not None,
+                            timeout=300, interval=0.1), log.read_text()[-3000:]
+            thread = threading.Thread(target=writer)
+            thread.start()
+            try:
+                assert run.wait(timeout=600) == 0, log.read_text()[-3000:]
+            finally:
+                stop.set()
+                thread.join()
+            assert errors == [] and sum(written.values()) > 0
+            assert counters(url, "slow") == {**Counter(words[:3000]), **written}
+            # rescaled: new input, parallelism 3
+            for part in range(6, 10):
+                write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+            log = tmp_path / "run2.log"
+            run = localrun("slow", py, inputs, out, url, checkpoints, spark_cluster.master_url, log,
+                           ["--state-dir", state_dir], parallelism=3)
+            assert run.wait(timeout=600) == 0, log.read_text()[-3000:]
+            assert client.get(f"{path}/w0").json()["numberValue"] == Counter(words)["w0"]
+        with FunctionService.open(url) as service:
+            state = service.registry.state_store("public", "default", "slow")
+            layout = state.layout(refresh=True)
+            assert (layout.parallelism, layout.generation) == (3, 1)
+            leader = {e.key: (e.kind, bytes(e.value), e.version) for e in state.scan_entries()}
+        assert {k: v for k, v in counters(url, "slow").items()} == {**Counter(words), **written}
+        assert_outputs_exact(out, Counter(words))
+        follower = Follower(url, tmp_path / "follower", function=("public", "default", "slow"))
+        try:
+            follower.wait_for(lambda s: s["phase"] == "tailing")
+            assert follower.dump(tmp_path / "dump.json") == leader
+            follower.quit()
+        finally:
+            if follower.proc.poll() is None:
+                follower.kill()
+    finally:
+        stop.set()
+        server.stop()
 
 
 def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(request, spark_cluster, tmp_path,

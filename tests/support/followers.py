@@ -23,8 +23,9 @@ CODE = b"def process(input, context):\n    return input\n"
 class Follower:
     """A follower_worker process: its latest status, and dumps on request."""
 
-    def __init__(self, url: str, local_dir: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), url, "t", "n", "f", str(local_dir), *extra],
+    def __init__(self, url: str, local_dir: Path, *extra: str, function: tuple[str, str, str] = ("t", "n", "f")
+                 ) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(WORKER), url, *function, str(local_dir), *extra],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.status: dict = {}
         self.seen: list[dict] = []
