@@ -293,3 +293,39 @@ def test_verification_detects_a_different_target(source_url, etcd_server):
     assert not checks["state"].ok and checks["state"].mismatches == [
         "public/default/wc:wc/k00000", "public/default/wc:zz-extra (only on the target)"]
     assert checks["sequences"].ok
+
+
+def test_partition_owned_state_moves_with_its_manifests(zk_server, tmp_path, monkeypatch):
+    """A function with partition-owned state (``--state-dir``): the migration carries its layout and manifests
+    (the coordination store's part); its blobs stay in the state dir, from which the function on the target
+    restores a new local copy: the same entries, and it keeps committing there."""
+    from statekeep.state.partitioned import state_storage
+    from statekeep.state.partitioned.keygroups import key_group, owner
+
+    monkeypatch.setenv("STATEKEEP_STATE_CACHE", str(tmp_path / "cache-source"))
+    source, target = f"local://{tmp_path / 'source'}", _zk(zk_server)
+    with FunctionService.open(source, default_storage=state_storage(str(tmp_path / "shared"))) as service:
+        service.registry.create({"tenant": "t", "namespace": "n", "name": "po", "inputs": ["x"], "py": "f.py"}, CODE)
+        state = service.registry.state_store("t", "n", "po")
+        for batch in range(3):
+            groups, parallelism = state.partitioning(2)
+            for p in range(parallelism):
+                task = state.task(batch, p, parallelism)
+                keys = [k for k in (f"k{i}" for i in range(400)) if owner(key_group(k, groups), parallelism, groups) == p]
+                task.fetch_many(keys)
+                task.apply_batch({k: b"v%d" % batch for k in keys[::2]}, dict.fromkeys(keys[1::2], batch + 1),
+                                 marker=f"{batch}-{p}")
+        before = [(e.key, e.kind, bytes(e.value), e.version) for e in state.scan_entries()]
+    assert len(before) == 400
+    report = migrate(source, target, progress=False)
+    assert report.ok
+    assert {f["fqfn"]: (f["state"], f["from"]) for f in report.functions} == {"t/n/po": ("external", "partitioned")}
+    assert "manifests copied with the keys, blobs kept in its state dir" in report.text()
+    monkeypatch.setenv("STATEKEEP_STATE_CACHE", str(tmp_path / "cache-target"))  # another machine's copy
+    with FunctionService.open(target) as service:
+        state = service.registry.state_store("t", "n", "po")
+        assert type(state).__name__ == "PartitionedStateStore"
+        assert [(e.key, e.kind, bytes(e.value), e.version) for e in state.scan_entries()] == before
+        state.put("k1", b"after")
+        assert state.get("k1") == b"after"
+    assert (tmp_path / "cache-target").exists()

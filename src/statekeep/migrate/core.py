@@ -77,9 +77,13 @@ class Report:
         lines.append(f"  {verb}: {c.get('nodes', 0)} metadata keys, {c.get('sequences', 0)} sequential counters, "
                      f"{c.get('functions', 0)} functions, {c.get('entries', 0)} state keys")
         for f in self.functions:
-            lines.append(f"    function {f['fqfn']}: {f['entries']} state keys, "
-                         + (f"{f['from']} -> {f['to'] or 'file'}" if f["state"] == "copied"
-                            else f"state kept by its own provider {f['from']!r} (not copied)"))
+            if f["state"] == "copied":
+                where = f"{f['from']} -> {f['to'] or 'file'}"
+            elif f["from"] == "partitioned":  # its manifests are keys of the tree; its blobs stay in the state dir
+                where = "partition-owned state: manifests copied with the keys, blobs kept in its state dir"
+            else:
+                where = f"state kept by its own provider {f['from']!r} (not copied)"
+            lines.append(f"    function {f['fqfn']}: {f['entries']} state keys, {where}")
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped)} ephemeral keys: {', '.join(self.skipped[:10])}"
                          + (" ..." if len(self.skipped) > 10 else ""))
