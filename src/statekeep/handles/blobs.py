@@ -236,6 +236,8 @@ class BlobStore:
         """Delete the blob at ``url``; False if it was already gone. :class:`BlobStorageError` on failure."""
         fs, path = self._path(url)
         try:
+            if not _is_local(fs) and not fs.exists(path):  # an object store answers a delete of nothing OK
+                return False
             fs.rm_file(path)
         except FileNotFoundError:
             return False
