@@ -311,7 +311,7 @@ def test_partition_owned_state_moves_with_its_manifests(zk_server, tmp_path, mon
             groups, parallelism = state.partitioning(2)
             for p in range(parallelism):
                 task = state.task(batch, p, parallelism)
-                keys = [k for k in (f"k{i}" for i in range(400)) if owner(key_group(k, groups), parallelism, groups) == p]
+                keys = [f"k{i}" for i in range(400) if owner(key_group(f"k{i}", groups), parallelism, groups) == p]
                 task.fetch_many(keys)
                 task.apply_batch({k: b"v%d" % batch for k in keys[::2]}, dict.fromkeys(keys[1::2], batch + 1),
                                  marker=f"{batch}-{p}")

@@ -13,8 +13,9 @@ import uuid
 import pytest
 
 from statekeep.errors import (BlobStorageError, CorruptStateError, InvalidArgumentError, StateConflictError,
-                              StatekeepError)
+                              StatekeepError, StoreUnavailableError)
 from statekeep.handles.blobs import BlobStore
+from statekeep.testing import wait_for
 from statekeep.state import open_provider
 from statekeep.state.partitioned import partition as partition_module
 from statekeep.state.partitioned.keygroups import (group_range, key_group, owner, spark_hash_int, spark_routes,
@@ -286,6 +287,99 @@ def test_unwritable_state_dir_fails_the_commit_and_changes_nothing(open_partitio
     shutil.move(moved, shared)
     assert run_batch(state, 1, 2, KEYS) == [True, True]  # the rerun is exact
     assert state.get_counter(KEYS[0]) == 2
+
+
+FULL_DISK_CHILD = """
+import json, resource, signal, sys
+from statekeep.state import open_provider
+config, keys = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+provider = open_provider("partitioned", config)
+state = provider.get_state_store("public", "default", "wc")
+task = state.task(0, 0, 1)
+task.fetch_many(keys)
+task.apply_batch({}, dict.fromkeys(keys, 1), marker="0-0")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk's ENOSPC
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+task = state.task(1, 0, 1)
+task.fetch_many(keys)
+try:
+    task.apply_batch({k: b"x" * 2048 for k in keys}, {}, marker="1-0")
+except Exception as e:
+    print(json.dumps([type(e).__name__, str(e)]))
+"""
+
+
+def test_a_full_state_dir_fails_the_commit_and_changes_nothing(tmp_path):
+    """A segment the OS refuses to write in full (a child process with a 64 KiB file-size limit, as a full disk
+    refuses it): a clear error naming the blob, no manifest or local change; the rerun, with room, is exact."""
+    import subprocess
+    import sys
+
+    config = {"state_dir": f"file://{tmp_path / 'shared'}", "metadata_url": f"local://{tmp_path / 'meta'}",
+              "cache_dir": str(tmp_path / "cache")}
+    keys = [f"key-{i}" for i in range(100)]
+    child = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, json.dumps(config), json.dumps(keys)],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    kind, message = json.loads(child.stdout)
+    assert kind == "BlobStorageError" and str(tmp_path / "shared") in message and "too large" in message, message
+    provider = open_provider("partitioned", config)
+    try:
+        state = provider.get_state_store("public", "default", "wc")
+        assert {e.key: e.counter for e in state.scan_entries()} == dict.fromkeys(keys, 1)  # nothing half-written
+        assert manifest(provider, "wc", 0, 0)[0]["batch"] == 0
+        task = state.task(1, 0, 1)
+        task.fetch_many(keys)
+        assert task.apply_batch({k: b"x" * 2048 for k in keys}, {}, marker="1-0")
+        assert {e.key: e.value for e in state.scan_entries()} == {k: b"x" * 2048 for k in keys}
+    finally:
+        provider.close()
+
+
+def test_coordination_store_lost_mid_commit_changes_nothing_then_the_rerun_is_exact(tmp_path):
+    """ZooKeeper (a server of this test's own) is SIGKILLed while a commit has uploaded its segment and is
+    about to compare-and-set the manifest: the commit fails with StoreUnavailableError naming the store, the
+    local copy does not move ahead; with the server back, the state is as before and the rerun exact."""
+    import threading
+
+    from conftest import _start_or_skip
+
+    from statekeep.testing import faults, servers
+
+    zk = _start_or_skip("ZooKeeper", lambda: servers.start("zookeeper"))
+    provider = open_provider("partitioned", {"state_dir": f"file://{tmp_path / 'shared'}",
+                                             "metadata_url": f"zk://{zk.address}/c?timeout=3&session_timeout=4",
+                                             "cache_dir": str(tmp_path / "cache")})
+    try:
+        state = provider.get_state_store("public", "default", "wc")
+        run_batch(state, 0, 1, KEYS)
+        held, release = faults.hold(provider.store, "put", lambda path: path.endswith("/g0-p0"))
+        task = state.task(1, 0, 1)
+        task.fetch_many(KEYS)
+        failure: list[BaseException] = []
+
+        def commit() -> None:
+            try:
+                task.apply_batch({}, dict.fromkeys(KEYS, 1), marker="1-0")
+            except BaseException as e:  # the test inspects it
+                failure.append(e)
+
+        thread = threading.Thread(target=commit)
+        thread.start()
+        assert held.wait(60)
+        zk.kill()
+        release.set()
+        thread.join(120)
+        assert len(failure) == 1 and isinstance(failure[0], StoreUnavailableError), failure
+        assert zk.address.split(":")[-1] in str(failure[0]) or "ZooKeeper" in str(failure[0]), str(failure[0])
+        zk.start()
+        assert wait_for(lambda: manifest(provider, "wc", 0, 0)[0]["batch"] == 0, timeout=60)
+        assert {e.key: e.counter for e in state.scan_entries()} == dict.fromkeys(KEYS, 1)
+        assert run_batch(state, 1, 1, KEYS) == [True]
+        assert {e.key: e.counter for e in state.scan_entries()} == dict.fromkeys(KEYS, 2)
+    finally:
+        provider.close()
+        zk.stop()
 
 
 def test_cleanup_and_garbage_collection(open_partitioned, tmp_path):
