@@ -172,6 +172,17 @@ def test_snapshots_bound_restore_and_storage(open_partitioned, monkeypatch, tmp_
     assert len(blobs) <= 2 * 2  # per partition a snapshot and at most one segment after it: old ones deleted
     fresh = open_partitioned("cache-fresh").get_state_store("public", "default", "wc")
     assert {k: fresh.get_counter(k) for k in KEYS} == dict.fromkeys(KEYS, 12)
+    # a damaged or missing snapshot is an error naming it, never a partial copy
+    snapshot = data["snapshot"]["url"].removeprefix("file://")
+    saved = open(snapshot, "rb").read()
+    open(snapshot, "wb").write(saved[:len(saved) // 2])
+    with pytest.raises(CorruptStateError, match=os.path.basename(snapshot)):
+        open_partitioned("cache-2").get_state_store("public", "default", "wc").get_counter(mine(KEYS, 0, 2)[0])
+    os.remove(snapshot)
+    with pytest.raises(CorruptStateError, match="missing"):
+        open_partitioned("cache-3").get_state_store("public", "default", "wc").get_counter(mine(KEYS, 0, 2)[0])
+    open(snapshot, "wb").write(saved)
+    assert open_partitioned("cache-4").get_state_store("public", "default", "wc").get_counter(KEYS[0]) == 12
 
 
 def test_rescale_keeps_state_exact_and_fences_the_old_generation(open_partitioned, monkeypatch):
