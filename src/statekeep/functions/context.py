@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.timecontext import TimeMethods
 from statekeep.state.base import validate_value
 from statekeep.state.keys import encode_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
+from statekeep.state.timestate import check_user_key
 
 
 class BufferedState:
@@ -106,6 +108,8 @@ class BufferedState:
 
 def _key(key: object) -> str:
     encode_key(key)  # raises InvalidArgumentError for what the store would refuse (cached for hot keys)
+    if key[0] == "\x00":  # type: ignore[index]  # a non-empty str (encode_key accepted it)
+        check_user_key(key)  # type: ignore[arg-type]  # statekeep's own time state: refused
     return key  # type: ignore[return-value]  # encode_key accepted it, so it is a str
 
 
@@ -124,7 +128,7 @@ def _key_list(keys: object, op: str) -> list[str]:
         raise InvalidArgumentError(f"{op}: keys must be a sequence of str, not {type(keys).__name__}") from None
     for key in key_list:
         try:
-            encode_key(key)
+            check_user_key(encode_key(key) and key)
         except InvalidArgumentError as e:
             raise InvalidArgumentError(f"{op}: {e}") from None
     return key_list
@@ -222,7 +226,7 @@ class RecordSource:
         self.source_format = source_format
 
 
-class Context:
+class Context(TimeMethods):
     """What ``process(input, context)`` may use. Names and semantics follow Pulsar's Python Context
     (``pulsar.functions.context.Context``); every method of it exists here.
 
@@ -398,29 +402,51 @@ class Context:
         return self._logger
 
     # state
+    # with time state (self._time), a key past its TTL reads as absent and a write restarts it
     def get_state(self, key: str) -> bytes | None:
+        if self._time is not None and self._time.expired(_key(key)):
+            return None
         return self._state.get(_key(key))
 
-    def put_state(self, key: str, value: bytes | str) -> None:
+    def put_state(self, key: str, value: bytes | str, *, ttl_seconds: int | None = None) -> None:
+        """Set ``key``; ``ttl_seconds`` (keyword-only, statekeep's): the key expires that long after this
+        write (default: the function's ``stateTtlSeconds``, else never)."""
         if isinstance(value, str):
             value = value.encode()
         elif not isinstance(value, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(f"state values are bytes or str, not {type(value).__name__}")
+        if ttl_seconds is not None:
+            self._ttl_check(ttl_seconds)
         self._state.put(_key(key), validate_value(value, self._state.max_value_size))
+        if self._time is not None:
+            self._ttl_written(key, ttl_seconds)
 
     def del_state(self, key: str) -> None:
         self._state.put(_key(key), None)
+        if self._time is not None:
+            self._time.deleted(key)
 
-    def incr_counter(self, key: str, amount: int = 1) -> int:
+    def incr_counter(self, key: str, amount: int = 1, *, ttl_seconds: int | None = None) -> int:
+        """Add ``amount``; ``ttl_seconds`` as :meth:`put_state` (an expired counter restarts from 0)."""
         if amount.__class__ is not int and (isinstance(amount, bool) or not isinstance(amount, int)):
             raise InvalidArgumentError(f"a counter amount must be an int, not {type(amount).__name__}")
-        return self._state.incr(_key(key), amount)
+        if ttl_seconds is not None:
+            self._ttl_check(ttl_seconds)
+        elif self._time is None:
+            return self._state.incr(_key(key), amount)
+        if self._time is not None and self._time.expired(_key(key)):
+            self._state.put(key, None)
+        value = self._state.incr(_key(key), amount)
+        self._ttl_written(key, ttl_seconds)
+        return value
 
     def get_counter(self, key: str) -> int:
+        if self._time is not None and self._time.expired(_key(key)):
+            return 0
         return self._state.get_counter(_key(key))
 
     def del_counter(self, key: str) -> None:
-        self._state.put(_key(key), None)
+        self.del_state(key)
 
     # bulk state operations (for ``process_batch``; usable from ``process`` too). ``keys`` and
     # per-key arguments may be pyarrow Arrays or ChunkedArrays, numpy/pandas arrays or sequences.
@@ -441,13 +467,24 @@ class Context:
                 if amount.__class__ is not int and (isinstance(amount, bool) or not isinstance(amount, int)):
                     raise InvalidArgumentError(f"incr_counters: a counter amount must be an int, "
                                                f"not {type(amount).__name__} ({amount!r})")
+        if self._time is not None:  # expired counters restart; every key's expiry is refreshed
+            self._time.prefetch_expiries(keys)
+            for key in dict.fromkeys(keys):
+                if self._time.expired(key):
+                    self._state.put(key, None)
         self._state.add_many(keys, amounts)
+        if self._time is not None:
+            for key in dict.fromkeys(keys):
+                self._time.written(key, None)
 
     def get_counters(self, keys: Any) -> list[int]:
         """The counter at each key (0 if absent); a key holding bytes raises InvalidArgumentError."""
         keys = _key_list(keys, "get_counters")
         self._state.prefetch(keys)
         get = self._state.get_counter
+        if self._time is not None:
+            self._time.prefetch_expiries(keys)
+            return [0 if self._time.expired(k) else get(k) for k in keys]
         return [get(k) for k in keys]
 
     def get_states(self, keys: Any) -> list[bytes | None]:
@@ -455,6 +492,9 @@ class Context:
         keys = _key_list(keys, "get_states")
         self._state.prefetch(keys)
         get = self._state.get
+        if self._time is not None:
+            self._time.prefetch_expiries(keys)
+            return [None if self._time.expired(k) else get(k) for k in keys]
         return [get(k) for k in keys]
 
     def put_states(self, keys: Any, values: Any) -> None:
@@ -472,12 +512,17 @@ class Context:
         put = self._state.put
         for key, value in zip(keys, checked):
             put(key, value)
+        if self._time is not None:
+            for key in dict.fromkeys(keys):
+                self._time.written(key, None)
 
     def del_states(self, keys: Any) -> None:
         """Delete each key (state or counter); absent keys are fine."""
         put = self._state.put
         for key in _key_list(keys, "del_states"):
             put(key, None)
+            if self._time is not None:
+                self._time.deleted(key)
 
 
 def environment_secret(secret_name: str, path: Any = None) -> str | None:

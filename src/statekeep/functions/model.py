@@ -37,6 +37,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.catalog import parse_state_storage
+from statekeep.functions.windowconfig import MAX_MS, WindowConfig
 from statekeep.state.keys import MAX_NAME, validate_name
 
 MAX_INPUTS = 100
@@ -58,7 +59,6 @@ REFUSED: dict[str, str] = {
                      "maxPendingAsyncRequests"),
                     "belongs to another runtime (statekeep runs Python functions on Spark)"),
     "resources": "is not supported (Spark's executor settings size the function's tasks)",
-    "windowConfig": "is not supported (statekeep has no windowed functions)",
     "logLevel": "is not supported (the function logs through Python's logging configuration)",
 }
 
@@ -130,6 +130,10 @@ class FunctionConfig(BaseModel):
     timeoutMs: Annotated[int, Field(ge=1, le=(1 << 63) - 1)] | None = None
     maxMessageRetries: Annotated[int, Field(ge=0, le=(1 << 31) - 1)] | None = None
     deadLetterTopic: Text | None = None
+    windowConfig: WindowConfig | None = Field(None, description="Pulsar's windowConfig (plus sessionGapMs), see "
+                                                                "statekeep.functions.windowconfig")
+    stateTtlSeconds: Annotated[int, Field(ge=1, le=MAX_MS // 1000)] | None = Field(
+        None, description="state keys expire this long after their last write (statekeep's; per-write TTLs win)")
 
     @property
     def fqfn(self) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
+from statekeep.functions import timerun
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
@@ -230,6 +231,11 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
                           spec.get("user_config", {}).get("eventTimeField"), spec.get("source_format", "json"))
     context = make_context(spec, state, partition, source)
     decode = record_decoder(spec["input_format"])
+    timed = timerun.start(spec, state, partition, context, process, lambda result: outputs.append(result),
+                          batch_id)
+    if timed is not None:  # windows, timers, TTL: see statekeep.functions.timerun
+        process = timed.process
+        timed.prefetch(k for k in keys if is_valid_key(k))
     outputs: list[Any] = []
     dead: list[Any] = []
     stats.received = len(records)
@@ -250,8 +256,10 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
             if result is not None:
                 outputs.append(result)
         stats.processed = len(records)
-    stats.latency = time.perf_counter() - started
     context._position = -1
+    if timed is not None:
+        _finish_time(spec, timed, batch_id, partition)
+    stats.latency = time.perf_counter() - started
     stats.outputs = len(outputs)
     stats.metrics = context.metrics
     if spec.get("output") and spec["output"] != "console":
@@ -406,6 +414,10 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     state = BufferedState(store.fetch_many, store.max_value_size)
     context = make_context(spec, state, partition)
     table, output = None, None
+    fired: list[Any] = []  # on_timer's outputs
+    timed = timerun.start(spec, state, partition, context, process_batch, fired.append, batch_id)
+    if timed is not None and timed.windows is not None:
+        raise FunctionRecordError(f"{fqfn}: a windowConfig needs process(records, context), not process_batch")
     try:
         try:
             table = records_table(records, spec["input_format"])
@@ -415,6 +427,10 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
         started = time.perf_counter()
         try:
             output = _batch_output(process_batch(table, context))
+            if timed is not None:
+                timed.observe_table(table)
+                _finish_time(spec, timed, batch_id, partition)
+                output = _with_fired(output, fired)
             stats.latency = time.perf_counter() - started
         except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
             stats.user_exception(f"{where}: {type(e).__name__}: {e}")
@@ -448,6 +464,26 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
         for record in output.slice(0, 20).to_pylist():
             print(json.dumps(record, default=str))
     return stats
+
+
+def _finish_time(spec: ExecutorSpec, timed: timerun.TimedRun, batch_id: int, partition: int) -> None:
+    """Fire the batch's due timers and windows; a failure there fails the partition's batch."""
+    try:
+        timed.finish()
+    except Exception as e:  # noqa: BLE001 - user code (on_timer, a window's process): reported with where
+        raise FunctionRecordError(
+            f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed firing timers of batch {batch_id}, "
+            f"partition {partition}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
+
+
+def _with_fired(output: Any, fired: list[Any]) -> Any:
+    """``process_batch``'s output table with ``on_timer``'s output records appended."""
+    if not fired:
+        return output
+    import pyarrow as pa
+
+    extra = _batch_output([r if isinstance(r, dict) else {"value": r} for r in fired])
+    return extra if output is None else pa.concat_tables([output, extra], promote_options="default")
 
 
 def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:

@@ -20,6 +20,7 @@ from statekeep.state.catalog import default_provider
 from statekeep.state.keys import encode_key
 from statekeep.state.records import counter_bytes
 from statekeep.state.shape import function_state_json, parse_function_state
+from statekeep.state.timestate import check_user_key, is_internal, visible_entries, visible_entry
 
 MAX_PAGE = 1000
 
@@ -69,7 +70,7 @@ class FunctionService:
     def query_state(self, tenant: str, namespace: str, name: str, key: str) -> dict[str, Any]:
         """The FunctionState JSON of ``key``; :class:`NotFoundError` if the function or key is absent."""
         store = self.registry.state_store(tenant, namespace, name)
-        entry = store.get_entry(key)
+        entry = visible_entry(store, key)  # an expired key, or one of statekeep's time state, is not there
         if entry is None:
             raise NotFoundError(f"key {key!r} not found in function {tenant}/{namespace}/{name}")
         return function_state_json(entry)
@@ -77,7 +78,7 @@ class FunctionService:
     def put_state(self, tenant: str, namespace: str, name: str, key: str, body: object,
                   expected_version: int | None = None) -> dict[str, Any]:
         """Write a FunctionState body to ``key``; returns the stored FunctionState JSON."""
-        encode_key(key)
+        check_user_key(encode_key(key))
         value = parse_function_state(body, key)
         store = self.registry.state_store(tenant, namespace, name)
         version = value.write(store, key, expected_version)
@@ -89,7 +90,7 @@ class FunctionService:
     def delete_state(self, tenant: str, namespace: str, name: str, key: str,
                      expected_version: int | None = None) -> None:
         store = self.registry.state_store(tenant, namespace, name)
-        if not store.delete(key, expected_version=expected_version):
+        if is_internal(key) or not store.delete(key, expected_version=expected_version):
             raise NotFoundError(f"key {key!r} not found in function {tenant}/{namespace}/{name}")
 
     def list_state(self, tenant: str, namespace: str, name: str, prefix: str = "",
@@ -98,7 +99,7 @@ class FunctionService:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidArgumentError(f"limit must be from 1 to {MAX_PAGE}")
         store = self.registry.state_store(tenant, namespace, name)
-        entries = list(store.scan_entries(prefix, start_after or None, limit + 1))
+        entries = list(visible_entries(store, prefix, start_after or None, limit + 1))
         more = len(entries) > limit
         items = [function_state_json(e) for e in entries[:limit]]
         return {"items": items, "nextStartAfter": items[-1]["key"] if more else None}

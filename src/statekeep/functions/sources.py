@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.state.timestate import visible_entries
 
 try:  # this module is the Spark integration itself: without PySpark it is not importable at all
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -83,7 +84,7 @@ class _StateReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         service, state = _open_state(self.options)
         with service:
-            for entry in state.scan_entries(prefix=_prefix(self.options)):
+            for entry in visible_entries(state, prefix=_prefix(self.options)):
                 yield entry.key, entry.kind, entry.value, entry.counter, entry.version
 
 

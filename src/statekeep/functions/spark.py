@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.runtime import STATS_SCHEMA, ExecutorSpec, cached_state_store, arrow_partition_runner
 from statekeep.functions.stats import add_batch
+from statekeep.functions.timerun import time_section, with_batch_watermark
 from statekeep.state.partitioned.keygroups import spark_routes
+from statekeep.state.timestate import TIME_GROUPS
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -151,6 +153,7 @@ class FunctionQuery:
         self.trigger_interval = trigger_interval
         self.on_batch = on_batch
         self.query: StreamingQuery | None = None
+        self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.timerun)
         self.status_saver: Callable[[], None] | None = None  # where save_status() keeps status()
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
@@ -161,9 +164,13 @@ class FunctionQuery:
         # partition-owned state: this batch's parallelism (a rescale happens between batches) and
         # each record routed to the partition owning its key's group
         partitioning = cached_state_store(spec).partitioning(parallelism if spec.get("key_field") else 1)
+        if partitioning is None and spec.get("time"):  # time state is per key group: route by group
+            partitioning = TIME_GROUPS, min(parallelism if spec.get("key_field") else 1, TIME_GROUPS)
         if partitioning is not None:
             groups, parallelism = partitioning
-            spec = {**spec, "state_parallelism": parallelism}
+            spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
+        if spec.get("time"):  # the function's watermark for this batch, from all its records
+            spec = with_batch_watermark(spec, frame, cached_state_store(spec), self._time, batch_id)
             frame = frame.withColumn("__route", route_column(groups, parallelism))
         runner = arrow_partition_runner(spec, batch_id)
         rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
@@ -259,6 +266,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         "timeout_ms": getattr(cfg, "timeoutMs", None) or None,
         "max_retries": _retries(getattr(cfg, "maxMessageRetries", None)),
         "dead_letter": getattr(cfg, "deadLetterTopic", None) or None,
+        "time": time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.timerun)
     }
     return spec, cfg
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import zlib
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.timestate import internal_group
 
 #: 128 groups (Flink's default maximum parallelism): parallelism up to 128, and at 2-32 partitions
 #: the groups split evenly enough (at most one group more in a partition than in another).
@@ -37,7 +38,11 @@ def validate_layout(groups: object, parallelism: object) -> tuple[int, int]:
 
 
 def key_group(key: str, groups: int) -> int:
-    """The key group of a state key (the same for the life of the function)."""
+    """The key group of a state key (the same for the life of the function). An internal key of
+    statekeep's time state (:mod:`statekeep.state.timestate`) is in the group of the user key it
+    belongs to, or the group it names."""
+    if key[:1] == "\x00":
+        return internal_group(key, groups)
     return zlib.crc32(key.encode()) % groups
 
 

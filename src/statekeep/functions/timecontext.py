@@ -1,0 +1,82 @@
+"""The time methods of a function's ``context``: timers, the watermark and the current window.
+
+Timers belong to a key: the current record's key (``--key-field``; records without one share one
+key), or inside ``on_timer`` the key whose timer fired. ``register_timer(ms)`` is idempotent per
+(key, time, domain); a timer fires once, at the end of the batch in which the watermark (event time)
+or the clock (processing time) reaches it, calling the function's ``on_timer(key, timestamp_ms,
+context)``, whose return value is an output record and whose state changes commit with the batch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.timekeeping import DOMAINS, check_ttl
+
+if TYPE_CHECKING:
+    from statekeep.functions.timekeeping import TimeState
+    from statekeep.functions.windows import Window
+
+
+class TimeMethods:
+    """Mixed into :class:`statekeep.functions.context.Context`."""
+
+    _time: TimeState | None = None
+    _window: Window | None = None
+
+    def _key(self) -> str | None: ...  # the current record's key (the Context's)
+
+    def _time_state(self, op: str) -> TimeState:
+        if self._time is None:
+            raise InvalidArgumentError(f"{op}: this function keeps no time state (define on_timer, a windowConfig "
+                                       "or stateTtlSeconds)")
+        return self._time
+
+    def _timer_key(self, time: TimeState, key: str | None) -> str:
+        if key is None:
+            key = time.current_key if time.current_key is not None else self._key()
+        if key is not None and (not isinstance(key, str) or key[:1] == "\x00"):
+            raise InvalidArgumentError(f"a timer's key must be a str not starting with NUL, not {key!r}")
+        return key or ""
+
+    def register_timer(self, timestamp_ms: int, domain: str = "event", *, key: str | None = None) -> None:
+        """Fire ``on_timer(key, timestamp_ms, context)`` once ``domain``'s time (``"event"``: the watermark,
+        ``"processing"``: the clock) reaches ``timestamp_ms``; ``key`` defaults to the current key.
+        :class:`InvalidArgumentError` for a non-int time or one more than ten years from now."""
+        time = self._time_state("register_timer")
+        time.register(self._timer_key(time, key), time.check_timestamp(timestamp_ms, domain), DOMAINS[domain])
+
+    def delete_timer(self, timestamp_ms: int, domain: str = "event", *, key: str | None = None) -> bool:
+        """Remove a registered timer; False if there was none."""
+        time = self._time_state("delete_timer")
+        if domain not in DOMAINS:
+            raise InvalidArgumentError(f"a timer's domain is 'event' or 'processing', not {domain!r}")
+        return time.delete(self._timer_key(time, key), timestamp_ms, DOMAINS[domain])
+
+    def list_timers(self, *, key: str | None = None) -> list[tuple[int, str]]:
+        """The key's registered timers as ``(timestamp_ms, domain)``, oldest first (windows' own timers
+        show with domain ``"window"``)."""
+        time = self._time_state("list_timers")
+        return time.timers(self._timer_key(time, key))
+
+    def get_current_watermark(self) -> int | None:
+        """The event-time watermark (ms) as this batch found it; None before any event time was seen."""
+        return self._time.watermark if self._time is not None else None
+
+    def get_current_processing_time(self) -> int:
+        """The batch's processing time (ms since the epoch), the same for its every record."""
+        return self._time_state("get_current_processing_time").now
+
+    def get_window(self) -> Window | None:
+        """While a windowed function processes a window: its key, start, end and count; else None."""
+        return self._window
+
+    def _ttl_check(self, ttl_seconds: Any) -> None:
+        """Raise unless ``ttl_seconds`` can be applied (before anything is buffered)."""
+        self._time_state("ttl_seconds")
+        check_ttl(ttl_seconds)
+
+    def _ttl_written(self, key: str, ttl_seconds: Any) -> None:
+        if self._time is not None:
+            self._time.written(key, ttl_seconds)

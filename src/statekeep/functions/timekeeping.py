@@ -1,0 +1,231 @@
+"""One partition's time during one micro-batch: its watermark, its keys' timers and their TTLs.
+
+All of it is state (:mod:`statekeep.state.timestate` has the layout): read through the batch's
+:class:`~statekeep.functions.context.BufferedState` and written back into it by :meth:`TimeState.flush`,
+so it commits in the batch's one atomic write and a replayed batch sees it exactly as before.
+
+The watermark is the function's, as in Spark: before each micro-batch the driver computes it from the
+largest event time of all partitions' records (``previous``: as the batch finds it; ``target``: after
+the batch, ``max(previous, largest event time in the batch - maxLagMs)``) and every partition uses it;
+it is also kept in each key group's entry (so it survives restarts and rescales, and never goes back),
+and where the driver cannot compute it (a timestamp extractor, which is Python code) a partition
+advances it from its own records. Records of a batch are judged late against ``previous``; event-time
+timers (and windows) fire at the end of the batch once ``target`` reaches them, processing-time timers
+once the batch's clock does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_key,
+                                       group_key, has_expiry_key, user_group, wall_clock_ms)
+
+#: A timer further than this from the current time (event time: the watermark, or the clock before
+#: any event) is refused as a mistake.
+MAX_TIMER_DISTANCE_MS = 10 * 365 * 24 * 3600 * 1000
+DOMAINS = {"event": "e", "processing": "p"}
+_NAMES = {"e": "event", "p": "processing", "w": "window"}
+MAX_FIRING_ROUNDS = 100
+
+
+def check_ttl(ttl_seconds: object) -> int:
+    """``ttl_seconds`` if it is an int from 1 to 10**9; :class:`InvalidArgumentError` otherwise."""
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or not 1 <= ttl_seconds <= 10 ** 9:
+        raise InvalidArgumentError(f"ttl_seconds must be an int from 1 to 10**9, not {ttl_seconds!r}")
+    return ttl_seconds
+
+
+class TimeState:
+    """The time of one (batch, partition). ``state`` is the batch's buffer (get/put/prefetch);
+    ``owned`` the key groups (of ``groups``) the partition owns; ``ttl_ms`` the function's
+    ``stateTtlSeconds`` in ms (None: keys live until deleted unless written with a TTL)."""
+
+    def __init__(self, state: Any, groups: int, owned: Iterable[int], *, lag_ms: int = 0,
+                 ttl_ms: int | None = None, clock: Clock = wall_clock_ms, previous: int | None = None,
+                 target: int | None = None, batch: int | None = None) -> None:
+        self.state = state
+        self.groups = groups
+        self.owned = list(owned)
+        self._owned = frozenset(self.owned)
+        self.lag_ms = lag_ms
+        self.ttl_ms = ttl_ms
+        self.now = clock()  # one processing time per batch
+        self._groups: dict[int, dict[str, Any]] = {}
+        self._dirty: set[int] = set()
+        state.prefetch(group_key(g) for g in self.owned)
+        # the driver's watermark if it gave one (the same on a replay); else the groups' own
+        marks = [previous] if previous is not None else [m for m in (self._group(g)["wm"] for g in self.owned)
+                                                          if m is not None]
+        self.batch = batch
+        #: the watermark as the batch found it (None: no event seen yet)
+        self.watermark: int | None = max(marks) if marks else None
+        #: the function's watermark after this batch, as the driver computed it from all partitions
+        self.target = target
+        self.max_event: int | None = None
+        self.current_key: str | None = None  # the key being processed, or whose timer fires
+
+    # ---- group entries -------------------------------------------------------------------------
+
+    def _group(self, group: int) -> dict[str, Any]:
+        entry = self._groups.get(group)
+        if entry is None:
+            entry = self._groups[group] = decode_group(self.state.get(group_key(group)))
+        return entry
+
+    def _of(self, key: str) -> tuple[int, dict[str, Any]]:
+        group = user_group(key, self.groups)
+        if group not in self._owned:  # routing sends a key's records to its group's owner: a bug if not
+            raise InvalidArgumentError(f"key {key!r} (group {group}) is not owned by this partition")
+        return group, self._group(group)
+
+    # ---- event time ----------------------------------------------------------------------------
+
+    def observe(self, event_ms: int) -> None:
+        """A record's event time (advances the watermark at the end of the batch)."""
+        if self.max_event is None or event_ms > self.max_event:
+            self.max_event = event_ms
+
+    def next_watermark(self) -> int | None:
+        marks = [m for m in (self.watermark, self.target,
+                             None if self.max_event is None else self.max_event - self.lag_ms) if m is not None]
+        return max(marks) if marks else None
+
+    # ---- timers --------------------------------------------------------------------------------
+
+    def check_timestamp(self, timestamp_ms: object, domain: str) -> int:
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
+            raise InvalidArgumentError(f"a timer's timestamp is int milliseconds, not {type(timestamp_ms).__name__}")
+        if domain not in DOMAINS:
+            raise InvalidArgumentError(f"a timer's domain is 'event' or 'processing', not {domain!r}")
+        if domain == "event":
+            reference = self.next_watermark()
+            reference = self.now if reference is None else reference
+        else:
+            reference = self.now
+        if abs(timestamp_ms - reference) > MAX_TIMER_DISTANCE_MS:
+            raise InvalidArgumentError(f"timer at {timestamp_ms} ms is more than ten years from the current "
+                                       f"{domain} time {reference} ms")
+        return timestamp_ms
+
+    def register(self, key: str, timestamp_ms: int, code: str) -> None:
+        group, entry = self._of(key)
+        timers = entry["t"].setdefault(key, [])
+        if [timestamp_ms, code] not in timers:
+            timers.append([timestamp_ms, code])
+            timers.sort()
+            self._dirty.add(group)
+
+    def delete(self, key: str, timestamp_ms: int, code: str) -> bool:
+        group, entry = self._of(key)
+        timers = entry["t"].get(key, [])
+        if [timestamp_ms, code] not in timers:
+            return False
+        timers.remove([timestamp_ms, code])
+        if not timers:
+            del entry["t"][key]
+        self._dirty.add(group)
+        return True
+
+    def timers(self, key: str) -> list[tuple[int, str]]:
+        return [(ts, _NAMES[code]) for ts, code in self._of(key)[1]["t"].get(key, [])]
+
+    def fire(self, callback: Callable[[str, int, str], None]) -> int:
+        """Fire every due timer, oldest first, removing each before ``callback(key, ms, code)`` runs
+        (which may register more; those due fire too, up to :data:`MAX_FIRING_ROUNDS` rounds), then
+        advance the watermark of the owned groups. Returns the number fired."""
+        mark = self.next_watermark()
+        fired = 0
+        for _ in range(MAX_FIRING_ROUNDS):
+            due = []
+            for group in self.owned:
+                for key, timers in self._group(group)["t"].items():
+                    for ts, code in timers:
+                        limit = self.now if code == "p" else mark
+                        if limit is not None and ts <= limit:
+                            due.append((ts, key, code))
+            if not due:
+                break
+            for ts, key, code in sorted(due):
+                if self.delete(key, ts, code):
+                    self.current_key = key
+                    try:
+                        callback(key, ts, code)
+                    finally:
+                        self.current_key = None
+                    fired += 1
+        if mark is not None and mark != self.watermark:
+            for group in self.owned:  # wp, wb: the batch's previous watermark, for its replay (timerun)
+                self._group(group).update(wm=mark, wp=self.watermark, wb=self.batch)
+                self._dirty.add(group)
+            self.watermark = mark
+        return fired
+
+    # ---- TTL -----------------------------------------------------------------------------------
+
+    def expired(self, key: str) -> bool:
+        if not has_expiry_key(key):
+            return False
+        expiry = decode_expiry(self.state.get(expiry_key(key)))
+        return expiry is not None and expiry <= self.now
+
+    def prefetch_expiries(self, keys: Iterable[str]) -> None:
+        self.state.prefetch(expiry_key(k) for k in keys if has_expiry_key(k))
+
+    def written(self, key: str, ttl_seconds: int | None) -> None:
+        """``key`` was just written (not deleted): set, refresh or clear its expiry."""
+        if ttl_seconds is not None:
+            ttl_ms: int | None = check_ttl(ttl_seconds) * 1000
+        else:
+            ttl_ms = self.ttl_ms
+        if ttl_ms is None:
+            if has_expiry_key(key) and self.state.get(expiry_key(key)) is not None:
+                self.deleted(key)
+            return
+        if not has_expiry_key(key):
+            raise InvalidArgumentError(f"state key {key!r} is too long to expire (its TTL entry would exceed "
+                                       "the key length limit)")
+        expires = self.now + ttl_ms
+        self.state.put(expiry_key(key), encode_expiry(expires))
+        group = user_group(key, self.groups)
+        if group not in self._owned:  # another partition's key (stores any task may write): hidden once
+            return  # expired, deleted when rewritten or by its owner's sweep only if it registers it
+        entry = self._group(group)
+        entry["x"][key] = expires
+        entry["xn"] = min(expires, entry.get("xn") or expires)
+        self._dirty.add(group)
+
+    def deleted(self, key: str) -> None:
+        """``key`` was deleted: its expiry goes too."""
+        if not has_expiry_key(key) or self.state.get(expiry_key(key)) is None:
+            return
+        self.state.put(expiry_key(key), None)
+        group = user_group(key, self.groups)
+        if group in self._owned and self._group(group)["x"].pop(key, None) is not None:
+            self._dirty.add(group)
+
+    def sweep(self) -> int:
+        """Delete the expired keys of the owned groups (each with a changelog tombstone, in this batch's
+        write). Only groups whose earliest expiry has passed are looked at. Returns how many."""
+        removed = 0
+        for group in self.owned:
+            entry = self._group(group)
+            if not entry["x"] or (entry.get("xn") or 0) > self.now:
+                continue
+            for key, expires in list(entry["x"].items()):
+                if expires <= self.now:
+                    del entry["x"][key]
+                    self.state.put(key, None)
+                    self.state.put(expiry_key(key), None)
+                    removed += 1
+            entry["xn"] = min(entry["x"].values(), default=None)
+            self._dirty.add(group)
+        return removed
+
+    def flush(self) -> None:
+        """Write the changed group entries into the batch's buffer."""
+        for group in sorted(self._dirty):
+            self.state.put(group_key(group), encode_group(self._groups[group]))
+        self._dirty.clear()

@@ -1,0 +1,210 @@
+"""Time in one (batch, partition) run: windows, timers and TTL wired into the runtime's record loop.
+
+:func:`start` (when the executor spec has a ``time`` section) gives the context its
+:class:`~statekeep.functions.timekeeping.TimeState` and, for a windowed function, the ``process`` the
+record loop calls instead (it puts the record in its windows and calls the user's function for each
+count window it completes). :meth:`TimedRun.finish`, after the records, fires due timers (windows
+and ``on_timer``), deletes expired keys and writes all of it into the batch's buffer, before the
+runtime writes outputs and commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.timekeeping import TimeState
+from statekeep.functions.windows import Window, Windows
+from statekeep.state.partitioned.keygroups import group_range
+from statekeep.state.timestate import GROUP_PREFIX, TIME_GROUPS, Clock, decode_group, wall_clock_ms
+
+#: the clock of every run in this process (tests replace it to move time without waiting)
+CLOCK: Clock = wall_clock_ms
+LATE_METRIC = "lateRecordsDropped"
+
+
+def time_section(config: Any, code: str) -> dict[str, Any] | None:
+    """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code), or
+    None when it keeps no time: no windowConfig, no stateTtlSeconds, and code that mentions neither
+    ``on_timer``, ``register_timer`` nor ``ttl_seconds``."""
+    window = getattr(config, "windowConfig", None)
+    ttl = getattr(config, "stateTtlSeconds", None)
+    if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl_seconds")):
+        return None
+    return {"window": window.to_spec() if window is not None else None, "ttl_ms": ttl * 1000 if ttl else None}
+
+
+def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | None:
+    """``name`` beside the loaded entry point: a method of its instance (a ``pulsar.Function`` class)
+    or a function of its file (the last part of a dotted name)."""
+    name = name.rpartition(".")[2]
+    owner = getattr(process, "__self__", None)
+    if owner is not None and callable(getattr(owner, name, None)):
+        return getattr(owner, name)  # type: ignore[no-any-return]
+    found = getattr(process, "__globals__", {}).get(name)
+    return found if callable(found) else None
+
+
+class TimedRun:
+    """See the module docstring. ``process`` is the user's entry point; ``emit`` takes an output record."""
+
+    def __init__(self, spec: dict[str, Any], state: Any, partition: int, context: Any,
+                 process: Callable[..., Any], emit: Callable[[Any], None], batch: int | None = None) -> None:
+        section = spec["time"]
+        groups = spec.get("time_groups", TIME_GROUPS)
+        owned = group_range(partition, spec.get("state_parallelism", 1), groups)
+        window = section.get("window")
+        self.time = TimeState(state, groups, owned, lag_ms=(window or {}).get("lag", 0),
+                              ttl_ms=section.get("ttl_ms"), clock=CLOCK, previous=spec.get("watermark_previous"),
+                              target=spec.get("watermark_target"), batch=batch)
+        self.context = context
+        self.user_process = process
+        self.emit = emit
+        self.event_field = (spec.get("user_config") or {}).get("eventTimeField")
+        self.on_timer = entry_of(process, "on_timer")
+        self.late_topic = (window or {}).get("late_topic")
+        self.windows: Windows | None = None
+        if window is not None:
+            extractor = None
+            if window.get("extractor"):
+                extractor = entry_of(process, window["extractor"])
+                if extractor is None:
+                    raise InvalidArgumentError(f"timestampExtractorClassName {window['extractor']!r}: no such "
+                                               "callable in the function's file")
+            self.windows = Windows(window, self.time, extractor,
+                                   (spec.get("user_config") or {}).get("eventTimeField"))
+        context._time = self.time
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self.time.prefetch_expiries(keys)
+
+    @property
+    def process(self) -> Callable[[Any, Any], Any]:
+        """What the record loop calls per record."""
+        if self.windows is None:
+            return self._observing
+        return self._windowed
+
+    def _observing(self, value: Any, context: Any) -> Any:
+        event = context.get_message_eventtime()
+        if event is not None:
+            self.time.observe(event)
+        return self.user_process(value, context)
+
+    def _windowed(self, value: Any, context: Any) -> Any:
+        windows = self.windows
+        assert windows is not None
+        ts = windows.event_time(value)  # raises (naming the field) before anything changes
+        key = context._key() or ""
+        fired = windows.add(key, value, ts)
+        self.time.observe(ts)
+        if fired is None:  # late
+            if self.late_topic:
+                context.publish(self.late_topic, value)
+            else:
+                context.record_metric(LATE_METRIC, 1)
+            return None
+        result = None
+        for window, records in fired:  # a count window: at most one per record
+            result = self._call(window, records)
+        return result
+
+    def _call(self, window: Window, records: list[Any]) -> Any:
+        context = self.context
+        context._window = window
+        self.time.current_key = window.key or ""
+        try:
+            return self.user_process(records, context)
+        finally:
+            context._window = None
+            self.time.current_key = None
+
+    def _fired(self, key: str, ts: int, code: str) -> None:
+        if code == "w":
+            assert self.windows is not None
+            for window, records in self.windows.due(key, ts):
+                result = self._call(window, records)
+                if result is not None:
+                    self.emit(result)
+            return
+        if self.on_timer is None:
+            return  # a timer registered by a function that has no on_timer: nothing to call
+        self.context._position = -1
+        result = self.on_timer(key or None, ts, self.context)
+        if result is not None:
+            self.emit(result)
+
+    def observe_table(self, table: Any) -> None:
+        """A ``process_batch`` table's event times (its ``eventTimeField`` column, if any)."""
+        if self.event_field and self.event_field in table.column_names and table.num_rows:
+            import pyarrow.compute as pc
+
+            largest = pc.max(table.column(self.event_field)).as_py()
+            if isinstance(largest, (int, float)) and not isinstance(largest, bool):
+                self.time.observe(int(largest))
+
+    def finish(self) -> None:
+        """Fire due timers, delete expired keys, write the time state into the batch's buffer."""
+        self.time.fire(self._fired)
+        self.time.sweep()
+        if self.windows is not None:
+            self.windows.flush()
+        self.time.flush()
+
+
+def start(spec: dict[str, Any], state: Any, partition: int, context: Any, process: Callable[..., Any],
+          emit: Callable[[Any], None], batch: int | None = None) -> TimedRun | None:
+    """A :class:`TimedRun` if the spec keeps time, else None (and the context is left as it is)."""
+    if not spec.get("time"):
+        return None
+    return TimedRun(spec, state, partition, context, process, emit, batch)
+
+
+def stored_watermark(store: Any, batch: int) -> int | None:
+    """The function's watermark before micro-batch ``batch`` as its committed state holds it: the largest
+    of its key groups', where a group that already committed ``batch`` (a replay after a crash) gives the
+    watermark that batch started from, so every partition of a replay uses the same one as the first run."""
+    marks = []
+    for entry in store.scan_entries(GROUP_PREFIX):
+        group = decode_group(entry.value)
+        marks.append(group.get("wp") if group.get("wb") is not None and group["wb"] >= batch else group["wm"])
+    found = [m for m in marks if m is not None]
+    return max(found) if found else None
+
+
+def driver_watermarks(spec: dict[str, Any], previous: int | None, largest_event: int | None,
+                      now_ms: int) -> tuple[int | None, int | None]:
+    """``(previous, target)`` for a micro-batch whose records' largest event time is ``largest_event``
+    (None: none, or not known to the driver); processing time when the function has no event time."""
+    section = spec.get("time") or {}
+    window = section.get("window") or {}
+    lag = window.get("lag", 0)
+    event_field = (spec.get("user_config") or {}).get("eventTimeField")
+    if not event_field and not window.get("extractor"):
+        largest_event = now_ms  # processing time
+    candidate = None if largest_event is None else largest_event - lag
+    marks = [m for m in (previous, candidate) if m is not None]
+    return previous, (max(marks) if marks else None)
+
+
+def with_batch_watermark(spec: dict[str, Any], frame: Any, store: Any, known: dict[str, Any],
+                         batch: int) -> dict[str, Any]:
+    """The driver's part: ``spec`` for one micro-batch with the function's watermark before and after it,
+    from the batch's largest ``eventTimeField`` (one aggregate over the batch's records). ``known``
+    carries the watermark between batches of one query (read from the state when the query starts)."""
+    if known.get("batch") != batch - 1:  # a query's first batch, or a replay: from the committed state
+        known["watermark"] = stored_watermark(store, batch)
+    known["batch"] = batch
+    largest = None
+    field = (spec.get("user_config") or {}).get("eventTimeField")
+    if field:
+        from pyspark.sql import functions as F
+
+        value = F.get_json_object("__record", f"$.{field}").cast("double")
+        row = frame.agg(F.max(value)).first()
+        largest = None if row is None or row[0] is None else int(row[0])
+    previous, target = driver_watermarks(spec, known["watermark"], largest, CLOCK())
+    known["watermark"] = target
+    return {**spec, "watermark_previous": previous, "watermark_target": target}

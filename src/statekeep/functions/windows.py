@@ -1,0 +1,170 @@
+"""Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.windowconfig`).
+
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`) holding their
+records; a time or session window registers a window timer at its end, and fires (the function is
+called once with the window's records) when the watermark reaches it, in the batch whose write also
+deletes its buffer: so it fires exactly once, with exactly its records, across crashes and replays.
+Count windows fire as their count is reached, in arrival order. A record whose every window the
+watermark has already passed is late: it enters no window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.timekeeping import TimeState
+from statekeep.state.timestate import buffer_key
+
+
+class Window(NamedTuple):
+    """What ``context.get_window()`` returns while a window is processed: its key (None without a key
+    field), start and end in ms (end exclusive; for a count window the first and last record's event
+    times) and how many records it holds (``size``)."""
+
+    key: str | None
+    start: int
+    end: int
+    size: int
+
+
+Fired = list[tuple[Window, list[Any]]]
+
+
+class Windows:
+    """The windows of one (batch, partition); ``spec`` is :meth:`WindowConfig.to_spec`'s dict."""
+
+    def __init__(self, spec: dict[str, Any], time: TimeState,
+                 extractor: Callable[[Any], Any] | None = None, event_field: str | None = None) -> None:
+        self.kind: str = spec["kind"]
+        self.length: int = spec["length"]
+        self.slide: int = spec["slide"]
+        self.time = time
+        self.extractor = extractor
+        self.event_field = event_field
+        self._open: dict[str, Any] = {}
+        self._dirty: set[str] = set()
+
+    # ---- event time ----------------------------------------------------------------------------
+
+    def event_time(self, record: Any) -> int:
+        """The record's event time in ms: the extractor's, else the ``eventTimeField``'s, else the batch's
+        processing time. :class:`InvalidArgumentError` naming the field if it is missing or not a number."""
+        if self.extractor is not None:
+            try:
+                value = self.extractor(record)
+            except Exception as e:  # noqa: BLE001 - user code: reported as the record's error
+                raise InvalidArgumentError(f"timestampExtractorClassName raised {type(e).__name__}: {e}") from None
+            what = "timestampExtractorClassName's result"
+        elif self.event_field:
+            if not isinstance(record, dict) or self.event_field not in record:
+                raise InvalidArgumentError(f"event-time field {self.event_field!r} is missing from the record")
+            value, what = record[self.event_field], f"event-time field {self.event_field!r}"
+        else:
+            return self.time.now
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise InvalidArgumentError(f"{what} is not a number of ms: {value!r}")
+        return int(value)
+
+    # ---- buffers -------------------------------------------------------------------------------
+
+    def _buffer(self, key: str) -> Any:
+        buffer = self._open.get(key)
+        if buffer is None:
+            raw = self.time.state.get(buffer_key(key))
+            buffer = json.loads(raw) if raw else ({"r": [], "n": 0} if self.kind == "count" else {})
+            self._open[key] = buffer
+        return buffer
+
+    def _touch(self, key: str) -> None:
+        self._dirty.add(key)
+
+    def flush(self) -> None:
+        """Write the changed buffers (an empty one is deleted) into the batch's buffer."""
+        for key in sorted(self._dirty):
+            buffer = self._open[key]
+            empty = not buffer["r"] if self.kind == "count" else not buffer
+            self.time.state.put(buffer_key(key), None if empty else
+                                json.dumps(buffer, separators=(",", ":")).encode())
+        self._dirty.clear()
+
+    # ---- records -------------------------------------------------------------------------------
+
+    def add(self, key: str, record: Any, ts: int) -> Fired | None:
+        """Put ``record`` (event time ``ts``) into its windows; returns the count windows it completes
+        (fire now), or None if the record is late (it entered no window)."""
+        if self.kind == "count":
+            return self._add_count(key, record, ts)
+        watermark = self.time.watermark
+        if self.kind == "time":
+            starts = [s for s in range((ts // self.slide) * self.slide, ts - self.length, -self.slide)
+                      if watermark is None or s + self.length > watermark]
+            if not starts:
+                return None
+            buffer = self._buffer(key)
+            for start in starts:
+                slot = str(start)
+                if slot not in buffer:
+                    buffer[slot] = []
+                    self.time.register(key, start + self.length, "w")
+                buffer[slot].append([ts, record])
+            self._touch(key)
+            return []
+        return self._add_session(key, record, ts, watermark)
+
+    def _add_count(self, key: str, record: Any, ts: int) -> Fired:
+        buffer = self._buffer(key)
+        buffer["r"].append([ts, record])
+        buffer["n"] += 1
+        del buffer["r"][:-self.length]
+        self._touch(key)
+        if buffer["n"] < self.slide:
+            return []
+        buffer["n"] = 0
+        records = list(buffer["r"])
+        if self.slide == self.length:  # tumbling: the next window starts empty
+            buffer["r"] = []
+        window = Window(key or None, records[0][0], records[-1][0], len(records))
+        return [(window, [r for _, r in records])]
+
+    def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
+        gap = self.length
+        buffer = self._buffer(key)
+        sessions = buffer.setdefault("s", [])  # [first ts, last ts, [[ts, record]...]], disjoint, sorted
+        touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
+        if not touching and watermark is not None and ts + gap <= watermark:
+            return None  # would open a session the watermark has already closed
+        merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
+                  sorted([r for s in touching for r in s[2]] + [[ts, record]], key=lambda r: r[0])]
+        for old in touching:
+            sessions.remove(old)
+            self.time.delete(key, old[1] + gap, "w")
+        sessions.append(merged)
+        sessions.sort(key=lambda s: s[0])
+        self.time.register(key, merged[1] + gap, "w")
+        self._touch(key)
+        return []
+
+    # ---- firing --------------------------------------------------------------------------------
+
+    def due(self, key: str, at: int) -> Fired:
+        """The windows of ``key`` ending at or before ``at`` (their window timer fired), removed."""
+        buffer = self._buffer(key)
+        fired: Fired = []
+        if self.kind == "time":
+            for slot in sorted((s for s in buffer if int(s) + self.length <= at), key=int):
+                records = buffer.pop(slot)
+                window = Window(key or None, int(slot), int(slot) + self.length, len(records))
+                fired.append((window, [r for _, r in records]))
+        elif self.kind == "session":
+            for session in [s for s in buffer.get("s", []) if s[1] + self.length <= at]:
+                buffer["s"].remove(session)
+                window = Window(key or None, session[0], session[1] + self.length, len(session[2]))
+                fired.append((window, [r for _, r in session[2]]))
+            if not buffer.get("s"):
+                buffer.pop("s", None)
+        if fired:
+            self._touch(key)
+        return fired

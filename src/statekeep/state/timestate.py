@@ -1,0 +1,171 @@
+"""Time kept as state: the reserved key namespace for timers, window buffers, watermarks and state TTL.
+
+Everything a function's notion of time needs is ordinary state, written through the same per-batch
+buffer and committed in the same atomic write (or staged commit) as the batch's own changes, on every
+provider. It lives under keys starting with :data:`RESERVED` (a NUL character), which a function, REST
+or the CLI can never write (:func:`check_user_key`) and which user-visible reads never show
+(:func:`visible_entry`, :func:`visible_entries`):
+
+``\\0g<group>`` (:func:`group_key`)
+    one per key group: JSON ``{"wm": watermark, "t": {key: [[ms, domain], ...]}, "x": {key: expiry}}``
+    -- the watermark as of the last batch that touched the group, the timers of the group's keys
+    (domain ``e`` event time, ``p`` processing time, ``w`` a window's end) and the TTL index of its keys.
+``\\0w\\0<key>`` (:func:`buffer_key`)
+    a key's open windows (JSON).
+``\\0x\\0<key>`` (:func:`expiry_key`)
+    a key's expiry in ms since the epoch (ASCII digits), so a read of one key needs one more key only.
+
+Partition-owned state requires every key a partition writes to be in one of its key groups:
+:func:`internal_group` gives a per-key entry the group of the user key it embeds, and a group entry
+the group it names, so rescaling moves them with their groups.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.state.keys import encode_key
+
+#: The first character of every internal key.
+RESERVED = "\x00"
+#: Key groups of time state for stores whose keys partitions do not own (fixed for the life of a function).
+TIME_GROUPS = 128
+_GROUP, _BUFFER, _EXPIRY = "\x00g", "\x00w\x00", "\x00x\x00"
+#: the prefix of every key group's time entry (a scan of it lists them all)
+GROUP_PREFIX = _GROUP
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch (the default clock; tests inject another)."""
+    return int(time.time() * 1000)
+
+
+def is_internal(key: str) -> bool:
+    return key[:1] == RESERVED
+
+
+def check_user_key(key: str) -> str:
+    """``key`` if a user may write it; :class:`InvalidArgumentError` for a key in the reserved namespace."""
+    if key[:1] == RESERVED:
+        raise InvalidArgumentError(f"state key {key!r} starts with NUL, reserved for statekeep's timers, "
+                                   "windows and TTL")
+    return key
+
+
+def group_key(group: int) -> str:
+    return f"{_GROUP}{group}"
+
+
+def buffer_key(key: str) -> str:
+    return _BUFFER + key
+
+
+def expiry_key(key: str) -> str:
+    return _EXPIRY + key
+
+
+def has_expiry_key(key: str) -> bool:
+    """Whether ``key`` is short enough to have an expiry (its internal key within the key length limit)."""
+    try:
+        encode_key(expiry_key(key))
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+def internal_group(key: str, groups: int) -> int:
+    """The key group of an internal key: a group entry's own group, or the group of the user key a
+    per-key entry embeds (``crc32(user key) mod groups``)."""
+    if key.startswith(_GROUP):
+        return int(key[len(_GROUP):]) % groups
+    user = key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
+    return zlib.crc32(user.encode()) % groups
+
+
+def user_group(key: str, groups: int) -> int:
+    """The key group of a user key (as :func:`statekeep.state.partitioned.keygroups.key_group`)."""
+    return zlib.crc32(key.encode()) % groups
+
+
+def decode_group(raw: bytes | None) -> dict[str, Any]:
+    """A group entry as a dict with ``wm`` (int or None), ``t`` and ``x``."""
+    data = json.loads(raw) if raw else {}
+    data.setdefault("wm", None)
+    data.setdefault("t", {})
+    data.setdefault("x", {})
+    return data
+
+
+def encode_group(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_expiry(raw: bytes | None) -> int | None:
+    return int(raw) if raw else None
+
+
+def encode_expiry(expires_ms: int) -> bytes:
+    return str(int(expires_ms)).encode()
+
+
+# ---- user-visible reads ------------------------------------------------------------------------
+
+def visible_entry(store: Any, key: str, now_ms: int | None = None) -> Any:
+    """``store.get_entry(key)`` as a user sees it: None for an internal key or an expired one."""
+    if is_internal(key):
+        return None
+    if not has_expiry_key(key):
+        return store.get_entry(key)
+    found = store.get_entries([key, expiry_key(key)])
+    entry = found.get(key)
+    if entry is None:
+        return None
+    expiry = found.get(expiry_key(key))
+    if expiry is not None and int(expiry.value) <= (wall_clock_ms() if now_ms is None else now_ms):
+        return None
+    return entry
+
+
+def visible_entries(store: Any, prefix: str = "", start_after: str | None = None, limit: int | None = None,
+                    now_ms: int | None = None) -> Iterator[Any]:
+    """``store.scan_entries(...)`` without internal and expired keys (``limit`` counts what is shown)."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    after = start_after
+    shown = 0
+    page = max(64, min(limit or 1000, 1000) + 1)
+    while True:
+        entries = list(store.scan_entries(prefix, after, page))
+        if not entries:
+            return
+        user = [e for e in entries if not is_internal(e.key)]
+        asked = [expiry_key(e.key) for e in user if has_expiry_key(e.key)]
+        expiries = {k[3:]: e for k, e in store.get_entries(asked).items()} if asked else {}
+        for entry in user:
+            expiry = expiries.get(entry.key)
+            if expiry is not None and int(expiry.value) <= now:
+                continue
+            yield entry
+            shown += 1
+            if limit is not None and shown >= limit:
+                return
+        if len(entries) < page:
+            return
+        after = entries[-1].key
+
+
+def timers_of(store: Any) -> list[dict[str, Any]]:
+    """Every registered timer of a function (the dedicated view of its timers): ``[{"key", "timestamp",
+    "domain"}]`` sorted by time, domain ``event``, ``processing`` or ``window`` (a window's end)."""
+    names = {"e": "event", "p": "processing", "w": "window"}
+    out: list[dict[str, Any]] = []
+    for entry in store.scan_entries(_GROUP):
+        for key, timers in decode_group(entry.value)["t"].items():
+            out.extend({"key": key or None, "timestamp": ts, "domain": names.get(d, d)} for ts, d in timers)
+    return sorted(out, key=lambda t: (t["timestamp"], t["key"] or "", t["domain"]))

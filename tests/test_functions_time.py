@@ -1,0 +1,260 @@
+"""Time in functions without Spark: state TTL, timers, watermarks and windows, run partition by partition
+as the Spark runtime does, on the embedded provider, the metadata provider over ZooKeeper and etcd,
+and partition-owned state. The clock is injected (``timerun.CLOCK``): TTLs expire by logical time."""
+
+from __future__ import annotations
+
+import glob
+import json
+
+import pytest
+
+from statekeep.changelog import FollowerStore
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions import timerun
+from statekeep.functions.runtime import FunctionRecordError, cached_state_store, run_partition
+from statekeep.functions.model import FunctionConfig
+from statekeep.functions.timerun import driver_watermarks, stored_watermark, time_section
+from statekeep.functions.windowconfig import WindowConfig
+from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
+                                       visible_entry)
+from tests.conftest import BACKENDS
+
+TARGETS = ["embedded-local", "metadata-zk", "metadata-etcd", "partitioned-local"]
+
+
+@pytest.fixture(params=TARGETS)
+def base_spec(request, tmp_path):
+    provider, backend = request.param.split("-")
+    url = BACKENDS[backend](request, tmp_path)
+    config = {"metadata_url": url}
+    if provider == "partitioned":
+        config.update(state_dir=f"file://{tmp_path / 'shared'}", cache_dir=str(tmp_path / "cache"))
+    return {"tenant": "t", "namespace": "n", "name": f"f{abs(hash(request.node.name)) % 10**8}", "py_name": "f.py",
+            "state_provider": provider, "state_config": config, "input_format": "json",
+            "output": str(tmp_path / "out"), "user_config": {}, "key_field": "k"}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = {"ms": 1_000_000}
+    monkeypatch.setattr(timerun, "CLOCK", lambda: now["ms"])
+    return now
+
+
+def run(spec, batch, records, parallelism=1):
+    """One micro-batch as the driver runs it: the layout for this batch, then each partition's records."""
+    store = cached_state_store(spec)
+    groups = 128
+    layout = store.partitioning(parallelism)
+    if layout is not None:
+        groups, parallelism = layout
+    spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
+    if spec.get("time"):  # the driver's watermark (spark.py computes the largest event time with Spark)
+        field = spec["user_config"].get("eventTimeField")
+        times = [r[field] for r in records if field and isinstance(r.get(field), int)]
+        previous, target = driver_watermarks(spec, stored_watermark(store, batch), max(times, default=None),
+                                             timerun.CLOCK())
+        spec.update(watermark_previous=previous, watermark_target=target)
+    stats = []
+    for p in range(parallelism):
+        mine = [r for r in records if key_group(r["k"], groups) * parallelism // groups == p]
+        lines = [json.dumps(r) for r in mine]
+        stats.append(run_partition(spec, batch, p, lines, record_keys=[r["k"] for r in mine]))
+    return stats
+
+
+def outputs(spec):
+    found = []
+    for path in sorted(glob.glob(f"{spec['output']}/*.jsonl")):
+        with open(path) as f:
+            found.extend(json.loads(line) for line in f)
+    return found
+
+
+TTL = '''
+def process(input, context):
+    op = input["op"]
+    if op == "put":
+        context.put_state(input["k"], "v")
+    elif op == "put_ttl":
+        context.put_state(input["k"], "v", ttl_seconds=input["ttl"])
+    elif op == "incr":
+        return context.incr_counter(input["k"], 1)
+    elif op == "get":
+        return [input["k"], context.get_state(input["k"]).decode()]
+'''
+
+
+def test_ttl_hides_at_once_then_deletes_with_a_tombstone(base_spec, clock, tmp_path):
+    spec = {**base_spec, "code": TTL, "time": {"window": None, "ttl_ms": 10_000}}
+    run(spec, 0, [{"k": "a", "op": "put"}, {"k": "b", "op": "put_ttl", "ttl": 100}, {"k": "c", "op": "incr"},
+                  {"k": "c", "op": "incr"}])
+    store = cached_state_store(spec)
+    start = clock["ms"]
+    assert [e.key for e in visible_entries(store, now_ms=start)] == ["a", "b", "c"]
+    expired = start + 10_000
+    assert visible_entry(store, "a", now_ms=expired) is None  # invisible at once, before any batch
+    assert visible_entry(store, "b", now_ms=expired) is not None
+    assert [e.key for e in visible_entries(store, now_ms=expired)] == ["b"]
+    assert store.get_entry("a") is not None  # still stored until its group's owner runs a batch
+    follower = FollowerStore.open(store, "t", "n", spec["name"], local_dir=str(tmp_path / "follower"),
+                                  check_registry=False)
+    assert follower.wait_until_caught_up(30) and follower.get("a") == b"v"
+    clock["ms"] = expired
+    run(spec, 1, [{"k": "c", "op": "incr"}, {"k": "b", "op": "get"}])
+    assert store.get_entry("a") is None and store.get_entry(expiry_key("a")) is None  # deleted by the sweep
+    assert store.get_counter("c") == 1  # expired: the increment restarted it
+    assert follower.wait_until_caught_up(30) and follower.get("a") is None and follower.get("b") == b"v"
+    follower.close()
+    assert outputs(spec)[-2:] == [1, ["b", "v"]]
+
+
+def test_a_bad_ttl_changes_nothing(base_spec, clock):
+    spec = {**base_spec, "code": TTL, "time": {"window": None, "ttl_ms": None}}
+    with pytest.raises(FunctionRecordError, match="ttl_seconds must be an int"):
+        run(spec, 0, [{"k": "a", "op": "put_ttl", "ttl": -5}])
+    assert cached_state_store(spec).get_entry("a") is None
+
+
+TIMERS = '''
+def process(input, context):
+    if input.get("cancel"):
+        context.delete_timer(input["at"])
+        return None
+    context.register_timer(input["at"])
+    context.incr_counter("seen:" + input["k"])
+    return {"timers": context.list_timers()}
+
+def on_timer(key, ts, context):
+    return {"fired": key, "at": ts, "seen": context.get_counter("seen:" + key)}
+'''
+
+
+def test_event_time_timers_fire_once_when_the_watermark_passes(base_spec, clock):
+    spec = {**base_spec, "code": TIMERS, "user_config": {"eventTimeField": "ts"},
+            "time": {"window": None, "ttl_ms": None}}
+    if spec["state_provider"] == "partitioned":
+        spec["code"] = TIMERS.replace('"seen:" + ', "")  # partition-owned: a key's state stays in its group
+    records = [{"k": k, "ts": 100, "at": 1000} for k in ("x", "y", "z")] + [{"k": "z", "ts": 100, "at": 5000}]
+    run(spec, 0, records, parallelism=2)
+    assert sorted(t["key"] for t in timers_of(cached_state_store(spec))) == ["x", "y", "z", "z"]
+    batch1 = [{"k": "y", "ts": 999, "at": 1000, "cancel": True}, {"k": "x", "ts": 999, "at": 2000}]
+    run(spec, 1, batch1, parallelism=2)
+    assert [o for o in outputs(spec) if "fired" in o] == []  # watermark 999: nothing due
+    run(spec, 1, batch1, parallelism=2)  # a replay: skipped
+    run(spec, 2, [{"k": "q", "ts": 2000, "at": 9000}], parallelism=2)  # watermark 2000
+    fired = sorted((o["fired"], o["at"]) for o in outputs(spec) if "fired" in o)
+    assert fired == [("x", 1000), ("x", 2000), ("z", 1000)]
+    left = timers_of(cached_state_store(spec))
+    assert sorted((t["key"], t["timestamp"]) for t in left) == [("q", 9000), ("z", 5000)]
+    assert not list(visible_entries(cached_state_store(spec), prefix="\x00"))
+
+
+def test_a_timer_far_away_or_not_an_int_is_refused(base_spec, clock):
+    spec = {**base_spec, "code": TIMERS, "time": {"window": None, "ttl_ms": None}}
+    with pytest.raises(FunctionRecordError, match="more than ten years"):
+        run(spec, 0, [{"k": "x", "at": clock["ms"] + 20 * 365 * 86_400_000}])
+    with pytest.raises(FunctionRecordError, match="timestamp is int"):
+        run(spec, 0, [{"k": "x", "at": "soon"}])
+    assert timers_of(cached_state_store(spec)) == []
+
+
+WINDOW = '''
+def process(records, context):
+    w = context.get_window()
+    return {"key": w.key, "start": w.start, "end": w.end, "n": len(records),
+            "ts": sorted(r["ts"] for r in records)}
+
+def ts_of(record):
+    return record["ts"] * 1000
+'''
+
+
+def windowed(spec, **window):
+    return {**spec, "code": WINDOW, "user_config": {"eventTimeField": "ts"},
+            "time": {"window": WindowConfig(**window).to_spec(), "ttl_ms": None}}
+
+
+def test_tumbling_event_time_windows_fire_once_and_late_records_are_counted(base_spec, clock):
+    spec = windowed(base_spec, windowLengthDurationMs=100, maxLagMs=10)
+    run(spec, 0, [{"k": "a", "ts": 5}, {"k": "a", "ts": 99}, {"k": "b", "ts": 150}, {"k": "a", "ts": 120}],
+        parallelism=2)
+    # watermark 150 - 10 = 140: [0, 100) of a fired; b's and a's [100, 200) are open
+    assert outputs(spec) == [{"key": "a", "start": 0, "end": 100, "n": 2, "ts": [5, 99]}]
+    stats = run(spec, 1, [{"k": "a", "ts": 50}, {"k": "a", "ts": 199}, {"k": "b", "ts": 400}], parallelism=2)
+    late = sum(s.metrics.get(timerun.LATE_METRIC, [0])[0] for s in stats)
+    assert late == 1  # ts 50: its window fired already
+    got = sorted((o["key"], o["start"], o["ts"]) for o in outputs(spec))
+    assert got == [("a", 0, [5, 99]), ("a", 100, [120, 199]), ("b", 100, [150])]
+    assert [t["key"] for t in timers_of(cached_state_store(spec))] == ["b"]  # b's [400, 500)
+
+
+def test_sliding_session_and_count_windows(base_spec, clock, tmp_path):
+    spec = windowed(base_spec, windowLengthDurationMs=100, slidingIntervalDurationMs=50)
+    run(spec, 0, [{"k": "a", "ts": 60}, {"k": "a", "ts": 120}, {"k": "a", "ts": 400}])
+    assert sorted((o["start"], o["ts"]) for o in outputs(spec)) == [(0, [60]), (50, [60, 120]), (100, [120])]
+
+    spec = windowed({**base_spec, "name": base_spec["name"] + "s", "output": str(tmp_path / "s")}, sessionGapMs=30,
+                    lateDataTopic=str(tmp_path / "late"))
+    run(spec, 0, [{"k": "a", "ts": 10}, {"k": "a", "ts": 30}, {"k": "a", "ts": 100}])
+    run(spec, 1, [{"k": "a", "ts": 75}, {"k": "a", "ts": 20}, {"k": "a", "ts": 300}])
+    # [10, 30] closed at 60 by watermark 100; 75 joins 100's session; 20 is late (its session fired)
+    assert sorted((o["start"], o["end"], o["ts"]) for o in outputs(spec)) == [(10, 60, [10, 30]),
+                                                                              (75, 130, [75, 100])]
+    late = glob.glob(str(tmp_path / "late" / "*.jsonl"))
+    assert [json.loads(line)["ts"] for path in late for line in open(path)] == [20]
+
+    spec = windowed({**base_spec, "name": base_spec["name"] + "c", "output": str(tmp_path / "c")},
+                    windowLengthCount=3, slidingIntervalCount=2)
+    run(spec, 0, [{"k": "a", "ts": t} for t in range(5)] + [{"k": "b", "ts": 9}])
+    assert [o["ts"] for o in outputs(spec)] == [[0, 1], [1, 2, 3]]
+
+
+def test_event_time_errors_name_the_field_and_record(base_spec, clock):
+    spec = windowed(base_spec, windowLengthDurationMs=100)
+    with pytest.raises(FunctionRecordError, match=r"record 1: InvalidArgumentError: event-time field 'ts' is not"):
+        run(spec, 0, [{"k": "a", "ts": 1}, {"k": "a", "ts": "noon"}])
+    with pytest.raises(FunctionRecordError, match="record 0: .*'ts' is missing"):
+        run(spec, 0, [{"k": "a"}])
+    stats = run({**spec, "skip_errors": True}, 0, [{"k": "a", "ts": 1}, {"k": "a"}, {"k": "a", "ts": 500}])
+    assert stats[0].skipped == 1 and [o["ts"] for o in outputs(spec)] == [[1]]
+
+
+def test_extractor_and_reserved_keys(base_spec, clock):
+    spec = windowed(base_spec, windowLengthDurationMs=1000, timestampExtractorClassName="f.ts_of")
+    spec["user_config"] = {}
+    run(spec, 0, [{"k": "a", "ts": 0}, {"k": "a", "ts": 2}])  # extractor: seconds -> ms
+    assert [o["ts"] for o in outputs(spec)] == [[0]]
+    store = cached_state_store(spec)
+    internal = [e.key for e in store.scan_entries("\x00")]
+    assert buffer_key("a") in internal and all(key_group(k, 128) == key_group("a", 128) for k in internal
+                                                if k.startswith("\x00w"))
+    assert group_key(key_group("a", 128)) in internal
+    assert [e.key for e in visible_entries(store)] == []  # none of it is user-visible
+    bad = {**spec, "code": "def process(input, context):\n    context.put_state('\\x00g1', 'x')\n",
+           "time": {"window": None, "ttl_ms": None}}
+    with pytest.raises(FunctionRecordError, match="reserved for statekeep"):
+        run(bad, 1, [{"k": "a", "ts": 0}])
+
+
+@pytest.mark.parametrize("window, message", [
+    ({}, "windowConfig: no window length"),
+    ({"windowLengthCount": 3, "windowLengthDurationMs": 10}, "windowConfig: count and duration settings are mixed"),
+    ({"windowLengthCount": 3, "maxLagMs": -1}, "windowConfig.maxLagMs: Input should be greater than or equal to 0"),
+    ({"slidingIntervalCount": 2}, "windowConfig: no window length"),
+    ({"windowLengthCount": 2, "slidingIntervalCount": 3}, "windowConfig: slidingIntervalCount: 3 exceeds"),
+    ({"sessionGapMs": 10, "windowLengthCount": 2}, "windowConfig: count and|windowConfig: sessionGapMs"),
+    ({"windowLengthDurationMs": 10, "color": 1}, "windowConfig.color: unknown"),
+    ({"windowLengthDurationMs": "10"}, "windowConfig.windowLengthDurationMs: Input should be a valid integer"),
+])
+def test_window_config_errors_name_the_field(window, message):
+    base = {"tenant": "t", "namespace": "n", "name": "f", "inputs": ["in"]}
+    with pytest.raises(InvalidArgumentError, match=message):
+        FunctionConfig.from_json({**base, "windowConfig": window})
+    config = FunctionConfig.from_json({**base, "windowConfig": {"windowLengthDurationMs": 60_000},
+                                       "stateTtlSeconds": 9})
+    assert config.to_json()["windowConfig"] == {"windowLengthDurationMs": 60_000}
+    assert time_section(config, "")["ttl_ms"] == 9000
+    assert time_section(FunctionConfig.from_json(base), "def process(input, context): pass") is None
