@@ -3,10 +3,12 @@ contract suite by adding one entry there (a function returning a fresh store URL
 
 from __future__ import annotations
 
+import importlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from types import ModuleType
+from typing import NoReturn, TypeVar
 
 import pytest
 
@@ -85,16 +87,30 @@ def store(open_url) -> MetadataStore:
     return open_url()
 
 
+def missing(what: str) -> NoReturn:
+    """A prerequisite of a test is missing: it fails in CI (where nothing may skip silently; scripts/test
+    installs everything) and skips elsewhere, saying what is missing."""
+    if IN_CI:
+        pytest.fail(f"{what}: required in CI (scripts/test installs it)", pytrace=False)
+    pytest.skip(f"{what} (scripts/test installs it)")
+
+
+def need(module: str) -> ModuleType:
+    """``module`` imported, else :func:`missing` (the CI-guarded ``pytest.importorskip``)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        missing(f"{module} is not installed ({e})")
+
+
 def _start_or_skip(what: str, start: Callable[[], T]) -> T:
-    """``start()``; a missing dependency (ServerNotInstalled) fails in CI and skips elsewhere."""
+    """``start()``; a missing dependency (ServerNotInstalled) is :func:`missing`."""
     from statekeep.testing import servers
 
     try:
         return start()
     except servers.ServerNotInstalled as e:
-        if IN_CI:
-            raise
-        pytest.skip(f"{what} is not installed here ({e}); scripts/test installs it")
+        missing(f"{what} is not installed here ({e})")
 
 
 def _server_fixture(kind: str):
@@ -152,7 +168,7 @@ def zk_ensemble():
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for the whole test run (a JVM costs seconds and half a GB)."""
-    pytest.importorskip("pyspark", reason="scripts/test installs pyspark") if not IN_CI else None
+    need("pyspark")
     from statekeep.functions.spark import spark_session
 
     session = spark_session("local[2,4]")
@@ -172,8 +188,6 @@ def spark_cluster(s3_server):
     try:
         cluster = SparkCluster.start(workers=2, cores=1, memory="1g")
     except servers.ServerNotInstalled as e:
-        if IN_CI:
-            raise
-        pytest.skip(f"no Spark cluster here ({e}); scripts/test installs pyspark")
+        missing(f"no Spark cluster here ({e})")
     yield cluster
     cluster.stop()

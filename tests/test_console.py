@@ -18,11 +18,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import missing, need
 
 from support.server_process import ServerProcess, create_function
 
-pytest.importorskip("fastapi")
-webdriver = pytest.importorskip("selenium.webdriver")
+need("fastapi")
+webdriver = need("selenium.webdriver")
 
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -36,9 +37,7 @@ WAIT_S = 20
 def browser():
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver_path):
-        if os.environ.get("CI") == "true":
-            raise RuntimeError("chromium and chromium-driver are required (scripts/test installs them)")
-        pytest.skip("chromium / chromium-driver not installed (scripts/test installs them)")
+        missing("chromium / chromium-driver are not installed")
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 

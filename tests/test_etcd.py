@@ -13,8 +13,9 @@ import time
 import uuid
 
 import pytest
+from conftest import _start_or_skip, missing, need
 
-pytest.importorskip("aetcd")
+need("aetcd")
 
 from statekeep.errors import (  # noqa: E402
     InvalidArgumentError,
@@ -56,10 +57,7 @@ def url(etcd_server, prefix) -> str:
 @pytest.fixture(scope="module")
 def crash_server():
     """A server of its own for the tests that kill it."""
-    try:
-        server = servers.start("etcd")
-    except servers.ServerNotInstalled as e:
-        pytest.skip(str(e))
+    server = _start_or_skip("etcd", lambda: servers.start("etcd"))
     yield server
     server.stop()
 
@@ -81,7 +79,7 @@ def raw_range(address: str, start: bytes, end: bytes | None = None) -> dict[byte
 
 def etcdctl(address: str, *args: str) -> str:
     if shutil.which("etcdctl") is None:
-        pytest.skip("etcdctl is not installed (Debian's etcd-client)")
+        missing("etcdctl is not installed (Debian's etcd-client)")
     env = dict(os.environ, ETCDCTL_API="3")
     return subprocess.run(["etcdctl", f"--endpoints={address}", *args], env=env, check=True,
                           capture_output=True, timeout=30).stdout.decode()

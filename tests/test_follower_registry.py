@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import BACKENDS
+from conftest import BACKENDS, need
 
 from statekeep.changelog import FollowerStore
 from statekeep.errors import NotFoundError, ReadOnlyStoreError
@@ -90,7 +90,7 @@ def test_follower_uses_the_provider_the_registry_names(tmp_path):
 
 
 def test_server_followers_use_the_servers_functions_root_and_a_temporary_copy(tmp_path):
-    pytest.importorskip("fastapi", reason="the server extra")
+    need("fastapi")
     from fastapi.testclient import TestClient
 
     from statekeep.server import ServerConfig, create_app

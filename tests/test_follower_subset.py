@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import need
 
 from statekeep.changelog import FollowerStore, SnapshotStore, compact
 from statekeep.changelog.replica import LocalReplica
@@ -214,7 +215,7 @@ def test_prefix_follower_process_killed_mid_tail_resumes_exactly(tmp_path):
 
 
 def test_follow_option_and_rest_follower_of_a_prefix(tmp_path):
-    pytest.importorskip("fastapi")
+    need("fastapi")
     from fastapi.testclient import TestClient
 
     from statekeep.cli.standalone import follower_specs

@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from conftest import need
 
 from support.server_process import ServerProcess, create_function
 from support.cli import run
@@ -70,7 +71,7 @@ def test_standalone_follow_option():
 
 
 def test_follower_over_rest_is_read_only_and_reports_lag(tmp_path):
-    pytest.importorskip("fastapi")
+    need("fastapi")
     from fastapi.testclient import TestClient
 
     from statekeep.server import ServerConfig, create_app

@@ -10,6 +10,7 @@ import tracemalloc
 import uuid
 
 import pytest
+from conftest import _start_or_skip
 
 from support.handles import LostAckStore, Unaware, blob_urls, snapshot
 from statekeep.cli import main
@@ -26,7 +27,6 @@ from statekeep.handles import BlobStore, StateHandleStore, collect_garbage
 from statekeep.metadata import open_store
 from statekeep.testing import wait_for
 
-IN_CI = os.environ.get("CI") == "true"
 ROOT = "/jobs/j1/state"
 ELECTION = "/jobs/j1/leader"
 
@@ -129,12 +129,7 @@ def test_claim_needs_the_lock_and_is_superseded(tmp_path):
 def dedicated_server(request):
     from statekeep.testing import servers
 
-    try:
-        server = servers.start(request.param)
-    except servers.ServerNotInstalled as e:
-        if IN_CI:
-            raise
-        pytest.skip(str(e))
+    server = _start_or_skip(request.param, lambda: servers.start(request.param))
     yield server
     server.stop()
 

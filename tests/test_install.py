@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def fresh_copy(destination: Path) -> Path:
     try:
         listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"not a git checkout ({e})")
+        missing(f"a git checkout ({e})")
     for name in filter(None, listed.decode().split("\0")):
         source = ROOT / name
         if source.is_file():

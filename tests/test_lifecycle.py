@@ -9,11 +9,12 @@ import json
 
 import httpx
 import pytest
+from conftest import need
 
 from support.server_process import ServerProcess, create_function
 from statekeep.testing import wait_for
 
-pytest.importorskip("fastapi")
+need("fastapi")
 
 _names = itertools.count()
 INSTANCE_STATUS = {"running", "error", "numRestarts", "numReceived", "numSuccessfullyProcessed",

@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from conftest import BACKENDS
+from conftest import BACKENDS, need
 
 from statekeep.changelog import FollowerStore
 from statekeep.changelog.partitioned_follower import PartitionedFollowerStore, PartitionedReplica
@@ -306,7 +306,7 @@ def test_a_corrupt_blob_is_a_clear_error_naming_it(leader, tmp_path):
 
 
 def test_server_followers_serve_partition_owned_state(tmp_path, monkeypatch):
-    pytest.importorskip("fastapi", reason="the server extra")
+    need("fastapi")
     from fastapi.testclient import TestClient
 
     from statekeep.server import ServerConfig, create_app

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from conftest import need
 
 from support.server_process import ServerProcess, create_function
 
-pytest.importorskip("fastapi")
+need("fastapi")
 
 TOKENS = {"root-token": {"superuser": True}, "acme-token": {"tenants": ["acme"]}}
 

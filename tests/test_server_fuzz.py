@@ -27,11 +27,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import need
 
 from support.server_process import ServerProcess, create_function
 
-pytest.importorskip("schemathesis")
-pytest.importorskip("fastapi")
+need("schemathesis")
+need("fastapi")
 
 CONFIG = """
 [dictionaries.tenant]

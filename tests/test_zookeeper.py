@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from conftest import _start_or_skip, need
 
 from statekeep.errors import (AlreadyExistsError, InvalidArgumentError, NotFoundError,
                               PossibleInconsistentStateError, StatekeepError, StoreUnavailableError,
@@ -16,7 +17,7 @@ from statekeep.errors import (AlreadyExistsError, InvalidArgumentError, NotFound
 from statekeep.metadata import Check, Delete, Notification, NotificationType, Put, SessionEvent, open_store
 from statekeep.testing import servers, wait_for
 
-kazoo_client = pytest.importorskip("kazoo.client")
+kazoo_client = need("kazoo.client")
 
 Created, Modified, Deleted = NotificationType.Created, NotificationType.Modified, NotificationType.Deleted
 
@@ -259,10 +260,7 @@ def test_url_options_apply(zk_server):
 
 @pytest.fixture(scope="module")
 def fault_server():
-    try:
-        server = servers.start("zookeeper")
-    except servers.ServerNotInstalled as e:
-        pytest.skip(str(e))
+    server = _start_or_skip("ZooKeeper", lambda: servers.start("zookeeper"))
     yield server
     server.stop()
 
