@@ -182,7 +182,6 @@ def test_recreated_function_is_not_mistaken_for_the_old_one(leader, tmp_path):
     with open_follower(leader, tmp_path) as follower:
         assert follower.wait_until_caught_up(30)
     leader.cleanup("t", "n", "f")
-    time.sleep(0.005)
     state.put("new", b"2")
     with pytest.raises(NotFoundError, match="deleted"):
         open_follower(leader, tmp_path)

@@ -81,6 +81,19 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         self._applied = self.base + "/applied/"
         self.max_value_size = provider.max_value_size
         self._limits = provider.limits
+        self._log_ready = False  # the changelog's parent exists, with this incarnation's token
+
+    def _ensure_log(self) -> None:
+        """Before the first write through this handle: create the changelog's parent node holding a random
+        token (once; another writer may have created it), which makes the epoch unique per incarnation."""
+        if self._log_ready:
+            return
+        if self._store.get(self._log_parent) is None:
+            try:
+                self._store.put(self._log_parent, uuid.uuid4().hex.encode(), -1)
+            except (AlreadyExistsError, BadVersionError):
+                pass  # another writer created it first: its token is the incarnation's
+        self._log_ready = True
 
     @property
     def metadata_store(self) -> MetadataStore:
@@ -201,6 +214,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         changelog record; retried on a lost race unless the caller expected a version."""
         path = self._kv + encode_key(key)
         expected_version = validate_expected_version(expected_version)
+        self._ensure_log()
         for _ in self._retry.attempts():
             current = self._store.get(path)
             if expected_version is not None:
@@ -296,6 +310,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         if ``done()``, else read and try again."""
         if currents is None and done():
             return False
+        self._ensure_log()
         for _ in self._retry.attempts():
             ops: list[Op] = list(extra())
             logs = []
@@ -382,6 +397,9 @@ class MetadataStateStoreProvider(StateStoreProvider):
         base = self._base(tenant, namespace, name)  # raises unless initialized
         assert self.store is not None
         self.store.delete_recursive(base)
+        handle = self._handles.get((tenant, namespace, name))
+        if handle is not None:
+            handle._log_ready = False  # its next write starts a new incarnation, with a new token
 
     def close(self) -> None:
         if self._owns_store and self.store is not None:
