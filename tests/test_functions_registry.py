@@ -112,7 +112,7 @@ def test_create_reads_py_path_when_no_code_given(service, tmp_path):
     ({"tenant": "a/b"}, "tenant"), ({"namespace": ".."}, "namespace"), ({"name": ""}, "function name"),
     ({"inputs": []}, "inputs"), ({"inputs": [1]}, "input"), ({"inputs": None}, "inputs"),
     ({"parallelism": 0}, "parallelism"), ({"parallelism": True}, "parallelism"),
-    ({"userConfig": [1]}, "userConfig"), ({"className": "Foo"}, "className"), ({"runtime": "GO"}, "PYTHON"),
+    ({"userConfig": [1]}, "userConfig"), ({"className": "Foo."}, "className"), ({"runtime": "GO"}, "PYTHON"),
     ({"stateStorage": {"provider": 1}}, "stateStorage"), ({"output": ""}, "output"),
 ])
 def test_config_validation(bad, message):

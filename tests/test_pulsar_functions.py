@@ -290,7 +290,7 @@ def service(tmp_path):
 
 
 def create(service, name: str, code: str, **extra) -> None:
-    service.registry.create({"tenant": "t", "namespace": "n", "name": name, "inputs": ["in"],
+    service.registry.create({"tenant": "t", "namespace": "n", "name": name, "inputs": ["in.jsonl"],
                              "keyField": "word", **extra}, code.encode())
 
 

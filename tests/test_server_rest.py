@@ -275,7 +275,9 @@ def test_openapi_and_docs(client):
 
 HONOURED = {"userConfig": {"k": [1, "v"]}, "secrets": {"TOKEN": "ENV_TOKEN"}, "processingGuarantees": "ATLEAST_ONCE",
             "timeoutMs": 2500, "maxMessageRetries": 3, "deadLetterTopic": "dead.jsonl", "className": "f.process",
-            "keyField": "user", "output": "out.jsonl", "parallelism": 4}
+            "keyField": "user", "output": "out.jsonl", "parallelism": 4,
+            "logTopic": "persistent://public/default/log", "customSerdeInputs": {"in2": "f.MySerDe"},
+            "inputSpecs": {"in3": {"serdeClassName": "serde.PickleSerDe"}}, "outputSerdeClassName": "f.MySerDe"}
 
 
 def test_honoured_config_is_stored_and_returned_as_sent(client):
@@ -294,8 +296,8 @@ def test_honoured_config_is_stored_and_returned_as_sent(client):
 
 @pytest.mark.parametrize("field, value", [
     ("topicsPattern", "in-.*"), ("subName", "sub"), ("subscriptionPosition", "Latest"), ("producerConfig", {}),
-    ("customSerdeInputs", {"a": "b"}), ("customSchemaInputs", {"a": "b"}), ("inputSpecs", {"a": {}}),
-    ("outputSerdeClassName", "x.Serde"), ("outputSchemaType", "avro"), ("logTopic", "logs"),
+    ("customSerdeInputs", {"a": "NoModule"}), ("customSchemaInputs", {"a": "b"}),
+    ("inputSpecs", {"a": {"receiverQueueSize": 5}}), ("outputSerdeClassName", "NoModule"), ("outputSchemaType", "avro"),
     ("forwardSourceMessageProperty", True), ("batchBuilder", "KEY_BASED"), ("maxPendingAsyncRequests", 10),
     ("jar", "f.jar"), ("go", "f"), ("packageUrl", "function://a/b/c"), ("runtimeFlags", "-x"),
     ("resources", {"cpu": 1}), ("windowConfig", {"windowLengthCount": 10}), ("logLevel", "DEBUG"),

@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     __import__("statekeep.cli.handles", fromlist=["register"]).register(groups)
     __import__("statekeep.cli.followers", fromlist=["register"]).register(groups)
     __import__("statekeep.cli.migrate", fromlist=["register"]).register(groups)
+    __import__("statekeep.cli.topics", fromlist=["register"]).register(groups)
     return parser
 
 

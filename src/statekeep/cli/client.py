@@ -45,6 +45,11 @@ class ServerUnreachableError(errors.StoreUnavailableError):
     """No server answered at the URL a command was sent to. Its message is the whole one-line advice."""
 
 
+class ServerError(errors.StatekeepError):
+    """The server answered with an error of its own (HTTP 500, or another 5xx but 503): its status and
+    reason, as it said them; never taken for an unavailable store."""
+
+
 @dataclass(frozen=True)
 class Target:
     """Where a command goes: ``url`` (a server, with ``token``) or ``store`` (a store URL, directly).
@@ -149,7 +154,8 @@ class Http:
     """Pulsar's ``/admin/v3/functions`` REST API of the server at ``url``, through httpx.
 
     Every method raises, for an HTTP error, the statekeep error of that status (404 ->
-    :class:`NotFoundError`, ...) with the server's JSON ``reason``; :class:`ServerUnreachableError` when
+    :class:`NotFoundError`, 503 -> :class:`StoreUnavailableError`, another 5xx -> :class:`ServerError`,
+    ...) with the server's JSON ``reason``; :class:`ServerUnreachableError` when
     nothing answers at ``url``."""
 
     def __init__(self, url: str, token: str | None, source: str = "--url", timeout: float = 60.0) -> None:
@@ -189,7 +195,9 @@ class Http:
             except (ValueError, KeyError, TypeError):
                 reason = response.text or response.reason_phrase
             code = response.status_code
-            cls = _HTTP_ERRORS.get(code, errors.StoreUnavailableError if code >= 500 else errors.StatekeepError)
+            # 503 is the server saying its store is unavailable; any other 5xx is the server's own error
+            cls = _HTTP_ERRORS.get(code, errors.StoreUnavailableError if code == 503
+                                   else ServerError if code >= 500 else errors.StatekeepError)
             raise cls(f"HTTP {code}: {reason}")
         if not response.content:
             return None

@@ -98,6 +98,15 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--parallelism", type=int, help="number of partitions")
     sub.add_argument("--user-config", help="JSON object passed to the function")
     sub.add_argument("--secrets", help="JSON object: secret name -> how the secrets provider finds it")
+    sub.add_argument("--custom-serde-inputs", metavar="JSON",
+                     help='JSON object: input topic -> its pulsar.SerDe class, e.g. {"in": "mymodule.MySerDe"}')
+    sub.add_argument("--output-serde-classname", metavar="MODULE.CLASS",
+                     help="the pulsar.SerDe class serializing the function's results")
+    sub.add_argument("--log-topic", help="where the function's log records also go (a topic or a directory)")
+    sub.add_argument("--dead-letter-topic", help="where records that keep failing go (a topic or a directory)")
+    sub.add_argument("--max-message-retries", type=int, help="retries of a failing record before it is skipped "
+                     "or sent to the dead-letter topic")
+    sub.add_argument("--timeout-ms", type=int, help="a record taking longer than this fails (a user exception)")
     sub.add_argument("--processing-guarantees", choices=PROCESSING_GUARANTEES, default=None,
                      help="delivery semantics (statekeep's state is exactly-once: EFFECTIVELY_ONCE)")
     sub.add_argument("--key-field", help="input field that partitions records")
@@ -195,10 +204,14 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         config["userConfig"] = _json_flag(args, "user_config")
     if getattr(args, "secrets", None) is not None:
         config["secrets"] = _json_flag(args, "secrets")
+    if getattr(args, "custom_serde_inputs", None) is not None:
+        config["customSerdeInputs"] = _json_flag(args, "custom_serde_inputs")
     for option, field in (("py", "py"), ("output", "output"), ("classname", "className"),
                           ("parallelism", "parallelism"), ("key_field", "keyField"),
                           ("input_format", "inputFormat"), ("output_format", "outputFormat"),
-                          ("processing_guarantees", "processingGuarantees")):
+                          ("processing_guarantees", "processingGuarantees"), ("log_topic", "logTopic"),
+                          ("output_serde_classname", "outputSerdeClassName"), ("dead_letter_topic", "deadLetterTopic"),
+                          ("max_message_retries", "maxMessageRetries"), ("timeout_ms", "timeoutMs")):
         if getattr(args, option, None) is not None:
             config[field] = getattr(args, option)
     if getattr(args, "state_dir", None):

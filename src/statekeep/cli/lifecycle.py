@@ -9,7 +9,8 @@ pulsar-admin's "Started successfully" etc. for the lifecycle calls.
 
 ``status`` also works directly on a store (``--data-dir``/``--store``): it then prints statekeep's own
 status record (``processed``, ``batches``, ``last_batch``, ``workerId``: the worker or localrun holding
-the function's lock). The other commands act on the workers that run functions, so they need a server.
+the function's lock). ``stats`` directly on a store prints the same FunctionStats a server would. The
+other commands act on the workers that run functions, so they need a server.
 """
 
 from __future__ import annotations
@@ -92,8 +93,28 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    with _server(args) as remote:
-        print_json(remote.request("GET", _path(args, "stats")))
+    from statekeep.cli.functions import _direct, _remote
+
+    remote = _remote(args)
+    if remote is not None:
+        with remote:
+            print_json(remote.request("GET", _path(args, "stats")))
+        return 0
+    from statekeep.functions import lifecycle, stats
+    from statekeep.functions.worker import function_status as read_function_status
+
+    fqfn = f"{args.tenant}/{args.namespace}/{args.name}"
+    with _direct(args) as service:  # the same Pulsar FunctionStats the server composes, from the store
+        cfg = service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError if unknown
+        raw = read_function_status(service.registry.store, args.tenant, args.namespace, args.name)
+        if lifecycle.is_stopped(service.registry, args.tenant, args.namespace, args.name):
+            raw["running"] = False
+    if args.instance_id is None:
+        print_json(stats.function_stats(raw, cfg.parallelism))
+    elif args.instance_id >= cfg.parallelism:
+        raise InvalidArgumentError(f"{fqfn} has {cfg.parallelism} instance(s); there is no instance {args.instance_id}")
+    else:
+        print_json(stats.instance_stats(raw, args.instance_id))
     return 0
 
 

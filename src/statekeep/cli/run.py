@@ -45,6 +45,9 @@ def register(command: CommandAdder) -> None:
                      help="how long to wait for the worker running the function to let it go (default: %(default)s)")
     run.add_argument("--skip-errors", action="store_true",
                      help="skip and count records on which the function raises (default: fail the query)")
+    from statekeep.cli.topics import add_topics_dir_option
+
+    add_topics_dir_option(run)
 
 
 def _service_and_url(args: argparse.Namespace) -> tuple[FunctionService, MetadataStore]:
@@ -75,6 +78,9 @@ def _localrun(args: argparse.Namespace) -> int:
         # executors write it: on a cluster their working directory is not ours
         config["output"] = resolve_location(config["output"])
     data_dir = os.path.abspath(args.data_dir or "./.statekeep-data")
+    from statekeep.cli.topics import use_topics_dir
+
+    use_topics_dir(args, data_dir)
     if args.checkpoint_dir:
         checkpoint_root = resolve_location(args.checkpoint_dir)
     else:

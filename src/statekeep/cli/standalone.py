@@ -66,6 +66,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     parser.add_argument("--followers-dir", default=None,
                         help="followers' local copies (default: DATA_DIR/followers; "
                              f"with --store {DEFAULT_FOLLOWERS_DIR})")
+    from statekeep.cli.topics import add_topics_dir_option
+
+    add_topics_dir_option(parser)
     parser.set_defaults(run=_run)
 
 
@@ -141,6 +144,9 @@ def build_worker(args: argparse.Namespace, metadata_url: str | None = None, chec
 def _run(args: argparse.Namespace) -> int:
     metadata_url, checkpoints, data_dir = _layout(args)  # bad options fail before anything starts
     spark_conf(args.spark_conf)
+    from statekeep.cli.topics import use_topics_dir
+
+    use_topics_dir(args, data_dir)  # the server's triggers and its functions' executors use it
     # raises MissingDependencyError naming the extra to install
     from statekeep.server import ServerConfig, create_app
 

@@ -294,6 +294,9 @@ class Context(TimeMethods):
         raw = self._at("records")
         if isinstance(raw, dict):
             return raw
+        message = self._message()
+        if message:  # a message's payload, when it is a JSON line
+            raw = message.get("value") if message.get("format") == "json" else None
         if self._source is None or self._source.source_format == "text" or raw is None:
             return None
         try:
@@ -302,7 +305,18 @@ class Context(TimeMethods):
             return None
         return document if isinstance(document, dict) else None
 
+    def _message(self) -> dict[str, Any]:
+        """The current record's Pulsar message record ({} unless the input holds messages)."""
+        if self._source is None or self._source.source_format != "message":
+            return {}
+        from statekeep.functions.messages import record_of
+
+        return record_of(self._at("records"))
+
     def get_message_eventtime(self) -> int | None:
+        event_time = self._message().get("eventTime")
+        if isinstance(event_time, int) and not isinstance(event_time, bool):
+            return event_time
         field_name = self._source.event_time_field if self._source is not None else None
         if not field_name:
             return None
@@ -310,6 +324,9 @@ class Context(TimeMethods):
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def get_message_properties(self) -> dict[str, str]:
+        properties = self._message().get("properties")
+        if isinstance(properties, dict):
+            return {str(k): str(v) for k, v in properties.items()}
         if self._source is None or self._source.source_format != "statekeep-changelog":
             return {}
         document = self._document() or {}
@@ -365,15 +382,28 @@ class Context(TimeMethods):
     def publish(self, topic_name: str, message: Any, serde_class_name: str = "serde.IdentitySerDe",
                 properties: Mapping[str, str] | None = None, compression_type: Any = None,
                 callback: Callable[[Any, str], Any] | None = None, message_conf: Any = None) -> None:
-        """Send ``message`` to the output ``topic_name`` (a directory, as a function's output):
+        """Send ``message`` to ``topic_name`` (a Pulsar topic, or a directory, as a function's output):
         written with the batch's outputs, exactly once (a replayed batch rewrites the same file).
-        ``callback`` (if given) is called with ``(None, topic_name)`` once it is buffered."""
+        ``serde_class_name`` serializes it (see :mod:`statekeep.functions.messages`); ``properties``
+        and ``message_conf``'s ``properties``, ``partition_key`` and ``event_timestamp`` are kept with
+        it (its other keys are accepted and ignored). ``callback`` (if given) is called with
+        ``(None, topic_name)`` once it is buffered."""
+        from statekeep.functions.messages import Published
+
         if not isinstance(topic_name, str) or not topic_name or topic_name == "console":
-            raise InvalidArgumentError("publish needs an output name (a directory), not "
+            raise InvalidArgumentError("publish needs an output name (a topic or a directory), not "
                                        f"{topic_name!r}")
-        if isinstance(message, (bytes, bytearray)):
-            message = bytes(message).decode("utf-8", "replace")
-        self.published.append((topic_name, message))
+        conf = dict(message_conf or {})
+        merged = {**dict(properties or {}), **dict(conf.get("properties") or {})}
+        key, event_time = conf.get("partition_key"), conf.get("event_timestamp")
+        if key is not None and not isinstance(key, str):
+            raise InvalidArgumentError(f"message_conf partition_key must be a str, not {type(key).__name__}")
+        if event_time is not None and (isinstance(event_time, bool) or not isinstance(event_time, int)):
+            raise InvalidArgumentError("message_conf event_timestamp must be an int (ms)")
+        if not isinstance(serde_class_name, str):
+            raise InvalidArgumentError("serde_class_name must be a str")
+        self.published.append((topic_name, Published(message, serde_class_name, key,
+                                                     {str(k): str(v) for k, v in merged.items()}, event_time)))
         if callback is not None:
             callback(None, topic_name)
 

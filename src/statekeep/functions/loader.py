@@ -1,13 +1,19 @@
 """Finding a function's entry point in its file: statekeep's and Pulsar's three kinds.
 
-``className`` (Pulsar's ``--classname``) names it, with or without the module (``wordcount.WordCount``
-or ``WordCount``; the module part is the file's and is not checked):
+``className`` (Pulsar's ``--classname``) names it as Pulsar's Python runtime imports it:
 
-- ``process`` (the default): a top-level ``def process(input, context)``, or Pulsar's native
-  one-argument ``def process(input)``; a file defining ``process_batch(records, context)`` runs
-  that instead (vectorized, see :mod:`statekeep.functions.runtime`).
-- any other name: a top-level class with a ``process(self, input, context)`` method, as Pulsar's
+- a name without a dot (``process``, the default, or the module itself, ``--classname wordcount``
+  as Pulsar takes it), or ``module.process``: a top-level ``def process(input, context)``, or
+  Pulsar's native one-argument ``def process(input)``; a file defining
+  ``process_batch(records, context)`` runs that instead (vectorized, see
+  :mod:`statekeep.functions.runtime`).
+- ``module.Class``: a top-level class with a ``process(self, input, context)`` method, as Pulsar's
   ``class WordCount(pulsar.Function)``; one instance is created (without arguments) per process.
+  The module part is the function file's and is not checked.
+
+A file that fails while it is imported (a missing module, an error at its top level) is a
+:class:`FunctionLoadError` naming the file and, for an import, the module; :func:`missing_imports`
+finds the top-level imports that cannot be found before the file is ever run (at ``create``).
 
 ``from pulsar import Function`` works in a function file whether or not pulsar-client is
 installed (:func:`statekeep.pulsar_compat.install`).
@@ -17,29 +23,35 @@ from __future__ import annotations
 
 import ast
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from statekeep.errors import InvalidArgumentError, StatekeepError
+from statekeep.errors import InvalidArgumentError
 
 RECORD, NATIVE, BATCH = "record", "native", "batch"  # process(input, context), process(input), process_batch
 
 
-class FunctionLoadError(StatekeepError):
-    """A function file that cannot run: a syntax error, or no entry point of the named kind."""
+class FunctionLoadError(InvalidArgumentError):
+    """A function file that cannot run: a syntax error, an import or top-level statement that fails,
+    or no entry point of the named kind. The user's to fix: a 400 over REST."""
 
 
 def entry_name(class_name: str | None) -> str:
-    """The entry point's name in the file: the last dotted part of ``className`` (default ``process``)."""
-    return (class_name or "process").rpartition(".")[2] or "process"
+    """The entry point's name in the file: the last dotted part of ``className``; ``process`` for a
+    name without a dot (the default, or a module name, as Pulsar's runtime imports it)."""
+    module, _, entry = (class_name or "process").rpartition(".")
+    return entry if module and entry else "process"
 
 
-def load_function(source: str, filename: str = "<function>",
-                  class_name: str | None = None) -> tuple[Callable[..., Any], str]:
-    """Run the function file and return ``(callable, kind)``: kind :data:`RECORD` (called as
-    ``f(input, context)``), :data:`NATIVE` (``f(input)``) or :data:`BATCH` (``f(records, context)``).
-    Raises :class:`FunctionLoadError` (a clear message, not a stack trace) when the file has a
-    syntax error, fails at import, or lacks the entry point."""
+def _module_name(error: ImportError) -> str:
+    return error.name or str(error)
+
+
+def execute_file(source: str, filename: str = "<function>") -> dict[str, Any]:
+    """Run a function file as a module and return its namespace. Raises :class:`FunctionLoadError`
+    for a syntax error, an import that fails (naming the module and the file) or any other error
+    raised at its top level."""
     from statekeep.pulsar_compat import install
 
     install()
@@ -48,6 +60,59 @@ def load_function(source: str, filename: str = "<function>",
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - running user code is the point
     except SyntaxError as e:
         raise FunctionLoadError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from e
+    except ImportError as e:
+        raise FunctionLoadError(f"{filename}{_line_of(e, filename)}: cannot import module {_module_name(e)!r}: "
+                                f"{e} (install it where the function runs)") from e
+    except Exception as e:  # noqa: BLE001 - user code: its error is the answer
+        raise FunctionLoadError(f"{filename}{_line_of(e, filename)}: importing it raised "
+                                f"{type(e).__name__}: {e}") from e
+    return namespace
+
+
+def _line_of(error: BaseException, filename: str) -> str:
+    """``:LINE`` of the innermost frame of ``error`` in ``filename`` ('' if none)."""
+    line = ""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = f":{tb.tb_lineno}"
+        tb = tb.tb_next
+    return line
+
+
+def missing_imports(tree: ast.Module) -> list[tuple[str, int]]:
+    """``(module, line)`` of each top-level import of ``tree`` (outside ``try``/``if``) whose
+    top-level package cannot be found here, without importing anything. ``pulsar`` is always found
+    (statekeep provides it when pulsar-client is absent); relative imports are not checked."""
+    import importlib.util
+
+    missing = []
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        for name in names:
+            top = name.partition(".")[0]
+            if top == "pulsar" or top in sys.modules:
+                continue
+            try:
+                found = importlib.util.find_spec(top) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                missing.append((name, node.lineno))
+    return missing
+
+
+def load_function(source: str, filename: str = "<function>",
+                  class_name: str | None = None) -> tuple[Callable[..., Any], str]:
+    """Run the function file and return ``(callable, kind)``: kind :data:`RECORD` (called as
+    ``f(input, context)``), :data:`NATIVE` (``f(input)``) or :data:`BATCH` (``f(records, context)``).
+    Raises :class:`FunctionLoadError` (a clear message, not a stack trace) when the file has a
+    syntax error, fails at import, or lacks the entry point."""
+    namespace = execute_file(source, filename)
     name = entry_name(class_name)
     if name != "process":
         cls = namespace.get(name)
@@ -80,9 +145,10 @@ def _one_argument(function: Callable[..., Any]) -> bool:
 
 
 def validate_function_source(code: bytes, filename: str = "function.py", class_name: str | None = None) -> str:
-    """Check a function file WITHOUT running it: UTF-8, compiles, and defines the entry point
-    ``className`` names (see the module docstring) with the right arguments. Returns the source.
-    Raises :class:`InvalidArgumentError` naming ``file:line`` and what is wrong."""
+    """Check a function file WITHOUT running it: UTF-8, compiles, its top-level imports can be found
+    (:func:`missing_imports`), and defines the entry point ``className`` names (see the module
+    docstring) with the right arguments. Returns the source. Raises :class:`InvalidArgumentError`
+    (:class:`FunctionLoadError` for an import) naming ``file:line`` and what is wrong."""
     if not isinstance(code, (bytes, bytearray)):
         raise InvalidArgumentError("the function file must be bytes")
     try:
@@ -97,6 +163,9 @@ def validate_function_source(code: bytes, filename: str = "function.py", class_n
         raise InvalidArgumentError(f"{where}: syntax error: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; absurdly deep nesting
         raise InvalidArgumentError(f"{filename} cannot be compiled: {type(e).__name__}: {e}") from None
+    for module, line in missing_imports(tree)[:1]:
+        raise FunctionLoadError(f"{filename}:{line}: cannot import module {module!r}: no module named "
+                                f"{module.partition('.')[0]!r} is installed (install it where the function runs)")
     name = entry_name(class_name)
     if name != "process":
         classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}

@@ -6,13 +6,19 @@ Every field of Pulsar's FunctionConfig is either honoured or refused (:class:`In
 a 400 over REST, naming the field); a ``null`` field counts as absent, as Gson omits it.
 
 Honoured and stored (``GET`` returns them as stored): ``tenant``, ``namespace``, ``name``, ``className``
-(``process``, ``module.process``, or ``module.Class`` for a class with ``process(self, input, context)``
-as Pulsar's ``pulsar.Function``), ``runtime`` (``PYTHON`` only; ``JAVA``/``GO`` refused), ``py``,
+(``process``, ``module`` or ``module.process`` for a module-level ``process``, or ``module.Class`` for a
+class with ``process(self, input, context)`` as Pulsar's ``pulsar.Function``), ``runtime`` (``PYTHON``
+only; ``JAVA``/``GO`` refused), ``py``,
 ``inputs`` (a list, or pulsar-admin's comma-separated string), ``output``, ``parallelism``,
 ``userConfig``, ``secrets`` (secret name -> what the secrets provider needs to find it),
 ``processingGuarantees`` (statekeep always gives effectively-once, which satisfies ``ATLEAST_ONCE``,
 ``ATMOST_ONCE`` and ``EFFECTIVELY_ONCE``; ``MANUAL`` is refused: there are no acks to give),
-``timeoutMs``, ``maxMessageRetries``, ``deadLetterTopic``; and statekeep's own ``keyField`` (the input
+``timeoutMs``, ``maxMessageRetries``, ``deadLetterTopic``, ``logTopic`` (the function's log records also
+go there), ``customSerdeInputs`` (input -> ``pulsar.SerDe`` class), ``inputSpecs`` (input ->
+``{"serdeClassName": ...}``; no other key), ``outputSerdeClassName``, ``customSchemaInputs`` (input ->
+a ``pulsar.schema.Record`` class its JSON messages are decoded into; see
+:mod:`statekeep.functions.messages`); the inputs these three name are added to ``inputs``, as Pulsar
+does; and statekeep's own ``keyField`` (the input
 field whose value partitions records, so one key's records reach one task), ``inputFormat``,
 ``outputFormat`` and ``stateStorage`` (``{"provider": NAME, "config": {...}}``; absent: the server's
 default provider).
@@ -45,15 +51,14 @@ MAX_TEXT = 1024
 #: a tenant, namespace or function name (what :func:`validate_name` accepts)
 NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9_.-]{1,64}$"
 _ENTRY = r"[A-Za-z_][A-Za-z0-9_]*"
-#: ``process``, or a dotted path ending in ``process`` or a class name
-CLASS_NAME_PATTERN = rf"^(process|({_ENTRY}\.)+{_ENTRY})$"
+#: ``process`` or a module name (a module-level process), or a dotted path ending in ``process`` or a class name
+CLASS_NAME_PATTERN = rf"^({_ENTRY}\.)*{_ENTRY}$"
 
 #: Pulsar's fields that are refused whenever given (not null), with why.
 REFUSED: dict[str, str] = {
     **dict.fromkeys(("topicsPattern", "subName", "subscriptionPosition", "producerConfig", "batchBuilder",
-                     "customSerdeInputs", "customSchemaInputs", "customSchemaOutputs", "inputSpecs",
-                     "inputTypeClassName", "outputSerdeClassName", "outputSchemaType", "outputTypeClassName",
-                     "logTopic", "forwardSourceMessageProperty"),
+                     "customSchemaOutputs", "inputTypeClassName", "outputSchemaType", "outputTypeClassName",
+                     "forwardSourceMessageProperty"),
                     "needs a Pulsar broker (statekeep reads and writes files through Spark)"),
     **dict.fromkeys(("jar", "go", "packageUrl", "functionType", "runtimeFlags", "customRuntimeOptions",
                      "maxPendingAsyncRequests"),
@@ -69,6 +74,20 @@ FIXED: dict[str, bool] = {"autoAck": True, "cleanupSubscription": True, "retainO
 
 #: Pulsar's values; statekeep's effectively-once satisfies all three (``MANUAL`` is refused).
 ProcessingGuarantees = Literal["ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE"]
+
+
+#: a serde class: ``module.Class`` (``serde.PickleSerDe``, or a class of the function's own file)
+SERDE_PATTERN = rf"^({_ENTRY}\.)+{_ENTRY}$"
+
+
+class InputSpec(BaseModel):
+    """Pulsar's ``ConsumerConfig`` of one input; statekeep honours ``serdeClassName`` (and accepts
+    ``isRegexPattern: false``); the others need a Pulsar broker and are refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    serdeClassName: Annotated[str, Field(pattern=SERDE_PATTERN, max_length=MAX_TEXT)] | None = None
+    isRegexPattern: Literal[False] | None = None
 
 
 def _name(what: str) -> AfterValidator:
@@ -130,6 +149,18 @@ class FunctionConfig(BaseModel):
     timeoutMs: Annotated[int, Field(ge=1, le=(1 << 63) - 1)] | None = None
     maxMessageRetries: Annotated[int, Field(ge=0, le=(1 << 31) - 1)] | None = None
     deadLetterTopic: Text | None = None
+    logTopic: Text | None = None
+    customSerdeInputs: dict[Text, Annotated[str, Field(pattern=SERDE_PATTERN, max_length=MAX_TEXT)]] | None = None
+    inputSpecs: dict[Text, InputSpec] | None = None
+    outputSerdeClassName: Annotated[str, Field(pattern=SERDE_PATTERN, max_length=MAX_TEXT)] | None = None
+    customSchemaInputs: dict[Text, Annotated[str, Field(pattern=SERDE_PATTERN, max_length=MAX_TEXT)]] | None = Field(
+        None, description="input -> a pulsar.schema.Record class: its JSON messages arrive as that record")
+
+    def input_serdes(self) -> dict[str, str]:
+        """Input -> serde class name, from ``customSerdeInputs`` and ``inputSpecs`` (the latter wins)."""
+        serdes = dict(self.customSerdeInputs or {})
+        serdes.update({k: v.serdeClassName for k, v in (self.inputSpecs or {}).items() if v.serdeClassName})
+        return serdes
     windowConfig: WindowConfig | None = Field(None, description="Pulsar's windowConfig (plus sessionGapMs), see "
                                                                 "statekeep.functions.windowconfig")
     stateTtlSeconds: Annotated[int, Field(ge=1, le=MAX_MS // 1000)] | None = Field(
@@ -166,6 +197,12 @@ class FunctionConfig(BaseModel):
             if field in values:
                 if values.pop(field) is not value:
                     raise InvalidArgumentError(f"{field} can only be {str(value).lower()} here")
+        extra = [*dict(values.get("customSerdeInputs") or {}), *dict(values.get("inputSpecs") or {}),
+                 *dict(values.get("customSchemaInputs") or {})]
+        if extra and all(isinstance(k, str) for k in extra):  # their inputs are inputs, as Pulsar merges them
+            inputs = _split_inputs(values.get("inputs", []))
+            if isinstance(inputs, list):
+                values["inputs"] = list(dict.fromkeys([*inputs, *extra]))
         fqfn = values.pop("fqfn", None)
         if fqfn is not None and fqfn != "/".join(str(values.get(k)) for k in ("tenant", "namespace", "name")):
             raise InvalidArgumentError(f"fqfn {fqfn!r} differs from tenant/namespace/name")
@@ -201,7 +238,7 @@ def describe(error: ValidationError, model: str) -> str:
         return f"{where}: required"
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "string_pattern_mismatch" and where == "className":
-        message = ("className must be 'process', 'module.process' (a top-level def process(input, context)) or "
-                   "'module.Class' (a class with process(self, input, context))")
+        message = ("className must be 'process', 'module' or 'module.process' (a top-level def process(input, "
+                   "context)) or 'module.Class' (a class with process(self, input, context))")
     return f"{where}: {message}"
 

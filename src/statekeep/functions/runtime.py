@@ -32,6 +32,8 @@ from statekeep.errors import InvalidArgumentError, StateConflictError, Statekeep
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
 from statekeep.functions import timerun
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
+from statekeep.functions.messages import (batch_lines, function_logger, log_records, message_decoder, output_location,
+                                          output_wrapper, published_by_target)
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
 
@@ -107,7 +109,8 @@ def make_context(spec: ExecutorSpec, state: BufferedState, partition: int,
                  source: RecordSource | None = None) -> Context:
     """The Context of one (batch, partition) from the executor spec."""
     return Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"),
-                   function_id=spec.get("function_id", ""), function_version=spec.get("function_version", 0),
+                   function_logger(spec, partition), function_id=spec.get("function_id", ""),
+                   function_version=spec.get("function_version", 0),
                    instance_id=partition, inputs=spec.get("inputs"), output=spec.get("output"),
                    secrets=spec.get("secrets"), source=source)
 
@@ -230,19 +233,21 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     source = RecordSource(batch_id, records, record_keys, topics, spec.get("inputs"),
                           spec.get("user_config", {}).get("eventTimeField"), spec.get("source_format", "json"))
     context = make_context(spec, state, partition, source)
-    decode = record_decoder(spec["input_format"])
-    timed = timerun.start(spec, state, partition, context, process, lambda result: outputs.append(result),
+    timed = timerun.start(spec, state, partition, context, process, lambda result: outputs.append(wrap(result)),
                           batch_id)
     if timed is not None:  # windows, timers, TTL: see statekeep.functions.timerun
         process = timed.process
         timed.prefetch(k for k in keys if is_valid_key(k))
+    decode = (message_decoder(spec, context.get_current_message_topic_name) if spec["input_format"] == "message"
+              else record_decoder(spec["input_format"]))
+    wrap = output_wrapper(spec, context)
     outputs: list[Any] = []
     dead: list[Any] = []
     stats.received = len(records)
     started = time.perf_counter()
     if careful:
         assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
-        _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead)
+        _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead, wrap)
     else:
         for position, record in enumerate(records):
             context._position = position
@@ -254,7 +259,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
                     f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on {where}: "
                     f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
             if result is not None:
-                outputs.append(result)
+                outputs.append(wrap(result))
         stats.processed = len(records)
     context._position = -1
     if timed is not None:
@@ -263,10 +268,11 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     stats.outputs = len(outputs)
     stats.metrics = context.metrics
     if spec.get("output") and spec["output"] != "console":
-        write_outputs(spec["output"], batch_id, partition, outputs, spec.get("output_format", "jsonl"))
-    _write_published(context.published, batch_id, partition)
+        write_outputs(str(output_location(spec, spec["output"])), batch_id, partition, outputs,
+                      spec.get("output_format", "jsonl"))
+    _write_published(context.published, batch_id, partition, spec, context.get_logger())
     if dead:
-        write_outputs(spec["dead_letter"], batch_id, partition, dead, "jsonl")
+        write_outputs(str(output_location(spec, spec["dead_letter"])), batch_id, partition, dead, "jsonl")
     stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
     if spec.get("output") == "console":
         for record in outputs[:20]:
@@ -276,7 +282,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
 
 def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: list[Any], process: Callable[..., Any],
                  decode: Callable[[Any], Any], context: Context, state: JournaledState, stats: PartitionStats,
-                 outputs: list[Any], dead: list[Any]) -> None:
+                 outputs: list[Any], dead: list[Any], wrap: Callable[[Any], Any] = lambda result: result) -> None:
     """The per-record loop with error handling. A record whose ``process`` raises (or, with
     ``timeout_ms``, takes longer than that) is a user exception: its state changes and published
     messages are taken back, it is retried up to ``max_retries`` times, then written to the
@@ -320,7 +326,7 @@ def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: lis
                 break
             stats.processed += 1
             if result is not None:
-                outputs.append(result)
+                outputs.append(wrap(result))
             break
 
 
@@ -333,13 +339,15 @@ def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
         return record
 
 
-def _write_published(published: list[tuple[str, Any]], batch_id: int, partition: int) -> None:
-    """``context.publish`` messages, one file per (topic, batch, partition), like the main output."""
-    by_topic: dict[str, list[Any]] = {}
-    for topic, message in published:
-        by_topic.setdefault(topic, []).append(message)
-    for topic, messages in by_topic.items():
-        write_outputs(topic, batch_id, partition, messages, "jsonl")
+def _write_published(published: list[tuple[str, Any]], batch_id: int, partition: int,
+                     spec: ExecutorSpec | None = None, logger: logging.Logger | None = None) -> None:
+    """``context.publish`` messages (see :func:`statekeep.functions.messages.published_by_target`) and
+    the log topic's records, one file per (target, batch, partition), like the main output."""
+    for target, messages in published_by_target(published, spec or {}).items():
+        write_outputs(target, batch_id, partition, messages, "jsonl")
+    logs = log_records(logger) if logger is not None and spec and spec.get("log_topic") else []
+    if spec and logs:
+        write_outputs(str(output_location(spec, spec["log_topic"])), batch_id, partition, logs, "jsonl")
 
 
 def records_table(values: Any, input_format: str) -> Any:
@@ -349,6 +357,10 @@ def records_table(values: Any, input_format: str) -> Any:
     column. Raises :class:`FunctionRecordError` naming the first malformed record's position."""
     import pyarrow as pa
 
+    if input_format == "message":  # Pulsar messages: a JSON file's line as JSON, other payloads as a str
+        values = batch_lines([v for v in (values.to_pylist() if hasattr(values, "to_pylist") else values)
+                              if v is not None])
+        input_format = "json"
     if not isinstance(values, (pa.Array, pa.ChunkedArray)):
         values = pa.array(values, pa.large_string())
     if isinstance(values, pa.ChunkedArray):
@@ -446,7 +458,7 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     stats.metrics = context.metrics
     if output is not None and spec.get("output") and spec["output"] != "console":
         write_outputs(spec["output"], batch_id, partition, output, spec.get("output_format", "jsonl"))
-    _write_published(context.published, batch_id, partition)
+    _write_published(context.published, batch_id, partition, spec, context.get_logger())
     try:
         stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
     except InvalidArgumentError as e:  # incr_counters read nothing: a key holding bytes, an overflow
@@ -519,6 +531,10 @@ def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Itera
             record_keys.extend(batch.column("__key").to_pylist())
             if topics is not None:
                 topics.extend(batch.column("__topic").to_pylist())
+        if spec.get("time") and None in values:  # a partition's tick (timerun.with_ticks) is no record
+            kept = [i for i, value in enumerate(values) if value is not None]
+            values, record_keys = [values[i] for i in kept], [record_keys[i] for i in kept]
+            topics = None if topics is None else [topics[i] for i in kept]
         keys = set(record_keys)
         keys.discard(None)
         stats = run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)

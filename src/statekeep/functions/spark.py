@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.runtime import STATS_SCHEMA, ExecutorSpec, cached_state_store, arrow_partition_runner
 from statekeep.functions.stats import add_batch
-from statekeep.functions.timerun import time_section, with_batch_watermark
+from statekeep.functions.topics import default_root, is_topic
+from statekeep.functions.timerun import time_section, with_batch_watermark, with_ticks
 from statekeep.state.partitioned.keygroups import spark_routes
 from statekeep.state.timestate import TIME_GROUPS
 
@@ -32,6 +33,9 @@ if TYPE_CHECKING:  # PySpark is optional: imported where used
     from statekeep.metadata.base import MetadataStore
 
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
+#: what a Pulsar topic, or a file or directory that is not JSON, CSV or Parquet, is read as: Pulsar
+#: messages (see statekeep.functions.messages), the payload through the input's serde
+MESSAGE = "message"
 
 
 def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2,
@@ -67,7 +71,7 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
 
 def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,
                 options: dict[str, str] | None = None, *, store_url: str | None = None,
-                topic_column: bool = False) -> DataFrame:
+                topic_column: bool = False, topics_dir: str | None = None) -> DataFrame:
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
     text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
     ``__topic``, the input each record came from (asked for with several inputs, where
@@ -77,6 +81,8 @@ def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_f
     ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
 
+    if input_format == MESSAGE:
+        return _message_frame(spark, inputs, key_field, options, topic_column, topics_dir)
     if input_format not in INPUT_FORMATS:
         raise InvalidArgumentError(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {input_format!r}")
     reader = spark.readStream
@@ -111,6 +117,44 @@ def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_f
         frame = frame.select(*columns)
         selected = frame if selected is None else selected.unionByName(frame)
     assert selected is not None  # one frame per input, and a function has at least one (FunctionConfig)
+    return selected
+
+
+def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None, options: dict[str, str] | None,
+                   topic_column: bool, topics_dir: str | None) -> DataFrame:
+    """:func:`input_frame` of the ``message`` format: each record a message record (JSON, see
+    statekeep.functions.messages). A topic's files hold them; a file input's line becomes one (its
+    value the line, ``"format": "json"`` for a line of a .json/.jsonl file). The key is the message's
+    key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
+    from pyspark.sql import functions as F
+
+    from statekeep.functions.topics import default_root, directory, is_topic
+
+    reader = spark.readStream
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    reader = reader.format("text")
+    selected: DataFrame | None = None
+    root = topics_dir or default_root()
+    for name in inputs:
+        if is_topic(name):
+            path = directory(root, name)
+            os.makedirs(path, exist_ok=True)
+            frame = reader.load(path)
+            record, key = F.col("value"), F.get_json_object("value", "$.key")
+        else:
+            frame = reader.load(name)
+            is_json = F.col("_metadata.file_path").rlike(r"(?i)\.jsonl?$")
+            record = F.to_json(F.struct(F.col("value").alias("value"),
+                                        F.when(is_json, F.lit("json")).alias("format")))
+            key = (F.when(is_json, F.get_json_object("value", f"$.{key_field}")).otherwise(F.col("value"))
+                   if key_field else F.lit(None).cast("string"))
+        columns = [record.alias("__record"), key.alias("__key")]
+        if topic_column:
+            columns.append(F.lit(name).cast("string").alias("__topic"))
+        frame = frame.select(*columns)
+        selected = frame if selected is None else selected.unionByName(frame)
+    assert selected is not None  # a function has at least one input
     return selected
 
 
@@ -171,6 +215,7 @@ class FunctionQuery:
             spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
         if spec.get("time"):  # the function's watermark for this batch, from all its records
             spec = with_batch_watermark(spec, frame, cached_state_store(spec), self._time, batch_id)
+            frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
             frame = frame.withColumn("__route", route_column(groups, parallelism))
         runner = arrow_partition_runner(spec, batch_id)
         rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
@@ -188,7 +233,7 @@ class FunctionQuery:
     def start(self) -> FunctionQuery:
         frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
                             self.spec.get("input_options"), store_url=self.spec.get("store_url"),
-                            topic_column=bool(self.spec.get("topic_column")))
+                            topic_column=bool(self.spec.get("topic_column")), topics_dir=self.spec.get("topics_dir"))
         writer = (frame.writeStream.foreachBatch(self._handle_batch)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
@@ -246,11 +291,13 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     else:
         provider, provider_config = registry.providers.default_name, {"metadata_url": metadata_url}
     input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
+    if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
+        input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
     user_config = dict(cfg.userConfig)
     spec = {
         "tenant": tenant, "namespace": namespace, "name": name, "code": code, "py_name": cfg.py or f"{name}.py",
         "state_provider": provider, "state_config": provider_config,
-        "input_format": "text" if input_format == "text" else "json",
+        "input_format": input_format if input_format in ("text", MESSAGE) else "json",
         "source_format": input_format, "key_field": cfg.keyField, "output": cfg.output,
         "store_url": metadata_url,  # the registry, where a statekeep:// input function is found
         "output_format": cfg.outputFormat or "jsonl", "user_config": user_config,
@@ -267,6 +314,10 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         "max_retries": _retries(getattr(cfg, "maxMessageRetries", None)),
         "dead_letter": getattr(cfg, "deadLetterTopic", None) or None,
         "time": time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.timerun)
+        # Pulsar's serde, log topic and topics (see statekeep.functions.messages and .topics)
+        "input_serdes": cfg.input_serdes(), "output_serde": cfg.outputSerdeClassName, "log_topic": cfg.logTopic,
+        "input_schemas": dict(cfg.customSchemaInputs or {}),
+        "topics_dir": os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None),
     }
     return spec, cfg
 
@@ -277,15 +328,19 @@ def _retries(value: Any) -> int | None:
 
 
 def _guess_format(source: str) -> str:
+    """The input format an input's name implies (``inputFormat`` unset): ``rate``, a changelog, CSV,
+    Parquet, JSON lines for a .json/.jsonl file, else Pulsar messages (a topic; a directory, where each
+    file's name says whether it holds JSON lines; a text file), whose payload is what Pulsar's serde
+    gives (a str for text)."""
     lowered = source.lower().rstrip("/")
     if lowered in ("rate", "rate://"):
         return "rate"
     if lowered.startswith("statekeep://"):
         return "statekeep-changelog"
-    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".txt", "text")):
+    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".json", "json"), (".jsonl", "json")):
         if lowered.endswith(ext):
             return fmt
-    return "json"
+    return MESSAGE
 
 
 def run_registered(service: FunctionService, metadata_url: str, tenant: str, namespace: str, name: str, *,

@@ -1,7 +1,8 @@
 """What a Pulsar Python function imports from ``pulsar``, for running it without pulsar-client.
 
 ``from pulsar import Function`` (and ``pulsar.functions.function.Function``, ``pulsar.SerDe``,
-``pulsar.Context``) work in function code run by statekeep: when loading a function file, if
+``pulsar.Context``, ``pulsar.functions.serde``, and ``pulsar.schema``'s records and JSON schema) work
+in function code run by statekeep: when loading a function file, if
 ``import pulsar`` fails, :func:`install` registers this package under the names ``pulsar`` and
 ``pulsar.functions...`` in ``sys.modules``. statekeep ships no top-level ``pulsar`` package, so it
 never shadows pulsar-client: with the client installed, its real classes are used, and a class
@@ -27,10 +28,11 @@ def install() -> bool:
         return False
     except ImportError:
         pass
-    from statekeep.pulsar_compat import functions
+    from statekeep.pulsar_compat import functions, schema
     from statekeep.pulsar_compat.functions import context, function, serde
 
     module = sys.modules[__name__]
     sys.modules.update({"pulsar": module, "pulsar.functions": functions, "pulsar.functions.function": function,
-                        "pulsar.functions.context": context, "pulsar.functions.serde": serde})
+                        "pulsar.functions.context": context, "pulsar.functions.serde": serde,
+                        "pulsar.schema": schema})
     return True

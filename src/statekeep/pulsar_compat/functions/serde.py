@@ -16,12 +16,24 @@ class SerDe:
 
 
 class IdentitySerDe(SerDe):
-    """str and bytes unchanged, as Pulsar's default (text input is a str)."""
+    """Pulsar's default serde, as pulsar-client's: UTF-8 text becomes an int, float, complex or str
+    (the first that parses), other bytes stay bytes; those types serialize as their text."""
+
+    _types = (int, float, complex, str)
 
     def serialize(self, input: Any) -> bytes:
-        return input.encode() if isinstance(input, str) else input
+        if type(input) in self._types:
+            return str(input).encode("utf-8")
+        if type(input) is bytes:
+            return input
+        raise TypeError(f"IdentitySerde cannot serialize object of type {type(input)}")
 
     def deserialize(self, input_bytes: bytes) -> Any:
+        for kind in self._types:
+            try:
+                return kind(input_bytes.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                pass
         return input_bytes
 
 

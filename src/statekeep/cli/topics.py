@@ -1,0 +1,111 @@
+"""``statekeep topics produce|consume|ls``: statekeep's Pulsar topics (see :mod:`statekeep.functions.topics`),
+shaped after ``pulsar-client produce|consume``.
+
+``produce TOPIC -m MESSAGE [-m ...] [-k KEY] [-p NAME=VALUE ...] [--event-time MS]`` appends the messages as
+one new file of the topic (each ``-m`` one message, a str payload as Pulsar's default serde reads it);
+``consume TOPIC [-n N]`` prints the topic's messages (every message from the first; statekeep keeps
+them all and has no subscriptions), one JSON object per line (``value`` or ``valueBase64``, ``key``,
+``properties``, ``eventTime``, ``publishTime``); ``ls`` lists the topics. Topic names are Pulsar's,
+short names completed (``in`` is ``persistent://public/default/in``). The topics root is ``--topics-dir``,
+else ``DATA_DIR/topics`` of ``--data-dir``, else ``$STATEKEEP_TOPICS_DIR``, else ``./.statekeep-data/topics``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from statekeep.errors import InvalidArgumentError
+
+
+def add_topics_dir_option(parser: argparse.ArgumentParser) -> None:
+    """``--topics-dir DIR``, for ``standalone``, ``localrun`` and the ``topics`` commands."""
+    parser.add_argument("--topics-dir", default=None, metavar="DIR",
+                        help="the root of statekeep's Pulsar topics (default: DATA_DIR/topics); on a cluster, "
+                             "a directory every worker reaches")
+
+
+def use_topics_dir(args: argparse.Namespace, data_dir: str | None = None) -> str:
+    """The topics root the command's ``--topics-dir`` (else ``DATA_DIR/topics``, else the environment's
+    or the default) names, made this process's and its children's (``$STATEKEEP_TOPICS_DIR``)."""
+    from statekeep.functions.topics import ENV, default_root
+
+    chosen = getattr(args, "topics_dir", None)
+    root = (os.path.abspath(chosen) if chosen else os.path.join(os.path.abspath(data_dir), "topics") if data_dir
+            else default_root())
+    os.environ[ENV] = root
+    return root
+
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = groups.add_parser("topics", help="produce, consume and list statekeep's Pulsar topics")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help)
+        where = sub.add_mutually_exclusive_group()
+        where.add_argument("--topics-dir", default=None, metavar="DIR", help="the topics root")
+        where.add_argument("--data-dir", default=None, metavar="DIR", help="the topics of this data dir (DIR/topics)")
+        return sub
+
+    produce = command("produce", "append messages to a topic")
+    produce.add_argument("topic")
+    produce.add_argument("-m", "--messages", action="append", required=True, help="a message (repeat for more)")
+    produce.add_argument("-k", "--key", default=None, help="the messages' key")
+    produce.add_argument("-p", "--property", action="append", default=[], metavar="NAME=VALUE",
+                         help="a message property (repeat for more)")
+    produce.add_argument("--event-time", type=int, default=None, metavar="MS", help="the messages' event time")
+    produce.set_defaults(run=_produce)
+    consume = command("consume", "print a topic's messages, one JSON object per line")
+    consume.add_argument("topic")
+    consume.add_argument("-n", "--num-messages", type=int, default=0, help="at most this many (0: all)")
+    consume.set_defaults(run=_consume)
+    command("ls", "list the topics").set_defaults(run=_ls)
+
+
+def _root(args: argparse.Namespace) -> str:
+    from statekeep.functions.topics import default_root
+
+    if args.topics_dir:
+        return str(os.path.abspath(args.topics_dir))
+    if args.data_dir:
+        return os.path.join(os.path.abspath(args.data_dir), "topics")
+    return default_root()  # $STATEKEEP_TOPICS_DIR, else the default
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from statekeep.functions import topics
+    from statekeep.functions.messages import Message
+
+    properties = {}
+    for item in args.property:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidArgumentError(f"--property must be NAME=VALUE, not {item!r}")
+        properties[name] = value
+    name = topics.complete(args.topic)
+    topics.write(_root(args), name, [Message(m, args.key, properties, args.event_time).to_json()
+                                     for m in args.messages])
+    print(f"{len(args.messages)} messages successfully produced to {name}")
+    return 0
+
+
+def _consume(args: argparse.Namespace) -> int:
+    from statekeep.functions import topics
+
+    name = topics.complete(args.topic)
+    for count, record in enumerate(topics.read(_root(args), name), 1):
+        sys.stdout.write(json.dumps(record) + "\n")
+        if args.num_messages and count >= args.num_messages:
+            break
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from statekeep.functions import topics
+
+    for name in topics.list_topics(_root(args)):
+        print(name)
+    return 0

@@ -1,0 +1,329 @@
+"""Pulsar messages on statekeep: serde classes, the message record kept in files, and topic names.
+
+**Serde**, as Pulsar's Python runtime does it: an input message's bytes go through the input's
+``pulsar.SerDe`` (``customSerdeInputs`` / ``inputSpecs.serdeClassName``; default
+``serde.IdentitySerDe``, which gives an ``int``, ``float``, ``complex`` or ``str`` for UTF-8 text and
+the bytes otherwise) before ``process`` sees them; a result goes through ``outputSerdeClassName``
+and a ``publish`` through its ``serde_class_name``. A serde class name is resolved as Pulsar's
+``import_class`` does: ``serde.X`` is ``pulsar.functions.serde.X`` (pulsar-client's, or statekeep's
+stand-in), ``MODULE.X`` where MODULE is the function file's own module name is the class in that
+file, anything else is imported. One instance per class and process.
+
+**Message records**: a topic (see :mod:`statekeep.functions.topics`) holds JSON lines, one message
+each: ``{"value": TEXT}`` or ``{"valueBase64": B64}`` (bytes that are not UTF-8), and optionally
+``"key"``, ``"properties"`` (str -> str) and ``"eventTime"`` (ms), ``"publishTime"`` (ms). A file
+input that is not JSON is read the same way, its line as the value, with ``"format": "json"`` for a
+line of a ``.json``/``.jsonl`` file (decoded as JSON, not by the serde).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.loader import FunctionLoadError, execute_file
+
+DEFAULT_SERDE = "serde.IdentitySerDe"
+_lock = threading.Lock()
+_serdes: dict[tuple[str, str, str], Any] = {}
+
+
+@dataclass
+class Message:
+    """One message as a topic keeps it: the payload (str, or bytes that are not UTF-8) and its metadata."""
+
+    value: str | bytes
+    key: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    event_time: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record written to a topic file (see the module docstring)."""
+        record: dict[str, Any] = ({"value": self.value} if isinstance(self.value, str)
+                                  else {"valueBase64": base64.b64encode(self.value).decode()})
+        if self.key is not None:
+            record["key"] = self.key
+        if self.properties:
+            record["properties"] = dict(self.properties)
+        if self.event_time is not None:
+            record["eventTime"] = self.event_time
+        record["publishTime"] = int(time.time() * 1000)
+        return record
+
+
+def payload(record: Mapping[str, Any]) -> bytes:
+    """A message record's payload bytes."""
+    if "valueBase64" in record:
+        return base64.b64decode(record["valueBase64"])
+    value = record.get("value")
+    return value.encode("utf-8") if isinstance(value, str) else json.dumps(value).encode("utf-8")
+
+
+def text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def load_serde(class_name: str, source: str | None = None, filename: str | None = None, *,
+               schema: bool = False) -> Any:
+    """An instance of the serde class ``class_name`` (see the module docstring), created once per
+    process; with ``schema``, ``class_name`` is a ``pulsar.schema.Record`` class and the serde is its
+    JSON schema. Raises :class:`FunctionLoadError` naming the class when it cannot be found or made."""
+    key = (class_name + ("#schema" if schema else ""), source or "", filename or "")
+    with _lock:
+        if key not in _serdes:
+            _serdes[key] = _make_serde(class_name, source, filename, schema)
+        return _serdes[key]
+
+
+def _make_serde(class_name: str, source: str | None, filename: str | None, schema: bool = False) -> Any:
+    import importlib
+
+    from statekeep.pulsar_compat import install
+
+    install()
+    module_name, _, name = class_name.rpartition(".")
+    if not module_name or not name:
+        raise FunctionLoadError(f"serde class {class_name!r} must be module.Class (e.g. serde.PickleSerDe)")
+    own = os.path.splitext(os.path.basename(filename or ""))[0]
+    try:
+        if module_name in ("serde", "pulsar.functions.serde", "pulsar"):
+            namespace = vars(importlib.import_module("pulsar.functions.serde" if module_name == "serde"
+                                                     else module_name))
+        elif source is not None and module_name == own:
+            namespace = execute_file(source, filename or "<function>")
+        else:
+            namespace = vars(importlib.import_module(module_name))
+    except ImportError as e:
+        raise FunctionLoadError(f"serde class {class_name!r}: cannot import module {module_name!r}: {e}") from e
+    cls = namespace.get(name)
+    if schema:
+        if not isinstance(cls, type) or not callable(getattr(cls, "schema", None)):
+            raise FunctionLoadError(f"schema class {class_name!r}: {filename if module_name == own else module_name} "
+                                    f"defines no pulsar.schema.Record class {name!r}")
+        return JsonRecordSerDe(cls)
+    if not isinstance(cls, type) or not callable(getattr(cls, "deserialize", None)) or not callable(
+            getattr(cls, "serialize", None)):
+        where = f"{filename} (module {own})" if module_name == own else f"module {module_name!r}"
+        raise FunctionLoadError(f"serde class {class_name!r}: {where} defines no class {name!r} with "
+                                "serialize and deserialize")
+    try:
+        return cls()
+    except Exception as e:  # noqa: BLE001 - user code
+        raise FunctionLoadError(f"serde class {class_name!r}: creating it failed: {type(e).__name__}: {e}") from e
+
+
+def serialize(value: Any, serde: Any | None) -> str | bytes:
+    """A result or published value as a message payload: through ``serde`` when one is named;
+    without one, a str or bytes as it is, a number as its text (Pulsar's IdentitySerDe), and any
+    other value as JSON (where Pulsar's IdentitySerDe would refuse it)."""
+    if serde is not None:
+        data = serde.serialize(value)
+        if isinstance(data, str):
+            return data
+        if not isinstance(data, (bytes, bytearray)):
+            raise InvalidArgumentError(f"{type(serde).__name__}.serialize returned {type(data).__name__}, not bytes")
+        return text_or_bytes(bytes(data))
+    if isinstance(value, (bytes, bytearray)):
+        return text_or_bytes(bytes(value))
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def input_serdes(spec: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(the default input serde, {input: its custom serde}) of an executor spec; an input with a
+    ``customSchemaInputs`` record class gets a serde decoding its JSON into that record."""
+    default = load_serde(DEFAULT_SERDE)
+    custom = {topic: load_serde(name, spec.get("code"), spec.get("py_name"))
+              for topic, name in dict(spec.get("input_serdes") or {}).items()}
+    for topic, name in dict(spec.get("input_schemas") or {}).items():
+        custom[topic] = load_serde(name, spec.get("code"), spec.get("py_name"), schema=True)
+    return default, custom
+
+
+class JsonRecordSerDe:
+    """A ``pulsar.schema.Record`` class's JSON schema as a serde (``customSchemaInputs``)."""
+
+    def __init__(self, record_cls: type) -> None:
+        from pulsar.schema import JsonSchema  # pulsar-client's, or statekeep's stand-in
+
+        self.schema = JsonSchema(record_cls)
+
+    def deserialize(self, data: bytes) -> Any:
+        return self.schema.decode(data)
+
+    def serialize(self, value: Any) -> bytes:
+        encoded: bytes = self.schema.encode(value)
+        return encoded
+
+
+def message_decoder(spec: Mapping[str, Any], current_input: Callable[[], str | None]) -> Callable[[Any], Any]:
+    """For the ``message`` input format: a function turning one message record (a JSON line, see the
+    module docstring) into what ``process`` receives. ``current_input()`` names the input of the record
+    being decoded (it picks the custom serde)."""
+    default, custom = input_serdes(spec)
+
+    def decode(raw: Any) -> Any:
+        record = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        serde = custom.get(current_input() or "") if custom else None
+        if record.get("format") == "json":
+            value = json.loads(record["value"])
+            if serde is None:
+                return value
+            return serde.deserialize(value.encode("utf-8") if isinstance(value, str)
+                                     else json.dumps(value).encode("utf-8"))
+        return (serde or default).deserialize(payload(record))
+
+    return decode
+
+
+def trigger_value(spec: Mapping[str, Any], data: bytes) -> Any:
+    """What ``process`` receives for trigger data with the ``message`` input format: the first
+    input's serde applied to the bytes."""
+    default, custom = input_serdes(spec)
+    inputs = list(spec.get("inputs") or [])
+    serde = custom.get(inputs[0]) if inputs and custom else None
+    return (serde or default).deserialize(data)
+
+
+def batch_lines(values: list[Any]) -> list[str]:
+    """Message records as the JSON lines ``process_batch``'s table is built from (a JSON file's line
+    as it is, any other payload as a JSON string)."""
+    lines = []
+    for raw in values:
+        record = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        if record.get("format") == "json":
+            lines.append(record["value"])
+        else:
+            lines.append(json.dumps(text_or_bytes(payload(record)) if "valueBase64" not in record
+                                    else record["valueBase64"]))
+    return lines
+
+
+def record_of(raw: Any) -> dict[str, Any]:
+    """The message record of a raw ``message`` input (``{}`` if it is none)."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        record = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+@dataclass
+class Published:
+    """One ``context.publish``: the message, the serde to send it with and Pulsar's ``message_conf``
+    metadata (``properties``, ``partition_key``, ``event_timestamp``)."""
+
+    message: Any
+    serde_class_name: str = DEFAULT_SERDE
+    key: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    event_time: int | None = None
+
+
+def published_by_target(published: list[tuple[str, Any]], spec: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """``context.publish`` messages grouped by the directory they go to (a topic's, or the path named),
+    each as the record written there: a message record for a topic, or for a path when the message
+    has a key, properties or an event time; else the value as it is (through a serde, if named)."""
+    from statekeep.functions.topics import is_topic, location
+
+    targets: dict[str, list[Any]] = {}
+    for topic, item in published:
+        record: Any = item
+        if isinstance(item, Published):
+            custom = item.serde_class_name not in (DEFAULT_SERDE, "pulsar.functions.serde.IdentitySerDe")
+            serde = load_serde(item.serde_class_name, spec.get("code"), spec.get("py_name")) if custom else None
+            if is_topic(topic) or item.key is not None or item.properties or item.event_time is not None:
+                record = Message(serialize(item.message, serde), item.key, item.properties, item.event_time).to_json()
+            elif serde is not None:
+                record = _plain(serialize(item.message, serde))
+            else:
+                record = _plain(item.message)
+        targets.setdefault(str(location(topic, spec.get("topics_dir"))), []).append(record)
+    return targets
+
+
+def _plain(value: Any) -> Any:
+    """A value written to a path as it is; bytes that are not UTF-8 as a message record."""
+    if isinstance(value, (bytes, bytearray)):
+        value = text_or_bytes(bytes(value))
+        if isinstance(value, bytes):
+            return Message(value).to_json()
+    return value
+
+
+def output_wrapper(spec: Mapping[str, Any], context: Any) -> Callable[[Any], Any]:
+    """What a result becomes in the function's output: for a topic, a message record with the input
+    message's key, properties and event time (as Pulsar's runtime sets them); else the value,
+    through ``outputSerdeClassName`` if set."""
+    from statekeep.functions.topics import is_topic
+
+    name = spec.get("output_serde")
+    serde = load_serde(name, spec.get("code"), spec.get("py_name")) if name else None
+    if is_topic(spec.get("output")):
+        def message(result: Any) -> Any:
+            return Message(serialize(result, serde), context.get_message_key(),
+                           dict(context.get_message_properties() or {}), context.get_message_eventtime()).to_json()
+        return message
+    if serde is not None:
+        return lambda result: _plain(serialize(result, serde))
+    return lambda result: result
+
+
+def output_location(spec: Mapping[str, Any], name: str | None) -> str | None:
+    """The directory an output, dead-letter or log topic name goes to (see :mod:`statekeep.functions.topics`)."""
+    from statekeep.functions.topics import location
+
+    return location(name, spec.get("topics_dir"))
+
+
+class LogTopicHandler(logging.Handler):
+    """Keeps a function's log records as messages for its log topic (Pulsar's log appender): the
+    message text as the value, ``level``, ``function`` (fqfn), ``functionId``, ``instance`` and
+    ``logger`` as properties, the record's time as the event time."""
+
+    def __init__(self, fqfn: str, function_id: str, instance: int) -> None:
+        super().__init__(logging.DEBUG)
+        self.properties = {"function": fqfn, "functionId": function_id, "instance": str(instance)}
+        self.records: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string must not fail the function
+            text = str(record.msg)
+        properties = {**self.properties, "level": record.levelname, "logger": record.name}
+        self.records.append(Message(text, None, properties, int(record.created * 1000)).to_json())
+
+
+def function_logger(spec: Mapping[str, Any], instance: int) -> logging.Logger | None:
+    """With a ``log_topic``: the function's logger (INFO and up) that also keeps its records for the
+    log topic (records still propagate to ``statekeep.function.T.N.F``); None without one."""
+    if not spec.get("log_topic"):
+        return None
+    fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
+    name = f"statekeep.function.{spec['tenant']}.{spec['namespace']}.{spec['name']}"
+    logger = logging.Logger(name, logging.INFO)
+    logger.parent = logging.getLogger(name)
+    logger.addHandler(LogTopicHandler(fqfn, str(spec.get("function_id", "")), instance))
+    return logger
+
+
+def log_records(logger: logging.Logger) -> list[dict[str, Any]]:
+    """The log-topic records kept by a :func:`function_logger` (``[]`` for another logger)."""
+    return [r for h in logger.handlers if isinstance(h, LogTopicHandler) for r in h.records]
