@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.cli import print_json
 from statekeep.cli.client import Http, direct_store_url, open_remote
+from statekeep.cli.timeflags import add_time_flags, apply_time_flags
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--output-format", help="format of the output")
     sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "
                      "URL: a shared directory or an fsspec URL (s3://bucket/prefix, hdfs://...)")
+    add_time_flags(sub)
 
 
 # ---- naming the function ----------------------------------------------------------------------
@@ -218,6 +220,7 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         from statekeep.state.partitioned import state_storage
 
         config["stateStorage"] = state_storage(args.state_dir)
+    apply_time_flags(args, config)
     return config
 
 

@@ -213,10 +213,10 @@ class FunctionQuery:
         if partitioning is not None:
             groups, parallelism = partitioning
             spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
+            frame = frame.withColumn("__route", route_column(groups, parallelism))
         if spec.get("time"):  # the function's watermark for this batch, from all its records
             spec = with_batch_watermark(spec, frame, cached_state_store(spec), self._time, batch_id)
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
-            frame = frame.withColumn("__route", route_column(groups, parallelism))
         runner = arrow_partition_runner(spec, batch_id)
         rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
                 .mapInArrow(runner, STATS_SCHEMA).collect()]

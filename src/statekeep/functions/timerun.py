@@ -16,7 +16,7 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windows import Window, Windows
-from statekeep.state.partitioned.keygroups import group_range
+from statekeep.state.partitioned.keygroups import group_range, spark_routes
 from statekeep.state.timestate import GROUP_PREFIX, TIME_GROUPS, Clock, decode_group, wall_clock_ms
 
 #: the clock of every run in this process (tests replace it to move time without waiting)
@@ -202,9 +202,25 @@ def with_batch_watermark(spec: dict[str, Any], frame: Any, store: Any, known: di
     if field:
         from pyspark.sql import functions as F
 
-        value = F.get_json_object("__record", f"$.{field}").cast("double")
+        path = f"$.{field}"  # a JSON line; or a message record (statekeep.functions.messages) holding one
+        value = F.coalesce(F.get_json_object("__record", path),
+                           F.get_json_object(F.get_json_object("__record", "$.value"), path)).cast("double")
         row = frame.agg(F.max(value)).first()
         largest = None if row is None or row[0] is None else int(row[0])
     previous, target = driver_watermarks(spec, known["watermark"], largest, CLOCK())
     known["watermark"] = target
     return {**spec, "watermark_previous": previous, "watermark_target": target}
+
+
+def with_ticks(frame: Any, parallelism: int) -> Any:
+    """``frame`` (routed by its ``__route`` column) with one row of null ``__record`` per partition, so
+    every partition runs in every micro-batch (Spark runs no task for an empty partition) and fires its
+    due timers and windows; the runtime drops these rows before the function sees its records."""
+    from pyspark.sql import functions as F
+
+    routes = [F.lit(v) for v in spark_routes(parallelism)]
+    types = dict(frame.dtypes)
+    ticks = frame.sparkSession.range(parallelism).select(
+        *[F.lit(None).cast(types[c]).alias(c) for c in frame.columns if c != "__route"],
+        F.element_at(F.array(*routes), (F.col("id") + 1).cast("int")).alias("__route"))
+    return frame.unionByName(ticks)
