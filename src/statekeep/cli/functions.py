@@ -101,6 +101,8 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--secrets", help="JSON object: secret name -> how the secrets provider finds it")
     sub.add_argument("--custom-serde-inputs", metavar="JSON",
                      help='JSON object: input topic -> its pulsar.SerDe class, e.g. {"in": "mymodule.MySerDe"}')
+    sub.add_argument("--custom-schema-inputs", metavar="JSON",
+                     help='JSON object: input topic -> a pulsar.schema.Record class its JSON messages decode into')
     sub.add_argument("--output-serde-classname", metavar="MODULE.CLASS",
                      help="the pulsar.SerDe class serializing the function's results")
     sub.add_argument("--log-topic", help="where the function's log records also go (a topic or a directory)")
@@ -208,6 +210,8 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         config["secrets"] = _json_flag(args, "secrets")
     if getattr(args, "custom_serde_inputs", None) is not None:
         config["customSerdeInputs"] = _json_flag(args, "custom_serde_inputs")
+    if getattr(args, "custom_schema_inputs", None) is not None:
+        config["customSchemaInputs"] = _json_flag(args, "custom_schema_inputs")
     for option, field in (("py", "py"), ("output", "output"), ("classname", "className"),
                           ("parallelism", "parallelism"), ("key_field", "keyField"),
                           ("input_format", "inputFormat"), ("output_format", "outputFormat"),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import inspect
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -48,10 +49,25 @@ def _module_name(error: ImportError) -> str:
     return error.name or str(error)
 
 
+_modules: dict[tuple[str, str], dict[str, Any]] = {}
+_modules_lock = threading.Lock()
+
+
 def execute_file(source: str, filename: str = "<function>") -> dict[str, Any]:
-    """Run a function file as a module and return its namespace. Raises :class:`FunctionLoadError`
-    for a syntax error, an import that fails (naming the module and the file) or any other error
-    raised at its top level."""
+    """Run a function file as a module and return its namespace; run once per process and (source,
+    filename), as Python imports a module once, so the entry point and the serde or record classes
+    the config names from the same file share their classes. Raises :class:`FunctionLoadError` for a
+    syntax error, an import that fails (naming the module and the file) or any other error raised at
+    its top level (a failed run is not kept)."""
+    with _modules_lock:
+        if (source, filename) not in _modules:
+            _modules[(source, filename)] = _execute(source, filename)
+            while len(_modules) > 64:
+                _modules.pop(next(iter(_modules)))
+        return _modules[(source, filename)]
+
+
+def _execute(source: str, filename: str) -> dict[str, Any]:
     from statekeep.pulsar_compat import install
 
     install()
