@@ -170,7 +170,8 @@ def test_pulsar_admin_created_functions_answer_trigger_as_pulsar_does(server, fi
     assert all(m["properties"]["functionId"] and isinstance(m["eventTime"], int) for m in logs)
     # as stored: pulsar-admin's fields, the serde inputs merged into inputs as Pulsar does
     got = client.get("/shapes").json()
-    assert got["inputs"] == ["persistent://public/default/points"] and got["outputSerdeClassName"] == "shapes.PointSerDe"
+    assert got["inputs"] == ["persistent://public/default/points"]
+    assert got["outputSerdeClassName"] == "shapes.PointSerDe"
     assert client.get("/router").json()["logTopic"] == "persistent://public/default/logs"
 
 
