@@ -1,0 +1,98 @@
+"""Windows on Spark, exactly once: ``localrun --once`` with pulsar-admin's window flags, the driver
+SIGKILLed after two micro-batches and run again; every window fires once with exactly its records,
+late records go to the late-data topic once; on the embedded default and with --state-dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+
+from statekeep.functions.service import FunctionService
+from statekeep.functions.spark import read_status
+from statekeep.state.timestate import timers_of
+from statekeep.testing import wait_for
+
+WINDOWED = '''
+def process(records, context):
+    w = context.get_window()
+    context.incr_counter(w.key)  # the window's key: its state (with --state-dir, in the key's group)
+    return {"key": w.key, "start": w.start, "end": w.end, "ids": sorted(r["id"] for r in records)}
+'''
+NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]  # in both partitions' key groups
+KEYS, FILES, LENGTH = len(NAMES), 6, 1000
+
+
+def write_events(directory, part, events):
+    directory.mkdir(parents=True, exist_ok=True)
+    temp = directory / f".part-{part}.tmp"
+    temp.write_text("".join(json.dumps(e) + "\n" for e in events))
+    temp.rename(directory / f"part-{part}.jsonl")
+    os.utime(directory / f"part-{part}.jsonl", (1_000_000 + part, 1_000_000 + part))  # Spark reads by mtime
+
+
+def events_of(part):
+    """File ``part`` covers event times [part*1000, part*1000 + 1000); file 4 also has a late record."""
+    events = [{"k": NAMES[i % KEYS], "ts": part * LENGTH + (i * 37) % LENGTH, "id": f"{part}-{i}"} for i in range(40)]
+    if part == 4:
+        events.append({"k": "bob", "ts": 150, "id": "late"})  # window [0, 1000) fired long before
+    return events
+
+
+@pytest.mark.parametrize("state_dir", [False, True], ids=["embedded", "state-dir"])
+def test_windows_exactly_once_across_a_driver_sigkill(tmp_path, state_dir):
+    inputs, out, late, data = tmp_path / "in", tmp_path / "out", tmp_path / "late", tmp_path / "data"
+    for part in range(FILES):
+        write_events(inputs, part, events_of(part))
+    py = tmp_path / "windowed.py"
+    py.write_text(WINDOWED)
+    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "win", "--py", str(py),
+               "--inputs", str(inputs), "--key-field", "k", "--parallelism", "2", "--output", str(out),
+               "--data-dir", str(data), "--once", "--window-length-duration-ms", str(LENGTH),
+               "--late-data-topic", str(late),
+               "--user-config", json.dumps({"eventTimeField": "ts", "inputOptions": {"maxFilesPerTrigger": "1"}})]
+    if state_dir:
+        command += ["--state-dir", str(tmp_path / "shared")]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    with FunctionService.open(f"local://{data}") as service:
+        assert wait_for(lambda: (read_status(service.registry.store, "public", "default", "win") or {})
+                        .get("batches", 0) >= 2 or first.poll() is not None, timeout=300)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    time.sleep(1)
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+
+    expected: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for part in range(FILES - 1):  # the watermark (5999) has passed every window but the last
+        for e in events_of(part):
+            if e["id"] != "late":
+                expected[(e["k"], e["ts"] // LENGTH * LENGTH)].append(e["id"])
+    fired = [json.loads(line) for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert sorted((o["key"], o["start"]) for o in fired) == sorted(expected)  # each window once
+    assert {(o["key"], o["start"]): o["ids"] for o in fired} == {k: sorted(v) for k, v in expected.items()}
+    late_lines = [json.loads(line)["id"] for p in late.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert late_lines == ["late"]
+    with FunctionService.open(f"local://{data}") as service:
+        state = service.registry.state_store("public", "default", "win")
+        assert service.list_state("public", "default", "win")["items"] == [
+            {"key": name, "numberValue": FILES - 1, **_rest(state, name)}
+            for name in sorted(NAMES)]
+        open_windows = timers_of(state)  # the last window of every key is still open, its timer registered
+        assert sorted(t["key"] for t in open_windows) == sorted(NAMES)
+        assert {t["timestamp"] for t in open_windows} == {FILES * LENGTH}
+
+
+def _rest(state, key):
+    from statekeep.state.shape import function_state_json
+
+    body = function_state_json(state.get_entry(key))
+    return {k: v for k, v in body.items() if k not in ("key", "numberValue")}
