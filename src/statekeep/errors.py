@@ -105,3 +105,33 @@ class ForbiddenError(StatekeepError):
 
 class MissingDependencyError(StatekeepError, ImportError):
     """An optional dependency needed by a backend is not installed; the message names the package."""
+
+
+#: The one mapping between errors and HTTP statuses (after Pulsar's admin API): an error answers with
+#: the status of its most specific class listed here (:func:`http_status`); a client receiving a status
+#: raises the first class listed for it (:func:`error_for_status`). A client error is never a 5xx:
+#: malformed input 400, too large 413, unknown 404, a conflict 409, credentials 401/403; only an
+#: unreachable store (503) or a bug (500) is a server error.
+HTTP_STATUS: dict[type[StatekeepError], int] = {
+    InvalidArgumentError: 400, InvalidPathError: 400,
+    UnauthorizedError: 401, ForbiddenError: 403, NotFoundError: 404,
+    BadVersionError: 409, AlreadyExistsError: 409, NotEmptyError: 409, LockBusyError: 409, ReadOnlyStoreError: 409,
+    ValueTooLargeError: 413,
+    StoreUnavailableError: 503, StoreClosedError: 503,
+    StatekeepError: 500,
+}
+
+
+def http_status(error: BaseException) -> int:
+    """The HTTP status of ``error``: that of its most specific class in :data:`HTTP_STATUS` (else 500)."""
+    for cls in type(error).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return 500
+
+
+def error_for_status(status: int) -> type[StatekeepError]:
+    """The error a client raises for an HTTP error ``status``: the first class :data:`HTTP_STATUS` lists
+    for it (400 -> InvalidArgumentError, 409 -> BadVersionError, 503 -> StoreUnavailableError, ...);
+    StatekeepError for a status it does not list."""
+    return next((cls for cls, code in HTTP_STATUS.items() if code == status), StatekeepError)

@@ -36,11 +36,6 @@ from statekeep.errors import InvalidArgumentError, MissingDependencyError
 
 DEFAULT_URL = "http://localhost:8080"
 
-# HTTP status -> the error the CLI reports (the inverse of statekeep.server.errors.STATUS)
-_HTTP_ERRORS = {400: errors.InvalidArgumentError, 401: errors.UnauthorizedError, 403: errors.ForbiddenError,
-                404: errors.NotFoundError, 409: errors.BadVersionError, 413: errors.ValueTooLargeError}
-
-
 class ServerUnreachableError(errors.StoreUnavailableError):
     """No server answered at the URL a command was sent to. Its message is the whole one-line advice."""
 
@@ -196,8 +191,7 @@ class Http:
                 reason = response.text or response.reason_phrase
             code = response.status_code
             # 503 is the server saying its store is unavailable; any other 5xx is the server's own error
-            cls = _HTTP_ERRORS.get(code, errors.StoreUnavailableError if code == 503
-                                   else ServerError if code >= 500 else errors.StatekeepError)
+            cls = ServerError if code >= 500 and code != 503 else errors.error_for_status(code)
             raise cls(f"HTTP {code}: {reason}")
         if not response.content:
             return None

@@ -1,9 +1,5 @@
-"""The one mapping from the statekeep error tree to HTTP statuses; every error body is ``{"reason": ...}``.
-
-A client error never becomes a 5xx: malformed input is 400, too large 413, unknown function or key
-404, a version conflict or existing function 409, missing or bad credentials 401, another tenant's
-function 403. Only an unreachable store (503) or a bug (500) is a server error.
-"""
+"""Errors as HTTP answers: every error body is ``{"reason": ...}``, its status the one of
+:data:`statekeep.errors.HTTP_STATUS` (shared with the CLI's client, which maps statuses back)."""
 
 from __future__ import annotations
 
@@ -18,25 +14,6 @@ from starlette.routing import Match
 from statekeep import errors as e
 
 log = logging.getLogger(__name__)
-
-STATUS: dict[type[BaseException], int] = {
-    e.InvalidArgumentError: 400, e.InvalidPathError: 400,
-    e.UnauthorizedError: 401, e.ForbiddenError: 403, e.NotFoundError: 404,
-    e.BadVersionError: 409, e.AlreadyExistsError: 409, e.NotEmptyError: 409, e.LockBusyError: 409,
-    e.ReadOnlyStoreError: 409,
-    e.ValueTooLargeError: 413,
-    e.StoreUnavailableError: 503, e.StoreClosedError: 503,
-    e.StatekeepError: 500,
-}
-
-
-def status_of(error: BaseException) -> int:
-    """The HTTP status of a statekeep error: its most specific class in :data:`STATUS`."""
-    for cls in type(error).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 500
-
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
@@ -57,7 +34,7 @@ def reason(status: int, text: str) -> JSONResponse:
 def install(app: FastAPI) -> None:
     @app.exception_handler(e.StatekeepError)
     async def statekeep_error(request: Request, error: e.StatekeepError) -> JSONResponse:
-        status = status_of(error)
+        status = e.http_status(error)
         if status >= 500:
             log.error("%s %s failed", request.method, request.url.path, exc_info=error)
         return reason(status, str(error) or type(error).__name__)
