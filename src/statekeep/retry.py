@@ -14,15 +14,17 @@ here, once, and each caller only chooses its bound (a number of attempts or a de
             continue  # lost a race: read again
     raise BadVersionError(f"{path}: lost 100 races in a row")
 
-Only lost races are retried by the caller; an unreachable store (:class:`StoreUnavailableError`) is not
-caught, so it propagates at once. When the bound is reached the loop simply ends and the caller raises
-its own error (or returns its own result, e.g. ``False`` for a lock it did not get): losing is a result
-of the operation, not of the policy.
+Background loops that lost their store (a watch, a follower) wait :data:`RECONNECT`'s delays
+between their retries instead. Only lost races are retried by the caller; an unreachable store
+(:class:`StoreUnavailableError`) is not caught, so it propagates at once. When the bound is reached
+the loop simply ends and the caller raises its own error (or returns its own result, e.g. ``False``
+for a lock it did not get): losing is a result of the operation, not of the policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 from statekeep.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT", "RetryPolicy"]
+__all__ = ["DEFAULT", "RECONNECT", "RetryPolicy"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +101,8 @@ class RetryPolicy:
 
 #: The backoff of every compare-and-set loop; callers choose the bound with :meth:`RetryPolicy.bounded`.
 DEFAULT = RetryPolicy(max_attempts=100, first_delay=0.0005, max_delay=0.05, immediate=1)
+
+#: The waits of a background loop whose store failed under it (an etcd watch, a follower's poll):
+#: ``RECONNECT.delay(n)`` before its n-th retry in a row, from 0.1 s doubling to at most 2 s, jittered.
+#: Such loops retry for as long as they run, so the policy has no bound.
+RECONNECT = RetryPolicy(deadline=math.inf, first_delay=0.1, max_delay=2.0, immediate=0)

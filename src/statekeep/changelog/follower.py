@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn
 
+from statekeep.retry import RECONNECT
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewError
@@ -258,7 +259,7 @@ class FollowerStore(ReadableStateStore):
                 failures += 1
                 applied = 0
                 log.warning("follower of %s/%s/%s: %s (retrying)", self.tenant, self.namespace, self.name, e)
-                self._stop.wait(min(5.0, 0.05 * 2 ** min(failures, 7)))
+                self._stop.wait(RECONNECT.delay(failures))
             if not applied:
                 self._stop.wait(self.poll_interval)
 

@@ -198,7 +198,7 @@ class CoordinationService:
             return future.result()  # won meanwhile
 
     def _create(self, path: str, content: bytes) -> Stat:
-        for _ in range(3):  # the holder may release between our create and our read
+        for _ in _RETRY.bounded(attempts=3).attempts():  # the holder may release between our create and read
             try:
                 return self.store.put(path, content, expected_version=-1, ephemeral=True)
             except AlreadyExistsError:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.functions.context import BufferedState, RecordSource
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
+from statekeep.retry import DEFAULT as RETRY
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry
@@ -54,7 +55,7 @@ def set_stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: s
     (:class:`NotFoundError` otherwise), so a deleted function leaves no marker behind."""
     from statekeep.metadata import Check, Delete, Put
 
-    for _ in range(20):
+    for _ in RETRY.bounded(attempts=20).attempts():
         path, version = _function_path(registry, tenant, namespace, name)
         marker = path + "/" + STOPPED
         if registry.store.exists(marker) == stopped:
@@ -73,7 +74,7 @@ def request_restart(registry: FunctionRegistry, tenant: str, namespace: str, nam
     new restart count. A stopped function stays stopped (the count still rises)."""
     from statekeep.metadata import Check, Put
 
-    for _ in range(20):
+    for _ in RETRY.bounded(attempts=20).attempts():
         path, version = _function_path(registry, tenant, namespace, name)
         current = registry.store.get(path + "/" + RESTARTS)
         count = (int(current.value) if current is not None else 0) + 1

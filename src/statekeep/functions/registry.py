@@ -29,6 +29,7 @@ from statekeep.functions.loader import validate_function_source
 from statekeep.functions.model import FunctionConfig
 from statekeep.lru import BoundedLRU
 from statekeep.metadata import Delete, MetadataStore, Put
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import ProviderPool, StateStore, StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog
 
@@ -130,7 +131,7 @@ class FunctionRegistry:
                 raise InvalidArgumentError(
                     f"{what} in the config ({changes[what]!r}) differs from the path ({value!r})")
         path = self._path(tenant, namespace, name)
-        for _ in range(20):
+        for _ in RETRY.bounded(attempts=20).attempts():
             current, version = self._read(tenant, namespace, name)
             merged = {**current.to_json(), **{k: v for k, v in changes.items() if v is not None}}
             cfg = FunctionConfig.from_json(merged)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Union
 from urllib.parse import quote
 
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.errors import BlobStorageError, CorruptStateError, InvalidArgumentError, MissingDependencyError
 from statekeep.handles.reader import BlobReader
 
@@ -143,16 +144,17 @@ class BlobStore:
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, "." + name[: -len(".blob")] + ".tmp")
         size = 0
-        for attempt in range(3):
+        for _ in RETRY.bounded(attempts=3).attempts():
             try:
                 created = _makedirs(directory)
                 f = open(tmp, "xb")
                 break
             except FileNotFoundError:  # a concurrent delete removed the emptied key directory: again
-                if attempt == 2:
-                    raise BlobStorageError(f"cannot create blob {path}: its directory keeps vanishing") from None
+                continue
             except OSError as e:
                 raise BlobStorageError(f"cannot create blob {path}: {e}") from e
+        else:
+            raise BlobStorageError(f"cannot create blob {path}: its directory keeps vanishing")
         try:
             with f:
                 for chunk in chunks:

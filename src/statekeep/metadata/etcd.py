@@ -64,6 +64,7 @@ from statekeep.errors import (
 from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY
+from statekeep.retry import RECONNECT
 from statekeep.metadata.types import (
     Check, Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
 )
@@ -565,14 +566,14 @@ class EtcdStore(MetadataStore):
     async def _watch(self) -> None:
         """One watch on ``PREFIX/``; after an error it resumes at the revision after the last event delivered
         (``_watch_revision``, 0: from now)."""
-        start, backoff = self._p + b"/", 0.1
+        start, failures = self._p + b"/", 0
         while True:
             call = self._watcher.Watch()
             try:
                 await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
                     key=start, range_end=prefix_range_end(start), start_revision=self._watch_revision)))
                 while (response := await call.read()) is not grpc.aio.EOF:
-                    backoff = 0.1
+                    failures = 0
                     if response.created and not self._watch_revision:
                         self._watch_revision = response.header.revision + 1
                     if response.compact_revision:
@@ -594,8 +595,8 @@ class EtcdStore(MetadataStore):
             finally:
                 call.cancel()
                 del call
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            failures += 1
+            await asyncio.sleep(RECONNECT.delay(failures))
 
     def _notify(self, event: Any) -> None:
         path = event.kv.key[len(self._p):].decode("utf-8", "replace")

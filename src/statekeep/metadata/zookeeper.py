@@ -47,6 +47,7 @@ from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenErro
                               PossibleInconsistentStateError, StatekeepError, StoreClosedError,
                               StoreUnavailableError, UnauthorizedError, ValueTooLargeError)
 from statekeep.metadata.base import MetadataStore
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.metadata.types import (Check, Delete, GetResult, Notification, NotificationType, Op, Put,
                                       SessionEvent, Stat, join, parent_of, validate_path)
 
@@ -313,7 +314,8 @@ class ZooKeeperStore(MetadataStore):
                                                   path, write=True))
             except NotFoundError as e:  # PIP-45: a version that cannot match is a BadVersion, absent or not
                 raise BadVersionError(f"{path} does not exist (expected version {op.expected_version})") from e
-        while True:  # unconditional: set if present, else create; a concurrent create or delete flips it
+        # unconditional: set if present, else create; a concurrent create or delete flips it
+        for _ in RETRY.attempts():
             try:
                 return self._stat(path, self._run(lambda: client.set_async(path, op.value, -1), path, write=True))
             except NotFoundError:
@@ -322,6 +324,7 @@ class ZooKeeperStore(MetadataStore):
                 return self._create(op)
             except AlreadyExistsError:
                 continue
+        raise BadVersionError(f"{path} kept being created and deleted concurrently; the put was not applied")
 
     def _create(self, op: Put) -> Stat:
         created, zstat = self._run(lambda: self._client.create_async(
@@ -335,7 +338,7 @@ class ZooKeeperStore(MetadataStore):
         self._run(lambda: self._client.delete_async(op.path, version), op.path, write=True)
 
     def _delete_recursive(self, path: str) -> None:
-        while True:
+        for _ in RETRY.attempts():
             for child in self._get_children(path):
                 self._delete_recursive(join(path, child))
             if path == "/":
@@ -346,11 +349,12 @@ class ZooKeeperStore(MetadataStore):
                 return
             except NotEmptyError:  # a concurrent writer added a child: list again
                 continue
+        raise NotEmptyError(f"{path}: concurrent writers kept adding children; not deleted")
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
         self._check_size(ops)
         self._known_dirs.difference_update(op.path for op in ops if isinstance(op, Delete))
-        for attempt in range(_MAX_REPLANS):
+        for attempt in RETRY.bounded(attempts=_MAX_REPLANS).attempts():
             steps = self._plan(ops)
             results = self._run(lambda: self._call(_Txn([s.request for s in steps])), ops[0].path, write=True)
             failed = next((i for i, r in enumerate(results) if isinstance(r, Exception)

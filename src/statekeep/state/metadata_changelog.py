@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from statekeep.errors import BadVersionError, NotFoundError
 from statekeep.metadata import Delete, MetadataStore, Op, Put
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records
 from statekeep.state.base import BatchLimits, ChangelogPosition, CompactionResult
 from statekeep.state.keys import encode_key
@@ -111,7 +112,7 @@ class MetadataChangelog:
         """Delete ``part`` and advance the compaction node in one multi (compare-and-set on it)."""
         purged = max((o for o, _, tomb in part if tomb), default=-1)
         through = max((o for o, _, _ in part), default=-1)
-        for _ in range(100):
+        for _ in RETRY.attempts():
             info, version = self._compaction_info()
             new = {"first": min(info.get("first", first), first),
                    "compacted": max(info.get("compacted", -1), chunk_last),
