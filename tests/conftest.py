@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn, TypeVar
 
 import pytest
 
-from statekeep.metadata import MetadataStore, open_store
+from statekeep.metadata import open_store
+from statekeep.testing.contract.plugin import open_url, provider, store  # noqa: F401 - the suites' fixtures
 
 IN_CI = os.environ.get("CI") == "true"
 T = TypeVar("T")
@@ -54,37 +55,17 @@ def leader(request: pytest.FixtureRequest, tmp_path):
     from statekeep.state import open_provider
 
     name, backend = request.param
-    store = open_store(BACKENDS[backend](request, tmp_path))
-    provider = open_provider(name, {"store": store})
-    yield provider
-    provider.close()
-    store.close()
+    metadata = open_store(BACKENDS[backend](request, tmp_path))
+    opened = open_provider(name, {"store": metadata})
+    yield opened
+    opened.close()
+    metadata.close()
 
 
 @pytest.fixture(params=list(BACKENDS))
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     """A URL of a fresh, empty namespace on each backend in turn."""
     return BACKENDS[request.param](request, tmp_path)
-
-
-@pytest.fixture
-def open_url(store_url: str) -> Iterator[Callable[..., MetadataStore]]:
-    """Opens stores (on ``store_url`` by default) and closes them all after the test."""
-    opened: list[MetadataStore] = []
-
-    def _open(url: str | None = None, **options) -> MetadataStore:
-        store = open_store(url or store_url, **options)
-        opened.append(store)
-        return store
-
-    yield _open
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(open_url) -> MetadataStore:
-    return open_url()
 
 
 def missing(what: str) -> NoReturn:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 #: modules that are themselves an optional integration -> the extra they need
 OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etcd": "etcd",
-            "statekeep.server": "server", "statekeep.functions.sources": "spark"}
+            "statekeep.server": "server", "statekeep.functions.sources": "spark", "statekeep.testing.contract": "test"}
 
 
 def fresh_copy(destination: Path) -> Path:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from statekeep.state import open_provider
-
 from conftest import BACKENDS, STATE_TARGETS
 
 
@@ -15,11 +13,3 @@ def target(request, tmp_path) -> tuple[str, str]:
     """(provider name, store URL)."""
     name, backend = request.param
     return name, BACKENDS[backend](request, tmp_path)
-
-
-@pytest.fixture
-def provider(target):
-    name, url = target
-    p = open_provider(name, {"metadata_url": url, **({"retry_seconds": 60} if name == "metadata" else {})})
-    yield p
-    p.close()

@@ -1,0 +1,364 @@
+"""The state store contract (PIP-312 + changelog + batches) for a state provider over a store: needs the
+fixture ``provider`` (:mod:`statekeep.testing.contract`). statekeep runs it for ``metadata`` over
+every metadata backend (memory, local, zk, etcd) and ``embedded`` on local."""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import pytest
+
+from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError,
+                              InvalidArgumentError, NotFoundError, StatekeepError, ValueTooLargeError)
+from statekeep.state import (COUNTER_MAX, COUNTER_MIN, StateStore, StateStoreProvider, decode_key, encode_key,
+                             open_provider, provider_names, register_provider)
+from statekeep.state.metadata_provider import MetadataStateStoreProvider
+
+KEYS = ["a", "a/b", "a.b", "a b", ".", "..", "/", "~", "!", "a!", "a~", "é", "日本", "ключ", "\x00x", "\x7f",
+        "Z", "z", "0", "a" * 200, "mixed/Case.1~!é", "%2F", "emoji😀"]
+
+
+@pytest.fixture
+def state(provider) -> StateStore:
+    return provider.get_state_store("acme", "prod", "wordcount")
+
+
+def changelog(state):
+    return state.read_changelog()
+
+
+def utf8_order(keys):
+    return sorted(keys, key=lambda k: k.encode("utf-8"))
+
+
+def test_put_get_delete_and_versions(state):
+    assert state.get("k") is None and state.get_entry("k") is None
+    assert state.put("k", b"v1") == 0
+    assert state.put("k", b"v2") == 1
+    entry = state.get_entry("k")
+    assert (entry.key, entry.value, entry.kind, entry.version) == ("k", b"v2", "bytes", 1)
+    assert state.put("empty", b"") == 0 and state.get("empty") == b""
+    assert state.delete("k") is True
+    assert state.get("k") is None
+    assert state.delete("k") is False
+    assert state.put("k", b"again") == 0  # a re-created key starts over
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_key_encoding_round_trips_to_one_segment(key):
+    segment = encode_key(key)
+    assert "/" not in segment and segment not in (".", "..") and segment.isascii() and segment.isprintable()
+    assert decode_key(segment) == key
+
+
+def test_key_encoding_preserves_order_and_prefixes():
+    keys = utf8_order(KEYS)
+    assert [encode_key(k) for k in keys] == sorted(encode_key(k) for k in keys)
+    for a in KEYS:
+        for b in KEYS:
+            assert encode_key(b).startswith(encode_key(a)) == b.startswith(a)
+
+
+def test_arbitrary_keys_scan_in_order(state):
+    for i, key in enumerate(KEYS):
+        state.put(key, f"v{i}".encode())
+    assert [k for k, _ in state.scan()] == utf8_order(KEYS)
+    assert dict(state.scan()) == {k: f"v{i}".encode() for i, k in enumerate(KEYS)}
+    assert [k for k, _ in state.scan(prefix="a")] == utf8_order(k for k in KEYS if k.startswith("a"))
+    assert [k for k, _ in state.scan(prefix="a/")] == ["a/b"]
+    ordered = utf8_order(KEYS)
+    assert [k for k, _ in state.scan(start_after=ordered[4], limit=3)] == ordered[5:8]
+    assert [k for k, _ in state.scan(prefix="a", start_after="a!")] == utf8_order(
+        k for k in KEYS if k.startswith("a") and k.encode() > b"a!")
+    assert list(state.scan(limit=0)) == []
+    assert [k for k, _ in state.scan(start_after="zzz")] == [k for k in ordered if k.encode() > b"zzz"]
+
+
+def test_paging_through_scan_visits_every_key_once(state):
+    keys = [f"user/{i:03d}" for i in range(25)]
+    for key in keys:
+        state.put(key, b"x")
+    seen, after = [], None
+    while True:
+        page = [k for k, _ in state.scan(prefix="user/", start_after=after, limit=7)]
+        if not page:
+            break
+        seen += page
+        after = page[-1]
+    assert seen == keys
+
+
+def test_counters(state):
+    assert state.get_counter("c") == 0
+    assert state.incr("c") == 1
+    assert state.incr("c", 41) == 42
+    assert state.incr("c", -50) == -8
+    assert state.get_counter("c") == -8
+    assert state.get("c") == struct.pack(">q", -8)  # PIP-312: 8-byte big-endian signed
+    entry = state.get_entry("c")
+    assert entry.kind == "counter" and entry.counter == -8 and entry.version == 2
+    assert state.set_counter("c", 100) == 3 and state.get_counter("c") == 100
+    state.put("c", b"now bytes")
+    assert state.get_entry("c").kind == "bytes"
+
+
+def test_counter_never_wraps(state):
+    state.set_counter("max", COUNTER_MAX)
+    before = len(changelog(state))
+    with pytest.raises(CounterOverflowError):
+        state.incr("max")
+    state.set_counter("min", COUNTER_MIN)
+    with pytest.raises(CounterOverflowError):
+        state.incr("min", -1)
+    assert state.get_counter("max") == COUNTER_MAX and state.get_counter("min") == COUNTER_MIN
+    assert len(changelog(state)) == before + 1  # only set_counter("min") wrote
+    assert issubclass(CounterOverflowError, InvalidArgumentError)
+
+
+def test_counter_and_bytes_do_not_mix(state):
+    state.put("b", b"12345678")
+    with pytest.raises(InvalidArgumentError, match="not a counter"):
+        state.incr("b")
+    with pytest.raises(InvalidArgumentError, match="not a counter"):
+        state.get_counter("b")
+    assert state.get("b") == b"12345678"
+
+
+BAD_KEYS = [None, 1, b"k", "", "\ud800", "x" * 241, "/" * 81]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS, ids=repr)
+def test_bad_keys_write_nothing(state, key):
+    for call in (lambda: state.put(key, b"v"), lambda: state.get(key), lambda: state.incr(key),
+                 lambda: state.delete(key), lambda: state.set_counter(key, 1),
+                 lambda: state.apply_batch({key: b"v"}, {}), lambda: state.apply_batch({}, {key: 1})):
+        with pytest.raises(InvalidArgumentError):
+            call()
+    assert list(state.scan()) == [] and changelog(state) == []
+
+
+@pytest.mark.parametrize("value", ["text", 1, None, [1], bytearray(b"ok")], ids=repr)
+def test_bad_values_write_nothing(state, value):
+    if isinstance(value, bytearray):  # bytes-like is accepted
+        state.put("k", value)
+        assert state.get("k") == b"ok"
+        return
+    with pytest.raises(InvalidArgumentError):
+        state.put("k", value)
+    with pytest.raises(InvalidArgumentError):
+        state.apply_batch({"k": value} if value is not None else {"k": "x"}, {})
+    assert state.get("k") is None and changelog(state) == []
+
+
+def test_oversized_value_refused(state):
+    limit = state.max_value_size
+    state.put("fits", b"x" * limit)
+    assert len(state.get("fits")) == limit
+    with pytest.raises(ValueTooLargeError):
+        state.put("big", b"x" * (limit + 1))
+    with pytest.raises(ValueTooLargeError):
+        state.apply_batch({"big": b"x" * (limit + 1)}, {})
+    assert state.get("big") is None and len(changelog(state)) == 1
+
+
+@pytest.mark.parametrize("amount", [True, 1.0, "1", None, 1 << 63, -(1 << 63) - 1], ids=repr)
+def test_bad_incr_amounts_write_nothing(state, amount):
+    with pytest.raises(InvalidArgumentError):
+        state.incr("c", amount)
+    with pytest.raises(InvalidArgumentError):
+        state.apply_batch({}, {"c": amount})
+    assert state.get("c") is None and changelog(state) == []
+
+
+def test_expected_versions(state):
+    assert state.put("k", b"a", expected_version=-1) == 0
+    with pytest.raises(AlreadyExistsError):
+        state.put("k", b"b", expected_version=-1)
+    with pytest.raises(BadVersionError):
+        state.put("k", b"b", expected_version=5)
+    assert state.put("k", b"b", expected_version=0) == 1
+    with pytest.raises(NotFoundError):
+        state.put("absent", b"b", expected_version=0)
+    with pytest.raises(BadVersionError):
+        state.delete("k", expected_version=0)
+    with pytest.raises(NotFoundError):
+        state.delete("absent", expected_version=0)
+    with pytest.raises(InvalidArgumentError):
+        state.put("k", b"c", expected_version="1")
+    assert state.get_entry("k").value == b"b"
+    assert state.delete("k", expected_version=1) is True
+    assert len(changelog(state)) == 3
+
+
+def test_every_mutation_appends_a_changelog_record(state):
+    state.put("a", b"1")
+    state.incr("n", 5)
+    state.put("a", b"2")
+    state.delete("a")
+    state.delete("a")  # absent: no change, no record
+    state.set_counter("n", 9)
+    log = changelog(state)
+    assert [(r.key, r.kind, r.value, r.version, r.tombstone) for r in log] == [
+        ("a", "bytes", b"1", 0, False),
+        ("n", "counter", struct.pack(">q", 5), 0, False),
+        ("a", "bytes", b"2", 1, False),
+        ("a", None, None, 1, True),
+        ("n", "counter", struct.pack(">q", 9), 1, False),
+    ]
+    offsets = [r.offset for r in log]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert [r.key for r in state.read_changelog(after=offsets[2])] == ["a", "n"]
+
+
+def test_apply_batch_is_atomic_and_once_per_marker(state):
+    state.put("gone", b"x")
+    state.incr("n", 10)
+    state.put("reset", b"bytes")
+    assert state.apply_batch({"a": b"1", "gone": None, "reset": None, "never": None},
+                             {"n": 5, "reset": 3, "new": -2}, marker="batch-1-0") is True
+    assert dict(state.fetch_many(["a", "gone", "n", "reset", "new", "never"])) == {
+        "a": (b"1", None), "gone": (None, None), "n": (struct.pack(">q", 15), 15),
+        "reset": (struct.pack(">q", 3), 3), "new": (struct.pack(">q", -2), -2), "never": (None, None)}
+    assert state.has_marker("batch-1-0") and not state.has_marker("batch-2-0")
+    records_before = len(changelog(state))
+    # a replay of the same batch writes nothing
+    assert state.apply_batch({"a": b"other"}, {"n": 100}, marker="batch-1-0") is False
+    assert state.get("a") == b"1" and state.get_counter("n") == 15 and len(changelog(state)) == records_before
+    # one record per changed key, in the same write ("never" was absent: no record)
+    assert sorted(r.key for r in changelog(state)[-5:]) == ["a", "gone", "n", "new", "reset"]
+    assert state.get_many(["a", "n", "missing"]) == {"a": b"1", "n": struct.pack(">q", 15)}
+    assert state.apply_batch({}, {"n": 1}) is True and state.apply_batch({}, {"n": 1}) is True  # no marker
+    assert state.get_counter("n") == 17
+
+
+def test_failing_batch_writes_nothing(state):
+    state.put("bytes", b"b")
+    state.set_counter("max", COUNTER_MAX)
+    before = len(changelog(state))
+    with pytest.raises(CounterOverflowError):
+        state.apply_batch({"a": b"1"}, {"max": 1}, marker="m")
+    with pytest.raises(InvalidArgumentError):
+        state.apply_batch({"a": b"1"}, {"bytes": 1}, marker="m")
+    assert state.get("a") is None and not state.has_marker("m") and len(changelog(state)) == before
+    with pytest.raises(InvalidArgumentError):
+        state.apply_batch([("a", b"1")], {})
+
+
+def test_batch_of_any_size(state):
+    """A batch larger than one atomic write of the backend (etcd: 128 operations, ZooKeeper: 1 MB)
+    commits exactly once: keys, deletes, counters, one changelog record per changed key, the marker."""
+    limits = state.batch_limits
+    n = min(3 * limits.max_keys + 7, 2_500)
+    state.put("gone", b"x")
+    state.incr("c0", 5)
+    puts = {f"k{i:05d}": bytes([i % 251]) * 40 for i in range(n)}
+    puts["gone"] = None
+    counters = {f"c{i}": i + 1 for i in range(n)}
+    before = len(changelog(state))
+    assert state.apply_batch(puts, counters, marker="big") is True
+    assert state.has_marker("big")
+    assert state.apply_batch(puts, counters, marker="big") is False  # a replay writes nothing
+    assert state.get("gone") is None and state.get("k00007") == bytes([7]) * 40
+    assert state.get_counter("c0") == 6 and state.get_counter(f"c{n - 1}") == n
+    assert len(list(state.scan(prefix="k"))) == n and len(list(state.scan(prefix="c"))) == n
+    assert len(changelog(state)) == before + 2 * n + 1
+    # large values: more bytes than one write carries
+    per = min(state.max_value_size, 200_000)
+    count = min(max(3, 2 * limits.max_bytes // per + 1), 40)
+    big = {f"y{i}": bytes([i]) * per for i in range(count)}
+    assert state.apply_batch(big, {}, marker="bytes") is True
+    assert [v for _, v in state.scan(prefix="y")] == [big[k] for k in sorted(big)]
+
+
+def test_large_batch_that_would_fail_writes_nothing(state):
+    state.put("bytes", b"b")
+    n = min(2 * state.batch_limits.max_keys + 3, 2_500)
+    counters = {f"c{i}": 1 for i in range(n)}
+    counters["bytes"] = 1
+    before = len(changelog(state))
+    with pytest.raises(InvalidArgumentError):
+        state.apply_batch({}, counters, marker="m")
+    assert not state.has_marker("m") and state.get_counter("c1") == 0 and len(changelog(state)) == before
+
+
+def test_cleanup_removes_all_state(provider, state):
+    state.put("a", b"1")
+    state.incr("n")
+    state.apply_batch({"b": b"2"}, {}, marker="m")
+    other = provider.get_state_store("acme", "prod", "other")
+    other.put("a", b"keep")
+    provider.cleanup("acme", "prod", "wordcount")
+    again = provider.get_state_store("acme", "prod", "wordcount")
+    assert list(again.scan()) == [] and again.get("a") is None and not again.has_marker("m")
+    assert again.read_changelog() == []
+    assert other.get("a") == b"keep"
+    provider.cleanup("acme", "prod", "never-existed")  # no-op
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a b", "x" * 65, None, "é"], ids=repr)
+def test_function_names_validated(provider, name):
+    with pytest.raises(InvalidArgumentError):
+        provider.get_state_store("acme", "prod", name)
+    with pytest.raises(InvalidArgumentError):
+        provider.get_state_store(name, "prod", "f")
+    with pytest.raises(InvalidArgumentError):
+        provider.cleanup("acme", name, "f")
+
+
+def test_functions_are_isolated(provider):
+    a = provider.get_state_store("t", "n", "a")
+    b = provider.get_state_store("t", "n", "b")
+    a.put("k", b"a")
+    assert b.get("k") is None and list(b.scan()) == []
+
+
+def test_concurrent_incr_from_threads_is_exact(target):
+    name, url = target
+    providers = [open_provider(name, {"metadata_url": url}) for _ in range(4)]
+    try:
+        stores = [p.get_state_store("t", "n", "f") for p in providers]
+        errors: list[BaseException] = []
+
+        def work(s):
+            try:
+                for _ in range(25):
+                    s.incr("hits")
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert stores[0].get_counter("hits") == 100
+        assert len(stores[0].read_changelog()) == 100
+    finally:
+        for p in providers:
+            p.close()
+
+
+def test_provider_registry():
+    assert "metadata" in provider_names()
+    with pytest.raises(InvalidArgumentError, match="unknown state provider"):
+        open_provider("nope", {})
+    with pytest.raises(InvalidArgumentError):
+        open_provider("metadata", {})
+    with pytest.raises(InvalidArgumentError):
+        open_provider("metadata", {"metadata_url": "memory://", "bogus": 1})
+
+    class Custom(MetadataStateStoreProvider):
+        name = "custom"
+
+    register_provider("custom-test", Custom)
+    p = open_provider("custom-test", {"metadata_url": "memory://"})
+    assert isinstance(p, Custom) and isinstance(p, StateStoreProvider)
+    p.close()
+    with pytest.raises(InvalidArgumentError):
+        register_provider("bad", dict)
+
+
+def test_errors_are_statekeep_errors():
+    assert issubclass(CounterOverflowError, StatekeepError)
