@@ -147,3 +147,64 @@ def test_retries_then_dead_letter_and_the_failed_records_state_is_not_applied(sp
     assert shaped["userExceptionsTotal"] == 6  # two records, each tried 1 + 2 times
     exceptions = [e for i in stats.function_status(status, 2)["instances"] for e in i["status"]["latestUserExceptions"]]
     assert exceptions and all("ValueError: bad word" in e["exceptionString"] for e in exceptions)
+
+
+RELAY = '''
+def process(input, context):
+    context.get_logger().info("got %s", input)
+    context.incr_counter(input, 1)
+    context.publish("persistent://public/default/side", input, message_conf={
+        "properties": {"from": context.get_message_key()}, "partition_key": "pk-" + input, "event_timestamp": 7})
+    return input + "!"
+'''
+
+TYPES = '''
+def process(input):
+    return [type(input).__name__, input]
+'''
+
+
+def test_a_pulsar_pipeline_through_topics_with_localrun_once(spark, tmp_path, capsys, monkeypatch):
+    """Two functions created with pulsar-admin's flags only, chained by a topic name, on Spark: the first
+    reads a topic (str payloads, keys and properties), publishes with message_conf and logs to a log
+    topic; the second reads the first's output topic and a directory (text lines through Pulsar's serde,
+    JSON lines as JSON)."""
+    from support.cli import run as cli
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("STATEKEEP_URL", "STATEKEEP_STORE", "STATEKEEP_TOPICS_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "relay.py").write_text(RELAY)
+    (tmp_path / "types.py").write_text(TYPES)
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "a.txt").write_text("hello world\n5\n")
+    (files / "b.jsonl").write_text('{"a": 1}\n')
+    data = ["--data-dir", str(tmp_path / "data")]
+    assert cli(capsys, "topics", "produce", "in", "-m", "hello", "-m", "world", "-k", "k1", "-p", "p=1", *data)[0] == 0
+    code, out, err = cli(capsys, "functions", "localrun", "--name", "relay", "--py", "relay.py", "--classname", "relay",
+                         "--inputs", "persistent://public/default/in", "--output", "persistent://public/default/out",
+                         "--log-topic", "persistent://public/default/log", "--once", *data)
+    assert code == 0, err
+    code, out, err = cli(capsys, "functions", "localrun", "--name", "types", "--py", "types.py",
+                         "--inputs", f"persistent://public/default/out,{files}", "--output", str(tmp_path / "typed"),
+                         "--once", *data)
+    assert code == 0, err
+
+    def consume(name: str) -> list[dict]:
+        return [json.loads(line) for line in cli(capsys, "topics", "consume", name, *data)[1].splitlines()]
+
+    out_topic = consume("out")  # the input message's key and properties go with the output, as Pulsar's
+    assert sorted((m["value"], m["key"], m["properties"]) for m in out_topic) == [
+        ("hello!", "k1", {"p": "1"}), ("world!", "k1", {"p": "1"})]
+    side = consume("side")
+    assert sorted((m["value"], m["key"], m["properties"], m["eventTime"]) for m in side) == [
+        ("hello", "pk-hello", {"from": "k1"}, 7), ("world", "pk-world", {"from": "k1"}, 7)]
+    log = consume("log")
+    assert sorted(m["value"] for m in log) == ["got hello", "got world"]
+    assert {(m["properties"]["level"], m["properties"]["function"]) for m in log} == {("INFO", "public/default/relay")}
+    typed = sorted(map(json.dumps, lines(tmp_path / "typed")))
+    assert typed == sorted(map(json.dumps, [["str", "hello!"], ["str", "world!"], ["str", "hello world"], ["int", 5],
+                                            ["dict", {"a": 1}]]))
+    assert cli(capsys, "topics", "ls", *data)[1].split() == [f"persistent://public/default/{t}"
+                                                             for t in ("in", "log", "out", "side")]
