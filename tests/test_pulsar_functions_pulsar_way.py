@@ -173,6 +173,14 @@ def test_pulsar_admin_created_functions_answer_trigger_as_pulsar_does(server, fi
     assert got["inputs"] == ["persistent://public/default/points"]
     assert got["outputSerdeClassName"] == "shapes.PointSerDe"
     assert client.get("/router").json()["logTopic"] == "persistent://public/default/logs"
+    # the console lists the topics and shows a topic's messages with their metadata
+    ui = httpx.Client(base_url=server.url, timeout=30)
+    listed = {t["name"]: t["messages"] for t in ui.get("/ui/api/topics").json()}
+    assert listed["persistent://public/default/routed"] == 2 and listed["persistent://public/default/logs"] == 2
+    shown = ui.get("/ui/api/topic", params={"name": "routed", "limit": 1}).json()
+    assert shown["total"] == 2 and shown["messages"][0]["properties"] == {"seen": "2", "token": "s3cret"}
+    assert ui.get("/ui/api/topic", params={"name": "a/b"}).status_code == 400
+    assert ui.get("/ui/topics").status_code == 200
 
 
 def test_an_import_failure_is_a_400_naming_module_and_file(server, files, capsys):

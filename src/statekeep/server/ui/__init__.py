@@ -10,7 +10,7 @@ token the console prompts for when the server has auth on (kept in the browser's
 Pages: ``/ui/functions`` (status, records, records/s per micro-batch, create, start/stop, delete),
 ``/ui/functions/T/N/F`` (state keys), ``/ui/functions/T/N/F/changelog`` (live tail, compaction point,
 snapshots, followers), ``/ui/metadata?path=`` (the store's tree), ``/ui/handles?root=`` (state handles,
-blobs, orphans). Every URL can be bookmarked.
+blobs, orphans), ``/ui/topics?topic=`` (statekeep's Pulsar topics and their messages). Every URL can be bookmarked.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ def batch_history(request: Request) -> BatchHistory:
 
 
 def _router() -> APIRouter:
-    from statekeep.server.ui import api, events, pages
+    from statekeep.server.ui import api, events, pages, topics
 
     r = APIRouter(include_in_schema=False)
     r.include_router(pages.router)
+    r.include_router(topics.router)
     r.include_router(api.router)
     r.include_router(events.router)
     return r

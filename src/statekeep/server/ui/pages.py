@@ -17,7 +17,7 @@ from statekeep.server.ui import batch_history
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8",
           "favicon.svg": "image/svg+xml"}
 NAV = (("functions", "Functions", "/ui/functions"), ("metadata", "Metadata", "/ui/metadata"),
-       ("handles", "State handles", "/ui/handles"))
+       ("handles", "State handles", "/ui/handles"), ("topics", "Topics", "/ui/topics"))
 
 
 def _read(directory: str, name: str) -> bytes:

@@ -161,7 +161,7 @@ async function start() {
     say("Only a superuser token may browse the whole store; this token is limited to its tenants.", true);
     return;
   }
-  const pages = { functions: functionsPage, state: statePage, changelog: changelogPage, metadata: metadataPage, handles: handlesPage };
+  const pages = { functions: functionsPage, state: statePage, changelog: changelogPage, metadata: metadataPage, handles: handlesPage, topics: topicsPage };
   try { await pages[PAGE](); } catch (e) { if (e.status !== 401) say(e.message, true); }
 }
 
@@ -638,6 +638,24 @@ async function handlesPage() {
       h("table", { id: "orphans" }, h("thead", {}, h("tr", {}, ["Blob", "Size", "Written", "Temporary"].map(t => h("th", { text: t })))),
         h("tbody", {}, gc.blobs.map(b => h("tr", {}, h("td", { class: "mono", text: b.url }), h("td", { class: "num", text: bytes(b.size) }), h("td", { text: when(b.writtenMs) }), h("td", { text: b.temporary ? "yes" : "" }))))))
       : h("p", { class: "muted", id: "gc-summary", text: data.gcReason }));
+}
+
+// ---- Topics ----------------------------------------------------------------------------------------
+async function topicsPage() {
+  if (!P.topic) {
+    const list = await api("GET", "/ui/api/topics");
+    content.append(h("table", { id: "topics" }, h("thead", {}, h("tr", {}, ["Topic", "Files", "Messages"].map(t => h("th", { text: t })))),
+      h("tbody", {}, list.length ? list.map(x => h("tr", {}, h("td", {}, h("a", { href: `/ui/topics?topic=${enc(x.name)}`, class: "mono", text: x.name })),
+        h("td", { class: "num", text: x.files }), h("td", { class: "num", text: x.messages })))
+        : h("tr", {}, h("td", { colspan: 3, class: "muted", text: "No topics yet: a function's output, publish or log topic, or statekeep topics produce, makes one." })))));
+    return;
+  }
+  const data = await api("GET", `/ui/api/topic?name=${enc(P.topic)}&limit=200`);
+  content.append(h("p", { id: "topic-summary", text: `${data.name}: ${data.total} messages, the newest ${data.messages.length} below.` }),
+    h("table", { id: "messages" }, h("thead", {}, h("tr", {}, ["Value", "Key", "Properties", "Event time", "Published"].map(t => h("th", { text: t })))),
+      h("tbody", {}, data.messages.map(m => h("tr", {}, h("td", {}, h("pre", { text: m.value !== undefined ? m.value : `base64: ${m.valueBase64}` })),
+        h("td", { class: "mono", text: m.key === undefined ? "" : m.key }), h("td", {}, h("pre", { text: m.properties ? JSON.stringify(m.properties) : "" })),
+        h("td", { text: m.eventTime === undefined ? "" : `${m.eventTime} (${when(m.eventTime)})` }), h("td", { text: when(m.publishTime) }))))));
 }
 
 start();

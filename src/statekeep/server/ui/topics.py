@@ -1,0 +1,62 @@
+"""The console's Topics page: statekeep's Pulsar topics (see :mod:`statekeep.functions.topics`) under the
+server's topics root, each with its file and message counts, and a topic's newest messages with their
+key, properties and event time. A token sees the topics of its tenants (``persistent://TENANT/...``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from statekeep.functions import topics
+from statekeep.server.ui import access
+
+router = APIRouter(include_in_schema=False)
+MAX_MESSAGES = 1000
+
+
+def _tenant(name: str) -> str:
+    return name.partition("://")[2].split("/")[0]
+
+
+@router.get("/ui/topics")
+async def topics_page(topic: str = "") -> Response:
+    from statekeep.server.ui.pages import render
+
+    return render("topics", f"{topic} · topic" if topic else "Topics", topic=topic)
+
+
+@router.get("/ui/api/topics")
+async def list_topics(request: Request) -> Response:
+    """``[{name, files, messages}]`` of the topics this token may see, sorted by name."""
+    root = topics.default_root()
+
+    def listing() -> list[dict[str, Any]]:
+        out = []
+        for name in topics.list_topics(root):
+            if not access.may_see(request, _tenant(name)):
+                continue
+            messages = sum(1 for _ in topics.read(root, name))
+            files = sum(1 for f in os.listdir(topics.directory(root, name)) if not f.startswith("."))
+            out.append({"name": name, "files": files, "messages": messages})
+        return out
+
+    return JSONResponse(await run_in_threadpool(listing))
+
+
+@router.get("/ui/api/topic")
+async def topic_messages(request: Request, name: str, limit: int = Query(100, ge=1, le=MAX_MESSAGES)) -> Response:
+    """The topic's newest ``limit`` messages (oldest first) and its total; 400 for a bad name, 403 for
+    another tenant's topic."""
+    full = topics.complete(name)
+    access.check_tenant(request, _tenant(full))
+    root = topics.default_root()
+
+    def newest() -> dict[str, Any]:
+        records = list(topics.read(root, full))
+        return {"name": full, "total": len(records), "messages": records[-limit:]}
+
+    return JSONResponse(await run_in_threadpool(newest))
