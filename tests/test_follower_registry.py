@@ -1,4 +1,4 @@
-"""Followers as DESIGN.md shows them: ``FollowerStore.open(provider_or_url, tenant, namespace, name)``
+"""Followers as the README shows them: ``FollowerStore.open(provider_or_url, tenant, namespace, name)``
 without ``local_dir`` keeps a private temporary copy, removed at close; a follower finds its function
 through the function registry's own reading of it (``statekeep.state.catalog``), under the root the
 registry was configured with, and uses the state provider the registry names. Real backends."""

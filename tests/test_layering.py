@@ -1,4 +1,4 @@
-"""DESIGN.md's layering, checked on the source: each layer imports only layers below it (at module
+"""docs/ARCHITECTURE.md's layering, checked on the source: each layer imports only layers below it (at module
 level and inside functions alike), nothing below ``functions`` imports PySpark, nothing below
 ``server`` the web framework. ``errors`` and ``testing`` are outside the layers (every layer may
 use ``errors``; ``testing`` is for tests and benchmarks)."""

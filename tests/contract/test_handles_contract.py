@@ -1,4 +1,4 @@
-"""Flink's StateHandleStore contract (DESIGN.md, "State handles (Flink)") on every metadata backend.
+"""Flink's StateHandleStore contract (docs/ARCHITECTURE.md, after Flink) on every metadata backend.
 
 Nothing here names a backend: the ``store_url`` fixture runs each test on memory, local, ZooKeeper and etcd.
 """
