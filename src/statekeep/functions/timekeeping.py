@@ -44,7 +44,8 @@ class TimeState:
     ``stateTtlSeconds`` in ms (None: keys live until deleted unless written with a TTL)."""
 
     def __init__(self, state: Any, groups: int, owned: Iterable[int], *, lag_ms: int = 0,
-                 ttl_ms: int | None = None, clock: Clock = wall_clock_ms, previous: int | None = None,
+                 ttl_ms: int | None = None, ttl_used: bool = True, clock: Clock = wall_clock_ms,
+                 previous: int | None = None,
                  target: int | None = None, batch: int | None = None) -> None:
         self.state = state
         self.groups = groups
@@ -52,6 +53,7 @@ class TimeState:
         self._owned = frozenset(self.owned)
         self.lag_ms = lag_ms
         self.ttl_ms = ttl_ms
+        self.ttl_used = ttl_used or ttl_ms is not None  # False: no key of this function can have a TTL
         self.now = clock()  # one processing time per batch
         self._groups: dict[int, dict[str, Any]] = {}
         self._dirty: set[int] = set()
@@ -166,13 +168,14 @@ class TimeState:
     # ---- TTL -----------------------------------------------------------------------------------
 
     def expired(self, key: str) -> bool:
-        if not has_expiry_key(key):
+        if not self.ttl_used or not has_expiry_key(key):
             return False
         expiry = decode_expiry(self.state.get(expiry_key(key)))
         return expiry is not None and expiry <= self.now
 
     def prefetch_expiries(self, keys: Iterable[str]) -> None:
-        self.state.prefetch(expiry_key(k) for k in keys if has_expiry_key(k))
+        if self.ttl_used:
+            self.state.prefetch(expiry_key(k) for k in keys if has_expiry_key(k))
 
     def written(self, key: str, ttl_seconds: int | None) -> None:
         """``key`` was just written (not deleted): set, refresh or clear its expiry."""
@@ -181,7 +184,7 @@ class TimeState:
         else:
             ttl_ms = self.ttl_ms
         if ttl_ms is None:
-            if has_expiry_key(key) and self.state.get(expiry_key(key)) is not None:
+            if self.ttl_used and has_expiry_key(key) and self.state.get(expiry_key(key)) is not None:
                 self.deleted(key)
             return
         if not has_expiry_key(key):
@@ -199,7 +202,7 @@ class TimeState:
 
     def deleted(self, key: str) -> None:
         """``key`` was deleted: its expiry goes too."""
-        if not has_expiry_key(key) or self.state.get(expiry_key(key)) is None:
+        if not self.ttl_used or not has_expiry_key(key) or self.state.get(expiry_key(key)) is None:
             return
         self.state.put(expiry_key(key), None)
         group = user_group(key, self.groups)

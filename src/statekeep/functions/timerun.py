@@ -32,7 +32,11 @@ def time_section(config: Any, code: str) -> dict[str, Any] | None:
     ttl = getattr(config, "stateTtlSeconds", None)
     if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl_seconds")):
         return None
-    return {"window": window.to_spec() if window is not None else None, "ttl_ms": ttl * 1000 if ttl else None}
+    lag = window.maxLagMs if window is not None else (getattr(config, "userConfig", None) or {}).get("maxLagMs")
+    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+        lag = 0  # userConfig.maxLagMs: the watermark's lag for a function without a windowConfig
+    return {"window": window.to_spec() if window is not None else None, "ttl_ms": ttl * 1000 if ttl else None,
+            "ttl_used": bool(ttl) or "ttl_seconds" in code, "lag_ms": lag}
 
 
 def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | None:
@@ -55,9 +59,10 @@ class TimedRun:
         groups = spec.get("time_groups", TIME_GROUPS)
         owned = group_range(partition, spec.get("state_parallelism", 1), groups)
         window = section.get("window")
-        self.time = TimeState(state, groups, owned, lag_ms=(window or {}).get("lag", 0),
-                              ttl_ms=section.get("ttl_ms"), clock=CLOCK, previous=spec.get("watermark_previous"),
-                              target=spec.get("watermark_target"), batch=batch)
+        self.time = TimeState(state, groups, owned, lag_ms=section.get("lag_ms", (window or {}).get("lag", 0)),
+                              ttl_ms=section.get("ttl_ms"), ttl_used=section.get("ttl_used", True), clock=CLOCK,
+                              previous=spec.get("watermark_previous"), target=spec.get("watermark_target"),
+                              batch=batch)
         self.context = context
         self.user_process = process
         self.emit = emit
@@ -180,7 +185,7 @@ def driver_watermarks(spec: dict[str, Any], previous: int | None, largest_event:
     (None: none, or not known to the driver); processing time when the function has no event time."""
     section = spec.get("time") or {}
     window = section.get("window") or {}
-    lag = window.get("lag", 0)
+    lag = section.get("lag_ms", window.get("lag", 0))
     event_field = (spec.get("user_config") or {}).get("eventTimeField")
     if not event_field and not window.get("extractor"):
         largest_event = now_ms  # processing time
