@@ -227,6 +227,25 @@ def test_the_cli_says_what_a_server_500_said_and_never_that_the_store_is_unavail
     assert "StoreUnavailable" not in err
 
 
+@pytest.mark.parametrize("flags, field", [
+    (["--jar", "f.jar"], "jar"), (["--subs-name", "s"], "subName"), (["--auto-ack", "false"], "autoAck"),
+    (["--retain-ordering"], "retainOrdering"), (["--cpu", "2"], "resources"),
+    (["--schema-type", "AVRO"], "outputSchemaType"),
+    (["--input-specs", '{"in": {"receiverQueueSize": 5}}'], "inputSpecs"),
+])
+def test_every_pulsar_admin_flag_is_taken_and_a_value_statekeep_cannot_honour_is_refused_by_name(
+        tmp_path, capsys, flags, field):
+    (tmp_path / "f.py").write_text(FILES["exclamation.py"])
+    data = ["--data-dir", str(tmp_path / "data")]
+    code, out, err = run(capsys, "functions", "create", "--name", "f", "--py", str(tmp_path / "f.py"), "--inputs", IN,
+                         *flags, *data)
+    assert code == 2 and field in err, err
+    assert run(capsys, "functions", "list", *data)[1] == ""  # nothing created
+    accepted = ["--auto-ack", "true", "--retain-ordering", "false", "--input-specs",
+                json.dumps({IN: {"serdeClassName": "serde.IdentitySerDe"}})]
+    assert run(capsys, "functions", "create", "--name", "g", "--py", str(tmp_path / "f.py"), *accepted, *data)[0] == 0
+
+
 def test_topics_produce_consume_ls_and_stats_on_a_data_dir(tmp_path, capsys):
     data = ["--data-dir", str(tmp_path / "data")]
     code, out, err = run(capsys, "topics", "produce", "in", "-m", "hello world", "-m", "again", "-k", "k1",

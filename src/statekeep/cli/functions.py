@@ -75,6 +75,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     query.add_argument("-k", "--key", required=True, help="state key")
     query.add_argument("-w", "--watch", action="store_true",
                        help="keep watching the key: print it (one JSON object per line) each time it changes")
+    command("timers", _timers, "print a function's timers and watermark (JSON)")
     put = command("putstate", _putstate, "write a state key from FunctionState JSON")
     put.add_argument("-k", "--key", help="state key (default: the key in --state)")
     put.add_argument("-s", "--state", required=True,
@@ -86,6 +87,34 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     localrun.register(command)
     lifecycle.register(command)
     snapshots.register(command)
+
+
+#: pulsar-admin's other ``functions create`` flags: flag -> (FunctionConfig field, how its value is read). They
+#: are taken as pulsar-admin takes them and go to the config, whose validation (FunctionConfig: REFUSED and
+#: FIXED) says why statekeep refuses a value, in one place for the CLI, REST and config files alike.
+PULSAR_FLAGS: dict[str, tuple[str, str]] = {
+    "--jar": ("jar", "str"), "--go": ("go", "str"), "--function-type": ("functionType", "str"),
+    "--topics-pattern": ("topicsPattern", "str"), "--producer-config": ("producerConfig", "json"),
+    "--schema-type": ("outputSchemaType", "str"), "--input-specs": ("inputSpecs", "json"),
+    "--input-type-class-name": ("inputTypeClassName", "str"),
+    "--output-type-class-name": ("outputTypeClassName", "str"),
+    "--retain-ordering": ("retainOrdering", "bool"), "--retain-key-ordering": ("retainKeyOrdering", "bool"),
+    "--batch-builder": ("batchBuilder", "str"),
+    "--forward-source-message-property": ("forwardSourceMessageProperty", "bool"),
+    "--subs-name": ("subName", "str"), "--subs-position": ("subscriptionPosition", "str"),
+    "--skip-to-latest": ("skipToLatest", "bool"), "--auto-ack": ("autoAck", "bool"),
+    "--cleanup-subscription": ("cleanupSubscription", "bool"),
+    "--custom-runtime-options": ("customRuntimeOptions", "str"), "--runtime-flags": ("runtimeFlags", "str"),
+    "--max-pending-async-requests": ("maxPendingAsyncRequests", "int"),
+    "--expose-pulsar-admin-client-enabled": ("exposePulsarAdminClientEnabled", "bool"),
+    "--cpu": ("resources.cpu", "float"), "--ram": ("resources.ram", "int"), "--disk": ("resources.disk", "int"),
+}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+    return text.lower() == "true"
 
 
 def add_config_flags(sub: argparse.ArgumentParser) -> None:
@@ -115,6 +144,14 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--key-field", help="input field that partitions records")
     sub.add_argument("--input-format", help="format of the inputs (e.g. json, text)")
     sub.add_argument("--output-format", help="format of the output")
+    pulsar = sub.add_argument_group("pulsar-admin's other flags (taken; the config check says what statekeep does "
+                                    "with them, see the README)")
+    for flag, (field, kind) in PULSAR_FLAGS.items():
+        if kind == "bool":  # pulsar-admin's boolean flags: alone (true) or with true/false
+            pulsar.add_argument(flag, nargs="?", const=True, type=_bool, default=None, metavar="true|false")
+        else:
+            pulsar.add_argument(flag, type={"int": int, "float": float}.get(kind, str), default=None,
+                                metavar="JSON" if kind == "json" else kind.upper())
     sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "
                      "URL: a shared directory or an fsspec URL (s3://bucket/prefix, hdfs://...)")
     add_time_flags(sub)
@@ -208,6 +245,16 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         config["userConfig"] = _json_flag(args, "user_config")
     if getattr(args, "secrets", None) is not None:
         config["secrets"] = _json_flag(args, "secrets")
+    for flag, (field, kind) in PULSAR_FLAGS.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value is None:
+            continue
+        if kind == "json":
+            value = _json_flag(args, flag.lstrip("-").replace("-", "_"))
+        if "." in field:  # --cpu/--ram/--disk: fields of resources
+            config.setdefault(field.partition(".")[0], {})[field.partition(".")[2]] = value
+        else:
+            config[field] = value
     if getattr(args, "custom_serde_inputs", None) is not None:
         config["customSerdeInputs"] = _json_flag(args, "custom_serde_inputs")
     if getattr(args, "custom_schema_inputs", None) is not None:
@@ -312,6 +359,17 @@ def _delete(args: argparse.Namespace) -> int:
         with _direct(args) as service:
             service.registry.delete(args.tenant, args.namespace, args.name)
     print("Deleted successfully")
+    return 0
+
+
+def _timers(args: argparse.Namespace) -> int:
+    remote = _remote(args)
+    if remote:
+        with remote:
+            print_json(remote.request("GET", [args.tenant, args.namespace, args.name, "timers"]))
+            return 0
+    with _direct(args) as service:
+        print_json(service.list_timers(args.tenant, args.namespace, args.name))
     return 0
 
 
