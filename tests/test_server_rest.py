@@ -298,7 +298,7 @@ def test_honoured_config_is_stored_and_returned_as_sent(client):
     ("topicsPattern", "in-.*"), ("subName", "sub"), ("subscriptionPosition", "Latest"), ("producerConfig", {}),
     ("customSerdeInputs", {"a": "NoModule"}), ("customSchemaInputs", {"a": "b"}),
     ("inputSpecs", {"a": {"receiverQueueSize": 5}}), ("outputSerdeClassName", "NoModule"), ("outputSchemaType", "avro"),
-    ("forwardSourceMessageProperty", True), ("batchBuilder", "KEY_BASED"), ("maxPendingAsyncRequests", 10),
+    ("forwardSourceMessageProperty", False), ("batchBuilder", "KEY_BASED"), ("maxPendingAsyncRequests", 10),
     ("jar", "f.jar"), ("go", "f"), ("packageUrl", "function://a/b/c"), ("runtimeFlags", "-x"),
     ("resources", {"cpu": 1}), ("windowConfig", {"windowLengthCount": 10}), ("logLevel", "DEBUG"),
     ("autoAck", False), ("retainOrdering", True), ("retainKeyOrdering", True), ("skipToLatest", True),

@@ -27,7 +27,8 @@ Accepted only with the value statekeep always behaves as, and not stored (nothin
 ``autoAck: true`` (every processed record is acknowledged, deprecated in Pulsar anyway),
 ``cleanupSubscription: true`` (deleting a function deletes its input progress and state),
 ``retainOrdering: false``, ``retainKeyOrdering: false``, ``exposePulsarAdminClientEnabled: false``,
-``skipToLatest: false``, and ``fqfn`` when it equals ``tenant/namespace/name``. Another value is refused.
+``skipToLatest: false``, ``forwardSourceMessageProperty: true`` (a topic output keeps its input message's
+properties), and ``fqfn`` when it equals ``tenant/namespace/name``. Another value is refused.
 
 Refused (they need a Pulsar broker, or mean another runtime or a feature statekeep does not have):
 see :data:`REFUSED`. Any other unknown field is refused too.
@@ -57,8 +58,7 @@ CLASS_NAME_PATTERN = rf"^({_ENTRY}\.)*{_ENTRY}$"
 #: Pulsar's fields that are refused whenever given (not null), with why.
 REFUSED: dict[str, str] = {
     **dict.fromkeys(("topicsPattern", "subName", "subscriptionPosition", "producerConfig", "batchBuilder",
-                     "customSchemaOutputs", "inputTypeClassName", "outputSchemaType", "outputTypeClassName",
-                     "forwardSourceMessageProperty"),
+                     "customSchemaOutputs", "inputTypeClassName", "outputSchemaType", "outputTypeClassName"),
                     "needs a Pulsar broker (statekeep reads and writes files through Spark)"),
     **dict.fromkeys(("jar", "go", "packageUrl", "functionType", "runtimeFlags", "customRuntimeOptions",
                      "maxPendingAsyncRequests"),
@@ -69,7 +69,8 @@ REFUSED: dict[str, str] = {
 
 #: Fields accepted only with the value statekeep always behaves as (see the module docstring).
 FIXED: dict[str, bool] = {"autoAck": True, "cleanupSubscription": True, "retainOrdering": False,
-                          "retainKeyOrdering": False, "exposePulsarAdminClientEnabled": False, "skipToLatest": False}
+                          "retainKeyOrdering": False, "exposePulsarAdminClientEnabled": False, "skipToLatest": False,
+                          "forwardSourceMessageProperty": True}
 
 
 #: Pulsar's values; statekeep's effectively-once satisfies all three (``MANUAL`` is refused).
