@@ -16,6 +16,7 @@ from statekeep.functions.runtime import FunctionRecordError, cached_state_store,
 from statekeep.functions.model import FunctionConfig
 from statekeep.functions.timerun import driver_watermarks, stored_watermark, time_section
 from statekeep.functions.windowconfig import WindowConfig
+from statekeep.state import timestate
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry)
@@ -40,6 +41,7 @@ def base_spec(request, tmp_path):
 def clock(monkeypatch):
     now = {"ms": 1_000_000}
     monkeypatch.setattr(timerun, "CLOCK", lambda: now["ms"])
+    monkeypatch.setattr(timestate, "wall_clock_ms", lambda: now["ms"])  # what REST's reads compare with
     return now
 
 
@@ -258,3 +260,43 @@ def test_window_config_errors_name_the_field(window, message):
     assert config.to_json()["windowConfig"] == {"windowLengthDurationMs": 60_000}
     assert time_section(config, "")["ttl_ms"] == 9000
     assert time_section(FunctionConfig.from_json(base), "def process(input, context): pass") is None
+
+
+def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys):
+    """A registered windowed function with a TTL: REST lists its timers and watermark, never its internal
+    or expired keys, and refuses writes to the reserved namespace; ``functions timers`` prints the same."""
+    from fastapi.testclient import TestClient
+
+    from statekeep.cli import main as cli_main
+    from statekeep.functions.service import FunctionService
+    from statekeep.functions.spark import executor_spec
+    from statekeep.server import create_app
+
+    url = f"local://{tmp_path / 'data'}"
+    code = WINDOW.replace("return {", "context.put_state('last', str(w.end))\n    return {")
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "t", "namespace": "n", "name": "w", "inputs": [str(tmp_path / "in")],
+                                 "keyField": "k", "inputFormat": "json",
+                                 "output": str(tmp_path / "out"), "stateTtlSeconds": 60,
+                                 "windowConfig": {"windowLengthDurationMs": 100},
+                                 "userConfig": {"eventTimeField": "ts"}}, code.encode())
+        spec = executor_spec(service.registry, url, "t", "n", "w")[0]
+    run(spec, 0, [{"k": "a", "ts": 10}, {"k": "b", "ts": 150}, {"k": "a", "ts": 120}])
+    app = create_app({"metadata_url": url})
+    try:
+        client = TestClient(app)
+        fn = "/admin/v3/functions/t/n/w"
+        timers = client.get(fn + "/timers").json()
+        assert timers == {"watermark": 150, "timers": [{"key": "a", "timestamp": 200, "domain": "window"},
+                                                       {"key": "b", "timestamp": 200, "domain": "window"}]}
+        assert [i["key"] for i in client.get(fn + "/state").json()["items"]] == ["last"]
+        assert client.post(fn + "/state/%00g1", json={"stringValue": "x"}).status_code == 400
+        assert client.get(fn + "/state/%00g1").status_code == 404
+        assert client.get("/admin/v3/functions/t/n/nope/timers").status_code == 404
+    finally:
+        app.state.service.close()
+    clock["ms"] += 61_000  # 'last' expires: invisible at once
+    with FunctionService.open(url) as service:
+        assert service.list_state("t", "n", "w")["items"] == []
+    assert cli_main(["functions", "timers", "--fqfn", "t/n/w", "--data-dir", str(tmp_path / "data")]) == 0
+    assert json.loads(capsys.readouterr().out) == timers

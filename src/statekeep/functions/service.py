@@ -20,7 +20,8 @@ from statekeep.state.catalog import default_provider
 from statekeep.state.keys import encode_key
 from statekeep.state.records import counter_bytes
 from statekeep.state.shape import function_state_json, parse_function_state
-from statekeep.state.timestate import check_user_key, is_internal, visible_entries, visible_entry
+from statekeep.state.timestate import (check_user_key, is_internal, stored_watermark_of, timers_of, visible_entries,
+                                       visible_entry)
 
 MAX_PAGE = 1000
 
@@ -78,7 +79,8 @@ class FunctionService:
     def put_state(self, tenant: str, namespace: str, name: str, key: str, body: object,
                   expected_version: int | None = None) -> dict[str, Any]:
         """Write a FunctionState body to ``key``; returns the stored FunctionState JSON."""
-        check_user_key(encode_key(key))
+        encode_key(key)
+        check_user_key(key)  # statekeep's time state is not the user's to write
         value = parse_function_state(body, key)
         store = self.registry.state_store(tenant, namespace, name)
         version = value.write(store, key, expected_version)
@@ -92,6 +94,12 @@ class FunctionService:
         store = self.registry.state_store(tenant, namespace, name)
         if is_internal(key) or not store.delete(key, expected_version=expected_version):
             raise NotFoundError(f"key {key!r} not found in function {tenant}/{namespace}/{name}")
+
+    def list_timers(self, tenant: str, namespace: str, name: str) -> dict[str, Any]:
+        """A function's registered timers (window ends included) and its watermark: ``{"watermark": ms or
+        null, "timers": [{"key", "timestamp", "domain"}...]}``, oldest first; NotFoundError if no function."""
+        store = self.registry.state_store(tenant, namespace, name)
+        return {"watermark": stored_watermark_of(store), "timers": timers_of(store)}
 
     def list_state(self, tenant: str, namespace: str, name: str, prefix: str = "",
                    start_after: str | None = None, limit: int = 100) -> dict[str, Any]:

@@ -169,3 +169,10 @@ def timers_of(store: Any) -> list[dict[str, Any]]:
         for key, timers in decode_group(entry.value)["t"].items():
             out.extend({"key": key or None, "timestamp": ts, "domain": names.get(d, d)} for ts, d in timers)
     return sorted(out, key=lambda t: (t["timestamp"], t["key"] or "", t["domain"]))
+
+
+def stored_watermark_of(store: Any) -> int | None:
+    """The function's event-time watermark as its committed state holds it (None before any)."""
+    marks = [decode_group(e.value)["wm"] for e in store.scan_entries(_GROUP)]
+    found = [m for m in marks if m is not None]
+    return max(found) if found else None

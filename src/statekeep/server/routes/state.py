@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.server import schemas
@@ -69,6 +70,23 @@ async def list_state(tenant: str, namespace: str, name: str, prefix: str = "",
     ctx.metrics.state_op("list")
     return JSONResponse(await ctx.call(ctx.service.list_state, tenant, namespace, name, prefix, start_after, limit,
                                        read=True))
+
+
+class FunctionTimer(BaseModel):
+    key: str | None = Field(description="the key the timer belongs to (null: a function without a key field)")
+    timestamp: int = Field(description="when it fires, ms since the epoch (event or processing time)")
+    domain: str = Field(description="event, processing, or window (a window's end)")
+
+
+class FunctionTimers(BaseModel):
+    watermark: int | None = Field(description="the function's event-time watermark, ms (null before any event)")
+    timers: list[FunctionTimer]
+
+
+@router.get(FN + "/timers", responses=schemas.errors(404), response_model=FunctionTimers,
+            summary="List a function's timers and its watermark")
+async def list_timers(tenant: str, namespace: str, name: str, ctx: ServerContext = Depends(get_context)) -> Response:
+    return JSONResponse(await ctx.call(ctx.service.list_timers, tenant, namespace, name, read=True))
 
 
 @router.post(FN + "/state/{key:path}", responses=schemas.errors(400, 404, 409, 413), openapi_extra=schemas.STATE_BODY,
