@@ -300,3 +300,39 @@ def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys)
         assert service.list_state("t", "n", "w")["items"] == []
     assert cli_main(["functions", "timers", "--fqfn", "t/n/w", "--data-dir", str(tmp_path / "data")]) == 0
     assert json.loads(capsys.readouterr().out) == timers
+
+
+def test_open_windows_and_timers_survive_a_rescale(base_spec, clock):
+    """Windows opened at parallelism 2 fire once at 3 (partition-owned state moves whole key groups, the
+    time entries with them; other providers re-route the groups)."""
+    spec = windowed(base_spec, windowLengthDurationMs=100)
+    keys = [f"key{i}" for i in range(12)]
+    run(spec, 0, [{"k": k, "ts": 10 + i} for i, k in enumerate(keys)], parallelism=2)
+    assert outputs(spec) == []
+    run(spec, 1, [{"k": k, "ts": 150} for k in keys[:3]], parallelism=3)
+    assert sorted((o["key"], o["ts"]) for o in outputs(spec)) == sorted((k, [10 + i]) for i, k in enumerate(keys))
+    run(spec, 2, [{"k": "key0", "ts": 400}], parallelism=3)
+    assert sorted(o["key"] for o in outputs(spec) if o["start"] == 100) == keys[:3]
+
+
+PROCESSING = '''
+def process(input, context):
+    context.register_timer(context.get_current_processing_time() + 60_000, "processing")
+
+def on_timer(key, ts, context):
+    return {"key": key, "at": ts}
+'''
+
+
+def test_processing_time_timers_fire_when_the_clock_passes(base_spec, clock):
+    spec = {**base_spec, "code": PROCESSING, "time": {"window": None, "ttl_ms": None}}
+    start = clock["ms"]
+    run(spec, 0, [{"k": "a"}])
+    clock["ms"] += 59_999
+    run(spec, 1, [{"k": "b"}])
+    assert outputs(spec) == []
+    clock["ms"] += 1
+    run(spec, 2, [{"k": "c"}])
+    assert outputs(spec) == [{"key": "a", "at": start + 60_000}]
+    assert [(t["key"], t["domain"]) for t in timers_of(cached_state_store(spec))] == [("b", "processing"),
+                                                                                       ("c", "processing")]
