@@ -196,6 +196,12 @@ def test_an_import_failure_is_a_400_naming_module_and_file(server, files, capsys
     r = client.post("/late/trigger", files={"data": (None, b"x")})
     assert r.status_code == 400, r.text
     assert "fails_at_import.py:2" in r.json()["reason"] and "KeyError" in r.json()["reason"]
+    # a serde class the config names must exist: in the function's own file, or Pulsar's serde module
+    for flags, says in ((["--custom-serde-inputs", json.dumps({IN: "shapes.Nope"})], "customSerdeInputs["),
+                        (["--inputs", IN, "--output-serde-classname", "serde.JsonSerDe"], "no class 'JsonSerDe'")):
+        code, out, err = run(capsys, "functions", "create", "--name", "badserde", "--py", "shapes.py",
+                             "--classname", "shapes.Scale", *flags, *url)
+        assert code == 2 and says in err, err
     # directly on a store, the same refusal
     code, out, err = run(capsys, "functions", "create", "--name", "missing", "--py", "needs_missing.py",
                          "--inputs", IN, "--data-dir", str(files / "direct"))

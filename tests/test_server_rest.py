@@ -276,8 +276,8 @@ def test_openapi_and_docs(client):
 HONOURED = {"userConfig": {"k": [1, "v"]}, "secrets": {"TOKEN": "ENV_TOKEN"}, "processingGuarantees": "ATLEAST_ONCE",
             "timeoutMs": 2500, "maxMessageRetries": 3, "deadLetterTopic": "dead.jsonl", "className": "f.process",
             "keyField": "user", "output": "out.jsonl", "parallelism": 4,
-            "logTopic": "persistent://public/default/log", "customSerdeInputs": {"in2": "f.MySerDe"},
-            "inputSpecs": {"in3": {"serdeClassName": "serde.PickleSerDe"}}, "outputSerdeClassName": "f.MySerDe"}
+            "logTopic": "persistent://public/default/log", "customSerdeInputs": {"in2": "serde.PickleSerDe"},
+            "inputSpecs": {"in3": {"serdeClassName": "serde.PickleSerDe"}}, "outputSerdeClassName": "serde.PickleSerDe"}
 
 
 def test_honoured_config_is_stored_and_returned_as_sent(client):

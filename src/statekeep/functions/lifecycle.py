@@ -90,9 +90,11 @@ def request_restart(registry: FunctionRegistry, tenant: str, namespace: str, nam
 _loaded: dict[tuple[str, str | None], tuple[Any, str]] = {}
 
 
-def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, data: bytes | str) -> Any:
+def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, data: bytes | str,
+            topic: str | None = None) -> Any:
     """Run the function once on ``data`` (one input record, decoded as its input format: a JSON
-    line gives a dict, text a str) through its real state, and return its result (None: no output).
+    line gives a dict, Pulsar messages go through the serde of ``topic``, default the first input)
+    through its real state, and return its result (None: no output).
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions import messages
@@ -126,7 +128,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
         record = messages.Message(messages.text_or_bytes(raw)).to_json()
         if kind != BATCH:
             try:
-                value = messages.trigger_value(spec, raw)
+                value = messages.trigger_value(spec, raw, topic)
             except FunctionLoadError:
                 raise
             except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
@@ -143,7 +145,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
             record_key = str(value[cfg.keyField])
     elif spec["input_format"] == "text" and cfg.keyField:
         record_key = value
-    source = RecordSource("trigger", [record], [record_key], None, spec["inputs"],
+    source = RecordSource("trigger", [record], [record_key], [topic] if topic else None, spec["inputs"],
                           spec["user_config"].get("eventTimeField"), spec["source_format"])
     context = make_context(spec, state, 0, source)
     context._position = 0

@@ -220,3 +220,29 @@ def _check_arguments(node: ast.FunctionDef | ast.AsyncFunctionDef, filename: str
     accepts = any((len(positional) >= n or args.vararg is not None) and required <= n for n in counts)
     if not accepts or kw_required:
         raise InvalidArgumentError(f"{filename}:{node.lineno}: {node.name} must be {shape}")
+
+
+#: the classes of Pulsar's ``serde`` module (``serde.X`` in a serde class name)
+PULSAR_SERDES = ("SerDe", "IdentitySerDe", "PickleSerDe")
+
+
+def check_named_classes(code: bytes, filename: str, names: dict[str, str]) -> None:
+    """Check, WITHOUT running anything, that each class a config names (``names``: what names it ->
+    ``module.Class``) can be found as :mod:`statekeep.functions.messages` will look for it: a class
+    of Pulsar's ``serde`` module, a top-level class of the function's own file when the module is the
+    file's, or an installed module. Raises :class:`InvalidArgumentError` naming the field and the class."""
+    own = filename.rsplit("/", 1)[-1].removesuffix(".py")
+    tree: ast.Module | None = None
+    for field, class_name in names.items():
+        module, _, name = class_name.rpartition(".")
+        if module == "serde":
+            if name not in PULSAR_SERDES:
+                raise InvalidArgumentError(f"{field}: Pulsar's serde module has no class {name!r} "
+                                           f"(it has {', '.join(PULSAR_SERDES)})")
+        elif module == own:
+            tree = tree or ast.parse(bytes(code).decode("utf-8"), filename)
+            if not any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body):
+                raise InvalidArgumentError(f"{field}: {filename} defines no top-level class {name!r}")
+        elif not missing_imports(ast.parse(f"import {module}")) == []:
+            raise InvalidArgumentError(f"{field}: cannot import module {module!r} for {class_name!r} "
+                                       "(install it where the function runs)")

@@ -190,12 +190,13 @@ def message_decoder(spec: Mapping[str, Any], current_input: Callable[[], str | N
     return decode
 
 
-def trigger_value(spec: Mapping[str, Any], data: bytes) -> Any:
-    """What ``process`` receives for trigger data with the ``message`` input format: the first
-    input's serde applied to the bytes."""
+def trigger_value(spec: Mapping[str, Any], data: bytes, topic: str | None = None) -> Any:
+    """What ``process`` receives for trigger data with the ``message`` input format: the serde of
+    ``topic`` (default: the first input) applied to the bytes."""
     default, custom = input_serdes(spec)
     inputs = list(spec.get("inputs") or [])
-    serde = custom.get(inputs[0]) if inputs and custom else None
+    topic = topic or (inputs[0] if inputs else None)
+    serde = custom.get(topic) if topic and custom else None
     return (serde or default).deserialize(data)
 
 
@@ -211,6 +212,19 @@ def batch_lines(values: list[Any]) -> list[str]:
             lines.append(json.dumps(text_or_bytes(payload(record)) if "valueBase64" not in record
                                     else record["valueBase64"]))
     return lines
+
+
+def dead_letter_message(raw: Any) -> Any:
+    """A failed message as the dead-letter output keeps it: a JSON file's line as its JSON value (as
+    for JSON input), any other message as it came (payload, key, properties, event time), as Pulsar
+    sends the original message to the dead-letter topic."""
+    record = record_of(raw)
+    if record.get("format") == "json":
+        try:
+            return json.loads(record["value"])
+        except ValueError:
+            return record["value"]
+    return record
 
 
 def record_of(raw: Any) -> dict[str, Any]:

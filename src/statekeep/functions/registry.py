@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
-from statekeep.functions.loader import validate_function_source
+from statekeep.functions.loader import check_named_classes, validate_function_source
 from statekeep.functions.model import FunctionConfig
 from statekeep.lru import BoundedLRU
 from statekeep.metadata import Delete, MetadataStore, Put
@@ -111,6 +111,7 @@ class FunctionRegistry:
         if code is None:
             code = self._read_py(cfg.py)
         validate_function_source(code, _filename(cfg), cfg.className)
+        check_named_classes(code, _filename(cfg), _named_classes(cfg))
         self._check_provider(cfg)
         path = self._path(cfg.tenant, cfg.namespace, cfg.name)
         try:
@@ -144,6 +145,9 @@ class FunctionRegistry:
             if code is not None:
                 validate_function_source(code, _filename(cfg), cfg.className)
                 ops.append(Put(path + "/code", bytes(code)))
+            if _named_classes(cfg) != _named_classes(current) or code is not None:  # the classes it names exist
+                check_named_classes(code if code is not None else self.get_code(tenant, namespace, name),
+                                    _filename(cfg), _named_classes(cfg))
             try:
                 self.store.multi(ops)
                 return cfg
@@ -205,6 +209,17 @@ class FunctionRegistry:
             return Path(py).read_bytes()
         except OSError as e:
             raise InvalidArgumentError(f"cannot read the function file {py!r}: {e.strerror}") from e
+
+
+def _named_classes(cfg: FunctionConfig) -> dict[str, str]:
+    """The serde and record classes the config names: where it names them -> ``module.Class``."""
+    named = {f"customSerdeInputs[{k}]": v for k, v in (cfg.customSerdeInputs or {}).items()}
+    named.update({f"inputSpecs[{k}].serdeClassName": v.serdeClassName
+                  for k, v in (cfg.inputSpecs or {}).items() if v.serdeClassName})
+    named.update({f"customSchemaInputs[{k}]": v for k, v in (cfg.customSchemaInputs or {}).items()})
+    if cfg.outputSerdeClassName:
+        named["outputSerdeClassName"] = cfg.outputSerdeClassName
+    return named
 
 
 def _filename(cfg: FunctionConfig) -> str:

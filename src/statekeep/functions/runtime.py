@@ -32,8 +32,8 @@ from statekeep.errors import InvalidArgumentError, StateConflictError, Statekeep
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
 from statekeep.functions import timerun
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
-from statekeep.functions.messages import (batch_lines, function_logger, log_records, message_decoder, output_location,
-                                          output_wrapper, published_by_target)
+from statekeep.functions.messages import (batch_lines, dead_letter_message, function_logger, log_records,
+                                          message_decoder, output_location, output_wrapper, published_by_target)
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
 
@@ -314,7 +314,8 @@ def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: lis
                     continue
                 if spec.get("dead_letter"):
                     stats.dead_letters += 1
-                    dead.append(_dead_letter(record, decode))
+                    dead.append(dead_letter_message(record) if spec["input_format"] == "message"
+                                else _dead_letter(record, decode))
                 elif skips:
                     stats.skipped += 1
                     if len(stats.errors) < MAX_EXCEPTIONS:

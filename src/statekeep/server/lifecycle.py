@@ -120,7 +120,8 @@ async def trigger_function(tenant: str, namespace: str, name: str, request: Requ
             raise InvalidArgumentError(f"topic must be one of the function's inputs {cfg.inputs}")
         value = data if data is not None else stream
         assert value is not None  # exactly one of the two parts was sent (checked above)
-        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value))
+        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value,
+                                                       topic.decode("utf-8", "replace") if topic else None))
 
     return PlainTextResponse(await ctx.call(run))
 
