@@ -82,8 +82,11 @@ class TimedRun:
         context._time = self.time
 
     def prefetch(self, keys: Iterable[str]) -> None:
+        """Read the batch's keys' time entries (expiries, window buffers) in the batch's one bulk read."""
         keys = list(keys)
         self.time.prefetch_expiries(keys)
+        if self.windows is not None:
+            self.windows.prefetch(keys)
 
     @property
     def process(self) -> Callable[[Any, Any], Any]:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.timekeeping import TimeState
-from statekeep.state.timestate import buffer_key
+from statekeep.state.timestate import buffer_key, has_buffer_key
 
 
 class Window(NamedTuple):
@@ -78,6 +78,9 @@ class Windows:
             self._open[key] = buffer
         return buffer
 
+    def prefetch(self, keys: list[str]) -> None:
+        self.time.state.prefetch([buffer_key(k) for k in keys if has_buffer_key(k)])
+
     def _touch(self, key: str) -> None:
         self._dirty.add(key)
 
@@ -99,8 +102,12 @@ class Windows:
             return self._add_count(key, record, ts)
         watermark = self.time.watermark
         if self.kind == "time":
-            starts = [s for s in range((ts // self.slide) * self.slide, ts - self.length, -self.slide)
-                      if watermark is None or s + self.length > watermark]
+            if self.slide == self.length:  # tumbling: one window
+                start = ts // self.length * self.length
+                starts = [start] if watermark is None or start + self.length > watermark else []
+            else:
+                starts = [s for s in range((ts // self.slide) * self.slide, ts - self.length, -self.slide)
+                          if watermark is None or s + self.length > watermark]
             if not starts:
                 return None
             buffer = self._buffer(key)

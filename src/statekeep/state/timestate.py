@@ -80,6 +80,15 @@ def has_expiry_key(key: str) -> bool:
     return True
 
 
+def has_buffer_key(key: str) -> bool:
+    """Whether ``key`` is short enough to have a window buffer (its internal key within the length limit)."""
+    try:
+        encode_key(buffer_key(key))
+    except InvalidArgumentError:
+        return False
+    return True
+
+
 def internal_group(key: str, groups: int) -> int:
     """The key group of an internal key: a group entry's own group, or the group of the user key a
     per-key entry embeds (``crc32(user key) mod groups``)."""
