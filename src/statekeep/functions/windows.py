@@ -139,12 +139,23 @@ class Windows:
     def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
         gap = self.length
         buffer = self._buffer(key)
-        sessions = buffer.setdefault("s", [])  # [first ts, last ts, [[ts, record]...]], disjoint, sorted
+        sessions = buffer.setdefault("s", [])  # [first ts, last ts, [[ts, record]...]], disjoint, by start
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
         if not touching and watermark is not None and ts + gap <= watermark:
             return None  # would open a session the watermark has already closed
+        if len(touching) == 1:  # the usual case: the record extends one session (records sorted at firing)
+            session = touching[0]
+            session[2].append([ts, record])
+            if ts < session[0]:
+                session[0] = ts
+            if ts > session[1]:
+                self.time.delete(key, session[1] + gap, "w")
+                session[1] = ts
+                self.time.register(key, ts + gap, "w")
+            self._touch(key)
+            return []
         merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
-                  sorted([r for s in touching for r in s[2]] + [[ts, record]], key=lambda r: r[0])]
+                  [r for s in touching for r in s[2]] + [[ts, record]]]
         for old in touching:
             sessions.remove(old)
             self.time.delete(key, old[1] + gap, "w")
@@ -169,7 +180,7 @@ class Windows:
             for session in [s for s in buffer.get("s", []) if s[1] + self.length <= at]:
                 buffer["s"].remove(session)
                 window = Window(key or None, session[0], session[1] + self.length, len(session[2]))
-                fired.append((window, [r for _, r in session[2]]))
+                fired.append((window, [r for _, r in sorted(session[2], key=lambda r: r[0])]))
             if not buffer.get("s"):
                 buffer.pop("s", None)
         if fired:
