@@ -334,3 +334,23 @@ def test_without_pulsar_client_the_stand_ins_run_the_same_files(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["3,6", "cy is 7", "hi!"]
+
+
+def test_functions_sharing_a_topic_never_replace_each_others_files(tmp_path):
+    """Two functions, each with its output and a publish on one topic, in the same (batch, partition):
+    every message is kept, and a replay of the batch still writes each once."""
+    from statekeep.functions import topics
+    from statekeep.functions.runtime import run_partition
+
+    shared = "persistent://public/default/shared"
+    code = f'def process(input, context):\n    context.publish("{shared}", "pub-" + input)\n    return "out-" + input\n'
+    for name in ("a", "b", "a"):  # "a" twice: a replay of its batch (a new store, so it runs again)
+        spec = {"tenant": "public", "namespace": "default", "name": name, "py_name": f"{name}.py", "code": code,
+                "state_provider": "embedded", "state_config": {"metadata_url": f"local://{tmp_path / name}"},
+                "input_format": "message", "source_format": "message", "inputs": [IN], "output": shared,
+                "user_config": {}, "topics_dir": str(tmp_path / "topics")}
+        (tmp_path / name).mkdir(exist_ok=True)
+        assert run_partition(spec, 0, 0, [json.dumps({"value": "x", "key": "k"})]).processed in (0, 1)
+    messages = list(topics.read(str(tmp_path / "topics"), shared))
+    assert sorted((m["value"], m.get("key")) for m in messages) == [("out-x", "k"), ("out-x", "k"), ("pub-x", None),
+                                                                  ("pub-x", None)]

@@ -279,6 +279,9 @@ class Context(TimeMethods):
 
     def _key(self) -> str | None:
         key: str | None = self._at("keys")  # the key column: a str per record (null without a key field)
+        if key is None:  # a Pulsar message's own key
+            message_key = self._message().get("key")
+            key = message_key if isinstance(message_key, str) else None
         return key
 
     def get_message_key(self) -> str | None:

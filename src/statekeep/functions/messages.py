@@ -299,6 +299,16 @@ def output_wrapper(spec: Mapping[str, Any], context: Any) -> Callable[[Any], Any
     return lambda result: result
 
 
+def file_suffix(spec: Mapping[str, Any], directory: str, kind: str) -> str:
+    """What a function's file in a topic's directory adds to its (batch, partition) name, so that the
+    functions and kinds of records (``out``, ``pub``, ``log``, ``dead``) sharing a topic never replace
+    each other's files: ``-KIND-TENANT.NAMESPACE.NAME``; ``""`` for a path that is not a topic's."""
+    root = spec.get("topics_dir")
+    if not root or not os.path.abspath(directory).startswith(os.path.abspath(root) + os.sep):
+        return ""
+    return f"-{kind}-{spec['tenant']}.{spec['namespace']}.{spec['name']}"
+
+
 def output_location(spec: Mapping[str, Any], name: str | None) -> str | None:
     """The directory an output, dead-letter or log topic name goes to (see :mod:`statekeep.functions.topics`)."""
     from statekeep.functions.topics import location

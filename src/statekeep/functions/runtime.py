@@ -32,7 +32,7 @@ from statekeep.errors import InvalidArgumentError, StateConflictError, Statekeep
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
 from statekeep.functions import timerun
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
-from statekeep.functions.messages import (batch_lines, dead_letter_message, function_logger, log_records,
+from statekeep.functions.messages import (batch_lines, dead_letter_message, file_suffix, function_logger, log_records,
                                           message_decoder, output_location, output_wrapper, published_by_target)
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
@@ -157,11 +157,12 @@ def record_decoder(input_format: str) -> Callable[[Any], Any]:
     return decode
 
 
-def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, fmt: str) -> None:
+def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, fmt: str, suffix: str = "") -> None:
     """Write a partition's outputs (a list of records, or a pyarrow Table) under a name fixed by
-    (batch, partition): a replay replaces the same file, so each output record exists once."""
+    (batch, partition) and ``suffix`` (who writes what, where several writers share a directory, as
+    a topic's): a replay replaces the same file, so each output record exists once."""
     os.makedirs(directory, exist_ok=True)
-    final = os.path.join(directory, f"batch-{batch_id:012d}-part-{partition:05d}.{fmt}")
+    final = os.path.join(directory, f"batch-{batch_id:012d}-part-{partition:05d}{suffix}.{fmt}")
     temp = os.path.join(directory, f".{os.path.basename(final)}.{os.getpid()}.tmp")
     if fmt == "parquet":
         import pyarrow as pa
@@ -268,11 +269,13 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     stats.outputs = len(outputs)
     stats.metrics = context.metrics
     if spec.get("output") and spec["output"] != "console":
-        write_outputs(str(output_location(spec, spec["output"])), batch_id, partition, outputs,
-                      spec.get("output_format", "jsonl"))
+        target = str(output_location(spec, spec["output"]))
+        write_outputs(target, batch_id, partition, outputs, spec.get("output_format", "jsonl"),
+                      file_suffix(spec, target, "out"))
     _write_published(context.published, batch_id, partition, spec, context.get_logger())
     if dead:
-        write_outputs(str(output_location(spec, spec["dead_letter"])), batch_id, partition, dead, "jsonl")
+        target = str(output_location(spec, spec["dead_letter"]))
+        write_outputs(target, batch_id, partition, dead, "jsonl", file_suffix(spec, target, "dead"))
     stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
     if spec.get("output") == "console":
         for record in outputs[:20]:
@@ -345,10 +348,11 @@ def _write_published(published: list[tuple[str, Any]], batch_id: int, partition:
     """``context.publish`` messages (see :func:`statekeep.functions.messages.published_by_target`) and
     the log topic's records, one file per (target, batch, partition), like the main output."""
     for target, messages in published_by_target(published, spec or {}).items():
-        write_outputs(target, batch_id, partition, messages, "jsonl")
+        write_outputs(target, batch_id, partition, messages, "jsonl", file_suffix(spec or {}, target, "pub"))
     logs = log_records(logger) if logger is not None and spec and spec.get("log_topic") else []
     if spec and logs:
-        write_outputs(str(output_location(spec, spec["log_topic"])), batch_id, partition, logs, "jsonl")
+        target = str(output_location(spec, spec["log_topic"]))
+        write_outputs(target, batch_id, partition, logs, "jsonl", file_suffix(spec, target, "log"))
 
 
 def records_table(values: Any, input_format: str) -> Any:
