@@ -36,6 +36,8 @@ RESERVED = "\x00"
 #: Key groups of time state for stores whose keys partitions do not own (fixed for the life of a function).
 TIME_GROUPS = 128
 _GROUP, _BUFFER, _EXPIRY = "\x00g", "\x00w\x00", "\x00x\x00"
+#: sorts after every internal key (their second character is g, w or x) and before every user key
+_PAST_INTERNAL = "\x00\U0010ffff"
 #: the prefix of every key group's time entry (a scan of it lists them all)
 GROUP_PREFIX = _GROUP
 
@@ -147,6 +149,8 @@ def visible_entries(store: Any, prefix: str = "", start_after: str | None = None
     """``store.scan_entries(...)`` without internal and expired keys (``limit`` counts what is shown)."""
     now = wall_clock_ms() if now_ms is None else now_ms
     after = start_after
+    if not prefix and (after is None or after < _PAST_INTERNAL):
+        after = _PAST_INTERNAL  # every internal key sorts before it: a listing never pages through them
     shown = 0
     page = max(64, min(limit or 1000, 1000) + 1)
     while True:
