@@ -43,6 +43,7 @@ from statekeep.server.ui import batch_history
 from statekeep.state.base import StateEntry
 from statekeep.state.records import ChangelogRecord
 from statekeep.state.shape import function_state_json
+from statekeep.state.timestate import is_internal
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry
@@ -136,7 +137,7 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
                                "compactedOffset": pos.compacted_offset, "purgedOffset": pos.purged_offset}
             # offsets may skip numbers: read from a little further back and keep the newest
             records = state.read_changelog(max(-1, pos.last_offset - 4 * limit), None)[-limit:]
-            out["records"] = [record_json(r) for r in records]
+            out["records"] = [record_json(r) for r in records if not is_internal(r.key)]  # not time state
         except (NotImplementedError, InvalidArgumentError) as e:  # e.g. partition-owned state: one per partition
             out["position"], out["reason"] = None, str(e)
         try:

@@ -35,6 +35,7 @@ from statekeep.functions.spark import STATUS_ROOT
 from statekeep.server.ui import access
 from statekeep.server.ui.api import record_json
 from statekeep.server.ui import batch_history
+from statekeep.state.timestate import is_internal
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry
@@ -140,7 +141,8 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
                 if records:
                     idle = 0.0
                     for r in records:
-                        yield sse("record", record_json(r), r.offset)
+                        if not is_internal(r.key):  # statekeep's time state (timers, windows, TTL) is not shown
+                            yield sse("record", record_json(r), r.offset)
                     offset = records[-1].offset
                     continue
                 position = await run_in_threadpool(state.changelog_position)

@@ -324,6 +324,13 @@ async function statePage() {
   if (!page.items.length) tbody.append(h("tr", { class: "empty" }, h("td", { colspan: 4, class: "muted", text: "No keys" + (prefix ? ` starting with “${prefix}”` : "") + "." })));
   if (startAfter) pager.append(h("a", { href: `?${new URLSearchParams({ prefix })}` }, "« first page"));
   if (page.nextStartAfter) pager.append(h("a", { id: "next-page", href: `?${new URLSearchParams({ prefix, startAfter: page.nextStartAfter })}` }, "next page »"));
+  api("GET", `${base}/timers`).then(t => {  // timers and watermark: statekeep's time state, shown apart
+    if (!t.timers.length && t.watermark === null) return;
+    content.append(h("h3", { text: `Timers (watermark: ${t.watermark === null ? "none" : t.watermark})` }),
+      h("table", { id: "timers" }, h("thead", {}, h("tr", {}, ["Key", "Fires at (ms)", "Domain"].map(x => h("th", { text: x })))),
+        h("tbody", {}, ...t.timers.slice(0, 200).map(x => h("tr", {}, h("td", { class: "mono", text: x.key === null ? "—" : x.key }),
+          h("td", { class: "num", text: String(x.timestamp) }), h("td", { text: x.domain }))))));
+  }).catch(() => {});
 
   function row(entry) {
     const tr = h("tr", { "data-key": entry.key },
