@@ -25,9 +25,9 @@ Kafka's rule holds too: a reader that keeps up within the tombstone retention ne
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 
+from statekeep.background import Periodic
 from statekeep.errors import NotFoundError, StatekeepError
 from statekeep.state.base import CompactionResult, StateStore
 
@@ -62,8 +62,7 @@ class Compactor:
         self.tombstone_retention_s = tombstone_retention_s
         self.last_results: dict[str, CompactionResult] = {}
         self._points: dict[str, tuple[str | None, int]] = {}  # function -> (epoch, newest offset last pass)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic("statekeep-compactor", interval_s, self.run_once, what="compaction pass", log=log)
 
     def run_once(self) -> dict[str, CompactionResult]:
         """One pass over every function now; returns what each compaction did."""
@@ -84,22 +83,11 @@ class Compactor:
         return results
 
     def start(self) -> Compactor:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="statekeep-compactor", daemon=True)
-            self._thread.start()
+        self._loop.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.run_once()
-            except Exception:  # never let the thread die: the next pass may work
-                log.exception("compaction pass failed")
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        self._loop.stop(timeout=30)
 
     def __enter__(self) -> Compactor:
         return self.start()

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statekeep.background import Periodic
 from statekeep.coordination import CoordinationService, ResourceLock
 from statekeep.errors import LockBusyError, NotFoundError, StatekeepError
 from statekeep.functions.registry import FunctionRegistry
@@ -150,10 +151,10 @@ class SparkWorker:
         # incarnation being deleted -> until when it is not restarted while the registry still lists it
         # (a delete that failed leaves it listed: it runs again after DELETE_GRACE_S)
         self._deleting: dict[tuple[str, str, str], tuple[str, float]] = {}
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
         self._mutex = threading.RLock()
-        self._thread: threading.Thread | None = None
+        # a pass at start, every interval, and at once when the registry or a lock changes
+        self._loop = Periodic("statekeep-worker", interval, self._reconcile, what="functions worker pass", log=log,
+                              immediately=True)
         self._spark: SparkSession | None = None  # started with the first function to run
 
     def start(self, registry: FunctionRegistry) -> None:
@@ -163,14 +164,10 @@ class SparkWorker:
         self.service = FunctionService(registry)
         self.coordination = CoordinationService(registry.store)
         self._subscription = registry.store.add_listener(self._on_notification)
-        self._thread = threading.Thread(target=self._loop, name="statekeep-worker", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+        self._loop.stop(timeout=60)
         with self._mutex:
             for fqfn in list(self._running):
                 self._stop_function(fqfn)
@@ -182,7 +179,7 @@ class SparkWorker:
         # be free to take over now, not only at the next interval
         if n.path.startswith(self.registry.root + "/") or (
                 n.type is NotificationType.Deleted and n.path.startswith(LOCK_ROOT + "/")):
-            self._wake.set()
+            self._loop.wake()
 
     def function_deleting(self, tenant: str, namespace: str, name: str) -> None:
         """Stop the function's query before its state is deleted, and keep it stopped until it is gone."""
@@ -200,15 +197,6 @@ class SparkWorker:
             return {"/".join(k): {**r.query.status(), "workerId": self.worker_id} for k, r in self._running.items()}
 
     # ---- the reconcile loop ------------------------------------------------------------------
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self._reconcile()
-            except Exception:  # keep the worker alive; the next pass tries again
-                log.exception("functions worker pass failed")
-            self._wake.wait(self.interval)
-            self._wake.clear()
 
     def _wanted(self) -> dict[tuple[str, str, str], tuple[str, int, int]]:
         """The functions that should run (not stopped), each with (incarnation, config version,
@@ -240,7 +228,7 @@ class SparkWorker:
     def _reconcile(self) -> None:
         wanted = self._wanted()
         claimed: dict[tuple[str, str, str], ResourceLock] = {}
-        if self._spark is None and not self._stopping.is_set():
+        if self._spark is None and not self._loop.stopping:
             # the JVM starts only once this worker holds a function's lock: on a shared Spark cluster an
             # idle driver still holds cores, so a worker that lost the race for every function starts none;
             # outside the mutex, since a delete must not wait for a JVM to start
@@ -277,7 +265,7 @@ class SparkWorker:
                 if stale or running.lock.expired.done() or not query.isActive:
                     self._stop_function(fqfn)
             for fqfn, config in wanted.items():
-                if fqfn not in self._running and not self._stopping.is_set():
+                if fqfn not in self._running and not self._loop.stopping:
                     self._start_function(fqfn, config, claimed.pop(fqfn, None))
 
     def _claim(self, fqfn: tuple[str, str, str]) -> ResourceLock | None:
@@ -312,7 +300,7 @@ class SparkWorker:
         self._running[fqfn] = _Running(query, lock, config)
         # lost (session expired, key removed): stop at once rather than at the next interval,
         # since another worker may already be taking the function over
-        lock.expired.add_done_callback(lambda _: self._wake.set())
+        lock.expired.add_done_callback(lambda _: self._loop.wake())
         log.info("function %s started on worker %s", "/".join(fqfn), self.worker_id)
 
     def _stop_function(self, fqfn: tuple[str, str, str]) -> None:

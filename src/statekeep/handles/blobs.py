@@ -20,10 +20,9 @@ Guarantees of :class:`BlobStore`:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-import queue
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -31,9 +30,12 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Union
 from urllib.parse import quote
 
-from statekeep.retry import DEFAULT as RETRY
+from statekeep.background import Consumer
 from statekeep.errors import BlobStorageError, CorruptStateError, InvalidArgumentError, MissingDependencyError
 from statekeep.handles.reader import BlobReader
+from statekeep.retry import DEFAULT as RETRY
+
+log = logging.getLogger(__name__)
 
 
 
@@ -291,31 +293,23 @@ class _Hasher:
     def __init__(self, depth: int) -> None:
         self._hash = hashlib.sha256()
         self._depth = depth
-        self._queue: queue.Queue[bytes | memoryview | None] | None = None
-        self._thread: threading.Thread | None = None
+        self._consumer: Consumer[bytes | memoryview] | None = None
         self._fed = 0
 
     def feed(self, chunk: bytes | memoryview) -> None:
         self._fed += 1
-        if self._queue is None and self._fed == 1 and len(chunk) <= _INLINE_HASH:
+        if self._consumer is None and self._fed == 1 and len(chunk) <= _INLINE_HASH:
             self._hash.update(chunk)
             return
-        if self._queue is None:
-            self._queue = queue.Queue(self._depth)
-            self._thread = threading.Thread(target=self._run, name="statekeep-blob-hash", daemon=True)
-            self._thread.start()
-        self._queue.put(chunk)
-
-    def _run(self) -> None:
-        assert self._queue is not None  # started with the queue
-        while (chunk := self._queue.get()) is not None:
-            self._hash.update(chunk)
+        if self._consumer is None:
+            self._consumer = Consumer("statekeep-blob-hash", self._hash.update, what="hashing a blob", log=log,
+                                      maxsize=self._depth)
+        self._consumer.put(chunk)
 
     def close(self) -> None:
-        if self._thread is not None and self._queue is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        if self._consumer is not None:
+            self._consumer.stop(timeout=None)  # every chunk hashed before the digest is read
+            self._consumer = None
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()

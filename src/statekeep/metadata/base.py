@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import abc
 import logging
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Self
 
+from statekeep.background import Consumer
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
 from statekeep.metadata.types import (
     Check,
@@ -64,33 +64,29 @@ class _Dispatcher:
     so a slow callback never blocks a backend's I/O thread and never reorders events."""
 
     def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]],
-                                             object] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._consumer: Consumer[tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]],
+                                       object]] = Consumer(name, self._deliver, what="event delivery", log=log)
 
     def post(self, callbacks: Sequence[Callable[[Any], None]], event: object) -> None:
         """Queue ``event`` for the callbacks in ``callbacks`` now (one added later does not get it);
         a callback no longer in ``callbacks`` when its turn comes is skipped, so a closed
         subscription gets nothing after ``close()`` returns but a call already under way."""
         if callbacks:
-            self._queue.put((tuple(callbacks), callbacks, event))
+            self._consumer.put((tuple(callbacks), callbacks, event))
 
     def stop(self) -> None:
-        self._queue.put(None)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+        self._consumer.stop()
 
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            callbacks, live, event = item
-            for callback in callbacks:
-                if callback not in live:  # unsubscribed since the event was posted
-                    continue
-                try:
-                    callback(event)
-                except Exception:  # a listener's bug must not stop delivery to the others
-                    log.exception("metadata listener %r failed on %r", callback, event)
+    @staticmethod
+    def _deliver(item: tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]], object]) -> None:
+        callbacks, live, event = item
+        for callback in callbacks:
+            if callback not in live:  # unsubscribed since the event was posted
+                continue
+            try:
+                callback(event)
+            except Exception:  # a listener's bug must not stop delivery to the others
+                log.exception("metadata listener %r failed on %r", callback, event)
 
 
 class MetadataStore(abc.ABC):

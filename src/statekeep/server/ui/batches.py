@@ -15,11 +15,11 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from statekeep.background import Consumer
 from statekeep.functions.spark import STATUS_ROOT
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType
@@ -37,15 +37,14 @@ class BatchHistory:
         self._last: dict[str, dict[str, Any]] = {}
         self._history: dict[str, collections.deque[dict[str, Any]]] = {}
         self._watchers: list[Callable[[str, dict[str, Any]], None]] = []
-        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # status paths; None: stop
-        # the store's dispatcher thread only enqueues: reading the store from it could hold up every listener
-        self._thread = threading.Thread(target=self._run, name="statekeep-ui-batches", daemon=True)
-        self._thread.start()
+        # status paths; the store's dispatcher thread only enqueues: reading the store from it could hold
+        # up every listener (a store error is logged by the consumer; the next notification retries)
+        self._paths: Consumer[str] = Consumer("statekeep-ui-batches", self._record, what="batch history", log=log)
         self._subscription = store.add_listener(self._on_notification)
 
     def close(self) -> None:
         self._subscription.close()
-        self._queue.put(None)
+        self._paths.stop(timeout=0)
 
     def history(self, fqfn: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -64,17 +63,7 @@ class BatchHistory:
 
     def _on_notification(self, n: Notification) -> None:
         if n.path.startswith(STATUS_ROOT + "/") and n.type in (NotificationType.Created, NotificationType.Modified):
-            self._queue.put(n.path)
-
-    def _run(self) -> None:
-        while True:
-            path = self._queue.get()
-            if path is None:
-                return
-            try:
-                self._record(path)
-            except Exception:  # a store error must not end the thread: the next notification retries
-                log.debug("batch history: cannot read %s", path, exc_info=True)
+            self._paths.put(n.path)
 
     def _record(self, path: str) -> None:
         fqfn = path[len(STATUS_ROOT) + 1:]
