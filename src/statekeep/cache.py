@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+from statekeep.validate import check_int
 from statekeep.errors import (
     BadVersionError,
     InvalidArgumentError,
@@ -131,8 +132,7 @@ class MetadataCache(Generic[T]):
         if not (callable(getattr(serde, "serialize", None)) and callable(getattr(serde, "deserialize", None))):
             raise InvalidArgumentError("serde must have serialize(value) -> bytes and deserialize(bytes)")
         for name, value, least in (("max_retries", max_retries, 0), ("max_entries", max_entries, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise InvalidArgumentError(f"{name} must be an int >= {least}, got {value!r}")
+            check_int(value, name, minimum=least)
         self.store = store
         self.serde = serde
         self.max_retries = max_retries

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from statekeep.errors import InvalidArgumentError
+from statekeep.validate import check_int
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -29,8 +29,7 @@ class BoundedLRU(Generic[K, V]):
     """
 
     def __init__(self, maxsize: int) -> None:
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
-            raise InvalidArgumentError(f"maxsize must be a positive int, got {maxsize!r}")
+        check_int(maxsize, "maxsize", minimum=1)
         self.maxsize = maxsize
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.validate import check_int, check_number
 
 __all__ = ["DEFAULT", "RECONNECT", "RetryPolicy"]
 
@@ -57,18 +58,10 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts is None and self.deadline is None:
             raise InvalidArgumentError("a retry policy needs max_attempts or a deadline")
-        if self.max_attempts is not None and (
-                isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int)
-                or self.max_attempts < 1):
-            raise InvalidArgumentError(f"max_attempts must be a positive int, got {self.max_attempts!r}")
+        check_int(self.max_attempts, "max_attempts", minimum=1, optional=True)
         for name in ("deadline", "first_delay", "max_delay"):
-            value = getattr(self, name)
-            if value is None and name == "deadline":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InvalidArgumentError(f"{name} must be a non-negative number of seconds, got {value!r}")
-        if isinstance(self.immediate, bool) or not isinstance(self.immediate, int) or self.immediate < 0:
-            raise InvalidArgumentError(f"immediate must be a non-negative int, got {self.immediate!r}")
+            check_number(getattr(self, name), name, minimum=0, unit=" of seconds", optional=name == "deadline")
+        check_int(self.immediate, "immediate", minimum=0)
 
     def bounded(self, *, attempts: int | None = None, seconds: float | None = None) -> RetryPolicy:
         """This policy's backoff with another bound: ``attempts`` in all and/or ``seconds``."""

@@ -21,6 +21,7 @@ from typing import Any
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from statekeep.validate import check_int, check_number
 from statekeep.coordination.locks import ResourceLock, check_content
 from statekeep.errors import (
     AlreadyExistsError,
@@ -112,11 +113,8 @@ class CoordinationService:
                  max_counter_retries: int = 1000) -> None:
         if not isinstance(store, MetadataStore):
             raise InvalidArgumentError(f"CoordinationService needs a MetadataStore, not {type(store).__name__}")
-        if (isinstance(recheck_interval, bool) or not isinstance(recheck_interval, (int, float))
-                or recheck_interval <= 0):
-            raise InvalidArgumentError(f"recheck_interval must be a positive number, got {recheck_interval!r}")
-        if isinstance(max_counter_retries, bool) or not isinstance(max_counter_retries, int) or max_counter_retries < 1:
-            raise InvalidArgumentError(f"max_counter_retries must be a positive int, got {max_counter_retries!r}")
+        check_number(recheck_interval, "recheck_interval", positive=True, unit=" of seconds")
+        check_int(max_counter_retries, "max_counter_retries", minimum=1)
         self.store = store
         self.recheck_interval = float(recheck_interval)
         self.max_counter_retries = max_counter_retries
@@ -159,9 +157,7 @@ class CoordinationService:
         content = check_content(content)
         if not isinstance(blocking, bool):
             raise InvalidArgumentError(f"blocking must be a bool, got {blocking!r}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not timeout >= 0):
-            raise InvalidArgumentError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+        check_number(timeout, "timeout", minimum=0, unit=" of seconds", optional=True)
         if blocking:
             return self._acquire_blocking(path, content, timeout)
         self._check_open()

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from statekeep.validate import check_int
 from statekeep.errors import (
     AlreadyExistsError,
     BadVersionError,
@@ -143,8 +144,7 @@ class StateHandleStore:
         :class:`LeadershipLostError`, :class:`PossibleInconsistentStateError` (both blobs kept).
         """
         path = self._path(key)
-        if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
-            raise InvalidArgumentError(f"expected_version must be an int >= 0, got {expected_version!r}")
+        check_int(expected_version, "expected_version", minimum=0)
         attrs = check_attributes(attributes)
         self._check_writable()
         current = self.store.get(path)  # fail before uploading what could not be written anyway

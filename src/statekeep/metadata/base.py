@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Self
 
+from statekeep.validate import check_int
 from statekeep.background import Consumer
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
 from statekeep.metadata.types import (
@@ -254,8 +255,7 @@ class MetadataStore(abc.ABC):
         ``"sequence_counters"``."""
         self._check_open()
         validate_path(parent, allow_root=True)
-        if isinstance(at_least, bool) or not isinstance(at_least, int) or at_least < 0:
-            raise InvalidArgumentError(f"at_least must be an int >= 0, not {at_least!r}")
+        check_int(at_least, "at_least", minimum=0)
         if parent != "/" and not self._exists(parent):
             raise NotFoundError(f"{parent} does not exist: cannot raise its sequential counter")
         return self._raise_sequence(parent, at_least)

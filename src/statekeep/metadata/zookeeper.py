@@ -42,6 +42,7 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from statekeep.validate import check_number
 from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError,
                               InvalidPathError, MissingDependencyError, NotEmptyError, NotFoundError,
                               PossibleInconsistentStateError, StatekeepError, StoreClosedError,
@@ -214,8 +215,7 @@ class ZooKeeperStore(MetadataStore):
         if chroot:
             validate_path(chroot)
         for name, value in (("timeout", timeout), ("session_timeout", session_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
+            check_number(value, name, positive=True, unit=" of seconds")
         self._hosts, self._chroot, self._timeout = hosts, chroot, float(timeout)
         self._closing = self._watching = self._forked = False
         self._watch_lock = threading.Lock()

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statekeep.errors import InvalidArgumentError
+from statekeep.validate import check_int
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import has_embedded_engine
@@ -105,8 +105,7 @@ class Report:
 
 
 def _check_batch_keys(batch_keys: object) -> None:
-    if batch_keys is not None and (isinstance(batch_keys, bool) or not isinstance(batch_keys, int) or batch_keys < 1):
-        raise InvalidArgumentError(f"batch_keys must be an int >= 1, not {batch_keys!r}")
+    check_int(batch_keys, "batch_keys", minimum=1, optional=True)
 
 
 def _local_dir(url: str) -> Path | None:

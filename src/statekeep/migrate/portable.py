@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from statekeep.validate import check_int
 from statekeep.errors import StatekeepError
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
 
@@ -117,9 +118,7 @@ def decode(obj: object, where: str) -> Record:
     if "skipped" in obj:
         return Skipped(_str(obj, "skipped", where), str(obj.get("reason", "")))
     if "sequence" in obj:
-        last = obj.get("last")
-        if isinstance(last, bool) or not isinstance(last, int) or last < 0:
-            raise CorruptFileError(f"{where}: 'last' must be an int >= 0")
+        last = check_int(obj.get("last"), f"{where}: 'last'", minimum=0, error=CorruptFileError)
         return Sequence(_str(obj, "sequence", where), last)
     if "function" in obj:
         parts = _str(obj, "function", where).split("/")

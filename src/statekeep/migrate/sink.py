@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from statekeep.errors import InvalidArgumentError, StatekeepError
+from statekeep.validate import check_int
+from statekeep.errors import StatekeepError
 from statekeep.metadata import Put
 from statekeep.metadata.base import MetadataStore
 from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
@@ -87,9 +88,7 @@ class StoreSink:
         self.store = store
         self.merge = merge
         self.source_id = source_id
-        if batch_keys is not None and (isinstance(batch_keys, bool) or not isinstance(batch_keys, int)
-                                       or batch_keys < 1):
-            raise InvalidArgumentError(f"batch_keys must be an int >= 1, not {batch_keys!r}")
+        check_int(batch_keys, "batch_keys", minimum=1, optional=True)
         keys, size = BATCH_LIMITS.get(store.scheme, BATCH_LIMITS["etcd"])
         self.batch_keys, self.batch_bytes = (batch_keys or keys), size
         self.on_progress = on_progress

@@ -27,6 +27,7 @@ LMDB key limit of 511 bytes): 240 ASCII letters or digits, fewer otherwise.
 
 from __future__ import annotations
 
+from statekeep.validate import check_int
 from statekeep.errors import InvalidArgumentError
 
 MAX_SEGMENT = 240
@@ -92,8 +93,7 @@ def check_scan(prefix: object, start_after: object, limit: object) -> str:
     encoded = encode_prefix(prefix)  # type: ignore[arg-type]
     if start_after is not None and not isinstance(start_after, str):
         raise InvalidArgumentError(f"start_after must be a str or None, not {type(start_after).__name__}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+    check_int(limit, "limit", minimum=0, optional=True)
     return encoded
 
 

@@ -35,6 +35,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from statekeep.validate import check_int
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put, open_store
@@ -375,8 +376,7 @@ class MetadataStateStoreProvider(StateStoreProvider):
         self.max_value_size = min(fits_store, fits_request)
         wanted = config.get("max_value_size")
         if wanted is not None:
-            if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted <= 0:
-                raise InvalidArgumentError(f"max_value_size must be a positive int, not {wanted!r}")
+            check_int(wanted, "max_value_size", minimum=1)
             self.max_value_size = min(self.max_value_size, wanted)
 
     def _base(self, tenant: str, namespace: str, name: str) -> str:

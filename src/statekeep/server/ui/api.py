@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Match
 
+from statekeep.validate import check_int
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
@@ -181,8 +182,7 @@ async def put_node(request: Request, path: str) -> Response:
     except ValueError as e:
         raise InvalidArgumentError(f"bad node body: {e}") from None
     version = body.get("version")
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < -1):
-        raise InvalidArgumentError("version must be -1 (create), a version number, or absent")
+    check_int(version, "version (-1: create)", minimum=-1, optional=True)
     await run_in_threadpool(lambda: store.put(path, value, expected_version=version))
     return JSONResponse(node_json(path, await run_in_threadpool(store.get, path)))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import zlib
 
+from statekeep.validate import check_int
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.timestate import internal_group
 
@@ -29,8 +30,7 @@ MAX_KEY_GROUPS = 32768
 def validate_layout(groups: object, parallelism: object) -> tuple[int, int]:
     """``(groups, parallelism)`` checked: 1 <= parallelism <= groups <= MAX_KEY_GROUPS."""
     for name, value, high in (("key groups", groups, MAX_KEY_GROUPS), ("parallelism", parallelism, MAX_KEY_GROUPS)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-            raise InvalidArgumentError(f"{name} must be an int in 1..{high}, got {value!r}")
+        check_int(value, name, minimum=1, maximum=high)
     assert isinstance(groups, int) and isinstance(parallelism, int)
     if parallelism > groups:
         raise InvalidArgumentError(f"parallelism {parallelism} exceeds the function's {groups} key groups")
