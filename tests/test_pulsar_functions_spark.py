@@ -208,3 +208,8 @@ def test_a_pulsar_pipeline_through_topics_with_localrun_once(spark, tmp_path, ca
                                             ["dict", {"a": 1}]]))
     assert cli(capsys, "topics", "ls", *data)[1].split() == [f"persistent://public/default/{t}"
                                                              for t in ("in", "log", "out", "side")]
+    # the topic as a DataFrame, metadata included
+    rows = (spark.read.format("statekeep-topic").option("topic", "side")
+            .option("topicsDir", str(tmp_path / "data" / "topics")).load().collect())
+    assert sorted((r.value, r.key, r.properties, r.eventTime) for r in rows) == [
+        ("hello", "pk-hello", {"from": "k1"}, 7), ("world", "pk-world", {"from": "k1"}, 7)]

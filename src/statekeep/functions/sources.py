@@ -11,6 +11,10 @@
   consumer of a compacted topic does. A function takes another's changelog as its input with
   ``inputs: ["statekeep://T/N/F"]``.
 
+- ``spark.read.format("statekeep-topic").option("topic", "persistent://T/N/X").load()``: a statekeep
+  topic's messages (value or valueBase64, key, properties, eventTime, publishTime); option
+  ``topicsDir`` names the topics root (see :mod:`statekeep.functions.topics`).
+
 Option ``prefix`` (both sources): only the keys starting with it. It is applied in the reader,
 on the executor, before rows are produced, so records of other keys are never shipped to Spark
 (the changelog stream's offsets stay the changelog's, so checkpoints are unaffected).
@@ -171,6 +175,44 @@ class StatekeepChangelogSource(DataSource):
         return _ChangelogStreamReader(self.options)
 
 
+TOPIC_SCHEMA = ("value string, valueBase64 string, key string, properties map<string,string>, eventTime long, "
+                "publishTime long")
+
+
+class _TopicReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        from statekeep.functions.topics import complete, default_root
+
+        if not options.get("topic"):
+            raise InvalidArgumentError('option "topic" must name a topic (persistent://T/N/X, T/N/X or X)')
+        self.topic = complete(str(options["topic"]))
+        self.root = str(options.get("topicsDir") or default_root())
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        from statekeep.functions.topics import read
+
+        for m in read(self.root, self.topic):
+            yield (m.get("value"), m.get("valueBase64"), m.get("key"), m.get("properties"), m.get("eventTime"),
+                   m.get("publishTime"))
+
+
+class StatekeepTopicSource(DataSource):
+    """``spark.read.format("statekeep-topic").option("topic", NAME)``: a statekeep topic's messages with
+    their key, properties and times (option ``topicsDir``: the topics root, default as
+    :func:`statekeep.functions.topics.default_root`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "statekeep-topic"
+
+    def schema(self) -> str:
+        return TOPIC_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _TopicReader(self.options)
+
+
 def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(StatekeepStateSource)
     spark.dataSource.register(StatekeepChangelogSource)
+    spark.dataSource.register(StatekeepTopicSource)
