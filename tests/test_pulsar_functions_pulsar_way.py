@@ -81,6 +81,22 @@ def process(input, context):
     assert isinstance(input, User), type(input)
     return f"{input.name} is {input.age}"
 ''',
+    # two inputs, one with a custom serde: trigger's --topic picks the input
+    "which.py": '''
+from pulsar import SerDe
+
+
+class Reversed(SerDe):
+    def serialize(self, value):
+        return value[::-1].encode()
+
+    def deserialize(self, data):
+        return data.decode()[::-1]
+
+
+def process(input, context):
+    return f"{input}@{context.get_current_message_topic_name()}"
+''',
     "needs_missing.py": '''
 import statekeep_no_such_module_24
 
@@ -110,6 +126,8 @@ CREATE = {  # pulsar-admin functions create flags, nothing statekeep-only
     "users": ["--py", "users.py", "--classname", "users",
               "--custom-schema-inputs", json.dumps({"persistent://public/default/users": "users.User"})],
     "raises": ["--py", "raises.py", "--inputs", IN],
+    "which": ["--py", "which.py", "--classname", "which", "--inputs", IN,
+              "--custom-serde-inputs", json.dumps({"persistent://public/default/rev": "which.Reversed"})],
 }
 
 
@@ -153,6 +171,9 @@ def test_pulsar_admin_created_functions_answer_trigger_as_pulsar_does(server, fi
     assert trigger("shapes", "1,2")[1] == "2,4\n"  # deserialized and serialized by the function's own SerDe
     assert trigger("users", '{"name": "ann", "age": 3}')[1] == "ann is 3\n"  # a pulsar.schema record
     assert trigger("router", "tick")[0] == trigger("router", "tick")[0] == 0
+    assert trigger("which", "abc")[1] == f"abc@{IN}\n"  # the first input, Pulsar's default serde
+    assert run(capsys, "functions", "trigger", "--fqfn", "public/default/which", "--trigger-value", "abc",
+               "--topic", "persistent://public/default/rev", *url)[1] == "cba@persistent://public/default/rev\n"
     code, out, err = trigger("raises", "way")  # the user's exception is the answer: a 400 with its error
     assert code == 2 and "ValueError: no way" in err
     client = httpx.Client(base_url=server.url + "/admin/v3/functions/public/default", timeout=30)
