@@ -375,3 +375,32 @@ def test_functions_sharing_a_topic_never_replace_each_others_files(tmp_path):
     messages = list(topics.read(str(tmp_path / "topics"), shared))
     assert sorted((m["value"], m.get("key")) for m in messages) == [("out-x", "k"), ("out-x", "k"), ("pub-x", None),
                                                                   ("pub-x", None)]
+
+
+def test_a_custom_object_through_a_topic_with_pickle_serde(tmp_path):
+    """publish(..., serde_class_name="serde.PickleSerDe") writes bytes that are not UTF-8 (kept as
+    valueBase64); a function whose input names the same serde gets the object back."""
+    from statekeep.functions import topics
+    from statekeep.functions.runtime import run_partition
+
+    objects = "persistent://public/default/objects"
+
+    def spec(name: str, code: str, **extra) -> dict:
+        (tmp_path / name).mkdir()
+        return {"tenant": "public", "namespace": "default", "name": name, "py_name": f"{name}.py", "code": code,
+                "state_provider": "embedded", "state_config": {"metadata_url": f"local://{tmp_path / name}"},
+                "input_format": "message", "source_format": "message", "inputs": [IN], "output": None,
+                "user_config": {}, "topics_dir": str(tmp_path / "topics"), **extra}
+
+    send = (f'def process(input, context):\n    context.publish("{objects}", {{"word": input, "n": len(input)}}, '
+            '"serde.PickleSerDe")\n')
+    run_partition(spec("send", send), 0, 0, [json.dumps({"value": "hello"})])
+    sent = list(topics.read(str(tmp_path / "topics"), objects))
+    assert len(sent) == 1 and "valueBase64" in sent[0]
+    receive = "def process(input, context):\n    context.incr_counter(input['word'], input['n'])\n"
+    receiving = spec("receive", receive, inputs=[objects], input_serdes={objects: "serde.PickleSerDe"})
+    assert run_partition(receiving, 0, 0, [json.dumps(m) for m in sent]).processed == 1
+    from statekeep.state import open_provider
+
+    state = open_provider("embedded", receiving["state_config"]).get_state_store("public", "default", "receive")
+    assert state.get_counter("hello") == 5
