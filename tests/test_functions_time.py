@@ -336,3 +336,27 @@ def test_processing_time_timers_fire_when_the_clock_passes(base_spec, clock):
     assert outputs(spec) == [{"key": "a", "at": start + 60_000}]
     assert [(t["key"], t["domain"]) for t in timers_of(cached_state_store(spec))] == [("b", "processing"),
                                                                                        ("c", "processing")]
+
+
+OTHER_KEY = '''
+def process(input, context):
+    context.put_state(input["target"], input["k"], ttl_seconds=input["ttl"])
+'''
+
+
+def test_a_key_outside_the_records_group_expires_and_is_swept_once(base_spec, clock):
+    """On stores any task may write, a key of another key group gets a TTL too: it is indexed in the
+    writer's group, and the sweep deletes it only if its expiry entry still says so."""
+    if base_spec["state_provider"] == "partitioned":
+        pytest.skip("partition-owned state: a record writes only its own key group's keys")
+    spec = {**base_spec, "code": OTHER_KEY, "time": {"window": None, "ttl_ms": None}}
+    p0 = next(k for k in (f"k{i}" for i in range(100)) if key_group(k, 128) < 64)  # partition 0's
+    p1 = next(k for k in (f"k{i}" for i in range(100)) if key_group(k, 128) >= 64)  # partition 1's
+    run(spec, 0, [{"k": p0, "target": "shared", "ttl": 10}, {"k": p1, "target": "other", "ttl": 10}], parallelism=2)
+    clock["ms"] += 5_000
+    run(spec, 1, [{"k": p1, "target": "shared", "ttl": 100}], parallelism=2)  # rewritten through p1's groups
+    clock["ms"] += 6_000
+    run(spec, 2, [{"k": p0, "target": "x", "ttl": 100}, {"k": p1, "target": "y", "ttl": 100}], parallelism=2)
+    store = cached_state_store(spec)
+    assert store.get_entry("other") is None  # swept
+    assert store.get("shared") == p1.encode()  # p0's stale index entry did not delete the newer write

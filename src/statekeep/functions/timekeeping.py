@@ -193,8 +193,10 @@ class TimeState:
         expires = self.now + ttl_ms
         self.state.put(expiry_key(key), encode_expiry(expires))
         group = user_group(key, self.groups)
-        if group not in self._owned:  # another partition's key (stores any task may write): hidden once
-            return  # expired, deleted when rewritten or by its owner's sweep only if it registers it
+        if group not in self._owned:  # a key of another group (a store any task may write): indexed in one
+            if not self.owned:        # of this partition's groups; the sweep re-checks its expiry entry
+                return
+            group = self.owned[0]
         entry = self._group(group)
         entry["x"][key] = expires
         entry["xn"] = min(expires, entry.get("xn") or expires)
@@ -220,6 +222,9 @@ class TimeState:
             for key, expires in list(entry["x"].items()):
                 if expires <= self.now:
                     del entry["x"][key]
+                    current = decode_expiry(self.state.get(expiry_key(key)))
+                    if current is None or current > self.now:
+                        continue  # deleted, or written again since (through another group's index)
                     self.state.put(key, None)
                     self.state.put(expiry_key(key), None)
                     removed += 1
