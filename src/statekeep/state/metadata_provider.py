@@ -79,7 +79,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         self.base = f"{provider.root}/{tenant}/{namespace}/{name}"
         self._kv = self.base + "/kv/"
         self._log = self.base + "/log/r"
-        self._applied = self.base + "/applied/"
+        self.applied_root = self.base + "/applied/"
         self.max_value_size = provider.max_value_size
         self._limits = provider.limits
         self._log_ready = False  # the changelog's parent exists, with this incarnation's token
@@ -259,17 +259,17 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
         values = {k: None if v is None else validate_value(v, self.max_value_size) for k, v in puts.items()}
         deltas = validate_amounts(counters)
-        items = [staged.Item(key, self._path_of(key), key in values, values.get(key), deltas.get(key))
+        items = [staged.Item(key, self.path_of(key), key in values, values.get(key), deltas.get(key))
                  for key in dict.fromkeys([*values, *deltas])]
         anonymous = marker is None
         if anonymous:
             marker = f"{staged.ANONYMOUS}{uuid.uuid4().hex}"
         segment = encode_key(marker, what="batch marker")
-        marker_path = self._applied + segment
+        marker_path = self.applied_root + segment
         limits = self._limits
-        if len(items) <= limits.max_keys and sum(map(self._write_size, items)) <= limits.max_bytes:
+        if len(items) <= limits.max_keys and sum(map(self.write_size, items)) <= limits.max_bytes:
             marker_op: list[Op] = [] if anonymous else [Put(marker_path, b"", -1)]
-            return self._apply_items(items, lambda: marker_op,
+            return self.apply_items(items, lambda: marker_op,
                                      lambda: not anonymous and marker is not None and self.has_marker(marker))
         return staged.StagedBatches(self).apply(items, marker_path, segment, anonymous)
 
@@ -277,21 +277,21 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         """Whether the batch of ``marker`` was committed; one that a crash left half applied is
         finished first (so a replay completes it instead of skipping it)."""
         segment = encode_key(marker, what="batch marker")
-        return staged.StagedBatches(self).finish(self._applied + segment, segment)
+        return staged.StagedBatches(self).finish(self.applied_root + segment, segment)
 
     def finish_pending_batches(self) -> int:
         """Finish every batch that was committed but not completely applied; returns how many."""
         return staged.StagedBatches(self).finish_all()
 
-    def _path_of(self, key: str) -> str:
+    def path_of(self, key: str) -> str:
         return self._kv + encode_key(key)
 
     @staticmethod
-    def _write_size(item: staged.Item) -> int:
+    def write_size(item: staged.Item) -> int:
         """About what an item costs in one write: its value twice (key and changelog record) and paths."""
         return 2 * len(item.put or b"") + _PER_KEY_OVERHEAD
 
-    def _stored_of(self, item: staged.Item, current: GetResult | None) -> bytes | None:
+    def stored_of(self, item: staged.Item, current: GetResult | None) -> bytes | None:
         """The tagged value ``item`` leaves given the key's ``current`` one (None: absent). Raises
         :class:`CounterOverflowError`, or :class:`InvalidArgumentError` for a delta on bytes."""
         if item.delta is None:
@@ -301,10 +301,10 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             raise CounterOverflowError(f"counter {item.key!r} would overflow a signed 64-bit integer")
         return records.encode_counter(total)
 
-    def _read_items(self, items: Sequence[staged.Item]) -> list[GetResult | None]:
+    def read_items(self, items: Sequence[staged.Item]) -> list[GetResult | None]:
         return self._store.get_many([item.path for item in items])
 
-    def _apply_items(self, items: Sequence[staged.Item], extra: Callable[[], list[Op]], done: Callable[[], bool],
+    def apply_items(self, items: Sequence[staged.Item], extra: Callable[[], list[Op]], done: Callable[[], bool],
                      currents: Sequence[GetResult | None] | None = None) -> bool:
         """Write ``items`` (values computed from the current ones: ``currents`` if given, read
         otherwise), their changelog records and ``extra()`` in one ``multi``; on a lost race, False
@@ -316,9 +316,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             ops: list[Op] = list(extra())
             logs = []
             if currents is None:
-                currents = self._read_items(items)
+                currents = self.read_items(items)
             for item, current in zip(items, currents):
-                stored = self._stored_of(item, current)
+                stored = self.stored_of(item, current)
                 if stored is None:
                     if current is None:
                         continue  # deleting an absent key changes nothing

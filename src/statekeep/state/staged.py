@@ -36,13 +36,11 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, CorruptStateError, NotFoundError
-from statekeep.metadata import Check, Op, Put
-
-if TYPE_CHECKING:
-    from statekeep.state.metadata_provider import MetadataStateStore
+from statekeep.metadata import Check, GetResult, MetadataStore, Op, Put
+from statekeep.state.base import BatchLimits
 
 _HEAD = struct.Struct(">BH")  # flags, key length
 _LEN = struct.Struct(">I")
@@ -144,12 +142,39 @@ def _overlapped(fn: Callable[[int], object], n: int) -> None:
         future.result()
 
 
+class StagingTarget(Protocol):
+    """What staged batches need of the state store they commit for (the ``metadata`` provider's
+    :class:`~statekeep.state.metadata_provider.MetadataStateStore`): where it keeps things, and its
+    one-write apply of a group of items (which retries lost races and calls ``done()`` to tell a group
+    another applier already applied)."""
+
+    @property
+    def metadata_store(self) -> MetadataStore: ...
+
+    @property
+    def batch_limits(self) -> BatchLimits: ...
+
+    base: str  # the function's subtree: staging goes under base + "/staging/"
+    applied_root: str  # markers live at applied_root + encoded marker
+
+    def path_of(self, key: str) -> str: ...
+
+    def write_size(self, item: Item) -> int: ...
+
+    def stored_of(self, item: Item, current: GetResult | None) -> bytes | None: ...
+
+    def read_items(self, items: Sequence[Item]) -> list[GetResult | None]: ...
+
+    def apply_items(self, items: Sequence[Item], extra: Callable[[], list[Op]], done: Callable[[], bool],
+                    currents: Sequence[GetResult | None] | None = None) -> bool: ...
+
+
 class StagedBatches:
     """The three steps above over one function's state store (see the module docstring)."""
 
-    def __init__(self, state: MetadataStateStore) -> None:
+    def __init__(self, state: StagingTarget) -> None:
         self.state = state
-        self.store = state._store
+        self.store = state.metadata_store
         self.staging = state.base + "/staging/"
 
     def apply(self, items: list[Item], marker_path: str, segment: str, anonymous: bool) -> bool:
@@ -159,9 +184,9 @@ class StagedBatches:
         if self.finish(marker_path, segment):
             return False
         self.finish_all()  # batches without a marker that a crash interrupted have no replay to finish them
-        currents = self.state._read_items(items)
+        currents = self.state.read_items(items)
         for item, current in zip(items, currents):
-            self.state._stored_of(item, current)  # raises before anything is written
+            self.state.stored_of(item, current)  # raises before anything is written
         pieces = list(split(items, 1 << 30, self.store.max_value_size - 1024, piece_size))
         attempt = uuid.uuid4().hex
         root = f"{self.staging}{segment}/{attempt}"
@@ -193,7 +218,7 @@ class StagedBatches:
         a batch's finish point left of its staging); returns how many batches it finished."""
         finished = 0
         for segment in self.store.get_children(self.staging[:-1]):
-            marker_path = self.state._applied + segment
+            marker_path = self.state.applied_root + segment
             anonymous = segment.startswith(ANONYMOUS_SEGMENT)
             found = self.store.get(marker_path)
             if found is None:
@@ -224,10 +249,10 @@ class StagedBatches:
                 piece = self.store.get(f"{root}/c{name}")
                 if piece is None:
                     continue
-                items = decode_piece(piece.value, self.state._path_of, f"{root}/c{name}")
+                items = decode_piece(piece.value, self.state.path_of, f"{root}/c{name}")
             progress = f"{root}/p{name}"
-            for g, group in enumerate(split(items, limits.max_keys, limits.max_bytes, self.state._write_size)):
-                self.state._apply_items(group, functools.partial(_progress_put, unfinished, progress, g),
+            for g, group in enumerate(split(items, limits.max_keys, limits.max_bytes, self.state.write_size)):
+                self.state.apply_items(group, functools.partial(_progress_put, unfinished, progress, g),
                                         functools.partial(self._applied, unfinished, progress, g),
                                         None if known is None else [known[item.path] for item in group])
         try:
