@@ -104,9 +104,12 @@ class TimedRun:
     def _windowed(self, value: Any, context: Any) -> Any:
         windows = self.windows
         assert windows is not None
-        ts = windows.event_time(value)  # raises (naming the field) before anything changes
+        field = windows.event_field
+        ts = value.get(field) if field and windows.extractor is None and value.__class__ is dict else None
+        if ts.__class__ is not int:  # anything but a plain int field: the checked way (raises naming the field)
+            ts = windows.event_time(value)
         key = context._key() or ""
-        fired = windows.add(key, value, ts)
+        fired = windows.add_tumbling(key, value, ts) if windows.tumbling else windows.add(key, value, ts)
         self.time.observe(ts)
         if fired is None:  # late
             if self.late_topic:

@@ -45,6 +45,8 @@ class Windows:
         self.extractor = extractor
         self.event_field = event_field
         self._open: dict[str, Any] = {}
+        #: tumbling time windows: :meth:`add_tumbling` applies
+        self.tumbling = self.kind == "time" and self.slide == self.length
         self._dirty: set[str] = set()
 
     # ---- event time ----------------------------------------------------------------------------
@@ -94,6 +96,24 @@ class Windows:
         self._dirty.clear()
 
     # ---- records -------------------------------------------------------------------------------
+
+    def add_tumbling(self, key: str, record: Any, ts: int) -> Fired | None:
+        """:meth:`add` for tumbling time windows (the common case, one window per record)."""
+        start = ts - ts % self.length
+        watermark = self.time.watermark
+        if watermark is not None and start + self.length <= watermark:
+            return None
+        buffer = self._open.get(key)
+        if buffer is None:
+            buffer = self._buffer(key)
+        slot = str(start)
+        records = buffer.get(slot)
+        if records is None:
+            records = buffer[slot] = []
+            self.time.register(key, start + self.length, "w")
+        records.append([ts, record])
+        self._dirty.add(key)
+        return []
 
     def add(self, key: str, record: Any, ts: int) -> Fired | None:
         """Put ``record`` (event time ``ts``) into its windows; returns the count windows it completes
