@@ -66,7 +66,6 @@ from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoun
 from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
                                   StateStoreProvider)
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
-from statekeep.state.partitioned import PartitionedStateStore
 from statekeep.state.records import ChangelogRecord
 
 log = logging.getLogger(__name__)
@@ -84,6 +83,14 @@ class FollowerStore(ReadableStateStore):
 
     #: the local copy's class (a subclass may keep more in it)
     replica_type: ClassVar[type[LocalReplica]] = LocalReplica
+    #: leader store class -> the follower class :meth:`open` builds for it (see :meth:`follow_with`)
+    _kinds: ClassVar[list[tuple[type[StateStore], type[FollowerStore]]]] = []
+
+    @classmethod
+    def follow_with(cls, leader_type: type[StateStore]) -> None:
+        """Make :meth:`open` build this class for leaders of ``leader_type`` (a state whose changelog is
+        read another way, e.g. partition-owned state's manifests and segments)."""
+        FollowerStore._kinds.append((leader_type, cls))
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
@@ -178,10 +185,8 @@ class FollowerStore(ReadableStateStore):
             snapshot_store: SnapshotStore | None = snapshots if isinstance(snapshots, SnapshotStore) else None
             if snapshots is True and store is not None:
                 snapshot_store = SnapshotStore(store, blobs)
-            follower_type: type[FollowerStore] = cls
-            if isinstance(state, PartitionedStateStore):  # no single changelog: followed through its manifests
-                from statekeep.changelog.partitioned_follower import PartitionedFollowerStore
-                follower_type = PartitionedFollowerStore
+            follower_type = next((kind for leader_type, kind in FollowerStore._kinds if isinstance(state, leader_type)),
+                                 cls)
             if local_dir is None:
                 local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
             replica = follower_type.replica_type(local_dir, tenant, namespace, name)

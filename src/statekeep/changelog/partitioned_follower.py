@@ -515,3 +515,6 @@ def lag(state: PartitionedStateStore, positions: Positions | None) -> int:
         else:
             total += sum(s.entries for s in manifest.segments if s.seq > seq)
     return total
+
+
+PartitionedFollowerStore.follow_with(PartitionedStateStore)  # no single changelog: its manifests and segments

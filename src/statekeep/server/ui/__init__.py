@@ -15,29 +15,7 @@ blobs, orphans), ``/ui/topics?topic=`` (statekeep's Pulsar topics and their mess
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING
-
-from fastapi import APIRouter, Request
-
-if TYPE_CHECKING:
-    from statekeep.server.ui.batches import BatchHistory
-
-
-_history_lock = threading.Lock()
-
-
-def batch_history(request: Request) -> BatchHistory:
-    """The app's :class:`~statekeep.server.ui.batches.BatchHistory`, started on the console's first
-    request (a server whose console is never opened pays nothing for it); closed with the store."""
-    from statekeep.server.ui.batches import BatchHistory
-
-    state = request.app.state
-    with _history_lock:
-        history: BatchHistory | None = getattr(state, "ui_batch_history", None)
-        if history is None:
-            history = state.ui_batch_history = BatchHistory(state.ctx.store)
-        return history
+from fastapi import APIRouter
 
 
 def _router() -> APIRouter:

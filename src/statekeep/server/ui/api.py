@@ -40,7 +40,7 @@ from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.types import GetResult, validate_path
 from statekeep.server.auth import authorize
 from statekeep.server.ui import access
-from statekeep.server.ui import batch_history
+from statekeep.server.ui.batches import batch_history
 from statekeep.state.base import StateEntry
 from statekeep.state.records import ChangelogRecord
 from statekeep.state.shape import function_state_json

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fastapi import Request
+
 from statekeep.background import Consumer
 from statekeep.functions.spark import STATUS_ROOT
 from statekeep.metadata.base import MetadataStore
@@ -97,3 +99,17 @@ def _entry(previous: dict[str, Any] | None, status: dict[str, Any]) -> dict[str,
     seconds = max(0.0, (int(status.get("updated_ms") or 0) - int(previous.get("updated_ms") or 0)) / 1000)
     return {"batch": status.get("last_batch"), "records": records, "batches": batches, "seconds": seconds,
             "rate": records / seconds if seconds > 0 else None, "atMs": status.get("updated_ms")}
+
+
+_history_lock = threading.Lock()
+
+
+def batch_history(request: Request) -> BatchHistory:
+    """The app's :class:`BatchHistory`, started on the console's first request (a server whose console
+    is never opened pays nothing for it); closed with the store."""
+    state = request.app.state
+    with _history_lock:
+        history: BatchHistory | None = getattr(state, "ui_batch_history", None)
+        if history is None:
+            history = state.ui_batch_history = BatchHistory(state.ctx.store)
+        return history

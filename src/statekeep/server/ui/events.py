@@ -34,7 +34,7 @@ from statekeep.errors import UnauthorizedError
 from statekeep.functions.spark import STATUS_ROOT
 from statekeep.server.ui import access
 from statekeep.server.ui.api import record_json
-from statekeep.server.ui import batch_history
+from statekeep.server.ui.batches import batch_history
 from statekeep.state.timestate import is_internal
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from statekeep.errors import NotFoundError
-from statekeep.server.ui import batch_history
+from statekeep.server.ui.batches import batch_history
 
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8",
           "favicon.svg": "image/svg+xml"}
