@@ -31,7 +31,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from statekeep.errors import InvalidArgumentError, ValueTooLargeError
+from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
+                              ValueTooLargeError)
 from statekeep.state.keys import encode_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, Kind, decode_counter
 
@@ -127,6 +128,22 @@ def validate_expected_version(version: object) -> int | None:
     if isinstance(version, bool) or not isinstance(version, int) or version < -1:
         raise InvalidArgumentError(f"expected_version must be None, -1 or a version >= 0, not {version!r}")
     return version
+
+
+def check_expected_version(key: str, current: int | None, expected: int | None) -> None:
+    """The condition of a write with ``expected_version``, for a key now at version ``current`` (None:
+    absent); every provider checks it here. ``expected`` None: none; -1: the key must be absent
+    (:class:`AlreadyExistsError`); N: it must be at version N (:class:`NotFoundError` if absent,
+    :class:`BadVersionError` otherwise)."""
+    if expected is None:
+        return
+    if expected == -1:
+        if current is not None:
+            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
+    elif current is None:
+        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
+    elif current != expected:
+        raise BadVersionError(f"state key {key!r} is at version {current}, not {expected}")
 
 
 class ReadableStateStore(abc.ABC):

@@ -27,14 +27,13 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
-                              NotFoundError)
+from statekeep.errors import CounterOverflowError, InvalidArgumentError
 from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
                                          uncounted_read)
 from statekeep.state import records
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
-                                  validate_amounts, validate_expected_version, validate_value)
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
+                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
 from statekeep.state.embedded_changelog import EmbeddedChangelog
 from statekeep.state.keys import check_scan, encode_key, validate_name
 
@@ -126,18 +125,6 @@ def _counter(key: str, current: tuple[int, bytes] | None) -> int:
     if kind != "counter":
         raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
     return records.decode_counter(payload)
-
-
-def _check_expected(key: str, current: tuple[int, bytes] | None, expected: int | None) -> None:
-    if expected is None:
-        return
-    if expected == -1:
-        if current is not None:
-            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
-    elif current is None:
-        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
-    elif current[0] != expected:
-        raise BadVersionError(f"state key {key!r} is at version {current[0]}, not {expected}")
 
 
 class EmbeddedStateStore(EmbeddedChangelog, StateStore):
@@ -332,7 +319,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
         def work(t: _Txn) -> int:
             current = t.read(key)
-            _check_expected(key, current, expected)
+            check_expected_version(key, None if current is None else current[0], expected)
             return t.write(key, current, stored)
 
         return self._write(work)  # type: ignore[no-any-return]
@@ -345,7 +332,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
         def work(t: _Txn) -> bool:
             current = t.read(key)
-            _check_expected(key, current, expected)
+            check_expected_version(key, None if current is None else current[0], expected)
             if current is None:
                 return False
             t.write(key, current, None)

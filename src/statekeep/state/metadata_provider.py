@@ -43,8 +43,8 @@ from statekeep.metadata.types import validate_path
 from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, validate_amount,
-                                  validate_amounts, validate_expected_version, validate_value)
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
+                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
 from statekeep.state.metadata_changelog import MetadataChangelog
 
@@ -55,16 +55,6 @@ _OPS_PER_KEY, _EXTRA_OPS = 4, 20
 _PER_KEY_OVERHEAD = 2 * 512 + 64  # two paths and framing, per key, in a request-size estimate
 _UNCHANGED = object()
 _new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the read path
-
-
-def _check_expected(key: str, current: GetResult | None, expected: int) -> None:
-    if expected == -1:
-        if current is not None:
-            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
-    elif current is None:
-        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
-    elif current.stat.version != expected:
-        raise BadVersionError(f"state key {key!r} is at version {current.stat.version}, not {expected}")
 
 
 class MetadataStateStore(MetadataChangelog, StateStore):
@@ -219,7 +209,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         for _ in self._retry.attempts():
             current = self._store.get(path)
             if expected_version is not None:
-                _check_expected(key, current, expected_version)
+                check_expected_version(key, None if current is None else current.stat.version, expected_version)
             stored = compute(current)
             if stored is _UNCHANGED:
                 return _UNCHANGED
@@ -236,7 +226,8 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                 stats = self._store.multi(ops)
             except (BadVersionError, NotFoundError):
                 if expected_version is not None:  # the caller's condition no longer holds
-                    _check_expected(key, self._store.get(path), expected_version)
+                    now = self._store.get(path)
+                    check_expected_version(key, None if now is None else now.stat.version, expected_version)
                     raise BadVersionError(f"state key {key!r} changed concurrently (expected version "
                                           f"{expected_version})") from None
                 continue  # lost a race: read again

@@ -20,9 +20,8 @@ from statekeep.metadata.types import Put
 from statekeep.retry import DEFAULT
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, ChangelogPosition, CompactionResult, StateEntry, StateStore,
-                                  StateStoreProvider, validate_amount, validate_amounts, validate_expected_version,
-                                  validate_value)
-from statekeep.state.embedded import _check_expected as check_expected
+                                  StateStoreProvider, check_expected_version, validate_amount, validate_amounts,
+                                  validate_expected_version, validate_value)
 from statekeep.state.keys import check_scan, encode_key, validate_name
 from statekeep.state.partitioned.keygroups import (DEFAULT_KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
@@ -429,8 +428,8 @@ def _validated(puts: Mapping[str, bytes | None], counters: Mapping[str, int],
 
 
 def _check_expected(key: str, raw: bytes | None, expected: int | None) -> None:
-    """The embedded provider's check, on a stored value of the same layout (version + tagged value)."""
-    check_expected(key, None if raw is None else (int.from_bytes(raw[:8], "big"), raw[8:]), expected)
+    """The providers' check, on a stored value of the embedded layout (version + tagged value)."""
+    check_expected_version(key, None if raw is None else int.from_bytes(raw[:8], "big"), expected)
 
 
 def default_cache_dir() -> str:
