@@ -50,6 +50,7 @@ class PointSerDe(SerDe):
 
 class Scale(Function):
     def process(self, input, context):
+        assert context.get_output_serde_class_name() == "shapes.PointSerDe"
         factor = int(context.get_user_config_value("factor"))
         context.incr_counter("points", 1)
         return Point(input.x * factor, input.y * factor)

@@ -245,8 +245,9 @@ class Context(TimeMethods):
                  inputs: list[str] | None = None, output: str | None = None,
                  secrets: Mapping[str, Any] | None = None,
                  secrets_provider: Callable[[str, Any], Any] | None = None,
-                 source: RecordSource | None = None) -> None:
+                 source: RecordSource | None = None, output_serde: str | None = None) -> None:
         self.tenant = tenant
+        self._output_serde = output_serde
         self.namespace = namespace
         self.name = name
         self._state = state
@@ -349,7 +350,8 @@ class Context(TimeMethods):
         return self._output
 
     def get_output_serde_class_name(self) -> str | None:
-        return "serde.IdentitySerDe" if self._output else None
+        """``outputSerdeClassName``; else Pulsar's ``serde.IdentitySerDe`` with an output, None without."""
+        return self._output_serde or ("serde.IdentitySerDe" if self._output else None)
 
     def get_function_id(self) -> str:
         return self._function_id

@@ -112,7 +112,7 @@ def make_context(spec: ExecutorSpec, state: BufferedState, partition: int,
                    function_logger(spec, partition), function_id=spec.get("function_id", ""),
                    function_version=spec.get("function_version", 0),
                    instance_id=partition, inputs=spec.get("inputs"), output=spec.get("output"),
-                   secrets=spec.get("secrets"), source=source)
+                   secrets=spec.get("secrets"), source=source, output_serde=spec.get("output_serde"))
 
 
 def _careful(spec: ExecutorSpec) -> bool:
