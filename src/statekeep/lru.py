@@ -1,9 +1,13 @@
-"""``BoundedLRU``: the one size-capped memo of statekeep (paths, per-function handles).
+"""The bounded memos of statekeep, two policies for two jobs:
 
-A dict that keeps at most ``maxsize`` entries, dropping the least recently used one when full. It is
-for memos of cheap-to-rebuild values keyed by arbitrary hashables (``functools.lru_cache`` memoizes a
-function, whereas these callers also need ``get`` without computing, and a key that may be unhashable).
-Thread-safe: every method holds one lock for O(1) work.
+- :class:`BoundedLRU`: at most ``maxsize`` entries, the least recently used dropped when full; for memos
+  of values worth keeping (per-function handles) keyed by arbitrary hashables. Thread-safe: every method
+  holds one lock for O(1) work.
+- :func:`remember`: a plain ``dict`` that empties itself when full; for hot-path memos read on every
+  operation (valid paths, encoded keys, the last read of a key), where a hit must stay one exact-dict
+  subscript (CPython specializes it) and a miss only costs rebuilding the value.
+
+A pure function is memoized with ``functools.lru_cache``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from statekeep.validate import check_int
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-__all__ = ["BoundedLRU"]
+__all__ = ["BoundedLRU", "remember"]
+
+
+def remember(memo: dict[K, V], key: K, value: V, maxsize: int) -> V:
+    """Store ``value`` at ``key`` in the hot-path memo ``memo`` (emptied first if it holds ``maxsize``
+    entries); returns ``value``. Readers use ``memo`` as a dict (a lost entry is only a miss)."""
+    if len(memo) >= maxsize:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 class BoundedLRU(Generic[K, V]):

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statekeep.lru import remember
 from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
                               StoreUnavailableError)
 from statekeep.metadata._tree import _HEADER, Changes, Record
@@ -96,9 +97,7 @@ def node_key(path: str) -> bytes:
         if len(key) > MAX_KEY_BYTES:
             raise InvalidPathError(f"path of {len(key) - 2} bytes is longer than local:// allows "
                                    f"({MAX_KEY_BYTES - 2} bytes of UTF-8)")
-        if len(_node_keys) > 100_000:
-            _node_keys.clear()
-        _node_keys[path] = key
+        remember(_node_keys, path, key, 100_000)
     return key
 
 
@@ -624,10 +623,7 @@ class LocalStore(MetadataStore):
                                  owner != 0 and owner == self.session_id))
         result = _new_tuple(GetResult, (raw[32:], stat))
         if len(raw) <= _HOT_MAX_BYTES:
-            hot = self._hot
-            if len(hot) >= _HOT_ENTRIES:
-                hot.clear()  # bounded; a miss only costs the construction above
-            hot[path] = (key, raw, result)
+            remember(self._hot, path, (key, raw, result), _HOT_ENTRIES)
         return result
 
     def _get(self, path: str) -> GetResult | None:

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from statekeep.lru import remember
 from statekeep.errors import InvalidArgumentError, InvalidPathError
 
 # Any C0/C1 control character or DEL is refused, as are empty, "." and ".." segments.
@@ -29,7 +30,7 @@ def _check_path(path: str) -> str:
 
 
 # Paths already validated: reads of hot keys skip re-validation (a set lookup, no call).
-_valid_paths: set[str] = set()
+_valid_paths: dict[str, bool] = {}  # a hot-path memo (lru.remember)
 
 
 def validate_path(path: object, *, allow_root: bool = True) -> str:
@@ -43,9 +44,7 @@ def validate_path(path: object, *, allow_root: bool = True) -> str:
         if not allow_root:
             raise InvalidPathError("the root path '/' cannot be written or deleted")
         return path
-    if len(_valid_paths) > 100_000:
-        _valid_paths.clear()
-    _valid_paths.add(path)
+    remember(_valid_paths, path, True, 100_000)
     return path
 
 

@@ -27,6 +27,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from statekeep.lru import remember
 from statekeep.errors import CounterOverflowError, InvalidArgumentError
 from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
@@ -209,9 +210,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                 raw = txn.get(raw_key)
         answer = decode(key, raw)  # type: ignore[arg-type]  # bytes or None once read
         if raw is not None and len(raw) <= 512:  # type: ignore[arg-type]
-            if len(hot) >= 4096:
-                hot.clear()  # bounded; a miss costs only the decode
-            hot[key] = (raw_key, raw, answer)
+            remember(hot, key, (raw_key, raw, answer), 4096)
         return answer
 
     def _entry(self, key: str, raw: bytes) -> StateEntry:
