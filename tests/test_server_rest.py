@@ -9,10 +9,11 @@ import struct
 
 import httpx
 import pytest
+from conftest import need
 
 from support.server_process import FUNCTION, ServerProcess, create_function
 
-pytest.importorskip("fastapi")
+need("fastapi")
 
 _names = itertools.count()
 
