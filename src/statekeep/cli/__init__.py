@@ -4,16 +4,11 @@ on the parser; errors from the statekeep tree become a one-line message and a no
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
+from statekeep.cli.common import print_json  # noqa: F401 - statekeep.cli.print_json, as before
 from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
-
-
-def print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

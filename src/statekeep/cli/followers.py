@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from statekeep.cli import print_json
+from statekeep.cli.common import print_json
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.metadata.registry import default_store_url
 from statekeep.state.catalog import DEFAULT_ROOT

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from statekeep.cli import print_json
+from statekeep.cli.common import print_json
 from statekeep.metadata import open_store
 from statekeep.metadata.registry import default_store_url
 

@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from statekeep.cli import print_json
+from statekeep.cli import common
+from statekeep.cli.common import CommandAdder, print_json
 from statekeep.cli.client import Http
 from statekeep.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from statekeep.cli.functions import CommandAdder
 
 
 def register(command: CommandAdder) -> None:
@@ -64,9 +62,8 @@ def _path(args: argparse.Namespace, action: str) -> list[str]:
 
 
 def _server(args: argparse.Namespace) -> Http:
-    from statekeep.cli.functions import _remote
 
-    remote = _remote(args)
+    remote = common.remote(args)
     if remote is None:
         raise InvalidArgumentError(f"{args.command} acts through a server (--url, $STATEKEEP_URL or client.conf), "
                                    "not directly on a store (--data-dir, --store, $STATEKEEP_STORE)")
@@ -74,9 +71,8 @@ def _server(args: argparse.Namespace) -> Http:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from statekeep.cli.functions import _direct, _remote
 
-    remote = _remote(args)
+    remote = common.remote(args)
     if remote is not None:
         with remote:
             print_json(remote.request("GET", _path(args, "status")))
@@ -85,7 +81,7 @@ def _status(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--instance-id needs a server; directly on a store, status is the function's")
     from statekeep.functions.worker import function_status
 
-    with _direct(args) as service:
+    with common.direct(args) as service:
         service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError for an unknown function
         status = function_status(service.registry.store, args.tenant, args.namespace, args.name)
     print_json(status)
@@ -93,9 +89,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from statekeep.cli.functions import _direct, _remote
 
-    remote = _remote(args)
+    remote = common.remote(args)
     if remote is not None:
         with remote:
             print_json(remote.request("GET", _path(args, "stats")))
@@ -104,7 +99,7 @@ def _stats(args: argparse.Namespace) -> int:
     from statekeep.functions.worker import function_status as read_function_status
 
     fqfn = f"{args.tenant}/{args.namespace}/{args.name}"
-    with _direct(args) as service:  # the same Pulsar FunctionStats the server composes, from the store
+    with common.direct(args) as service:  # the same Pulsar FunctionStats the server composes, from the store
         cfg = service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError if unknown
         raw = read_function_status(service.registry.store, args.tenant, args.namespace, args.name)
         if lifecycle.is_stopped(service.registry, args.tenant, args.namespace, args.name):

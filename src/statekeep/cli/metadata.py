@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from statekeep.cli import print_json
+from statekeep.cli.common import print_json
 from statekeep.errors import NotFoundError
 from statekeep.metadata import GetResult, Notification, Stat, open_store
 from statekeep.metadata.registry import default_store_url

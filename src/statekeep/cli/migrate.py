@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from statekeep.cli import print_json
+from statekeep.cli.common import print_json
 from statekeep.metadata.registry import default_store_url
 
 if TYPE_CHECKING:

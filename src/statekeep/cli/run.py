@@ -18,23 +18,22 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from statekeep.cli import print_json
+from statekeep.cli import common
+from statekeep.cli.common import CommandAdder, print_json
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 from statekeep.metadata.registry import default_store_url
 
 if TYPE_CHECKING:
-    from statekeep.cli.functions import CommandAdder
     from statekeep.functions.service import FunctionService
     from statekeep.metadata import MetadataStore
 
 
 def register(command: CommandAdder) -> None:
     """Add ``localrun`` through the functions group's ``command`` helper."""
-    from statekeep.cli.functions import add_config_flags
     from statekeep.cli.standalone import add_spark_conf_option
 
     run = command("localrun", _localrun, "run a function on Spark against local inputs")
-    add_config_flags(run)
+    common.add_config_flags(run)
     run.add_argument("--once", action="store_true", help="process what is there now, then exit")
     run.add_argument("--spark-master", default="local[*,4]",
                      help="Spark master, e.g. spark://HOST:7077 (default: %(default)s)")
@@ -51,21 +50,19 @@ def register(command: CommandAdder) -> None:
 
 
 def _service_and_url(args: argparse.Namespace) -> tuple[FunctionService, MetadataStore]:
-    from statekeep.cli.functions import _direct
 
     if args.url:
         raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not --url")
-    service = _direct(args)
+    service = common.direct(args)
     return service, service.registry.store
 
 
 def _localrun(args: argparse.Namespace) -> int:
-    from statekeep.cli.functions import _code_path, _config_from_args, _read_py
     from statekeep.cli.standalone import resolve_location, spark_conf
     from statekeep.coordination import CoordinationService
     from statekeep.functions.worker import acquire_function_lock
 
-    config, code, path = _config_from_args(args), _read_py(args), _code_path(args)
+    config, code, path = common.config_from_args(args), common.read_py(args), common.code_path(args)
     if code is None or path is None or not config.get("inputs"):
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC (flags or --function-config-file)")
     if args.lock_wait < 0:

@@ -18,12 +18,12 @@ import argparse
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from statekeep.cli import print_json
+from statekeep.cli import common
+from statekeep.cli.common import CommandAdder, print_json
 from statekeep.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
     from statekeep.changelog import SnapshotStore
-    from statekeep.cli.functions import CommandAdder
     from statekeep.functions.service import FunctionService
     from statekeep.state.base import StateStore
 
@@ -46,11 +46,10 @@ def register(command: CommandAdder) -> None:
 
 def _open(args: argparse.Namespace) -> tuple[FunctionService, StateStore, SnapshotStore]:
     from statekeep.changelog import SnapshotStore
-    from statekeep.cli.functions import _direct
 
     if args.url:
         raise InvalidArgumentError(f"{args.command} works on the store directly: use --data-dir or --store, not --url")
-    service = _direct(args)
+    service = common.direct(args)
     try:
         state = service.registry.state_store(args.tenant, args.namespace, args.name)
         snapshots = SnapshotStore(service.registry.store, getattr(args, "blobs", None))
