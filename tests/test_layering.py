@@ -79,3 +79,59 @@ def test_layers_above_metadata_ask_capabilities_not_schemes(path, module):
     uses = [node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
             if isinstance(node, ast.Attribute) and node.attr == "scheme"]
     assert not uses, f"{module} reads a store's scheme at lines {uses}; ask store.capabilities instead"
+
+
+def test_no_import_cycles():
+    """No module imports, directly or through others, a module that imports it back (at module level or
+    inside functions alike): shared code lives in a module both import. A package's ``__init__`` that
+    imports its submodules is not counted against them (importing a submodule runs it anyway)."""
+    modules = {module: path for path, module in _modules()}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        names = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                # "from P import m" imports the module P.m when there is one, else names of P
+                names += [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                          for alias in node.names]
+        targets = set()
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                targets.add(name)
+        graph[module] = targets
+    cycles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
