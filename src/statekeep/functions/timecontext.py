@@ -69,7 +69,7 @@ class TimeMethods:
         return self._time_state("get_current_processing_time").now
 
     def get_window(self) -> Window | None:
-        """While a windowed function processes a window: its key, start, end and count; else None."""
+        """While a windowed function processes a window: its key, start, end and size (records); else None."""
         return self._window
 
     def _ttl_check(self, ttl_seconds: Any) -> None:
