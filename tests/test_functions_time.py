@@ -45,8 +45,9 @@ def clock(monkeypatch):
     return now
 
 
-def run(spec, batch, records, parallelism=1):
-    """One micro-batch as the driver runs it: the layout for this batch, then each partition's records."""
+def run(spec, batch, records, parallelism=1, only=None):
+    """One micro-batch as the driver runs it: the layout for this batch, then each partition's records
+    (``only``: just these partitions, as a driver killed after their commits)."""
     store = cached_state_store(spec)
     groups = 128
     layout = store.partitioning(parallelism)
@@ -60,7 +61,7 @@ def run(spec, batch, records, parallelism=1):
                                              timerun.CLOCK())
         spec.update(watermark_previous=previous, watermark_target=target)
     stats = []
-    for p in range(parallelism):
+    for p in range(parallelism) if only is None else only:
         mine = [r for r in records if key_group(r["k"], groups) * parallelism // groups == p]
         lines = [json.dumps(r) for r in mine]
         stats.append(run_partition(spec, batch, p, lines, record_keys=[r["k"] for r in mine]))
@@ -360,3 +361,19 @@ def test_a_key_outside_the_records_group_expires_and_is_swept_once(base_spec, cl
     store = cached_state_store(spec)
     assert store.get_entry("other") is None  # swept
     assert store.get("shared") == p1.encode()  # p0's stale index entry did not delete the newer write
+
+
+def test_a_batch_replayed_after_some_partitions_committed_uses_the_same_watermark(base_spec, clock):
+    """Partition 0 committed batch 1 (its groups hold the new watermark), the driver died before
+    partition 1 did: the replay judges partition 1's records against the watermark batch 1 started with,
+    so a record on time in the first run is on time in the replay (its window fires with it)."""
+    spec = windowed(base_spec, windowLengthDurationMs=100)
+    a = next(k for k in (f"k{i}" for i in range(100)) if key_group(k, 128) < 64)
+    b = next(k for k in (f"k{i}" for i in range(100)) if key_group(k, 128) >= 64)
+    run(spec, 0, [{"k": a, "ts": 50}, {"k": b, "ts": 50}], parallelism=2)
+    batch1 = [{"k": a, "ts": 500}, {"k": b, "ts": 120}]
+    run(spec, 1, batch1, parallelism=2, only=[0])
+    assert stored_watermark(cached_state_store(spec), 1) == 50 and stored_watermark(cached_state_store(spec), 2) == 500
+    run(spec, 1, batch1, parallelism=2)  # the replay: partition 0 skips, partition 1 runs
+    assert sorted((o["key"], o["start"], o["ts"]) for o in outputs(spec)) == [(a, 0, [50]), (b, 0, [50]),
+                                                                             (b, 100, [120])]
