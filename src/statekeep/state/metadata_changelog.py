@@ -1,12 +1,13 @@
 """The changelog side of the ``metadata`` provider (KIP-813): position, counting and compaction over
 the ``log/r<offset>`` nodes. Mixed into :class:`~statekeep.state.metadata_provider.MetadataStateStore`.
 
-- The epoch is ``"<creation ms of the log node>:<its token>:<offset of the incarnation's first
-  record>"``; all go with ``cleanup``. The log node is created before the first write of each
-  incarnation holding a random token, so the epoch changes whenever a function's state is deleted and
-  written again, even within one millisecond on ZooKeeper (which restarts sequence numbers). (A
-  handle of another process that goes on writing after a cleanup recreates the node without a token;
-  the creation time and, except on ZooKeeper, the never reused sequence numbers then tell them apart.)
+- The epoch is ``"<creation ms of the log node>:<its token>"``; both go with ``cleanup``. The log node
+  is created before the first write of each incarnation holding a random token, so the epoch changes
+  whenever a function's state is deleted and written again, even within one millisecond on ZooKeeper
+  (which restarts sequence numbers). (A handle of another process that goes on writing after a cleanup
+  recreates the node without a token; the epoch is then ``"<creation ms>:<offset of the first
+  record>"``, told apart by the creation time and, except on ZooKeeper, the never reused sequence
+  numbers.)
 - ``compaction`` (a node beside ``kv``/``log``) holds JSON ``{"first", "compacted", "purged",
   "through"}``: the first offset of the incarnation (recorded before compaction may delete it), the
   compaction point, the newest dropped tombstone, and the newest offset compaction deleted (so
@@ -66,8 +67,10 @@ class MetadataChangelog:
         info, _ = self._compaction_info()
         last = max(int(names[-1][1:]) if names else -1, info.get("through", -1))
         first = info.get("first", int(names[0][1:]) if names else "")
-        token = parent.value.decode(errors="replace")
-        return ChangelogPosition(f"{parent.stat.created_ms}:{token}:{first}", last, info.get("compacted", -1),
+        # the token names the incarnation from before its first record (so the epoch stays the same when
+        # that record comes); a log node without one (see the module docstring) falls back to the first offset
+        token = parent.value.decode(errors="replace") or f"{first}"
+        return ChangelogPosition(f"{parent.stat.created_ms}:{token}", last, info.get("compacted", -1),
                                  info.get("purged", -1))
 
     def count_changelog(self, after: int = -1) -> int:
