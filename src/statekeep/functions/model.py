@@ -198,8 +198,9 @@ class FunctionConfig(BaseModel):
             if field in values:
                 if values.pop(field) is not value:
                     raise InvalidArgumentError(f"{field} can only be {str(value).lower()} here")
-        extra = [*dict(values.get("customSerdeInputs") or {}), *dict(values.get("inputSpecs") or {}),
-                 *dict(values.get("customSchemaInputs") or {})]
+        # (a value that is not a mapping is left to the field's validation, which names it)
+        extra = [k for field in ("customSerdeInputs", "inputSpecs", "customSchemaInputs")
+                 if isinstance(values.get(field), Mapping) for k in values[field]]
         if extra and all(isinstance(k, str) for k in extra):  # their inputs are inputs, as Pulsar merges them
             inputs = _split_inputs(values.get("inputs", []))
             if isinstance(inputs, list):
