@@ -1,6 +1,7 @@
 """What the ``statekeep functions`` commands share: naming the function (``--fqfn`` or ``--tenant``,
-``--namespace``, ``--name``), the function config flags and config file, the two ways of reaching
-functions (a server, or a store directly), and printing JSON. The command modules (:mod:`.functions`,
+``--namespace``, ``--name``), the function config flags and config file, reaching functions (one
+:class:`~statekeep.cli.functions_client.FunctionsClient`, to a server or a store directly; a store for the
+direct-only commands), and printing JSON. The command modules (:mod:`.functions`,
 :mod:`.lifecycle`, :mod:`.run`, :mod:`.snapshots`) import from here, never from each other.
 """
 
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from statekeep.cli.client import Http, direct_store_url, open_remote
+from statekeep.cli.client import direct_store_url, open_remote
+from statekeep.cli.functions_client import DirectFunctions, FunctionsClient, RemoteFunctions
 from statekeep.cli.timeflags import add_time_flags, apply_time_flags
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
 
@@ -156,15 +158,21 @@ def load_config_file(path: str) -> dict[str, Any]:
 # ---- the two ways of reaching functions ----------------------------------------------------------
 
 
+def functions_client(args: argparse.Namespace) -> FunctionsClient:
+    """Where the command in ``args`` goes, as a :class:`FunctionsClient`: a server (:class:`RemoteFunctions`)
+    or a store directly (:class:`DirectFunctions`), by the precedence of :mod:`statekeep.cli.client`.
+
+    Raises :class:`InvalidArgumentError` for a bad client config, :class:`MissingDependencyError` for a
+    server without the client extra; a store is only opened when the client is first used."""
+    http = open_remote(args)
+    return RemoteFunctions(http) if http is not None else DirectFunctions(direct_store_url(args))
+
+
 def direct(args: argparse.Namespace) -> FunctionService:
-    """The :class:`FunctionService` on the store the command works on directly."""
+    """The :class:`FunctionService` on the store a direct-only command (localrun, snapshot, ...) works on."""
     from statekeep.functions.service import FunctionService
 
     return FunctionService.open(direct_store_url(args))
-
-
-def remote(args: argparse.Namespace) -> Http | None:
-    return open_remote(args)
 
 
 def json_flag(args: argparse.Namespace, option: str) -> Any:

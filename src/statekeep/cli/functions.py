@@ -5,7 +5,9 @@ config file's ``webServiceUrl``, else ``http://localhost:8080``; see :mod:`state
 the whole order and the token), and say so in one line when none answers. ``--data-dir DIR`` (the
 store ``local://DIR``) or ``--store URL`` work on a store directly instead, with the same JSON: the
 server's is printed as received, the direct one comes from the same
-:mod:`statekeep.functions.service` code the server runs.
+:mod:`statekeep.functions.service` code the server runs. Each command makes one call on a
+:class:`~statekeep.cli.functions_client.FunctionsClient` (:func:`statekeep.cli.common.functions_client`
+picks the server's or the store's), never branching on where it goes.
 
 A function is named by ``--fqfn tenant/namespace/name`` or by ``--tenant`` (default ``public``),
 ``--namespace`` (default ``default``) and ``--name``, not both. ``create``/``update``/``localrun``
@@ -22,15 +24,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statekeep.cli import common, lifecycle, snapshots
 from statekeep.cli import run as localrun
 from statekeep.cli.common import WATCH_INTERVAL_S, Handler, add_config_flags, print_json
+from statekeep.cli.functions_client import DEFAULT_CODE_NAME
 from statekeep.errors import InvalidArgumentError, NotFoundError
 
-if TYPE_CHECKING:
-    pass
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = groups.add_parser("functions", help="manage functions and their state (like pulsar-admin functions)")
@@ -96,40 +97,23 @@ def _write(args: argparse.Namespace, create: bool) -> int:
     path = common.code_path(args)
     if path:
         config["py"] = Path(path).name
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            remote.upload("POST" if create else "PUT", [args.tenant, args.namespace, args.name], config, code,
-                          Path(path).name if path else "function.py")
-    else:
-        with common.direct(args) as service:
-            if create:
-                service.registry.create(config, code)
-            else:
-                service.registry.update(args.tenant, args.namespace, args.name, config, code)
+    code_name = Path(path).name if path else DEFAULT_CODE_NAME
+    with common.functions_client(args) as client:
+        write = client.create if create else client.update
+        write(args.tenant, args.namespace, args.name, config, code, code_name)
     print("Created successfully" if create else "Updated successfully")
     return 0
 
 
 def _get(args: argparse.Namespace) -> int:
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            print_json(remote.request("GET", [args.tenant, args.namespace, args.name]))
-    else:
-        with common.direct(args) as service:
-            print_json(service.registry.get(args.tenant, args.namespace, args.name).to_json())
+    with common.functions_client(args) as client:
+        print_json(client.get(args.tenant, args.namespace, args.name))
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            names = remote.request("GET", [args.tenant, args.namespace])
-    else:
-        with common.direct(args) as service:
-            names = service.registry.list(args.tenant, args.namespace)
+    with common.functions_client(args) as client:
+        names = client.list(args.tenant, args.namespace)
     if args.json:
         print_json(names)
     else:
@@ -139,37 +123,21 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            remote.request("DELETE", [args.tenant, args.namespace, args.name])
-    else:
-        with common.direct(args) as service:
-            service.registry.delete(args.tenant, args.namespace, args.name)
+    with common.functions_client(args) as client:
+        client.delete(args.tenant, args.namespace, args.name)
     print("Deleted successfully")
     return 0
 
 
 def _timers(args: argparse.Namespace) -> int:
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            print_json(remote.request("GET", [args.tenant, args.namespace, args.name, "timers"]))
-            return 0
-    with common.direct(args) as service:
-        print_json(service.list_timers(args.tenant, args.namespace, args.name))
+    with common.functions_client(args) as client:
+        print_json(client.timers(args.tenant, args.namespace, args.name))
     return 0
 
 
 def _querystate(args: argparse.Namespace) -> int:
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            def fetch() -> Any:
-                return remote.request("GET", [args.tenant, args.namespace, args.name, "state", args.key])
-            return _query(args, fetch)
-    with common.direct(args) as service:
-        return _query(args, lambda: service.query_state(args.tenant, args.namespace, args.name, args.key))
+    with common.functions_client(args) as client:
+        return _query(args, lambda: client.query_state(args.tenant, args.namespace, args.name, args.key))
 
 
 def _query(args: argparse.Namespace, fetch: Callable[[], Any]) -> int:
@@ -203,13 +171,7 @@ def _putstate(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("give the key with --key or as \"key\" in --state")
     if isinstance(state, dict):
         state.setdefault("key", key)
-    remote = common.remote(args)
-    if remote:
-        with remote:
-            out = remote.request("POST", [args.tenant, args.namespace, args.name, "state", key],
-                                 files={"state": (None, json.dumps(state).encode(), "application/json")})
-    else:
-        with common.direct(args) as service:
-            out = service.put_state(args.tenant, args.namespace, args.name, key, state)
+    with common.functions_client(args) as client:
+        out = client.put_state(args.tenant, args.namespace, args.name, key, state)
     print_json(out)
     return 0

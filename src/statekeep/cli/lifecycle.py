@@ -10,7 +10,8 @@ pulsar-admin's "Started successfully" etc. for the lifecycle calls.
 ``status`` also works directly on a store (``--data-dir``/``--store``): it then prints statekeep's own
 status record (``processed``, ``batches``, ``last_batch``, ``workerId``: the worker or localrun holding
 the function's lock). ``stats`` directly on a store prints the same FunctionStats a server would. The
-other commands act on the workers that run functions, so they need a server.
+other commands act on the workers that run functions, so they need a server. Each command makes one call
+on a :class:`~statekeep.cli.functions_client.FunctionsClient`; the direct one refuses what needs a server.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from statekeep.cli import common
 from statekeep.cli.common import CommandAdder, print_json
-from statekeep.cli.client import Http
 from statekeep.errors import InvalidArgumentError
 
 
@@ -54,62 +53,15 @@ def _instance_id(text: str) -> int:
     return value
 
 
-def _path(args: argparse.Namespace, action: str) -> list[str]:
-    path = [args.tenant, args.namespace, args.name]
-    if getattr(args, "instance_id", None) is not None:
-        path.append(str(args.instance_id))
-    return path + [action]
-
-
-def _server(args: argparse.Namespace) -> Http:
-
-    remote = common.remote(args)
-    if remote is None:
-        raise InvalidArgumentError(f"{args.command} acts through a server (--url, $STATEKEEP_URL or client.conf), "
-                                   "not directly on a store (--data-dir, --store, $STATEKEEP_STORE)")
-    return remote
-
-
 def _status(args: argparse.Namespace) -> int:
-
-    remote = common.remote(args)
-    if remote is not None:
-        with remote:
-            print_json(remote.request("GET", _path(args, "status")))
-        return 0
-    if args.instance_id is not None:
-        raise InvalidArgumentError("--instance-id needs a server; directly on a store, status is the function's")
-    from statekeep.functions.worker import function_status
-
-    with common.direct(args) as service:
-        service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError for an unknown function
-        status = function_status(service.registry.store, args.tenant, args.namespace, args.name)
-    print_json(status)
+    with common.functions_client(args) as client:
+        print_json(client.status(args.tenant, args.namespace, args.name, args.instance_id))
     return 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-
-    remote = common.remote(args)
-    if remote is not None:
-        with remote:
-            print_json(remote.request("GET", _path(args, "stats")))
-        return 0
-    from statekeep.functions import lifecycle, stats
-    from statekeep.functions.worker import function_status as read_function_status
-
-    fqfn = f"{args.tenant}/{args.namespace}/{args.name}"
-    with common.direct(args) as service:  # the same Pulsar FunctionStats the server composes, from the store
-        cfg = service.registry.get(args.tenant, args.namespace, args.name)  # NotFoundError if unknown
-        raw = read_function_status(service.registry.store, args.tenant, args.namespace, args.name)
-        if lifecycle.is_stopped(service.registry, args.tenant, args.namespace, args.name):
-            raw["running"] = False
-    if args.instance_id is None:
-        print_json(stats.function_stats(raw, cfg.parallelism))
-    elif args.instance_id >= cfg.parallelism:
-        raise InvalidArgumentError(f"{fqfn} has {cfg.parallelism} instance(s); there is no instance {args.instance_id}")
-    else:
-        print_json(stats.instance_stats(raw, args.instance_id))
+    with common.functions_client(args) as client:
+        print_json(client.stats(args.tenant, args.namespace, args.name, args.instance_id))
     return 0
 
 
@@ -117,26 +69,25 @@ _DONE = {"start": "Started successfully", "stop": "Stopped successfully", "resta
 
 
 def _lifecycle(args: argparse.Namespace) -> int:
-    with _server(args) as remote:
-        remote.request("POST", _path(args, args.command))
+    with common.functions_client(args) as client:
+        act = {"start": client.start, "stop": client.stop, "restart": client.restart}[args.command]
+        act(args.tenant, args.namespace, args.name, args.instance_id)
     print(_DONE[args.command])
     return 0
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    files: dict[str, tuple[Any, ...]] = {}
+    file_name = None
     if args.trigger_file is not None:
         try:
-            data = Path(args.trigger_file).read_bytes()
+            value = Path(args.trigger_file).read_bytes()
         except OSError as e:
             raise InvalidArgumentError(f"cannot read --trigger-file {args.trigger_file}: {e.strerror}") from None
-        files["dataStream"] = (Path(args.trigger_file).name, data, "application/octet-stream")
+        file_name = Path(args.trigger_file).name
     else:
-        files["data"] = (None, args.trigger_value.encode(), "text/plain")
-    if args.topic is not None:
-        files["topic"] = (None, args.topic.encode(), "text/plain")
-    with _server(args) as remote:
-        out = remote.request("POST", _path(args, "trigger"), files=files)
+        value = args.trigger_value.encode()
+    with common.functions_client(args) as client:
+        out = client.trigger(args.tenant, args.namespace, args.name, value, file_name=file_name, topic=args.topic)
     # the function's output: a text as it is, anything else as JSON (pulsar-admin prints the string)
     print(out if isinstance(out, str) else json.dumps(out))
     return 0

@@ -7,7 +7,9 @@ available at start and exits (Spark's ``availableNow``); without it the query ru
 interrupted. Checkpoints go to ``--checkpoint-dir`` (a directory or Hadoop-compatible URL), by
 default ``DATA_DIR/checkpoints``; with ``--store`` and no ``--checkpoint-dir`` that default is
 ``./.statekeep-data/checkpoints``, and localrun says so. It always works on a store (``--data-dir``,
-``--store``, else ``$STATEKEEP_STORE`` or ``local://./.statekeep-data``), never through a server.
+``--store``, else ``$STATEKEEP_STORE`` or ``local://./.statekeep-data``), never through a server, so it
+opens the store itself (:func:`statekeep.cli.common.direct`) rather than going through a
+:class:`~statekeep.cli.functions_client.FunctionsClient`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 They work directly on the store (``--data-dir DIR`` for ``local://DIR``, or ``--store URL``), not
 through a server. Snapshot blobs go to ``--blobs URL`` (default ``DIR/blobs`` on a local:// store;
-required on ZooKeeper and etcd, e.g. ``file:///shared/blobs`` or ``s3://bucket/prefix``).
+required on ZooKeeper and etcd, e.g. ``file:///shared/blobs`` or ``s3://bucket/prefix``). Having no
+server side, they open the store themselves (:func:`statekeep.cli.common.direct`) rather than going
+through a :class:`~statekeep.cli.functions_client.FunctionsClient`.
 
 - ``snapshot``: snapshot the function's whole state now; prints the snapshot as JSON.
 - ``snapshots``: list its snapshots (oldest first), a table or ``--json``.
