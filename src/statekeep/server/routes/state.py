@@ -83,7 +83,7 @@ class FunctionTimers(BaseModel):
     timers: list[FunctionTimer]
 
 
-@router.get(FN + "/timers", responses=schemas.errors(404), response_model=FunctionTimers,
+@router.get(FN + "/timers", responses=schemas.errors(400, 404), response_model=FunctionTimers,
             summary="List a function's timers and its watermark")
 async def list_timers(tenant: str, namespace: str, name: str, ctx: ServerContext = Depends(get_context)) -> Response:
     return JSONResponse(await ctx.call(ctx.service.list_timers, tenant, namespace, name, read=True))
