@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.functions.context import BufferedState, RecordSource
-from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
+from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
 
 if TYPE_CHECKING:
@@ -87,9 +87,6 @@ def request_restart(registry: FunctionRegistry, tenant: str, namespace: str, nam
     raise BadVersionError(f"function {tenant}/{namespace}/{name} kept changing; try again")
 
 
-_loaded: dict[tuple[str, str | None], tuple[Any, str]] = {}
-
-
 def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, data: bytes | str,
             topic: str | None = None) -> Any:
     """Run the function once on ``data`` (one input record, decoded as its input format: a JSON
@@ -110,15 +107,10 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
             data = bytes(data).decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidArgumentError(f"the trigger data is not UTF-8 text (byte {e.start})") from None
-    key = (spec["code"], spec.get("class_name"))
-    if key not in _loaded:
-        try:
-            _loaded[key] = load_function(spec["code"], spec["py_name"], spec.get("class_name"))
-        except FunctionLoadError as e:
-            raise InvalidArgumentError(f"the function cannot run: {e}") from None
-        if len(_loaded) > 100:
-            _loaded.pop(next(iter(_loaded)))
-    process, kind = _loaded[key]
+    try:
+        process, kind = cached_function(spec["code"], spec.get("py_name", "<function>"), spec.get("class_name"))
+    except FunctionLoadError as e:
+        raise InvalidArgumentError(f"the function cannot run: {e}") from None
     store = registry.state_store(tenant, namespace, name)
     state = BufferedState(store.fetch_many, store.max_value_size)
     value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
@@ -161,9 +153,9 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
         raise InvalidArgumentError(f"function {tenant}/{namespace}/{name} raised on the trigger data: "
                                    f"{type(e).__name__}: {e}\n{detail}") from None
     try:
-        if result is not None and spec.get("output_serde") and kind != BATCH:  # the answer is the output message
-            result = messages.serialize(result, messages.load_serde(spec["output_serde"], spec["code"],
-                                                                    spec["py_name"]))
+        output_serde = spec.get("output_serde")
+        if result is not None and output_serde and kind != BATCH:  # the answer is the output message
+            result = messages.serialize(result, messages.load_serde(output_serde, spec["code"], spec["py_name"]))
         targets = messages.published_by_target(context.published, spec)
     except FunctionLoadError:
         raise

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from statekeep.lru import BoundedLRU
 from statekeep.errors import InvalidArgumentError
 
 RECORD, NATIVE, BATCH = "record", "native", "batch"  # process(input, context), process(input), process_batch
@@ -51,6 +52,9 @@ def _module_name(error: ImportError) -> str:
 
 _modules: dict[tuple[str, str], dict[str, Any]] = {}
 _modules_lock = threading.Lock()
+#: (source, filename, className) -> (entry point, kind): the one cache of loaded functions (runtime and trigger)
+_entries: BoundedLRU[tuple[str, str, str | None], tuple[Callable[..., Any], str]] = BoundedLRU(64)
+_entries_lock = threading.Lock()
 
 
 def execute_file(source: str, filename: str = "<function>") -> dict[str, Any]:
@@ -148,6 +152,19 @@ def load_function(source: str, filename: str = "<function>",
         raise FunctionLoadError(f"{filename} defines no function 'process(input, context)' "
                                 "nor 'process_batch(records, context)'")
     return process, (NATIVE if _one_argument(process) else RECORD)
+
+
+def cached_function(source: str, filename: str = "<function>",
+                    class_name: str | None = None) -> tuple[Callable[..., Any], str]:
+    """:func:`load_function` once per process and (file, className): a ``pulsar.Function`` class is
+    instantiated once and kept, as Pulsar keeps one instance per function instance (the 64 most recently
+    used entry points are kept). Raises as :func:`load_function` does."""
+    key = (source, filename, class_name)
+    with _entries_lock:
+        found = _entries.get(key)
+        if found is None:
+            found = _entries.put(key, load_function(source, filename, class_name))
+        return found
 
 
 def _one_argument(function: Callable[..., Any]) -> bool:

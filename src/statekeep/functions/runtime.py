@@ -31,16 +31,14 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
 from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
 from statekeep.functions import timerun
-from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, load_function
+from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.functions.messages import (batch_lines, dead_letter_message, file_suffix, function_logger, log_records,
                                           message_decoder, output_location, output_wrapper, published_by_target)
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
 
 log = logging.getLogger(__name__)
-
-# what executors need to run a function, as plain JSON data (built by spark.executor_spec)
-ExecutorSpec = dict[str, Any]
 
 # per (batch, partition): counts, the time spent in the function (s), user metrics and latest
 # exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.stats)
@@ -79,30 +77,16 @@ class PartitionStats:
         del self.exceptions[:-MAX_EXCEPTIONS]
 
 
-def load_process(source: str, filename: str = "<function>", class_name: str | None = None) -> Callable[..., Any]:
-    """The function's entry point (see :func:`statekeep.functions.loader.load_function`);
-    :class:`FunctionRecordError` when the file cannot run."""
-    try:
-        return load_function(source, filename, class_name)[0]
-    except FunctionLoadError as e:
-        raise FunctionRecordError(str(e)) from e
-
-
 _cache_lock = threading.Lock()
-_loaded: dict[tuple[str, str | None], tuple[Callable[..., Any], str]] = {}
 _stores: dict[str, StateStore] = {}
 
 
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
-    """(entry point, kind) of the spec's code, loaded once per executor process."""
-    key = (spec["code"], spec.get("class_name"))
-    with _cache_lock:
-        if key not in _loaded:
-            try:
-                _loaded[key] = load_function(spec["code"], spec.get("py_name", "<function>"), spec.get("class_name"))
-            except FunctionLoadError as e:
-                raise FunctionRecordError(str(e)) from e
-        return _loaded[key]
+    """(entry point, kind) of the spec's code, loaded once per executor process (the loader's cache)."""
+    try:
+        return cached_function(spec["code"], spec.get("py_name", "<function>"), spec.get("class_name"))
+    except FunctionLoadError as e:
+        raise FunctionRecordError(str(e)) from e
 
 
 def make_context(spec: ExecutorSpec, state: BufferedState, partition: int,
@@ -461,8 +445,9 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     stats.processed = table.num_rows
     stats.outputs = output.num_rows if output is not None else 0
     stats.metrics = context.metrics
-    if output is not None and spec.get("output") and spec["output"] != "console":
-        write_outputs(spec["output"], batch_id, partition, output, spec.get("output_format", "jsonl"))
+    destination = spec.get("output")
+    if output is not None and destination and destination != "console":
+        write_outputs(destination, batch_id, partition, output, spec.get("output_format", "jsonl"))
     _write_published(context.published, batch_id, partition, spec, context.get_logger())
     try:
         stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
@@ -471,10 +456,10 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
                                     f"(nothing written): {type(e).__name__}: {e}")
         if not spec.get("skip_errors"):
             raise error from None  # a replay fails alike, and rewrites the same output file
-        if output is not None and spec.get("output") and spec["output"] != "console":
+        if output is not None and destination and destination != "console":
             fmt = spec.get("output_format", "jsonl")  # skipped: its outputs go too
             with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(spec["output"], f"batch-{batch_id:012d}-part-{partition:05d}.{fmt}"))
+                os.remove(os.path.join(destination, f"batch-{batch_id:012d}-part-{partition:05d}.{fmt}"))
         stats.processed = stats.outputs = 0
         return _skip_batch(store, marker, stats, table.num_rows, error)
     if output is not None and spec.get("output") == "console":

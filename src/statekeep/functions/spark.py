@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.runtime import STATS_SCHEMA, ExecutorSpec, cached_state_store, arrow_partition_runner
+from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
+from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
 from statekeep.functions.timerun import time_section, with_batch_watermark, with_ticks
@@ -212,7 +213,8 @@ class FunctionQuery:
             partitioning = TIME_GROUPS, min(parallelism if spec.get("key_field") else 1, TIME_GROUPS)
         if partitioning is not None:
             groups, parallelism = partitioning
-            spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
+            spec = spec.copy()  # for this batch
+            spec["state_parallelism"], spec["time_groups"] = parallelism, groups
             frame = frame.withColumn("__route", route_column(groups, parallelism))
         if spec.get("time"):  # the function's watermark for this batch, from all its records
             spec = with_batch_watermark(spec, frame, cached_state_store(spec), self._time, batch_id)
@@ -294,7 +296,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
         input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
     user_config = dict(cfg.userConfig)
-    spec = {
+    spec: ExecutorSpec = {
         "tenant": tenant, "namespace": namespace, "name": name, "code": code, "py_name": cfg.py or f"{name}.py",
         "state_provider": provider, "state_config": provider_config,
         "input_format": input_format if input_format in ("text", MESSAGE) else "json",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windows import Window, Windows
 from statekeep.state.partitioned.keygroups import group_range, spark_routes
@@ -53,9 +54,9 @@ def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | Non
 class TimedRun:
     """See the module docstring. ``process`` is the user's entry point; ``emit`` takes an output record."""
 
-    def __init__(self, spec: dict[str, Any], state: Any, partition: int, context: Any,
+    def __init__(self, spec: ExecutorSpec, state: Any, partition: int, context: Any,
                  process: Callable[..., Any], emit: Callable[[Any], None], batch: int | None = None) -> None:
-        section = spec["time"]
+        section = spec.get("time") or {}  # built only for a spec with a time section (see start)
         groups = spec.get("time_groups", TIME_GROUPS)
         owned = group_range(partition, spec.get("state_parallelism", 1), groups)
         window = section.get("window")
@@ -165,7 +166,7 @@ class TimedRun:
         self.time.flush()
 
 
-def start(spec: dict[str, Any], state: Any, partition: int, context: Any, process: Callable[..., Any],
+def start(spec: ExecutorSpec, state: Any, partition: int, context: Any, process: Callable[..., Any],
           emit: Callable[[Any], None], batch: int | None = None) -> TimedRun | None:
     """A :class:`TimedRun` if the spec keeps time, else None (and the context is left as it is)."""
     if not spec.get("time"):
@@ -185,7 +186,7 @@ def stored_watermark(store: Any, batch: int) -> int | None:
     return max(found) if found else None
 
 
-def driver_watermarks(spec: dict[str, Any], previous: int | None, largest_event: int | None,
+def driver_watermarks(spec: ExecutorSpec, previous: int | None, largest_event: int | None,
                       now_ms: int) -> tuple[int | None, int | None]:
     """``(previous, target)`` for a micro-batch whose records' largest event time is ``largest_event``
     (None: none, or not known to the driver); processing time when the function has no event time."""
@@ -200,8 +201,8 @@ def driver_watermarks(spec: dict[str, Any], previous: int | None, largest_event:
     return previous, (max(marks) if marks else None)
 
 
-def with_batch_watermark(spec: dict[str, Any], frame: Any, store: Any, known: dict[str, Any],
-                         batch: int) -> dict[str, Any]:
+def with_batch_watermark(spec: ExecutorSpec, frame: Any, store: Any, known: dict[str, Any],
+                         batch: int) -> ExecutorSpec:
     """The driver's part: ``spec`` for one micro-batch with the function's watermark before and after it,
     from the batch's largest ``eventTimeField`` (one aggregate over the batch's records). ``known``
     carries the watermark between batches of one query (read from the state when the query starts)."""
@@ -220,7 +221,9 @@ def with_batch_watermark(spec: dict[str, Any], frame: Any, store: Any, known: di
         largest = None if row is None or row[0] is None else int(row[0])
     previous, target = driver_watermarks(spec, known["watermark"], largest, CLOCK())
     known["watermark"] = target
-    return {**spec, "watermark_previous": previous, "watermark_target": target}
+    batch_spec = spec.copy()  # for this batch
+    batch_spec["watermark_previous"], batch_spec["watermark_target"] = previous, target
+    return batch_spec
 
 
 def with_ticks(frame: Any, parallelism: int) -> Any:
