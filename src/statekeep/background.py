@@ -1,6 +1,6 @@
 """Background threads, two shapes for every use (after tooz's ``Heart``): a :class:`Periodic` loop and a
-queue :class:`Consumer`. Both are daemon threads that outlive no stop, never die of an exception from the
-work they run (it is logged, and the loop goes on), and can be stopped from their own thread.
+queue :class:`Consumer`. Both are daemon threads that end when stopped, never die of an exception from
+the work they run (it is logged, and the loop goes on), and can be stopped from their own thread.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ class Consumer(Generic[T]):
                  maxsize: int = 0) -> None:
         self.what = what
         self._handle, self._log = handle, log
-        self._queue: queue.Queue[object] = queue.Queue(maxsize)
+        # unbounded: a SimpleQueue, whose put is reentrant (a backend's callback may post from anywhere)
+        self._queue: queue.Queue[object] | queue.SimpleQueue[object] = (
+            queue.Queue(maxsize) if maxsize > 0 else queue.SimpleQueue())
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
