@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.context import BufferedState, Context
+from statekeep.functions.context import Context
+from statekeep.state.buffer import BufferedState
 from statekeep.functions.runtime import (
     FunctionRecordError,
     records_table,

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
-from statekeep.functions.context import BufferedState, Context
+from statekeep.functions.context import Context
+from statekeep.state.buffer import BufferedState
 from statekeep.functions.runtime import record_decoder
 
 LINES = ['{"word": "a"}', ' {"word": "lead"}', '{"word": "trail"} ', '{"word": "crlf"}\r', '[1, 2.5, null]',

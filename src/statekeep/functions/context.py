@@ -11,99 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.timecontext import TimeMethods
 from statekeep.state.base import validate_value
+from statekeep.state.buffer import BufferedState
 from statekeep.state.keys import encode_key
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 from statekeep.state.timestate import check_user_key
-
-
-class BufferedState:
-    """One batch's view of a function's state.
-
-    ``fetch(keys)`` returns ``{key: (value_bytes_or_None, counter_or_None)}`` for every key asked.
-    After the batch, :attr:`puts` (key -> bytes, or None for a delete) and :attr:`counter_deltas`
-    (key -> amount, applied after the puts, so a delete then an increment restarts from zero) are
-    what must be written. ``max_value_size`` is the store's limit, checked per put so that a value
-    the store would refuse fails its own record rather than the batch's write.
-    """
-
-    def __init__(self, fetch: Callable[[list[str]], Mapping[str, tuple[bytes | None, int | None]]],
-                 max_value_size: int = 1 << 20) -> None:
-        self._fetch = fetch
-        self.max_value_size = max_value_size
-        self._base: dict[str, tuple[bytes | None, int | None]] = {}
-        self.puts: dict[str, bytes | None] = {}
-        self.counter_deltas: dict[str, int] = {}
-
-    def prefetch(self, keys: Iterable[str]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self._base]
-        if missing:
-            self._base.update(self._fetch(missing))
-
-    def _entry(self, key: str) -> tuple[bytes | None, int | None]:
-        if key not in self._base:
-            self.prefetch([key])
-        return self._base[key]
-
-    def get(self, key: str) -> bytes | None:
-        if key in self.puts:
-            return self.puts[key]
-        return self._entry(key)[0]
-
-    def put(self, key: str, value: bytes | None) -> None:
-        self.puts[key] = value
-        self.counter_deltas.pop(key, None)
-
-    def _stored_counter(self, key: str, entry: tuple[bytes | None, int | None]) -> int:
-        value, counter = entry
-        if counter is None and value is not None:  # as the store would refuse it, but per record
-            raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
-        return counter or 0
-
-    def get_counter(self, key: str) -> int:
-        delta = self.counter_deltas.get(key, 0)
-        if key in self.puts:  # deleted (or overwritten) in this batch: counts restart from zero
-            return delta
-        return self._stored_counter(key, self._entry(key)) + delta
-
-    def incr(self, key: str, amount: int) -> int:
-        # get_counter inlined: this runs once per record in counting functions
-        delta = self.counter_deltas.get(key, 0) + amount
-        if key in self.puts:
-            value = delta
-        else:
-            base = self._base.get(key)
-            if base is None:
-                base = self._entry(key)
-            value = (base[1] if base[1] is not None else self._stored_counter(key, base)) + delta
-        if not COUNTER_MIN <= value <= COUNTER_MAX:
-            raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
-        self.counter_deltas[key] = delta
-        return value
-
-    def add_many(self, keys: list[str], amounts: list[int]) -> None:
-        """Buffer ``amounts`` as counter deltas of ``keys`` (a key may repeat), reading nothing: the
-        stored values are checked (a key holding bytes, overflow) by the batch's write, which then
-        fails whole. A running delta outside 64 bits raises here, before any of them is buffered."""
-        deltas = self.counter_deltas
-        new = dict.fromkeys(keys, 0)
-        for key, amount in zip(keys, amounts):
-            new[key] += amount
-        for key, amount in new.items():
-            total = deltas.get(key, 0) + amount
-            if not COUNTER_MIN <= total <= COUNTER_MAX:
-                raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
-            new[key] = total
-        deltas.update(new)
-
-    @property
-    def dirty(self) -> bool:
-        return bool(self.puts or self.counter_deltas)
 
 
 def _key(key: object) -> str:
@@ -156,53 +72,6 @@ def is_valid_key(key: object) -> bool:
     except InvalidArgumentError:
         return False
     return True
-
-
-class JournaledState(BufferedState):
-    """A :class:`BufferedState` that can take back one record's changes: :meth:`begin` before each
-    record, :meth:`rollback` if it failed (retried, sent to the dead-letter output or skipped: its
-    state changes must not be applied). Used only when the function's config asks for per-record
-    error handling, so the default per-record path pays nothing for it."""
-
-    _ABSENT = object()
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._undo_puts: dict[str, Any] = {}
-        self._undo_deltas: dict[str, Any] = {}
-
-    def begin(self) -> None:
-        self._undo_puts.clear()
-        self._undo_deltas.clear()
-
-    def _remember(self, key: str) -> None:
-        if key not in self._undo_puts:
-            self._undo_puts[key] = self.puts.get(key, self._ABSENT)
-        if key not in self._undo_deltas:
-            self._undo_deltas[key] = self.counter_deltas.get(key, self._ABSENT)
-
-    def rollback(self) -> None:
-        """Restore the buffers as they were at :meth:`begin`."""
-        for undo, target in ((self._undo_puts, self.puts), (self._undo_deltas, self.counter_deltas)):
-            for key, old in undo.items():
-                if old is self._ABSENT:
-                    target.pop(key, None)
-                else:
-                    target[key] = old
-        self.begin()
-
-    def put(self, key: str, value: bytes | None) -> None:
-        self._remember(key)
-        super().put(key, value)
-
-    def incr(self, key: str, amount: int) -> int:
-        self._remember(key)
-        return super().incr(key, amount)
-
-    def add_many(self, keys: list[str], amounts: list[int]) -> None:
-        for key in keys:
-            self._remember(key)
-        super().add_many(keys, amounts)
 
 
 class RecordSource:

@@ -20,7 +20,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
-from statekeep.functions.context import BufferedState, RecordSource
+from statekeep.functions.context import RecordSource
+from statekeep.state.buffer import BufferedState
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
 

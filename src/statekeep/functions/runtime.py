@@ -29,7 +29,8 @@ from json.scanner import make_scanner
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
-from statekeep.functions.context import BufferedState, Context, JournaledState, RecordSource, is_valid_key
+from statekeep.functions.context import Context, RecordSource, is_valid_key
+from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.functions import timerun
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function

@@ -1,7 +1,7 @@
 """One partition's time during one micro-batch: its watermark, its keys' timers and their TTLs.
 
 All of it is state (:mod:`statekeep.state.timestate` has the layout): read through the batch's
-:class:`~statekeep.functions.context.BufferedState` and written back into it by :meth:`TimeState.flush`,
+:class:`~statekeep.state.buffer.BufferedState` and written back into it by :meth:`TimeState.flush`,
 so it commits in the batch's one atomic write and a replayed batch sees it exactly as before.
 
 The watermark is the function's, as in Spark: before each micro-batch the driver computes it from the
