@@ -18,7 +18,7 @@ import httpx
 import pytest
 from support.followers import Follower
 from support.server_process import ServerProcess, create_function
-from support.spark import write_words
+from support.spark import write_word_files, write_words
 
 from statekeep.cli import main
 from statekeep.functions.service import FunctionService
@@ -85,8 +85,7 @@ def test_function_on_the_cluster_is_exact(request, backend, spark_cluster, tmp_p
     url = store_url(request, backend)
     inputs, out = tmp_path / "in", tmp_path / "out"
     words = [f"w{i % 16}" for i in range(2000)]  # few keys: batches stay small on every backend
-    for part in range(4):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    write_word_files(inputs, words)
     apps_before = len(spark_cluster.state().get("completedapps", []))
     run = localrun("wc", EXAMPLE / "wordcount.py", inputs, out, url, tmp_path / "checkpoints",
                    spark_cluster.master_url, tmp_path / "localrun.log")
@@ -113,8 +112,7 @@ def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, state, spa
     extra = ["--state-dir", request.getfixturevalue("s3_server").url("cluster")] if state == "s3" else []
     inputs, out = tmp_path / "in", tmp_path / "out"
     words = [f"w{i % 23}" for i in range(3000)]
-    for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    write_word_files(inputs, words)
     py = tmp_path / "slow.py"
     py.write_bytes(SLOW_COUNT)
     log = tmp_path / "localrun.log"
@@ -159,8 +157,7 @@ def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_foll
     inputs, out, checkpoints, py = tmp_path / "in", tmp_path / "out", tmp_path / "checkpoints", tmp_path / "slow.py"
     py.write_bytes(SLOW_COUNT)
     words = [f"w{i % 31}" for i in range(5000)]
-    for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    write_word_files(inputs, words[:3000])
     server = ServerProcess(tmp_path / "second", store=url)
     stop, written, errors = threading.Event(), Counter(), []
     path = "/admin/v3/functions/public/default/slow/state"
@@ -194,8 +191,7 @@ def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_foll
             assert errors == [] and sum(written.values()) > 0
             assert counters(url, "slow") == {**Counter(words[:3000]), **written}
             # rescaled: new input, parallelism 3
-            for part in range(6, 10):
-                write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+            write_word_files(inputs, words[3000:], first=6)
             log = tmp_path / "run2.log"
             run = localrun("slow", py, inputs, out, url, checkpoints, spark_cluster.master_url, log,
                            ["--state-dir", state_dir], parallelism=3)

@@ -35,23 +35,14 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def opened():
-    """Opens stores and closes them all after the test."""
-    stores = []
-
-    def _open(url: str, **options) -> EtcdStore:
-        store = open_store(url, **options)
-        stores.append(store)
-        return store
-
-    yield _open
-    for store in stores:
-        store.close()
+def url(etcd_server, prefix) -> str:
+    return f"etcd://{etcd_server.address}{prefix}"
 
 
 @pytest.fixture
-def url(etcd_server, prefix) -> str:
-    return f"etcd://{etcd_server.address}{prefix}"
+def store_url(url) -> str:
+    """This module's store: what ``open_url`` (the contract suites' fixture) opens by default."""
+    return url
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +79,8 @@ def etcdctl(address: str, *args: str) -> str:
 # ---- layout -------------------------------------------------------------------------------------
 
 
-def test_keys_are_prefix_plus_path_holding_the_raw_bytes(opened, url, etcd_server, prefix):
-    store = opened(url)
+def test_keys_are_prefix_plus_path_holding_the_raw_bytes(open_url, url, etcd_server, prefix):
+    store = open_url(url)
     raw = bytes(range(256))
     store.put("/a/b", raw)
     store.put("/a/b", raw + b"!")
@@ -104,8 +95,8 @@ def test_keys_are_prefix_plus_path_holding_the_raw_bytes(opened, url, etcd_serve
     assert keys == [f"{prefix}/a", f"{prefix}/a/b", f"{prefix}/a/c"]
 
 
-def test_children_index_holds_only_immediate_children(opened, url, etcd_server, prefix):
-    store = opened(url)
+def test_children_index_holds_only_immediate_children(open_url, url, etcd_server, prefix):
+    store = open_url(url)
     for path in ["/p/a", "/p/b", "/p/a/x/y", "/p-sibling", "/q/n-"]:
         store.put(path, b"", sequential=path.endswith("-"))
     index = lambda parent: sorted(raw_range(etcd_server.address, f"{prefix}\0c{parent}\0".encode()))  # noqa: E731
@@ -119,8 +110,8 @@ def test_children_index_holds_only_immediate_children(opened, url, etcd_server, 
     assert store.get_children("/") == ["p-sibling", "q"]
 
 
-def test_writes_by_other_etcd_tools_are_read_and_notified(opened, url, etcd_server, prefix):
-    store = opened(url)
+def test_writes_by_other_etcd_tools_are_read_and_notified(open_url, url, etcd_server, prefix):
+    store = open_url(url)
     events: list[Notification] = []
     store.add_listener(events.append)
     etcdctl(etcd_server.address, "put", f"{prefix}/ext", "v1")
@@ -134,8 +125,8 @@ def test_writes_by_other_etcd_tools_are_read_and_notified(opened, url, etcd_serv
     assert store.get_children("/") == []  # written without an index entry: documented, not listed
 
 
-def test_internal_keys_never_notify(opened, url):
-    writer, observer = opened(url), opened(url)
+def test_internal_keys_never_notify(open_url, url):
+    writer, observer = open_url(url), open_url(url)
     events: list[Notification] = []
     observer.add_listener(events.append)
     for _ in range(3):
@@ -156,8 +147,8 @@ def test_internal_keys_never_notify(opened, url):
 # ---- the limits of one etcd transaction ---------------------------------------------------------
 
 
-def test_one_multi_cannot_write_a_key_twice(opened, url):
-    store = opened(url)
+def test_one_multi_cannot_write_a_key_twice(open_url, url):
+    store = open_url(url)
     store.put("/k", b"0")
     for ops in ([Put("/k", b"1"), Put("/k", b"2")], [Delete("/k"), Put("/k", b"again")],
                 [Put("/new", b"1"), Put("/new", b"2")]):
@@ -169,16 +160,16 @@ def test_one_multi_cannot_write_a_key_twice(opened, url):
     assert not store.exists("/new")
 
 
-def test_multi_larger_than_max_txn_ops_is_refused_before_sending(opened, url):
-    store = opened(url)
+def test_multi_larger_than_max_txn_ops_is_refused_before_sending(open_url, url):
+    store = open_url(url)
     store.multi([Put(f"/many/{i}", b"") for i in range(40)])  # 40 keys + 40 index entries + the parent
     with pytest.raises(InvalidArgumentError, match="max-txn-ops"):
         store.multi([Put(f"/more/{i}", b"") for i in range(100)])
     assert not store.exists("/more") and len(store.get_children("/many")) == 40
 
 
-def test_value_limit_leaves_room_for_etcd_overhead(opened, url):
-    store = opened(url, max_value_size=10 << 20)
+def test_value_limit_leaves_room_for_etcd_overhead(open_url, url):
+    store = open_url(url, max_value_size=10 << 20)
     assert store.max_value_size == EtcdStore.backend_max_value_size < 1536 * 1024
     store.put("/edge", b"e" * store.max_value_size)  # the server takes the largest value allowed
     assert len(store.get("/edge").value) == store.max_value_size
@@ -201,16 +192,16 @@ def test_unreachable_server_raises_store_unavailable_quickly():
     assert raised.value.__cause__ is not None  # the gRPC error is chained, not leaked
 
 
-def test_a_dead_endpoint_in_the_list_is_skipped(opened, etcd_server, prefix):
-    store = opened(f"etcd://127.0.0.1:{servers.free_port()},{etcd_server.address}{prefix}", timeout=5)
+def test_a_dead_endpoint_in_the_list_is_skipped(open_url, etcd_server, prefix):
+    store = open_url(f"etcd://127.0.0.1:{servers.free_port()},{etcd_server.address}{prefix}", timeout=5)
     store.put("/k", b"v")
     assert store.get("/k").value == b"v"
 
 
-def test_kill_during_load_loses_no_acknowledged_write(opened, crash_server, prefix):
+def test_kill_during_load_loses_no_acknowledged_write(open_url, crash_server, prefix):
     url = f"etcd://{crash_server.address}{prefix}"
     timeout = 2
-    store = opened(url, timeout=timeout)
+    store = open_url(url, timeout=timeout)
     sessions: list[SessionEvent] = []
     store.add_session_listener(sessions.append)
     events: list[Notification] = []
@@ -258,7 +249,7 @@ def test_kill_during_load_loses_no_acknowledged_write(opened, crash_server, pref
     assert wait_for(lambda: SessionEvent.Reconnected in sessions, timeout=10)
     assert sessions.index(SessionEvent.ConnectionLost) < sessions.index(SessionEvent.Reconnected)
     assert SessionEvent.SessionLost not in sessions  # etcd keeps leases across a restart
-    fresh = opened(url)
+    fresh = open_url(url)
     missing = [p for p, v in acked.items() if (r := fresh.get(p)) is None or r.value != v]
     assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
     assert len(fresh.get_children("/load")) >= len(acked)
@@ -269,8 +260,8 @@ def test_kill_during_load_loses_no_acknowledged_write(opened, crash_server, pref
 # ---- sessions -----------------------------------------------------------------------------------
 
 
-def test_expire_session_removes_ephemeral_keys_and_reports_it(opened, url):
-    owner, observer = opened(url, session_timeout=5), opened(url)
+def test_expire_session_removes_ephemeral_keys_and_reports_it(open_url, url):
+    owner, observer = open_url(url, session_timeout=5), open_url(url)
     sessions: list[SessionEvent] = []
     owner.add_session_listener(sessions.append)
     owner.put("/eph", b"x", ephemeral=True)
@@ -284,10 +275,10 @@ def test_expire_session_removes_ephemeral_keys_and_reports_it(opened, url):
     assert stat.ephemeral and stat.created_by_self
 
 
-def test_lease_expiry_when_the_client_stalls(opened, url):
+def test_lease_expiry_when_the_client_stalls(open_url, url):
     """The owner's event loop is blocked past the lease TTL (a stuck process): etcd expires the lease, a second
     store sees the ephemeral key go, and the owner reports SessionLost, then SessionReestablished."""
-    owner, observer = opened(url, session_timeout=2), opened(url)
+    owner, observer = open_url(url, session_timeout=2), open_url(url)
     sessions: list[SessionEvent] = []
     owner.add_session_listener(sessions.append)
     owner.put("/eph", b"x", ephemeral=True)
@@ -299,14 +290,14 @@ def test_lease_expiry_when_the_client_stalls(opened, url):
     assert owner.put("/eph", b"y", ephemeral=True).created_by_self
 
 
-def test_ephemeral_keys_of_a_killed_process_expire(opened, url):
+def test_ephemeral_keys_of_a_killed_process_expire(open_url, url):
     code = (f"import sys, time; from statekeep.metadata import open_store\n"
             f"s = open_store({url!r}, session_timeout=2)\n"
             f"s.put('/owned', b'x', ephemeral=True); print('ready', flush=True); time.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert child.stdout.readline().strip() == b"ready"
-        observer = opened(url)
+        observer = open_url(url)
         assert observer.get("/owned").stat.ephemeral
         child.kill()
         child.wait()
@@ -316,8 +307,8 @@ def test_ephemeral_keys_of_a_killed_process_expire(opened, url):
         child.wait()
 
 
-def test_closed_store_revokes_its_lease_at_once(opened, url):
-    owner, observer = open_store(url, session_timeout=30), opened(url)
+def test_closed_store_revokes_its_lease_at_once(open_url, url):
+    owner, observer = open_store(url, session_timeout=30), open_url(url)
     owner.put("/eph", b"x", ephemeral=True)
     owner.close()
     assert not observer.exists("/eph")  # no waiting for the 30 s TTL

@@ -17,7 +17,8 @@ from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import spark_hash_int
 from statekeep.testing import wait_for
 from support.server_process import ServerProcess, create_function
-from support.spark import EXAMPLE, counters, expected_counts, kill_driver_then_rerun, register, run_once, write_words
+from support.spark import (EXAMPLE, counters, expected_counts, kill_driver_then_rerun, register, run_once,
+                           write_word_files, write_words)
 
 
 def test_routing_matches_spark(spark):
@@ -90,8 +91,7 @@ def test_rest_writes_during_a_run_are_ordered_with_its_batches(tmp_path):
     no write is lost or overwritten by a batch, and the function's counts stay exact."""
     inputs, shared = tmp_path / "in", tmp_path / "shared"
     words = [f"w{i % 40}" for i in range(3000)]
-    for part in range(6):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    write_word_files(inputs, words)
     server = ServerProcess(tmp_path / "data", worker=True, extra=["--state-dir", str(shared)])
     stop, written, errors = threading.Event(), Counter(), []
     try:
@@ -145,8 +145,7 @@ def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensembl
     url = zk_ensemble.url(f"/ens{os.urandom(4).hex()}") + "?timeout=30&session_timeout=20"
     inputs, out = tmp_path / "in", tmp_path / "out"
     words = [f"w{i % 31}" for i in range(4000)]
-    for part in range(8):
-        write_words(inputs, f"part-{part}.jsonl", words[part * 500:(part + 1) * 500])
+    write_word_files(inputs, words)
     py = tmp_path / "slow.py"
     py.write_bytes(SLOW_COUNT)
     command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "ens", "--py", str(py),

@@ -27,6 +27,13 @@ def write_words(directory: Path, name: str, words: list[str]) -> None:
     temp.rename(directory / name)  # appear whole: Spark's file source must not see half a file
 
 
+def write_word_files(directory: Path, words: list[str], *, first: int = 0, per_file: int = 500) -> None:
+    """``words`` as files ``part-{first}.jsonl``, ``part-{first + 1}.jsonl``, ... of ``per_file`` words each
+    (one micro-batch each with ``maxFilesPerTrigger`` 1)."""
+    for i, start in enumerate(range(0, len(words), per_file)):
+        write_words(directory, f"part-{first + i}.jsonl", words[start:start + per_file])
+
+
 def expected_counts(directory: Path) -> Counter:
     counts: Counter = Counter()
     for path in directory.glob("*.jsonl"):

@@ -7,7 +7,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from statekeep.cli.common import print_json  # noqa: F401 - statekeep.cli.print_json, as before
 from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
 
 
