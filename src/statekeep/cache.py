@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from statekeep.validate import check_int
 from statekeep.errors import (
     BadVersionError,
     InvalidArgumentError,
@@ -25,6 +24,7 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
 from statekeep.metadata.types import validate_path as _validate_path
 from statekeep.retry import DEFAULT as RETRY
+from statekeep.validate import check_int
 
 T = TypeVar("T")
 

@@ -57,12 +57,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn
 
-from statekeep.retry import RECONNECT
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewError
 from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
                               StatekeepError)
+from statekeep.retry import RECONNECT
 from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
                                   StateStoreProvider)
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage

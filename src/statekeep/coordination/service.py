@@ -21,7 +21,6 @@ from typing import Any
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from statekeep.validate import check_int, check_number
 from statekeep.coordination.locks import ResourceLock, check_content
 from statekeep.errors import (
     AlreadyExistsError,
@@ -38,6 +37,7 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
 from statekeep.metadata.types import validate_path as _validate_path
 from statekeep.retry import DEFAULT as _RETRY
+from statekeep.validate import check_int, check_number
 
 log = logging.getLogger(__name__)
 

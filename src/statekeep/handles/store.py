@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from statekeep.validate import check_int
 from statekeep.errors import (
     AlreadyExistsError,
     BadVersionError,
@@ -41,6 +40,7 @@ from statekeep.handles.handle import StateHandle, check_attributes, decode, enco
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Check, Delete, GetResult, Op, Put, Stat, validate_path
 from statekeep.retry import DEFAULT as RETRY
+from statekeep.validate import check_int
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Self
 
-from statekeep.validate import check_int
 from statekeep.background import Consumer
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
 from statekeep.metadata.types import (
@@ -31,6 +30,7 @@ from statekeep.metadata.types import (
     validate_value,
     validate_version,
 )
+from statekeep.validate import check_int
 
 log = logging.getLogger(__name__)
 

@@ -63,8 +63,7 @@ from statekeep.errors import (
 )
 from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
-from statekeep.retry import DEFAULT as RETRY
-from statekeep.retry import RECONNECT
+from statekeep.retry import DEFAULT as RETRY, RECONNECT
 from statekeep.metadata.types import (
     Check, Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
 )

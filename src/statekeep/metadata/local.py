@@ -50,9 +50,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statekeep.lru import remember
 from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
                               StoreUnavailableError)
+from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from statekeep.lru import remember
 from statekeep.errors import InvalidArgumentError, InvalidPathError
+from statekeep.lru import remember
 
 # Any C0/C1 control character or DEL is refused, as are empty, "." and ".." segments.
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")

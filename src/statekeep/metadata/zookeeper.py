@@ -42,7 +42,6 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from statekeep.validate import check_number
 from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError,
                               InvalidPathError, MissingDependencyError, NotEmptyError, NotFoundError,
                               PossibleInconsistentStateError, StatekeepError, StoreClosedError,
@@ -51,6 +50,7 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.metadata.types import (Check, Delete, GetResult, Notification, NotificationType, Op, Put,
                                       SessionEvent, Stat, join, parent_of, validate_path)
+from statekeep.validate import check_number
 
 try:
     from kazoo import exceptions as zke

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statekeep.validate import check_int
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import has_embedded_engine
@@ -33,6 +32,7 @@ from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, S
 from statekeep.migrate.sink import MigrationError, StoreSink, check_target, read_journal
 from statekeep.migrate.source import StoreSource
 from statekeep.migrate.verify import Check, verify
+from statekeep.validate import check_int
 
 
 @dataclass

@@ -30,9 +30,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from statekeep.validate import check_int
 from statekeep.errors import StatekeepError
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
+from statekeep.validate import check_int
 
 FORMAT, VERSION = "statekeep-export", 1
 

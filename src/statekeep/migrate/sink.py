@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from statekeep.validate import check_int
 from statekeep.errors import StatekeepError
 from statekeep.metadata import Put
 from statekeep.metadata.base import MetadataStore
@@ -31,6 +30,7 @@ from statekeep.migrate.source import JOURNAL_PATH, SUFFIX
 from statekeep.state.base import StateEntry
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
+from statekeep.validate import check_int
 
 # keys and bytes per multi. etcd allows 128 operations per transaction: a created key costs two puts and
 # its compares (its own and its parent's, parents being written before children), plus the journal's

@@ -27,8 +27,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from statekeep.lru import remember
 from statekeep.errors import CounterOverflowError, InvalidArgumentError
+from statekeep.lru import remember
 from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
                                          uncounted_read)

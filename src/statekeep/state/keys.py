@@ -27,8 +27,8 @@ LMDB key limit of 511 bytes): 240 ASCII letters or digits, fewer otherwise.
 
 from __future__ import annotations
 
-from statekeep.validate import check_int
 from statekeep.errors import InvalidArgumentError
+from statekeep.validate import check_int
 
 MAX_SEGMENT = 240
 

@@ -35,7 +35,6 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from statekeep.validate import check_int
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put, open_store
@@ -47,6 +46,7 @@ from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStor
                                   validate_amount, validate_amounts, validate_expected_version, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
 from statekeep.state.metadata_changelog import MetadataChangelog
+from statekeep.validate import check_int
 
 DEFAULT_ROOT = "/statekeep/state"
 # a key of a batch costs up to four operations of one multi (on etcd a created key and its changelog

@@ -30,7 +30,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Match
 
-from statekeep.validate import check_int
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
@@ -45,6 +44,7 @@ from statekeep.state.base import StateEntry
 from statekeep.state.records import ChangelogRecord
 from statekeep.state.shape import function_state_json
 from statekeep.state.timestate import is_internal
+from statekeep.validate import check_int
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import zlib
 
-from statekeep.validate import check_int
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.timestate import internal_group
+from statekeep.validate import check_int
 
 #: 128 groups (Flink's default maximum parallelism): parallelism up to 128, and at 2-32 partitions
 #: the groups split evenly enough (at most one group more in a partition than in another).
