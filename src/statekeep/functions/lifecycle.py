@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.functions.context import RecordSource
 from statekeep.state.buffer import BufferedState
-from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
+from statekeep.functions.loader import BATCH, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry
+    from statekeep.functions.runtime import RecordPath
 
 STOPPED, RESTARTS = "stopped", "restarts"
 
@@ -96,7 +97,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions import messages
-    from statekeep.functions.runtime import _batch_output, make_context, records_table
+    from statekeep.functions.runtime import RecordPath, batch_output, records_table
     from statekeep.functions.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
@@ -114,45 +115,32 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
         raise InvalidArgumentError(f"the function cannot run: {e}") from None
     store = registry.state_store(tenant, namespace, name)
     state = BufferedState(store.fetch_many, store.max_value_size)
+    message = spec["input_format"] == "message"
     value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
-    record: Any = data
-    record_key = None
-    if spec["input_format"] == "message":  # Pulsar's way: the bytes through the input's serde
-        record = messages.Message(messages.text_or_bytes(raw)).to_json()
-        if kind != BATCH:
-            try:
-                value = messages.trigger_value(spec, raw, topic)
-            except FunctionLoadError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
-                raise InvalidArgumentError(f"the input serde of {tenant}/{namespace}/{name} raised on the trigger "
-                                           f"data: {type(e).__name__}: {e}") from None
-            if cfg.keyField and isinstance(value, str):
-                record_key = value
-    elif spec["input_format"] == "json" and kind != BATCH:
-        try:
-            value = json.loads(value)
-        except ValueError as e:
-            raise InvalidArgumentError(f"the trigger data is not a JSON value: {e}") from None
-        if cfg.keyField and isinstance(value, dict) and value.get(cfg.keyField) is not None:
-            record_key = str(value[cfg.keyField])
-    elif spec["input_format"] == "text" and cfg.keyField:
-        record_key = value
-    source = RecordSource("trigger", [record], [record_key], [topic] if topic else None, spec["inputs"],
+    record: Any = messages.Message(messages.text_or_bytes(raw)).to_json() if message else data
+    # the record's key is known once it is decoded (below): the source reads it only when asked
+    source = RecordSource("trigger", [record], [None], [topic] if topic else None, spec["inputs"],
                           spec["user_config"].get("eventTimeField"), spec["source_format"])
-    context = make_context(spec, state, 0, source)
-    context._position = 0
+    path = RecordPath(spec, state, 0, source, process, kind)  # the Spark runtime's path to the function
+    path.at(0)
+    if kind != BATCH:
+        value = _decoded(path, record if message else value, message, f"{tenant}/{namespace}/{name}")
+    if cfg.keyField and (spec["input_format"] == "text" or message and isinstance(value, str)):
+        source.keys = [value]  # Pulsar's way: a str value is the key
+    elif cfg.keyField and not message and isinstance(value, dict) and value.get(cfg.keyField) is not None:
+        source.keys = [str(value[cfg.keyField])]
     try:
         if kind == BATCH:
-            output = _batch_output(process(records_table([record if spec["input_format"] == "message" else value],
-                                                         spec["input_format"]), context))
+            output = batch_output(path.process(records_table([record if message else value], spec["input_format"]),
+                                               path.context))
             result = output.to_pylist() if output is not None else None
         else:
-            result = process(value) if kind == NATIVE else process(value, context)
+            result = path.process(value, path.context)
     except Exception as e:  # noqa: BLE001 - user code: its error is the answer
         detail = traceback.format_exc(limit=3)
         raise InvalidArgumentError(f"function {tenant}/{namespace}/{name} raised on the trigger data: "
                                    f"{type(e).__name__}: {e}\n{detail}") from None
+    context = path.context
     try:
         output_serde = spec.get("output_serde")
         if result is not None and output_serde and kind != BATCH:  # the answer is the output message
@@ -170,6 +158,23 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     _write_trigger_published(targets)
     store.apply_batch(state.puts, state.counter_deltas)
     return result
+
+
+def _decoded(path: RecordPath, record: Any, message: bool, fqfn: str) -> Any:
+    """What ``process`` receives for the trigger's record, decoded on the runtime's ``path``;
+    :class:`InvalidArgumentError` when it does not decode (a JSON line that is not JSON, or the input
+    serde's error for a message)."""
+    try:
+        return path.decode(record)
+    except FunctionLoadError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
+        if message:
+            raise InvalidArgumentError(f"the input serde of {fqfn} raised on the trigger data: "
+                                       f"{type(e).__name__}: {e}") from None
+        if isinstance(e, ValueError):  # json.loads refused the line
+            raise InvalidArgumentError(f"the trigger data is not a JSON value: {e}") from None
+        raise
 
 
 def _write_trigger_published(targets: dict[str, list[Any]]) -> None:

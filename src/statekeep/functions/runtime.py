@@ -100,6 +100,46 @@ def make_context(spec: ExecutorSpec, state: BufferedState, partition: int,
                    secrets=spec.get("secrets"), source=source, output_serde=spec.get("output_serde"))
 
 
+class RecordPath:
+    """How a partition's records reach its function: the one path of the Spark loops
+    (:func:`run_partition`) and of :func:`statekeep.functions.lifecycle.trigger`.
+
+    ``context`` is the partition's Context over ``source``; ``process(value, context)`` the entry point
+    (a native ``process(value)`` adapted; ``process_batch(table, context)`` for a batch function);
+    ``decode`` turns one record into the value ``process`` receives (a JSON line as ``json.loads``
+    reads it, a Pulsar message through its input's serde, text as it is; for ``process_batch``,
+    whose records go through :func:`records_table`: the identity). Building it loads the input serdes
+    of the ``message`` format (:class:`FunctionLoadError` if one cannot be).
+    """
+
+    __slots__ = ("context", "process", "decode")
+
+    def __init__(self, spec: ExecutorSpec, state: BufferedState, partition: int, source: RecordSource | None,
+                 process: Callable[..., Any], kind: str) -> None:
+        self.context = make_context(spec, state, partition, source)
+        if kind == NATIVE:  # Pulsar's native function: process(input)
+            native = process
+
+            def process(value: Any, context: Any) -> Any:
+                return native(value)
+        self.process: Callable[..., Any] = process
+        self.decode: Callable[[Any], Any] = (
+            _identity if kind == BATCH
+            else message_decoder(spec, self.context.get_current_message_topic_name)
+            if spec["input_format"] == "message" else record_decoder(spec["input_format"]))
+
+    def at(self, position: int) -> None:
+        """Point the context's per-record methods (and the message serde's choice of input) at the
+        source's record ``position`` (-1: none). A record's run is then
+        ``process(decode(record), context)``, written out in the loops (no call per record), and for
+        ``process_batch`` ``batch_output(process(records_table(records, format), context))``."""
+        self.context._position = position
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
 def _careful(spec: ExecutorSpec) -> bool:
     """Whether records need per-record error handling (rollback of a failed record's state)."""
     return bool(spec.get("skip_errors") or spec.get("max_retries") is not None or spec.get("dead_letter")
@@ -203,11 +243,6 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     process, kind = _cached_process(spec)
     if kind == BATCH:
         return _run_batch(spec, batch_id, partition, records, store, marker, process, stats)
-    if kind == NATIVE:  # Pulsar's native function: process(input)
-        native = process
-
-        def process(value: Any, context: Any) -> Any:
-            return native(value)
     if not isinstance(records, list):
         records = list(records)
     careful = _careful(spec)
@@ -218,14 +253,13 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     state.prefetch(k for k in keys if is_valid_key(k))
     source = RecordSource(batch_id, records, record_keys, topics, spec.get("inputs"),
                           spec.get("user_config", {}).get("eventTimeField"), spec.get("source_format", "json"))
-    context = make_context(spec, state, partition, source)
+    path = RecordPath(spec, state, partition, source, process, kind)
+    context, process, decode = path.context, path.process, path.decode
     timed = timerun.start(spec, state, partition, context, process, lambda result: outputs.append(wrap(result)),
                           batch_id)
     if timed is not None:  # windows, timers, TTL: see statekeep.functions.timerun
         process = timed.process
         timed.prefetch(k for k in keys if is_valid_key(k))
-    decode = (message_decoder(spec, context.get_current_message_topic_name) if spec["input_format"] == "message"
-              else record_decoder(spec["input_format"]))
     wrap = output_wrapper(spec, context)
     outputs: list[Any] = []
     dead: list[Any] = []
@@ -390,7 +424,7 @@ def records_table(values: Any, input_format: str) -> Any:
                                   f"types?): {e}") from None
 
 
-def _batch_output(result: Any) -> Any:
+def batch_output(result: Any) -> Any:
     """``process_batch``'s result as a pyarrow Table (None: no output); TypeError if it is none of
     Table, RecordBatch, list of dicts or None."""
     import pyarrow as pa
@@ -428,7 +462,7 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
         stats.received = table.num_rows
         started = time.perf_counter()
         try:
-            output = _batch_output(process_batch(table, context))
+            output = batch_output(process_batch(table, context))
             if timed is not None:
                 timed.observe_table(table)
                 _finish_time(spec, timed, batch_id, partition)
@@ -485,7 +519,7 @@ def _with_fired(output: Any, fired: list[Any]) -> Any:
         return output
     import pyarrow as pa
 
-    extra = _batch_output([r if isinstance(r, dict) else {"value": r} for r in fired])
+    extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in fired])
     return extra if output is None else pa.concat_tables([output, extra], promote_options="default")
 
 
