@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.messages import JSON_LINE
 from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
@@ -125,7 +126,7 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
                    topic_column: bool, topics_dir: str | None) -> DataFrame:
     """:func:`input_frame` of the ``message`` format: each record a message record (JSON, see
     statekeep.functions.messages). A topic's files hold them; a file input's line becomes one (its
-    value the line, ``"format": "json"`` for a line of a .json/.jsonl file). The key is the message's
+    value the line; a .json/.jsonl file's line as ``messages.JSON_LINE`` + the line). The key is the message's
     key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
     from pyspark.sql import functions as F
 
@@ -146,8 +147,8 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
         else:
             frame = reader.load(name)
             is_json = F.col("_metadata.file_path").rlike(r"(?i)\.jsonl?$")
-            record = F.to_json(F.struct(F.col("value").alias("value"),
-                                        F.when(is_json, F.lit("json")).alias("format")))
+            record = F.when(is_json, F.concat(F.lit(JSON_LINE), F.col("value"))).otherwise(
+                F.to_json(F.struct(F.col("value").alias("value"))))
             key = (F.when(is_json, F.get_json_object("value", f"$.{key_field}")).otherwise(F.col("value"))
                    if key_field else F.lit(None).cast("string"))
         columns = [record.alias("__record"), key.alias("__key")]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.messages import JSON_LINE
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windows import Window, Windows
@@ -214,9 +215,14 @@ def with_batch_watermark(spec: ExecutorSpec, frame: Any, store: Any, known: dict
     if field:
         from pyspark.sql import functions as F
 
-        path = f"$.{field}"  # a JSON line; or a message record (statekeep.functions.messages) holding one
-        value = F.coalesce(F.get_json_object("__record", path),
-                           F.get_json_object(F.get_json_object("__record", "$.value"), path)).cast("double")
+        path = f"$.{field}"
+        record = F.col("__record")
+        if spec.get("input_format") == "message":  # a JSON file's line, or a message record holding one
+            value = F.when(record.startswith(JSON_LINE), F.get_json_object(F.substring(record, 2, 1 << 30), path)
+                           ).otherwise(F.get_json_object(F.get_json_object(record, "$.value"), path))
+        else:
+            value = F.get_json_object(record, path)
+        value = value.cast("double")
         row = frame.agg(F.max(value)).first()
         largest = None if row is None or row[0] is None else int(row[0])
     previous, target = driver_watermarks(spec, known["watermark"], largest, CLOCK())
