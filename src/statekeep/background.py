@@ -17,13 +17,15 @@ _STOP = object()
 
 class Periodic:
     """Calls ``tick()`` on a daemon thread every ``interval`` seconds, and at once on :meth:`wake`, until
-    :meth:`stop`. ``immediately``: the first tick runs at start instead of after one interval. An exception
-    from ``tick`` is logged (``what`` names the loop) and the next tick runs as planned."""
+    :meth:`stop`. ``immediately``: the first tick runs at start instead of after one interval. ``paced``:
+    ``tick`` returns the seconds to wait before the next one (0: at once; None: ``interval``), for a loop
+    whose pace depends on what a tick found (a poll that found work, a backoff). An exception from
+    ``tick`` is logged (``what`` names the loop) and the next tick runs after ``interval``."""
 
     def __init__(self, name: str, interval: float, tick: Callable[[], object], *, what: str,
-                 log: logging.Logger, immediately: bool = False) -> None:
+                 log: logging.Logger, immediately: bool = False, paced: bool = False) -> None:
         self.name, self.interval, self.what = name, interval, what
-        self._tick, self._log, self._immediately = tick, log, immediately
+        self._tick, self._log, self._immediately, self._paced = tick, log, immediately, paced
         self._stopping, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -54,24 +56,31 @@ class Periodic:
             self._wake.wait(self.interval)
             self._wake.clear()
         while not self._stopping.is_set():
+            delay = self.interval
             try:
-                self._tick()
+                result = self._tick()
+                if self._paced and result is not None:
+                    delay = float(result)  # type: ignore[arg-type]  # a paced tick returns seconds
             except Exception:  # never let the thread die: the next tick may work
                 self._log.exception("%s failed", self.what)
-            self._wake.wait(self.interval)
+            if delay > 0:
+                self._wake.wait(delay)
             self._wake.clear()
 
 
 class Consumer(Generic[T]):
     """Hands each item :meth:`put` on its queue to ``handle(item)`` on a daemon thread, in order.
-    ``maxsize`` > 0 bounds the queue (``put`` then waits for room). An exception from ``handle`` is
-    logged (``what`` names the work) and the next item goes on. :meth:`stop` lets the items put before
-    it be handled, then ends the thread."""
+    ``maxsize`` > 0 bounds the queue (``put`` then waits for room). With ``idle_after``: when no item
+    arrives within ``idle_after()`` seconds (asked before each wait, so it can name a deadline),
+    ``handle(idle)`` runs as if ``idle`` had been put (a periodic re-check in the consumer's thread). An exception from
+    ``handle`` is logged (``what`` names the work) and the next item goes on. :meth:`stop` lets the
+    items put before it be handled, then ends the thread."""
 
     def __init__(self, name: str, handle: Callable[[T], object], *, what: str, log: logging.Logger,
-                 maxsize: int = 0) -> None:
+                 maxsize: int = 0, idle: T | None = None, idle_after: Callable[[], float] | None = None) -> None:
         self.what = what
         self._handle, self._log = handle, log
+        self._idle, self._idle_after = idle, idle_after
         # unbounded: a SimpleQueue, whose put is reentrant (a backend's callback may post from anywhere)
         self._queue: queue.Queue[object] | queue.SimpleQueue[object] = (
             queue.Queue(maxsize) if maxsize > 0 else queue.SimpleQueue())
@@ -89,8 +98,16 @@ class Consumer(Generic[T]):
             self.thread.join(timeout)
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not _STOP:
+        while (item := self._next()) is not _STOP:
             try:
                 self._handle(item)  # type: ignore[arg-type]  # every item but _STOP came through put(T)
             except Exception:  # one item's failure must not end the thread
                 self._log.exception("%s failed on %r", self.what, item)
+
+    def _next(self) -> object:
+        if self._idle_after is None:
+            return self._queue.get()
+        try:
+            return self._queue.get(timeout=max(0.0, self._idle_after()))
+        except queue.Empty:
+            return self._idle

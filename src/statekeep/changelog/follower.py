@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn
 
+from statekeep.background import Periodic
 from statekeep.changelog.replica import LocalReplica
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewError
@@ -117,9 +118,11 @@ class FollowerStore(ReadableStateStore):
         self._restored = 0
         self._caught_up_at = float("-inf")  # start time of the last complete read that was applied
         self._cond = threading.Condition()
-        self._stop = threading.Event()
         self._next_registry_check = 0.0
-        self._thread: threading.Thread | None = None
+        self._failures = 0  # polls failed in a row (the tailing thread's backoff)
+        self._tailing = Periodic(f"statekeep-follower-{self.name}", poll_interval, self._tail,
+                                 what=f"follower of {self.tenant}/{self.namespace}/{self.name}", log=log,
+                                 immediately=True, paced=True)
 
     @classmethod
     def open(cls, leader: str | StateStoreProvider | StateStore, tenant: str, namespace: str, name: str, *,
@@ -211,17 +214,13 @@ class FollowerStore(ReadableStateStore):
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> FollowerStore:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"statekeep-follower-{self.name}", daemon=True)
-            self._thread.start()
+        self._tailing.start()
         return self
 
     def close(self) -> None:
         """Stop tailing and close what :meth:`open` opened. A ``local_dir`` copy stays for the next
         start; a temporary one (no ``local_dir``) is removed."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=60)
+        self._tailing.stop(timeout=60)
         owned, self._owned = self._owned, []
         for resource in reversed(owned):
             try:
@@ -240,33 +239,36 @@ class FollowerStore(ReadableStateStore):
 
     # ---- the tailing thread --------------------------------------------------------------------
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                applied = self.step()
-                failures = 0
-            except NotFoundError as e:
-                with self._cond:
-                    self._error = e
-                    self._phase = "deleted"
-                    self._cond.notify_all()
-                log.warning("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
-                return
-            except ViewError as e:  # the user's filter or transform: retrying would fail again
-                with self._cond:
-                    self._error = e
-                    self._phase = "failed"
-                    self._cond.notify_all()
-                log.error("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
-                return
-            except StatekeepError as e:  # e.g. the leader's store is unreachable: try again, slower
-                failures += 1
-                applied = 0
-                log.warning("follower of %s/%s/%s: %s (retrying)", self.tenant, self.namespace, self.name, e)
-                self._stop.wait(RECONNECT.delay(failures))
-            if not applied:
-                self._stop.wait(self.poll_interval)
+    def _tail(self) -> float:
+        """One turn of the tailing thread: a :meth:`step`; returns the seconds until the next (none
+        after records were applied, ``poll_interval`` after none, longer after failures in a row)."""
+        try:
+            applied = self.step()
+        except NotFoundError as e:
+            with self._cond:
+                self._error = e
+                self._phase = "deleted"
+                self._cond.notify_all()
+            log.warning("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
+            self._tailing.stop()
+            return 0.0
+        except ViewError as e:  # the user's filter or transform: retrying would fail again
+            with self._cond:
+                self._error = e
+                self._phase = "failed"
+                self._cond.notify_all()
+            log.error("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
+            self._tailing.stop()
+            return 0.0
+        except StatekeepError as e:  # e.g. the leader's store is unreachable: try again, slower
+            self._failures += 1
+            log.warning("follower of %s/%s/%s: %s (retrying)", self.tenant, self.namespace, self.name, e)
+            return RECONNECT.delay(self._failures) + self.poll_interval
+        except Exception:  # not a store's error: the tailing ends (logged), as it always has
+            self._tailing.stop()
+            raise
+        self._failures = 0
+        return 0.0 if applied else self.poll_interval
 
     def step(self) -> int:
         """One poll: bootstrap if needed, else apply the next batch of records. Returns how many
@@ -392,7 +394,7 @@ class FollowerStore(ReadableStateStore):
                 self.replica.restore_chunk(progress, chunk)
                 self._restored += len(chunk)
                 chunk, unflushed = [], 0
-                if self._stop.is_set():
+                if self._tailing.stopping:
                     return False
         if chunk or unflushed:
             progress["read"] = read

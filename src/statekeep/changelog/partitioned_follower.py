@@ -346,7 +346,7 @@ class PartitionedFollowerStore(FollowerStore):
                         self.replica.restore_ops(progress, chunk)
                         self._restored += len(chunk)
                         chunk = []
-                        if self._stop.is_set():
+                        if self._tailing.stopping:
                             raise _Changed()  # stopping: the next start bootstraps again
             if chunk:
                 self.replica.restore_ops(progress, chunk)

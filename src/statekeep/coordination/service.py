@@ -11,7 +11,6 @@ No backend-specific code.
 from __future__ import annotations
 
 import logging
-import queue
 import struct
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from statekeep.background import Consumer
 from statekeep.coordination.locks import ResourceLock, check_content
 from statekeep.errors import (
     AlreadyExistsError,
@@ -127,14 +127,16 @@ class CoordinationService:
         self._stale_nodes: set[str] = set()  # queue keys to delete (a delete failed: retried on re-check)
         self._wakeups = 0
         self._closed = False
-        # (kind, argument): a path, an _Election or an Event depending on the kind; None stops the worker
-        self._tasks: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
+        # (kind, argument): a path, an _Election or an Event depending on the kind; with nothing queued
+        # by the next re-check's time, the worker re-checks
+        self._next_recheck = time.monotonic() + self.recheck_interval
+        self._tasks: Consumer[tuple[str, Any]] = Consumer(
+            "statekeep-coordination", self._run, what="coordination task", log=log, idle=("recheck", ""),
+            idle_after=lambda: self._next_recheck - time.monotonic())
         with _held_lock:
             self._held = _held.setdefault(store, {})
         self._subscriptions = [store.add_listener(self._on_notification),
                                store.add_session_listener(self._on_session_event)]
-        self._worker = threading.Thread(target=self._run, name="statekeep-coordination", daemon=True)
-        self._worker.start()
 
     # ---- locks -------------------------------------------------------------------------------
 
@@ -188,7 +190,7 @@ class CoordinationService:
             return future.result(timeout)
         except FutureTimeout:
             if future.cancel():  # withdraws the queue key, on the worker: wait for it (never on itself)
-                if threading.current_thread() is not self._worker:
+                if threading.current_thread() is not self._tasks.thread:
                     self.sync(self.recheck_interval)
                 raise LockBusyError(f"lock {path} still held by another session after {timeout}s") from None
             return future.result()  # won meanwhile
@@ -438,9 +440,7 @@ class CoordinationService:
                 log.warning("could not release lock %s on close: %s", lock.path, e)
         for subscription in self._subscriptions:
             subscription.close()
-        self._tasks.put(None)
-        if threading.current_thread() is not self._worker:
-            self._worker.join(timeout=5)
+        self._tasks.stop(timeout=5)
 
     def __enter__(self) -> CoordinationService:
         return self
@@ -486,39 +486,29 @@ class CoordinationService:
         elif event in (SessionEvent.Reconnected, SessionEvent.SessionReestablished):
             self._tasks.put(("recheck", ""))
 
-    def _run(self) -> None:
-        next_recheck = time.monotonic() + self.recheck_interval
-        while True:
-            try:
-                task = self._tasks.get(timeout=max(0.0, next_recheck - time.monotonic()))
-            except queue.Empty:
-                task = ("recheck", "")
-            if task is None:
-                return
-            kind, path = task
-            try:
-                if kind == "check":
-                    lock = self._locks.get(path)
-                    if lock is not None:
-                        lock._revalidate()
-                elif kind == "advance":
-                    self._advance(path)
-                elif kind == "withdraw":
-                    self._withdraw(path)
-                elif kind == "delete_node":
-                    self._delete_node(path)
-                elif kind == "sync":
-                    path.set()
-                else:
-                    if kind == "session_lost":  # the session's ephemeral keys are gone with it
-                        for lock in list(self._locks.values()):
-                            lock._expire()
-                    unknown = self._recheck_all()
-                    # store unreachable: look again soon rather than after a full interval
-                    delay = min(0.5, self.recheck_interval) if unknown else self.recheck_interval
-                    next_recheck = time.monotonic() + delay
-            except Exception:  # keep coordinating; one failure must not stop expiry detection
-                log.exception("coordination task %s %s failed", kind, path)
+    def _run(self, task: tuple[str, Any]) -> None:
+        """One task, on the worker (its Consumer logs a failure and goes on: expiry detection must not stop)."""
+        kind, path = task
+        if kind == "check":
+            lock = self._locks.get(path)
+            if lock is not None:
+                lock._revalidate()
+        elif kind == "advance":
+            self._advance(path)
+        elif kind == "withdraw":
+            self._withdraw(path)
+        elif kind == "delete_node":
+            self._delete_node(path)
+        elif kind == "sync":
+            path.set()
+        else:
+            if kind == "session_lost":  # the session's ephemeral keys are gone with it
+                for lock in list(self._locks.values()):
+                    lock._expire()
+            unknown = self._recheck_all()
+            # store unreachable: look again soon rather than after a full interval
+            delay = min(0.5, self.recheck_interval) if unknown else self.recheck_interval
+            self._next_recheck = time.monotonic() + delay
 
     def _recheck_all(self) -> bool:
         """Re-check every held lock and waiting election; True if the store was unreachable."""

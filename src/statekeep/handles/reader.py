@@ -31,6 +31,7 @@ class BlobReader(io.RawIOBase):
         self._stop = threading.Event()
         if size > chunk_size:  # small blobs: one read, no thread
             self._queue = queue.Queue(read_ahead)
+            # not background's: a producer filling a bounded queue to the blob's end; its errors go to the reader
             self._thread = threading.Thread(target=self._read_ahead, name="statekeep-blob-read", daemon=True)
             self._thread.start()
 

@@ -339,6 +339,7 @@ class EtcdStore(MetadataStore):
         self._inflight = 0
         self._paused = False
         self._loop = asyncio.new_event_loop()
+        # not a background.Periodic/Consumer: the thread runs the asyncio loop every etcd call and task is on
         self._thread = threading.Thread(target=self._loop.run_forever, name="statekeep-etcd", daemon=True)
         with _fork_lock:
             self._thread.start()

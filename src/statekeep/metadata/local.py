@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statekeep.background import Periodic
 from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
                               StoreUnavailableError)
 from statekeep.lru import remember
@@ -199,11 +200,12 @@ class _Engine:
         self.poll_interval = poll_interval
         self.reap_interval = reap_interval
         self._last_event = self._last_event_seq()
-        self._wake = threading.Event()
         self._stopping = False
         self._reap()
-        self._thread = threading.Thread(target=self._watch, name="statekeep-local-watch", daemon=True)
-        self._thread.start()
+        self._last_reap = time.monotonic()
+        self._watcher = Periodic("statekeep-local-watch", poll_interval, self._watch,
+                                 what=f"local store {self.directory}: watcher", log=log)
+        self._watcher.start()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -269,7 +271,7 @@ class _Engine:
             if request.finished.locked():
                 request.finished.release()
         if self.listening:
-            self._wake.set()  # deliver the new notifications now rather than at the next poll
+            self._watcher.wake()  # deliver the new notifications now rather than at the next poll
 
     def _commit(self, batch: list[_Request]) -> None:
         now_ms = int(time.time() * 1000)
@@ -431,19 +433,11 @@ class _Engine:
     # ---- notifications -----------------------------------------------------------------------
 
     def _watch(self) -> None:
-        last_reap = time.monotonic()
-        while not self._stopping:
-            self._wake.wait(self.poll_interval)
-            self._wake.clear()
-            if self._stopping:
-                break
-            try:
-                self._deliver_events()
-                if time.monotonic() - last_reap >= self.reap_interval:
-                    last_reap = time.monotonic()
-                    self._reap()
-            except Exception:  # keep watching; a transient failure must not end notifications
-                log.exception("local store %s: watcher failed", self.directory)
+        """One poll: other processes' notifications, and now and then the dead sessions' keys."""
+        self._deliver_events()
+        if time.monotonic() - self._last_reap >= self.reap_interval:
+            self._last_reap = time.monotonic()
+            self._reap()
 
     @property
     def listening(self) -> list[LocalStore]:
@@ -475,9 +469,7 @@ class _Engine:
     def close(self) -> None:
         with self._queue_lock:
             self._stopping = True
-        self._wake.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+        self._watcher.stop(timeout=5)
         self.env.close()
 
 
