@@ -20,6 +20,7 @@ from statekeep.state.base import validate_value
 from statekeep.state.buffer import BufferedState
 from statekeep.state.keys import encode_key
 from statekeep.state.timestate import check_user_key
+from statekeep.validate import check_int
 
 
 def _key(key: object) -> str:
@@ -272,8 +273,7 @@ class Context(TimeMethods):
         key, event_time = conf.get("partition_key"), conf.get("event_timestamp")
         if key is not None and not isinstance(key, str):
             raise InvalidArgumentError(f"message_conf partition_key must be a str, not {type(key).__name__}")
-        if event_time is not None and (isinstance(event_time, bool) or not isinstance(event_time, int)):
-            raise InvalidArgumentError("message_conf event_timestamp must be an int (ms)")
+        check_int(event_time, "message_conf event_timestamp (ms)", optional=True)
         if not isinstance(serde_class_name, str):
             raise InvalidArgumentError("serde_class_name must be a str")
         self.published.append((topic_name, Published(message, serde_class_name, key,

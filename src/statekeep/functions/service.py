@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from statekeep.errors import InvalidArgumentError, NotFoundError
+from statekeep.errors import NotFoundError
 from statekeep.functions.registry import DEFAULT_ROOT, FunctionRegistry
 from statekeep.metadata import MetadataStore, open_store
 from statekeep.state import ProviderPool
@@ -22,6 +22,7 @@ from statekeep.state.records import counter_bytes
 from statekeep.state.shape import function_state_json, parse_function_state
 from statekeep.state.timestate import (check_user_key, is_internal, stored_watermark_of, timers_of, visible_entries,
                                        visible_entry)
+from statekeep.validate import check_int
 
 MAX_PAGE = 1000
 
@@ -104,8 +105,7 @@ class FunctionService:
     def list_state(self, tenant: str, namespace: str, name: str, prefix: str = "",
                    start_after: str | None = None, limit: int = 100) -> dict[str, Any]:
         """One page: ``{"items": [FunctionState...], "nextStartAfter": KEY or null}`` (null on the last page)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-            raise InvalidArgumentError(f"limit must be from 1 to {MAX_PAGE}")
+        check_int(limit, "limit", minimum=1, maximum=MAX_PAGE)
         store = self.registry.state_store(tenant, namespace, name)
         entries = list(visible_entries(store, prefix, start_after or None, limit + 1))
         more = len(entries) > limit

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError
 from statekeep.lru import remember
+from statekeep.validate import check_int
 
 # Any C0/C1 control character or DEL is refused, as are empty, "." and ".." segments.
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -59,15 +60,7 @@ def join(parent: str, child: str) -> str:
 
 
 def validate_version(expected_version: object) -> int | None:
-    if expected_version is None:
-        return None
-    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
-        raise InvalidArgumentError(
-            f"expected_version must be an int or None, not {type(expected_version).__name__}"
-        )
-    if expected_version < -1:
-        raise InvalidArgumentError(f"expected_version must be >= -1, got {expected_version}")
-    return expected_version
+    return check_int(expected_version, "expected_version", minimum=-1, optional=True)
 
 
 def validate_value(value: object, max_size: int) -> bytes:

@@ -35,6 +35,7 @@ from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgume
                               ValueTooLargeError)
 from statekeep.state.keys import encode_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, Kind, decode_counter
+from statekeep.validate import check_int
 
 
 class StateEntry(NamedTuple):
@@ -105,8 +106,7 @@ def validate_value(value: object, max_size: int) -> bytes:
 
 
 def validate_amount(amount: object, what: str = "counter amount") -> int:
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise InvalidArgumentError(f"a {what} must be an int, not {type(amount).__name__}")
+    amount = check_int(amount, what)
     if not COUNTER_MIN <= amount <= COUNTER_MAX:
         raise InvalidArgumentError(f"a {what} must fit a signed 64-bit integer, got {amount}")
     return amount
@@ -123,11 +123,7 @@ def validate_amounts(amounts: Mapping[str, object], what: str = "counter delta")
 
 
 def validate_expected_version(version: object) -> int | None:
-    if version is None:
-        return None
-    if isinstance(version, bool) or not isinstance(version, int) or version < -1:
-        raise InvalidArgumentError(f"expected_version must be None, -1 or a version >= 0, not {version!r}")
-    return version
+    return check_int(version, "expected_version", minimum=-1, optional=True)
 
 
 def check_expected_version(key: str, current: int | None, expected: int | None) -> None:
