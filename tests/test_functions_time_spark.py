@@ -96,3 +96,76 @@ def _rest(state, key):
 
     body = function_state_json(state.get_entry(key))
     return {k: v for k, v in body.items() if k not in ("key", "numberValue")}
+
+
+CLOCKED = '''
+def process(value, context):
+    context.register_timer(context.get_current_processing_time() + 1500, "processing")
+    context.put_state("brief-" + value["k"], b"x", ttl_seconds=1)
+
+
+def on_timer(key, timestamp_ms, context):
+    return {"key": key, "fired": timestamp_ms}
+'''
+
+
+def test_processing_time_timers_and_ttl_act_while_the_input_is_idle(tmp_path, spark):
+    """A running query with no new input still fires its processing-time timers and deletes expired
+    keys (with a changelog tombstone): the clock source gives it a micro-batch every second."""
+    from statekeep.functions.spark import _checkpoint_sources, run_registered
+
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    write_events(inputs, 0, [{"k": "alice"}, {"k": "bob"}])
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "idle", "inputs": [str(inputs)],
+                                 "keyField": "k", "output": str(out), "parallelism": 2}, CLOCKED.encode())
+        query = run_registered(service, url, "public", "default", "idle", checkpoint_root=str(tmp_path / "ck"),
+                               spark=spark)
+        try:
+            state = service.registry.state_store("public", "default", "idle")
+
+            def fired():
+                return sorted(json.loads(line)["key"] for p in out.glob("*.jsonl")
+                              for line in p.read_text().splitlines())
+
+            # no input after the first micro-batch: only the clock source's batches can do this
+            assert wait_for(lambda: fired() == ["alice", "bob"] and state.get_entry("brief-alice") is None
+                            and state.get_entry("brief-bob") is None, timeout=120), (fired(), query.status())
+            assert query.status()["error"] is None
+            assert query.status()["processed"] == 2  # the clock's batches hold no record
+            tombstones = {r.key for r in state.read_changelog() if r.tombstone}
+            assert {"brief-alice", "brief-bob"} <= tombstones
+            assert timers_of(state) == []
+            assert _checkpoint_sources(spark, query.checkpoint) == 2  # the input and the clock
+        finally:
+            query.stop()
+
+
+def test_a_checkpoint_without_the_clock_source_still_resumes(tmp_path, spark):
+    """A function that kept no time when its query first ran gains timers by an update: its query
+    resumes from the same checkpoint (Spark refuses a source more), its timers acting with input."""
+    from statekeep.functions.spark import _checkpoint_sources, run_registered
+
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    write_events(inputs, 0, [{"k": "alice"}])
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "late", "inputs": [str(inputs)],
+                                 "keyField": "k", "output": str(out), "parallelism": 2},
+                                b"def process(value, context):\n    return None\n")
+        first = run_registered(service, url, "public", "default", "late", checkpoint_root=str(tmp_path / "ck"),
+                               spark=spark, once=True)
+        first.await_termination()
+        service.registry.update("public", "default", "late", code=CLOCKED.encode())
+        write_events(inputs, 1, [{"k": "bob"}])
+        query = run_registered(service, url, "public", "default", "late", checkpoint_root=str(tmp_path / "ck"),
+                               spark=spark)
+        try:
+            assert wait_for(lambda: query.status()["processed"] >= 1 or query.status()["error"], timeout=120)
+            assert query.status()["error"] is None, query.status()["error"]
+            assert _checkpoint_sources(spark, query.checkpoint) == 1
+            state = service.registry.state_store("public", "default", "late")
+            assert [t["key"] for t in timers_of(state)] in (["bob"], [])  # registered (or already fired)
+        finally:
+            query.stop()

@@ -11,6 +11,11 @@
   consumer of a compacted topic does. A function takes another's changelog as its input with
   ``inputs: ["statekeep://T/N/F"]``.
 
+- ``spark.readStream.format("statekeep-clock").load()``: a stream that never has a row but has new
+  data every second (its offset is the time in seconds), so a query reading it runs a micro-batch each
+  second even while its other inputs are idle (see :func:`statekeep.functions.timerun.with_clock_source`);
+  with ``Trigger.AvailableNow`` it has nothing to read, so the query's batches are its other sources'.
+
 - ``spark.read.format("statekeep-topic").option("topic", "persistent://T/N/X").load()``: a statekeep
   topic's messages (value or valueBase64, key, properties, eventTime, publishTime); option
   ``topicsDir`` names the topics root (see :mod:`statekeep.functions.topics`).
@@ -27,6 +32,7 @@ read with :class:`NotFoundError`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +41,7 @@ from statekeep.state.timestate import visible_entries
 
 try:  # this module is the Spark integration itself: without PySpark it is not importable at all
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError as e:
     raise MissingDependencyError(f"the statekeep Spark data sources need PySpark: pip install 'statekeep[spark]' "
                                  f"({e})") from e
@@ -175,6 +182,43 @@ class StatekeepChangelogSource(DataSource):
         return _ChangelogStreamReader(self.options)
 
 
+class _ClockStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self) -> None:
+        self._frozen = False
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"second": int(time.time())}
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
+        if self._frozen and start is not None:
+            return start  # Trigger.AvailableNow: no data of its own
+        return {"second": max(int(time.time()), (start or {}).get("second", 0))}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._frozen = True
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return iter(())
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to release."""
+
+
+class StatekeepClockSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "statekeep-clock"
+
+    def schema(self) -> str:
+        return "second long"
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _ClockStreamReader()
+
+
 TOPIC_SCHEMA = ("value string, valueBase64 string, key string, properties map<string,string>, eventTime long, "
                 "publishTime long")
 
@@ -216,3 +260,4 @@ def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(StatekeepStateSource)
     spark.dataSource.register(StatekeepChangelogSource)
     spark.dataSource.register(StatekeepTopicSource)
+    spark.dataSource.register(StatekeepClockSource)

@@ -21,7 +21,7 @@ from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
-from statekeep.functions.timerun import time_section, with_batch_watermark, with_ticks
+from statekeep.functions.timerun import time_section, with_batch_watermark, with_clock_source, with_ticks
 from statekeep.state.partitioned.keygroups import spark_routes
 from statekeep.state.timestate import TIME_GROUPS
 
@@ -172,6 +172,27 @@ def route_column(groups: int, parallelism: int) -> Column:
     return F.coalesce(route, F.lit(routes[0]))
 
 
+def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
+    """How many sources the query whose checkpoint is at ``checkpoint`` had: the lines after the
+    version and metadata lines of its latest offsets file (one offset per source), or None if it has
+    none yet."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session's gateway
+    offsets = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
+    fs = offsets.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(offsets):
+        return None
+    batches = [int(f.getPath().getName()) for f in fs.listStatus(offsets) if f.getPath().getName().isdigit()]
+    if not batches:
+        return None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(offsets, str(max(batches))))
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return len(text.splitlines()) - 2
+
+
 class QueryTotals(TypedDict):
     """A query's running totals since it started (``instances``: see statekeep.functions.stats)."""
 
@@ -237,6 +258,8 @@ class FunctionQuery:
         frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
                             self.spec.get("input_options"), store_url=self.spec.get("store_url"),
                             topic_column=bool(self.spec.get("topic_column")), topics_dir=self.spec.get("topics_dir"))
+        if self.spec.get("time") and self._clocked(len(self.inputs)):
+            frame = with_clock_source(frame)
         writer = (frame.writeStream.foreachBatch(self._handle_batch)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
@@ -244,6 +267,20 @@ class FunctionQuery:
                   else writer.trigger(processingTime=self.trigger_interval))
         self.query = writer.start()
         return self
+
+    def _clocked(self, inputs: int) -> bool:
+        """Whether the query of a function keeping time gets the clock source (see
+        :func:`~statekeep.functions.timerun.with_clock_source`; with ``--once`` too, so that one checkpoint
+        serves both kinds of run): yes, unless its checkpoint holds a query without it (a function that
+        kept no time when it started), which Spark would refuse to resume with one source more. Its
+        processing-time timers then fire with the next input."""
+        found = _checkpoint_sources(self.spark, self.checkpoint)
+        if found is None or found > inputs:
+            return True
+        print(f"statekeep: {self.spec['name']}: processing-time timers and state TTL act when input arrives "
+              "(its checkpoint predates its timers; delete and create the function to have them act when idle)",
+              file=sys.stderr)
+        return False
 
     def await_termination(self, timeout: float | None = None) -> bool | None:
         assert self.query is not None, "start() first"

@@ -244,3 +244,16 @@ def with_ticks(frame: Any, parallelism: int) -> Any:
         *[F.lit(None).cast(types[c]).alias(c) for c in frame.columns if c != "__route"],
         F.element_at(F.array(*routes), (F.col("id") + 1).cast("int")).alias("__route"))
     return frame.unionByName(ticks)
+
+
+def with_clock_source(frame: Any) -> Any:
+    """``frame`` unioned with the ``statekeep-clock`` source (see :mod:`statekeep.functions.sources`),
+    which has new data every second and never a row: a streaming query runs a micro-batch each second
+    even while its inputs are idle (Spark runs none for sources without new data), so processing-time
+    timers fire and expired keys are deleted without waiting for input (:func:`with_ticks` makes every
+    partition run in each). With ``Trigger.AvailableNow`` it adds no batch."""
+    from pyspark.sql import functions as F
+
+    clock = frame.sparkSession.readStream.format("statekeep-clock").load()
+    types = dict(frame.dtypes)
+    return frame.unionByName(clock.select(*[F.lit(None).cast(types[c]).alias(c) for c in frame.columns]))
