@@ -379,3 +379,44 @@ def test_a_batch_replayed_after_some_partitions_committed_uses_the_same_watermar
     run(spec, 1, batch1, parallelism=2)  # the replay: partition 0 skips, partition 1 runs
     assert sorted((o["key"], o["start"], o["ts"]) for o in outputs(spec)) == [(a, 0, [50]), (b, 0, [50]),
                                                                              (b, 100, [120])]
+
+
+FAILING = '''
+def process(records, context):
+    if any(r.get("bad") for r in records):
+        raise ValueError("a bad record in the window")
+    return {"key": context.get_window().key, "ts": [r["ts"] for r in records]}
+'''
+
+FAILING_TIMED = '''
+def process(input, context):
+    context.register_timer(input["ts"] + 100, key=input["k"])
+    context.put_state(input["k"], "v", ttl_seconds=60)
+    if input.get("bad"):
+        raise ValueError("after registering a timer and a TTL")
+
+def on_timer(key, ts, context):
+    return {"key": key, "at": ts}
+'''
+
+
+def test_a_skipped_record_takes_back_its_windows_timers_and_ttl(base_spec, clock, tmp_path):
+    """With --skip-errors, a record whose function call fails leaves no trace: the count window it
+    completed is as before it (the next record completes it instead), its timers and TTL are gone."""
+    spec = {**windowed(base_spec, windowLengthCount=3), "code": FAILING, "skip_errors": True}
+    stats = run(spec, 0, [{"k": "a", "ts": 1}, {"k": "a", "ts": 2}, {"k": "a", "ts": 3, "bad": True},
+                          {"k": "a", "ts": 4}, {"k": "a", "ts": 5}, {"k": "a", "ts": 6}, {"k": "a", "ts": 7}])
+    assert stats[0].skipped == 1
+    assert [o["ts"] for o in outputs(spec)] == [[1, 2, 4], [5, 6, 7]]
+
+    spec = {**base_spec, "name": base_spec["name"] + "t", "output": str(tmp_path / "t"), "code": FAILING_TIMED,
+            "skip_errors": True, "user_config": {"eventTimeField": "ts"},
+            "time": {"window": None, "ttl_ms": None, "ttl_used": True}}
+    stats = run(spec, 0, [{"k": "a", "ts": 10}, {"k": "b", "ts": 20, "bad": True}])
+    assert stats[0].skipped == 1
+    store = cached_state_store(spec)
+    assert [(t["key"], t["timestamp"]) for t in timers_of(store)] == [("a", 110)]
+    assert store.get_entry("b") is None and store.get_entry(expiry_key("b")) is None
+    assert store.get_entry(expiry_key("a")) is not None
+    run(spec, 1, [{"k": "c", "ts": 500}])  # the watermark (500) passes a's timer; b's is gone
+    assert outputs(spec) == [{"key": "a", "at": 110}]

@@ -88,6 +88,9 @@ class TimeState:
     def observe(self, event_ms: int) -> None:
         """A record's event time (advances the watermark at the end of the batch)."""
         if self.max_event is None or event_ms > self.max_event:
+            journal = self.state.journal
+            if journal is not None:
+                journal.append(lambda previous=self.max_event: setattr(self, "max_event", previous))
             self.max_event = event_ms
 
     def next_watermark(self) -> int | None:
@@ -119,6 +122,8 @@ class TimeState:
             timers.append([timestamp_ms, code])
             timers.sort()
             self._dirty.add(group)
+            if self.state.journal is not None:
+                self.state.journal.append(lambda: self.delete(key, timestamp_ms, code))
 
     def delete(self, key: str, timestamp_ms: int, code: str) -> bool:
         group, entry = self._of(key)
@@ -129,6 +134,8 @@ class TimeState:
         if not timers:
             del entry["t"][key]
         self._dirty.add(group)
+        if self.state.journal is not None:
+            self.state.journal.append(lambda: self.register(key, timestamp_ms, code))
         return True
 
     def timers(self, key: str) -> list[tuple[int, str]]:
@@ -198,9 +205,26 @@ class TimeState:
                 return
             group = self.owned[0]
         entry = self._group(group)
+        self._journal_expiry(entry, key)
         entry["x"][key] = expires
         entry["xn"] = min(expires, entry.get("xn") or expires)
         self._dirty.add(group)
+
+    def _journal_expiry(self, entry: dict[str, Any], key: str) -> None:
+        """How to take back a change of ``key``'s place in a group's TTL index (a failed record's)."""
+        journal = self.state.journal
+        if journal is None:
+            return
+        old, old_next = entry["x"].get(key), entry.get("xn")
+
+        def undo() -> None:
+            if old is None:
+                entry["x"].pop(key, None)
+            else:
+                entry["x"][key] = old
+            entry["xn"] = old_next
+
+        journal.append(undo)
 
     def deleted(self, key: str) -> None:
         """``key`` was deleted: its expiry goes too."""
@@ -208,7 +232,9 @@ class TimeState:
             return
         self.state.put(expiry_key(key), None)
         group = user_group(key, self.groups)
-        if group in self._owned and self._group(group)["x"].pop(key, None) is not None:
+        if group in self._owned and key in self._group(group)["x"]:
+            self._journal_expiry(self._group(group), key)
+            del self._group(group)["x"][key]
             self._dirty.add(group)
 
     def sweep(self) -> int:

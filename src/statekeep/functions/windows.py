@@ -108,10 +108,15 @@ class Windows:
             buffer = self._buffer(key)
         slot = str(start)
         records = buffer.get(slot)
+        journal = self.time.state.journal
         if records is None:
             records = buffer[slot] = []
             self.time.register(key, start + self.length, "w")
+            if journal is not None:
+                journal.append(lambda: buffer.pop(slot, None))
         records.append([ts, record])
+        if journal is not None:
+            journal.append(records.pop)
         self._dirty.add(key)
         return []
 
@@ -131,18 +136,25 @@ class Windows:
             if not starts:
                 return None
             buffer = self._buffer(key)
+            journal = self.time.state.journal
             for start in starts:
                 slot = str(start)
                 if slot not in buffer:
                     buffer[slot] = []
                     self.time.register(key, start + self.length, "w")
+                    if journal is not None:
+                        journal.append(lambda slot=slot: buffer.pop(slot, None))
                 buffer[slot].append([ts, record])
+                if journal is not None:
+                    journal.append(buffer[slot].pop)
             self._touch(key)
             return []
         return self._add_session(key, record, ts, watermark)
 
     def _add_count(self, key: str, record: Any, ts: int) -> Fired:
         buffer = self._buffer(key)
+        if self.time.state.journal is not None:  # a count window's records are few (its length)
+            self.time.state.journal.append(lambda old=dict(buffer, r=list(buffer["r"])): buffer.update(old))
         buffer["r"].append([ts, record])
         buffer["n"] += 1
         del buffer["r"][:-self.length]
@@ -160,11 +172,15 @@ class Windows:
         gap = self.length
         buffer = self._buffer(key)
         sessions = buffer.setdefault("s", [])  # [first ts, last ts, [[ts, record]...]], disjoint, by start
+        journal = self.time.state.journal
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
         if not touching and watermark is not None and ts + gap <= watermark:
             return None  # would open a session the watermark has already closed
         if len(touching) == 1:  # the usual case: the record extends one session (records sorted at firing)
             session = touching[0]
+            if journal is not None:
+                journal.append(lambda old=session[:2]: session.__setitem__(slice(0, 2), old))
+                journal.append(session[2].pop)
             session[2].append([ts, record])
             if ts < session[0]:
                 session[0] = ts
@@ -176,6 +192,8 @@ class Windows:
             return []
         merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
                   [r for s in touching for r in s[2]] + [[ts, record]]]
+        if journal is not None:  # the touched sessions are replaced, not changed: put them back
+            journal.append(lambda old=list(sessions): sessions.__setitem__(slice(None), old))
         for old in touching:
             sessions.remove(old)
             self.time.delete(key, old[1] + gap, "w")

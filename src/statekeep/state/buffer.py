@@ -30,6 +30,10 @@ class BufferedState:
         self._base: dict[str, tuple[bytes | None, int | None]] = {}
         self.puts: dict[str, bytes | None] = {}
         self.counter_deltas: dict[str, int] = {}
+        #: None: nothing is taken back. A :class:`JournaledState`'s undo actions for the current record
+        #: (run by its rollback): where state is held in memory beside these buffers (timers, window
+        #: buffers; see statekeep.functions.timekeeping), a change appends how to take it back.
+        self.journal: list[Callable[[], None]] | None = None
 
     def prefetch(self, keys: Iterable[str]) -> None:
         missing = [k for k in dict.fromkeys(keys) if k not in self._base]
@@ -109,10 +113,13 @@ class JournaledState(BufferedState):
         super().__init__(*args, **kwargs)
         self._undo_puts: dict[str, Any] = {}
         self._undo_deltas: dict[str, Any] = {}
+        self.journal = []  # see BufferedState.journal
 
     def begin(self) -> None:
         self._undo_puts.clear()
         self._undo_deltas.clear()
+        assert self.journal is not None  # always a list here
+        self.journal.clear()
 
     def _remember(self, key: str) -> None:
         if key not in self._undo_puts:
@@ -121,7 +128,11 @@ class JournaledState(BufferedState):
             self._undo_deltas[key] = self.counter_deltas.get(key, self._ABSENT)
 
     def rollback(self) -> None:
-        """Restore the buffers as they were at :meth:`begin`."""
+        """Restore the buffers as they were at :meth:`begin`, and run the record's :attr:`journal`
+        (newest first)."""
+        assert self.journal is not None  # always a list here
+        for take_back in reversed(self.journal):
+            take_back()
         for undo, target in ((self._undo_puts, self.puts), (self._undo_deltas, self.counter_deltas)):
             for key, old in undo.items():
                 if old is self._ABSENT:
