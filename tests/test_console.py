@@ -481,3 +481,100 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
         screenshot(browser, "handles")
         handles.release_all()
     assert console_errors(browser) == []
+
+
+TIMED = '''
+def process(records, context):
+    w = context.get_window()
+    context.register_timer(w.end + 1_000)
+    context.register_timer(context.get_current_processing_time() + 3_600_000, "processing")
+    context.put_state("fired:" + w.key, str(len(records)))
+    context.put_state("brief:" + w.key, "gone by now", ttl_seconds=60)
+    return {"key": w.key, "end": w.end}
+
+def on_timer(key, ts, context):
+    return {"timer": key, "at": ts}
+'''
+
+
+def test_timers_panel_lists_a_functions_timers_and_hides_time_state(browser, tmp_path, monkeypatch):
+    """A windowed function run over one micro-batch (as a Spark executor runs a partition) keeps timers in
+    all three domains: an open window's end (window), the event-time timer a fired window registered
+    (event), and processing-time timers. Its page lists each with key, time and domain under the
+    watermark; the state table shows neither the internal NUL-prefixed time entries nor keys whose TTL
+    has passed; a function without timers says so; an unknown function's timers are a 404 with a reason."""
+    import time
+
+    from statekeep.functions import timerun
+    from statekeep.functions.runtime import cached_state_store, run_partition
+    from statekeep.functions.service import FunctionService
+    from statekeep.functions.spark import executor_spec
+    from statekeep.state.timestate import buffer_key, expiry_key, is_internal
+
+    url = f"local://{tmp_path / 'data'}"
+    now = int(time.time() * 1000) - 600_000  # the batch ran ten minutes ago: its 60 s TTLs have passed
+    monkeypatch.setattr(timerun, "CLOCK", lambda: now)
+    t0 = 1_700_000_040_000  # a minute boundary
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "timed", "inputs": ["in.jsonl"],
+                                 "keyField": "k", "inputFormat": "json", "output": str(tmp_path / "out"),
+                                 "windowConfig": {"windowLengthDurationMs": 60_000},
+                                 "userConfig": {"eventTimeField": "ts"}}, TIMED.encode())
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "plain",
+                                 "inputs": ["in.jsonl"]}, b"def process(input, context):\n    return input\n")
+        spec = executor_spec(service.registry, url, "public", "default", "timed")[0]
+    # the function's first micro-batch in one partition, as an executor runs it (no watermark before it:
+    # the partition's own is its records' largest event time)
+    records = [{"k": "a", "ts": t0 + 1}, {"k": "b", "ts": t0 + 2}, {"k": "a", "ts": t0 + 60_005},
+               {"k": "c", "ts": t0 + 120_007}]
+    store = cached_state_store(spec)
+    groups, parallelism = store.partitioning(1) or (128, 1)
+    assert parallelism == 1
+    stats = run_partition({**spec, "state_parallelism": 1, "time_groups": groups}, 0, 0,
+                          [json.dumps(r) for r in records], record_keys=[r["k"] for r in records])
+    assert stats.processed == 4 and not stats.errors
+    # windows [t0, t0+60s) of a and b and [t0+60s, t0+120s) of a fired (their event timers at end + 1 s:
+    # a and b's first ones fired too, a's second is pending); c's window is open; watermark t0 + 120007
+    expected = [("a", t0 + 121_000, "event"), ("c", t0 + 180_000, "window"),
+                ("a", now + 3_600_000, "processing"), ("b", now + 3_600_000, "processing")]
+    # what the page must hide is stored: the internal time entries and the expired keys
+    assert store.get_entry("brief:a") is not None and store.get_entry(expiry_key("brief:a")) is not None
+    assert store.get_entry(buffer_key("c")) is not None
+    assert any(is_internal(e.key) for e in store.scan_entries("", None, 10))
+
+    srv = ServerProcess(tmp_path / "data")
+    try:
+        with rest(srv) as c:
+            fn = "/admin/v3/functions/public/default"
+            timers = c.get(f"{fn}/timed/timers").json()
+            assert [(t["key"], t["timestamp"], t["domain"]) for t in timers["timers"]] == expected
+            assert timers["watermark"] == t0 + 120_007
+            assert [i["key"] for i in c.get(f"{fn}/timed/state").json()["items"]] == ["fired:a", "fired:b"]
+            unknown = c.get(f"{fn}/nope/timers")
+            assert unknown.status_code == 404 and unknown.headers["content-type"].startswith("application/json")
+            assert "nope" in unknown.json()["reason"]
+
+        browser.get(srv.url + "/ui/functions/public/default/timed")
+        wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream")
+        wait(browser, lambda d: "watermark" in text_of(d, "#timers-title"), "the timers")
+        shown = [tuple(td.text for td in tr.find_elements(By.TAG_NAME, "td"))
+                 for tr in browser.find_elements(By.CSS_SELECTOR, "#timers tbody tr")]
+        assert shown == [(key, str(ts), domain) for key, ts, domain in expected]
+        assert text_of(browser, "#timers-title") == f"Timers (watermark: {t0 + 120_007})"
+        keys = [r.get_attribute("data-key") for r in browser.find_elements(By.CSS_SELECTOR, "#state tbody tr")]
+        assert keys == ["fired:a", "fired:b"]
+        state_text = text_of(browser, "#state")
+        assert "brief:" not in state_text and "\x00" not in state_text
+        screenshot(browser, "timers")
+
+        # a function without timers: the panel says so (no error, no stale rows)
+        browser.get(srv.url + "/ui/functions/public/default/plain")
+        wait(browser, lambda d: "watermark" in text_of(d, "#timers-title"), "the timers of a function without any")
+        assert text_of(browser, "#timers-title") == "Timers (watermark: none)"
+        assert [tr.text for tr in browser.find_elements(By.CSS_SELECTOR, "#timers tbody tr")] == ["No timers."]
+        assert not browser.find_element(By.ID, "message").is_displayed()
+        screenshot(browser, "timers-empty")
+        assert console_errors(browser) == []
+    finally:
+        browser.get("about:blank")  # close the page's streams before their server goes
+        srv.stop()

@@ -324,13 +324,17 @@ async function statePage() {
   if (!page.items.length) tbody.append(h("tr", { class: "empty" }, h("td", { colspan: 4, class: "muted", text: "No keys" + (prefix ? ` starting with “${prefix}”` : "") + "." })));
   if (startAfter) pager.append(h("a", { href: `?${new URLSearchParams({ prefix })}` }, "« first page"));
   if (page.nextStartAfter) pager.append(h("a", { id: "next-page", href: `?${new URLSearchParams({ prefix, startAfter: page.nextStartAfter })}` }, "next page »"));
+  const timersBody = h("tbody", {}, h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text: "Loading timers…" })));
+  const timersTitle = h("h3", { id: "timers-title", text: "Timers" });
+  content.append(timersTitle, h("table", { id: "timers" },
+    h("thead", {}, h("tr", {}, ["Key", "Fires at (ms)", "Domain"].map(x => h("th", { text: x })))), timersBody));
+  const timersNote = text => timersBody.replaceChildren(h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text })));
   api("GET", `${base}/timers`).then(t => {  // timers and watermark: statekeep's time state, shown apart
-    if (!t.timers.length && t.watermark === null) return;
-    content.append(h("h3", { text: `Timers (watermark: ${t.watermark === null ? "none" : t.watermark})` }),
-      h("table", { id: "timers" }, h("thead", {}, h("tr", {}, ["Key", "Fires at (ms)", "Domain"].map(x => h("th", { text: x })))),
-        h("tbody", {}, ...t.timers.slice(0, 200).map(x => h("tr", {}, h("td", { class: "mono", text: x.key === null ? "—" : x.key }),
-          h("td", { class: "num", text: String(x.timestamp) }), h("td", { text: x.domain }))))));
-  }).catch(() => {});
+    timersTitle.textContent = `Timers (watermark: ${t.watermark === null ? "none" : t.watermark})`;
+    if (!t.timers.length) { timersNote("No timers."); return; }
+    timersBody.replaceChildren(...t.timers.slice(0, 200).map(x => h("tr", {}, h("td", { class: "mono", text: x.key === null ? "—" : x.key }),
+      h("td", { class: "num", text: String(x.timestamp) }), h("td", { text: x.domain }))));
+  }).catch(e => timersNote(`Timers could not be read: ${e.message}`));
 
   function row(entry) {
     const tr = h("tr", { "data-key": entry.key },
