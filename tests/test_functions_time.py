@@ -14,7 +14,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions import timerun
 from statekeep.functions.runtime import FunctionRecordError, cached_state_store, run_partition
 from statekeep.functions.model import FunctionConfig
-from statekeep.functions.timerun import driver_watermarks, stored_watermark, time_section
+from statekeep.functions.timerun import stored_watermark, time_section
 from statekeep.functions.windowconfig import WindowConfig
 from statekeep.state import timestate
 from statekeep.state.partitioned.keygroups import key_group
@@ -54,12 +54,8 @@ def run(spec, batch, records, parallelism=1, only=None):
     if layout is not None:
         groups, parallelism = layout
     spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
-    if spec.get("time"):  # the driver's watermark (spark.py computes the largest event time with Spark)
-        field = spec["user_config"].get("eventTimeField")
-        times = [r[field] for r in records if field and isinstance(r.get(field), int)]
-        previous, target = driver_watermarks(spec, stored_watermark(store, batch), max(times, default=None),
-                                             timerun.CLOCK())
-        spec.update(watermark_previous=previous, watermark_target=target)
+    if spec.get("time"):  # the function's watermark before the batch (the largest of the partitions')
+        spec["watermark_previous"] = stored_watermark(store, batch)
     stats = []
     for p in range(parallelism) if only is None else only:
         mine = [r for r in records if key_group(r["k"], groups) * parallelism // groups == p]
@@ -311,8 +307,10 @@ def test_open_windows_and_timers_survive_a_rescale(base_spec, clock):
     run(spec, 0, [{"k": k, "ts": 10 + i} for i, k in enumerate(keys)], parallelism=2)
     assert outputs(spec) == []
     run(spec, 1, [{"k": k, "ts": 150} for k in keys[:3]], parallelism=3)
+    run(spec, 2, [], parallelism=3)  # partitions without records fire at the function's watermark (150) here
     assert sorted((o["key"], o["ts"]) for o in outputs(spec)) == sorted((k, [10 + i]) for i, k in enumerate(keys))
-    run(spec, 2, [{"k": "key0", "ts": 400}], parallelism=3)
+    run(spec, 3, [{"k": "key0", "ts": 400}], parallelism=3)
+    run(spec, 4, [], parallelism=3)
     assert sorted(o["key"] for o in outputs(spec) if o["start"] == 100) == keys[:3]
 
 
@@ -377,6 +375,7 @@ def test_a_batch_replayed_after_some_partitions_committed_uses_the_same_watermar
     run(spec, 1, batch1, parallelism=2, only=[0])
     assert stored_watermark(cached_state_store(spec), 1) == 50 and stored_watermark(cached_state_store(spec), 2) == 500
     run(spec, 1, batch1, parallelism=2)  # the replay: partition 0 skips, partition 1 runs
+    run(spec, 2, [], parallelism=2)  # the function's watermark (500) passes b's [100, 200)
     assert sorted((o["key"], o["start"], o["ts"]) for o in outputs(spec)) == [(a, 0, [50]), (b, 0, [50]),
                                                                              (b, 100, [120])]
 

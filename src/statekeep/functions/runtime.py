@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 # exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.stats)
 STATS_SCHEMA = ("partition long, processed long, skipped long, outputs long, applied boolean, error string, "
                 "received long, user_exceptions long, dead_letters long, latency double, metrics string, "
-                "exceptions string")
+                "exceptions string, watermark long")
 MAX_EXCEPTIONS = 10
 
 
@@ -71,6 +71,7 @@ class PartitionStats:
     latency: float = 0.0  # seconds spent in the function for this partition's records
     metrics: dict[str, list[float]] = field(default_factory=dict)  # record_metric: name -> [sum, count, last]
     exceptions: list[list[Any]] = field(default_factory=list)  # latest [message, time ms]
+    watermark: int | None = None  # the partition's event-time watermark after the batch (timekeeping)
 
     def user_exception(self, message: str) -> None:
         self.user_exceptions += 1
@@ -283,7 +284,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         stats.processed = len(records)
     context._position = -1
     if timed is not None:
-        _finish_time(spec, timed, batch_id, partition)
+        _finish_time(spec, timed, batch_id, stats)
     stats.latency = time.perf_counter() - started
     stats.outputs = len(outputs)
     stats.metrics = context.metrics
@@ -462,10 +463,11 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
         stats.received = table.num_rows
         started = time.perf_counter()
         try:
-            output = batch_output(process_batch(table, context))
+            # a partition without records (a tick: its timers' batch) calls on_timer only
+            output = batch_output(process_batch(table, context)) if table.num_rows else None
             if timed is not None:
                 timed.observe_table(table)
-                _finish_time(spec, timed, batch_id, partition)
+                _finish_time(spec, timed, batch_id, stats)
                 output = _with_fired(output, fired)
             stats.latency = time.perf_counter() - started
         except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
@@ -503,10 +505,12 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     return stats
 
 
-def _finish_time(spec: ExecutorSpec, timed: timerun.TimedRun, batch_id: int, partition: int) -> None:
+def _finish_time(spec: ExecutorSpec, timed: timerun.TimedRun, batch_id: int, stats: PartitionStats) -> None:
     """Fire the batch's due timers and windows; a failure there fails the partition's batch."""
+    partition = stats.partition
     try:
         timed.finish()
+        stats.watermark = timed.time.watermark
     except Exception as e:  # noqa: BLE001 - user code (on_timer, a window's process): reported with where
         raise FunctionRecordError(
             f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed firing timers of batch {batch_id}, "
@@ -576,7 +580,7 @@ def _stats_batch(stats: PartitionStats) -> Any:
         "outputs": stats.outputs, "applied": stats.applied, "error": "\n".join(stats.errors) or None,
         "received": stats.received, "user_exceptions": stats.user_exceptions, "dead_letters": stats.dead_letters,
         "latency": stats.latency, "metrics": json.dumps(stats.metrics) if stats.metrics else None,
-        "exceptions": json.dumps(stats.exceptions) if stats.exceptions else None,
+        "exceptions": json.dumps(stats.exceptions) if stats.exceptions else None, "watermark": stats.watermark,
     }], schema=_stats_schema())
 
 
@@ -586,4 +590,5 @@ def _stats_schema() -> Any:
     return pa.schema([("partition", pa.int64()), ("processed", pa.int64()), ("skipped", pa.int64()),
                       ("outputs", pa.int64()), ("applied", pa.bool_()), ("error", pa.string()),
                       ("received", pa.int64()), ("user_exceptions", pa.int64()), ("dead_letters", pa.int64()),
-                      ("latency", pa.float64()), ("metrics", pa.string()), ("exceptions", pa.string())])
+                      ("latency", pa.float64()), ("metrics", pa.string()), ("exceptions", pa.string()),
+                      ("watermark", pa.int64())])

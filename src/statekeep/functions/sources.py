@@ -14,7 +14,9 @@
 - ``spark.readStream.format("statekeep-clock").load()``: a stream that never has a row but has new
   data every second (its offset is the time in seconds), so a query reading it runs a micro-batch each
   second even while its other inputs are idle (see :func:`statekeep.functions.timerun.with_clock_source`);
-  with ``Trigger.AvailableNow`` it has nothing to read, so the query's batches are its other sources'.
+  with ``Trigger.AvailableNow`` it has nothing to read, so the query's batches are its other sources',
+  unless option ``tick`` is ``true``: then it has one second more, so the query runs one micro-batch
+  even with nothing else to read.
 
 - ``spark.read.format("statekeep-topic").option("topic", "persistent://T/N/X").load()``: a statekeep
   topic's messages (value or valueBase64, key, properties, eventTime, publishTime); option
@@ -183,15 +185,19 @@ class StatekeepChangelogSource(DataSource):
 
 
 class _ClockStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self) -> None:
+    def __init__(self, tick: bool) -> None:
+        self._tick = tick
         self._frozen = False
+        self._target: dict[str, int] | None = None  # AvailableNow: where it ends
 
     def initialOffset(self) -> dict[str, int]:
         return {"second": int(time.time())}
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
-        if self._frozen and start is not None:
-            return start  # Trigger.AvailableNow: no data of its own
+        if self._frozen and start is not None:  # Trigger.AvailableNow: no data of its own, or one tick
+            if self._target is None:
+                self._target = {"second": start["second"] + 1} if self._tick else start
+            return self._target
         return {"second": max(int(time.time()), (start or {}).get("second", 0))}
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -216,7 +222,7 @@ class StatekeepClockSource(DataSource):
         return "second long"
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _ClockStreamReader()
+        return _ClockStreamReader(str(self.options.get("tick", "false")).lower() == "true")
 
 
 TOPIC_SCHEMA = ("value string, valueBase64 string, key string, properties map<string,string>, eventTime long, "

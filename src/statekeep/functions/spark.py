@@ -21,7 +21,8 @@ from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
-from statekeep.functions.timerun import time_section, with_batch_watermark, with_clock_source, with_ticks
+from statekeep.functions.timerun import (advance_watermark, time_section, with_batch_watermark, with_clock_source,
+                                         with_ticks)
 from statekeep.state.partitioned.keygroups import spark_routes
 from statekeep.state.timestate import TIME_GROUPS
 
@@ -221,6 +222,8 @@ class FunctionQuery:
         self.on_batch = on_batch
         self.query: StreamingQuery | None = None
         self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.timerun)
+        self._clock = False  # whether the query reads the clock source (a function keeping time)
+        self._ticked = False  # a --once run's last batch started (await_termination)
         self.status_saver: Callable[[], None] | None = None  # where save_status() keeps status()
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
@@ -239,7 +242,7 @@ class FunctionQuery:
             spec["state_parallelism"], spec["time_groups"] = parallelism, groups
             frame = frame.withColumn("__route", route_column(groups, parallelism))
         if spec.get("time"):  # the function's watermark for this batch, from all its records
-            spec = with_batch_watermark(spec, frame, cached_state_store(spec), self._time, batch_id)
+            spec = with_batch_watermark(spec, cached_state_store(spec), self._time, batch_id)
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
         runner = arrow_partition_runner(spec, batch_id)
         rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
@@ -248,18 +251,23 @@ class FunctionQuery:
             self.totals["processed"] += row["processed"]
             self.totals["skipped"] += row["skipped"]
             self.totals["outputs"] += row["outputs"]
+        if spec.get("time"):
+            advance_watermark(self._time, rows)
         add_batch(self.totals["instances"], rows)
         self.totals["batches"] += 1
         self.totals["last_batch"] = batch_id
         if self.on_batch is not None:
             self.on_batch(batch_id, rows)
 
-    def start(self) -> FunctionQuery:
+    def start(self, *, tick: bool = False) -> FunctionQuery:
+        """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
+        :meth:`await_termination`)."""
         frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
                             self.spec.get("input_options"), store_url=self.spec.get("store_url"),
                             topic_column=bool(self.spec.get("topic_column")), topics_dir=self.spec.get("topics_dir"))
-        if self.spec.get("time") and self._clocked(len(self.inputs)):
-            frame = with_clock_source(frame)
+        self._clock = bool(self.spec.get("time")) and self._clocked(len(self.inputs))
+        if self._clock:
+            frame = with_clock_source(frame, tick=tick)
         writer = (frame.writeStream.foreachBatch(self._handle_batch)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
@@ -283,10 +291,19 @@ class FunctionQuery:
         return False
 
     def await_termination(self, timeout: float | None = None) -> bool | None:
+        """Wait for the query (Spark's ``awaitTermination``). A ``--once`` run of a function keeping
+        time ends with one more micro-batch, without input, in which every partition fires what the
+        function's final watermark has passed (its last batch fired only what each partition's own
+        records had passed; a running query does this in its clock's next batch)."""
         assert self.query is not None, "start() first"
         try:
             # PySpark annotates int seconds but takes float ones (it converts to milliseconds)
-            return self.query.awaitTermination(timeout)  # type: ignore[arg-type]
+            ended = self.query.awaitTermination(timeout)  # type: ignore[arg-type]
+            if self.once and self._clock and not self._ticked and not self.query.isActive:
+                self._ticked = True
+                self.start(tick=True)
+                return self.await_termination(timeout)
+            return ended
         finally:
             if not self.query.isActive:
                 self.save_status()

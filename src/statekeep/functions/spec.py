@@ -42,5 +42,4 @@ class ExecutorSpec(TypedDict, total=False):
     topics_dir: str
     state_parallelism: int  # per micro-batch: partitions of partition-owned (or timed) state
     time_groups: int
-    watermark_previous: int | None  # per micro-batch: the function's watermark before and after it
-    watermark_target: int | None
+    watermark_previous: int | None  # per micro-batch: the function's watermark before it

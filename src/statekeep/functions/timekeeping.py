@@ -4,14 +4,16 @@ All of it is state (:mod:`statekeep.state.timestate` has the layout): read throu
 :class:`~statekeep.state.buffer.BufferedState` and written back into it by :meth:`TimeState.flush`,
 so it commits in the batch's one atomic write and a replayed batch sees it exactly as before.
 
-The watermark is the function's, as in Spark: before each micro-batch the driver computes it from the
-largest event time of all partitions' records (``previous``: as the batch finds it; ``target``: after
-the batch, ``max(previous, largest event time in the batch - maxLagMs)``) and every partition uses it;
-it is also kept in each key group's entry (so it survives restarts and rescales, and never goes back),
-and where the driver cannot compute it (a timestamp extractor, which is Python code) a partition
-advances it from its own records. Records of a batch are judged late against ``previous``; event-time
-timers (and windows) fire at the end of the batch once ``target`` reaches them, processing-time timers
-once the batch's clock does.
+The watermark is the function's, as in Spark: a micro-batch starts from the function's watermark
+(``previous``, the same for every partition: the largest event time of all records before the batch
+minus ``maxLagMs``, which the driver takes from the partitions' reports) and its records are judged late
+against it. At the end of the batch a partition fires the event-time timers (and windows) its own
+watermark has passed, ``max(previous, largest event time of its records - maxLagMs)``: never ahead of
+the function's next watermark, so no record a later batch accepts belongs to a window already fired.
+What the function's watermark passes but a partition's did not fires in the next micro-batch (within a
+second for a running query, see the clock source; in one last micro-batch without input at the end of
+a ``--once`` run). Each key group's entry keeps the watermark, so it survives restarts and rescales and
+never goes back. Processing-time timers fire once the batch's clock passes them.
 """
 
 from __future__ import annotations
@@ -45,8 +47,7 @@ class TimeState:
 
     def __init__(self, state: Any, groups: int, owned: Iterable[int], *, lag_ms: int = 0,
                  ttl_ms: int | None = None, ttl_used: bool = True, clock: Clock = wall_clock_ms,
-                 previous: int | None = None,
-                 target: int | None = None, batch: int | None = None) -> None:
+                 previous: int | None = None, batch: int | None = None) -> None:
         self.state = state
         self.groups = groups
         self.owned = list(owned)
@@ -64,8 +65,6 @@ class TimeState:
         self.batch = batch
         #: the watermark as the batch found it (None: no event seen yet)
         self.watermark: int | None = max(marks) if marks else None
-        #: the function's watermark after this batch, as the driver computed it from all partitions
-        self.target = target
         self.max_event: int | None = None
         self.current_key: str | None = None  # the key being processed, or whose timer fires
 
@@ -94,8 +93,8 @@ class TimeState:
             self.max_event = event_ms
 
     def next_watermark(self) -> int | None:
-        marks = [m for m in (self.watermark, self.target,
-                             None if self.max_event is None else self.max_event - self.lag_ms) if m is not None]
+        marks = [m for m in (self.watermark, None if self.max_event is None else self.max_event - self.lag_ms)
+                 if m is not None]
         return max(marks) if marks else None
 
     # ---- timers --------------------------------------------------------------------------------

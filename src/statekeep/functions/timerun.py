@@ -10,11 +10,10 @@ runtime writes outputs and commits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.messages import JSON_LINE
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windows import Window, Windows
@@ -63,8 +62,7 @@ class TimedRun:
         window = section.get("window")
         self.time = TimeState(state, groups, owned, lag_ms=section.get("lag_ms", (window or {}).get("lag", 0)),
                               ttl_ms=section.get("ttl_ms"), ttl_used=section.get("ttl_used", True), clock=CLOCK,
-                              previous=spec.get("watermark_previous"), target=spec.get("watermark_target"),
-                              batch=batch)
+                              previous=spec.get("watermark_previous"), batch=batch)
         self.context = context
         self.user_process = process
         self.emit = emit
@@ -187,49 +185,23 @@ def stored_watermark(store: Any, batch: int) -> int | None:
     return max(found) if found else None
 
 
-def driver_watermarks(spec: ExecutorSpec, previous: int | None, largest_event: int | None,
-                      now_ms: int) -> tuple[int | None, int | None]:
-    """``(previous, target)`` for a micro-batch whose records' largest event time is ``largest_event``
-    (None: none, or not known to the driver); processing time when the function has no event time."""
-    section = spec.get("time") or {}
-    window = section.get("window") or {}
-    lag = section.get("lag_ms", window.get("lag", 0))
-    event_field = (spec.get("user_config") or {}).get("eventTimeField")
-    if not event_field and not window.get("extractor"):
-        largest_event = now_ms  # processing time
-    candidate = None if largest_event is None else largest_event - lag
-    marks = [m for m in (previous, candidate) if m is not None]
-    return previous, (max(marks) if marks else None)
-
-
-def with_batch_watermark(spec: ExecutorSpec, frame: Any, store: Any, known: dict[str, Any],
-                         batch: int) -> ExecutorSpec:
-    """The driver's part: ``spec`` for one micro-batch with the function's watermark before and after it,
-    from the batch's largest ``eventTimeField`` (one aggregate over the batch's records). ``known``
-    carries the watermark between batches of one query (read from the state when the query starts)."""
-    if known.get("batch") != batch - 1:  # a query's first batch, or a replay: from the committed state
+def with_batch_watermark(spec: ExecutorSpec, store: Any, known: dict[str, Any], batch: int) -> ExecutorSpec:
+    """The driver's part: ``spec`` for micro-batch ``batch`` with the function's watermark before it.
+    ``known`` carries it between batches of one query (:func:`advance_watermark`); a query's first
+    batch, or a replay, reads it from the committed state."""
+    if known.get("batch") != batch - 1:
         known["watermark"] = stored_watermark(store, batch)
     known["batch"] = batch
-    largest = None
-    field = (spec.get("user_config") or {}).get("eventTimeField")
-    if field:
-        from pyspark.sql import functions as F
-
-        path = f"$.{field}"
-        record = F.col("__record")
-        if spec.get("input_format") == "message":  # a JSON file's line, or a message record holding one
-            value = F.when(record.startswith(JSON_LINE), F.get_json_object(F.substring(record, 2, 1 << 30), path)
-                           ).otherwise(F.get_json_object(F.get_json_object(record, "$.value"), path))
-        else:
-            value = F.get_json_object(record, path)
-        value = value.cast("double")
-        row = frame.agg(F.max(value)).first()
-        largest = None if row is None or row[0] is None else int(row[0])
-    previous, target = driver_watermarks(spec, known["watermark"], largest, CLOCK())
-    known["watermark"] = target
     batch_spec = spec.copy()  # for this batch
-    batch_spec["watermark_previous"], batch_spec["watermark_target"] = previous, target
+    batch_spec["watermark_previous"] = known["watermark"]
     return batch_spec
+
+
+def advance_watermark(known: dict[str, Any], rows: Iterable[Mapping[str, Any]]) -> None:
+    """After a micro-batch: the function's watermark is the largest of its partitions' (their stats
+    rows' ``watermark``) and the one before."""
+    marks = [m for m in [known.get("watermark"), *(row.get("watermark") for row in rows)] if m is not None]
+    known["watermark"] = max(marks) if marks else None
 
 
 def with_ticks(frame: Any, parallelism: int) -> Any:
@@ -246,14 +218,14 @@ def with_ticks(frame: Any, parallelism: int) -> Any:
     return frame.unionByName(ticks)
 
 
-def with_clock_source(frame: Any) -> Any:
+def with_clock_source(frame: Any, *, tick: bool = False) -> Any:
     """``frame`` unioned with the ``statekeep-clock`` source (see :mod:`statekeep.functions.sources`),
     which has new data every second and never a row: a streaming query runs a micro-batch each second
     even while its inputs are idle (Spark runs none for sources without new data), so processing-time
     timers fire and expired keys are deleted without waiting for input (:func:`with_ticks` makes every
-    partition run in each). With ``Trigger.AvailableNow`` it adds no batch."""
+    partition run in each). With ``Trigger.AvailableNow`` it adds no batch, or exactly one with ``tick``."""
     from pyspark.sql import functions as F
 
-    clock = frame.sparkSession.readStream.format("statekeep-clock").load()
+    clock = frame.sparkSession.readStream.format("statekeep-clock").option("tick", str(tick).lower()).load()
     types = dict(frame.dtypes)
     return frame.unionByName(clock.select(*[F.lit(None).cast(types[c]).alias(c) for c in frame.columns]))
