@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import FunctionLoadError, execute_file
 
 DEFAULT_SERDE = "serde.IdentitySerDe"
@@ -181,13 +182,11 @@ def message_decoder(spec: Mapping[str, Any], current_input: Callable[[], str | N
     being decoded (it picks the custom serde)."""
     default, custom = input_serdes(spec)
 
-    loads = json.loads
-
     def decode(raw: Any) -> Any:
         if not custom and raw.__class__ is str and raw[:1] == JSON_LINE:
-            return loads(raw[1:])  # a JSON file's line, the common case
+            return loads_at(raw, 1)  # a JSON file's line, the common case
         record = record_of(raw) if raw.__class__ is str and raw[:1] == JSON_LINE else (
-            loads(raw) if isinstance(raw, (str, bytes)) else raw)
+            json.loads(raw) if isinstance(raw, (str, bytes)) else raw)
         serde = custom.get(current_input() or "") if custom else None
         if record.get("format") == "json":
             value = json.loads(record["value"])

@@ -25,7 +25,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from json.scanner import make_scanner
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
@@ -33,6 +32,7 @@ from statekeep.functions.context import Context, RecordSource, is_valid_key
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.functions import timerun
 from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.functions.messages import (batch_lines, dead_letter_message, file_suffix, function_logger, log_records,
                                           message_decoder, output_location, output_wrapper, published_by_target)
@@ -160,27 +160,12 @@ def cached_state_store(spec: ExecutorSpec) -> StateStore:
         return _stores[key]
 
 
-# what json.loads runs, minus its per-call checks (typeshed types the argument as a scanner, not the decoder)
-_scan_json = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-
-
 def record_decoder(input_format: str) -> Callable[[Any], Any]:
     """For JSON lines: a function decoding one line exactly as ``json.loads`` does (same values,
     same errors); for other formats the identity."""
     if input_format != "json":
         return lambda value: value
-    scan, loads = _scan_json, json.loads
-
-    def decode(line: Any) -> Any:
-        # fast path: a str holding exactly one JSON value, no surrounding whitespace; anything else
-        # (whitespace, bytes, malformed input) goes through json.loads for its exact value or error
-        try:
-            record, end = scan(line, 0)
-        except Exception:
-            return loads(line)
-        return record if end == len(line) else loads(line)
-
-    return decode
+    return loads_at
 
 
 def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, fmt: str, suffix: str = "") -> None:
@@ -270,7 +255,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
         _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead, wrap)
     else:
-        for position, record in enumerate(records):
+        def one(position: int, record: Any) -> None:  # the per-record path
             context._position = position
             try:  # a malformed record is a failing record too
                 result = process(decode(record), context)
@@ -281,6 +266,12 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
                     f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
             if result is not None:
                 outputs.append(wrap(result))
+
+        if timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
+            timed.windows.add_all(records, record_keys, decode, one)  # tumbling windows: one loop
+        else:
+            for position, record in enumerate(records):
+                one(position, record)
         stats.processed = len(records)
     context._position = -1
     if timed is not None:

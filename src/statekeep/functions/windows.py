@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
 
@@ -31,6 +32,7 @@ class Window(NamedTuple):
 
 
 Fired = list[tuple[Window, list[Any]]]
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class Windows:
@@ -76,7 +78,7 @@ class Windows:
         buffer = self._open.get(key)
         if buffer is None:
             raw = self.time.state.get(buffer_key(key))
-            buffer = json.loads(raw) if raw else ({"r": [], "n": 0} if self.kind == "count" else {})
+            buffer = loads_at(raw.decode()) if raw else ({"r": [], "n": 0} if self.kind == "count" else {})
             self._open[key] = buffer
         return buffer
 
@@ -91,8 +93,7 @@ class Windows:
         for key in sorted(self._dirty):
             buffer = self._open[key]
             empty = not buffer["r"] if self.kind == "count" else not buffer
-            self.time.state.put(buffer_key(key), None if empty else
-                                json.dumps(buffer, separators=(",", ":")).encode())
+            self.time.state.put(buffer_key(key), None if empty else _encode(buffer).encode())
         self._dirty.clear()
 
     # ---- records -------------------------------------------------------------------------------
@@ -119,6 +120,45 @@ class Windows:
             journal.append(records.pop)
         self._dirty.add(key)
         return []
+
+    @property
+    def bulk(self) -> bool:
+        """Whether :meth:`add_all` applies: tumbling time windows on an ``eventTimeField`` (no extractor)."""
+        return self.tumbling and bool(self.event_field) and self.extractor is None
+
+    def add_all(self, records: list[Any], keys: list[Any], decode: Callable[[Any], Any],
+                general: Callable[[int, Any], None]) -> None:
+        """:meth:`add_tumbling` for a partition's records (each decoded by ``decode``, its key in ``keys``)
+        in one loop, the record loop of a :attr:`bulk` windowed function. A record off the common path
+        (no key, malformed, no int event time, late) goes to ``general(position, record)``, the runtime's
+        per-record path, which does for it what it does for any record (and raises its error)."""
+        length, field, watermark = self.length, self.event_field, self.time.watermark
+        buffers, dirty, register = self._open, self._dirty, self.time.register
+        largest = None
+        for position, record in enumerate(records):
+            key = keys[position]
+            try:
+                ts = (value := decode(record))[field]
+            except Exception:  # noqa: BLE001 - the general path reports it
+                ts = None
+            if key is None or ts.__class__ is not int or (watermark is not None and
+                                                          ts - ts % length + length <= watermark):
+                general(position, record)
+                continue
+            buffer = buffers.get(key)
+            if buffer is None:
+                buffer = self._buffer(key)
+            slot = str(ts - ts % length)
+            slot_records = buffer.get(slot)
+            if slot_records is None:
+                slot_records = buffer[slot] = []
+                register(key, ts - ts % length + length, "w")
+            slot_records.append([ts, value])
+            dirty.add(key)
+            if largest is None or ts > largest:
+                largest = ts
+        if largest is not None:
+            self.time.observe(largest)
 
     def add(self, key: str, record: Any, ts: int) -> Fired | None:
         """Put ``record`` (event time ``ts``) into its windows; returns the count windows it completes
