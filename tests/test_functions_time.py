@@ -419,3 +419,16 @@ def test_a_skipped_record_takes_back_its_windows_timers_and_ttl(base_spec, clock
     assert store.get_entry(expiry_key("a")) is not None
     run(spec, 1, [{"k": "c", "ts": 500}])  # the watermark (500) passes a's timer; b's is gone
     assert outputs(spec) == [{"key": "a", "at": 110}]
+
+
+def test_a_window_over_the_value_limit_fails_its_batch_saying_why(base_spec, clock):
+    """A key's open windows are one state entry: over the store's value limit, the batch fails naming
+    the key and the limit, and nothing of it is written."""
+    spec = windowed(base_spec, windowLengthDurationMs=1000)
+    limit = cached_state_store(spec).max_value_size
+    big = "x" * (limit // 4)
+    with pytest.raises(FunctionRecordError, match=r"key 'a''s open windows take \d+ bytes, over the state store's "
+                                                  rf"limit of {limit}"):
+        run(spec, 0, [{"k": "a", "ts": t, "pad": big} for t in range(5)])
+    store = cached_state_store(spec)
+    assert store.get_entry(buffer_key("a")) is None and timers_of(store) == []

@@ -260,5 +260,12 @@ class TimeState:
     def flush(self) -> None:
         """Write the changed group entries into the batch's buffer."""
         for group in sorted(self._dirty):
-            self.state.put(group_key(group), encode_group(self._groups[group]))
+            encoded = encode_group(self._groups[group])
+            if len(encoded) > self.state.max_value_size:  # one entry per key group: a limit of this layout
+                entry = self._groups[group]
+                raise InvalidArgumentError(
+                    f"key group {group}'s timers and TTL index ({len(entry['t'])} keys with timers, "
+                    f"{len(entry['x'])} with a TTL) take {len(encoded)} bytes, over the state store's limit of "
+                    f"{self.state.max_value_size}: fewer keys with pending timers or TTLs per key group")
+            self.state.put(group_key(group), encoded)
         self._dirty.clear()

@@ -93,7 +93,12 @@ class Windows:
         for key in sorted(self._dirty):
             buffer = self._open[key]
             empty = not buffer["r"] if self.kind == "count" else not buffer
-            self.time.state.put(buffer_key(key), None if empty else _encode(buffer).encode())
+            encoded = None if empty else _encode(buffer).encode()
+            if encoded is not None and len(encoded) > self.time.state.max_value_size:
+                raise InvalidArgumentError(f"key {key!r}'s open windows take {len(encoded)} bytes, over the state "
+                                           f"store's limit of {self.time.state.max_value_size}: shorter windows "
+                                           "or smaller records")
+            self.time.state.put(buffer_key(key), encoded)
         self._dirty.clear()
 
     # ---- records -------------------------------------------------------------------------------
