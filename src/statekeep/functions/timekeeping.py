@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.validate import check_int
 from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_key,
                                        group_key, has_expiry_key, user_group, wall_clock_ms)
 
@@ -35,9 +36,7 @@ MAX_FIRING_ROUNDS = 100
 
 def check_ttl(ttl_seconds: object) -> int:
     """``ttl_seconds`` if it is an int from 1 to 10**9; :class:`InvalidArgumentError` otherwise."""
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or not 1 <= ttl_seconds <= 10 ** 9:
-        raise InvalidArgumentError(f"ttl_seconds must be an int from 1 to 10**9, not {ttl_seconds!r}")
-    return ttl_seconds
+    return check_int(ttl_seconds, "ttl_seconds", minimum=1, maximum=10 ** 9)
 
 
 class TimeState:
