@@ -432,3 +432,41 @@ def test_a_window_over_the_value_limit_fails_its_batch_saying_why(base_spec, clo
         run(spec, 0, [{"k": "a", "ts": t, "pad": big} for t in range(5)])
     store = cached_state_store(spec)
     assert store.get_entry(buffer_key("a")) is None and timers_of(store) == []
+
+
+SHARDED = '''
+def process(input, context):
+    context.put_state(input["k"], "v", ttl_seconds=60)
+    context.register_timer(input["at"])
+
+def on_timer(key, ts, context):
+    return {"key": key}
+'''
+
+
+def test_timers_and_ttls_beyond_an_entry_spread_over_shards(base_spec, clock):
+    """More keys with timers and TTLs than one key group's entry can hold (a 2 KiB value limit here, 1 MiB
+    by default): the groups spread them over shards, every timer fires once and every key expires."""
+    spec = {**base_spec, "code": SHARDED, "user_config": {"eventTimeField": "ts"},
+            "time": {"window": None, "ttl_ms": None, "ttl_used": True}}
+    url = spec["state_config"]["metadata_url"]
+    spec["state_config"] = {**spec["state_config"], "metadata_url": url + ("&" if "?" in url else "?") +
+                            "max_value_size=2048"}
+    store = cached_state_store(spec)
+    if base_spec["state_provider"] == "partitioned":  # its values live in the state dir: a limit of its own
+        store.max_value_size = 2048
+    limit = store.max_value_size
+    assert limit <= 2048
+    keys = [f"user-{i:05d}" for i in range(4000)]
+    run(spec, 0, [{"k": k, "ts": 1_000, "at": 10_000 + i % 7} for i, k in enumerate(keys)])
+    groups = list(store.scan_entries("\x00g"))
+    assert all(len(e.value) <= limit for e in groups)
+    assert len([e for e in groups if "/" in e.key]) > 128  # every group's index took shards
+    assert len(timers_of(store)) == len(keys)
+    assert visible_entry(store, keys[0]) is not None
+    clock["ms"] += 61_000
+    run(spec, 1, [{"k": keys[0], "ts": 20_000, "at": 30_000}])  # every timer and TTL of batch 0 passed
+    assert sorted(o["key"] for o in outputs(spec)) == sorted(keys)
+    assert [t["key"] for t in timers_of(store)] == [keys[0]]  # batch 1's own
+    assert [e.key for e in visible_entries(store)] == [keys[0]]  # written again in batch 1
+    assert all(store.get_entry(k) is None for k in keys[1:200])  # deleted from storage

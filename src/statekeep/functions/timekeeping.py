@@ -24,7 +24,8 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.validate import check_int
 from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_key,
-                                       group_key, has_expiry_key, user_group, wall_clock_ms)
+                                       group_key, has_expiry_key, internal_group, shard_key, shard_of, user_group,
+                                       wall_clock_ms)
 
 #: A timer further than this from the current time (event time: the watermark, or the clock before
 #: any event) is refused as a mistake.
@@ -55,9 +56,11 @@ class TimeState:
         self.ttl_ms = ttl_ms
         self.ttl_used = ttl_used or ttl_ms is not None  # False: no key of this function can have a TTL
         self.now = clock()  # one processing time per batch
-        self._groups: dict[int, dict[str, Any]] = {}
-        self._dirty: set[int] = set()
+        self._entries: dict[str, dict[str, Any]] = {}  # time entries read (by state key), see _group, _map
+        self._dirty: set[str] = set()
         state.prefetch(group_key(g) for g in self.owned)
+        state.prefetch(shard_key(g, i) for g in self.owned for i in range(self._group(g).get("s", 1))
+                       if self._group(g).get("s", 1) > 1)
         # the driver's watermark if it gave one (the same on a replay); else the groups' own
         marks = [previous] if previous is not None else [m for m in (self._group(g)["wm"] for g in self.owned)
                                                           if m is not None]
@@ -68,18 +71,39 @@ class TimeState:
         self.current_key: str | None = None  # the key being processed, or whose timer fires
 
     # ---- group entries -------------------------------------------------------------------------
+    # A key group's entry holds its watermark and, until it outgrows half the store's value limit, its
+    # keys' timers ("t") and expiries ("x"); then they move to "s" shards (a power of two, by key hash),
+    # each an entry of its own, and the group's entry keeps lower bounds of the earliest timer ("tn")
+    # and expiry ("xn") so a batch reads the shards of a group only when something there may be due.
 
-    def _group(self, group: int) -> dict[str, Any]:
-        entry = self._groups.get(group)
+    def _load(self, name: str) -> dict[str, Any]:
+        entry = self._entries.get(name)
         if entry is None:
-            entry = self._groups[group] = decode_group(self.state.get(group_key(group)))
+            entry = self._entries[name] = decode_group(self.state.get(name))
         return entry
 
-    def _of(self, key: str) -> tuple[int, dict[str, Any]]:
+    def _group(self, group: int) -> dict[str, Any]:
+        return self._load(group_key(group))
+
+    def _map(self, group: int, key: str) -> tuple[str, dict[str, Any]]:
+        """(state key, entry) of the entry holding ``key``'s timers and expiry in ``group``."""
+        shards = self._group(group).get("s", 1)
+        if shards == 1:
+            return group_key(group), self._group(group)
+        name = shard_key(group, shard_of(key, self.groups, shards))
+        return name, self._load(name)
+
+    def _maps(self, group: int) -> list[tuple[str, dict[str, Any]]]:
+        shards = self._group(group).get("s", 1)
+        if shards == 1:
+            return [(group_key(group), self._group(group))]
+        return [(name, self._load(name)) for name in (shard_key(group, i) for i in range(shards))]
+
+    def _of(self, key: str) -> tuple[str, dict[str, Any]]:
         group = user_group(key, self.groups)
         if group not in self._owned:  # routing sends a key's records to its group's owner: a bug if not
             raise InvalidArgumentError(f"key {key!r} (group {group}) is not owned by this partition")
-        return group, self._group(group)
+        return self._map(group, key)
 
     # ---- event time ----------------------------------------------------------------------------
 
@@ -114,24 +138,28 @@ class TimeState:
         return timestamp_ms
 
     def register(self, key: str, timestamp_ms: int, code: str) -> None:
-        group, entry = self._of(key)
+        name, entry = self._of(key)
         timers = entry["t"].setdefault(key, [])
         if [timestamp_ms, code] not in timers:
             timers.append([timestamp_ms, code])
             timers.sort()
-            self._dirty.add(group)
+            self._dirty.add(name)
+            header = self._group(user_group(key, self.groups))
+            if header is not entry and (header.get("tn") is None or timestamp_ms < header["tn"]):
+                header["tn"] = timestamp_ms
+                self._dirty.add(group_key(user_group(key, self.groups)))
             if self.state.journal is not None:
                 self.state.journal.append(lambda: self.delete(key, timestamp_ms, code))
 
     def delete(self, key: str, timestamp_ms: int, code: str) -> bool:
-        group, entry = self._of(key)
+        name, entry = self._of(key)
         timers = entry["t"].get(key, [])
         if [timestamp_ms, code] not in timers:
             return False
         timers.remove([timestamp_ms, code])
         if not timers:
             del entry["t"][key]
-        self._dirty.add(group)
+        self._dirty.add(name)
         if self.state.journal is not None:
             self.state.journal.append(lambda: self.register(key, timestamp_ms, code))
         return True
@@ -147,12 +175,23 @@ class TimeState:
         fired = 0
         for _ in range(MAX_FIRING_ROUNDS):
             due = []
+            latest = max(self.now, mark) if mark is not None else self.now
             for group in self.owned:
-                for key, timers in self._group(group)["t"].items():
-                    for ts, code in timers:
-                        limit = self.now if code == "p" else mark
-                        if limit is not None and ts <= limit:
-                            due.append((ts, key, code))
+                header = self._group(group)
+                if header.get("s", 1) > 1 and (header.get("tn") is None or header["tn"] > latest):
+                    continue  # sharded, and nothing due (tn: a lower bound of its timers)
+                earliest = None
+                for _, entry in self._maps(group):
+                    for key, timers in entry["t"].items():
+                        for ts, code in timers:
+                            limit = self.now if code == "p" else mark
+                            if limit is not None and ts <= limit:
+                                due.append((ts, key, code))
+                            elif earliest is None or ts < earliest:
+                                earliest = ts
+                if header.get("s", 1) > 1 and header.get("tn") != earliest:
+                    header["tn"] = earliest  # what stays after the due ones fire (re-lowered by register)
+                    self._dirty.add(group_key(group))
             if not due:
                 break
             for ts, key, code in sorted(due):
@@ -166,7 +205,7 @@ class TimeState:
         if mark is not None and mark != self.watermark:
             for group in self.owned:  # wp, wb: the batch's previous watermark, for its replay (timerun)
                 self._group(group).update(wm=mark, wp=self.watermark, wb=self.batch)
-                self._dirty.add(group)
+                self._dirty.add(group_key(group))
             self.watermark = mark
         return fired
 
@@ -202,11 +241,15 @@ class TimeState:
             if not self.owned:        # of this partition's groups; the sweep re-checks its expiry entry
                 return
             group = self.owned[0]
-        entry = self._group(group)
+        name, entry = self._map(group, key)
         self._journal_expiry(entry, key)
         entry["x"][key] = expires
         entry["xn"] = min(expires, entry.get("xn") or expires)
-        self._dirty.add(group)
+        self._dirty.add(name)
+        header = self._group(group)
+        if header is not entry and (header.get("xn") is None or expires < header["xn"]):
+            header["xn"] = expires  # a lower bound over the shards (never taken back: a read too many)
+            self._dirty.add(group_key(group))
 
     def _journal_expiry(self, entry: dict[str, Any], key: str) -> None:
         """How to take back a change of ``key``'s place in a group's TTL index (a failed record's)."""
@@ -230,41 +273,83 @@ class TimeState:
             return
         self.state.put(expiry_key(key), None)
         group = user_group(key, self.groups)
-        if group in self._owned and key in self._group(group)["x"]:
-            self._journal_expiry(self._group(group), key)
-            del self._group(group)["x"][key]
-            self._dirty.add(group)
+        if group in self._owned:
+            name, entry = self._map(group, key)
+            if key in entry["x"]:
+                self._journal_expiry(entry, key)
+                del entry["x"][key]
+                self._dirty.add(name)
 
     def sweep(self) -> int:
         """Delete the expired keys of the owned groups (each with a changelog tombstone, in this batch's
         write). Only groups whose earliest expiry has passed are looked at. Returns how many."""
         removed = 0
         for group in self.owned:
-            entry = self._group(group)
-            if not entry["x"] or (entry.get("xn") or 0) > self.now:
+            header = self._group(group)
+            sharded = header.get("s", 1) > 1
+            earliest = header.get("xn")  # for a sharded group, a lower bound over its shards
+            if (earliest is not None and earliest > self.now) or (earliest is None and not header["x"]):
                 continue
-            for key, expires in list(entry["x"].items()):
-                if expires <= self.now:
-                    del entry["x"][key]
-                    current = decode_expiry(self.state.get(expiry_key(key)))
-                    if current is None or current > self.now:
-                        continue  # deleted, or written again since (through another group's index)
-                    self.state.put(key, None)
-                    self.state.put(expiry_key(key), None)
-                    removed += 1
-            entry["xn"] = min(entry["x"].values(), default=None)
-            self._dirty.add(group)
+            for name, entry in self._maps(group):
+                if not entry["x"] or (entry.get("xn") or 0) > self.now:
+                    continue
+                for key, expires in list(entry["x"].items()):
+                    if expires <= self.now:
+                        del entry["x"][key]
+                        current = decode_expiry(self.state.get(expiry_key(key)))
+                        if current is None or current > self.now:
+                            continue  # deleted, or written again since (through another group's index)
+                        self.state.put(key, None)
+                        self.state.put(expiry_key(key), None)
+                        removed += 1
+                entry["xn"] = min(entry["x"].values(), default=None)
+                self._dirty.add(name)
+            if sharded:
+                header["xn"] = min((e["xn"] for _, e in self._maps(group) if e.get("xn") is not None), default=None)
+                self._dirty.add(group_key(group))
         return removed
 
     def flush(self) -> None:
-        """Write the changed group entries into the batch's buffer."""
-        for group in sorted(self._dirty):
-            encoded = encode_group(self._groups[group])
-            if len(encoded) > self.state.max_value_size:  # one entry per key group: a limit of this layout
-                entry = self._groups[group]
-                raise InvalidArgumentError(
-                    f"key group {group}'s timers and TTL index ({len(entry['t'])} keys with timers, "
-                    f"{len(entry['x'])} with a TTL) take {len(encoded)} bytes, over the state store's limit of "
-                    f"{self.state.max_value_size}: fewer keys with pending timers or TTLs per key group")
-            self.state.put(group_key(group), encoded)
+        """Write the changed time entries into the batch's buffer; a group whose timers and expiries
+        outgrow half the store's value limit is spread over (more) shards first."""
+        encoded = {name: encode_group(self._entries[name]) for name in self._dirty}
+        limit = self.state.max_value_size
+        for group in sorted({internal_group(n, self.groups) for n, e in encoded.items() if len(e) > limit // 2}):
+            size = sum(len(encode_group(e)) for _, e in self._maps(group))
+            self._reshard(group, size)
+            encoded.update((n, encode_group(self._entries[n])) for n in self._dirty if n not in encoded or
+                           internal_group(n, self.groups) == group)
+        for name in sorted(encoded):
+            if len(encoded[name]) > limit:  # a shard still too big: keys with very many timers
+                raise InvalidArgumentError(f"the timers and TTL index entry {name!r} takes {len(encoded[name])} "
+                                           f"bytes, over the state store's limit of {limit}")
+            self.state.put(name, encoded[name])
         self._dirty.clear()
+
+    def _reshard(self, group: int, size: int) -> None:
+        """Spread ``group``'s timers and expiries (``size`` bytes encoded) over twice as many shards or
+        more, so that each is expected to take a quarter of the store's value limit."""
+        header = self._group(group)
+        timers: dict[str, Any] = {}
+        expiries: dict[str, int] = {}
+        for _, entry in self._maps(group):
+            timers.update(entry["t"])
+            expiries.update(entry["x"])
+        shards = header.get("s", 1) * 2
+        while size / shards > self.state.max_value_size // 4:
+            shards *= 2
+        header.update(s=shards, t={}, x={},
+                      tn=min((ts for ts_list in timers.values() for ts, _ in ts_list), default=None),
+                      xn=min(expiries.values(), default=None))
+        self._dirty.add(group_key(group))
+        for i in range(shards):
+            name = shard_key(group, i)
+            self._entries[name] = {"wm": None, "t": {}, "x": {}}
+            self._dirty.add(name)
+        for key, ts_list in timers.items():
+            self._entries[shard_key(group, shard_of(key, self.groups, shards))]["t"][key] = ts_list
+        for key, expires in expiries.items():
+            self._entries[shard_key(group, shard_of(key, self.groups, shards))]["x"][key] = expires
+        for i in range(shards):
+            entry = self._entries[shard_key(group, i)]
+            entry["xn"] = min(entry["x"].values(), default=None)

@@ -10,6 +10,9 @@ or the CLI can never write (:func:`check_user_key`) and which user-visible reads
     one per key group: JSON ``{"wm": watermark, "t": {key: [[ms, domain], ...]}, "x": {key: expiry}}``
     -- the watermark as of the last batch that touched the group, the timers of the group's keys
     (domain ``e`` event time, ``p`` processing time, ``w`` a window's end) and the TTL index of its keys.
+    A group whose timers and TTL index outgrow half the store's value limit keeps them in ``"s"`` shards
+    instead (a power of two; a key's shard is :func:`shard_of`), each an entry ``\\0g<group>/<i>``
+    (:func:`shard_key`), and lower bounds of their earliest timer and expiry (``tn``, ``xn``).
 ``\\0w\\0<key>`` (:func:`buffer_key`)
     a key's open windows (JSON).
 ``\\0x\\0<key>`` (:func:`expiry_key`)
@@ -65,6 +68,15 @@ def group_key(group: int) -> str:
     return f"{_GROUP}{group}"
 
 
+def shard_key(group: int, shard: int) -> str:
+    return f"{_GROUP}{group}/{shard}"
+
+
+def shard_of(key: str, groups: int, shards: int) -> int:
+    """The shard of a group's timers and TTL index holding ``key`` (hash bits above the group's)."""
+    return zlib.crc32(key.encode()) // groups % shards
+
+
 def buffer_key(key: str) -> str:
     return _BUFFER + key
 
@@ -94,8 +106,8 @@ def has_buffer_key(key: str) -> bool:
 def internal_group(key: str, groups: int) -> int:
     """The key group of an internal key: a group entry's own group, or the group of the user key a
     per-key entry embeds (``crc32(user key) mod groups``)."""
-    if key.startswith(_GROUP):
-        return int(key[len(_GROUP):]) % groups
+    if key.startswith(_GROUP):  # a group's entry, or one of its shards
+        return int(key[len(_GROUP):].partition("/")[0]) % groups
     user = key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
     return zlib.crc32(user.encode()) % groups
 
