@@ -169,3 +169,29 @@ def test_a_checkpoint_without_the_clock_source_still_resumes(tmp_path, spark):
             assert [t["key"] for t in timers_of(state)] in (["bob"], [])  # registered (or already fired)
         finally:
             query.stop()
+
+
+def test_a_once_run_fires_what_only_the_functions_watermark_passed(tmp_path, spark):
+    """One partition's records reach t=10000, the other's only 1500: its window [1000, 2000) is not passed
+    by its own watermark but is by the function's (10000), so the run ends with a batch without input that
+    fires it (and a run where nothing is left needs none)."""
+    from statekeep.functions.spark import run_registered
+    from statekeep.state.partitioned.keygroups import key_group
+
+    ahead = next(k for k in NAMES if key_group(k, 128) < 64)  # partition 0 of 2
+    behind = next(k for k in NAMES if key_group(k, 128) >= 64)  # partition 1
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    write_events(inputs, 0, [{"k": ahead, "ts": 10_000, "id": "a"}, {"k": behind, "ts": 1500, "id": "b"}])
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "lag", "inputs": [str(inputs)],
+                                 "keyField": "k", "output": str(out), "parallelism": 2,
+                                 "windowConfig": {"windowLengthDurationMs": LENGTH},
+                                 "userConfig": {"eventTimeField": "ts"}}, WINDOWED.encode())
+        query = run_registered(service, url, "public", "default", "lag", checkpoint_root=str(tmp_path / "ck"),
+                               spark=spark, once=True)
+        query.await_termination()
+        assert query.status()["error"] is None
+        assert query.status()["batches"] == 2  # the input's, then the last one
+        fired = [json.loads(line) for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
+        assert [(o["key"], o["start"], o["ids"]) for o in fired] == [(behind, 1000, ["b"])]

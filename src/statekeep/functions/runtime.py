@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 # exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.stats)
 STATS_SCHEMA = ("partition long, processed long, skipped long, outputs long, applied boolean, error string, "
                 "received long, user_exceptions long, dead_letters long, latency double, metrics string, "
-                "exceptions string, watermark long")
+                "exceptions string, watermark long, next_event long, next_processing long")
 MAX_EXCEPTIONS = 10
 
 
@@ -72,6 +72,8 @@ class PartitionStats:
     metrics: dict[str, list[float]] = field(default_factory=dict)  # record_metric: name -> [sum, count, last]
     exceptions: list[list[Any]] = field(default_factory=list)  # latest [message, time ms]
     watermark: int | None = None  # the partition's event-time watermark after the batch (timekeeping)
+    next_event: int | None = None  # its earliest timer left in event time, and in processing time
+    next_processing: int | None = None
 
     def user_exception(self, message: str) -> None:
         self.user_exceptions += 1
@@ -502,6 +504,7 @@ def _finish_time(spec: ExecutorSpec, timed: timerun.TimedRun, batch_id: int, sta
     try:
         timed.finish()
         stats.watermark = timed.time.watermark
+        stats.next_event, stats.next_processing = timed.time.next_event, timed.time.next_processing
     except Exception as e:  # noqa: BLE001 - user code (on_timer, a window's process): reported with where
         raise FunctionRecordError(
             f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed firing timers of batch {batch_id}, "
@@ -572,6 +575,7 @@ def _stats_batch(stats: PartitionStats) -> Any:
         "received": stats.received, "user_exceptions": stats.user_exceptions, "dead_letters": stats.dead_letters,
         "latency": stats.latency, "metrics": json.dumps(stats.metrics) if stats.metrics else None,
         "exceptions": json.dumps(stats.exceptions) if stats.exceptions else None, "watermark": stats.watermark,
+        "next_event": stats.next_event, "next_processing": stats.next_processing,
     }], schema=_stats_schema())
 
 
@@ -582,4 +586,4 @@ def _stats_schema() -> Any:
                       ("outputs", pa.int64()), ("applied", pa.bool_()), ("error", pa.string()),
                       ("received", pa.int64()), ("user_exceptions", pa.int64()), ("dead_letters", pa.int64()),
                       ("latency", pa.float64()), ("metrics", pa.string()), ("exceptions", pa.string()),
-                      ("watermark", pa.int64())])
+                      ("watermark", pa.int64()), ("next_event", pa.int64()), ("next_processing", pa.int64())])

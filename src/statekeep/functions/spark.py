@@ -21,8 +21,8 @@ from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
-from statekeep.functions.timerun import (advance_watermark, time_section, with_batch_watermark, with_clock_source,
-                                         with_ticks)
+from statekeep.functions.timerun import (advance_watermark, last_batch_needed, time_section, with_batch_watermark,
+                                         with_clock_source, with_ticks)
 from statekeep.state.partitioned.keygroups import spark_routes
 from statekeep.state.timestate import TIME_GROUPS
 
@@ -252,7 +252,7 @@ class FunctionQuery:
             self.totals["skipped"] += row["skipped"]
             self.totals["outputs"] += row["outputs"]
         if spec.get("time"):
-            advance_watermark(self._time, rows)
+            advance_watermark(self._time, rows, parallelism)
         add_batch(self.totals["instances"], rows)
         self.totals["batches"] += 1
         self.totals["last_batch"] = batch_id
@@ -292,14 +292,16 @@ class FunctionQuery:
 
     def await_termination(self, timeout: float | None = None) -> bool | None:
         """Wait for the query (Spark's ``awaitTermination``). A ``--once`` run of a function keeping
-        time ends with one more micro-batch, without input, in which every partition fires what the
-        function's final watermark has passed (its last batch fired only what each partition's own
-        records had passed; a running query does this in its clock's next batch)."""
+        time whose partitions left timers (or windows) that the function's final watermark or the clock
+        has passed ends with one more micro-batch, without input, that fires them (its last batch fired
+        only what each partition's own records had passed; a running query does this in its clock's
+        next batch)."""
         assert self.query is not None, "start() first"
         try:
             # PySpark annotates int seconds but takes float ones (it converts to milliseconds)
             ended = self.query.awaitTermination(timeout)  # type: ignore[arg-type]
-            if self.once and self._clock and not self._ticked and not self.query.isActive:
+            if (self.once and self._clock and not self._ticked and not self.query.isActive
+                    and last_batch_needed(self._time)):
                 self._ticked = True
                 self.start(tick=True)
                 return self.await_termination(timeout)

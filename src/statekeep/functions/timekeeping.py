@@ -69,6 +69,10 @@ class TimeState:
         self.watermark: int | None = max(marks) if marks else None
         self.max_event: int | None = None
         self.current_key: str | None = None  # the key being processed, or whose timer fires
+        #: after :meth:`fire`: lower bounds of the earliest timer left in event time (windows too) and in
+        #: processing time (None: none), which tell the driver whether a last batch has anything to fire
+        self.next_event: int | None = None
+        self.next_processing: int | None = None
 
     # ---- group entries -------------------------------------------------------------------------
     # A key group's entry holds its watermark and, until it outgrows half the store's value limit, its
@@ -176,10 +180,14 @@ class TimeState:
         for _ in range(MAX_FIRING_ROUNDS):
             due = []
             latest = max(self.now, mark) if mark is not None else self.now
+            left: dict[str, int] = {}  # domain ("p", else event) -> the earliest timer not due
             for group in self.owned:
                 header = self._group(group)
                 if header.get("s", 1) > 1 and (header.get("tn") is None or header["tn"] > latest):
-                    continue  # sharded, and nothing due (tn: a lower bound of its timers)
+                    if header.get("tn") is not None:  # sharded, nothing due (tn: a lower bound of its timers)
+                        left["p"] = min(left.get("p", header["tn"]), header["tn"])
+                        left["e"] = min(left.get("e", header["tn"]), header["tn"])
+                    continue
                 earliest = None
                 for _, entry in self._maps(group):
                     for key, timers in entry["t"].items():
@@ -187,11 +195,15 @@ class TimeState:
                             limit = self.now if code == "p" else mark
                             if limit is not None and ts <= limit:
                                 due.append((ts, key, code))
-                            elif earliest is None or ts < earliest:
+                                continue
+                            domain = "p" if code == "p" else "e"
+                            left[domain] = min(left.get(domain, ts), ts)
+                            if earliest is None or ts < earliest:
                                 earliest = ts
                 if header.get("s", 1) > 1 and header.get("tn") != earliest:
                     header["tn"] = earliest  # what stays after the due ones fire (re-lowered by register)
                     self._dirty.add(group_key(group))
+            self.next_event, self.next_processing = left.get("e"), left.get("p")
             if not due:
                 break
             for ts, key, code in sorted(due):

@@ -197,11 +197,26 @@ def with_batch_watermark(spec: ExecutorSpec, store: Any, known: dict[str, Any], 
     return batch_spec
 
 
-def advance_watermark(known: dict[str, Any], rows: Iterable[Mapping[str, Any]]) -> None:
+def advance_watermark(known: dict[str, Any], rows: Iterable[Mapping[str, Any]], parallelism: int) -> None:
     """After a micro-batch: the function's watermark is the largest of its partitions' (their stats
-    rows' ``watermark``) and the one before."""
+    rows' ``watermark``) and the one before; ``known`` also keeps what :func:`last_batch_needed` needs."""
+    rows = list(rows)
     marks = [m for m in [known.get("watermark"), *(row.get("watermark") for row in rows)] if m is not None]
     known["watermark"] = max(marks) if marks else None
+    # every partition reports (ticks make each run); a replayed partition (already applied) reports nothing
+    known["unreported"] = parallelism - (len(rows) if all(row.get("applied") for row in rows) else 0)
+    for name in ("next_event", "next_processing"):
+        known[name] = min((row[name] for row in rows if row.get(name) is not None), default=None)
+
+
+def last_batch_needed(known: dict[str, Any]) -> bool:
+    """Whether a ``--once`` run needs its last micro-batch without input: a partition left a timer (or
+    a window) the function's watermark or the clock has passed, or did not report (a replayed batch)."""
+    if known.get("unreported", 1) > 0:
+        return True
+    event, processing, mark = known.get("next_event"), known.get("next_processing"), known.get("watermark")
+    return (event is not None and mark is not None and event <= mark) or (
+        processing is not None and processing <= CLOCK())
 
 
 def with_ticks(frame: Any, parallelism: int) -> Any:
