@@ -241,7 +241,7 @@ class FunctionQuery:
             spec = spec.copy()  # for this batch
             spec["state_parallelism"], spec["time_groups"] = parallelism, groups
             frame = frame.withColumn("__route", route_column(groups, parallelism))
-        if spec.get("time"):  # the function's watermark for this batch, from all its records
+        if spec.get("time"):  # the function's watermark before this batch
             spec = with_batch_watermark(spec, cached_state_store(spec), self._time, batch_id)
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
         runner = arrow_partition_runner(spec, batch_id)
