@@ -204,7 +204,7 @@ class _ClockStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._frozen = True
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        return [InputPartition(None)]
+        return []  # no rows, so no task: a batch of the clock alone costs Spark no Python worker for it
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return iter(())
