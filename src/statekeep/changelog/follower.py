@@ -239,27 +239,25 @@ class FollowerStore(ReadableStateStore):
 
     # ---- the tailing thread --------------------------------------------------------------------
 
+    def _stop_tailing(self, error: StatekeepError, phase: str, level: int) -> float:
+        """End the tailing for good on ``error`` (readers see it, and ``phase``)."""
+        with self._cond:
+            self._error = error
+            self._phase = phase
+            self._cond.notify_all()
+        log.log(level, "follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, error)
+        self._tailing.stop()
+        return 0.0
+
     def _tail(self) -> float:
         """One turn of the tailing thread: a :meth:`step`; returns the seconds until the next (none
         after records were applied, ``poll_interval`` after none, longer after failures in a row)."""
         try:
             applied = self.step()
         except NotFoundError as e:
-            with self._cond:
-                self._error = e
-                self._phase = "deleted"
-                self._cond.notify_all()
-            log.warning("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
-            self._tailing.stop()
-            return 0.0
+            return self._stop_tailing(e, "deleted", logging.WARNING)
         except ViewError as e:  # the user's filter or transform: retrying would fail again
-            with self._cond:
-                self._error = e
-                self._phase = "failed"
-                self._cond.notify_all()
-            log.error("follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, e)
-            self._tailing.stop()
-            return 0.0
+            return self._stop_tailing(e, "failed", logging.ERROR)
         except StatekeepError as e:  # e.g. the leader's store is unreachable: try again, slower
             self._failures += 1
             log.warning("follower of %s/%s/%s: %s (retrying)", self.tenant, self.namespace, self.name, e)
