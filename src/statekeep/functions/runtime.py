@@ -257,23 +257,26 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
         _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead, wrap)
     else:
-        def one(position: int, record: Any) -> None:  # the per-record path
+        def one(position: int, record: Any) -> None:  # the loop's body, for add_all's records off its path
             context._position = position
-            try:  # a malformed record is a failing record too
+            try:
                 result = process(decode(record), context)
             except Exception as e:
-                where = f"batch {batch_id}, partition {partition}, record {position}"
-                raise FunctionRecordError(
-                    f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on {where}: "
-                    f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
+                raise _record_error(spec, batch_id, partition, position, e) from None
             if result is not None:
                 outputs.append(wrap(result))
 
         if timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
             timed.windows.add_all(records, record_keys, decode, one)  # tumbling windows: one loop
         else:
-            for position, record in enumerate(records):
-                one(position, record)
+            for position, record in enumerate(records):  # written out: no call per record beyond the function's
+                context._position = position
+                try:  # a malformed record is a failing record too
+                    result = process(decode(record), context)
+                except Exception as e:
+                    raise _record_error(spec, batch_id, partition, position, e) from None
+                if result is not None:
+                    outputs.append(wrap(result))
         stats.processed = len(records)
     context._position = -1
     if timed is not None:
@@ -294,6 +297,14 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         for record in outputs[:20]:
             print(json.dumps(record, default=str))
     return stats
+
+
+def _record_error(spec: ExecutorSpec, batch_id: int, partition: int, position: int,
+                  error: Exception) -> FunctionRecordError:
+    """The error failing a partition on the record at ``position`` (raised inside its ``except``)."""
+    return FunctionRecordError(
+        f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on batch {batch_id}, partition {partition}, "
+        f"record {position}: {type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}")
 
 
 def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: list[Any], process: Callable[..., Any],
@@ -337,9 +348,7 @@ def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: lis
                     if len(stats.errors) < MAX_EXCEPTIONS:
                         stats.errors.append(message)
                 else:
-                    raise FunctionRecordError(
-                        f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on {where}: "
-                        f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
+                    raise _record_error(spec, batch_id, partition, position, e) from None
                 break
             stats.processed += 1
             if result is not None:
