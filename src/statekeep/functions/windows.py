@@ -137,8 +137,7 @@ class Windows:
         in one loop, the record loop of a :attr:`bulk` windowed function. A record off the common path
         (no key, malformed, no int event time, late) goes to ``general(position, record)``, the runtime's
         per-record path, which does for it what it does for any record (and raises its error)."""
-        length, field, watermark = self.length, self.event_field, self.time.watermark
-        buffers, dirty, register = self._open, self._dirty, self.time.register
+        field, add = self.event_field, self.add_tumbling
         largest = None
         for position, record in enumerate(records):
             key = keys[position]
@@ -146,20 +145,9 @@ class Windows:
                 ts = (value := decode(record))[field]
             except Exception:  # noqa: BLE001 - the general path reports it
                 ts = None
-            if key is None or ts.__class__ is not int or (watermark is not None and
-                                                          ts - ts % length + length <= watermark):
+            if key is None or ts.__class__ is not int or add(key, value, ts) is None:  # None: late, not added
                 general(position, record)
                 continue
-            buffer = buffers.get(key)
-            if buffer is None:
-                buffer = self._buffer(key)
-            slot = str(ts - ts % length)
-            slot_records = buffer.get(slot)
-            if slot_records is None:
-                slot_records = buffer[slot] = []
-                register(key, ts - ts % length + length, "w")
-            slot_records.append([ts, value])
-            dirty.add(key)
             if largest is None or ts > largest:
                 largest = ts
         if largest is not None:
