@@ -1,10 +1,19 @@
 """Shared fixtures. Backends for the contract suites are listed in BACKENDS; a backend joins every
-contract suite by adding one entry there (a function returning a fresh store URL)."""
+contract suite by adding one entry there (a function returning a fresh store URL).
+
+Tiers are chosen by what a test uses, never by hand: each fixture in RESOURCES that starts something
+outside this process (and each test parameter naming a server backend, RESOURCE_PARAMS) marks the tests
+that use it; a test using none of them is marked ``fast`` (``scripts/test --fast`` runs those). A fast
+test that starts one anyway, without its fixture, fails saying which fixture to ask for, so the fast tier
+cannot quietly grow slow. Tests sharing a heavy fixture wider than one test (a module's server or
+browser, the Spark cluster, the ZooKeeper ensemble) run on one pytest-xdist worker (``xdist_group``),
+so each is started once per run."""
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from types import ModuleType
@@ -17,6 +26,83 @@ from statekeep.testing.contract.plugin import open_url, provider, store  # noqa:
 
 IN_CI = os.environ.get("CI") == "true"
 T = TypeVar("T")
+
+#: fixtures that start something outside the test process -> the tier marker of the tests using them
+RESOURCES = {
+    "spark": "spark", "spark_env": "spark", "spark_cluster": "cluster", "server_process": "server",
+    "zk_server": "zookeeper", "zk_ensemble": "zookeeper", "start_zookeeper": "zookeeper",
+    "etcd_server": "etcd", "start_etcd": "etcd", "s3_server": "s3",
+    "browser": "chromium", "fresh_copy": "venv",
+}
+#: a test parameter naming a server backend (e.g. ``backend="etcd"``) marks the test as using it
+RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3"}
+#: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
+SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in sorted(set(RESOURCES.values())):
+        config.addinivalue_line("markers", f"{marker}: uses {marker} (set from the test's fixtures)")
+    config.addinivalue_line("markers", "fast: uses nothing outside the test process (scripts/test --fast)")
+
+
+def _param_values(item: pytest.Item) -> list[object]:
+    callspec = getattr(item, "callspec", None)
+    values: list[object] = []
+    for value in (callspec.params.values() if callspec else ()):
+        for one in value if isinstance(value, tuple) else (value,):
+            values.extend(one.split("-") if isinstance(one, str) else (one,))  # "metadata-zk" names zk too
+    return values
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(item.fixturenames)
+        used = {RESOURCES[n] for n in names & RESOURCES.keys()}
+        used |= {RESOURCE_PARAMS[v] for v in _param_values(item) if isinstance(v, str) and v in RESOURCE_PARAMS}
+        for marker in sorted(used):
+            item.add_marker(marker)
+        if not used:
+            item.add_marker("fast")
+        group = next((SHARED_GROUPS[n] for n in sorted(names & SHARED_GROUPS.keys())), None)
+        if group is None and used:
+            # a heavy fixture defined in the test's module and wider than a test: its tests stay together
+            defs = getattr(item, "_fixtureinfo").name2fixturedefs
+            if any(d.scope != "function" and d.baseid.endswith(".py") for n in names for d in defs.get(n, ())):
+                group = item.module.__name__ if item.module else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _UndeclaredResource(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``fast`` test may not start a server, a server process or Spark: it must ask for the fixture."""
+    if request.node.get_closest_marker("fast") is None:
+        return
+
+    def refuse(what: str, fixture: str) -> Callable[..., NoReturn]:
+        def refused(*args: object, **kwargs: object) -> NoReturn:
+            raise _UndeclaredResource(f"{request.node.nodeid} starts {what} without asking for the {fixture!r} "
+                                      "fixture: ask for it, so the test leaves the fast tier")
+        return refused
+
+    from statekeep.testing import servers
+
+    monkeypatch.setattr(servers.Server, "launch", refuse("a server (ZooKeeper, etcd or S3)",
+                                                             "zk_server, etcd_server, start_zookeeper or start_etcd"))
+    monkeypatch.setattr("support.server_process.ServerProcess.__init__", refuse("statekeep standalone",
+                                                                                 "server_process"))
+    # Spark in this process, and in any process it starts (no spark-submit under this SPARK_HOME)
+    monkeypatch.setenv("SPARK_HOME", "/nonexistent/fast-tier-tests-ask-for-the-spark-fixture")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse("Spark", "spark"))
 
 
 def _memory_url(request: pytest.FixtureRequest, tmp_path) -> str:
@@ -110,6 +196,21 @@ zk_server = _server_fixture("zookeeper")
 etcd_server = _server_fixture("etcd")
 
 
+def _dedicated_server_fixture(kind: str):
+    @pytest.fixture(scope="session")
+    def start():
+        """Starts a server of its own, for a test that kills it; the caller stops it."""
+        from statekeep.testing import servers
+
+        return lambda: _start_or_skip(kind, lambda: servers.start(kind))
+
+    return start
+
+
+start_zookeeper = _dedicated_server_fixture("zookeeper")
+start_etcd = _dedicated_server_fixture("etcd")
+
+
 S3_BUCKETS = ("statekeep", "statekeep-other")
 
 
@@ -135,6 +236,16 @@ def s3_server():
 
 
 @pytest.fixture(scope="session")
+def server_process() -> type:
+    """The class that runs ``statekeep standalone`` as a process of its own
+    (:class:`support.server_process.ServerProcess`): a test asking for it is in the ``server`` tier."""
+    need("fastapi")
+    from support.server_process import ServerProcess
+
+    return ServerProcess
+
+
+@pytest.fixture(scope="session")
 def zk_ensemble():
     """Three ZooKeeper servers in one ensemble on loopback (statekeep.testing.servers.Ensemble), started when
     a test first asks for it, stopped at the end of the run. ``zk_ensemble.url("/chroot")`` is a zk:// URL
@@ -155,6 +266,13 @@ def spark():
     session = spark_session("local[2,4]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_env() -> dict[str, str]:
+    """The environment a Spark driver process started by a test needs (``{**os.environ, **spark_env}``)."""
+    need("pyspark")
+    return {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 @pytest.fixture(scope="session")

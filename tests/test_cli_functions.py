@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from support.server_process import FUNCTION, ServerProcess
+from support.server_process import FUNCTION
 from support.cli import run
 
 
@@ -63,8 +63,8 @@ def test_bad_input_gives_clear_errors(tmp_path, capsys, py):
     assert code == 1 and "already exists" in err
 
 
-def test_against_a_server_prints_the_rest_json(tmp_path, capsys, py):
-    server = ServerProcess(tmp_path / "data")
+def test_against_a_server_prints_the_rest_json(server_process, tmp_path, capsys, py):
+    server = server_process(tmp_path / "data")
     try:
         url = ["--url", server.url]
         ident = ["--tenant", "acme", "--namespace", "prod", "--name", "wc"]

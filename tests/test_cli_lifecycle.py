@@ -10,7 +10,7 @@ import os
 import httpx
 import pytest
 
-from support.server_process import FUNCTION, ServerProcess
+from support.server_process import FUNCTION
 from support.cli import run, no_client_settings  # noqa: F401 - a fixture, used below
 from statekeep.cli import main
 
@@ -20,8 +20,8 @@ FN = "/admin/v3/functions/public/default/wc"
 
 
 @pytest.fixture
-def server(tmp_path):
-    server = ServerProcess(tmp_path / "data")
+def server(server_process, tmp_path):
+    server = server_process(tmp_path / "data")
     py = tmp_path / "wc.py"
     py.write_bytes(FUNCTION)
     assert main(["functions", "create", "--name", "wc", "--py", str(py), "-i", "in", "--input-format", "text",

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.server_process import FUNCTION, ServerProcess
+from support.server_process import FUNCTION
 from support.cli import run, no_client_settings  # noqa: F401 - a fixture, used below
 from statekeep.cli import build_parser, main
 from statekeep.cli.client import DEFAULT_URL, resolve_target
@@ -87,8 +87,8 @@ def test_no_server_answering_is_one_plain_line(tmp_path, capsys, monkeypatch):
     assert code == 0 and out == "", err
 
 
-def test_a_server_by_default_with_the_token_of_client_conf(tmp_path, capsys, monkeypatch, py):
-    server = ServerProcess(tmp_path / "data", tokens={"secret-token": {"superuser": True}})
+def test_a_server_by_default_with_the_token_of_client_conf(server_process, tmp_path, capsys, monkeypatch, py):
+    server = server_process(tmp_path / "data", tokens={"secret-token": {"superuser": True}})
     try:
         conf = write_conf(tmp_path / "client.conf", webServiceUrl=server.url)
         monkeypatch.setenv("STATEKEEP_CLIENT_CONF", str(conf))
@@ -120,8 +120,8 @@ def test_a_server_by_default_with_the_token_of_client_conf(tmp_path, capsys, mon
         server.stop()
 
 
-def test_pulsar_admin_flags_and_the_yaml_config_file(tmp_path, capsys, py):
-    server = ServerProcess(tmp_path / "data")
+def test_pulsar_admin_flags_and_the_yaml_config_file(server_process, tmp_path, capsys, py):
+    server = server_process(tmp_path / "data")
     try:
         url = ["--url", server.url]
         config_file = tmp_path / "wc.yaml"
@@ -179,8 +179,8 @@ def test_pulsar_admin_flags_and_the_yaml_config_file(tmp_path, capsys, py):
         server.stop()
 
 
-def test_querystate_watch_prints_each_change(tmp_path, py):
-    server = ServerProcess(tmp_path / "data")
+def test_querystate_watch_prints_each_change(server_process, tmp_path, py):
+    server = server_process(tmp_path / "data")
     watcher = None
     try:
         client = httpx.Client(base_url=server.url)

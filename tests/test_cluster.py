@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.followers import Follower
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 from support.spark import write_word_files, write_words
 
 from statekeep.cli import main
@@ -147,8 +147,9 @@ def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, state, spa
             assert service.registry.get("public", "default", "slow").stateStorage["config"]["state_dir"] == extra[1]
 
 
-def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_follower(request, spark_cluster,
-                                                                                     s3_server, tmp_path):
+def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_follower(server_process, request,
+                                                                                     spark_cluster, s3_server,
+                                                                                     tmp_path):
     """Partition-owned state in S3 (moto's server), ZooKeeper coordinating, on the standalone cluster: a run at
     parallelism 2 while a second server (another process, sharing only the store) writes state through REST;
     then a run rescaled to 3 over new input; then a follower in a third process reads the state from S3.
@@ -158,7 +159,7 @@ def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_foll
     py.write_bytes(SLOW_COUNT)
     words = [f"w{i % 31}" for i in range(5000)]
     write_word_files(inputs, words[:3000])
-    server = ServerProcess(tmp_path / "second", store=url)
+    server = server_process(tmp_path / "second", store=url)
     stop, written, errors = threading.Event(), Counter(), []
     path = "/admin/v3/functions/public/default/slow/state"
 
@@ -217,8 +218,8 @@ def test_partition_owned_state_in_s3_rescales_takes_rest_writes_and_feeds_a_foll
         server.stop()
 
 
-def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(request, spark_cluster, tmp_path,
-                                                                          capsys):
+def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(server_process, request, spark_cluster,
+                                                                          tmp_path, capsys):
     """Two standalone servers on one ZooKeeper: a function created through one runs on exactly one
     of them and its state is served by both; when the server running it is killed (SIGKILL, with
     its Spark driver), the other takes it over from the shared checkpoint while input keeps arriving,
@@ -235,7 +236,7 @@ def test_servers_share_a_store_and_a_function_moves_when_its_server_dies(request
     for index in range(3):
         add_file(index)
     options = ["--checkpoint-dir", str(checkpoints), "--spark-master", spark_cluster.master_url]
-    servers = [ServerProcess(tmp_path / f"s{i}", worker=True, store=url, extra=options) for i in range(2)]
+    servers = [server_process(tmp_path / f"s{i}", worker=True, store=url, extra=options) for i in range(2)]
     writer_done = threading.Event()
     try:
         first, second = servers

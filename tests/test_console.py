@@ -20,7 +20,7 @@ import httpx
 import pytest
 from conftest import missing, need
 
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 
 need("fastapi")
 webdriver = need("selenium.webdriver")
@@ -69,23 +69,23 @@ def _fresh_page(request):
 
 
 @pytest.fixture(scope="module")
-def local_server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("console-local") / "data")
+def local_server(server_process, tmp_path_factory):
+    srv = server_process(tmp_path_factory.mktemp("console-local") / "data")
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def zk_console_server(tmp_path_factory, zk_server):
-    srv = ServerProcess(tmp_path_factory.mktemp("console-zk") / "data",
+def zk_console_server(server_process, tmp_path_factory, zk_server):
+    srv = server_process(tmp_path_factory.mktemp("console-zk") / "data",
                         store=f"zk://{zk_server.address}/console{uuid.uuid4().hex[:8]}")
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def etcd_console_server(tmp_path_factory, etcd_server):
-    srv = ServerProcess(tmp_path_factory.mktemp("console-etcd") / "data",
+def etcd_console_server(server_process, tmp_path_factory, etcd_server):
+    srv = server_process(tmp_path_factory.mktemp("console-etcd") / "data",
                         store=f"etcd://{etcd_server.address}/console{uuid.uuid4().hex[:8]}")
     yield srv
     srv.stop()
@@ -247,8 +247,8 @@ def test_state_values_live_updates_and_conflict(browser, server):
     assert console_errors(browser, expected=(r"state/note - .*409",)) == []
 
 
-def test_changelog_page_shows_followers_and_lag(browser, tmp_path):
-    first = ServerProcess(tmp_path / "data")
+def test_changelog_page_shows_followers_and_lag(server_process, browser, tmp_path):
+    first = server_process(tmp_path / "data")
     try:
         with rest(first) as c:
             assert create_function(c, "public", "default", "wc").status_code == 200
@@ -260,7 +260,7 @@ def test_changelog_page_shows_followers_and_lag(browser, tmp_path):
 
     with FunctionService.open(f"local://{tmp_path / 'data'}") as service:  # blobs: the store's DIR/blobs
         info = SnapshotStore(service.registry.store).create(service.registry.state_store("public", "default", "wc"))
-    srv = ServerProcess(tmp_path / "data", extra=["--follow", "public/default/wc"])  # a follower of its own store
+    srv = server_process(tmp_path / "data", extra=["--follow", "public/default/wc"])  # a follower of its own store
     try:
         browser.get(srv.url + "/ui/functions/public/default/wc/changelog")
         wait(browser, lambda d: info.blob_url in text_of(d, "#snapshots"), "the snapshot")
@@ -348,8 +348,8 @@ def test_metadata_tree_expands_and_follows(browser, server):
     assert console_errors(browser, expected=(r"/ui/api/node\?path=.*code - .*409",)) == []
 
 
-def test_auth_prompt_and_tenant_scoping(browser, tmp_path):
-    srv = ServerProcess(tmp_path / "data", tokens=TOKENS)
+def test_auth_prompt_and_tenant_scoping(server_process, browser, tmp_path):
+    srv = server_process(tmp_path / "data", tokens=TOKENS)
     try:
         with rest(srv, "root-token") as root:
             assert create_function(root, "acme", "ns", "mine").status_code == 200
@@ -497,7 +497,7 @@ def on_timer(key, ts, context):
 '''
 
 
-def test_timers_panel_lists_a_functions_timers_and_hides_time_state(browser, tmp_path, monkeypatch):
+def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_process, browser, tmp_path, monkeypatch):
     """A windowed function run over one micro-batch (as a Spark executor runs a partition) keeps timers in
     all three domains: an open window's end (window), the event-time timer a fired window registered
     (event), and processing-time timers. Its page lists each with key, time and domain under the
@@ -542,7 +542,7 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(browser, tmp
     assert store.get_entry(buffer_key("c")) is not None
     assert any(is_internal(e.key) for e in store.scan_entries("", None, 10))
 
-    srv = ServerProcess(tmp_path / "data")
+    srv = server_process(tmp_path / "data")
     try:
         with rest(srv) as c:
             fn = "/admin/v3/functions/public/default"

@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from conftest import _start_or_skip, missing, need
+from conftest import missing, need
 
 need("aetcd")
 
@@ -46,9 +46,9 @@ def store_url(url) -> str:
 
 
 @pytest.fixture(scope="module")
-def crash_server():
+def crash_server(start_etcd):
     """A server of its own for the tests that kill it."""
-    server = _start_or_skip("etcd", lambda: servers.start("etcd"))
+    server = start_etcd()
     yield server
     server.stop()
 

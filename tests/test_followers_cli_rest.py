@@ -10,7 +10,7 @@ import httpx
 import pytest
 from conftest import need
 
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 from support.cli import run
 from statekeep.cli.standalone import follower_specs
 
@@ -70,13 +70,13 @@ def test_standalone_follow_option():
         follower_specs(["a/b"], "/data")
 
 
-def test_follower_over_rest_is_read_only_and_reports_lag(tmp_path):
+def test_follower_over_rest_is_read_only_and_reports_lag(server_process, tmp_path):
     need("fastapi")
     from fastapi.testclient import TestClient
 
     from statekeep.server import ServerConfig, create_app
 
-    leader = ServerProcess(tmp_path / "leader")
+    leader = server_process(tmp_path / "leader")
     try:
         with httpx.Client(base_url=leader.url, timeout=30) as client:
             assert create_function(client, "acme", "prod", "f").status_code == 200

@@ -52,11 +52,11 @@ def test_vectorized_word_count_exact_and_restart_continues(spark, tmp_path):
         assert output_counts(out) == expected_counts(inputs)
 
 
-@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
-def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path):
+@pytest.mark.parametrize("backend", ["etcd"])  # local and zk: tests/test_functions_spark.py's
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
     """As tests/test_functions_spark.py's test of the same name, with wordcount_batch.py (on ZooKeeper
     and etcd each (batch, partition) needs several transactions: the staged commit)."""
-    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount_batch.py")
+    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount_batch.py", spark_env)
     with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
     # each (batch, partition)'s output exists once, so the newest count of each word is its total

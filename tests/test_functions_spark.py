@@ -132,11 +132,11 @@ def test_bad_function_file_refused_before_spark(tmp_path):
     assert "Traceback" not in result.stderr and "py4j" not in result.stderr
 
 
-@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
-def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path):
+@pytest.mark.parametrize("backend", ["local", "zk"])  # embedded; staged on ZooKeeper (etcd: the batch file's)
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
     """A localrun process is killed at a random moment mid-run; a rerun from the checkpoint
     ends with every counter equal to its number of input records and each output once."""
-    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount.py")
+    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount.py", spark_env)
     with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
     lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
@@ -174,8 +174,8 @@ def process(input, context):
 '''
 
 
-@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
-def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path):
+@pytest.mark.parametrize("backend", ["local", "etcd"])  # embedded; staged (etcd: the most transactions)
+def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path, spark_env):
     """Python workers are killed with SIGKILL while the driver lives: Spark retries the tasks,
     and every counter still equals its number of input records, each output record once."""
     inputs, out = tmp_path / "in", tmp_path / "out"
@@ -190,7 +190,7 @@ def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path):
                "--py", str(py), "--inputs", str(inputs), "--key-field", "word",
                "--parallelism", "2", "--output", str(out), *where, "--once",
                "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **spark_env}
     log = tmp_path / "localrun.log"
     with open(log, "w") as stderr:
         run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)

@@ -20,7 +20,7 @@ from statekeep.state import timestate
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry)
-from tests.conftest import BACKENDS
+from conftest import BACKENDS
 
 TARGETS = ["embedded-local", "metadata-zk", "metadata-etcd", "partitioned-local"]
 

@@ -46,7 +46,7 @@ def events_of(part):
 
 
 @pytest.mark.parametrize("state_dir", [False, True], ids=["embedded", "state-dir"])
-def test_windows_exactly_once_across_a_driver_sigkill(tmp_path, state_dir):
+def test_windows_exactly_once_across_a_driver_sigkill(tmp_path, state_dir, spark_env):
     inputs, out, late, data = tmp_path / "in", tmp_path / "out", tmp_path / "late", tmp_path / "data"
     for part in range(FILES):
         write_events(inputs, part, events_of(part))
@@ -59,7 +59,7 @@ def test_windows_exactly_once_across_a_driver_sigkill(tmp_path, state_dir):
                "--user-config", json.dumps({"eventTimeField": "ts", "inputOptions": {"maxFilesPerTrigger": "1"}})]
     if state_dir:
         command += ["--state-dir", str(tmp_path / "shared")]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **spark_env}
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     with FunctionService.open(f"local://{data}") as service:

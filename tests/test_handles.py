@@ -10,7 +10,6 @@ import tracemalloc
 import uuid
 
 import pytest
-from conftest import _start_or_skip
 
 from support.handles import LostAckStore, Unaware, blob_urls, snapshot
 from statekeep.cli import main
@@ -127,9 +126,7 @@ def test_claim_needs_the_lock_and_is_superseded(tmp_path):
 
 @pytest.fixture(params=["zookeeper", "etcd"])
 def dedicated_server(request):
-    from statekeep.testing import servers
-
-    server = _start_or_skip(request.param, lambda: servers.start(request.param))
+    server = request.getfixturevalue(f"start_{request.param}")()
     yield server
     server.stop()
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,14 @@ OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etc
             "statekeep.server": "server", "statekeep.functions.sources": "spark", "statekeep.testing.contract": "test"}
 
 
-def fresh_copy(destination: Path) -> Path:
-    """The repository's tracked files, as they are in the working tree, copied to ``destination``."""
+@pytest.fixture
+def fresh_copy() -> Callable[[Path], Path]:
+    """Copies the repository's tracked files, as they are in the working tree, to a directory (in the
+    ``venv`` tier: these tests build fresh virtual environments)."""
+    return _fresh_copy
+
+
+def _fresh_copy(destination: Path) -> Path:
     try:
         listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
@@ -90,7 +97,7 @@ print(json.dumps({"modules": results, "optional": optional, "stores": stores}))
 '''
 
 
-def test_core_install_imports_every_module_and_runs_the_core_commands(tmp_path):
+def test_core_install_imports_every_module_and_runs_the_core_commands(fresh_copy, tmp_path):
     repo = fresh_copy(tmp_path / "repo")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
@@ -151,7 +158,7 @@ def test_core_install_imports_every_module_and_runs_the_core_commands(tmp_path):
     assert json.loads(sk("functions", "querystate", *fn, "--key", "hello").stdout)["numberValue"] == 3
 
 
-def test_scripts_run_in_a_fresh_copy_prints_the_counts(tmp_path):
+def test_scripts_run_in_a_fresh_copy_prints_the_counts(fresh_copy, tmp_path):
     repo = fresh_copy(tmp_path / "repo")
     inputs = sorted((repo / "examples/wordcount/input").iterdir())
     words = collections.Counter(json.loads(line)["word"] for part in inputs

@@ -14,7 +14,7 @@ import pytest
 from statekeep.errors import StoreUnavailableError
 from statekeep.state import open_provider
 from statekeep.metadata import Put, open_store
-from statekeep.testing import faults, servers, wait_for
+from statekeep.testing import faults, wait_for
 
 from conftest import BACKENDS
 from support.state_worker import big_batch
@@ -151,10 +151,10 @@ def test_a_late_applier_never_applies_a_group_of_a_finished_batch(url, state):
 
 
 @pytest.mark.parametrize("kind", ["zk", "etcd"])
-def test_store_unreachable_mid_batch_fails_clearly_and_the_rerun_is_exact(kind):
+def test_store_unreachable_mid_batch_fails_clearly_and_the_rerun_is_exact(kind, request):
     """The server dies (SIGKILL) while a large batch is being applied: the batch fails with the
     contract's StoreUnavailableError, and once the server is back the replay completes it exactly."""
-    server = servers.start("zookeeper" if kind == "zk" else "etcd")
+    server = request.getfixturevalue("start_zookeeper" if kind == "zk" else "start_etcd")()
     try:
         url = f"{kind}://{server.address}/down?timeout=3"
         provider = open_provider("metadata", {"metadata_url": url})

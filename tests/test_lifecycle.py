@@ -11,7 +11,7 @@ import httpx
 import pytest
 from conftest import need
 
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 from statekeep.testing import wait_for
 
 need("fastapi")
@@ -34,8 +34,8 @@ class Counter(Function):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("lifecycle") / "data", tokens={"root": {"superuser": True}})
+def server(server_process, tmp_path_factory):
+    srv = server_process(tmp_path_factory.mktemp("lifecycle") / "data", tokens={"root": {"superuser": True}})
     yield srv
     srv.stop()
 
@@ -134,7 +134,7 @@ def write_words(path, words) -> None:
     temp.rename(path)
 
 
-def test_stopped_stays_stopped_across_a_server_restart_then_start_and_restart(tmp_path):
+def test_stopped_stays_stopped_across_a_server_restart_then_start_and_restart(server_process, tmp_path):
     """With Spark workers. A probe function created after the restart proves the worker has made its
     passes (it runs the probe) while the stopped function stays stopped."""
     inputs, probe_in = tmp_path / "in", tmp_path / "probe"
@@ -142,7 +142,7 @@ def test_stopped_stays_stopped_across_a_server_restart_then_start_and_restart(tm
     probe_in.mkdir()
     write_words(inputs / "1.jsonl", ["a", "b", "a"])
     fn = "/admin/v3/functions/public/default/wc"
-    server = ServerProcess(tmp_path / "data", worker=True)
+    server = server_process(tmp_path / "data", worker=True)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             def status():
@@ -165,7 +165,7 @@ def test_stopped_stays_stopped_across_a_server_restart_then_start_and_restart(tm
             assert wait_for(lambda: status()["numRunning"] == 0, timeout=60)
         server.stop()
 
-        server = ServerProcess(tmp_path / "data", worker=True)
+        server = server_process(tmp_path / "data", worker=True)
         write_words(inputs / "2.jsonl", ["c"])
         write_words(probe_in / "1.jsonl", ["p"])
         with httpx.Client(base_url=server.url, timeout=30) as client:

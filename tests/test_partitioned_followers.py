@@ -349,18 +349,17 @@ def test_cli_followers_get_and_status(tmp_path, monkeypatch, capsys):
     assert (row["name"], row["lag"], row["epoch"]) == ("f", 0, "g0")
 
 
-def test_standalone_follow_option_serves_partition_owned_state(tmp_path, monkeypatch):
+def test_standalone_follow_option_serves_partition_owned_state(server_process, tmp_path, monkeypatch):
     """``statekeep standalone --state-dir URL --follow T/N/F``: a real server process whose function keeps
     partition-owned state, written over REST, read through its follower's routes."""
     import httpx
 
-    from support.server_process import ServerProcess
-
+    
     monkeypatch.setenv("STATEKEEP_STATE_CACHE", str(tmp_path / "cache"))  # the server process's too
     data, shared = tmp_path / "data", tmp_path / "shared"
     with FunctionService.open(f"local://{data}", default_storage=state_storage(str(shared))) as service:
         service.registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py"}, CODE)
-    server = ServerProcess(data, extra=["--state-dir", str(shared), "--follow", "t/n/f"])
+    server = server_process(data, extra=["--state-dir", str(shared), "--follow", "t/n/f"])
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             state, fol = "/admin/v3/functions/t/n/f/state", "/admin/v3/followers/t/n/f/state"

@@ -16,7 +16,7 @@ from statekeep.functions.service import FunctionService
 from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import spark_hash_int
 from statekeep.testing import wait_for
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 from support.spark import (EXAMPLE, counters, expected_counts, kill_driver_then_rerun, register, run_once,
                            write_word_files, write_words)
 
@@ -64,11 +64,11 @@ def test_word_count_exact_then_rescaled_2_to_3(spark, service, tmp_path):
     assert len(lines) == sum(expected_counts(inputs).values())  # each output once
 
 
-@pytest.mark.parametrize("backend", ["local", "zk", "etcd"])
-def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path):
+@pytest.mark.parametrize("backend", ["local"])  # coordination on ZooKeeper: the ensemble test below
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
     shared = tmp_path / "shared"
     url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount.py",
-                                             ["--state-dir", str(shared)])
+                                             spark_env, ["--state-dir", str(shared)])
     with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
         assert service.registry.get("public", "default", "crash").stateStorage["provider"] == "partitioned"
@@ -86,13 +86,13 @@ def process(input, context):
 '''
 
 
-def test_rest_writes_during_a_run_are_ordered_with_its_batches(tmp_path):
+def test_rest_writes_during_a_run_are_ordered_with_its_batches(server_process, tmp_path):
     """A server with --state-dir runs a function; meanwhile REST writes keys of the same partitions:
     no write is lost or overwritten by a batch, and the function's counts stay exact."""
     inputs, shared = tmp_path / "in", tmp_path / "shared"
     words = [f"w{i % 40}" for i in range(3000)]
     write_word_files(inputs, words)
-    server = ServerProcess(tmp_path / "data", worker=True, extra=["--state-dir", str(shared)])
+    server = server_process(tmp_path / "data", worker=True, extra=["--state-dir", str(shared)])
     stop, written, errors = threading.Event(), Counter(), []
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -133,7 +133,7 @@ def test_rest_writes_during_a_run_are_ordered_with_its_batches(tmp_path):
         server.stop()
 
 
-def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensemble, tmp_path):
+def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensemble, tmp_path, spark_env):
     """Coordinated by a 3-node ZooKeeper ensemble, state under a shared directory: the ensemble's leader is
     SIGKILLed mid-run, later all three servers are down for 8 s; the run finishes without failing, exact."""
     import os
@@ -153,7 +153,7 @@ def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensembl
                "--store", url, "--checkpoint-dir", str(tmp_path / "checkpoints"), "--state-dir",
                str(tmp_path / "shared"), "--once", "--user-config",
                json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **spark_env}
     log = tmp_path / "localrun.log"
     with open(log, "w") as stderr:
         run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)

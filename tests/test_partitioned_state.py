@@ -347,17 +347,15 @@ def test_a_full_state_dir_fails_the_commit_and_changes_nothing(tmp_path):
         provider.close()
 
 
-def test_coordination_store_lost_mid_commit_changes_nothing_then_the_rerun_is_exact(tmp_path):
+def test_coordination_store_lost_mid_commit_changes_nothing_then_the_rerun_is_exact(tmp_path, start_zookeeper):
     """ZooKeeper (a server of this test's own) is SIGKILLed while a commit has uploaded its segment and is
     about to compare-and-set the manifest: the commit fails with StoreUnavailableError naming the store, the
     local copy does not move ahead; with the server back, the state is as before and the rerun exact."""
     import threading
 
-    from conftest import _start_or_skip
+    from statekeep.testing import faults
 
-    from statekeep.testing import faults, servers
-
-    zk = _start_or_skip("ZooKeeper", lambda: servers.start("zookeeper"))
+    zk = start_zookeeper()
     provider = open_provider("partitioned", {"state_dir": f"file://{tmp_path / 'shared'}",
                                              "metadata_url": f"zk://{zk.address}/c?timeout=3&session_timeout=4",
                                              "cache_dir": str(tmp_path / "cache")})

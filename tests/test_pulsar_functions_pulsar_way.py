@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from support.cli import no_client_settings, run  # noqa: F401 - a fixture, used below
-from support.server_process import ServerProcess
 
 pytestmark = pytest.mark.usefixtures("no_client_settings")
 
@@ -133,12 +132,12 @@ CREATE = {  # pulsar-admin functions create flags, nothing statekeep-only
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(server_process, tmp_path_factory):
     import os
 
     os.environ["ROUTER_TOKEN"] = "s3cret"  # the server's environment: the default secrets provider reads it
     try:
-        srv = ServerProcess(tmp_path_factory.mktemp("pulsar-way") / "data")
+        srv = server_process(tmp_path_factory.mktemp("pulsar-way") / "data")
     finally:
         del os.environ["ROUTER_TOKEN"]
     yield srv

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from conftest import need
 
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 
 need("fastapi")
 
@@ -15,8 +15,8 @@ TOKENS = {"root-token": {"superuser": True}, "acme-token": {"tenants": ["acme"]}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("auth") / "data", tokens=TOKENS)
+def server(server_process, tmp_path_factory):
+    srv = server_process(tmp_path_factory.mktemp("auth") / "data", tokens=TOKENS)
     yield srv
     srv.stop()
 
@@ -71,8 +71,8 @@ def test_auth_on(server):
         assert "401" not in spec["paths"]["/metrics"]["get"]["responses"]
 
 
-def test_auth_off_by_default(tmp_path):
-    srv = ServerProcess(tmp_path / "data")
+def test_auth_off_by_default(server_process, tmp_path):
+    srv = server_process(tmp_path / "data")
     try:
         with client(srv, None) as anonymous, client(srv, "anything") as any_token:
             assert create_function(anonymous, "acme", "ns", "f").status_code == 200

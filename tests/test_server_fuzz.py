@@ -29,7 +29,7 @@ import httpx
 import pytest
 from conftest import need
 
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 
 need("schemathesis")
 need("fastapi")
@@ -85,8 +85,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("fuzz") / "data")
+def fuzz_server(server_process, tmp_path_factory):
+    srv = server_process(tmp_path_factory.mktemp("fuzz") / "data")
     with httpx.Client(base_url=srv.url) as client:
         create_function(client, "fuzz", "ns", "fn")
         client.post("/admin/v3/functions/fuzz/ns/fn/state/k", json={"numberValue": 1})
@@ -95,9 +95,9 @@ def fuzz_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def auth_server(tmp_path_factory):
+def auth_server(server_process, tmp_path_factory):
     """A server with tokens: the spec then declares the bearer scheme, 401 and 403."""
-    srv = ServerProcess(tmp_path_factory.mktemp("fuzz-auth") / "data",
+    srv = server_process(tmp_path_factory.mktemp("fuzz-auth") / "data",
                         tokens={"root-token": {"superuser": True}, "other-token": {"tenants": ["other"]}})
     with httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer root-token"}) as client:
         create_function(client, "fuzz", "ns", "fn")

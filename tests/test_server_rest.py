@@ -11,7 +11,7 @@ import httpx
 import pytest
 from conftest import need
 
-from support.server_process import FUNCTION, ServerProcess, create_function
+from support.server_process import FUNCTION, create_function
 
 need("fastapi")
 
@@ -19,8 +19,8 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("rest") / "data")
+def server(server_process, tmp_path_factory):
+    srv = server_process(tmp_path_factory.mktemp("rest") / "data")
     yield srv
     srv.stop()
 

@@ -9,18 +9,18 @@ import json
 
 import httpx
 import pytest
-from support.server_process import ServerProcess, create_function
+from support.server_process import create_function
 
 from statekeep.testing import wait_for
 
 WORDCOUNT = b"def process(input, context):\n    context.incr_counter(input['word'], 1)\n"
 
 
-def test_created_function_runs_and_its_state_is_served(tmp_path):
+def test_created_function_runs_and_its_state_is_served(server_process, tmp_path):
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "a.jsonl").write_text("".join(json.dumps({"word": w}) + "\n" for w in ["a", "b", "a"]))
-    server = ServerProcess(tmp_path / "data", worker=True)
+    server = server_process(tmp_path / "data", worker=True)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             response = create_function(client, "public", "default", "wc", WORDCOUNT, inputs=[str(inputs)],

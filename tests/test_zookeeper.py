@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from conftest import _start_or_skip, need
+from conftest import need
 
 from statekeep.errors import (AlreadyExistsError, InvalidArgumentError, NotFoundError,
                               PossibleInconsistentStateError, StatekeepError, StoreUnavailableError,
@@ -259,8 +259,8 @@ def test_url_options_apply(zk_server):
 
 
 @pytest.fixture(scope="module")
-def fault_server():
-    server = _start_or_skip("ZooKeeper", lambda: servers.start("zookeeper"))
+def fault_server(start_zookeeper):
+    server = start_zookeeper()
     yield server
     server.stop()
 

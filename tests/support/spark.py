@@ -76,11 +76,11 @@ def run_once(service, spark, tmp_path, name):
     return query
 
 
-def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path, extra: list[str] = ()
-                           ) -> tuple[str, list[str], Path]:
-    """Run function file ``py`` with localrun on ``backend`` (one input file per micro-batch; ``extra``:
-    more localrun options), SIGKILL the driver and its JVM (PySpark's daemon then ends the Python
-    workers) after two micro-batches, run it again to the end; returns (store URL, the input words, the
+def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path, spark_env: dict[str, str],
+                           extra: list[str] = ()) -> tuple[str, list[str], Path]:
+    """Run function file ``py`` with localrun on ``backend`` (one input file per micro-batch; ``spark_env``:
+    the fixture; ``extra``: more localrun options), SIGKILL the driver and its JVM (PySpark's daemon then
+    ends the Python workers) after two micro-batches, run it again to the end; returns (store URL, the input words, the
     output directory)."""
     inputs, out = tmp_path / "in", tmp_path / "out"
     url, where = backend_store(backend, request, tmp_path)
@@ -92,7 +92,7 @@ def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path, extr
                "--py", str(py), "--inputs", str(inputs), "--key-field", "word",
                "--parallelism", "2", "--output", str(out), *where, "--once",
                "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}}), *extra]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **spark_env}
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     with FunctionService.open(url) as service:
