@@ -23,8 +23,7 @@ from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
 from statekeep.functions.timerun import (advance_watermark, last_batch_needed, time_section, with_batch_watermark,
                                          with_clock_source, with_ticks)
-from statekeep.state.partitioned.keygroups import spark_routes
-from statekeep.state.timestate import TIME_GROUPS
+from statekeep.state.partitioned.keygroups import KEY_GROUPS, spark_routes
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -167,6 +166,7 @@ def route_column(groups: int, parallelism: int) -> Column:
     from pyspark.sql import functions as F
 
     routes = spark_routes(parallelism)
+    # keygroups.key_group as a Spark expression (a record's key is a user key, never an internal one)
     group = F.pmod(F.crc32(F.col("__key").cast("binary")), F.lit(groups))
     owner = F.floor(group * parallelism / groups).cast("int")
     route = F.element_at(F.array(*[F.lit(v) for v in routes]), owner + 1)
@@ -235,7 +235,7 @@ class FunctionQuery:
         # each record routed to the partition owning its key's group
         partitioning = cached_state_store(spec).partitioning(parallelism if spec.get("key_field") else 1)
         if partitioning is None and spec.get("time"):  # time state is per key group: route by group
-            partitioning = TIME_GROUPS, min(parallelism if spec.get("key_field") else 1, TIME_GROUPS)
+            partitioning = KEY_GROUPS, min(parallelism if spec.get("key_field") else 1, KEY_GROUPS)
         if partitioning is not None:
             groups, parallelism = partitioning
             spec = spec.copy()  # for this batch

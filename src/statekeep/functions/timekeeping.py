@@ -23,9 +23,9 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.validate import check_int
+from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_key,
-                                       group_key, has_expiry_key, internal_group, shard_key, shard_of, user_group,
-                                       wall_clock_ms)
+                                       group_key, has_expiry_key, shard_key, shard_of, wall_clock_ms)
 
 #: A timer further than this from the current time (event time: the watermark, or the clock before
 #: any event) is refused as a mistake.
@@ -104,7 +104,7 @@ class TimeState:
         return [(name, self._load(name)) for name in (shard_key(group, i) for i in range(shards))]
 
     def _of(self, key: str) -> tuple[str, dict[str, Any]]:
-        group = user_group(key, self.groups)
+        group = key_group(key, self.groups)
         if group not in self._owned:  # routing sends a key's records to its group's owner: a bug if not
             raise InvalidArgumentError(f"key {key!r} (group {group}) is not owned by this partition")
         return self._map(group, key)
@@ -148,10 +148,10 @@ class TimeState:
             timers.append([timestamp_ms, code])
             timers.sort()
             self._dirty.add(name)
-            header = self._group(user_group(key, self.groups))
+            header = self._group(key_group(key, self.groups))
             if header is not entry and (header.get("tn") is None or timestamp_ms < header["tn"]):
                 header["tn"] = timestamp_ms
-                self._dirty.add(group_key(user_group(key, self.groups)))
+                self._dirty.add(group_key(key_group(key, self.groups)))
             if self.state.journal is not None:
                 self.state.journal.append(lambda: self.delete(key, timestamp_ms, code))
 
@@ -248,7 +248,7 @@ class TimeState:
                                        "the key length limit)")
         expires = self.now + ttl_ms
         self.state.put(expiry_key(key), encode_expiry(expires))
-        group = user_group(key, self.groups)
+        group = key_group(key, self.groups)
         if group not in self._owned:  # a key of another group (a store any task may write): indexed in one
             if not self.owned:        # of this partition's groups; the sweep re-checks its expiry entry
                 return
@@ -284,7 +284,7 @@ class TimeState:
         if not self.ttl_used or not has_expiry_key(key) or self.state.get(expiry_key(key)) is None:
             return
         self.state.put(expiry_key(key), None)
-        group = user_group(key, self.groups)
+        group = key_group(key, self.groups)
         if group in self._owned:
             name, entry = self._map(group, key)
             if key in entry["x"]:
@@ -326,11 +326,11 @@ class TimeState:
         outgrow half the store's value limit is spread over (more) shards first."""
         encoded = {name: encode_group(self._entries[name]) for name in self._dirty}
         limit = self.state.max_value_size
-        for group in sorted({internal_group(n, self.groups) for n, e in encoded.items() if len(e) > limit // 2}):
+        for group in sorted({key_group(n, self.groups) for n, e in encoded.items() if len(e) > limit // 2}):
             size = sum(len(encode_group(e)) for _, e in self._maps(group))
             self._reshard(group, size)
             encoded.update((n, encode_group(self._entries[n])) for n in self._dirty if n not in encoded or
-                           internal_group(n, self.groups) == group)
+                           key_group(n, self.groups) == group)
         for name in sorted(encoded):
             if len(encoded[name]) > limit:  # a shard still too big: keys with very many timers
                 raise InvalidArgumentError(f"the timers and TTL index entry {name!r} takes {len(encoded[name])} "

@@ -17,8 +17,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windows import Window, Windows
-from statekeep.state.partitioned.keygroups import group_range, spark_routes
-from statekeep.state.timestate import GROUP_PREFIX, TIME_GROUPS, Clock, decode_group, wall_clock_ms
+from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, spark_routes
+from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, wall_clock_ms
 
 #: the clock of every run in this process (tests replace it to move time without waiting)
 CLOCK: Clock = wall_clock_ms
@@ -57,7 +57,7 @@ class TimedRun:
     def __init__(self, spec: ExecutorSpec, state: Any, partition: int, context: Any,
                  process: Callable[..., Any], emit: Callable[[Any], None], batch: int | None = None) -> None:
         section = spec.get("time") or {}  # built only for a spec with a time section (see start)
-        groups = spec.get("time_groups", TIME_GROUPS)
+        groups = spec.get("time_groups", KEY_GROUPS)
         owned = group_range(partition, spec.get("state_parallelism", 1), groups)
         window = section.get("window")
         self.time = TimeState(state, groups, owned, lag_ms=section.get("lag_ms", (window or {}).get("lag", 0)),

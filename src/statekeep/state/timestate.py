@@ -18,9 +18,9 @@ or the CLI can never write (:func:`check_user_key`) and which user-visible reads
 ``\\0x\\0<key>`` (:func:`expiry_key`)
     a key's expiry in ms since the epoch (ASCII digits), so a read of one key needs one more key only.
 
-Partition-owned state requires every key a partition writes to be in one of its key groups:
-:func:`internal_group` gives a per-key entry the group of the user key it embeds, and a group entry
-the group it names, so rescaling moves them with their groups.
+Every internal key is in a key group (:func:`statekeep.state.partitioned.keygroups.key_group`): a
+per-key entry in the group of the user key it embeds, a group entry in the group it names
+(:func:`internal_owner`), so partition-owned state moves them with their groups when it rescales.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ from statekeep.state.keys import encode_key
 
 #: The first character of every internal key.
 RESERVED = "\x00"
-#: Key groups of time state for stores whose keys partitions do not own (fixed for the life of a function).
-TIME_GROUPS = 128
 _GROUP, _BUFFER, _EXPIRY = "\x00g", "\x00w\x00", "\x00x\x00"
 #: sorts after every internal key (their second character is g, w or x) and before every user key
 _PAST_INTERNAL = "\x00\U0010ffff"
@@ -103,18 +101,13 @@ def has_buffer_key(key: str) -> bool:
     return True
 
 
-def internal_group(key: str, groups: int) -> int:
-    """The key group of an internal key: a group entry's own group, or the group of the user key a
-    per-key entry embeds (``crc32(user key) mod groups``)."""
-    if key.startswith(_GROUP):  # a group's entry, or one of its shards
-        return int(key[len(_GROUP):].partition("/")[0]) % groups
-    user = key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
-    return zlib.crc32(user.encode()) % groups
-
-
-def user_group(key: str, groups: int) -> int:
-    """The key group of a user key (as :func:`statekeep.state.partitioned.keygroups.key_group`)."""
-    return zlib.crc32(key.encode()) % groups
+def internal_owner(key: str) -> int | str:
+    """What decides an internal key's key group: the group number a group entry (or one of its shards)
+    names, or the user key a per-key entry embeds (its group is that key's). Anything else under the
+    reserved prefix is its own owner."""
+    if key.startswith(_GROUP):
+        return int(key[len(_GROUP):].partition("/")[0])
+    return key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
 
 
 def decode_group(raw: bytes | None) -> dict[str, Any]:

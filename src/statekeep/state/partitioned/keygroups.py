@@ -1,16 +1,17 @@
 """Key groups: how partition-owned state splits a function's keys (after Flink's key groups).
 
 Every state key belongs to one of ``groups`` key groups, ``crc32(UTF-8 key) mod groups``, for the
-life of the function; the number is fixed when the function's state is first written
-(:data:`DEFAULT_KEY_GROUPS`). With ``parallelism`` partitions, partition ``p`` owns the contiguous
-range of groups ``g`` with ``g * parallelism // groups == p``. Rescaling moves whole groups between
-partitions, so a partition's state is always the union of whole groups, and a new partition finds
-its keys by filtering its predecessors' state by group.
+life of the function: :func:`key_group`, the one place this rule is written (statekeep's internal
+keys are in the group of the user key they embed). The number is fixed when the function's state is
+first written (:data:`KEY_GROUPS` unless configured). With ``parallelism`` partitions, partition ``p``
+owns the contiguous range of groups ``g`` with ``g * parallelism // groups == p``. Rescaling moves
+whole groups between partitions, so a partition's state is always the union of whole groups, and a
+new partition finds its keys by filtering its predecessors' state by group.
 
 The Spark plan routes each record to its owner with the same function (``crc32`` is a Spark SQL
-function): :func:`spark_routes` gives, per partition, an integer whose Spark hash partitioning
-lands exactly in that partition, so ``repartition(P, route)`` puts partition ``p``'s key groups in
-Spark partition ``p``.
+function; :func:`statekeep.functions.spark.route_column` writes it as a column expression):
+:func:`spark_routes` gives, per partition, an integer whose Spark hash partitioning lands exactly in
+that partition, so ``repartition(P, route)`` puts partition ``p``'s key groups in Spark partition ``p``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 import zlib
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.state.timestate import internal_group
+from statekeep.state.timestate import RESERVED, internal_owner
 from statekeep.validate import check_int
 
-#: 128 groups (Flink's default maximum parallelism): parallelism up to 128, and at 2-32 partitions
-#: the groups split evenly enough (at most one group more in a partition than in another).
-DEFAULT_KEY_GROUPS = 128
+#: The number of key groups of a function's state: partition-owned state's unless configured, and
+#: always that of the time state on other providers (stored entries name their groups: never changed).
+#: 128 (Flink's default maximum parallelism): parallelism up to 128, and at 2-32 partitions the groups
+#: split evenly enough (at most one group more in a partition than in another).
+KEY_GROUPS = 128
 MAX_KEY_GROUPS = 32768
 
 
@@ -38,11 +41,14 @@ def validate_layout(groups: object, parallelism: object) -> tuple[int, int]:
 
 
 def key_group(key: str, groups: int) -> int:
-    """The key group of a state key (the same for the life of the function). An internal key of
-    statekeep's time state (:mod:`statekeep.state.timestate`) is in the group of the user key it
-    belongs to, or the group it names."""
-    if key[:1] == "\x00":
-        return internal_group(key, groups)
+    """The key group of a state key, ``crc32(UTF-8 key) mod groups`` (the same for the life of the
+    function). An internal key of statekeep's time state (:mod:`statekeep.state.timestate`) is in the
+    group of the user key it embeds, or in the group it names."""
+    if key[:1] == RESERVED:
+        owner = internal_owner(key)
+        if isinstance(owner, int):
+            return owner % groups
+        key = owner
     return zlib.crc32(key.encode()) % groups
 
 

@@ -23,7 +23,7 @@ from statekeep.state.base import (BatchLimits, ChangelogPosition, CompactionResu
                                   StateStoreProvider, check_expected_version, validate_amount, validate_amounts,
                                   validate_expected_version, validate_value)
 from statekeep.state.keys import check_scan, encode_key, validate_name
-from statekeep.state.partitioned.keygroups import (DEFAULT_KEY_GROUPS, group_range, key_group, owner,
+from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
 from statekeep.state.partitioned.manifest import Layout, Lineage, Manifest, function_path, manifest_name
 from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, plan_batch, write_changes
@@ -445,7 +445,7 @@ class PartitionedStateProvider(StateStoreProvider):
         self.store: MetadataStore | None = None
         self.blobs: BlobStore | None = None
         self._owns_store = False
-        self.key_groups = DEFAULT_KEY_GROUPS
+        self.key_groups = KEY_GROUPS
         self.cache_dir = default_cache_dir()
 
     def init(self, config: Mapping[str, Any]) -> None:
@@ -460,7 +460,7 @@ class PartitionedStateProvider(StateStoreProvider):
         options = config.get("storage_options") or {}
         if not isinstance(options, Mapping):
             raise InvalidArgumentError("'storage_options' must be a mapping of fsspec options")
-        groups = config.get("key_groups", DEFAULT_KEY_GROUPS)
+        groups = config.get("key_groups", KEY_GROUPS)
         self.key_groups = validate_layout(groups, 1)[0]
         cache_dir = config.get("cache_dir") or default_cache_dir()
         if not isinstance(cache_dir, str):
