@@ -470,3 +470,41 @@ def test_timers_and_ttls_beyond_an_entry_spread_over_shards(base_spec, clock):
     assert [t["key"] for t in timers_of(store)] == [keys[0]]  # batch 1's own
     assert [e.key for e in visible_entries(store)] == [keys[0]]  # written again in batch 1
     assert all(store.get_entry(k) is None for k in keys[1:200])  # deleted from storage
+
+
+def test_a_follower_after_a_rescale_files_time_entries_under_their_keys_groups(tmp_path, clock):
+    """Partition-owned state with windows, timers and TTLs rescaled from 2 to 3 partitions: a follower
+    takes each internal entry (``\\0w\\0k``, ``\\0x\\0k``, ``\\0g<group>``) with the key group it
+    belongs to, as the leader does, when it bootstraps from the inherited state and when it rebuilds a
+    partition in place (issue 31, defect 4: it filtered by the raw crc32 of the internal key)."""
+    url = f"local://{tmp_path / 'store'}"
+    spec = {"tenant": "t", "namespace": "n", "name": "rescaled", "py_name": "f.py", "state_provider": "partitioned",
+            "state_config": {"metadata_url": url, "state_dir": f"file://{tmp_path / 'shared'}",
+                             "cache_dir": str(tmp_path / "cache")},
+            "input_format": "json", "output": str(tmp_path / "out"), "key_field": "k"}
+    spec = windowed(spec, windowLengthDurationMs=100)
+    spec["code"] = WINDOW.replace("return {", "context.put_state(w.key, str(w.end), ttl_seconds=60)\n    return {")
+    keys = [f"key{i}" for i in range(40)]
+    run(spec, 0, [{"k": k, "ts": 10} for k in keys] + [{"k": k, "ts": 150} for k in keys[::2]], parallelism=2)
+    store = cached_state_store(spec)
+
+    def entries(of):
+        return {e.key: (e.kind, bytes(e.value), e.version) for e in of.scan_entries()}
+
+    internal = [k for k in entries(store) if k.startswith("\x00")]
+    assert {k[:3] for k in internal} >= {"\x00w\x00", "\x00x\x00"} and any(k.startswith("\x00g") for k in internal)
+    assert store.prepare_batch(3) == 3  # rescaled; no partition of the new layout committed yet
+    follower = FollowerStore.open(store, "t", "n", "rescaled", local_dir=str(tmp_path / "follower"),
+                                  check_registry=False, start=False)
+    try:
+        follower.step()  # bootstraps from the old partitions' state, filtered by each new one's key groups
+        assert follower.status()["partitions"]["generation"] == 1
+        assert entries(follower) == entries(store)
+        # a new partition snapshots at its first commit: the follower rebuilds it in place, deleting first
+        # the keys of its key groups it holds (and only those: the other partitions did not commit)
+        run(spec, 1, [{"k": k, "ts": 250} for k in keys], parallelism=3, only=[0])
+        follower.step()
+        assert follower.status()["partitions"]["seqs"][1:] == [0, 0]
+        assert entries(follower) == entries(store)
+    finally:
+        follower.close()

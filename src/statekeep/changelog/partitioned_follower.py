@@ -54,7 +54,6 @@ import json
 import logging
 import struct
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +65,7 @@ from statekeep.metadata.embedded import transaction
 from statekeep.state import records
 from statekeep.state.base import ChangelogPosition, StateStore
 from statekeep.state.partitioned import entries as blobfmt
+from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
 from statekeep.state.partitioned.partition import PartitionMovedError
 from statekeep.state.partitioned.provider import PartitionedStateStore
@@ -145,7 +145,7 @@ class PartitionedReplica(LocalReplica):
                     key = cursor.key()
                     if not key.startswith(prefix):
                         break
-                    if zlib.crc32(key[start:]) % groups in dirty:
+                    if key_group(key[start:].decode(), groups) in dirty:
                         found = cursor.delete()
                     else:
                         found = cursor.next()
@@ -374,14 +374,12 @@ class PartitionedFollowerStore(FollowerStore):
         wanted = range(*manifest.groups)
         groups = layout.groups
 
-        def keep(key: bytes) -> bool:
-            return zlib.crc32(key) % groups in wanted
-
         for parent in manifest.parents:
             inherited = range(*parent.groups)  # only the groups this lineage was the truth of
 
             def keep_parent(key: bytes, inherited: range = inherited) -> bool:
-                return keep(key) and zlib.crc32(key) % groups in inherited
+                group = key_group(key.decode(), groups)  # an internal key: its user key's group
+                return group in wanted and group in inherited
 
             if parent.snapshot is not None:
                 yield from self._ops(parent.snapshot, blobfmt.SNAPSHOT, where, keep_parent)
