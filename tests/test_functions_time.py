@@ -259,6 +259,45 @@ def test_window_config_errors_name_the_field(window, message):
     assert time_section(FunctionConfig.from_json(base), "def process(input, context): pass") is None
 
 
+@pytest.mark.parametrize("lag", [-1, "100", 1.5, True, 10 * 365 * 24 * 3600 * 1000 + 1, [5]])
+def test_a_bad_user_config_max_lag_is_refused_at_create_and_at_spec_building(lag):
+    """``userConfig.maxLagMs`` (the watermark's lag of a function without a windowConfig) is an int in the
+    range of ``windowConfig.maxLagMs``: anything else is refused at create, over REST with a 400, and
+    building a spec from a config stored before refuses it too, never taking it as 0 (issue 31, defect 5)."""
+    from fastapi.testclient import TestClient
+
+    from statekeep.functions.service import FunctionService
+    from statekeep.server import create_app
+
+    base = {"tenant": "t", "namespace": "n", "name": "lag", "inputs": ["in"], "stateTtlSeconds": 60}
+    code = b"def process(input, context):\n    pass\n"
+    message = r"userConfig\.maxLagMs must be an int in 0\.\.315360000000, got "
+    with FunctionService.open("memory://") as service:
+        with pytest.raises(InvalidArgumentError, match=message):
+            service.registry.create({**base, "userConfig": {"maxLagMs": lag}}, code)
+        assert service.registry.list("t", "n") == []
+        service.registry.create({**base, "userConfig": {"maxLagMs": 5}}, code)
+        with pytest.raises(InvalidArgumentError, match=message):
+            service.registry.update("t", "n", "lag", {"userConfig": {"maxLagMs": lag}})
+        assert service.registry.get("t", "n", "lag").userConfig == {"maxLagMs": 5}
+    stored = FunctionConfig.model_construct(**{**base, "userConfig": {"maxLagMs": lag}, "windowConfig": None})
+    with pytest.raises(InvalidArgumentError, match=message):
+        time_section(stored, "")
+    assert time_section(FunctionConfig.from_json({**base, "userConfig": {"maxLagMs": 7}}), "")["lag_ms"] == 7
+    assert time_section(FunctionConfig.from_json(base), "")["lag_ms"] == 0
+    app = create_app({"metadata_url": "memory://"})
+    try:
+        client = TestClient(app)
+        r = client.post("/admin/v3/functions/t/n/lag", files={
+            "functionConfig": (None, json.dumps({**base, "py": "f.py", "userConfig": {"maxLagMs": lag}}),
+                               "application/json"),
+            "data": ("f.py", code, "application/octet-stream")})
+        assert r.status_code == 400 and "userConfig.maxLagMs" in r.json()["reason"], r.text
+        assert client.get("/admin/v3/functions/t/n").json() == []
+    finally:
+        app.state.service.close()
+
+
 def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys):
     """A registered windowed function with a TTL: REST lists its timers and watermark, never its internal
     or expired keys, and refuses writes to the reserved namespace; ``functions timers`` prints the same."""

@@ -10,7 +10,8 @@ Honoured and stored (``GET`` returns them as stored): ``tenant``, ``namespace``,
 class with ``process(self, input, context)`` as Pulsar's ``pulsar.Function``), ``runtime`` (``PYTHON``
 only; ``JAVA``/``GO`` refused), ``py``,
 ``inputs`` (a list, or pulsar-admin's comma-separated string), ``output``, ``parallelism``,
-``userConfig``, ``secrets`` (secret name -> what the secrets provider needs to find it),
+``userConfig`` (free-form, but its ``maxLagMs``, the watermark's lag without a ``windowConfig``, must be
+an int as ``windowConfig.maxLagMs``), ``secrets`` (secret name -> what the secrets provider needs to find it),
 ``processingGuarantees`` (statekeep always gives effectively-once, which satisfies ``ATLEAST_ONCE``,
 ``ATMOST_ONCE`` and ``EFFECTIVELY_ONCE``; ``MANUAL`` is refused: there are no acks to give),
 ``timeoutMs``, ``maxMessageRetries``, ``deadLetterTopic``, ``logTopic`` (the function's log records also
@@ -44,7 +45,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.catalog import parse_state_storage
-from statekeep.functions.windowconfig import MAX_MS, WindowConfig
+from statekeep.functions.windowconfig import MAX_MS, WindowConfig, user_lag_ms
 from statekeep.state.keys import MAX_NAME, validate_name
 
 MAX_INPUTS = 100
@@ -212,6 +213,11 @@ class FunctionConfig(BaseModel):
                                                        and values["runtime"].upper() == "PYTHON"):
             raise InvalidArgumentError(f"runtime: only PYTHON functions are supported, not {values['runtime']!r}")
         return values
+
+    @model_validator(mode="after")
+    def _user_lag(self) -> FunctionConfig:
+        user_lag_ms(self.userConfig)  # statekeep reads userConfig.maxLagMs (the watermark's lag): checked here
+        return self
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object, without unset (None) fields."""

@@ -16,6 +16,7 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.timekeeping import TimeState
+from statekeep.functions.windowconfig import user_lag_ms
 from statekeep.functions.windows import Window, Windows
 from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, spark_routes
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, wall_clock_ms
@@ -33,9 +34,8 @@ def time_section(config: Any, code: str) -> dict[str, Any] | None:
     ttl = getattr(config, "stateTtlSeconds", None)
     if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl_seconds")):
         return None
-    lag = window.maxLagMs if window is not None else (getattr(config, "userConfig", None) or {}).get("maxLagMs")
-    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
-        lag = 0  # userConfig.maxLagMs: the watermark's lag for a function without a windowConfig
+    # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
+    lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
     return {"window": window.to_spec() if window is not None else None, "ttl_ms": ttl * 1000 if ttl else None,
             "ttl_used": bool(ttl) or "ttl_seconds" in code, "lag_ms": lag}
 

@@ -8,16 +8,19 @@ watermark trails the largest event time seen; ``lateDataTopic`` receives late re
 counted and dropped); ``timestampExtractorClassName`` names a ``module.fn(record) -> ms`` callable in the
 function's file (else ``userConfig.eventTimeField``, else processing time). ``watermarkEmitIntervalMs``
 is accepted and stored: the watermark advances once per micro-batch, which is how often it is emitted.
-Every mistake raises :class:`InvalidArgumentError` naming the field, at create.
+Every mistake raises :class:`InvalidArgumentError` naming the field, at create. A function without a
+``windowConfig`` takes its lag from ``userConfig.maxLagMs`` (:func:`user_lag_ms`), checked the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.validate import check_int
 
 MAX_MS = 10 * 365 * 24 * 3600 * 1000  # ten years: longer lengths, gaps or lags are refused
 MAX_COUNT = 1_000_000
@@ -87,3 +90,10 @@ class WindowConfig(BaseModel):
         return {"kind": self.kind, "length": length, "slide": slide, "lag": self.maxLagMs or 0,
                 "late_topic": self.lateDataTopic, "extractor": self.timestampExtractorClassName}
 
+
+def user_lag_ms(user_config: Mapping[str, Any] | None) -> int:
+    """``userConfig.maxLagMs``: the watermark's lag of a function without a ``windowConfig`` (0 when
+    absent or null). :class:`InvalidArgumentError` unless it is an int in ``windowConfig.maxLagMs``'s
+    range, 0..:data:`MAX_MS` (not a bool, a float or a string)."""
+    lag = (user_config or {}).get("maxLagMs")
+    return 0 if lag is None else check_int(lag, "userConfig.maxLagMs", minimum=0, maximum=MAX_MS)
