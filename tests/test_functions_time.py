@@ -280,9 +280,19 @@ def test_a_bad_user_config_max_lag_is_refused_at_create_and_at_spec_building(lag
         with pytest.raises(InvalidArgumentError, match=message):
             service.registry.update("t", "n", "lag", {"userConfig": {"maxLagMs": lag}})
         assert service.registry.get("t", "n", "lag").userConfig == {"maxLagMs": 5}
-    stored = FunctionConfig.model_construct(**{**base, "userConfig": {"maxLagMs": lag}, "windowConfig": None})
-    with pytest.raises(InvalidArgumentError, match=message):
-        time_section(stored, "")
+        # stored before this check: still read, updated and deleted; building its spec refuses it
+        path = service.registry.catalog.path("t", "n", "lag")
+        raw = json.loads(service.registry.store.get(path).value)
+        service.registry.store.put(path, json.dumps({**raw, "userConfig": {"maxLagMs": lag}}).encode())
+        stored = service.registry.get("t", "n", "lag")
+        assert stored.userConfig == {"maxLagMs": lag}
+        with pytest.raises(InvalidArgumentError, match=message):
+            time_section(stored, "")
+        with pytest.raises(InvalidArgumentError, match=message):  # an update keeping it is refused
+            service.registry.update("t", "n", "lag", {"parallelism": 2})
+        service.registry.update("t", "n", "lag", {"userConfig": {"maxLagMs": 9}})
+        assert time_section(service.registry.get("t", "n", "lag"), "")["lag_ms"] == 9
+        service.registry.delete("t", "n", "lag")
     assert time_section(FunctionConfig.from_json({**base, "userConfig": {"maxLagMs": 7}}), "")["lag_ms"] == 7
     assert time_section(FunctionConfig.from_json(base), "")["lag_ms"] == 0
     app = create_app({"metadata_url": "memory://"})

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
-                      WithJsonSchema, field_validator, model_validator)
+                      ValidationInfo, WithJsonSchema, field_validator, model_validator)
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.catalog import parse_state_storage
@@ -215,8 +215,9 @@ class FunctionConfig(BaseModel):
         return values
 
     @model_validator(mode="after")
-    def _user_lag(self) -> FunctionConfig:
-        user_lag_ms(self.userConfig)  # statekeep reads userConfig.maxLagMs (the watermark's lag): checked here
+    def _user_lag(self, info: ValidationInfo) -> FunctionConfig:
+        if not (info.context or {}).get("stored"):  # see from_json
+            user_lag_ms(self.userConfig)  # statekeep reads userConfig.maxLagMs (the watermark's lag)
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -224,12 +225,15 @@ class FunctionConfig(BaseModel):
         return self.model_dump(exclude_none=True)
 
     @classmethod
-    def from_json(cls, data: object) -> FunctionConfig:
-        """Validate ``data`` (a JSON object); :class:`InvalidArgumentError` names the first bad field."""
+    def from_json(cls, data: object, *, stored: bool = False) -> FunctionConfig:
+        """Validate ``data`` (a JSON object); :class:`InvalidArgumentError` names the first bad field.
+        ``stored``: a config read back from the registry, where a check added since it was written
+        (``userConfig.maxLagMs``) is left to where the value is used, so the function stays readable,
+        updatable and deletable."""
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(f"a function config must be a JSON object, not {type(data).__name__}")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, context={"stored": stored})
         except ValidationError as e:
             raise InvalidArgumentError(describe(e, "FunctionConfig")) from None
 

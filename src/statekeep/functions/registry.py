@@ -75,7 +75,7 @@ class FunctionRegistry:
         if result is None:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
         config = self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}")
-        return FunctionConfig.from_json(config), result.stat.version
+        return FunctionConfig.from_json(config, stored=True), result.stat.version
 
     def incarnation(self, tenant: str, namespace: str, name: str) -> str:
         """An id of this creation of the function: one deleted and created again under the same name
@@ -189,7 +189,8 @@ class FunctionRegistry:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
         handle = self._handles.get((tenant, namespace, name, result.value))
         if handle is None:
-            cfg = FunctionConfig.from_json(self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}"))
+            cfg = FunctionConfig.from_json(self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}"),
+                                           stored=True)
             handle = self.provider_for(cfg).get_state_store(tenant, namespace, name)
             self._handles.put((tenant, namespace, name, result.value), handle)
         return handle
