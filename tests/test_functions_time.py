@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import json
+from urllib.parse import quote
 
 import pytest
 
@@ -19,7 +20,7 @@ from statekeep.functions.windowconfig import WindowConfig
 from statekeep.state import timestate
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
-                                       visible_entry)
+                                       visible_entry, visible_records)
 from conftest import BACKENDS
 
 TARGETS = ["embedded-local", "metadata-zk", "metadata-etcd", "partitioned-local"]
@@ -346,6 +347,75 @@ def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys)
         assert service.list_state("t", "n", "w")["items"] == []
     assert cli_main(["functions", "timers", "--fqfn", "t/n/w", "--data-dir", str(tmp_path / "data")]) == 0
     assert json.loads(capsys.readouterr().out) == timers
+
+
+def _timed_function(tmp_path, url):
+    """A registered windowed function with a TTL, run once: its state holds ``last`` (with an expiry),
+    window buffers and group entries. Returns its executor spec."""
+    from statekeep.functions.service import FunctionService
+    from statekeep.functions.spark import executor_spec
+
+    code = WINDOW.replace("return {", "context.put_state('last', str(w.end))\n    return {")
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "t", "namespace": "n", "name": "w", "inputs": [str(tmp_path / "in")],
+                                 "keyField": "k", "inputFormat": "json",
+                                 "output": str(tmp_path / "out"), "stateTtlSeconds": 60,
+                                 "windowConfig": {"windowLengthDurationMs": 100},
+                                 "userConfig": {"eventTimeField": "ts"}}, code.encode())
+        spec = executor_spec(service.registry, url, "t", "n", "w")[0]
+    run(spec, 0, [{"k": "a", "ts": 10}, {"k": "b", "ts": 150}, {"k": "a", "ts": 120}])
+    return spec
+
+
+def test_followers_over_rest_never_show_internal_or_expired_keys(tmp_path, clock, capsys):
+    """A server's read-only follower of a function keeping time shows what the leader's REST shows: its
+    user keys, not statekeep's timers, window buffers and TTL entries, and not a key once expired
+    (issue 31, defect 3: the followers' routes read the local copy as it is); nor does ``followers get``."""
+    from fastapi.testclient import TestClient
+
+    from statekeep.cli import main as cli_main
+    from statekeep.server import ServerConfig, create_app
+    from statekeep.testing import wait_for
+
+    url = f"local://{tmp_path / 'data'}"
+    store = cached_state_store(_timed_function(tmp_path, url))
+    internal = [e.key for e in store.scan_entries("\x00")]
+    assert any(k.startswith("\x00g") for k in internal) and {k[:3] for k in internal} >= {"\x00w\x00", "\x00x\x00"}
+    follower = {"tenant": "t", "namespace": "n", "name": "w", "leader": url, "local_dir": str(tmp_path / "fol")}
+    app = create_app(ServerConfig(metadata_url="memory://", followers=[follower]))
+    with TestClient(app) as client:
+        base = "/admin/v3/followers/t/n/w/state"
+        assert wait_for(lambda: client.get(f"{base}/last").status_code == 200, timeout=30)
+        assert client.get(f"{base}/last").json()["stringValue"] == "100"
+        listed = client.get(base, params={"limit": 1}).json()
+        assert [i["key"] for i in listed["items"]] == ["last"] and listed["nextStartAfter"] is None
+        assert client.get(base, params={"prefix": "\x00"}).json()["items"] == []
+        for key in internal:
+            assert client.get(f"{base}/{quote(key)}").status_code == 404, key
+        clock["ms"] += 61_000  # 'last' expires: hidden at once, as on the leader
+        assert client.get(f"{base}/last").status_code == 404
+        assert client.get(base).json()["items"] == []
+    fol = ["--tenant", "t", "--namespace", "n", "--name", "w", "--leader-store", url,
+           "--local-dir", str(tmp_path / "cli-fol")]
+    for key in internal[:3]:  # the CLI's follower read too
+        assert cli_main(["followers", "get", *fol, "--key", key]) != 0
+        assert "not found" in capsys.readouterr().err
+
+
+def test_the_changelog_source_reads_no_internal_keys(tmp_path, clock):
+    """What the ``statekeep-changelog`` source (and a ``statekeep://T/N/F`` input) hands a reader, read
+    without Spark: the function's user keys only, at the changelog's offsets (issue 31, defect 3: it
+    handed over statekeep's time entries before the user's keys)."""
+    url = f"local://{tmp_path / 'data'}"
+    store = cached_state_store(_timed_function(tmp_path, url))
+    log = store.read_changelog()
+    assert any(r.key.startswith("\x00") for r in log)
+    user = [(r.offset, r.key) for r in log if not r.key.startswith("\x00")]
+    assert [k for _, k in user] == ["last"]
+    assert [(r.offset, r.key) for r in visible_records(store)] == user
+    assert [(r.offset, r.key) for r in visible_records(store, -1, log[-1].offset, page=1)] == user
+    assert list(visible_records(store, prefix="\x00")) == []
+    assert list(visible_records(store, user[0][0])) == []  # after the last user record: nothing more
 
 
 def test_open_windows_and_timers_survive_a_rescale(base_spec, clock):

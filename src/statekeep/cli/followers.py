@@ -99,11 +99,12 @@ def _start(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     from statekeep.state.shape import function_state_json
+    from statekeep.state.timestate import visible_entry
 
     with _open(args) as follower:
         if not follower.wait_until_caught_up(args.timeout):
             raise StatekeepError(f"the follower did not catch up within {args.timeout:g} s (lag {follower.lag})")
-        entry = follower.get_entry(args.key)
+        entry = visible_entry(follower, args.key)  # as a user sees it: no internal or expired key
     if entry is None:
         raise NotFoundError(f"key {args.key!r} not found in {args.tenant}/{args.namespace}/{args.name}")
     print_json(function_state_json(entry))

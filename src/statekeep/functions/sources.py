@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
-from statekeep.state.timestate import visible_entries
+from statekeep.state.timestate import visible_entries, visible_records
 
 try:  # this module is the Spark integration itself: without PySpark it is not importable at all
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -146,22 +146,12 @@ class _ChangelogStreamReader(DataSourceStreamReader):
         assert isinstance(partition, _Range)  # what partitions() makes
         service, state = _open_state(self.options)
         prefix = _prefix(self.options)
-        with service:
-            after = partition.after
-            while after < partition.last:
-                records = state.read_changelog(after=after, limit=10_000)
-                if not records:
-                    return
-                for r in records:
-                    if r.offset > partition.last:
-                        return
-                    if prefix and not r.key.startswith(prefix):
-                        continue  # filtered here, so Spark never receives it
-                    # a tombstone has neither kind nor value, so a counter record has a value
-                    number = (int.from_bytes(r.value, "big", signed=True)
-                              if r.kind == "counter" and r.value is not None else None)
-                    yield r.offset, r.key, r.kind, r.value, number, r.version, r.tombstone
-                after = records[-1].offset
+        with service:  # filtered here (prefix, statekeep's internal keys), so Spark never receives them
+            for r in visible_records(state, partition.after, partition.last, prefix):
+                # a tombstone has neither kind nor value, so a counter record has a value
+                number = (int.from_bytes(r.value, "big", signed=True)
+                          if r.kind == "counter" and r.value is not None else None)
+                yield r.offset, r.key, r.kind, r.value, number, r.version, r.tombstone
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the changelog is kept by its owner (compaction decides)."""

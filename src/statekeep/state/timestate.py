@@ -4,7 +4,7 @@ Everything a function's notion of time needs is ordinary state, written through 
 buffer and committed in the same atomic write (or staged commit) as the batch's own changes, on every
 provider. It lives under keys starting with :data:`RESERVED` (a NUL character), which a function, REST
 or the CLI can never write (:func:`check_user_key`) and which user-visible reads never show
-(:func:`visible_entry`, :func:`visible_entries`):
+(:func:`visible_entry`, :func:`visible_entries`, :func:`visible_records` for the changelog):
 
 ``\\0g<group>`` (:func:`group_key`)
     one per key group: JSON ``{"wm": watermark, "t": {key: [[ms, domain], ...]}, "x": {key: expiry}}``
@@ -33,6 +33,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.keys import encode_key
+from statekeep.state.records import ChangelogRecord
 
 #: The first character of every internal key.
 RESERVED = "\x00"
@@ -176,6 +177,24 @@ def visible_entries(store: Any, prefix: str = "", start_after: str | None = None
         if len(entries) < page:
             return
         after = entries[-1].key
+
+
+def visible_records(store: Any, after: int = -1, last: int | None = None, prefix: str = "",
+                    page: int = 10_000) -> Iterator[ChangelogRecord]:
+    """``store.read_changelog`` as a user reads it: the records after offset ``after`` up to ``last``
+    (included; None: to the end), in offset order, of the keys starting with ``prefix``, never one of
+    an internal key. Offsets stay the changelog's (a reader resumes after the last one it saw)."""
+    while last is None or after < last:
+        records = store.read_changelog(after=after, limit=page)
+        if not records:
+            return
+        for r in records:
+            if last is not None and r.offset > last:
+                return
+            if r.key[:1] == RESERVED or (prefix and not r.key.startswith(prefix)):
+                continue
+            yield r
+        after = records[-1].offset
 
 
 def timers_of(store: Any) -> list[dict[str, Any]]:

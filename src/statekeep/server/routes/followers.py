@@ -1,5 +1,6 @@
 """Read-only followers (see :mod:`statekeep.server.followers`): ``GET /admin/v3/followers``,
-``GET FOL/state``, ``GET FOL/state/{key}``; writes there get 405 with ``Allow: GET``."""
+``GET FOL/state``, ``GET FOL/state/{key}`` (user keys only, as the leader's routes: statekeep's internal
+and expired keys are not there); writes there get 405 with ``Allow: GET``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from statekeep.server import schemas
 from statekeep.server.auth import authorize
 from statekeep.server.context import ServerContext, get_context
 from statekeep.state.shape import function_state_json
+from statekeep.state.timestate import visible_entries, visible_entry
 
 FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
 
@@ -38,7 +40,8 @@ async def list_follower_state(tenant: str, namespace: str, name: str, prefix: st
                               limit: int = Query(100, ge=1, le=1000),
                               ctx: ServerContext = Depends(get_context)) -> Response:
     follower = ctx.followers.get(tenant, namespace, name)
-    found = list(follower.scan_entries(prefix, start_after or None, limit + 1))
+    # as the leader's routes: no internal key (statekeep's time state) and no expired one
+    found = list(visible_entries(follower, prefix, start_after or None, limit + 1))
     items = [function_state_json(e) for e in found[:limit]]
     return JSONResponse({"items": items, "nextStartAfter": items[-1]["key"] if len(found) > limit else None})
 
@@ -47,7 +50,7 @@ async def list_follower_state(tenant: str, namespace: str, name: str, prefix: st
             summary="Query a state key of a follower (read-only)")
 async def query_follower_state(tenant: str, namespace: str, name: str, key: str,
                                ctx: ServerContext = Depends(get_context)) -> Response:
-    entry = ctx.followers.get(tenant, namespace, name).get_entry(key)
+    entry = visible_entry(ctx.followers.get(tenant, namespace, name), key)
     if entry is None:
         raise NotFoundError(f"key {key!r} not found in follower {tenant}/{namespace}/{name}")
     return JSONResponse(function_state_json(entry), headers={"ETag": f'"{entry.version}"'})
