@@ -193,3 +193,30 @@ def test_stored_values_refusing_bulk_increments_fail_the_batch_whole(spec, tmp_p
                                                           r"partition 5 were refused \(nothing written\)"):
                 run_partition(spec, batch, 5, lines(words))
     assert counters(spec) == {"blob": None, "big": (1 << 63) - 2}
+
+
+PER_RECORD_ECHO = "def process(input, context):\n    return {'word': input['word']}\n"
+BATCH_ECHO = "def process_batch(records, context):\n    return records.select(['word'])\n"
+
+
+def test_process_batch_output_to_a_topic_goes_to_the_topic_as_per_record_output_does(spec, tmp_path, monkeypatch):
+    """A ``persistent://`` output of a ``process_batch`` function is the topic under the topics root, as for
+    a per-record function: its rows are the topic's messages, and nothing is written to a literal
+    ``persistent:`` directory under the working directory (issue 31, defect 1)."""
+    from statekeep.functions import topics
+    from statekeep.functions.messages import payload
+
+    monkeypatch.chdir(tmp_path)
+    root, topic = str(tmp_path / "topics"), "persistent://public/default/out"
+    spec = {**spec, "output": topic, "topics_dir": root}
+    run_partition({**spec, "code": BATCH_ECHO}, 0, 0, lines(["x", "y"]))
+    batch_messages = [json.loads(payload(m)) for m in topics.read(root, topic)]
+    assert batch_messages == [{"word": "x"}, {"word": "y"}]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("persistent")]
+    run_partition({**spec, "name": "echo", "code": PER_RECORD_ECHO}, 0, 0, lines(["x", "y"]))
+    both = list(topics.read(root, topic))
+    assert [json.loads(payload(m)) for m in both] == batch_messages * 2  # the same messages from either path
+    assert {tuple(sorted(m)) for m in both} == {("publishTime", "value")}
+    assert sorted(p.name for p in Path(topics.directory(root, topic)).iterdir()) == [
+        "batch-000000000000-part-00000-out-public.default.echo.jsonl",
+        "batch-000000000000-part-00000-out-public.default.wc.jsonl"]

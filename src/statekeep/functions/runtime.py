@@ -36,6 +36,7 @@ from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.functions.messages import (batch_lines, dead_letter_message, file_suffix, function_logger, log_records,
                                           message_decoder, output_location, output_wrapper, published_by_target)
+from statekeep.functions.topics import is_topic
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
 
@@ -175,7 +176,7 @@ def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, f
     (batch, partition) and ``suffix`` (who writes what, where several writers share a directory, as
     a topic's): a replay replaces the same file, so each output record exists once."""
     os.makedirs(directory, exist_ok=True)
-    final = os.path.join(directory, f"batch-{batch_id:012d}-part-{partition:05d}{suffix}.{fmt}")
+    final = output_file(directory, batch_id, partition, fmt, suffix)
     temp = os.path.join(directory, f".{os.path.basename(final)}.{os.getpid()}.tmp")
     if fmt == "parquet":
         import pyarrow as pa
@@ -194,6 +195,48 @@ def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, f
             out.flush()
             os.fsync(out.fileno())
     os.replace(temp, final)
+
+
+@dataclass(frozen=True)
+class OutputSink:
+    """Where one kind of a function's records goes, as every record path writes it (see :func:`output_sink`):
+    ``directory`` (None: nowhere, for no output or ``console``), the files' ``fmt`` and the ``suffix``
+    naming this function's and kind's files in a directory it may share (a topic's); ``topic``: the
+    directory is a topic's, whose records are message records (see :func:`output_wrapper`)."""
+
+    directory: str | None
+    fmt: str = "jsonl"
+    suffix: str = ""
+    topic: bool = False
+
+    def write(self, batch_id: int, partition: int, records: Any) -> None:
+        """Write a partition's records (a list, or a pyarrow Table) as :func:`write_outputs` does."""
+        if self.directory is not None:
+            write_outputs(self.directory, batch_id, partition, records, self.fmt, self.suffix)
+
+    def discard(self, batch_id: int, partition: int) -> None:
+        """Remove what :meth:`write` wrote for (batch, partition), if anything."""
+        if self.directory is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(output_file(self.directory, batch_id, partition, self.fmt, self.suffix))
+
+
+def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> OutputSink:
+    """The one place a function's output name (``kind`` ``out``; ``dead`` for its dead letters, ``log``
+    for its log topic) becomes where its records go: a topic name is the topic's directory under the
+    spec's topics root, written as JSON lines (a topic holds message records); another name the path
+    as named, in ``output_format`` for the main output; no name or ``console`` nowhere."""
+    if not name or name == "console":
+        return OutputSink(None)
+    directory = str(output_location(spec, name))
+    topic = is_topic(name)
+    fmt = spec.get("output_format", "jsonl") if kind == "out" and not topic else "jsonl"
+    return OutputSink(directory, fmt, file_suffix(spec, directory, kind), topic)
+
+
+def output_file(directory: str, batch_id: int, partition: int, fmt: str, suffix: str = "") -> str:
+    """The file :func:`write_outputs` writes for (batch, partition) and ``suffix``."""
+    return os.path.join(directory, f"batch-{batch_id:012d}-part-{partition:05d}{suffix}.{fmt}")
 
 
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
@@ -284,14 +327,10 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     stats.latency = time.perf_counter() - started
     stats.outputs = len(outputs)
     stats.metrics = context.metrics
-    if spec.get("output") and spec["output"] != "console":
-        target = str(output_location(spec, spec["output"]))
-        write_outputs(target, batch_id, partition, outputs, spec.get("output_format", "jsonl"),
-                      file_suffix(spec, target, "out"))
+    output_sink(spec, spec.get("output")).write(batch_id, partition, outputs)
     _write_published(context.published, batch_id, partition, spec, context.get_logger())
     if dead:
-        target = str(output_location(spec, spec["dead_letter"]))
-        write_outputs(target, batch_id, partition, dead, "jsonl", file_suffix(spec, target, "dead"))
+        output_sink(spec, spec["dead_letter"], "dead").write(batch_id, partition, dead)
     stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
     if spec.get("output") == "console":
         for record in outputs[:20]:
@@ -373,8 +412,7 @@ def _write_published(published: list[tuple[str, Any]], batch_id: int, partition:
         write_outputs(target, batch_id, partition, messages, "jsonl", file_suffix(spec or {}, target, "pub"))
     logs = log_records(logger) if logger is not None and spec and spec.get("log_topic") else []
     if spec and logs:
-        target = str(output_location(spec, spec["log_topic"]))
-        write_outputs(target, batch_id, partition, logs, "jsonl", file_suffix(spec, target, "log"))
+        output_sink(spec, spec["log_topic"], "log").write(batch_id, partition, logs)
 
 
 def records_table(values: Any, input_format: str) -> Any:
@@ -452,7 +490,9 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
     state = BufferedState(store.fetch_many, store.max_value_size)
     context = make_context(spec, state, partition)
-    table, output = None, None
+    table = None
+    output: Any = None  # a Table, or for a topic its message records
+    sink = output_sink(spec, spec.get("output"))
     fired: list[Any] = []  # on_timer's outputs
     timed = timerun.start(spec, state, partition, context, process_batch, fired.append, batch_id)
     if timed is not None and timed.windows is not None:
@@ -470,6 +510,11 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
             if timed is not None:
                 timed.observe_table(table)
                 _finish_time(spec, timed, batch_id, stats)
+            if sink.topic:  # a topic holds messages: each row is one, as a per-record function's result
+                wrap = output_wrapper(spec, context)
+                rows = output.to_pylist() if output is not None else []
+                output = [wrap(result) for result in [*rows, *fired]] or None
+            elif timed is not None:
                 output = _with_fired(output, fired)
             stats.latency = time.perf_counter() - started
         except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
@@ -482,11 +527,10 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
             raise
         return _skip_batch(store, marker, stats, table.num_rows if table is not None else len(records), e)
     stats.processed = table.num_rows
-    stats.outputs = output.num_rows if output is not None else 0
+    stats.outputs = len(output) if output is not None else 0
     stats.metrics = context.metrics
-    destination = spec.get("output")
-    if output is not None and destination and destination != "console":
-        write_outputs(destination, batch_id, partition, output, spec.get("output_format", "jsonl"))
+    if output is not None:
+        sink.write(batch_id, partition, output)
     _write_published(context.published, batch_id, partition, spec, context.get_logger())
     try:
         stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
@@ -495,10 +539,7 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
                                     f"(nothing written): {type(e).__name__}: {e}")
         if not spec.get("skip_errors"):
             raise error from None  # a replay fails alike, and rewrites the same output file
-        if output is not None and destination and destination != "console":
-            fmt = spec.get("output_format", "jsonl")  # skipped: its outputs go too
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(destination, f"batch-{batch_id:012d}-part-{partition:05d}.{fmt}"))
+        sink.discard(batch_id, partition)  # skipped: its outputs go too
         stats.processed = stats.outputs = 0
         return _skip_batch(store, marker, stats, table.num_rows, error)
     if output is not None and spec.get("output") == "console":
