@@ -8,11 +8,15 @@ when it changes). Both go with the function when it is deleted.
 
 :func:`trigger` runs the function on one value in the calling process, against its real state: the
 state changes are applied in one atomic write, ``context.publish`` messages are written to their
-outputs, and the function's result is returned (not written to its output).
+outputs, and the function's result is returned (not written to its output). A function keeping time
+(windows, timers, TTL) runs as the record's partition of a one-record micro-batch, through the
+runtime's time (:mod:`statekeep.functions.timerun`): what fires there is the function's output, so
+that batch's outputs are written to its output as well as returned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import traceback
@@ -20,7 +24,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
-from statekeep.functions.context import RecordSource
+from statekeep.functions import timerun
+from statekeep.functions.context import RecordSource, is_valid_key
 from statekeep.state.buffer import BufferedState
 from statekeep.functions.loader import BATCH, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
@@ -94,13 +99,20 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     """Run the function once on ``data`` (one input record, decoded as its input format: a JSON
     line gives a dict, Pulsar messages go through the serde of ``topic``, default the first input)
     through its real state, and return its result (None: no output).
+    For a function keeping time (windows, timers, TTL) the run is the record's part of a one-record
+    micro-batch: the partition that batch routes the record to, with the function's committed watermark
+    (see :func:`statekeep.functions.timerun.one_record`), so the record goes into its windows, timers
+    and TTLs are kept, and the windows and timers that batch's watermark or clock passes fire. Its
+    outputs (the record's result, then what fired) are written to the function's output as the batch's
+    would be, and returned: None if none, the output if one, the list of them if several.
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions import messages
-    from statekeep.functions.runtime import RecordPath, batch_output, records_table
+    from statekeep.functions.runtime import RecordPath, batch_output, output_sink, records_table, with_fired
     from statekeep.functions.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
+    fqfn = f"{tenant}/{namespace}/{name}"
     raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -123,39 +135,81 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
                           spec["user_config"].get("eventTimeField"), spec["source_format"])
     path = RecordPath(spec, state, 0, source, process, kind)  # the Spark runtime's path to the function
     path.at(0)
+    keyed = value
     if kind != BATCH:
-        value = _decoded(path, record if message else value, message, f"{tenant}/{namespace}/{name}")
-    if cfg.keyField and (spec["input_format"] == "text" or message and isinstance(value, str)):
-        source.keys = [value]  # Pulsar's way: a str value is the key
-    elif cfg.keyField and not message and isinstance(value, dict) and value.get(cfg.keyField) is not None:
-        source.keys = [str(value[cfg.keyField])]
+        value = keyed = _decoded(path, record if message else value, message, fqfn)
+    elif spec["input_format"] == "json":
+        with contextlib.suppress(ValueError):  # only to route it by its key: records_table names the error
+            keyed = json.loads(value)
+    if cfg.keyField and (spec["input_format"] == "text" or message and isinstance(keyed, str)):
+        source.keys = [keyed]  # Pulsar's way: a str value is the key
+    elif cfg.keyField and not message and isinstance(keyed, dict) and keyed.get(cfg.keyField) is not None:
+        source.keys = [str(keyed[cfg.keyField])]
+    fired: list[Any] = []  # what the windows and timers that fire return
+    timed = None
+    if spec.get("time"):  # the runtime's time, for the partition a micro-batch routes the record to
+        key = source.keys[0] if source.keys else None
+        time_spec, partition = timerun.one_record(spec, store, cfg.parallelism, key)
+        timed = timerun.start(time_spec, state, partition, path.context, process, fired.append)
+        assert timed is not None  # the spec keeps time
+        if kind == BATCH and timed.windows is not None:
+            raise InvalidArgumentError(f"{fqfn}: {timerun.BATCH_WINDOWS}")
+        if isinstance(key, str) and is_valid_key(key):
+            timed.prefetch([key])
+    rows: list[Any] = []  # process_batch's own rows
     try:
         if kind == BATCH:
-            output = batch_output(path.process(records_table([record if message else value], spec["input_format"]),
-                                               path.context))
+            table = records_table([record if message else value], spec["input_format"])
+            output = batch_output(path.process(table, path.context))
+            rows = output.to_pylist() if output is not None else []
+            if timed is not None:
+                timed.observe_table(table)
+                path.at(-1)
+                timed.finish()
+                output = with_fired(output, fired)
             result = output.to_pylist() if output is not None else None
         else:
-            result = path.process(value, path.context)
+            result = (timed.process if timed is not None else path.process)(value, path.context)
+            if timed is not None:
+                path.at(-1)  # as after a batch's records: windows and on_timer see no current record
+                timed.finish()
     except Exception as e:  # noqa: BLE001 - user code: its error is the answer
         detail = traceback.format_exc(limit=3)
-        raise InvalidArgumentError(f"function {tenant}/{namespace}/{name} raised on the trigger data: "
+        raise InvalidArgumentError(f"function {fqfn} raised on the trigger data: "
                                    f"{type(e).__name__}: {e}\n{detail}") from None
     context = path.context
+    sink = output_sink(spec, spec.get("output"))
+    written: list[Any] = []  # a function keeping time: its one-record batch's outputs, written as the runtime does
     try:
-        output_serde = spec.get("output_serde")
-        if result is not None and output_serde and kind != BATCH:  # the answer is the output message
-            result = messages.serialize(result, messages.load_serde(output_serde, spec["code"], spec["py_name"]))
+        output_serde = spec.get("output_serde") if kind != BATCH else None  # process_batch's rows go as they are
+        serde = messages.load_serde(output_serde, spec["code"], spec["py_name"]) if output_serde else None
+        if timed is not None and kind == BATCH:
+            wrap = messages.output_wrapper(spec, context)
+            written = [wrap(r) for r in [*rows, *fired]] if sink.topic else result or []
+        elif timed is not None:
+            wrap = messages.output_wrapper(spec, context)
+            path.at(0)  # the record's result goes with its message's key, properties and event time
+            written = [wrap(result)] if result is not None else []
+            path.at(-1)
+            written += [wrap(r) for r in fired]
+            outputs = [r if serde is None else messages.serialize(r, serde)
+                       for r in ([result] if result is not None else []) + fired]
+            result = None if not outputs else outputs[0] if len(outputs) == 1 else outputs
+        elif result is not None and serde is not None:  # the answer is the output message
+            result = messages.serialize(result, serde)
         targets = messages.published_by_target(context.published, spec)
     except FunctionLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
-        raise InvalidArgumentError(f"serializing the output of {tenant}/{namespace}/{name} failed: "
+        raise InvalidArgumentError(f"serializing the output of {fqfn} failed: "
                                    f"{type(e).__name__}: {e}") from None
     if spec.get("log_topic"):
         logs = messages.log_records(context.get_logger())
         if logs:
             targets.setdefault(str(messages.output_location(spec, spec["log_topic"])), []).extend(logs)
     _write_trigger_published(targets)
+    if written:
+        sink.write_new(written, "trigger")
     store.apply_batch(state.puts, state.counter_deltas)
     return result
 

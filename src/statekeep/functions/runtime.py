@@ -23,6 +23,7 @@ import os
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,8 +176,12 @@ def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, f
     """Write a partition's outputs (a list of records, or a pyarrow Table) under a name fixed by
     (batch, partition) and ``suffix`` (who writes what, where several writers share a directory, as
     a topic's): a replay replaces the same file, so each output record exists once."""
+    _write_file(directory, output_file(directory, batch_id, partition, fmt, suffix), outputs, fmt)
+
+
+def _write_file(directory: str, final: str, outputs: Any, fmt: str) -> None:
+    """Write records as the file ``final`` of ``directory``: written, synced, then renamed."""
     os.makedirs(directory, exist_ok=True)
-    final = output_file(directory, batch_id, partition, fmt, suffix)
     temp = os.path.join(directory, f".{os.path.basename(final)}.{os.getpid()}.tmp")
     if fmt == "parquet":
         import pyarrow as pa
@@ -213,6 +218,12 @@ class OutputSink:
         """Write a partition's records (a list, or a pyarrow Table) as :func:`write_outputs` does."""
         if self.directory is not None:
             write_outputs(self.directory, batch_id, partition, records, self.fmt, self.suffix)
+
+    def write_new(self, records: Any, origin: str) -> None:
+        """Write records of no (batch, partition), a trigger's (``origin``), as a new file of their own."""
+        if self.directory is not None:
+            name = f"{origin}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}{self.suffix}.{self.fmt}"
+            _write_file(self.directory, os.path.join(self.directory, name), records, self.fmt)
 
     def discard(self, batch_id: int, partition: int) -> None:
         """Remove what :meth:`write` wrote for (batch, partition), if anything."""
@@ -496,7 +507,7 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
     fired: list[Any] = []  # on_timer's outputs
     timed = timerun.start(spec, state, partition, context, process_batch, fired.append, batch_id)
     if timed is not None and timed.windows is not None:
-        raise FunctionRecordError(f"{fqfn}: a windowConfig needs process(records, context), not process_batch")
+        raise FunctionRecordError(f"{fqfn}: {timerun.BATCH_WINDOWS}")
     try:
         try:
             table = records_table(records, spec["input_format"])
@@ -515,7 +526,7 @@ def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, 
                 rows = output.to_pylist() if output is not None else []
                 output = [wrap(result) for result in [*rows, *fired]] or None
             elif timed is not None:
-                output = _with_fired(output, fired)
+                output = with_fired(output, fired)
             stats.latency = time.perf_counter() - started
         except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
             stats.user_exception(f"{where}: {type(e).__name__}: {e}")
@@ -561,7 +572,7 @@ def _finish_time(spec: ExecutorSpec, timed: timerun.TimedRun, batch_id: int, sta
             f"partition {partition}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
 
 
-def _with_fired(output: Any, fired: list[Any]) -> Any:
+def with_fired(output: Any, fired: list[Any]) -> Any:
     """``process_batch``'s output table with ``on_timer``'s output records appended."""
     if not fired:
         return output

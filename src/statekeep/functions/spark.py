@@ -21,9 +21,9 @@ from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
-from statekeep.functions.timerun import (advance_watermark, last_batch_needed, time_section, with_batch_watermark,
-                                         with_clock_source, with_ticks)
-from statekeep.state.partitioned.keygroups import KEY_GROUPS, spark_routes
+from statekeep.functions.timerun import (advance_watermark, last_batch_needed, routing, time_section,
+                                         with_batch_watermark, with_clock_source, with_ticks)
+from statekeep.state.partitioned.keygroups import spark_routes
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -231,11 +231,9 @@ class FunctionQuery:
 
     def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
         spec, parallelism = self.spec, self.parallelism
-        # partition-owned state: this batch's parallelism (a rescale happens between batches) and
-        # each record routed to the partition owning its key's group
-        partitioning = cached_state_store(spec).partitioning(parallelism if spec.get("key_field") else 1)
-        if partitioning is None and spec.get("time"):  # time state is per key group: route by group
-            partitioning = KEY_GROUPS, min(parallelism if spec.get("key_field") else 1, KEY_GROUPS)
+        # partition-owned state or time: this batch's parallelism (a rescale happens between batches)
+        # and each record routed to the partition owning its key's group
+        partitioning = routing(spec, cached_state_store(spec), parallelism)
         if partitioning is not None:
             groups, parallelism = partitioning
             spec = spec.copy()  # for this batch

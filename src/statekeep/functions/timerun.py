@@ -18,12 +18,14 @@ from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windowconfig import user_lag_ms
 from statekeep.functions.windows import Window, Windows
-from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, spark_routes
-from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, wall_clock_ms
+from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, key_group, owner, spark_routes
+from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
 #: the clock of every run in this process (tests replace it to move time without waiting)
 CLOCK: Clock = wall_clock_ms
 LATE_METRIC = "lateRecordsDropped"
+#: why a ``process_batch`` function with a windowConfig cannot run (its batch fails, its trigger is refused)
+BATCH_WINDOWS = "a windowConfig needs process(records, context), not process_batch"
 
 
 def time_section(config: Any, code: str) -> dict[str, Any] | None:
@@ -171,6 +173,32 @@ def start(spec: ExecutorSpec, state: Any, partition: int, context: Any, process:
     if not spec.get("time"):
         return None
     return TimedRun(spec, state, partition, context, process, emit, batch)
+
+
+def routing(spec: ExecutorSpec, store: Any, parallelism: int, *, prepare: bool = True) -> tuple[int, int] | None:
+    """The driver's part: ``(key groups, parallelism)`` a micro-batch of the function runs with, each record
+    routed to the partition owning its key's group; None: records go by key, any task writes any key.
+    Partition-owned state decides (``prepare``: before a micro-batch, which may lay it out or rescale it,
+    see :meth:`StateStore.partitioning`; else as it stands), else time state, kept per key group, does.
+    ``parallelism`` is the function's; a function without a key field runs in one partition."""
+    wanted = parallelism if spec.get("key_field") else 1
+    found: tuple[int, int] | None = store.partitioning(wanted, prepare=prepare)
+    if found is None and spec.get("time"):
+        found = KEY_GROUPS, min(wanted, KEY_GROUPS)
+    return found
+
+
+def one_record(spec: ExecutorSpec, store: Any, parallelism: int, key: str | None) -> tuple[ExecutorSpec, int]:
+    """For a run of one record outside the micro-batches (a trigger) of a function keeping time: ``spec``
+    as the driver completes it for a micro-batch (:func:`routing` as the state stands, the function's
+    committed watermark) and the partition that batch routes a record of ``key`` to (0 without a key, as
+    Spark's routing)."""
+    found = routing(spec, store, parallelism, prepare=False)
+    assert found is not None  # a spec with a time section is routed by key group
+    groups, parallelism = found
+    spec = {**spec, "state_parallelism": parallelism, "time_groups": groups,
+            "watermark_previous": stored_watermark_of(store)}
+    return spec, 0 if key is None else owner(key_group(key, groups), parallelism, groups)
 
 
 def stored_watermark(store: Any, batch: int) -> int | None:

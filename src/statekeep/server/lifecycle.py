@@ -14,7 +14,8 @@
   of that one query); ``POST FN/{instanceId}/start|stop`` are refused (400) for that reason.
 - ``POST FN/trigger``: multipart ``data`` (a value) or ``dataStream`` (a file), optional ``topic``
   (one of the function's inputs): the function runs on it through its real state; the response
-  (text/plain) is its output, as Pulsar's.
+  (text/plain) is its output, as Pulsar's (a function keeping time runs as a one-record micro-batch:
+  see :func:`statekeep.functions.lifecycle.trigger`).
 
 An instance is a Spark partition (``instanceId`` from 0 to ``parallelism - 1``). Stats are read
 from the metadata store, where the runner of a function saves them once per micro-batch, so any

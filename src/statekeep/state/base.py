@@ -304,10 +304,11 @@ class StateStore(ReadableStateStore):
 
     # ---- Spark tasks ---------------------------------------------------------------------------
 
-    def partitioning(self, parallelism: int) -> tuple[int, int] | None:
+    def partitioning(self, parallelism: int, *, prepare: bool = True) -> tuple[int, int] | None:
         """For state that partitions own (:mod:`statekeep.state.partitioned`): ``(key groups,
         parallelism)`` the next micro-batch must run with, records routed to the partition owning
-        their key's group. None (this default): any task may write any key."""
+        their key's group; with ``prepare=False`` the same as the state stands, changing nothing (a
+        run outside the micro-batches: a trigger). None (this default): any task may write any key."""
         return None
 
     def task(self, batch: int, partition: int, parallelism: int) -> TaskState:

@@ -93,9 +93,14 @@ class PartitionedStateStore(StateStore):
             out.append(Manifest.decode(result.value, result.stat.version, path))
         return out
 
-    def partitioning(self, parallelism: int) -> tuple[int, int]:
-        """``(key groups, parallelism this micro-batch runs with)``; see :meth:`prepare_batch`."""
+    def partitioning(self, parallelism: int, *, prepare: bool = True) -> tuple[int, int]:
+        """``(key groups, parallelism this micro-batch runs with)``; see :meth:`prepare_batch`. Without
+        ``prepare``: the layout as it stands (no layout is created, nothing rescaled), or before the
+        state's first write the one the first batch creates."""
         layout = self.layout(refresh=True)
+        if not prepare:
+            return (layout.groups, layout.parallelism) if layout else validate_layout(self.provider.key_groups,
+                                                                                      parallelism)
         return (layout.groups if layout else self.provider.key_groups), self.prepare_batch(parallelism)
 
     def prepare_batch(self, parallelism: int) -> int:
