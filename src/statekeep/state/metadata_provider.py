@@ -49,6 +49,8 @@ from statekeep.state.metadata_changelog import MetadataChangelog
 from statekeep.validate import check_int
 
 DEFAULT_ROOT = "/statekeep/state"
+#: keys (or changelog records) a scan reads per get_many: one round trip per page on a server store
+SCAN_PAGE = 1000
 # a key of a batch costs up to four operations of one multi (on etcd a created key and its changelog
 # record take two each); the batch's own extra operations (a fence, an offset) get the rest
 _OPS_PER_KEY, _EXTRA_OPS = 4, 20
@@ -133,30 +135,35 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         i = bisect_left(children, prefix) if after is None or after < prefix else bisect_right(children, after)
         produced = 0
         while i < len(children) and (limit is None or produced < limit):
-            segment = children[i]
-            i += 1
-            if not segment.startswith(prefix):
+            # a page of keys in one get_many (one round trip per page, not per key, on a server store);
+            # pages stay small when a limit is near, so a page of 10 keys reads no more than it returns
+            wanted = SCAN_PAGE if limit is None else min(SCAN_PAGE, max(limit - produced, 1) * 2)
+            page = [segment for segment in children[i:i + wanted] if segment.startswith(prefix)]
+            i += wanted
+            if not page:
                 break
-            result = self._store.get(self._kv + segment)
-            if result is None:  # deleted since the listing
-                continue
-            yield self._entry(decode_key(segment), self._kv + segment, result)
-            produced += 1
+            for segment, result in zip(page, self._store.get_many([self._kv + s for s in page])):
+                if result is None:  # deleted since the listing
+                    continue
+                yield self._entry(decode_key(segment), self._kv + segment, result)
+                produced += 1
+                if limit is not None and produced >= limit:
+                    return
+            if len(page) < wanted:
+                break  # the prefix ended inside this page
 
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first (a minimal reader; compaction and
         followers live in :mod:`statekeep.changelog`)."""
-        names = self._store.get_children(self._log[:-2])
-        out = []
-        for name in names:
-            offset = int(name[1:])
-            if offset <= after:
-                continue
-            result = self._store.get(self._log + name[1:])
-            if result is not None:
-                out.append(records.decode_record(result.value, offset))
-                if limit is not None and len(out) >= limit:
-                    break
+        names = [name for name in self._store.get_children(self._log[:-2]) if int(name[1:]) > after]
+        out: list[records.ChangelogRecord] = []
+        for start in range(0, len(names), SCAN_PAGE):  # a page of records per round trip
+            page = names[start:start + SCAN_PAGE]
+            for name, result in zip(page, self._store.get_many([self._log + name[1:] for name in page])):
+                if result is not None:
+                    out.append(records.decode_record(result.value, int(name[1:])))
+                    if limit is not None and len(out) >= limit:
+                        return out
         return out
 
     # ---- single-key writes -------------------------------------------------------------------
