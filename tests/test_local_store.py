@@ -180,3 +180,35 @@ def test_overlong_path_is_an_invalid_path_and_writes_nothing(tmp_path):
     assert store.get_children("/") == []
     store.put("/" + "y" * 500, b"fits")
     store.close()
+
+
+OPEN_DB_DURING_A_COMMIT = """
+import sys, threading, time
+from statekeep.metadata import open_store
+from statekeep.metadata.embedded import embedded_engine
+
+engine = embedded_engine(open_store(sys.argv[1]))
+calling = threading.Event()
+
+def build(reader, now_ms):  # Python code inside the write transaction: it needs the GIL to go on
+    calling.wait()
+    for _ in range(200):
+        time.sleep(0.001)
+    return None, None
+
+committer = threading.Thread(target=engine.submit, args=(build,))
+committer.start()
+calling.set()
+engine.open_db(b"opened_meanwhile")  # while the other thread's write transaction is open
+committer.join()
+print("ok")
+"""
+
+
+def test_a_database_opened_while_another_thread_commits_does_not_hang_the_process(tmp_path):
+    """LMDB's open_db without a transaction waits for the writer lock holding the GIL: while another thread
+    of the process was inside a write transaction (the group commit running Python code), the whole process
+    hung for good, e.g. a server whose first state read came while its worker was writing."""
+    result = subprocess.run([sys.executable, "-c", OPEN_DB_DURING_A_COMMIT, f"local://{tmp_path / 'store'}"],
+                            capture_output=True, text=True, timeout=60)  # a hang fails as TimeoutExpired
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -338,11 +338,13 @@ class _Engine:
 
     def open_db(self, name: bytes) -> Any:
         """A further named database in this environment (:meth:`EmbeddedEngine.open_db`)."""
-        with self._queue_lock:
-            db = self._extra_dbs.get(name)
-            if db is None:
-                db = self._extra_dbs[name] = self.env.open_db(name)
-            return db
+        db = self._extra_dbs.get(name)
+        if db is None:
+            # in a write transaction of the group commit: lmdb's open_db without one waits for the writer lock
+            # holding the GIL, so a thread of this process inside a write transaction could never finish it
+            db = self.submit(lambda reader, now_ms: (self.env.open_db(name, txn=reader.txn), None))
+            db = self._extra_dbs.setdefault(name, db)  # a racing opener got the same database
+        return db
 
     def read(self, db: Any = None) -> transaction:
         """A counted read transaction (:meth:`EmbeddedEngine.read`)."""

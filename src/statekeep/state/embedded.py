@@ -128,14 +128,17 @@ def _counter(key: str, current: tuple[int, bytes] | None) -> int:
     return records.decode_counter(payload)
 
 
+#: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers
+DATABASES = (b"state", b"changelog", b"state_meta")
+
+
 class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
         assert provider.store is not None  # handles come from an initialized provider
         engine = embedded_engine(provider.store)
         self._engine, self._env = engine, engine.env
-        self._state, self._changelog, self._meta = (engine.open_db(b"state"), engine.open_db(b"changelog"),
-                                                    engine.open_db(b"state_meta"))
+        self._state, self._changelog, self._meta = (engine.open_db(name) for name in DATABASES)
         self._prefix = f"{tenant}\0{namespace}\0{name}\0".encode()
         self._offset_key = self._prefix + b"o"
         # see get(): key -> (LMDB key, stored bytes, answer)
@@ -433,7 +436,9 @@ class EmbeddedStateProvider(StateStoreProvider):
                                            "engine (local://...)")
             store, self._owns_store = open_store(url), True
         try:
-            embedded_engine(store)  # InvalidArgumentError for a store without one
+            engine = embedded_engine(store)  # InvalidArgumentError for a store without one
+            for db in DATABASES:  # now, not on a first read (a server's may come on its event loop)
+                engine.open_db(db)
         except BaseException:
             if self._owns_store:
                 store.close()
