@@ -45,7 +45,6 @@ class ServerProcess:
         while True:
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    self.startup_seconds = 30 - (deadline - time.monotonic())
                     return
             except httpx.TransportError:
                 pass
