@@ -316,19 +316,10 @@ def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys)
 
     from statekeep.cli import main as cli_main
     from statekeep.functions.service import FunctionService
-    from statekeep.functions.spark import executor_spec
     from statekeep.server import create_app
 
     url = f"local://{tmp_path / 'data'}"
-    code = WINDOW.replace("return {", "context.put_state('last', str(w.end))\n    return {")
-    with FunctionService.open(url) as service:
-        service.registry.create({"tenant": "t", "namespace": "n", "name": "w", "inputs": [str(tmp_path / "in")],
-                                 "keyField": "k", "inputFormat": "json",
-                                 "output": str(tmp_path / "out"), "stateTtlSeconds": 60,
-                                 "windowConfig": {"windowLengthDurationMs": 100},
-                                 "userConfig": {"eventTimeField": "ts"}}, code.encode())
-        spec = executor_spec(service.registry, url, "t", "n", "w")[0]
-    run(spec, 0, [{"k": "a", "ts": 10}, {"k": "b", "ts": 150}, {"k": "a", "ts": 120}])
+    _timed_function(tmp_path, url)
     app = create_app({"metadata_url": url})
     try:
         client = TestClient(app)
