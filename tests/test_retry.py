@@ -1,13 +1,15 @@
 """The one retry policy: bounds by count and by deadline (driven by an injected clock), full-jitter
-waits within their cap, bad settings refused; and the compare-and-set loops that use it."""
+waits within their cap, bad settings refused; the compare-and-set loops that use it; writes safe to
+repeat riding out an unavailable store (the driver's status write)."""
 
 from __future__ import annotations
 
 import pytest
 
 from statekeep.cache import MetadataCache
-from statekeep.errors import BadVersionError, InvalidArgumentError
-from statekeep.retry import DEFAULT, RetryPolicy
+from statekeep.errors import (BadVersionError, InvalidArgumentError, PossibleInconsistentStateError,
+                              StoreClosedError, StoreUnavailableError)
+from statekeep.retry import DEFAULT, OUTAGE, RetryPolicy
 
 
 class FakeClock:
@@ -73,3 +75,66 @@ def test_cache_update_gives_up_after_its_bound(store):
         assert len(calls) == 3  # max_retries + 1 attempts
     finally:
         cache.close()
+
+
+def test_repeat_rides_out_an_unavailable_store():
+    clock, calls = FakeClock(), []
+
+    def write() -> str:
+        calls.append(clock.now)
+        if len(calls) <= 3:
+            raise (StoreUnavailableError if len(calls) % 2 else PossibleInconsistentStateError)("leader lost")
+        return "written"
+
+    assert OUTAGE.repeat(write, sleep=clock.sleep, clock=clock) == "written"
+    assert len(calls) == 4
+    assert all(0 <= waited <= OUTAGE.max_delay for waited in clock.slept)
+
+
+def test_repeat_gives_up_at_its_bound_with_the_last_error():
+    clock, calls = FakeClock(), []
+
+    def write() -> None:
+        calls.append(clock.now)
+        clock.now += 4  # each attempt waits 4 s for an answer
+        raise PossibleInconsistentStateError(f"attempt {len(calls)}")
+
+    with pytest.raises(PossibleInconsistentStateError, match="attempt 3"):
+        OUTAGE.bounded(seconds=10).repeat(write, sleep=clock.sleep, clock=clock)
+    assert len(calls) == 3  # started at 0, 4+, 8+ s; none after 10 s
+
+
+@pytest.mark.parametrize("error", [BadVersionError("lost a race"), StoreClosedError("closed"),
+                                   InvalidArgumentError("bad")])
+def test_repeat_never_repeats_another_error(error):
+    calls = []
+
+    def write() -> None:
+        calls.append(1)
+        raise error
+
+    with pytest.raises(type(error)):
+        OUTAGE.repeat(write, sleep=lambda s: None)
+    assert calls == [1]  # a lost compare-and-set is a result, not an outage
+
+
+@pytest.mark.parametrize("error, sent", [(StoreUnavailableError("etcd unavailable"), False),
+                                         (PossibleInconsistentStateError("request timed out, possibly due to "
+                                                                         "previous leader failure"), True)])
+def test_a_status_write_failing_once_is_repeated(error, sent):
+    """The driver's status write (issue 31, defect 6) is a plain overwrite: one failing while the store is
+    unavailable, or whose answer was lost, is written again and the query goes on."""
+    from statekeep.functions.spark import STATUS_ROOT, FunctionQuery, read_status, status_saver
+    from statekeep.metadata import open_store
+    from statekeep.testing import faults
+
+    with open_store("memory://") as store:
+        query = FunctionQuery(None, {"tenant": "public", "namespace": "default", "name": "f"},  # type: ignore[arg-type]
+                              ["in"], "checkpoint")
+        query.status_saver = status_saver(store, query, "public", "default", "f")
+        query.totals["batches"], query.worker_id = 3, "w1"
+        failed = faults.fail(store, "put", error, sent=sent, matches=lambda path: path.startswith(STATUS_ROOT))
+        query.save_status()
+        assert failed == [f"{STATUS_ROOT}/public/default/f"]
+        status = read_status(store, "public", "default", "f")
+        assert status is not None and (status["batches"], status["workerId"]) == (3, "w1")

@@ -1,4 +1,4 @@
-"""One retry policy for every compare-and-set loop in statekeep.
+"""One retry policy for every compare-and-set loop in statekeep, and for every write that is safe to repeat.
 
 A compare-and-set loop reads a key, computes the new value and writes it conditionally on the version it
 read; when another writer got there first it reads again. Every such loop (counters, the metadata cache,
@@ -19,6 +19,15 @@ between their retries instead. Only lost races are retried by the caller; an unr
 (:class:`StoreUnavailableError`) is not caught, so it propagates at once. When the bound is reached
 the loop simply ends and the caller raises its own error (or returns its own result, e.g. ``False``
 for a lock it did not get): losing is a result of the operation, not of the policy.
+
+A write that is safe to repeat (applying it twice leaves what applying it once does: a plain overwrite of
+a whole value) rides out an unavailable store, such as an etcd or ZooKeeper leader change, through
+:meth:`RetryPolicy.repeat` of :data:`OUTAGE`::
+
+    OUTAGE.repeat(lambda: store.put(path, value))  # no expected_version: a plain overwrite
+
+A compare-and-set is never repeated that way: when its outcome is unknown, whether it applied decides what
+comes next, so its caller reads again (the loop above) or reports the error.
 """
 
 from __future__ import annotations
@@ -29,11 +38,14 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
-from statekeep.errors import InvalidArgumentError
+from statekeep.errors import InvalidArgumentError, StoreUnavailableError
 from statekeep.validate import check_int, check_number
 
-__all__ = ["DEFAULT", "RECONNECT", "RetryPolicy"]
+__all__ = ["DEFAULT", "OUTAGE", "RECONNECT", "RetryPolicy"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,23 @@ class RetryPolicy:
             if attempt > self.immediate:
                 sleep(self.delay(attempt))
 
+    def repeat(self, operation: Callable[[], T], *, sleep: Callable[[float], object] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> T:
+        """``operation()``'s result, calling it again after each :class:`StoreUnavailableError` (a
+        :class:`PossibleInconsistentStateError` too: a write may have been applied, and applying it again
+        changes nothing) within this policy's bound; once the bound is reached, that error is raised. Any
+        other error (:class:`StoreClosedError`, :class:`BadVersionError`, ...) propagates at once. Only for
+        an operation that is safe to repeat (a read, a plain overwrite): never a compare-and-set (see the
+        module docstring). ``sleep`` and ``clock`` as for :meth:`attempts`."""
+        failure: StoreUnavailableError | None = None
+        for _ in self.attempts(sleep=sleep, clock=clock):
+            try:
+                return operation()
+            except StoreUnavailableError as e:
+                failure = e
+        assert failure is not None  # attempts() yields at least once
+        raise failure
+
 
 #: The backoff of every compare-and-set loop; callers choose the bound with :meth:`RetryPolicy.bounded`.
 DEFAULT = RetryPolicy(max_attempts=100, first_delay=0.0005, max_delay=0.05, immediate=1)
@@ -99,3 +128,9 @@ DEFAULT = RetryPolicy(max_attempts=100, first_delay=0.0005, max_delay=0.05, imme
 #: ``RECONNECT.delay(n)`` before its n-th retry in a row, from 0.1 s doubling to at most 2 s, jittered.
 #: Such loops retry for as long as they run, so the policy has no bound.
 RECONNECT = RetryPolicy(deadline=math.inf, first_delay=0.1, max_delay=2.0, immediate=0)
+
+#: The waits of a write that is safe to repeat while its store is unavailable (:meth:`RetryPolicy.repeat`):
+#: RECONNECT's delays, for up to 60 s after the first attempt (each attempt taking up to the store's own
+#: timeout). That rides out a leader change, where writes the old leader held time out (etcd's request
+#: timeout is 7 s by default) and an election follows, but not a store that stays down.
+OUTAGE = RECONNECT.bounded(seconds=60.0)

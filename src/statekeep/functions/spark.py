@@ -23,6 +23,7 @@ from statekeep.functions.stats import add_batch
 from statekeep.functions.topics import default_root, is_topic
 from statekeep.functions.timerun import (advance_watermark, last_batch_needed, routing, time_section,
                                          with_batch_watermark, with_clock_source, with_ticks)
+from statekeep.retry import OUTAGE
 from statekeep.state.partitioned.keygroups import spark_routes
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
@@ -224,23 +225,20 @@ class FunctionQuery:
         self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.timerun)
         self._clock = False  # whether the query reads the clock source (a function keeping time)
         self._ticked = False  # a --once run's last batch started (await_termination)
-        self.status_saver: Callable[[], None] | None = None  # where save_status() keeps status()
+        # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
+        self.status_saver: Callable[[], None] | None = None
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.stats
 
     def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
-        spec, parallelism = self.spec, self.parallelism
-        # partition-owned state or time: this batch's parallelism (a rescale happens between batches)
-        # and each record routed to the partition owning its key's group
-        partitioning = routing(spec, cached_state_store(spec), parallelism)
-        if partitioning is not None:
+        # the driver's reads of the function's state ride out a leader change of its store, as its status write does
+        spec, partitioning = OUTAGE.repeat(lambda: self._batch_spec(batch_id))
+        parallelism = self.parallelism
+        if partitioning is not None:  # each record routed to the partition owning its key's group
             groups, parallelism = partitioning
-            spec = spec.copy()  # for this batch
-            spec["state_parallelism"], spec["time_groups"] = parallelism, groups
             frame = frame.withColumn("__route", route_column(groups, parallelism))
-        if spec.get("time"):  # the function's watermark before this batch
-            spec = with_batch_watermark(spec, cached_state_store(spec), self._time, batch_id)
+        if spec.get("time"):
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
         runner = arrow_partition_runner(spec, batch_id)
         rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
@@ -256,6 +254,22 @@ class FunctionQuery:
         self.totals["last_batch"] = batch_id
         if self.on_batch is not None:
             self.on_batch(batch_id, rows)
+
+    def _batch_spec(self, batch_id: int) -> tuple[ExecutorSpec, tuple[int, int] | None]:
+        """The spec of micro-batch ``batch_id`` and the ``(key groups, parallelism)`` it runs with (None: records
+        go by key), from the function's state as the driver finds it: with partition-owned state or time, its
+        layout (created, or rescaled between batches: see :func:`~statekeep.functions.timerun.routing`); when it
+        keeps time, its watermark before the batch. Safe to repeat after a :class:`StoreUnavailableError`: it
+        reads before it writes, and its only writes are compare-and-set steps taken on what it read, so a
+        repeat reads whether a write whose outcome was unknown applied and never applies one twice."""
+        spec = self.spec
+        partitioning = routing(spec, cached_state_store(spec), self.parallelism)
+        if partitioning is not None:  # this batch's parallelism (a rescale happens between batches)
+            spec = spec.copy()  # for this batch
+            spec["time_groups"], spec["state_parallelism"] = partitioning
+        if spec.get("time"):  # the function's watermark before this batch
+            spec = with_batch_watermark(spec, cached_state_store(spec), self._time, batch_id)
+        return spec, partitioning
 
     def start(self, *, tick: bool = False) -> FunctionQuery:
         """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
@@ -314,9 +328,12 @@ class FunctionQuery:
         self.save_status()
 
     def save_status(self) -> None:
-        """Record :meth:`status` with ``status_saver`` (set by :func:`run_registered`); by default nowhere."""
+        """Record :meth:`status` with ``status_saver`` (set by :func:`run_registered`); by default nowhere.
+        Every status write of the driver (at start, after each micro-batch, at the end) goes through here. It
+        is a plain overwrite, so it is repeated while the store is unavailable (:data:`statekeep.retry.OUTAGE`):
+        a leader change of the store does not fail the query; a store down for longer still does."""
         if self.status_saver is not None:
-            self.status_saver()
+            OUTAGE.repeat(self.status_saver)
 
     def status(self) -> dict[str, Any]:
         active = self.query is not None and self.query.isActive
@@ -330,6 +347,18 @@ def status_json(status: Mapping[str, Any]) -> bytes:
 
 
 STATUS_ROOT = "/statekeep/status"
+
+
+def status_saver(store: MetadataStore, query: FunctionQuery, tenant: str, namespace: str,
+                 name: str) -> Callable[[], None]:
+    """What records ``query``'s :meth:`~FunctionQuery.status` at ``STATUS_ROOT/T/N/F`` in ``store``: a plain
+    overwrite of the whole value (no expected version), so repeating it is safe."""
+    path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
+
+    def save() -> None:
+        store.put(path, status_json(query.status()))
+
+    return save
 
 
 def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
@@ -414,15 +443,10 @@ def run_registered(service: FunctionService, metadata_url: str, tenant: str, nam
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
     incarnation = registry.incarnation(tenant, namespace, name)
     checkpoint = os.path.join(checkpoint_root, tenant, namespace, name, incarnation)
-    status_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
     spark = spark or spark_session(master, conf=spark_conf)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
     query.worker_id = worker_id
-
-    def save_status() -> None:
-        registry.store.put(status_path, status_json(query.status()))
-
-    query.status_saver = save_status
+    query.status_saver = status_saver(registry.store, query, tenant, namespace, name)
     query.on_batch = lambda batch_id, rows: query.save_status()
     query.start()
     query.save_status()  # says at once who runs it now (status readers compare it with the lock)

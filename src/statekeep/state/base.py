@@ -308,7 +308,9 @@ class StateStore(ReadableStateStore):
         """For state that partitions own (:mod:`statekeep.state.partitioned`): ``(key groups,
         parallelism)`` the next micro-batch must run with, records routed to the partition owning
         their key's group; with ``prepare=False`` the same as the state stands, changing nothing (a
-        run outside the micro-batches: a trigger). None (this default): any task may write any key."""
+        run outside the micro-batches: a trigger). None (this default): any task may write any key.
+        The driver repeats a call that raised :class:`StoreUnavailableError` (a leader change of the store), so
+        a provider that writes here reads first and writes only compare-and-set steps on what it read."""
         return None
 
     def task(self, batch: int, partition: int, parallelism: int) -> TaskState:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from statekeep.metadata import MetadataStore, SessionEvent
     from statekeep.state.embedded import EmbeddedStateStore
 
-__all__ = ["hold", "inject_session_event", "mute_notifications", "stall_event_loop", "write_raw_state"]
+__all__ = ["fail", "hold", "inject_session_event", "mute_notifications", "stall_event_loop", "write_raw_state"]
 
 
 def inject_session_event(store: MetadataStore, event: SessionEvent) -> None:
@@ -59,3 +59,24 @@ def hold(store: MetadataStore, method: str, matches: Callable[[Any], bool]) -> t
 
     setattr(store, method, call)
     return held, release
+
+
+def fail(store: MetadataStore, method: str, error: BaseException, *, times: int = 1, sent: bool = False,
+         matches: Callable[[Any], bool] = lambda first: True) -> list[Any]:
+    """Make the next ``times`` calls of ``store.<method>`` whose first argument ``matches`` raise ``error``
+    (an unreachable store; with ``sent``, after the call went through: a write whose answer was lost, as
+    under a :class:`PossibleInconsistentStateError`). Later calls go through. Returns the list that the
+    first argument of each failed call is appended to."""
+    failed: list[Any] = []
+    send = getattr(store, method)
+
+    def call(first: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(failed) < times and matches(first):
+            failed.append(first)
+            if sent:
+                send(first, *args, **kwargs)
+            raise error
+        return send(first, *args, **kwargs)
+
+    setattr(store, method, call)
+    return failed
