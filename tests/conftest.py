@@ -6,8 +6,8 @@ outside this process (and each test parameter naming a server backend, RESOURCE_
 that use it; a test using none of them is marked ``fast`` (``scripts/test --fast`` runs those). A fast
 test that starts one anyway, without its fixture, fails saying which fixture to ask for, so the fast tier
 cannot quietly grow slow. Tests sharing a heavy fixture wider than one test (a module's server or
-browser, the Spark cluster, the ZooKeeper ensemble) run on one pytest-xdist worker (``xdist_group``),
-so each is started once per run."""
+browser, the Spark cluster, the ZooKeeper ensemble, the etcd cluster) run on one pytest-xdist worker
+(``xdist_group``), so each is started once per run."""
 
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ T = TypeVar("T")
 RESOURCES = {
     "spark": "spark", "spark_env": "spark", "spark_cluster": "cluster", "server_process": "server",
     "zk_server": "zookeeper", "zk_ensemble": "zookeeper", "start_zookeeper": "zookeeper",
-    "etcd_server": "etcd", "start_etcd": "etcd", "s3_server": "s3",
+    "etcd_server": "etcd", "etcd_cluster": "etcd", "start_etcd": "etcd", "s3_server": "s3",
     "browser": "chromium", "fresh_copy": "venv",
 }
 #: a test parameter naming a server backend (e.g. ``backend="etcd"``) marks the test as using it
 RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3"}
 #: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
-SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble"}
+SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble", "etcd_cluster": "etcd-cluster"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -247,7 +247,7 @@ def server_process() -> type:
 
 @pytest.fixture(scope="session")
 def zk_ensemble():
-    """Three ZooKeeper servers in one ensemble on loopback (statekeep.testing.servers.Ensemble), started when
+    """Three ZooKeeper servers in one ensemble on loopback (statekeep.testing.servers.ZooKeeperEnsemble), started when
     a test first asks for it, stopped at the end of the run. ``zk_ensemble.url("/chroot")`` is a zk:// URL
     listing all three. A test that kills servers starts them again before it ends (``start_all()``)."""
     from statekeep.testing import servers
@@ -255,6 +255,19 @@ def zk_ensemble():
     ensemble = _start_or_skip("zookeeper", lambda: servers.start_ensemble(3))
     yield ensemble
     ensemble.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_cluster():
+    """Three etcd members in one cluster on loopback (statekeep.testing.servers.EtcdCluster, the shape of
+    ``zk_ensemble``), started when a test first asks for it, stopped at the end of the run.
+    ``etcd_cluster.url("/prefix")`` is an etcd:// URL listing all three. A test that kills members starts
+    them again before it ends (``restart(i)``, ``start_all()``)."""
+    from statekeep.testing import servers
+
+    cluster = _start_or_skip("etcd", lambda: servers.start_etcd_cluster(3))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
-"""The test infrastructure itself, on real servers: moto's S3 API behind BlobStore (``s3_server``), and a
+"""The test infrastructure itself, on real servers: moto's S3 API behind BlobStore (``s3_server``), a
 3-node ZooKeeper ensemble (``zk_ensemble``) that keeps a zk:// store serving through a leader crash and
-through an outage of all its servers."""
+through an outage of all its servers, and a 3-node etcd cluster (``etcd_cluster``) through a leader crash."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from statekeep.errors import PossibleInconsistentStateError, StoreUnavailableError
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata import open_store
+from statekeep.retry import OUTAGE
 from statekeep.testing import wait_for
 
 T = TypeVar("T")
@@ -177,3 +178,38 @@ def test_a_store_on_the_ensemble_survives_a_leader_crash_and_a_full_outage(zk_en
         # "nothing was written" where a put raised StoreUnavailableError rather than PossibleInconsistentStateError
         assert _retry(lambda: reader.get_many(writer.refused)) == [None] * len(writer.refused)
         reader.close()
+
+
+# ---- an etcd cluster ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_store_on_the_etcd_cluster_survives_a_leader_crash(etcd_cluster):
+    """The etcd cluster has the ensemble's shape (url, leader, kill, restart): after its leader's SIGKILL the
+    two others elect another, and plain overwrites through the retry policy (OUTAGE.repeat) all land; the
+    killed member restarts on its data dir (``--initial-cluster-state existing``) and serves what was
+    written while it was down."""
+    cluster = etcd_cluster
+    prefix = f"/t{uuid.uuid4().hex[:12]}"
+    url = cluster.url(prefix)
+    assert url.startswith("etcd://") and url.count("127.0.0.1:") == 3
+    store = open_store(url)
+    killed = None
+    try:
+        OUTAGE.repeat(lambda: store.put("/before", b"1"))
+        killed = cluster.leader()
+        cluster.kill(killed)
+        for n in range(20):  # the first ones go while the others notice the crash and elect a leader
+            OUTAGE.repeat(lambda: store.put(f"/after/{n:02d}", b"%d" % n))
+        assert cluster.leader() != killed
+        restarted, killed = killed, None
+        cluster.restart(restarted)
+        assert cluster.leader() in range(3)
+        with open_store(f"etcd://{cluster.servers[restarted].address}{prefix}") as member:
+            assert wait_for(lambda: OUTAGE.repeat(lambda: member.get("/after/19")) is not None, timeout=30)
+            assert [r.value for r in OUTAGE.repeat(lambda: member.get_many(
+                ["/before", *(f"/after/{n:02d}" for n in range(20))]))] == [b"1", *(b"%d" % n for n in range(20))]
+    finally:
+        if killed is not None:
+            cluster.restart(killed)  # leave the shared cluster whole for the next test
+        store.close()

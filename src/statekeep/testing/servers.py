@@ -1,13 +1,13 @@
 """Start real servers on loopback, on free ports, with temporary data dirs: ZooKeeper and etcd, a
-3-node ZooKeeper ensemble, and moto's S3 API.
+3-node ZooKeeper ensemble and a 3-node etcd cluster, and moto's S3 API.
 
     server = start("zookeeper")      # or "etcd", "moto_s3"
     server.address                   # "127.0.0.1:PORT"
     server.kill(); server.restart()  # SIGKILL, then start again on the same port and data dir
     server.stop()
 
-    ensemble = start_ensemble(3)     # zookeeper_ensemble(base_dir, n)
-    ensemble.url("/chroot")          # "zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/chroot"
+    ensemble = start_ensemble(3)     # zookeeper_ensemble(base_dir, n); start_etcd_cluster(3) is the same shape
+    ensemble.url("/chroot")          # "zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/chroot" ("etcd://..." for etcd)
     ensemble.kill(ensemble.leader()); ensemble.restart(i); ensemble.stop_all_for(8); ensemble.stop()
 
     s3 = start_s3(["bucket"])        # moto_s3(data_dir, port) + create_bucket(endpoint, bucket)
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -151,17 +152,28 @@ def zookeeper(data_dir: Path, port: int) -> Server:
     return Server("zookeeper", command, port, data_dir, _zk_ready)
 
 
-def etcd(data_dir: Path, port: int) -> Server:
+def _etcd_binary() -> str:
     binary = shutil.which("etcd") or "/usr/bin/etcd"
     if not Path(binary).exists():
         raise ServerNotInstalled("etcd needs Debian's 'etcd-server' package")
-    peer = free_port()
+    return binary
+
+
+def _etcd_command(name: str, data_dir: Path, port: int, peer: int, cluster: str, token: str | None = None) -> list[str]:
+    """An etcd member ``name`` serving clients on ``port`` and peers on ``peer``, its data in ``data_dir/data``,
+    one of ``cluster`` (``--initial-cluster``: ``name=http://127.0.0.1:PEER,...``), started as a new cluster."""
     command = [
-        binary, "--logger=zap", "--name", "n1", "--data-dir", str(data_dir / "data"),
+        _etcd_binary(), "--logger=zap", "--name", name, "--data-dir", str(data_dir / "data"),
         "--listen-client-urls", f"http://127.0.0.1:{port}", "--advertise-client-urls", f"http://127.0.0.1:{port}",
         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-        "--initial-cluster", f"n1=http://127.0.0.1:{peer}", "--initial-cluster-state", "new",
+        "--initial-cluster", cluster, "--initial-cluster-state", "new",
     ]
+    return command + (["--initial-cluster-token", token] if token else [])
+
+
+def etcd(data_dir: Path, port: int) -> Server:
+    peer = free_port()
+    command = _etcd_command("n1", data_dir, port, peer, f"n1=http://127.0.0.1:{peer}")
     return Server("etcd", command, port, data_dir, _etcd_ready)
 
 
@@ -273,7 +285,95 @@ def start_s3(buckets: Sequence[str] = ("statekeep",)) -> S3Service:
     return S3Service(server, buckets)
 
 
-# ---- a ZooKeeper ensemble ---------------------------------------------------------------------------
+# ---- ensembles: a ZooKeeper ensemble, an etcd cluster ----------------------------------------------------
+
+
+class Ensemble:
+    """N servers of one quorum on loopback, numbered 0..N-1, each keeping its data dir across :meth:`kill`
+    and :meth:`restart`. Subclasses say how a client URL starts (``scheme``) and who leads
+    (:meth:`_leader`): :class:`ZooKeeperEnsemble`, :class:`EtcdCluster`."""
+
+    scheme = ""
+
+    def __init__(self, base_dir: Path, servers: list[Server]) -> None:
+        self.base_dir = base_dir
+        self.servers = servers
+
+    @property
+    def hosts(self) -> str:
+        """``127.0.0.1:p1,127.0.0.1:p2,...``: the client addresses of every member."""
+        return ",".join(server.address for server in self.servers)
+
+    def url(self, path: str = "") -> str:
+        """``SCHEME://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/path`` (a chroot or prefix)."""
+        path = path.strip("/")
+        return f"{self.scheme}://{self.hosts}/{path}" if path else f"{self.scheme}://{self.hosts}"
+
+    def _leader(self) -> int | None:
+        """The index of the one member that leads now; None while none or several claim to."""
+        raise NotImplementedError
+
+    def leader(self, timeout: float = 30.0) -> int:
+        """The index of the leading member, waiting up to ``timeout`` seconds for an election to finish."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self._leader()
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no single {self.scheme} leader after {timeout}s")
+            time.sleep(0.05)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL server ``i`` (a crash) and wait until it is gone."""
+        self.servers[i].kill()
+
+    def restart(self, i: int, timeout: float = 60.0) -> None:
+        """Start server ``i`` again (killing it first if it runs) on its data dir and wait until it
+        serves (it needs a quorum to: with others down it waits for them)."""
+        self.servers[i].kill()
+        self.servers[i].start(timeout)
+
+    def kill_all(self) -> None:
+        for server in self.servers:
+            server.kill()
+
+    def start_all(self, timeout: float = 60.0) -> None:
+        """Start every server that is not running and wait until all serve."""
+        for server in self.servers:
+            if not server.running:
+                server.launch()
+        deadline = time.monotonic() + timeout
+        for server in self.servers:
+            server.wait_ready(max(deadline - time.monotonic(), 0.1))
+
+    def stop_all_for(self, seconds: float, timeout: float = 60.0) -> None:
+        """An outage of the whole ensemble: SIGKILL every server, wait ``seconds``, start them all again
+        on their data dirs and wait until all serve."""
+        self.kill_all()
+        time.sleep(seconds)
+        self.start_all(timeout)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def _started(self, timeout: float) -> Ensemble:
+        """Start every member and wait until all serve; stop them all and raise if they do not."""
+        try:
+            self.start_all(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+
+def _free_ports(count: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
 
 
 def zk_mode(port: int) -> str | None:
@@ -297,87 +397,29 @@ def _zk_serving(port: int) -> bool:
     return zk_mode(port) is not None
 
 
-class Ensemble:
-    """N ZooKeeper servers in one quorum on loopback. Servers are numbered 0..N-1 (``myid`` is i+1);
-    each keeps its dataDir across :meth:`kill` and :meth:`restart`. See :func:`zookeeper_ensemble`."""
+class ZooKeeperEnsemble(Ensemble):
+    """N ZooKeeper servers in one quorum (``myid`` is i+1). See :func:`zookeeper_ensemble`."""
 
-    def __init__(self, base_dir: Path, servers: list[Server]) -> None:
-        self.base_dir = base_dir
-        self.servers = servers
-
-    @property
-    def hosts(self) -> str:
-        """``127.0.0.1:p1,127.0.0.1:p2,...``: the connect string of the whole ensemble."""
-        return ",".join(server.address for server in self.servers)
-
-    def url(self, chroot: str = "") -> str:
-        """``zk://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/chroot``."""
-        chroot = chroot.strip("/")
-        return f"zk://{self.hosts}/{chroot}" if chroot else f"zk://{self.hosts}"
+    scheme = "zk"
 
     def modes(self) -> list[str | None]:
         """Each server's ``srvr`` Mode (None: down or not serving)."""
         return [zk_mode(server.port) if server.running else None for server in self.servers]
 
-    def leader(self, timeout: float = 30.0) -> int:
-        """The index of the server that reports ``Mode: leader``, waiting up to ``timeout`` seconds
-        for an election to finish."""
-        deadline = time.monotonic() + timeout
-        while True:
-            leaders = [i for i, mode in enumerate(self.modes()) if mode == "leader"]
-            if len(leaders) == 1:
-                return leaders[0]
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"no single ZooKeeper leader after {timeout}s: modes {self.modes()}")
-            time.sleep(0.05)
-
-    def kill(self, i: int) -> None:
-        """SIGKILL server ``i`` (a crash) and wait until it is gone."""
-        self.servers[i].kill()
-
-    def restart(self, i: int, timeout: float = 60.0) -> None:
-        """Start server ``i`` again (killing it first if it runs) on its dataDir and wait until it
-        serves (it needs a quorum to: with others down it waits for them)."""
-        self.servers[i].kill()
-        self.servers[i].start(timeout)
-
-    def kill_all(self) -> None:
-        for server in self.servers:
-            server.kill()
-
-    def start_all(self, timeout: float = 60.0) -> None:
-        """Start every server that is not running and wait until all serve."""
-        for server in self.servers:
-            if not server.running:
-                server.launch()
-        deadline = time.monotonic() + timeout
-        for server in self.servers:
-            server.wait_ready(max(deadline - time.monotonic(), 0.1))
-
-    def stop_all_for(self, seconds: float, timeout: float = 60.0) -> None:
-        """An outage of the whole ensemble: SIGKILL every server, wait ``seconds``, start them all again
-        on their dataDirs and wait until all serve."""
-        self.kill_all()
-        time.sleep(seconds)
-        self.start_all(timeout)
-
-    def stop(self) -> None:
-        for server in self.servers:
-            server.stop()
-        shutil.rmtree(self.base_dir, ignore_errors=True)
+    def _leader(self) -> int | None:
+        leaders = [i for i, mode in enumerate(self.modes()) if mode == "leader"]
+        return leaders[0] if len(leaders) == 1 else None
 
 
-def zookeeper_ensemble(base_dir: Path, n: int = 3, timeout: float = 60.0) -> Ensemble:
+def zookeeper_ensemble(base_dir: Path, n: int = 3, timeout: float = 60.0) -> ZooKeeperEnsemble:
     """Start ``n`` ``QuorumPeerMain`` servers (``-Xmx200m`` each) forming one ensemble on loopback, on free
     ports, each with its dataDir under ``base_dir`` (``myid`` 1..n, ``tickTime=500``, ``initLimit=10``,
     ``syncLimit=5``, the same ``server.N=127.0.0.1:PEER:ELECTION`` lines), and wait until every server
     answers ``srvr`` with a Mode line (about 3 s). Sessions may ask for up to 60 s (``maxSessionTimeout``)."""
     if not all(Path(p).exists() for p in ZK_CLASSPATH.split(":")) or shutil.which("java") is None:
         raise ServerNotInstalled("ZooKeeper needs Debian's 'zookeeper' package and a JVM")
-    ports: set[int] = set()
-    while len(ports) < 3 * n:
-        ports.add(free_port())
-    client, peer, election = (sorted(ports)[k::3] for k in range(3))
+    ports = _free_ports(3 * n)
+    client, peer, election = (ports[k::3] for k in range(3))
     quorum = "".join(f"server.{i + 1}=127.0.0.1:{peer[i]}:{election[i]}\n" for i in range(n))
     servers = []
     for i in range(n):
@@ -401,18 +443,72 @@ def zookeeper_ensemble(base_dir: Path, n: int = 3, timeout: float = 60.0) -> Ens
         command = ["java", "-Xmx200m", "-cp", ZK_CLASSPATH,
                    "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
         servers.append(Server(f"zookeeper{i + 1}", command, client[i], data_dir, _zk_serving))
-    ensemble = Ensemble(base_dir, servers)
-    try:
-        ensemble.start_all(timeout)
-    except BaseException:
-        ensemble.stop()
-        raise
+    ensemble = ZooKeeperEnsemble(base_dir, servers)
+    ensemble._started(timeout)
     return ensemble
 
 
-def start_ensemble(n: int = 3) -> Ensemble:
-    """A fresh ensemble of ``n`` servers in a new temp dir."""
+def start_ensemble(n: int = 3) -> ZooKeeperEnsemble:
+    """A fresh ZooKeeper ensemble of ``n`` servers in a new temp dir."""
     return zookeeper_ensemble(Path(tempfile.mkdtemp(prefix="statekeep-zk-ensemble-")), n)
+
+
+def etcd_status(port: int) -> dict[str, Any] | None:
+    """What the etcd member serving clients on ``port`` says of itself (the maintenance status API through
+    its JSON gateway: ``header.member_id``, ``leader``, ...); None while it does not answer."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v3/maintenance/status", data=b"{}",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=1.0) as r:
+            status: dict[str, Any] = json.loads(r.read())
+            return status
+    except (OSError, ValueError):
+        return None
+
+
+class EtcdCluster(Ensemble):
+    """N etcd members in one cluster (named ``n0``..). A member started again on its data dir (after
+    :meth:`kill`, :meth:`stop_all_for`) rejoins with ``--initial-cluster-state existing``. See
+    :func:`etcd_cluster`."""
+
+    scheme = "etcd"
+
+    def _leader(self) -> int | None:
+        # a member names the leader it follows; the one naming itself leads (a killed leader answers nothing)
+        leaders = []
+        for i, server in enumerate(self.servers):
+            status = etcd_status(server.port) if server.running else None
+            if status is not None and status.get("leader") not in (None, "0") and (
+                    status["leader"] == status.get("header", {}).get("member_id")):
+                leaders.append(i)
+        return leaders[0] if len(leaders) == 1 else None
+
+
+def etcd_cluster(base_dir: Path, n: int = 3, timeout: float = 60.0) -> EtcdCluster:
+    """Start ``n`` etcd members forming one cluster on loopback (Debian's etcd 3.4: default heartbeat and
+    election timeout), on free ports, each with its data dir under ``base_dir``, and wait until each
+    reports itself healthy (a leader elected; a few seconds)."""
+    _etcd_binary()
+    ports = _free_ports(2 * n)
+    client, peer = ports[0::2], ports[1::2]
+    cluster = ",".join(f"n{i}=http://127.0.0.1:{peer[i]}" for i in range(n))
+    token = f"statekeep-{uuid.uuid4().hex[:12]}"  # members of another cluster never join this one
+    servers = []
+    for i in range(n):
+        data_dir = base_dir / f"etcd{i}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        command = _etcd_command(f"n{i}", data_dir, client[i], peer[i], cluster, token)
+        servers.append(Server(f"etcd{i}", command, client[i], data_dir, _etcd_ready))
+    ensemble = EtcdCluster(base_dir, servers)
+    ensemble._started(timeout)
+    for server in servers:  # from now on each member has its data dir: it rejoins, never founds a cluster
+        server.command[server.command.index("--initial-cluster-state") + 1] = "existing"
+    return ensemble
+
+
+def start_etcd_cluster(n: int = 3) -> EtcdCluster:
+    """A fresh etcd cluster of ``n`` members in a new temp dir."""
+    return etcd_cluster(Path(tempfile.mkdtemp(prefix="statekeep-etcd-cluster-")), n)
 
 
 def start(kind: str) -> Server:
