@@ -55,9 +55,9 @@ def test_100k_keys_and_50_mb_in_one_batch(state):
     assert_exactly_once(state, counters, values, size, "7-0")
 
 
-def _kill_when(url: str, batch: tuple[int, int, int], moment, marker: str = "m1") -> bool:
+def _kill_when(url: str, batch: tuple[int, int, int], moment, marker: str = "m1", *extra: str) -> bool:
     """Run the batch in another process and SIGKILL it once ``moment()`` holds; whether it held."""
-    child = subprocess.Popen([sys.executable, str(WORKER), "batch", url, *map(str, batch), marker])
+    child = subprocess.Popen([sys.executable, str(WORKER), "batch", url, *map(str, batch), marker, *extra])
     try:
         seen = wait_for(lambda: moment() or child.poll() is not None, timeout=120, interval=0.002) and moment()
     finally:
@@ -75,7 +75,8 @@ def test_sigkill_while_staging_then_replay_is_exact(url, state):
         return any(store.get_children(f"{staging}/{s}") for s in store.get_children(staging)) \
             and not store.exists(marker)
 
-    assert _kill_when(url, batch, staging_not_committed)
+    # the child stages its pieces but one, whose write waits: killed mid-staging whatever the machine's load
+    assert _kill_when(url, batch, staging_not_committed, "m1", "hold-staging")
     assert not state.has_marker("m1") and state.get_counter("c000001") == 0  # nothing visible yet
     puts, deltas = big_batch(*batch)
     assert state.apply_batch(puts, deltas, marker="m1") is True  # the replay

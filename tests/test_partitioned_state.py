@@ -357,7 +357,7 @@ def test_coordination_store_lost_mid_commit_changes_nothing_then_the_rerun_is_ex
 
     zk = start_zookeeper()
     provider = open_provider("partitioned", {"state_dir": f"file://{tmp_path / 'shared'}",
-                                             "metadata_url": f"zk://{zk.address}/c?timeout=3&session_timeout=4",
+                                             "metadata_url": f"zk://{zk.address}/c?timeout=10&session_timeout=10",
                                              "cache_dir": str(tmp_path / "cache")})
     try:
         state = provider.get_state_store("public", "default", "wc")

@@ -1,8 +1,9 @@
 """A separate process for the state tests, through the metadata provider on function t/n/f:
 
 - ``python state_worker.py incr URL KEY N GO``: once the file GO exists, increment KEY N times;
-- ``python state_worker.py batch URL COUNTERS VALUES SIZE MARKER``: apply :func:`big_batch` once
-  (MARKER ``-``: without a marker)."""
+- ``python state_worker.py batch URL COUNTERS VALUES SIZE MARKER [hold-staging]``: apply :func:`big_batch`
+  once (MARKER ``-``: without a marker); ``hold-staging``: the write of its second staged piece waits for
+  good, so the process stays staged and uncommitted until it is killed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import time
 
 from statekeep.state import open_provider
+from statekeep.testing import faults
 
 
 def big_batch(counters: int, values: int, size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
@@ -21,11 +23,14 @@ def big_batch(counters: int, values: int, size: int) -> tuple[dict[str, bytes | 
 
 def main(argv: list[str]) -> None:
     if argv[0] == "batch":
-        url, counters, values, size, marker = argv[1:]
+        url, counters, values, size, marker, *hold = argv[1:]
         provider = open_provider("metadata", {"metadata_url": url})
         try:
             puts, deltas = big_batch(int(counters), int(values), int(size))
-            provider.get_state_store("t", "n", "f").apply_batch(puts, deltas, marker=None if marker == "-" else marker)
+            state = provider.get_state_store("t", "n", "f")
+            if hold == ["hold-staging"]:
+                faults.hold(state.metadata_store, "put", lambda path: "/staging/" in path and path.endswith("/c000001"))
+            state.apply_batch(puts, deltas, marker=None if marker == "-" else marker)
         finally:
             provider.close()
         return
