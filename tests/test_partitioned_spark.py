@@ -133,12 +133,29 @@ def test_rest_writes_during_a_run_are_ordered_with_its_batches(server_process, t
         server.stop()
 
 
+def _localrun_ens(url: str, py, inputs, out, tmp_path, spark_env: dict[str, str]):
+    """``localrun --once`` of function ``ens`` (file ``py``) with state under ``tmp_path/shared`` and its store at
+    ``url``, one input file per micro-batch, in a process group of its own; returns (process, its log file)."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "ens", "--py", str(py),
+               "--inputs", str(inputs), "--key-field", "word", "--parallelism", "2", "--output", str(out),
+               "--store", url, "--checkpoint-dir", str(tmp_path / "checkpoints"), "--state-dir",
+               str(tmp_path / "shared"), "--once", "--user-config",
+               json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
+    log = tmp_path / "localrun.log"
+    with open(log, "w") as stderr:
+        run = subprocess.Popen(command, env={**os.environ, **spark_env}, stdout=subprocess.DEVNULL, stderr=stderr,
+                               start_new_session=True)
+    return run, log
+
+
 def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensemble, tmp_path, spark_env):
     """Coordinated by a 3-node ZooKeeper ensemble, state under a shared directory: the ensemble's leader is
     SIGKILLed mid-run, later all three servers are down for 8 s; the run finishes without failing, exact."""
     import os
-    import subprocess
-    import sys
 
     from statekeep.functions.spark import read_status
 
@@ -148,15 +165,7 @@ def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensembl
     write_word_files(inputs, words)
     py = tmp_path / "slow.py"
     py.write_bytes(SLOW_COUNT)
-    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "ens", "--py", str(py),
-               "--inputs", str(inputs), "--key-field", "word", "--parallelism", "2", "--output", str(out),
-               "--store", url, "--checkpoint-dir", str(tmp_path / "checkpoints"), "--state-dir",
-               str(tmp_path / "shared"), "--once", "--user-config",
-               json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
-    env = {**os.environ, **spark_env}
-    log = tmp_path / "localrun.log"
-    with open(log, "w") as stderr:
-        run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    run, log = _localrun_ens(url, py, inputs, out, tmp_path, spark_env)
     try:
         with FunctionService.open(url) as service:
             def batches() -> int:
@@ -184,8 +193,6 @@ def test_etcd_cluster_loses_its_leader_mid_run(etcd_cluster, tmp_path, spark_env
     after a micro-batch was committed; the run finishes without failing, each record counted once and each
     output written once (issue 31, defect 6: the driver's status write failed the query)."""
     import os
-    import subprocess
-    import sys
 
     from statekeep.functions.spark import read_status
     from statekeep.retry import OUTAGE
@@ -196,15 +203,7 @@ def test_etcd_cluster_loses_its_leader_mid_run(etcd_cluster, tmp_path, spark_env
     write_word_files(inputs, words, per_file=250)  # 12 micro-batches
     py = tmp_path / "wordcount.py"
     py.write_bytes(WORDCOUNT)
-    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "ens", "--py", str(py),
-               "--inputs", str(inputs), "--key-field", "word", "--parallelism", "2", "--output", str(out),
-               "--store", url, "--checkpoint-dir", str(tmp_path / "checkpoints"), "--state-dir",
-               str(tmp_path / "shared"), "--once", "--user-config",
-               json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
-    env = {**os.environ, **spark_env}
-    log = tmp_path / "localrun.log"
-    with open(log, "w") as stderr:
-        run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    run, log = _localrun_ens(url, py, inputs, out, tmp_path, spark_env)
     killed = None
     try:
         with FunctionService.open(url) as service:
