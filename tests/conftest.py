@@ -36,9 +36,9 @@ RESOURCES = {
 }
 #: a test parameter naming a server backend (e.g. ``backend="etcd"``) marks the test as using it
 RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3"}
-#: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
 #: tier markers from the longest-running tests to the shortest, the order modules are handed to workers in
 HEAVIEST_FIRST = ["cluster", "venv", "spark", "server", "chromium", "zookeeper", "etcd", "s3"]
+#: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
 SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble", "etcd_cluster": "etcd-cluster"}
 
 
@@ -76,15 +76,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
     # heaviest modules first (longest work first keeps the parallel run from ending on one long test); a
     # module's tests stay together and in order, so its module-wide fixtures start once
-    rank: dict[str, int] = {}
-    for item in items:
+    rank: dict[str, tuple[int, int]] = {}  # module -> (its heaviest tier, its first test's position)
+    for i, item in enumerate(items):
+        module = item.nodeid.split("::")[0]
         here = min((HEAVIEST_FIRST.index(m.name) for m in item.iter_markers() if m.name in HEAVIEST_FIRST),
                    default=len(HEAVIEST_FIRST))
-        rank[item.nodeid.split("::")[0]] = min(here, rank.get(item.nodeid.split("::")[0], here))
-    first = {}
-    for i, item in enumerate(items):
-        first.setdefault(item.nodeid.split("::")[0], i)
-    items.sort(key=lambda item: (rank[item.nodeid.split("::")[0]], first[item.nodeid.split("::")[0]]))
+        rank[module] = (min(here, rank[module][0]), rank[module][1]) if module in rank else (here, i)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 class _UndeclaredResource(Exception):
