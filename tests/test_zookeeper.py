@@ -27,7 +27,16 @@ def _opener(address: str):
     opened = []
 
     def _open(**options):
-        store = open_store(f"zk://{address}{chroot}", **options)
+        # a short timeout is also the first session's: on a loaded machine a just-started server may take
+        # longer to give one, which is not what these tests check, so opening waits for a server that serves
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                store = open_store(f"zk://{address}{chroot}", **options)
+                break
+            except StoreUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
         opened.append(store)
         return store
 
