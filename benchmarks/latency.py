@@ -1,7 +1,8 @@
 """Latency of one message through a running stateful function, against Spark's own stateful queries, in one run.
 
     PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/latency.py \\
-        [--rates 10,100,1000] [--seconds 20] [--variants a,b,...] [--keys 100] [--profile] [--startup]
+        [--rates 10,100,1000] [--seconds 20] [--variants a,b,...] [--keys 100] [--linger-ms 10] \\
+        [--profile] [--startup] [--spark-conf KEY=VALUE ...]
 
 One SparkSession (local[2], 2 shuffle partitions). Each variant is one running streaming query; a probe
 process (the user's producer and consumer, outside the driver) produces JSON messages ``{"k": KEY, "t":
@@ -30,6 +31,7 @@ spec, the Spark job, the status write) and Python workers (state store, marker, 
 output, state commit), by timers patched in for the run (a few ``perf_counter`` calls per task).
 ``--startup`` times a new ``functions localrun`` process from start to its first output, with the floor (a
 process starting a SparkSession, and one running a bare streaming query to its first output) beside it.
+``--spark-conf`` tries a Spark setting on every variant alike (e.g. a lever the profile points at).
 """
 
 from __future__ import annotations
