@@ -561,7 +561,7 @@ def startup(work: str) -> None:
     proc = subprocess.Popen([sys.executable, "-c", LOCALRUN_CHILD, str(t0), "functions", "localrun", "--data-dir",
                              data, "--name", "su", "--py", f"{work}/su.py", "--inputs", "persistent://public/default/in",
                              "--output", "persistent://public/default/out", "--spark-master", "local[2]"],
-                            stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     marks: dict[str, float] = {}
     first = None
     lines: list[str] = []
