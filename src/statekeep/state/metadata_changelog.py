@@ -24,6 +24,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from statekeep import jsonrecords
 from statekeep.errors import BadVersionError, NotFoundError
 from statekeep.metadata import Delete, MetadataStore, Op, Put
 from statekeep.retry import DEFAULT as RETRY
@@ -57,7 +58,7 @@ class MetadataChangelog:
         current = self._store.get(self.base + "/compaction")
         if current is None:
             return {}, None
-        return json.loads(current.value), current.stat.version
+        return jsonrecords.decode(current.value, self.base + "/compaction", "compaction record"), current.stat.version
 
     def changelog_position(self) -> ChangelogPosition:
         parent = self._store.get(self._log_parent)
