@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekeep.changelog.follower import FollowerStore
-from statekeep.changelog.replica import LocalReplica
+from statekeep.changelog.replica import LocalReplica, Op, write_ops
 from statekeep import jsonrecords
 from statekeep.errors import CorruptRecordError, CorruptStateError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.embedded import transaction
@@ -76,8 +76,6 @@ log = logging.getLogger(__name__)
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 
-#: One change of the local copy: ``(key, stored value)`` to put, or ``(key, None)`` to delete.
-Op = tuple[bytes, "bytes | None"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +128,10 @@ class PartitionedReplica(LocalReplica):
         txn.put(p + b"a", _I64.pack(positions.applied), db=meta)
         txn.put(p + b"e", positions.epoch.encode(), db=meta)
 
+    def finish(self, positions: Positions) -> None:
+        """Make generation ``positions.gen`` the active one at ``positions``; the old one becomes garbage."""
+        self.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
+
     def apply_ops(self, positions: Positions, ops: list[Op], clear: tuple[int, frozenset[int]] | None = None) -> None:
         """In one write, to the active generation ``positions.gen``: delete every key whose key group
         (of ``clear = (groups, key groups)``) is in the set, apply ``ops`` in order, record ``positions``."""
@@ -150,44 +152,10 @@ class PartitionedReplica(LocalReplica):
                         found = cursor.delete()
                     else:
                         found = cursor.next()
-            _write(txn, state, prefix, ops)
+            write_ops(txn, state, prefix, ops)
             self._put_position(txn, positions)
 
         self._submit(work)
-
-    def restore_ops(self, progress: dict[str, Any], ops: list[Op]) -> None:
-        """Write ``ops`` into the restore's generation and count them, in one write."""
-        prefix = self._p + _U64.pack(progress["gen"])
-        progress["written"] += len(ops)
-        raw = json.dumps(progress).encode()
-
-        def work(txn: Any) -> None:
-            _write(txn, self._state, prefix, ops)
-            txn.put(self._p + b"r", raw, db=self._meta)
-
-        self._submit(work)
-
-    def finish(self, positions: Positions) -> None:
-        """Make generation ``positions.gen`` the active one at ``positions``; the old one becomes garbage."""
-        def work(txn: Any) -> None:
-            p, meta = self._p, self._meta
-            old = txn.get(p + b"g", db=meta)
-            if old is not None and _U64.unpack(old)[0] != positions.gen:
-                txn.put(p + b"x" + old, b"", db=meta)
-            txn.put(p + b"g", _U64.pack(positions.gen), db=meta)
-            self._put_position(txn, positions)
-            txn.delete(p + b"r", db=meta)
-
-        self._submit(work)
-
-
-def _write(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
-    put, delete = txn.put, txn.delete
-    for key, value in ops:
-        if value is None:
-            delete(prefix + key, db=db)
-        else:
-            put(prefix + key, value, db=db)
 
 
 class _Changed(Exception):
@@ -342,13 +310,13 @@ class PartitionedFollowerStore(FollowerStore):
                 for op in self._ops(layout, manifest):
                     chunk.append(op)
                     if len(chunk) >= self.restore_chunk:
-                        self.replica.restore_ops(progress, chunk)
+                        self.replica.restore_chunk(progress, chunk)
                         self._restored += len(chunk)
                         chunk = []
                         if self._tailing.stopping:
                             raise _Changed()  # stopping: the next start bootstraps again
             if chunk:
-                self.replica.restore_ops(progress, chunk)
+                self.replica.restore_chunk(progress, chunk)
                 self._restored += len(chunk)
         except BaseException:
             self.replica.abandon_restore()

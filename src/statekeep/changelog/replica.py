@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,8 @@ from statekeep.state.keys import check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
+#: One change of a copy: ``(key, stored entry)`` to put, or ``(key, None)`` to delete.
+Op = tuple[bytes, "bytes | None"]
 
 
 @dataclass
@@ -121,17 +123,11 @@ class LocalReplica:
         """Apply ``batch`` (in offset order) to generation ``gen`` and record ``applied`` and ``epoch``, in
         one write. A record sets its key to its absolute value and version (or deletes it), so applying
         any record twice changes nothing: re-applying after a crash is harmless."""
-        prefix = self._p + _U64.pack(gen)
+        ops = [(r.key.encode(), None if r.value is None else records.entry_bytes(r.version, r.kind, r.value))
+               for r in batch]
 
         def work(txn: Any) -> None:
-            put, delete = txn.put, txn.delete
-            state = self._state
-            for r in batch:
-                key = prefix + r.key.encode()
-                if r.value is None:
-                    delete(key, db=state)
-                else:
-                    put(key, records.entry_bytes(r.version, r.kind, r.value), db=state)
+            write_ops(txn, self._state, self._p + _U64.pack(gen), ops)
             txn.put(self._p + b"a", _I64.pack(applied), db=self._meta)
             txn.put(self._p + b"e", (epoch or "").encode(), db=self._meta)
 
@@ -148,31 +144,30 @@ class LocalReplica:
         self._submit(lambda txn: txn.put(self._p + b"r", json.dumps(progress).encode(), db=self._meta))
         return gen  # type: ignore[no-any-return]
 
-    def restore_chunk(self, progress: dict[str, Any], entries: list[StateEntry]) -> None:
-        """Write ``entries`` into the restore's generation and count them, in one write."""
+    def restore_chunk(self, progress: dict[str, Any], ops: list[Op]) -> None:
+        """Write ``ops`` into the restore's generation and count them, in one write."""
         prefix = self._p + _U64.pack(progress["gen"])
-        progress["written"] += len(entries)
+        progress["written"] += len(ops)
         raw = json.dumps(progress).encode()
 
         def work(txn: Any) -> None:
-            put, state = txn.put, self._state
-            for e in entries:
-                put(prefix + e.key.encode(), records.entry_bytes(e.version, e.kind, e.value), db=state)
+            write_ops(txn, self._state, prefix, ops)
             txn.put(self._p + b"r", raw, db=self._meta)
 
         self._submit(work)
 
-    def finish_restore(self, gen: int, applied: int, epoch: str | None) -> None:
-        """Make ``gen`` the active generation at ``applied``/``epoch``; the old one becomes garbage."""
+    def finish_restore(self, gen: int, applied: int, epoch: str | None, meta: Mapping[bytes, bytes] = {}) -> None:
+        """Make ``gen`` the active generation at ``applied``/``epoch`` (and write the other ``meta`` keys),
+        in one write; the old generation becomes garbage."""
         def work(txn: Any) -> None:
-            p, meta = self._p, self._meta
-            old = txn.get(p + b"g", db=meta)
+            p, db = self._p, self._meta
+            old = txn.get(p + b"g", db=db)
             if old is not None and _U64.unpack(old)[0] != gen:
-                txn.put(p + b"x" + old, b"", db=meta)
-            txn.put(p + b"g", _U64.pack(gen), db=meta)
-            txn.put(p + b"a", _I64.pack(applied), db=meta)
-            txn.put(p + b"e", (epoch or "").encode(), db=meta)
-            txn.delete(p + b"r", db=meta)
+                txn.put(p + b"x" + old, b"", db=db)
+            for key, value in {b"g": _U64.pack(gen), b"a": _I64.pack(applied), b"e": (epoch or "").encode(),
+                               **meta}.items():
+                txn.put(p + key, value, db=db)
+            txn.delete(p + b"r", db=db)
 
         self._submit(work)
 
@@ -254,6 +249,15 @@ class LocalReplica:
                     return
                 yield records.decode_entry(raw_key[len(base):].decode(), raw)
                 produced += 1
+
+
+def write_ops(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
+    put, delete = txn.put, txn.delete
+    for key, value in ops:
+        if value is None:
+            delete(prefix + key, db=db)
+        else:
+            put(prefix + key, value, db=db)
 
 
 def followed(local_dir: str) -> list[tuple[str, str, str]]:
