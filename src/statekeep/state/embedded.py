@@ -100,12 +100,7 @@ class _Txn:
 
 
 def _counter(key: str, current: tuple[int, bytes] | None) -> int:
-    if current is None:
-        return 0
-    kind, payload = records.decode_stored(current[1], key)
-    if kind != "counter":
-        raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
-    return records.decode_counter(payload)
+    return records.entry_counter(key, None if current is None else _U64.pack(current[0]) + current[1])
 
 
 #: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers
@@ -364,7 +359,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                     elif raw[8] == _TAG_COUNTER and len(raw) == 17:  # _counter's common case, inlined
                         total = _unpack_i64(raw, 9)[0] + delta
                     else:
-                        total = _counter(key, (before, raw[8:])) + delta  # type: ignore[arg-type]
+                        total = records.entry_counter(key, raw) + delta
                     if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
                         raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
                     stored = encode(total)

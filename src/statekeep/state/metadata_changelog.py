@@ -100,7 +100,7 @@ class MetadataChangelog:
                     elif current is not None:
                         deletes.append((offset, path, False))
                 elif current is None or current.stat.version != rec.version or \
-                        current.value != _stored(rec):
+                        current.value != records.encode_value(rec.kind, rec.value or b""):
                     deletes.append((offset, path, False))
             per = max(1, min(DELETE_CHUNK, self.batch_limits.max_keys))
             for j in range(0, len(deletes), per):
@@ -135,9 +135,3 @@ class MetadataChangelog:
                 part = [d for d in part if self._store.exists(d[1])]
         raise BadVersionError(f"compaction of {self.base}: its compaction node kept changing")
 
-
-def _stored(rec: records.ChangelogRecord) -> bytes:
-    """The tagged stored value a (non-tombstone) record describes."""
-    assert rec.value is not None  # not a tombstone
-    return records.encode_counter(records.decode_counter(rec.value)) if rec.kind == "counter" \
-        else records.encode_bytes(rec.value)

@@ -99,9 +99,14 @@ def encode_entry(version: int, stored: bytes) -> bytes:
     return _VERSION.pack(version) + stored
 
 
+def encode_value(kind: Kind | None, value: bytes) -> bytes:
+    """The stored value of a value of ``kind`` (a counter's ``value``: its 8-byte form)."""
+    return (COUNTER if kind == "counter" else BYTES) + value
+
+
 def entry_bytes(version: int, kind: Kind | None, value: bytes) -> bytes:
-    """The stored entry of a value of ``kind`` (a counter's ``value``: its 8-byte form)."""
-    return _VERSION.pack(version) + (COUNTER if kind == "counter" else BYTES) + value
+    """The stored entry of a value of ``kind`` at ``version``."""
+    return _VERSION.pack(version) + encode_value(kind, value)
 
 
 def tombstone_entry(version: int, deleted_ms: int) -> bytes:

@@ -19,6 +19,7 @@ entries ``>HcQI`` = key length, tag, version, value length, then key and value, 
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable, Iterable, Iterator
 
@@ -48,13 +49,13 @@ def encode(kind: bytes, entries: Iterable[tuple[bytes, bytes]], chunk_size: int 
 
 def decode(kind: bytes, source: Source, where: str, *, key_prefix: bytes = b"",
            chunk_size: int = CHUNK) -> Iterator[tuple[bytes, bytes]]:
-    """The ``(key, stored entry)`` pairs of a blob of ``kind`` (a snapshot: also a legacy one), read from
-    ``source`` (the blob's bytes, or its reader's ``read(n)``) to its end. With ``key_prefix``, only the
-    keys that start with it; in a snapshot (key order) decoding stops after the prefix's range and the
-    rest is read raw (the blob reader checks the sha256 at the end). :class:`CorruptStateError` naming
-    ``where`` if the blob is not ours or is truncated."""
-    read = _reader(source)
-    magic = _exactly(read, len(kind))
+    """The ``(key, stored entry)`` pairs of a blob of ``kind`` (a snapshot: also a legacy one), read to its
+    end from ``source``: the blob's bytes, or a ``read(n)`` returning ``n`` bytes except at the end. With
+    ``key_prefix``, only the keys that start with it; in a snapshot (key order) decoding stops after the
+    prefix's range and the rest is read raw (the blob reader checks the sha256 at the end).
+    :class:`CorruptStateError` naming ``where`` if the blob is not ours or is truncated."""
+    read = io.BytesIO(source).read if isinstance(source, bytes) else source
+    magic = read(len(kind))
     if kind == SNAPSHOT and magic == _LEGACY[:len(kind)]:
         pairs = _legacy(read, where)
     elif magic != kind:
@@ -64,29 +65,6 @@ def decode(kind: bytes, source: Source, where: str, *, key_prefix: bytes = b"",
     if not key_prefix:
         return pairs
     return _select(pairs, read, key_prefix, kind == SNAPSHOT)
-
-
-def _reader(source: Source) -> Callable[[int], bytes]:
-    if not isinstance(source, (bytes, bytearray, memoryview)):
-        return source
-    view, at = memoryview(source), [0]
-
-    def read(n: int) -> bytes:
-        start = at[0]
-        at[0] = min(start + n, len(view))
-        return bytes(view[start:at[0]])
-
-    return read
-
-
-def _exactly(read: Callable[[int], bytes], n: int) -> bytes:
-    out = read(n)
-    while len(out) < n:
-        more = read(n - len(out))
-        if not more:
-            break
-        out += more
-    return out
 
 
 def _pairs(read: Callable[[int], bytes], where: str, position: int, skip_below: bytes,
@@ -137,25 +115,25 @@ _U64 = struct.Struct(">Q")
 
 def _legacy(read: Callable[[int], bytes], where: str) -> Iterator[tuple[bytes, bytes]]:
     """The entries of a legacy snapshot (its magic's first bytes already read) as current pairs."""
-    rest = _exactly(read, len(_LEGACY) - len(SNAPSHOT) + 4)
+    rest = read(len(_LEGACY) - len(SNAPSHOT) + 4)
     if len(rest) < 5 or rest[:1] != _LEGACY[-1:]:
         raise CorruptStateError(f"{where} is not a statekeep snapshot")
     size = struct.unpack_from(">I", rest, 1)[0]
-    if len(_exactly(read, size)) != size:  # the JSON header: the handle's attributes say the same
+    if len(read(size)) != size:  # the JSON header: the handle's attributes say the same
         raise CorruptStateError(f"{where}: the snapshot header is truncated")
     count = 0
     while True:
-        head = _exactly(read, 2)
+        head = read(2)
         if len(head) == 2 and head == b"\xff\xff":
-            trailer = _exactly(read, 9)
+            trailer = read(9)
             if len(trailer) != 8 or _U64.unpack(trailer)[0] != count:
                 raise CorruptStateError(f"{where}: the snapshot holds {count} entries, its trailer disagrees")
             return
-        head += _exactly(read, _LEGACY_ENTRY.size - 2)
+        head += read(_LEGACY_ENTRY.size - 2)
         if len(head) < _LEGACY_ENTRY.size:
             raise CorruptStateError(f"{where} ends after {count} entries without its trailer")
         key_len, tag, version, value_len = _LEGACY_ENTRY.unpack(head)
-        body = _exactly(read, key_len + value_len)
+        body = read(key_len + value_len)
         if len(body) < key_len + value_len or tag not in b"BC" or (tag == b"C" and value_len != 8):
             raise CorruptStateError(f"{where}: snapshot entry {count} is truncated or has an unknown tag {tag!r}")
         count += 1
