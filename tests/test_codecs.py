@@ -36,7 +36,7 @@ def test_a_corrupt_record_is_named_with_its_key(raw):
 
 
 def test_a_record_missing_a_field_is_named_and_statekeep_errors_pass_through():
-    with pytest.raises(CorruptRecordError, match=r"partition layout at /p/layout is not statekeep's: KeyError\('groups"):
+    with pytest.raises(CorruptRecordError, match=r"layout at /p/layout is not statekeep's: KeyError\('groups"):
         Layout.decode(b'{"parallelism": 1, "generation": 0}', 3, "/p/layout")
 
     def refuse(d):
