@@ -58,9 +58,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from statekeep import jsonrecords
 from statekeep.changelog.follower import FollowerStore
 from statekeep.changelog.replica import LocalReplica, Op, write_ops
-from statekeep import jsonrecords
 from statekeep.errors import CorruptRecordError, CorruptStateError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.embedded import transaction
 from statekeep.state import records
@@ -75,7 +75,6 @@ log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
-
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ _COUNTER = struct.Struct(">q")
 _VERSION = struct.Struct(">Q")
 #: the byte of a stored entry that holds its tag (after the version)
 TAG_AT = 8
-TOMBSTONE_TAG, _BYTES_TAG, _COUNTER_TAG = TOMBSTONE[0], BYTES[0], COUNTER[0]
+TOMBSTONE_TAG = TOMBSTONE[0]
 RECORD_FORMAT = ">cqH"  # tag, version, key length
 _RECORD = struct.Struct(RECORD_FORMAT)
 RECORD_HEADER_SIZE = _RECORD.size
@@ -121,7 +121,7 @@ def entry_version(raw: bytes) -> int:
 
 def decode_entry(key: str, raw: bytes) -> StateEntry:
     """The :class:`StateEntry` of ``key`` stored as ``raw``; :class:`CorruptStateError` naming ``key``
-    if it is not a stored entry of a value (a tombstone included)."""
+    if it is not the stored entry of a value (a tombstone is not)."""
     if len(raw) < 9:
         raise CorruptStateError(f"state key {key!r} holds {len(raw)} bytes, not a stored entry")
     kind, payload = decode_stored(raw[8:], repr(key))
