@@ -127,10 +127,6 @@ class PartitionedReplica(LocalReplica):
         txn.put(p + b"a", _I64.pack(positions.applied), db=meta)
         txn.put(p + b"e", positions.epoch.encode(), db=meta)
 
-    def finish(self, positions: Positions) -> None:
-        """Make generation ``positions.gen`` the active one at ``positions``; the old one becomes garbage."""
-        self.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
-
     def apply_ops(self, positions: Positions, ops: list[Op], clear: tuple[int, frozenset[int]] | None = None) -> None:
         """In one write, to the active generation ``positions.gen``: delete every key whose key group
         (of ``clear = (groups, key groups)``) is in the set, apply ``ops`` in order, record ``positions``."""
@@ -323,7 +319,7 @@ class PartitionedFollowerStore(FollowerStore):
             raise
         positions = Positions(progress["gen"], layout.generation, layout.groups,
                               tuple((m.id, m.seq) for m in manifests))
-        self.replica.finish(positions)
+        self.replica.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
         self._meta = self.replica.load()
         self._positions = positions
         return max(1, int(progress["written"]))

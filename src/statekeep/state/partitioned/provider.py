@@ -263,7 +263,7 @@ class PartitionedStateStore(StateStore):
 
         def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
             changes = plan_batch(get, {}, {key: amount}, now_ms())
-            return int.from_bytes(changes[0][1][9:], "big", signed=True), changes
+            return records.entry_counter(key, changes[0][1]), changes
 
         return self._write(key, work)
 
