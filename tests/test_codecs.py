@@ -79,6 +79,20 @@ def test_registry_entries_handles_and_fences_name_the_key(tmp_path):
         decode_handle("snapshot-0000000001", 0, b'{"format": 1, "blob": "x"}', None)
 
 
+def test_a_followers_corrupt_meta_record_is_named(tmp_path):
+    from statekeep.changelog.replica import LocalReplica
+
+    replica = LocalReplica(str(tmp_path / "copy"), "t", "n", "f")
+    try:
+        replica.begin_restore({"source": "read"})
+        assert replica.load().restore == {"source": "read", "gen": 1, "written": 0}
+        replica._submit(lambda txn: txn.put(replica._p + b"r", b'{"gen": ', db=replica._meta))
+        with pytest.raises(CorruptRecordError, match="follower_meta t/n/f/r"):
+            replica.load()
+    finally:
+        replica.close()
+
+
 # ---- 2. stored-entry codec -------------------------------------------------------------------------
 
 
@@ -155,6 +169,9 @@ def test_blob_format_round_trips_in_chunks_and_names_a_bad_blob():
         struct.pack(">HI", 1, 17) + b"b" + struct.pack(">Q", 0) + b"D" + struct.pack(">Q", 99)
     assert list(entries.decode(entries.SEGMENT, old, "s")) == [
         (b"a", records.entry_bytes(2, "bytes", b"x")), (b"b", records.tombstone_entry(0, 99))]
+    old = b"SKSNP1\n" + struct.pack(">HI", 1, 17) + b"c" + struct.pack(">Q", 4) + b"C" + struct.pack(">q", -2)
+    assert list(entries.decode(entries.SNAPSHOT, old, "s")) == [
+        (b"c", records.entry_bytes(4, "counter", records.counter_bytes(-2)))]
 
 
 def test_legacy_function_snapshots_are_still_read():
