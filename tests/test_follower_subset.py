@@ -303,19 +303,19 @@ def test_subset_follower_killed_mid_restore_resumes_and_converges(tmp_path):
 def test_snapshot_decoding_of_a_prefix_equals_filtering_the_whole():
     import io
 
-    from statekeep.changelog import snapshot_format
     from statekeep.errors import CorruptStateError
-    from statekeep.state.base import StateEntry
+    from statekeep.state import records
+    from statekeep.state.partitioned import entries
 
     keys = sorted({f"k{i % 97:02d}/{i}" for i in range(3000)} | {"a", "k", "k5", "zz", "é/ü"})
-    data = b"".join(snapshot_format.encode(
-        {"offset": 1}, (StateEntry(k, counter_bytes(i) if i % 3 == 0 else b"v" * (i % 50), "counter" if i % 3 == 0
-                                   else "bytes", i) for i, k in enumerate(keys)), chunk_size=4096))
-    whole = list(snapshot_format.decode(io.BytesIO(data).read, chunk_size=1000)[1])
-    assert [e.key for e in whole] == keys
+    data = b"".join(entries.encode(entries.SNAPSHOT, ((k.encode(), records.entry_bytes(
+        i, "counter" if i % 3 == 0 else "bytes", counter_bytes(i) if i % 3 == 0 else b"v" * (i % 50)))
+        for i, k in enumerate(keys)), chunk_size=4096))
+    whole = list(entries.decode(entries.SNAPSHOT, io.BytesIO(data).read, "s", chunk_size=1000))
+    assert [k.decode() for k, _ in whole] == keys
     for prefix in ("", "k", "k5", "k50/", "k96/", "a", "zz", "zzz", "0", "é", "k5/1"):
-        got = list(snapshot_format.decode(io.BytesIO(data).read, chunk_size=1000,
-                                          key_prefix=prefix.encode())[1])
-        assert got == [e for e in whole if e.key.startswith(prefix)], prefix
+        got = list(entries.decode(entries.SNAPSHOT, io.BytesIO(data).read, "s", chunk_size=1000,
+                                  key_prefix=prefix.encode()))
+        assert got == [p for p in whole if p[0].decode().startswith(prefix)], prefix
     with pytest.raises(CorruptStateError):  # a truncated stream still fails
-        list(snapshot_format.decode(io.BytesIO(data[:len(data) // 2]).read, key_prefix=b"zz")[1])
+        list(entries.decode(entries.SNAPSHOT, io.BytesIO(data[:len(data) // 2 + 3]).read, "s", key_prefix=b"zz"))

@@ -167,7 +167,7 @@ def test_subset_follower_materializes_only_its_keys(leader, tmp_path, monkeypatc
     for batch in range(3):
         run_batch(state, batch, 2)
     written = []  # every key either follower writes to its local copy
-    for method in ("restore_ops", "apply_ops"):
+    for method in ("restore_chunk", "apply_ops"):
         real = getattr(PartitionedReplica, method)
         monkeypatch.setattr(PartitionedReplica, method, lambda self, arg, ops, *a, real=real:
                             written.extend(k for k, _ in ops) or real(self, arg, ops, *a))

@@ -90,6 +90,15 @@ class CorruptStateError(StatekeepError):
     one recorded in its handle, or the handle itself cannot be decoded."""
 
 
+class CorruptRecordError(CorruptStateError):
+    """A JSON record kept in a store (a function's config or status, a manifest, a handle, a follower's
+    position...) is not what statekeep wrote there; ``key`` names where it is kept. Nothing was changed."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class BlobStorageError(StatekeepError):
     """Blob storage failed to write, read, list or delete a blob (an I/O error, or the storage is
     unreachable). The metadata store was not changed by the failed step."""

@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NoReturn
 
 from statekeep.background import Periodic
-from statekeep.changelog.replica import LocalReplica
+from statekeep.changelog.replica import LocalReplica, Op
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewError
 from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
@@ -67,7 +67,7 @@ from statekeep.retry import RECONNECT
 from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
                                   StateStoreProvider)
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
-from statekeep.state.records import ChangelogRecord
+from statekeep.state.records import ChangelogRecord, entry_bytes
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ class FollowerStore(ReadableStateStore):
         chunks; False if asked to stop part-way. ``progress["read"]`` counts the entries consumed
         (``written`` those written), so a resumed restore skips what it already read."""
         self._restored = progress["written"]
-        chunk: list[StateEntry] = []
+        chunk: list[Op] = []
         pick = self.view.entry if select and not self.view.everything else None
         unflushed = 0  # entries read since progress was last written
         read = progress.get("read", skip)
@@ -385,7 +385,7 @@ class FollowerStore(ReadableStateStore):
             unflushed += 1
             read = i + 1
             if shown is not None:
-                chunk.append(shown)
+                chunk.append((shown.key.encode(), entry_bytes(shown.version, shown.kind, shown.value)))
             # a sparse view also records progress every few chunks' worth of entries read
             if len(chunk) >= self.restore_chunk or unflushed >= 10 * self.restore_chunk:
                 progress["read"] = read

@@ -54,30 +54,27 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from statekeep import jsonrecords
 from statekeep.changelog.follower import FollowerStore
-from statekeep.changelog.replica import LocalReplica
-from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError
+from statekeep.changelog.replica import LocalReplica, Op, write_ops
+from statekeep.errors import CorruptRecordError, CorruptStateError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.embedded import transaction
 from statekeep.state import records
 from statekeep.state.base import ChangelogPosition, StateStore
-from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
 from statekeep.state.partitioned.partition import PartitionMovedError
 from statekeep.state.partitioned.provider import PartitionedStateStore
+from statekeep.state.partitioned.restore import restore
 
 log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
-_TOMBSTONE = blobfmt.TOMBSTONE_TAG
-
-#: One change of the local copy: ``(key, stored value)`` to put, or ``(key, None)`` to delete.
-Op = tuple[bytes, "bytes | None"]
 
 
 @dataclass(frozen=True)
@@ -104,13 +101,10 @@ class Positions:
                            "partitions": [list(p) for p in self.partitions]}).encode()
 
     @classmethod
-    def decode(cls, raw: bytes) -> Positions | None:
-        try:
-            d = json.loads(raw)
-            return cls(int(d["gen"]), int(d["generation"]), int(d["groups"]),
-                       tuple((str(i), int(s)) for i, s in d["partitions"]))
-        except (ValueError, KeyError, TypeError):
-            return None  # not ours: the copy is bootstrapped again
+    def decode(cls, raw: bytes, where: str) -> Positions:
+        """:class:`CorruptRecordError` naming ``where`` if ``raw`` is not one."""
+        return jsonrecords.decode(raw, where, "follower position", lambda d: cls(
+            int(d["gen"]), int(d["generation"]), int(d["groups"]), tuple((str(i), int(s)) for i, s in d["partitions"])))
 
 
 class PartitionedReplica(LocalReplica):
@@ -121,7 +115,11 @@ class PartitionedReplica(LocalReplica):
     def positions(self) -> Positions | None:
         with transaction(self._env, db=self._meta) as txn:
             raw = txn.get(self._p + b"k")
-        return None if raw is None else Positions.decode(raw)
+        try:
+            return None if raw is None else Positions.decode(raw, self._where("k"))
+        except CorruptRecordError as e:
+            log.warning("%s: bootstrapping the copy again", e)
+            return None
 
     def _put_position(self, txn: Any, positions: Positions) -> None:
         p, meta = self._p, self._meta
@@ -149,44 +147,10 @@ class PartitionedReplica(LocalReplica):
                         found = cursor.delete()
                     else:
                         found = cursor.next()
-            _write(txn, state, prefix, ops)
+            write_ops(txn, state, prefix, ops)
             self._put_position(txn, positions)
 
         self._submit(work)
-
-    def restore_ops(self, progress: dict[str, Any], ops: list[Op]) -> None:
-        """Write ``ops`` into the restore's generation and count them, in one write."""
-        prefix = self._p + _U64.pack(progress["gen"])
-        progress["written"] += len(ops)
-        raw = json.dumps(progress).encode()
-
-        def work(txn: Any) -> None:
-            _write(txn, self._state, prefix, ops)
-            txn.put(self._p + b"r", raw, db=self._meta)
-
-        self._submit(work)
-
-    def finish(self, positions: Positions) -> None:
-        """Make generation ``positions.gen`` the active one at ``positions``; the old one becomes garbage."""
-        def work(txn: Any) -> None:
-            p, meta = self._p, self._meta
-            old = txn.get(p + b"g", db=meta)
-            if old is not None and _U64.unpack(old)[0] != positions.gen:
-                txn.put(p + b"x" + old, b"", db=meta)
-            txn.put(p + b"g", _U64.pack(positions.gen), db=meta)
-            self._put_position(txn, positions)
-            txn.delete(p + b"r", db=meta)
-
-        self._submit(work)
-
-
-def _write(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
-    put, delete = txn.put, txn.delete
-    for key, value in ops:
-        if value is None:
-            delete(prefix + key, db=db)
-        else:
-            put(prefix + key, value, db=db)
 
 
 class _Changed(Exception):
@@ -310,12 +274,10 @@ class PartitionedFollowerStore(FollowerStore):
             snapshot_seq = manifest.snapshot.seq if manifest.snapshot else 0
             if manifest.seq < seq or snapshot_seq > seq:  # behind its snapshot: rebuild the partition
                 dirty.update(range(*manifest.groups))
-                ops += self._partition_ops(layout, manifest)
+                ops += self._ops(layout, manifest)
                 rebuilt.append(manifest.partition)
                 continue
-            for segment in manifest.segments:
-                if segment.seq > seq:
-                    ops += self._ops(segment, blobfmt.SEGMENT, self._where(layout, manifest), changed=changed)
+            ops += self._ops(layout, manifest, after=seq, changed=changed)
         updated = Positions(positions.gen, layout.generation, layout.groups,
                             tuple((m.id, m.seq) for m in manifests))
         if updated == positions:
@@ -340,16 +302,16 @@ class PartitionedFollowerStore(FollowerStore):
         chunk: list[Op] = []
         try:
             for manifest in manifests:
-                for op in self._partition_stream(layout, manifest):
+                for op in self._ops(layout, manifest):
                     chunk.append(op)
                     if len(chunk) >= self.restore_chunk:
-                        self.replica.restore_ops(progress, chunk)
+                        self.replica.restore_chunk(progress, chunk)
                         self._restored += len(chunk)
                         chunk = []
                         if self._tailing.stopping:
                             raise _Changed()  # stopping: the next start bootstraps again
             if chunk:
-                self.replica.restore_ops(progress, chunk)
+                self.replica.restore_chunk(progress, chunk)
                 self._restored += len(chunk)
         except BaseException:
             self.replica.abandon_restore()
@@ -357,7 +319,7 @@ class PartitionedFollowerStore(FollowerStore):
             raise
         positions = Positions(progress["gen"], layout.generation, layout.groups,
                               tuple((m.id, m.seq) for m in manifests))
-        self.replica.finish(positions)
+        self.replica.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
         self._meta = self.replica.load()
         self._positions = positions
         return max(1, int(progress["written"]))
@@ -367,34 +329,6 @@ class PartitionedFollowerStore(FollowerStore):
     def _where(self, layout: Layout, manifest: Manifest) -> tuple[str, int]:
         return f"{self.state.root}/{manifest_name(layout.generation, manifest.partition)}", manifest.version
 
-    def _partition_stream(self, layout: Layout, manifest: Manifest) -> Iterator[Op]:
-        """The changes that build ``manifest``'s state from nothing: its inherited state (filtered by its
-        key groups), its snapshot, then its segments after the snapshot (as Partition restores it)."""
-        where = self._where(layout, manifest)
-        wanted = range(*manifest.groups)
-        groups = layout.groups
-
-        for parent in manifest.parents:
-            inherited = range(*parent.groups)  # only the groups this lineage was the truth of
-
-            def keep_parent(key: bytes, inherited: range = inherited) -> bool:
-                group = key_group(key.decode(), groups)  # an internal key: its user key's group
-                return group in wanted and group in inherited
-
-            if parent.snapshot is not None:
-                yield from self._ops(parent.snapshot, blobfmt.SNAPSHOT, where, keep_parent)
-            for segment in parent.segments:
-                yield from self._ops(segment, blobfmt.SEGMENT, where, keep_parent)
-        snapshot_seq = 0
-        if manifest.snapshot is not None:
-            yield from self._ops(manifest.snapshot, blobfmt.SNAPSHOT, where)
-            snapshot_seq = manifest.snapshot.seq
-        for segment in manifest.segments:
-            if segment.seq > snapshot_seq:
-                yield from self._ops(segment, blobfmt.SEGMENT, where)
-
-    def _partition_ops(self, layout: Layout, manifest: Manifest) -> list[Op]:
-        return list(self._partition_stream(layout, manifest))
 
     def _read(self, blob: Blob, where: tuple[str, int]) -> bytes:
         """The bytes of ``blob`` (size and sha256 checked). ``where``: the manifest that names it and the
@@ -413,45 +347,40 @@ class PartitionedFollowerStore(FollowerStore):
             raise CorruptStateError(f"{e} (named by the partition manifest {path}, unchanged since it was "
                                     "read)") from e
 
-    def _ops(self, blob: Blob, kind: bytes, where: tuple[str, int], keep: Callable[[bytes], bool] | None = None,
-             changed: list[records.ChangelogRecord] | None = None) -> list[Op]:
-        """The changes of one blob to the local copy, in order, for the keys in the follower's view
-        (rewritten by its transform); ``changed`` collects the leader's records of those keys."""
-        pairs = blobfmt.decode(kind, self._read(blob, where), blob.url)
+    def _ops(self, layout: Layout, manifest: Manifest, after: int | None = None,
+             changed: list[records.ChangelogRecord] | None = None) -> Iterator[Op]:
+        """The changes to the local copy that bring a copy of ``manifest``'s partition at commit ``after``
+        (None: nothing) to it, in order (:func:`~statekeep.state.partitioned.restore.restore`), for the
+        keys in the follower's view (rewritten by its transform); ``changed`` collects the leader's
+        records of those keys."""
+        where = self._where(layout, manifest)
         view = self.view
-        out: list[Op] = []
-        append = out.append
-        if view.everything and changed is None:
-            for key, value in pairs:
-                if keep is None or keep(key):
-                    append((key, None if value[8] == _TOMBSTONE else value))
-            return out
-        prefix, snapshot = view.prefix_bytes, kind == blobfmt.SNAPSHOT
+        for _, _, pairs in restore(manifest, layout.groups, lambda blob: self._read(blob, where), after=after,
+                                   key_prefix=view.prefix_bytes):
+            if view.everything and changed is None:
+                for key, value in pairs:
+                    yield key, None if value[records.TAG_AT] == records.TOMBSTONE_TAG else value
+            else:
+                yield from self._selected(pairs, changed)
+
+    def _selected(self, pairs: Iterator[tuple[bytes, bytes]], changed: list[records.ChangelogRecord] | None
+                  ) -> Iterator[Op]:
+        view = self.view
         for key, value in pairs:
-            if keep is not None and not keep(key):
-                continue
-            if prefix and not key.startswith(prefix):
-                if snapshot and key > prefix:
-                    break  # a snapshot is in key order: nothing after this is in the view
-                continue
-            record = blobfmt.to_record(key, value)
+            record = records.entry_record(key, value)
             if not view.matches(record.key):
                 continue
             if changed is not None:
                 changed.append(record)
             if record.value is None:
-                append((key, None))
+                yield key, None
                 continue
             if view.transform is None:
-                append((key, value))
+                yield key, value
                 continue
             (shown,) = view.records([record])
-            if shown.value is None:  # the transform left the key out
-                append((key, None))
-            else:
-                tag = records.COUNTER if shown.kind == "counter" else records.BYTES
-                append((key, _U64.pack(shown.version) + tag + shown.value))
-        return out
+            # None: the transform left the key out
+            yield key, None if shown.value is None else records.entry_bytes(shown.version, shown.kind, shown.value)
 
     # ---- status --------------------------------------------------------------------------------
 

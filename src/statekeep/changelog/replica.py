@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.metadata.embedded import embedded_engine, transaction
 from statekeep.state import records
@@ -34,7 +35,8 @@ from statekeep.state.keys import check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
-_new_entry = tuple.__new__
+#: One change of a copy: ``(key, stored entry)`` to put, or ``(key, None)`` to delete.
+Op = tuple[bytes, "bytes | None"]
 
 
 @dataclass
@@ -65,6 +67,13 @@ class LocalReplica:
     def close(self) -> None:
         self.provider.close()
 
+    def _where(self, meta_key: str) -> str:
+        """Names a meta record of this copy in errors."""
+        return f"{self.local_dir} follower_meta {self._p.decode().replace(chr(0), '/')}{meta_key}"
+
+    def _restore_gen(self, raw: bytes) -> int:
+        return jsonrecords.decode(raw, self._where("r"), "restore progress", lambda d: int(d["gen"]))
+
     # ---- meta --------------------------------------------------------------------------------
 
     def load(self) -> ReplicaMeta:
@@ -78,9 +87,10 @@ class LocalReplica:
                     if not key.startswith(p + b"x"):
                         break
                     garbage.append(_U64.unpack(key[len(p) + 1:])[0])
+        progress = None if restore is None else jsonrecords.decode(restore, self._where("r"), "restore progress")
         return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0],
                            -1 if applied is None else _I64.unpack(applied)[0],
-                           None if not epoch else epoch.decode(), None if restore is None else json.loads(restore),
+                           None if not epoch else epoch.decode(), progress,
                            garbage, None if view is None else view.decode())
 
     def reset_view(self, view: str | None) -> None:
@@ -94,7 +104,7 @@ class LocalReplica:
                 txn.put(p + b"x" + old, b"", db=meta)
             raw = txn.get(p + b"r", db=meta)
             if raw is not None:
-                txn.put(p + b"x" + _U64.pack(json.loads(raw)["gen"]), b"", db=meta)
+                txn.put(p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=meta)
             for k in (b"g", b"a", b"e", b"r"):
                 txn.delete(p + k, db=meta)
             if view is None:
@@ -113,19 +123,11 @@ class LocalReplica:
         """Apply ``batch`` (in offset order) to generation ``gen`` and record ``applied`` and ``epoch``, in
         one write. A record sets its key to its absolute value and version (or deletes it), so applying
         any record twice changes nothing: re-applying after a crash is harmless."""
-        prefix = self._p + _U64.pack(gen)
+        ops = [(r.key.encode(), None if r.value is None else records.entry_bytes(r.version, r.kind, r.value))
+               for r in batch]
 
         def work(txn: Any) -> None:
-            put, delete = txn.put, txn.delete
-            state = self._state
-            for r in batch:
-                key = prefix + r.key.encode()
-                if r.value is None:
-                    delete(key, db=state)
-                elif r.kind == "counter":
-                    put(key, _U64.pack(r.version) + records.COUNTER + r.value, db=state)
-                else:
-                    put(key, _U64.pack(r.version) + records.BYTES + r.value, db=state)
+            write_ops(txn, self._state, self._p + _U64.pack(gen), ops)
             txn.put(self._p + b"a", _I64.pack(applied), db=self._meta)
             txn.put(self._p + b"e", (epoch or "").encode(), db=self._meta)
 
@@ -142,32 +144,30 @@ class LocalReplica:
         self._submit(lambda txn: txn.put(self._p + b"r", json.dumps(progress).encode(), db=self._meta))
         return gen  # type: ignore[no-any-return]
 
-    def restore_chunk(self, progress: dict[str, Any], entries: list[StateEntry]) -> None:
-        """Write ``entries`` into the restore's generation and count them, in one write."""
+    def restore_chunk(self, progress: dict[str, Any], ops: list[Op]) -> None:
+        """Write ``ops`` into the restore's generation and count them, in one write."""
         prefix = self._p + _U64.pack(progress["gen"])
-        progress["written"] += len(entries)
+        progress["written"] += len(ops)
         raw = json.dumps(progress).encode()
 
         def work(txn: Any) -> None:
-            put, state = txn.put, self._state
-            for e in entries:
-                put(prefix + e.key.encode(), _U64.pack(e.version) + (records.COUNTER if e.kind == "counter"
-                                                                       else records.BYTES) + e.value, db=state)
+            write_ops(txn, self._state, prefix, ops)
             txn.put(self._p + b"r", raw, db=self._meta)
 
         self._submit(work)
 
-    def finish_restore(self, gen: int, applied: int, epoch: str | None) -> None:
-        """Make ``gen`` the active generation at ``applied``/``epoch``; the old one becomes garbage."""
+    def finish_restore(self, gen: int, applied: int, epoch: str | None, meta: Mapping[bytes, bytes] = {}) -> None:
+        """Make ``gen`` the active generation at ``applied``/``epoch`` (and write the other ``meta`` keys),
+        in one write; the old generation becomes garbage."""
         def work(txn: Any) -> None:
-            p, meta = self._p, self._meta
-            old = txn.get(p + b"g", db=meta)
+            p, db = self._p, self._meta
+            old = txn.get(p + b"g", db=db)
             if old is not None and _U64.unpack(old)[0] != gen:
-                txn.put(p + b"x" + old, b"", db=meta)
-            txn.put(p + b"g", _U64.pack(gen), db=meta)
-            txn.put(p + b"a", _I64.pack(applied), db=meta)
-            txn.put(p + b"e", (epoch or "").encode(), db=meta)
-            txn.delete(p + b"r", db=meta)
+                txn.put(p + b"x" + old, b"", db=db)
+            for key, value in {b"g": _U64.pack(gen), b"a": _I64.pack(applied), b"e": (epoch or "").encode(),
+                               **meta}.items():
+                txn.put(p + key, value, db=db)
+            txn.delete(p + b"r", db=db)
 
         self._submit(work)
 
@@ -176,7 +176,7 @@ class LocalReplica:
         def work(txn: Any) -> None:
             raw = txn.get(self._p + b"r", db=self._meta)
             if raw is not None:
-                txn.put(self._p + b"x" + _U64.pack(json.loads(raw)["gen"]), b"", db=self._meta)
+                txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
                 txn.delete(self._p + b"r", db=self._meta)
 
         self._submit(work)
@@ -210,7 +210,7 @@ class LocalReplica:
         with transaction(self._env) as txn:
             prefix = self._active(txn)
             raw = None if prefix is None else txn.get(prefix + key.encode(), db=self._state)
-        return None if raw is None else _entry(key, raw)
+        return None if raw is None else records.decode_entry(key, raw)
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
         keys = list(dict.fromkeys(keys))
@@ -223,7 +223,7 @@ class LocalReplica:
                 for key in keys:
                     raw = txn.get(prefix + key.encode(), db=self._state)
                     if raw is not None:
-                        out[key] = _entry(key, raw)
+                        out[key] = records.decode_entry(key, raw)
         return out
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
@@ -247,13 +247,17 @@ class LocalReplica:
             for raw_key, raw in cursor:
                 if not raw_key.startswith(want) or (limit is not None and produced >= limit):
                     return
-                yield _entry(raw_key[len(base):].decode(), raw)
+                yield records.decode_entry(raw_key[len(base):].decode(), raw)
                 produced += 1
 
 
-def _entry(key: str, raw: bytes) -> StateEntry:
-    kind, payload = records.decode_stored(raw[8:], key)
-    return _new_entry(StateEntry, (key, payload, kind, _U64.unpack_from(raw)[0]))
+def write_ops(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
+    put, delete = txn.put, txn.delete
+    for key, value in ops:
+        if value is None:
+            delete(prefix + key, db=db)
+        else:
+            put(prefix + key, value, db=db)
 
 
 def followed(local_dir: str) -> list[tuple[str, str, str]]:

@@ -11,7 +11,8 @@ snapshot, numbered by :meth:`CoordinationService.next_counter_value` on ``ROOT/T
 handle's attributes carry what the snapshot covers: ``offset`` (every changelog record at or below it
 is in the snapshot), ``epoch`` (the incarnation of the function's state; a snapshot of another epoch
 is ignored by followers), ``purged`` and ``format``. Blobs go where ``blobs`` points: by default
-``DIR/blobs`` for a ``local://DIR`` store.
+``DIR/blobs`` for a ``local://DIR`` store. A blob is a snapshot in the one format of state blobs
+(:mod:`statekeep.state.partitioned.entries`, format 2); snapshots of format 1 are still read.
 
 Guarantees: ``create`` holds the leadership ``ROOT/T/N/F/leader`` while it adds the handle (one
 snapshot writer at a time per function; handle writes are fenced by it). Consistency of what a
@@ -26,21 +27,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from statekeep.changelog import snapshot_format
 from statekeep.coordination import CoordinationService
 from statekeep.errors import CorruptStateError, InvalidArgumentError, StatekeepError
 from statekeep.handles import BlobStore, StateHandleStore
 from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.base import MetadataStore
+from statekeep.state import records
 from statekeep.state.base import StateEntry, StateStore
+from statekeep.state.partitioned import entries
 
 DEFAULT_ROOT = "/statekeep/snapshots"
-FORMAT = 1
+FORMAT = 2  # 1: the legacy format, still read
 PREFIX = "snapshot-"
 
 
@@ -115,13 +116,12 @@ class SnapshotStore:
                 number = coord.next_counter_value(root + "/counter")
                 view = state.read_all()
                 pos = view.position
-                header = {"format": FORMAT, "tenant": state.tenant, "namespace": state.namespace, "name": state.name,
-                          "offset": pos.last_offset, "epoch": pos.epoch, "purged": pos.purged_offset,
-                          "created_ms": int(time.time() * 1000)}
-                attributes = {k: header[k] for k in ("format", "offset", "epoch", "purged")}
+                attributes = {"format": FORMAT, "offset": pos.last_offset, "epoch": pos.epoch,
+                              "purged": pos.purged_offset}
                 key = f"{PREFIX}{number:010d}"
+                pairs = ((e.key.encode(), records.entry_bytes(e.version, e.kind, e.value)) for e in view.entries)
                 with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
-                    handles.add_and_lock(key, snapshot_format.encode(header, view.entries), attributes=attributes)
+                    handles.add_and_lock(key, entries.encode(entries.SNAPSHOT, pairs), attributes=attributes)
                     handles.release(key)  # the writer keeps no lock: gc may remove it later
             finally:
                 lock.release()
@@ -193,17 +193,19 @@ class SnapshotStore:
     @contextlib.contextmanager
     def open(self, info: SnapshotInfo, *,
              key_prefix: str = "") -> Iterator[tuple[dict[str, Any], Iterator[StateEntry]]]:
-        """``(header, entries)`` of a snapshot, its handle locked until the block ends. The entries
+        """``(header, entries)`` of a snapshot, its handle locked until the block ends: ``header`` holds
+        its ``offset``, ``epoch``, ``purged`` and ``format``; the entries are in key order. The entries
         iterator raises :class:`CorruptStateError` where the stream breaks, at the latest at its end
         (checksum): act on what it yielded only once it is exhausted. :class:`NotFoundError` if gone.
         With ``key_prefix``, only the entries whose key starts with it (the others are not decoded;
-        see :mod:`~statekeep.changelog.snapshot_format`)."""
+        see :mod:`~statekeep.state.partitioned.entries`)."""
         handles = StateHandleStore(self.store, self._root(info.tenant, info.namespace, info.name), self.blobs)
         try:
             handle = handles.get_and_lock(info.key)
             with handle.open() as reader:
-                header, entries = snapshot_format.decode(reader.read, key_prefix=key_prefix.encode("utf-8"))
-                yield header, entries
+                pairs = entries.decode(entries.SNAPSHOT, reader.read, f"snapshot {info.key} ({info.blob_url})",
+                                       key_prefix=key_prefix.encode("utf-8"))
+                yield dict(handle.attributes), _entries(pairs)
         finally:
             try:
                 handles.release(info.key)
@@ -223,3 +225,12 @@ class SnapshotStore:
         self.verify(info)
         with self.open(info) as (_, entries):
             return state.replace_state(entries)
+
+
+def _entries(pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[StateEntry]:
+    for key, raw in pairs:
+        try:
+            name = key.decode()
+        except UnicodeDecodeError as e:
+            raise CorruptStateError(f"a snapshot entry has a key that is not UTF-8: {key!r}") from e
+        yield records.decode_entry(name, raw)

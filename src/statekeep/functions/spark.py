@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messages import JSON_LINE
 from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
@@ -454,8 +455,9 @@ def run_registered(service: FunctionService, metadata_url: str, tenant: str, nam
 
 
 def read_status(store: MetadataStore, tenant: str, namespace: str, name: str) -> dict[str, Any] | None:
-    result = store.get(f"{STATUS_ROOT}/{tenant}/{namespace}/{name}")
+    result_path = f"{STATUS_ROOT}/{tenant}/{namespace}/{name}"
+    result = store.get(result_path)
     if result is None:
         return None
-    status: dict[str, Any] = json.loads(result.value)  # written by status_json
+    status: dict[str, Any] = jsonrecords.decode(result.value, result_path, "function status")  # by status_json
     return status

@@ -83,7 +83,7 @@ class TimeState:
     def _load(self, name: str) -> dict[str, Any]:
         entry = self._entries.get(name)
         if entry is None:
-            entry = self._entries[name] = decode_group(self.state.get(name))
+            entry = self._entries[name] = decode_group(self.state.get(name), name)
         return entry
 
     def _group(self, group: int) -> dict[str, Any]:

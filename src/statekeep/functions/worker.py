@@ -24,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statekeep import jsonrecords
 from statekeep.background import Periodic
 from statekeep.coordination import CoordinationService, ResourceLock
-from statekeep.errors import LockBusyError, NotFoundError, StatekeepError
+from statekeep.errors import CorruptRecordError, LockBusyError, NotFoundError, StatekeepError
 from statekeep.functions.registry import FunctionRegistry
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType
@@ -65,8 +66,8 @@ def function_runner(store: MetadataStore, tenant: str, namespace: str, name: str
         return None
     raw = result.value
     try:
-        return str(json.loads(raw)["workerId"])
-    except (ValueError, KeyError, TypeError):
+        return str(jsonrecords.decode(raw, lock_path(tenant, namespace, name), "function lock")["workerId"])
+    except (CorruptRecordError, KeyError):
         return raw.decode("utf-8", "replace")  # a lock written by an older version: its raw content
 
 

@@ -27,6 +27,7 @@ import time
 import uuid
 from typing import Any, Protocol
 
+from statekeep import jsonrecords
 from statekeep.errors import (
     BadVersionError,
     InvalidArgumentError,
@@ -101,7 +102,8 @@ class Fence:
                                       f"{lock.version} is not held") from e
         except (StoreUnavailableError, PossibleInconsistentStateError) as e:
             current = self.store.get(self.fence_path)  # did the claim apply? then it is ours
-            if current is None or json.loads(current.value or b"{}").get("token") != self.token:
+            if current is None or jsonrecords.decode(current.value or b"{}", self.fence_path,
+                                                     "handle store fence").get("token") != self.token:
                 raise StoreUnavailableError(f"could not claim the handle store ({e}); try again") from e
             return current.stat.version
         stat = stats[1]

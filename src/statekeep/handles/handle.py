@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statekeep import jsonrecords
 from statekeep.errors import CorruptStateError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -87,13 +88,12 @@ def encode(ref: BlobRef, attributes: dict[str, Any]) -> bytes:
 
 
 def decode(key: str, version: int, raw: bytes, blobs: BlobStore | None) -> StateHandle:
-    """The handle stored as ``raw``; :class:`CorruptStateError` if it is not a state handle."""
-    try:
-        data = json.loads(raw)
+    """The handle stored as ``raw``; :class:`CorruptRecordError` (a :class:`CorruptStateError`) naming
+    ``key`` if it is not a state handle."""
+    def build(data: dict[str, Any]) -> StateHandle:
         if data.get("format") != FORMAT:
             raise ValueError(f"unknown handle format {data.get('format')!r}")
-        handle = StateHandle(key, version, str(data["blob"]), int(data["size"]), str(data["sha256"]),
-                             int(data["created_ms"]), dict(data.get("attributes") or {}), blobs)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CorruptStateError(f"state handle {key!r} cannot be decoded: {e}") from e
-    return handle
+        return StateHandle(key, version, str(data["blob"]), int(data["size"]), str(data["sha256"]),
+                           int(data["created_ms"]), dict(data.get("attributes") or {}), blobs)
+
+    return jsonrecords.decode(raw, key, "state handle", build)

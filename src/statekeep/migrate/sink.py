@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from statekeep.errors import StatekeepError
+from statekeep import jsonrecords
+from statekeep.errors import CorruptRecordError, StatekeepError
 from statekeep.metadata import Put
 from statekeep.metadata.base import MetadataStore
 from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
@@ -53,10 +54,10 @@ def read_journal(store: MetadataStore, *, strict: bool = True) -> dict[str, Any]
     if result is None:
         return None
     try:
-        journal = json.loads(result.value)
-        if isinstance(journal, dict) and isinstance(journal.get("done"), int):
+        journal = jsonrecords.decode(result.value, JOURNAL_PATH, "migration journal")
+        if isinstance(journal.get("done"), int):
             return journal
-    except ValueError:
+    except CorruptRecordError:
         pass
     if not strict:
         return {"source": None, "done": 0}

@@ -73,7 +73,7 @@ class StoreSource:
                         continue
                     if result is None:
                         continue
-                    config = self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}")
+                    config = self.catalog.decode(result.value, self.catalog.path(tenant, namespace, name))
                     external = config.get("stateStorage") is not None
                     out.append(Function(tenant, namespace, name, "external" if external else "copied",
                                         str(config["stateStorage"].get("provider")) if external

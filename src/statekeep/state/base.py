@@ -34,22 +34,9 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
                               ValueTooLargeError)
 from statekeep.state.keys import encode_key
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, Kind, decode_counter
+from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter
+from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
 from statekeep.validate import check_int
-
-
-class StateEntry(NamedTuple):
-    """One key's value. ``value`` is the raw bytes (a counter's 8-byte big-endian form)."""
-
-    key: str
-    value: bytes
-    kind: Kind
-    version: int
-
-    @property
-    def counter(self) -> int | None:
-        """The counter's value, or None when the key holds bytes."""
-        return decode_counter(self.value) if self.kind == "counter" else None
 
 
 class ChangelogPosition(NamedTuple):

@@ -18,11 +18,11 @@ directly, so they never parse the registry's JSON themselves nor import ``statek
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError
+from statekeep import jsonrecords
+from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import has_embedded_engine
 from statekeep.metadata.types import GetResult, validate_path
@@ -86,21 +86,17 @@ class FunctionCatalog:
 
     def config(self, tenant: str, namespace: str, name: str) -> dict[str, Any]:
         """The configuration as a JSON object. :class:`NotFoundError` if there is no such function,
-        :class:`CorruptStateError` if what is stored is not a JSON object."""
+        :class:`CorruptRecordError` if what is stored is not a JSON object."""
         result = self.get(tenant, namespace, name)
         if result is None:
             raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
-        return self.decode(result.value, f"{tenant}/{namespace}/{name}")
+        return self.decode(result.value, self.path(tenant, namespace, name))
 
     @staticmethod
-    def decode(raw: bytes, fqfn: str = "function") -> dict[str, Any]:
-        """A stored configuration as a JSON object; :class:`CorruptStateError` if it is not one."""
-        try:
-            config = json.loads(raw)
-        except ValueError as e:
-            raise CorruptStateError(f"the registry entry of {fqfn} is not JSON: {e}") from e
-        if not isinstance(config, dict):
-            raise CorruptStateError(f"the registry entry of {fqfn} is not a JSON object")
+    def decode(raw: bytes, key: str = "?") -> dict[str, Any]:
+        """A stored configuration as a JSON object; :class:`CorruptRecordError` (a
+        :class:`CorruptStateError`) if it is not one."""
+        config: dict[str, Any] = jsonrecords.decode(raw, key, "registry entry")
         return config
 
     def provider_of(self, tenant: str, namespace: str, name: str) -> tuple[str, dict[str, Any]] | None:

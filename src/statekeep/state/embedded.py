@@ -41,28 +41,8 @@ from statekeep.state.keys import check_scan, encode_key, validate_name
 _U64 = struct.Struct(">Q")
 _RECORD = struct.Struct(records.RECORD_FORMAT)
 _I64 = struct.Struct(">q")
-_new_entry = tuple.__new__
 _unpack_i64 = _I64.unpack_from
-_TAG_BYTES, _TAG_COUNTER = records.BYTES[0], records.COUNTER[0]
-
-
-def _decode_value(key: str, raw: bytes | None) -> bytes | None:
-    if raw is None:
-        return None
-    tag = raw[8]
-    if tag == _TAG_BYTES or (tag == _TAG_COUNTER and len(raw) == 17):
-        return raw[9:]
-    return records.decode_stored(raw[8:], key)[1]  # raises CorruptStateError
-
-
-def _decode_counter(key: str, raw: bytes | None) -> int:
-    if raw is None:
-        return 0
-    if raw[8] == _TAG_COUNTER and len(raw) == 17:
-        return _unpack_i64(raw, 9)[0]  # type: ignore[no-any-return]
-    if records.decode_stored(raw[8:], key)[0] == "bytes":  # raises CorruptStateError for garbage
-        raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
-    raise AssertionError("unreachable")
+_TAG_COUNTER = records.COUNTER[0]
 
 
 class _Txn:
@@ -120,12 +100,7 @@ class _Txn:
 
 
 def _counter(key: str, current: tuple[int, bytes] | None) -> int:
-    if current is None:
-        return 0
-    kind, payload = records.decode_stored(current[1], key)
-    if kind != "counter":
-        raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
-    return records.decode_counter(payload)
+    return records.entry_counter(key, None if current is None else _U64.pack(current[0]) + current[1])
 
 
 #: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers
@@ -165,7 +140,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                 raw = txn.get(self._prefix + key.encode())
         finally:
             open_txns.pop()
-        return None if raw is None else self._entry(key, raw)
+        return None if raw is None else records.decode_entry(key, raw)
 
     # get and get_counter: the hot read path of REST, the CLI and user code. Each keeps, per key
     # read before, (its LMDB key, the stored bytes, the decoded answer); a read that finds the same
@@ -178,14 +153,14 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         try:
             hot = self._hot_values[key]  # as MetadataStore.get in local.py: subscript, positional db
         except (KeyError, TypeError):  # not read before, or unhashable (not a key)
-            return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
+            return self._read_cold(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
         if FORK_GATE.pending:
-            return self._read_cold(key, self._hot_values, _decode_value)  # type: ignore[no-any-return]
+            return self._read_cold(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
         with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
-        return self._read_cold(key, self._hot_values, _decode_value, raw)  # type: ignore[no-any-return]
+        return self._read_cold(key, self._hot_values, records.entry_value, raw)  # type: ignore[no-any-return]
 
     @uncounted_read
     def get_counter(self, key: str) -> int:
@@ -193,14 +168,14 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         try:
             hot = self._hot_counters[key]  # as MetadataStore.get in local.py: subscript, positional db
         except (KeyError, TypeError):  # not read before, or unhashable (not a key)
-            return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
+            return self._read_cold(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
         if FORK_GATE.pending:
-            return self._read_cold(key, self._hot_counters, _decode_counter)  # type: ignore[no-any-return]
+            return self._read_cold(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
         with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
             raw = txn.get(hot[0])
         if raw == hot[1]:
             return hot[2]
-        return self._read_cold(key, self._hot_counters, _decode_counter, raw)  # type: ignore[no-any-return]
+        return self._read_cold(key, self._hot_counters, records.entry_counter, raw)  # type: ignore[no-any-return]
 
     def _read_cold(self, key: str, hot: dict[str, Any], decode: Callable[[str, bytes | None], Any],
                    raw: bytes | None | bool = False) -> Any:
@@ -216,10 +191,6 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             remember(hot, key, (raw_key, raw, answer), 4096)
         return answer
 
-    def _entry(self, key: str, raw: bytes) -> StateEntry:
-        kind, payload = records.decode_stored(raw[8:], key)
-        return _new_entry(StateEntry, (key, payload, kind, _U64.unpack_from(raw)[0]))
-
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
         """All present keys among ``keys`` in one read transaction."""
         keys = list(dict.fromkeys(keys))
@@ -232,7 +203,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             for key in keys:
                 raw = get(prefix + key.encode())
                 if raw is not None:
-                    out[key] = self._entry(key, raw)
+                    out[key] = records.decode_entry(key, raw)
         return out
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
@@ -251,7 +222,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                 elif raw[8:9] == counter_tag and len(raw) == 17:
                     out[key] = (raw[9:], unpack(raw, 9)[0])
                 else:
-                    entry = self._entry(key, raw)
+                    entry = records.decode_entry(key, raw)
                     out[key] = (entry.value, entry.counter)
         return out
 
@@ -273,7 +244,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             for raw_key, raw in cursor:
                 if not raw_key.startswith(want) or (limit is not None and produced >= limit):
                     return
-                yield self._entry(raw_key[len(self._prefix):].decode(), raw)
+                yield records.decode_entry(raw_key[len(self._prefix):].decode(), raw)
                 produced += 1
 
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
@@ -388,7 +359,7 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
                     elif raw[8] == _TAG_COUNTER and len(raw) == 17:  # _counter's common case, inlined
                         total = _unpack_i64(raw, 9)[0] + delta
                     else:
-                        total = _counter(key, (before, raw[8:])) + delta  # type: ignore[arg-type]
+                        total = records.entry_counter(key, raw) + delta
                     if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
                         raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
                     stored = encode(total)

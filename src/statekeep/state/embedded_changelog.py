@@ -29,7 +29,7 @@ COMPACTION_CHUNK = 5_000
 
 class EmbeddedChangelog:
     """Changelog operations over the attributes of an ``EmbeddedStateStore`` (``_env``, ``_state``,
-    ``_changelog``, ``_meta``, ``_prefix``, ``_write``, ``_entry``)."""
+    ``_changelog``, ``_meta``, ``_prefix``, ``_write``)."""
 
     _env: Any
     _state: Any
@@ -37,8 +37,7 @@ class EmbeddedChangelog:
     _meta: Any
     _prefix: bytes
     max_value_size: int
-    _write: Callable[..., Any]  # methods of the state store
-    _entry: Callable[..., Any]
+    _write: Callable[..., Any]  # a method of the state store
 
     def _position_in(self, txn: Any) -> ChangelogPosition:
         p = self._prefix
@@ -84,7 +83,7 @@ class EmbeddedChangelog:
                 for raw_key, raw in cursor:
                     if not raw_key.startswith(prefix):
                         break
-                    yield self._entry(raw_key[n:].decode(), raw)
+                    yield records.decode_entry(raw_key[n:].decode(), raw)
         finally:
             gated.end()
 

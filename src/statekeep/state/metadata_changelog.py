@@ -24,6 +24,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from statekeep import jsonrecords
 from statekeep.errors import BadVersionError, NotFoundError
 from statekeep.metadata import Delete, MetadataStore, Op, Put
 from statekeep.retry import DEFAULT as RETRY
@@ -57,7 +58,7 @@ class MetadataChangelog:
         current = self._store.get(self.base + "/compaction")
         if current is None:
             return {}, None
-        return json.loads(current.value), current.stat.version
+        return jsonrecords.decode(current.value, self.base + "/compaction", "compaction record"), current.stat.version
 
     def changelog_position(self) -> ChangelogPosition:
         parent = self._store.get(self._log_parent)
@@ -99,7 +100,7 @@ class MetadataChangelog:
                     elif current is not None:
                         deletes.append((offset, path, False))
                 elif current is None or current.stat.version != rec.version or \
-                        current.value != _stored(rec):
+                        current.value != records.encode_value(rec.kind, rec.value or b""):
                     deletes.append((offset, path, False))
             per = max(1, min(DELETE_CHUNK, self.batch_limits.max_keys))
             for j in range(0, len(deletes), per):
@@ -134,9 +135,3 @@ class MetadataChangelog:
                 part = [d for d in part if self._store.exists(d[1])]
         raise BadVersionError(f"compaction of {self.base}: its compaction node kept changing")
 
-
-def _stored(rec: records.ChangelogRecord) -> bytes:
-    """The tagged stored value a (non-tombstone) record describes."""
-    assert rec.value is not None  # not a tombstone
-    return records.encode_counter(records.decode_counter(rec.value)) if rec.kind == "counter" \
-        else records.encode_bytes(rec.value)

@@ -1,5 +1,5 @@
-"""Byte layouts of stored state values and changelog records (shared by providers and, later, the
-changelog reader). Both are compact binary, not JSON.
+"""The one codec of stored state: stored values, stored entries and changelog records, used by every
+provider, follower, snapshot and segment. All are compact binary, not JSON.
 
 Stored value (the metadata value at ``.../kv/<segment>``): one tag byte, then the payload.
 
@@ -8,6 +8,10 @@ Stored value (the metadata value at ``.../kv/<segment>``): one tag byte, then th
 
 The tag is what lets the REST API answer ``numberValue`` for counters and ``stringValue``/``byteValue``
 otherwise, and what makes ``incr`` refuse a key that holds bytes.
+
+Stored entry (a value in an LMDB of the embedded provider, of partition-owned state's local copies, of
+a follower's copy, and in segments and snapshots): ``version (8 bytes, big-endian) + stored value``,
+or in a segment, for a deletion, ``version + b"D" + deletion time (8 bytes, ms)``.
 
 Changelog record (the value at ``.../log/r<offset>``): ``struct ">cqH"`` = tag, version, key length,
 then the UTF-8 key, then the payload. Tag ``B``/``C`` as above (the new value after the change),
@@ -23,12 +27,16 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from statekeep.errors import CorruptStateError
+from statekeep.errors import CorruptStateError, InvalidArgumentError
 
 BYTES, COUNTER, TOMBSTONE = b"B", b"C", b"D"
 _COUNTER = struct.Struct(">q")
+_VERSION = struct.Struct(">Q")
+#: the byte of a stored entry that holds its tag (after the version)
+TAG_AT = 8
+TOMBSTONE_TAG = TOMBSTONE[0]
 RECORD_FORMAT = ">cqH"  # tag, version, key length
 _RECORD = struct.Struct(RECORD_FORMAT)
 RECORD_HEADER_SIZE = _RECORD.size
@@ -65,6 +73,89 @@ def decode_stored(raw: bytes, path: str = "") -> tuple[Kind, bytes]:
 def decode_counter(payload: bytes) -> int:
     value: int = _COUNTER.unpack(payload)[0]
     return value
+
+
+class StateEntry(NamedTuple):
+    """One key's value. ``value`` is the raw bytes (a counter's 8-byte big-endian form)."""
+
+    key: str
+    value: bytes
+    kind: Kind
+    version: int
+
+    @property
+    def counter(self) -> int | None:
+        """The counter's value, or None when the key holds bytes."""
+        return decode_counter(self.value) if self.kind == "counter" else None
+
+
+# ---- stored entries: version + stored value -------------------------------------------------------
+
+_new_entry = tuple.__new__
+
+
+def encode_entry(version: int, stored: bytes) -> bytes:
+    """The stored entry of a key at ``version`` holding the stored value ``stored``."""
+    return _VERSION.pack(version) + stored
+
+
+def encode_value(kind: Kind | None, value: bytes) -> bytes:
+    """The stored value of a value of ``kind`` (a counter's ``value``: its 8-byte form)."""
+    return (COUNTER if kind == "counter" else BYTES) + value
+
+
+def entry_bytes(version: int, kind: Kind | None, value: bytes) -> bytes:
+    """The stored entry of a value of ``kind`` at ``version``."""
+    return _VERSION.pack(version) + encode_value(kind, value)
+
+
+def tombstone_entry(version: int, deleted_ms: int) -> bytes:
+    """The stored entry of a deletion (in a segment) of ``version`` at ``deleted_ms``."""
+    return _VERSION.pack(version) + TOMBSTONE + _VERSION.pack(deleted_ms)
+
+
+def entry_version(raw: bytes) -> int:
+    version: int = _VERSION.unpack_from(raw)[0]
+    return version
+
+
+def decode_entry(key: str, raw: bytes) -> StateEntry:
+    """The :class:`StateEntry` of ``key`` stored as ``raw``; :class:`CorruptStateError` naming ``key``
+    if it is not the stored entry of a value (a tombstone is not)."""
+    if len(raw) < 9:
+        raise CorruptStateError(f"state key {key!r} holds {len(raw)} bytes, not a stored entry")
+    kind, payload = decode_stored(raw[8:], repr(key))
+    return _new_entry(StateEntry, (key, payload, kind, _VERSION.unpack_from(raw)[0]))
+
+
+def entry_value(key: str, raw: bytes | None) -> bytes | None:
+    """What ``get`` answers for ``key`` stored as ``raw`` (None: absent); :class:`CorruptStateError`."""
+    if raw is None:
+        return None
+    tag = raw[8:9]
+    if tag == BYTES or (tag == COUNTER and len(raw) == 17):
+        return raw[9:]
+    return decode_entry(key, raw).value  # raises
+
+
+def entry_counter(key: str, raw: bytes | None) -> int:
+    """What ``get_counter`` answers for ``key`` stored as ``raw`` (0: absent); :class:`InvalidArgumentError`
+    if it holds bytes, :class:`CorruptStateError` if it is not a stored entry."""
+    if raw is None:
+        return 0
+    if raw[8:9] == COUNTER and len(raw) == 17:
+        return _COUNTER.unpack_from(raw, 9)[0]  # type: ignore[no-any-return]
+    decode_entry(key, raw)  # raises for garbage
+    raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
+
+
+def entry_record(key: bytes, raw: bytes, offset: int = -1) -> ChangelogRecord:
+    """A stored entry (a deletion included) as the changelog record of that change of ``key`` (UTF-8)."""
+    name = key.decode()
+    if raw[8:9] == TOMBSTONE and len(raw) == 17:
+        return ChangelogRecord(name, None, None, entry_version(raw), offset, _VERSION.unpack_from(raw, 9)[0])
+    entry = decode_entry(name, raw)
+    return ChangelogRecord(name, entry.kind, entry.value, entry.version, offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.keys import encode_key
 from statekeep.state.records import ChangelogRecord
@@ -111,9 +112,10 @@ def internal_owner(key: str) -> int | str:
     return key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
 
 
-def decode_group(raw: bytes | None) -> dict[str, Any]:
-    """A group entry as a dict with ``wm`` (int or None), ``t`` and ``x``."""
-    data = json.loads(raw) if raw else {}
+def decode_group(raw: bytes | None, key: str = _GROUP) -> dict[str, Any]:
+    """A group entry (kept at state key ``key``) as a dict with ``wm`` (int or None), ``t`` and ``x``;
+    :class:`CorruptRecordError` naming ``key`` if it is not one."""
+    data: dict[str, Any] = jsonrecords.decode(raw, key, "time group") if raw else {}
     data.setdefault("wm", None)
     data.setdefault("t", {})
     data.setdefault("x", {})
@@ -203,13 +205,13 @@ def timers_of(store: Any) -> list[dict[str, Any]]:
     names = {"e": "event", "p": "processing", "w": "window"}
     out: list[dict[str, Any]] = []
     for entry in store.scan_entries(_GROUP):
-        for key, timers in decode_group(entry.value)["t"].items():
+        for key, timers in decode_group(entry.value, entry.key)["t"].items():
             out.extend({"key": key or None, "timestamp": ts, "domain": names.get(d, d)} for ts, d in timers)
     return sorted(out, key=lambda t: (t["timestamp"], t["key"] or "", t["domain"]))
 
 
 def stored_watermark_of(store: Any) -> int | None:
     """The function's event-time watermark as its committed state holds it (None before any)."""
-    marks = [decode_group(e.value)["wm"] for e in store.scan_entries(_GROUP)]
+    marks = [decode_group(e.value, e.key)["wm"] for e in store.scan_entries(_GROUP)]
     found = [m for m in marks if m is not None]
     return max(found) if found else None

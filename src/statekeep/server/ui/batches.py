@@ -13,7 +13,6 @@ when the server starts (the first status seen is a baseline) and keeps the newes
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 
 from fastapi import Request
 
+from statekeep import jsonrecords
 from statekeep.background import Consumer
 from statekeep.functions.spark import STATUS_ROOT
 from statekeep.metadata.base import MetadataStore
@@ -74,7 +74,7 @@ class BatchHistory:
         result = self.store.get(path)
         if result is None:
             return
-        status = json.loads(result.value)
+        status = jsonrecords.decode(result.value, path, "function status")
         with self._lock:
             previous = self._last.get(fqfn)
             self._last[fqfn] = status

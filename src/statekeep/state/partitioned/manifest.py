@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from statekeep.errors import CorruptStateError
+from statekeep import jsonrecords
 from statekeep.handles.blobs import BlobRef
 
 ROOT = "/statekeep/partitioned"
@@ -116,15 +116,13 @@ class Manifest:
 
     @classmethod
     def decode(cls, raw: bytes, version: int, where: str) -> Manifest:
-        try:
-            d = json.loads(raw)
-            return cls(d["id"], d["generation"], d["partition"], (d["groups"][0], d["groups"][1]), d["seq"],
-                       d["batch"], _unblob(d["snapshot"]), _unblobs(d["segments"]),
-                       tuple(Lineage((p["groups"][0], p["groups"][1]), _unblob(p["snapshot"]),
-                                     _unblobs(p["segments"])) for p in d["parents"]),
-                       d["retired"], version)
-        except (ValueError, KeyError, TypeError, IndexError) as e:
-            raise CorruptStateError(f"the partition manifest at {where} is not statekeep's: {e!r}") from e
+        """:class:`CorruptRecordError` naming ``where`` if ``raw`` is not a manifest."""
+        return jsonrecords.decode(raw, where, "partition manifest", lambda d: cls(
+            d["id"], d["generation"], d["partition"], (d["groups"][0], d["groups"][1]), d["seq"], d["batch"],
+            _unblob(d["snapshot"]), _unblobs(d["segments"]),
+            tuple(Lineage((p["groups"][0], p["groups"][1]), _unblob(p["snapshot"]), _unblobs(p["segments"]))
+                  for p in d["parents"]),
+            d["retired"], version))
 
 
 @dataclass(frozen=True)
@@ -140,11 +138,9 @@ class Layout:
 
     @classmethod
     def decode(cls, raw: bytes, version: int, where: str) -> Layout:
-        try:
-            d = json.loads(raw)
-            return cls(int(d["groups"]), int(d["parallelism"]), int(d["generation"]), version)
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptStateError(f"the partition layout at {where} is not statekeep's: {e!r}") from e
+        """:class:`CorruptRecordError` naming ``where`` if ``raw`` is not a layout."""
+        return jsonrecords.decode(raw, where, "partition layout", lambda d: cls(
+            int(d["groups"]), int(d["parallelism"]), int(d["generation"]), version))
 
 
 def _blob(b: Blob | None) -> dict[str, Any] | None:

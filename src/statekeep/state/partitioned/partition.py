@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from statekeep.errors import (BadVersionError, CorruptStateError, CounterOverflowError, InvalidArgumentError,
+from statekeep.errors import (BadVersionError, CorruptStateError, CounterOverflowError,
                               NotFoundError, PossibleInconsistentStateError, StateConflictError, StatekeepError,
                               StoreUnavailableError)
 from statekeep.handles.blobs import BlobStore
@@ -30,8 +30,8 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import transaction
 from statekeep.state import records
 from statekeep.state.partitioned import entries as blobfmt
-from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Manifest
+from statekeep.state.partitioned.restore import restore
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
@@ -132,47 +132,22 @@ class Partition:
             raise
 
     def _catch_up(self, txn: Any, manifest: Manifest, lineage: str | None, seq: int) -> None:
-        snapshot_seq = manifest.snapshot.seq if manifest.snapshot else 0
-        if lineage != manifest.id or seq < snapshot_seq or (manifest.parents and seq < 1):
+        after: int | None = seq
+        if lineage != manifest.id or seq < (manifest.snapshot.seq if manifest.snapshot else 0) or (
+                manifest.parents and seq < 1):
             txn.drop(self.state_db, delete=False)  # another lineage, or too far behind: start from the snapshot
-            wanted = range(*manifest.groups)
-            for parent in manifest.parents:
-                inherited = range(*parent.groups)  # only the groups this lineage was the truth of
-
-                def keep(key: bytes, inherited: range = inherited) -> bool:
-                    group = key_group(key.decode(), self.groups)
-                    return group in wanted and group in inherited
-
-                if parent.snapshot is not None:
-                    self._apply(txn, parent.snapshot, blobfmt.SNAPSHOT, keep)
-                for segment in parent.segments:
-                    self._apply(txn, segment, blobfmt.SEGMENT, keep)
-            if manifest.snapshot is not None:
-                self._apply(txn, manifest.snapshot, blobfmt.SNAPSHOT)
-            seq = snapshot_seq
-        for segment in manifest.segments:
-            if segment.seq > seq:
-                self._apply(txn, segment, blobfmt.SEGMENT)
+            after = None
+        for _, kind, pairs in restore(manifest, self.groups, self._read_blob, after=after):
+            if kind == blobfmt.SNAPSHOT:
+                txn.cursor(db=self.state_db).putmulti(pairs)
+            else:
+                write_changes(txn, self.state_db, list(pairs))
         txn.put(b"id", manifest.id.encode(), db=self.meta_db)
         txn.put(b"seq", _U64.pack(manifest.seq), db=self.meta_db)
 
     def _read_blob(self, blob: Blob) -> bytes:
         with self.blobs.open(blob.url, blob.size, blob.sha256) as reader:
             return reader.read()
-
-    def _apply(self, txn: Any, blob: Blob, kind: bytes, keep: Callable[[bytes], bool] | None = None) -> None:
-        pairs = blobfmt.decode(kind, self._read_blob(blob), blob.url)
-        if kind == blobfmt.SNAPSHOT:
-            txn.cursor(db=self.state_db).putmulti(pairs if keep is None else (p for p in pairs if keep(p[0])))
-            return
-        put, delete, db = txn.put, txn.delete, self.state_db
-        for key, value in pairs:
-            if keep is not None and not keep(key):
-                continue
-            if value[8] == blobfmt.TOMBSTONE_TAG:
-                delete(key, db=db)
-            else:
-                put(key, value, db=db)
 
     # ---- reads ---------------------------------------------------------------------------------
 
@@ -298,7 +273,7 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: dict[str, bytes | N
             stored = values[key]
             if stored is None:
                 if raw is not None:
-                    changes.append((raw_key, blobfmt.tombstone(version - 1, now_ms)))
+                    changes.append((raw_key, records.tombstone_entry(version - 1, now_ms)))
                 continue
         else:
             if raw is None or key in values:
@@ -306,9 +281,7 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: dict[str, bytes | N
             elif raw[8] == _TAG_COUNTER and len(raw) == 17:
                 total = unpack_i64(raw, 9)[0] + delta
             else:
-                if records.decode_stored(raw[8:], key)[0] == "bytes":
-                    raise InvalidArgumentError(f"state key {key!r} holds bytes, not a counter")
-                raise CorruptStateError(f"state key {key!r} holds a value no provider wrote")
+                total = records.entry_counter(key, raw) + delta  # raises: bytes, or not a stored entry
             if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
                 raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
             stored = records.encode_counter(total)
@@ -317,10 +290,10 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: dict[str, bytes | N
 
 
 def write_changes(txn: Any, db: Any, changes: list[tuple[bytes, bytes]]) -> None:
-    """Apply planned changes to the local copy."""
+    """Apply planned changes (or a segment's: each key at most once) to the local copy."""
     puts = []
     for key, value in changes:
-        if value[8] == blobfmt.TOMBSTONE_TAG:
+        if value[8] == records.TOMBSTONE_TAG:
             txn.delete(key, db=db)
         else:
             puts.append((key, value))

@@ -32,11 +32,6 @@ T = TypeVar("T")
 _CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
 
 
-def _entry(key: str, raw: bytes) -> StateEntry:
-    kind, payload = records.decode_stored(raw[8:], key)
-    return StateEntry(key, payload, kind, int.from_bytes(raw[:8], "big"))
-
-
 class PartitionedStateStore(StateStore):
     """One function's partition-owned state, as the REST API, the CLI and the console see it: reads
     answer the latest committed value (each read checks the owning partition's manifest and brings
@@ -174,7 +169,7 @@ class PartitionedStateStore(StateStore):
         if found is None:
             return None
         raw = found[0].read([key]).get(key)
-        return None if raw is None else _entry(key, raw)
+        return None if raw is None else records.decode_entry(key, raw)
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
@@ -196,7 +191,7 @@ class PartitionedStateStore(StateStore):
         for produced, (key, raw) in enumerate(heapq.merge(*streams)):
             if limit is not None and produced >= limit:
                 return
-            yield _entry(key.decode(), raw)
+            yield records.decode_entry(key.decode(), raw)
 
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         raise InvalidArgumentError(f"{self.scope} keeps partition-owned state: its changelog is one per partition, "
@@ -240,8 +235,8 @@ class PartitionedStateStore(StateStore):
         def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
             raw = get(key.encode())
             _check_expected(key, raw, expected)
-            version = 0 if raw is None else int.from_bytes(raw[:8], "big") + 1
-            return version, [(key.encode(), version.to_bytes(8, "big") + stored)]
+            version = 0 if raw is None else records.entry_version(raw) + 1
+            return version, [(key.encode(), records.encode_entry(version, stored))]
 
         return self._write(key, work)
 
@@ -268,7 +263,7 @@ class PartitionedStateStore(StateStore):
 
         def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
             changes = plan_batch(get, {}, {key: amount}, now_ms())
-            return int.from_bytes(changes[0][1][9:], "big", signed=True), changes
+            return records.entry_counter(key, changes[0][1]), changes
 
         return self._write(key, work)
 
@@ -383,7 +378,7 @@ class PartitionTask:
             if raw is None:
                 out[key] = (None, None)
             else:
-                entry = _entry(key, raw)
+                entry = records.decode_entry(key, raw)
                 out[key] = (entry.value, entry.counter)
         return out
 
