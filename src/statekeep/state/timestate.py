@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.base import Capability
 from statekeep.state.keys import encode_key
 from statekeep.state.records import ChangelogRecord
 
@@ -180,12 +181,13 @@ def visible_entries(store: Any, prefix: str = "", start_after: str | None = None
 
 
 def visible_records(store: Any, after: int = -1, last: int | None = None, prefix: str = "",
-                    page: int = 10_000) -> Iterator[ChangelogRecord]:
-    """``store.read_changelog`` as a user reads it: the records after offset ``after`` up to ``last``
-    (included; None: to the end), in offset order, of the keys starting with ``prefix``, never one of
-    an internal key. Offsets stay the changelog's (a reader resumes after the last one it saw)."""
+                    page: int = 10_000, *, partition: int = 0) -> Iterator[ChangelogRecord]:
+    """``store.read_partition_changelog(partition, ...)`` as a user reads it: the records after offset
+    ``after`` up to ``last`` (included; None: to the end), in offset order, of the keys starting with
+    ``prefix``, never one of an internal key. Offsets stay the changelog's (a reader resumes after the
+    last one it saw). Per-key stores have one partition, 0."""
     while last is None or after < last:
-        records = store.read_changelog(after=after, limit=page)
+        records = store.read_partition_changelog(partition, after, page)
         if not records:
             return
         for r in records:
@@ -195,6 +197,20 @@ def visible_records(store: Any, after: int = -1, last: int | None = None, prefix
                 continue
             yield r
         after = records[-1].offset
+
+
+def recent_records(store: Any, limit: int) -> list[tuple[int, ChangelogRecord]]:
+    """The newest ``limit`` user-visible records of each changelog partition, as ``(partition,
+    record)``, partition by partition, each oldest first (the console's changelog page)."""
+    out: list[tuple[int, ChangelogRecord]] = []
+    for p in range(store.changelog_partitions()):
+        pos = store.partition_position(p)
+        # per-key offsets are dense: a little further back holds the newest; partition-owned offsets are
+        # sparse (seq << 32 | index): its records since the snapshot, a bounded read
+        after = (pos.purged_offset if Capability.PARTITIONED in store.capabilities
+                 else max(-1, pos.last_offset - 4 * limit))
+        out += [(p, r) for r in list(visible_records(store, after, pos.last_offset, partition=p))[-limit:]]
+    return out
 
 
 def timers_of(store: Any) -> list[dict[str, Any]]:
