@@ -68,7 +68,7 @@ from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
 from statekeep.state.partitioned.partition import PartitionMovedError
-from statekeep.state.partitioned.provider import PartitionedStateStore, partition_position
+from statekeep.state.partitioned.provider import PartitionedStateStore, epoch_of, partition_position
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class Positions:
 
     @property
     def epoch(self) -> str:
-        return f"g{self.generation}"  # the leader's changelog_position().epoch
+        return epoch_of(self.generation, self.partitions[0][0])  # the leader's changelog_position().epoch
 
     def encode(self) -> bytes:
         return json.dumps({"gen": self.gen, "generation": self.generation, "groups": self.groups,

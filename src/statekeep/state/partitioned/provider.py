@@ -38,6 +38,12 @@ CAPABILITIES = frozenset({Capability.CHANGELOG_READ, Capability.PARTITIONED})
 _CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
 
 
+def epoch_of(generation: int, first: Manifest | str) -> str:
+    """The changelog epoch of a layout generation whose partition 0 is ``first`` (its manifest or id):
+    unique per incarnation, since a deleted and created again state has new manifest ids."""
+    return f"g{generation}.{(first if isinstance(first, str) else first.id)[:12]}"
+
+
 def partition_position(manifest: Manifest, epoch: str) -> ChangelogPosition:
     """Where ``manifest``'s partition's changelog stands (its offsets: see :data:`SEQ_SHIFT`). Records a
     snapshot (or, after a rescale, the inherited state) replaced are gone: ``purged_offset`` and
@@ -63,7 +69,7 @@ class PartitionedStateStore(StateStore):
     Its changelog has one position per partition of the current layout (:meth:`read_partition_changelog`,
     :meth:`partition_position`): partition ``p``'s records are the entries of the segments its manifest
     names, in commit order, offset ``seq << 32 | index`` (:data:`SEQ_SHIFT`). A snapshot replaces the
-    segments it covers (``purged_offset``); a rescale starts a new epoch (``g<generation>``) whose
+    segments it covers (``purged_offset``); a rescale starts a new epoch (:func:`epoch_of`) whose
     partitions start empty of records (their inherited state is behind their ``purged_offset``).
     :meth:`read_changelog` is partition 0's while there is one partition (refused with more: use the
     per-partition reads); :meth:`changelog_position` is the newest of the partitions' positions.
@@ -279,16 +285,18 @@ class PartitionedStateStore(StateStore):
             check_partition(partition, 1)
             return ChangelogPosition(None, -1)
         check_partition(partition, layout.parallelism)
-        return partition_position(self.manifests(layout)[partition], f"g{layout.generation}")
+        manifests = self.manifests(layout)
+        return partition_position(manifests[partition], epoch_of(layout.generation, manifests[0]))
 
     def changelog_position(self) -> ChangelogPosition:
-        """Epoch: the layout's generation; the offsets: the newest of the partitions' (partition 0's
+        """Epoch: the layout's generation and incarnation (:func:`epoch_of`); the offsets: the newest of the partitions' (partition 0's
         position while there is one)."""
         layout = self.layout(refresh=True)
         if layout is None:
             return ChangelogPosition(None, -1)
-        found = [partition_position(m, "") for m in self.manifests(layout)]
-        return ChangelogPosition(f"g{layout.generation}", max(p.last_offset for p in found),
+        manifests = self.manifests(layout)
+        found = [partition_position(m, "") for m in manifests]
+        return ChangelogPosition(epoch_of(layout.generation, manifests[0]), max(p.last_offset for p in found),
                                  max(p.compacted_offset for p in found), max(p.purged_offset for p in found))
 
     def count_changelog(self, after: int = -1) -> int:
