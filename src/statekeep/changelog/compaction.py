@@ -54,7 +54,8 @@ class Compactor:
 
     ``states`` returns the stores to compact each pass (so functions created later are picked up).
     A pass over a function compacts up to the newest offset seen on the previous pass (see the module
-    docstring); functions whose provider compacts on its own (no :attr:`Capability.COMPACTION`) are skipped. Errors are logged, never raised into the caller; ``last_results`` keeps the latest
+    docstring); functions whose provider compacts on its own (no :attr:`Capability.COMPACTION`) are
+    skipped. Errors are logged, never raised into the caller; ``last_results`` keeps the latest
     result per function. Call :meth:`stop` (or use it as a context manager)."""
 
     def __init__(self, states: Callable[[], Iterable[StateStore]] | Iterable[StateStore], *,

@@ -289,8 +289,8 @@ class PartitionedStateStore(StateStore):
         return partition_position(manifests[partition], epoch_of(layout.generation, manifests[0]))
 
     def changelog_position(self) -> ChangelogPosition:
-        """Epoch: the layout's generation and incarnation (:func:`epoch_of`); the offsets: the newest of the partitions' (partition 0's
-        position while there is one)."""
+        """Epoch: the layout's generation and incarnation (:func:`epoch_of`); the offsets: the newest of
+        the partitions' (partition 0's position while there is one)."""
         layout = self.layout(refresh=True)
         if layout is None:
             return ChangelogPosition(None, -1)
