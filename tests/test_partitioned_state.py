@@ -502,7 +502,7 @@ def test_two_rescales_before_any_snapshot_stay_exact(open_partitioned, monkeypat
 
 def test_server_with_a_state_dir(tmp_path):
     """A server started with a state dir: functions created there get partition-owned state (recorded in
-    their config), REST reads and writes it, the console says why it shows no changelog, a bad write is a
+    their config), REST reads and writes it, the console shows its changelog, a bad write is a
     400 changing nothing, and deleting the function deletes its state under the state dir."""
     import json as json_
 

@@ -112,3 +112,41 @@ def test_changelog_source_offsets_per_partition():
     assert [(r.partition, r.after, r.last) for r in ranges] == [(0, 3, 5)]
     rescaled = reader.partitions({"epoch": "g0.a", "partitions": [3, 9]}, {"epoch": "g1.b", "partitions": [4, 0, 2]})
     assert [(r.partition, r.after, r.last) for r in rescaled] == [(0, -1, 4), (1, -1, 0), (2, -1, 2)]
+
+
+def test_console_live_tail_follows_every_partition_and_hides_time_state(tmp_path, monkeypatch):
+    """The console's changelog stream on a function with partition-owned state in two partitions: each
+    partition's records as they commit, tagged with their partition, never an internal key."""
+    import json
+    import threading
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from statekeep.server import ServerConfig, create_app
+    from statekeep.server.ui import events
+
+    monkeypatch.setattr(events, "STREAM_S", 1.5)
+    app = create_app(ServerConfig(metadata_url=f"local://{tmp_path / 'data'}", state_dir=str(tmp_path / "shared")))
+    with TestClient(app) as client:
+        registry = app.state.ctx.registry
+        registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"], "py": "f.py"},
+                        b"def process(input, context):\n    pass\n")
+        state = registry.state_store("t", "n", "f")
+        run_batch(state, 0, 2, KEYS)  # before the stream: not shown (several partitions: live from now)
+
+        def later() -> None:
+            time.sleep(0.5)
+            for p in range(2):
+                task = state.task(1, p, 2)
+                own = mine(KEYS, p, 2)
+                task.apply_batch({buffer_key(k): b"[]" for k in own}, {k: 5 for k in own}, marker=f"1-{p}")
+
+        writer = threading.Thread(target=later)
+        writer.start()
+        body = client.get("/ui/api/events/functions/t/n/f/state").text
+        writer.join()
+    records = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {\"offset\"")]
+    assert sorted((r["key"], r["numberValue"]) for r in records) == sorted((k, 6) for k in KEYS)
+    assert {r["partition"] for r in records} == {0, 1}
+    assert all(mine([r["key"]], r["partition"], 2) for r in records)  # each from the partition owning it

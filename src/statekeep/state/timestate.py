@@ -187,16 +187,23 @@ def visible_records(store: Any, after: int = -1, last: int | None = None, prefix
     ``prefix``, never one of an internal key. Offsets stay the changelog's (a reader resumes after the
     last one it saw). Per-key stores have one partition, 0."""
     while last is None or after < last:
-        records = store.read_partition_changelog(partition, after, page)
-        if not records:
+        shown, read_to = visible_page(store, after, page, prefix, partition=partition)
+        if read_to == after:
             return
-        for r in records:
+        for r in shown:
             if last is not None and r.offset > last:
                 return
-            if r.key[:1] == RESERVED or (prefix and not r.key.startswith(prefix)):
-                continue
             yield r
-        after = records[-1].offset
+        after = read_to
+
+
+def visible_page(store: Any, after: int, limit: int, prefix: str = "", *,
+                 partition: int = 0) -> tuple[list[ChangelogRecord], int]:
+    """One page of :func:`visible_records`: the user-visible records among the next ``limit`` of
+    ``partition`` after ``after``, and the offset the page read to (``after``: nothing new)."""
+    records = store.read_partition_changelog(partition, after, limit)
+    shown = [r for r in records if r.key[:1] != RESERVED and (not prefix or r.key.startswith(prefix))]
+    return shown, records[-1].offset if records else after
 
 
 def recent_records(store: Any, limit: int) -> list[tuple[int, ChangelogRecord]]:

@@ -118,9 +118,10 @@ class PartitionedStateStore(StateStore):
         assert layout is not None
         return layout
 
-    def manifests(self, layout: Layout) -> list[Manifest]:
+    def manifests(self, layout: Layout, partitions: Iterable[int] | None = None) -> list[Manifest]:
+        """The manifests of ``partitions`` (default: all) of ``layout``, as the store holds them now."""
         out = []
-        for p in range(layout.parallelism):
+        for p in range(layout.parallelism) if partitions is None else partitions:
             path = f"{self.root}/{manifest_name(layout.generation, p)}"
             result = self.store.get(path)
             if result is None:
@@ -285,8 +286,8 @@ class PartitionedStateStore(StateStore):
             check_partition(partition, 1)
             return ChangelogPosition(None, -1)
         check_partition(partition, layout.parallelism)
-        manifests = self.manifests(layout)
-        return partition_position(manifests[partition], epoch_of(layout.generation, manifests[0]))
+        first, manifest = self.manifests(layout, (0, partition))
+        return partition_position(manifest, epoch_of(layout.generation, first))
 
     def changelog_position(self) -> ChangelogPosition:
         """Epoch: the layout's generation and incarnation (:func:`epoch_of`); the offsets: the newest of
