@@ -150,3 +150,18 @@ def test_console_live_tail_follows_every_partition_and_hides_time_state(tmp_path
     assert sorted((r["key"], r["numberValue"]) for r in records) == sorted((k, 6) for k in KEYS)
     assert {r["partition"] for r in records} == {0, 1}
     assert all(mine([r["key"]], r["partition"], 2) for r in records)  # each from the partition owning it
+
+
+def test_a_store_without_a_readable_changelog_is_refused_by_its_readers(tmp_path):
+    """A provider may declare no changelog reading: followers and the changelog readers check the
+    declaration and refuse with the error naming it, before anything is opened or read."""
+    from statekeep.changelog import FollowerStore
+
+    with open_provider("embedded", {"metadata_url": f"local://{tmp_path / 'e'}"}) as embedded:
+        state = embedded.get_state_store("t", "n", "f")
+        state.capabilities = frozenset({Capability.MARKERS, Capability.COMPACTION})
+        state.put("a", b"1")
+        with pytest.raises(UnsupportedCapabilityError, match="changelog_read") as raised:
+            FollowerStore.open(state, "t", "n", "f", local_dir=str(tmp_path / "fol"), start=False)
+        assert raised.value.provider == "embedded"
+        assert not (tmp_path / "fol").exists() or not any((tmp_path / "fol").iterdir())

@@ -64,8 +64,8 @@ from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewErr
 from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
                               StatekeepError)
 from statekeep.retry import RECONNECT
-from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
-                                  StateStoreProvider)
+from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, ReadableStateStore, StateEntry,
+                                  StateStore, StateStoreProvider)
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, function_provider
 from statekeep.state.records import ChangelogRecord
 
@@ -148,7 +148,8 @@ class FollowerStore(ReadableStateStore):
         callable's qualified name and a hash of its code, defaults and plain closure values; or
         ``view_id`` instead of the callables' part when given): another view on reopen rebuilds it.
         Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a non-callable
-        filter or transform, before anything is opened or written."""
+        filter or transform, before anything is opened or written; :class:`UnsupportedCapabilityError`
+        for a leader that declares no changelog reading (:attr:`Capability.CHANGELOG_READ`)."""
         from statekeep.metadata import open_store
         from statekeep.state import open_provider
 
@@ -173,6 +174,7 @@ class FollowerStore(ReadableStateStore):
                 store = getattr(leader, "store", None)
             else:
                 state = leader
+            state.require(Capability.CHANGELOG_READ, "a follower reads the leader's changelog")
             if (state.tenant, state.namespace, state.name) != (tenant, namespace, name):
                 raise NotFoundError(f"the leader store is {state.tenant}/{state.namespace}/{state.name}, "
                                     f"not {tenant}/{namespace}/{name}")
