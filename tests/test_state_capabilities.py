@@ -165,3 +165,18 @@ def test_a_store_without_a_readable_changelog_is_refused_by_its_readers(tmp_path
             FollowerStore.open(state, "t", "n", "f", local_dir=str(tmp_path / "fol"), start=False)
         assert raised.value.provider == "embedded"
         assert not (tmp_path / "fol").exists() or not any((tmp_path / "fol").iterdir())
+
+
+def test_cli_compact_of_partition_owned_state_says_why(capsys, tmp_path):
+    """`functions compact` on a --state-dir function: refused naming the capability, not a pass that
+    pretends to have compacted."""
+    from support.cli import run
+
+    py = tmp_path / "f.py"
+    py.write_text("def process(input, context):\n    return input\n")
+    fn = ["--tenant", "t", "--namespace", "n", "--name", "f", "--data-dir", str(tmp_path / "data")]
+    assert run(capsys, "functions", "create", *fn, "--py", str(py), "--inputs", "x",
+               "--state-dir", str(tmp_path / "shared"))[0] == 0
+    assert run(capsys, "functions", "putstate", *fn, "--key", "k", "--state", '{"numberValue": 3}')[0] == 0
+    code, out, err = run(capsys, "functions", "compact", *fn)
+    assert code == 2 and out == "" and "'partitioned' state provider does not offer 'compaction'" in err
