@@ -47,27 +47,6 @@ from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, K
 from statekeep.validate import check_int
 
 
-class Capability(str, enum.Enum):
-    """What a state provider can do beyond reading and writing keys (after tooz's ``Characteristics``):
-    declared in ``capabilities`` by the provider and its stores, checked by callers (``Capability.X in
-    state.capabilities``) instead of catching an error; a call to an absent one raises
-    :class:`UnsupportedCapabilityError` (:meth:`ReadableStateStore.require`)."""
-
-    #: ``read_changelog`` / ``read_partition_changelog`` return the records (KIP-813)
-    CHANGELOG_READ = "changelog_read"
-    #: ``apply_batch(marker=)`` and ``has_marker`` on the store itself (otherwise only through ``task``)
-    MARKERS = "markers"
-    #: ``compact_changelog`` removes superseded records (otherwise the provider compacts on its own)
-    COMPACTION = "compaction"
-    #: partitions own key groups: ``partitioning`` decides the micro-batch's layout and the changelog
-    #: has one position per partition
-    PARTITIONED = "partitioned"
-
-
-#: What the per-key providers (``metadata``, ``embedded``) offer.
-PER_KEY = frozenset({Capability.CHANGELOG_READ, Capability.MARKERS, Capability.COMPACTION})
-
-
 class StateEntry(NamedTuple):
     """One key's value. ``value`` is the raw bytes (a counter's 8-byte big-endian form)."""
 
@@ -170,6 +149,27 @@ def check_expected_version(key: str, current: int | None, expected: int | None) 
         raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
     elif current != expected:
         raise BadVersionError(f"state key {key!r} is at version {current}, not {expected}")
+
+
+class Capability(str, enum.Enum):
+    """What a state provider can do beyond reading and writing keys (after tooz's ``Characteristics``):
+    declared in ``capabilities`` by the provider and its stores, checked by callers (``Capability.X in
+    state.capabilities``) instead of catching an error; a call to an absent one raises
+    :class:`UnsupportedCapabilityError` (:meth:`ReadableStateStore.require`)."""
+
+    #: ``read_changelog`` / ``read_partition_changelog`` return the records (KIP-813)
+    CHANGELOG_READ = "changelog_read"
+    #: ``apply_batch(marker=)`` and ``has_marker`` on the store itself (otherwise only through ``task``)
+    MARKERS = "markers"
+    #: ``compact_changelog`` removes superseded records (otherwise the provider compacts on its own)
+    COMPACTION = "compaction"
+    #: partitions own key groups: ``partitioning`` decides the micro-batch's layout and the changelog
+    #: has one position per partition
+    PARTITIONED = "partitioned"
+
+
+#: What the per-key providers (``metadata``, ``embedded``) offer.
+PER_KEY = frozenset({Capability.CHANGELOG_READ, Capability.MARKERS, Capability.COMPACTION})
 
 
 class ReadableStateStore(abc.ABC):

@@ -38,22 +38,6 @@ CAPABILITIES = frozenset({Capability.CHANGELOG_READ, Capability.PARTITIONED})
 _CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
 
 
-def epoch_of(generation: int, first: Manifest | str) -> str:
-    """The changelog epoch of a layout generation whose partition 0 is ``first`` (its manifest or id):
-    unique per incarnation, since a deleted and created again state has new manifest ids."""
-    return f"g{generation}.{(first if isinstance(first, str) else first.id)[:12]}"
-
-
-def partition_position(manifest: Manifest, epoch: str) -> ChangelogPosition:
-    """Where ``manifest``'s partition's changelog stands (its offsets: see :data:`SEQ_SHIFT`). Records a
-    snapshot (or, after a rescale, the inherited state) replaced are gone: ``purged_offset`` and
-    ``compacted_offset`` are the end of the commit it covers (-1: none)."""
-    covered = manifest.snapshot.seq if manifest.snapshot else (0 if manifest.parents else -1)
-    purged = ((covered + 1) << SEQ_SHIFT) - 1 if covered >= 0 else -1
-    last = max([purged, *((s.seq << SEQ_SHIFT) + s.entries - 1 for s in manifest.segments)])
-    return ChangelogPosition(epoch, last, purged, purged)
-
-
 def _entry(key: str, raw: bytes) -> StateEntry:
     kind, payload = records.decode_stored(raw[8:], key)
     return StateEntry(key, payload, kind, int.from_bytes(raw[:8], "big"))
@@ -439,6 +423,22 @@ class PartitionedStateStore(StateStore):
         with self._lock:
             self._partitions.clear()
         self._layout = None
+
+
+def epoch_of(generation: int, first: Manifest | str) -> str:
+    """The changelog epoch of a layout generation whose partition 0 is ``first`` (its manifest or id):
+    unique per incarnation, since a deleted and created again state has new manifest ids."""
+    return f"g{generation}.{(first if isinstance(first, str) else first.id)[:12]}"
+
+
+def partition_position(manifest: Manifest, epoch: str) -> ChangelogPosition:
+    """Where ``manifest``'s partition's changelog stands (its offsets: see :data:`SEQ_SHIFT`). Records a
+    snapshot (or, after a rescale, the inherited state) replaced are gone: ``purged_offset`` and
+    ``compacted_offset`` are the end of the commit it covers (-1: none)."""
+    covered = manifest.snapshot.seq if manifest.snapshot else (0 if manifest.parents else -1)
+    purged = ((covered + 1) << SEQ_SHIFT) - 1 if covered >= 0 else -1
+    last = max([purged, *((s.seq << SEQ_SHIFT) + s.entries - 1 for s in manifest.segments)])
+    return ChangelogPosition(epoch, last, purged, purged)
 
 
 class PartitionTask:
