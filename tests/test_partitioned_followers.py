@@ -98,7 +98,9 @@ def test_follower_is_exact_after_batches_and_catches_up_incrementally(leader, tm
         follower.step()  # the bootstrap
         assert entries(follower) == entries(state) and follower.lag == 0
         assert follower.status()["partitions"] == {"generation": 0, "seqs": [3, 3]}
-        assert follower.applied_offset == state.changelog_position().last_offset == 5
+        # the newest record of the partitions, as the leader's changelog offsets count
+        newest = max(state.read_partition_changelog(p)[-1].offset for p in range(2))
+        assert follower.applied_offset == state.changelog_position().last_offset == newest
         reads = []
         real_open = BlobStore.open
         monkeypatch.setattr(BlobStore, "open", lambda self, u, *a: reads.append(u) or real_open(self, u, *a))
@@ -346,7 +348,7 @@ def test_cli_followers_get_and_status(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["numberValue"] == 1
     assert main(["followers", "status", "--local-dir", str(tmp_path / "fol"), "--leader-store", url, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["name"], row["lag"], row["epoch"]) == ("f", 0, "g0")
+    assert (row["name"], row["lag"]) == ("f", 0) and row["epoch"].startswith("g0.")  # generation 0
 
 
 def test_standalone_follow_option_serves_partition_owned_state(server_process, tmp_path, monkeypatch):

@@ -232,3 +232,38 @@ def test_etcd_cluster_loses_its_leader_mid_run(etcd_cluster, tmp_path, spark_env
             seen.setdefault(output["word"], []).append(output["count"])
     # each output once: a word seen n times was output with counts 1..n, each once
     assert {w: sorted(c) for w, c in seen.items()} == {w: list(range(1, n + 1)) for w, n in Counter(words).items()}
+
+
+MIRROR = b'''
+def process(input, context):
+    # input: one changelog record of another function (offset, key, kind, value, number, version, tombstone)
+    if input.get("tombstone"):
+        context.del_state(input["key"])
+    else:
+        context.put_state(input["key"], str(input["number"]))
+'''
+
+
+def test_changelog_of_partition_owned_state_is_a_stream_and_an_input(spark, service, tmp_path):
+    """Moving to --state-dir keeps the changelog readable (issue 31): the statekeep-changelog source
+    reads every partition's records, and a statekeep://T/N/F input mirrors the function, exactly."""
+    inputs, shared = tmp_path / "in", tmp_path / "shared"
+    write_words(inputs, "a.jsonl", ["x", "y", "x", "z", "x", "y"] + [f"n{i}" for i in range(20)])
+    register(service, "counts", inputs, stateStorage=state_storage(str(shared)))
+    run_once(service, spark, tmp_path, "counts")
+    counts = service.registry.state_store("public", "default", "counts")
+    assert counts.changelog_partitions() == 2
+    store_url = f"local://{tmp_path / 'data'}"
+    changes = (spark.readStream.format("statekeep-changelog").option("function", "public/default/counts")
+               .option("store", store_url).load())
+    query = changes.writeStream.format("memory").queryName("counts_changelog").trigger(availableNow=True).start()
+    query.awaitTermination()
+    rows = spark.sql("select key, number from counts_changelog").collect()
+    assert {r.key: r.number for r in rows} == counters(service, "counts")  # one record per key: one batch
+    assert not [r for r in rows if r.key.startswith("\x00")]
+
+    service.registry.create({"tenant": "public", "namespace": "default", "name": "mirror", "keyField": "key",
+                             "inputs": ["statekeep://public/default/counts"], "parallelism": 2}, MIRROR)
+    run_once(service, spark, tmp_path, "mirror")
+    mirror = service.registry.state_store("public", "default", "mirror")
+    assert {k: int(v) for k, v in mirror.scan()} == counters(service, "counts")

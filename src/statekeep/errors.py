@@ -45,6 +45,20 @@ class InvalidArgumentError(StatekeepError, ValueError):
     """An argument has the wrong type or an out-of-range value; nothing was written."""
 
 
+class UnsupportedCapabilityError(InvalidArgumentError):
+    """A call needs a capability the state provider declares it lacks (see
+    :class:`statekeep.state.base.Capability`); nothing was read or written. ``capability`` and
+    ``provider`` name them."""
+
+    def __init__(self, capability: str, provider: str, detail: str = "") -> None:
+        self.capability, self.provider, self.detail = capability, provider, detail
+        super().__init__(f"the {provider!r} state provider does not offer {capability!r}"
+                         + (f": {detail}" if detail else ""))
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # crosses to Spark's driver intact
+        return type(self), (self.capability, self.provider, self.detail)
+
+
 class ValueTooLargeError(StatekeepError, ValueError):
     """A value exceeds the store's size limit; nothing was written."""
 

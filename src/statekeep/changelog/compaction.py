@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 from statekeep.background import Periodic
 from statekeep.errors import NotFoundError, StatekeepError
-from statekeep.state.base import CompactionResult, StateStore
+from statekeep.state.base import Capability, CompactionResult, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,9 @@ DEFAULT_TOMBSTONE_RETENTION_S = 24 * 3600.0  # Kafka's delete.retention.ms defau
 def compact(state: StateStore, tombstone_retention_s: float = DEFAULT_TOMBSTONE_RETENTION_S, *,
             upto_offset: int | None = None, now_ms: int | None = None) -> CompactionResult:
     """One compaction pass over ``state``'s changelog up to ``upto_offset`` (default: its newest offset).
-    ``now_ms`` (default: the clock) is the time tombstone ages are measured at."""
+    ``now_ms`` (default: the clock) is the time tombstone ages are measured at.
+    :class:`UnsupportedCapabilityError` for a provider without :attr:`Capability.COMPACTION`."""
+    state.require(Capability.COMPACTION)
     if upto_offset is None:
         upto_offset = state.changelog_position().last_offset
     if upto_offset < 0:
@@ -52,7 +54,8 @@ class Compactor:
 
     ``states`` returns the stores to compact each pass (so functions created later are picked up).
     A pass over a function compacts up to the newest offset seen on the previous pass (see the module
-    docstring). Errors are logged, never raised into the caller; ``last_results`` keeps the latest
+    docstring); functions whose provider compacts on its own (no :attr:`Capability.COMPACTION`) are
+    skipped. Errors are logged, never raised into the caller; ``last_results`` keeps the latest
     result per function. Call :meth:`stop` (or use it as a context manager)."""
 
     def __init__(self, states: Callable[[], Iterable[StateStore]] | Iterable[StateStore], *,
@@ -69,6 +72,8 @@ class Compactor:
         results = {}
         for state in self._states():
             fqfn = f"{state.tenant}/{state.namespace}/{state.name}"
+            if Capability.COMPACTION not in state.capabilities:
+                continue
             try:
                 position = state.changelog_position()
                 epoch, point = self._points.get(fqfn, (position.epoch, -1))

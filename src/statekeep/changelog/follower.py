@@ -64,9 +64,9 @@ from statekeep.changelog.view import FollowerView, KeyFilter, Transform, ViewErr
 from statekeep.errors import (CorruptStateError, MissingDependencyError, NotFoundError, ReadOnlyStoreError,
                               StatekeepError)
 from statekeep.retry import RECONNECT
-from statekeep.state.base import (BatchLimits, ChangelogPosition, ReadableStateStore, StateEntry, StateStore,
-                                  StateStoreProvider)
-from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, default_provider, parse_state_storage
+from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, ReadableStateStore, StateEntry,
+                                  StateStore, StateStoreProvider)
+from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, function_provider
 from statekeep.state.records import ChangelogRecord, entry_bytes
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class FollowerStore(ReadableStateStore):
         super().__init__(leader.tenant, leader.namespace, leader.name)
         self.leader, self.replica, self.snapshots = leader, replica, snapshots
         self.max_value_size = leader.max_value_size
+        self.capabilities, self.provider_name = leader.capabilities, leader.provider_name
         self._registry = registry  # where the function's registry entry is checked (None: not checked)
         self._temporary_dir = temporary_dir  # removed at close
         self.poll_interval, self.batch_size, self.restore_chunk = poll_interval, batch_size, restore_chunk
@@ -147,7 +148,8 @@ class FollowerStore(ReadableStateStore):
         callable's qualified name and a hash of its code, defaults and plain closure values; or
         ``view_id`` instead of the callables' part when given): another view on reopen rebuilds it.
         Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a non-callable
-        filter or transform, before anything is opened or written."""
+        filter or transform, before anything is opened or written; :class:`UnsupportedCapabilityError`
+        for a leader that declares no changelog reading (:attr:`Capability.CHANGELOG_READ`)."""
         from statekeep.metadata import open_store
         from statekeep.state import open_provider
 
@@ -159,15 +161,11 @@ class FollowerStore(ReadableStateStore):
             if isinstance(leader, str):
                 store = open_store(leader)
                 owned.append(store)
-                name_, config = provider, dict(provider_config or {})
+                storage = {"provider": provider, "config": dict(provider_config or {})} if provider else None
                 entry = FunctionCatalog(store, functions_root).get(tenant, namespace, name)
                 if entry is not None and provider is None:  # the registry's entry names the provider
                     storage = FunctionCatalog.decode(entry.value).get("stateStorage")
-                    name_, config = parse_state_storage(storage) or (None, config)
-                name_ = name_ or default_provider(store)[0]
-                if "store" not in config and "metadata_url" not in config:  # naming no store: the registry's
-                    config = {**config, "store": store}                      # (as the registry opens it)
-                opened = open_provider(name_, config)
+                opened = open_provider(*function_provider(storage, store))
                 owned.append(opened)
                 state = opened.get_state_store(tenant, namespace, name)
                 check_registry = True if check_registry is None else check_registry
@@ -176,6 +174,7 @@ class FollowerStore(ReadableStateStore):
                 store = getattr(leader, "store", None)
             else:
                 state = leader
+            state.require(Capability.CHANGELOG_READ, "a follower reads the leader's changelog")
             if (state.tenant, state.namespace, state.name) != (tenant, namespace, name):
                 raise NotFoundError(f"the leader store is {state.tenant}/{state.namespace}/{state.name}, "
                                     f"not {tenant}/{namespace}/{name}")
@@ -475,6 +474,16 @@ class FollowerStore(ReadableStateStore):
 
     def changelog_position(self) -> ChangelogPosition:
         return self.leader.changelog_position()
+
+    def changelog_partitions(self) -> int:
+        return self.leader.changelog_partitions()
+
+    def read_partition_changelog(self, partition: int, after: int = -1,
+                                 limit: int | None = None) -> list[ChangelogRecord]:
+        return self.leader.read_partition_changelog(partition, after, limit)
+
+    def partition_position(self, partition: int) -> ChangelogPosition:
+        return self.leader.partition_position(partition)
 
     @property
     def batch_limits(self) -> BatchLimits:

@@ -33,8 +33,8 @@ Status:
 
 - ``lag``: entries in the segments not yet applied, summed over the partitions (for a partition to
   rebuild, or all of them before a bootstrap or after a rescale: every entry of the blobs it needs).
-  ``applied_offset``: the sum of the applied ``seq`` minus one, like the leader's
-  ``changelog_position().last_offset`` in the same generation.
+  ``applied_offset``: the newest of the partitions' applied changelog offsets, as the leader's
+  ``changelog_position().last_offset`` counts them.
 - ``wait_until_caught_up(timeout)``: True once every commit made before the call is applied (a poll
   that started after the call read every manifest and applied everything they name).
 - Deleted: the registry entry gone (when the follower knows the registry), the layout gone after the
@@ -68,7 +68,7 @@ from statekeep.state.base import ChangelogPosition, StateStore
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
 from statekeep.state.partitioned.partition import PartitionMovedError
-from statekeep.state.partitioned.provider import PartitionedStateStore
+from statekeep.state.partitioned.provider import PartitionedStateStore, epoch_of, partition_position
 from statekeep.state.partitioned.restore import restore
 
 log = logging.getLogger(__name__)
@@ -87,24 +87,31 @@ class Positions:
     generation: int
     groups: int
     partitions: tuple[tuple[str, int], ...]
+    last: int = -1  # the newest changelog offset applied (the leader's changelog_position().last_offset)
+
+    @classmethod
+    def of(cls, gen: int, layout: Layout, manifests: list[Manifest]) -> Positions:
+        last = max((partition_position(m, "").last_offset for m in manifests), default=-1)
+        return cls(gen, layout.generation, layout.groups, tuple((m.id, m.seq) for m in manifests), last)
 
     @property
     def applied(self) -> int:
-        return sum(seq for _, seq in self.partitions) - 1
+        return self.last
 
     @property
     def epoch(self) -> str:
-        return f"g{self.generation}"  # the leader's changelog_position().epoch
+        return epoch_of(self.generation, self.partitions[0][0])  # the leader's changelog_position().epoch
 
     def encode(self) -> bytes:
         return json.dumps({"gen": self.gen, "generation": self.generation, "groups": self.groups,
-                           "partitions": [list(p) for p in self.partitions]}).encode()
+                           "partitions": [list(p) for p in self.partitions], "last": self.last}).encode()
 
     @classmethod
     def decode(cls, raw: bytes, where: str) -> Positions:
         """:class:`CorruptRecordError` naming ``where`` if ``raw`` is not one."""
         return jsonrecords.decode(raw, where, "follower position", lambda d: cls(
-            int(d["gen"]), int(d["generation"]), int(d["groups"]), tuple((str(i), int(s)) for i, s in d["partitions"])))
+            int(d["gen"]), int(d["generation"]), int(d["groups"]),
+            tuple((str(i), int(s)) for i, s in d["partitions"]), int(d.get("last", -1))))
 
 
 class PartitionedReplica(LocalReplica):
@@ -278,8 +285,7 @@ class PartitionedFollowerStore(FollowerStore):
                 rebuilt.append(manifest.partition)
                 continue
             ops += self._ops(layout, manifest, after=seq, changed=changed)
-        updated = Positions(positions.gen, layout.generation, layout.groups,
-                            tuple((m.id, m.seq) for m in manifests))
+        updated = Positions.of(positions.gen, layout, manifests)
         if updated == positions:
             return 0
         if rebuilt:
@@ -317,8 +323,7 @@ class PartitionedFollowerStore(FollowerStore):
             self.replica.abandon_restore()
             self._meta = self.replica.load()
             raise
-        positions = Positions(progress["gen"], layout.generation, layout.groups,
-                              tuple((m.id, m.seq) for m in manifests))
+        positions = Positions.of(progress["gen"], layout, manifests)
         self.replica.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
         self._meta = self.replica.load()
         self._positions = positions

@@ -31,7 +31,7 @@ from statekeep.lru import BoundedLRU
 from statekeep.metadata import Delete, MetadataStore, Put
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import ProviderPool, StateStore, StateStoreProvider
-from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog
+from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, function_provider
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +174,9 @@ class FunctionRegistry:
     # ---- state -------------------------------------------------------------------------------
 
     def provider_for(self, cfg: FunctionConfig) -> StateStoreProvider:
-        storage = cfg.stateStorage
-        if storage is None:
+        if cfg.stateStorage is None:
             return self.providers.get()
-        config = storage["config"]
-        if "store" not in config and "metadata_url" not in config:  # naming no store: the registry's
-            config = {**config, "store": self.store}
-        return self.providers.get(storage["provider"], config)
+        return self.providers.get(*function_provider(cfg.stateStorage, self.store))
 
     def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
         """The state of an existing function; :class:`NotFoundError` if the function does not exist."""

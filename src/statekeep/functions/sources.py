@@ -9,7 +9,11 @@
   removed record was superseded by a later one the stream still delivers). A stream that falls
   further behind than the tombstone retention (``purged_offset``) may miss deletes, as a Kafka
   consumer of a compacted topic does. A function takes another's changelog as its input with
-  ``inputs: ["statekeep://T/N/F"]``.
+  ``inputs: ["statekeep://T/N/F"]``. Partition-owned state (``--state-dir``) has a changelog per
+  partition: the stream's offset is then ``{"epoch", "partitions": [offset per partition]}`` and each
+  micro-batch reads every partition on from its own offset (a partition's records in its order); a
+  rescale starts a new epoch, read from its partitions' beginning (what the old partitions committed
+  after the stream's last batch before the rescale is not delivered, as with ``purged_offset``).
 
 - ``spark.readStream.format("statekeep-clock").load()``: a stream that never has a row but has new
   data every second (its offset is the time in seconds), so a query reading it runs a micro-batch each
@@ -39,6 +43,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.state.base import Capability
 from statekeep.state.timestate import visible_entries, visible_records
 
 try:  # this module is the Spark integration itself: without PySpark it is not importable at all
@@ -114,8 +119,16 @@ class StatekeepStateSource(DataSource):
 
 
 class _Range(InputPartition):
-    def __init__(self, after: int, last: int) -> None:
-        self.after, self.last = after, last
+    def __init__(self, after: int, last: int, partition: int = 0) -> None:
+        self.after, self.last, self.partition = after, last, partition
+
+
+def _split(offset: Mapping[str, Any]) -> tuple[str | None, list[int]]:
+    """``(epoch, offset per changelog partition)`` of a stream offset: ``{"offset": N}`` (one partition,
+    the form checkpoints of per-key state hold) or ``{"epoch": E, "partitions": [N, ...]}``."""
+    if "partitions" in offset:
+        return offset.get("epoch"), [int(o) for o in offset["partitions"]]
+    return None, [int(offset.get("offset", -1))]
 
 
 class _ChangelogStreamReader(DataSourceStreamReader):
@@ -134,20 +147,34 @@ class _ChangelogStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, int] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:
         if self._opened is None:
             self._opened = _open_state(self.options)
-        after = (start or {}).get("offset", -1)
+        state = self._opened[1]
+        state.require(Capability.CHANGELOG_READ)
+        epoch, starts = _split(start or self.initialOffset())
         most = getattr(limit, "max_rows", None) or MAX_RECORDS_PER_BATCH
-        records = self._opened[1].read_changelog(after=after, limit=most)
-        return {"offset": records[-1].offset if records else after}
+        if Capability.PARTITIONED not in state.capabilities:
+            records = state.read_changelog(after=starts[0], limit=most)
+            return {"offset": records[-1].offset if records else starts[0]}
+        now, count = state.changelog_position().epoch, state.changelog_partitions()
+        if epoch != now or len(starts) != count:  # another layout (a rescale): its partitions from the start
+            starts = [-1] * count
+        ends = []
+        for p, after in enumerate(starts):
+            records = state.read_partition_changelog(p, after, most)
+            ends.append(records[-1].offset if records else after)
+        return {"epoch": now, "partitions": ends}  # type: ignore[dict-item]  # Spark takes any JSON
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        return [_Range(start["offset"], end["offset"])]
+        (first, starts), (epoch, ends) = _split(start), _split(end)
+        if first != epoch or len(starts) != len(ends):
+            starts = [-1] * len(ends)
+        return [_Range(a, b, p) for p, (a, b) in enumerate(zip(starts, ends)) if b > a]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, _Range)  # what partitions() makes
         service, state = _open_state(self.options)
         prefix = _prefix(self.options)
         with service:  # filtered here (prefix, statekeep's internal keys), so Spark never receives them
-            for r in visible_records(state, partition.after, partition.last, prefix):
+            for r in visible_records(state, partition.after, partition.last, prefix, partition=partition.partition):
                 # a tombstone has neither kind nor value, so a counter record has a value
                 number = (int.from_bytes(r.value, "big", signed=True)
                           if r.kind == "counter" and r.value is not None else None)

@@ -25,6 +25,7 @@ from statekeep.functions.topics import default_root, is_topic
 from statekeep.functions.timerun import (advance_watermark, last_batch_needed, routing, time_section,
                                          with_batch_watermark, with_clock_source, with_ticks)
 from statekeep.retry import OUTAGE
+from statekeep.state.catalog import function_provider
 from statekeep.state.partitioned.keygroups import spark_routes
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
@@ -371,12 +372,8 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     entry = registry.catalog.get(tenant, namespace, name)
     version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
     code = registry.get_code(tenant, namespace, name).decode()
-    if cfg.stateStorage is not None:
-        provider, provider_config = cfg.stateStorage["provider"], dict(cfg.stateStorage["config"])
-        if "store" not in provider_config:  # a provider config naming no store uses the registry's
-            provider_config.setdefault("metadata_url", metadata_url)
-    else:
-        provider, provider_config = registry.providers.default_name, {"metadata_url": metadata_url}
+    provider, provider_config = function_provider(cfg.stateStorage, metadata_url,
+                                                  (registry.providers.default_name, {"metadata_url": metadata_url}))
     input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
     if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
         input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages

@@ -25,7 +25,7 @@ from typing import Any
 
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.embedded import has_embedded_engine
+from statekeep.state.catalog import default_provider
 from statekeep.migrate import portable
 from statekeep.migrate.progress import Progress
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
@@ -146,17 +146,11 @@ def _plan(records: Iterator[Record], report: Report, target_provider: str) -> No
     report.counts = counts
 
 
-def _target_provider(url: str) -> str:
-    """The default provider on the target (as :func:`statekeep.state.catalog.default_provider`), known
-    from its URL's backend before the target is opened."""
-    return "embedded" if has_embedded_engine(url) else "metadata"
-
-
 def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: str, target_url: str, *,
           dry_run: bool, force: bool, batch_keys: int | None, progress: bool) -> Report:
     """The part shared by migrate and import: plan, check the target, copy, verify."""
     t0 = time.monotonic()
-    _plan(records(), report, _target_provider(target_url))
+    _plan(records(), report, default_provider(target_url)[0])  # known from the URL: nothing opened
     report.seconds["plan"] = time.monotonic() - t0
     directory = _local_dir(target_url)
     if dry_run and directory is not None and not (directory / "data").is_dir():

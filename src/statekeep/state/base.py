@@ -17,6 +17,14 @@ Every provider guarantees, and ``tests/contract/test_state_contract.py`` checks:
   Offsets rise with commit order: a record is visible only once every record with a lower offset
   is (numbers may be skipped: compaction removes records, and some backends skip numbers).
 - ``apply_batch`` is all or nothing and at most once per marker.
+- What a provider can do beyond reading state is declared (:class:`Capability`, on the provider and
+  its stores) and checked by callers; a call to an absent capability raises
+  :class:`UnsupportedCapabilityError` naming it and the provider, and writes nothing.
+- The changelog has one position per partition (:meth:`ReadableStateStore.changelog_partitions`: 1
+  for per-key providers, which are the one-partition case; one per partition of partition-owned
+  state). Offsets and the rules below hold within a partition; ``read_changelog`` and
+  ``changelog_position`` are partition 0's while there is only one (see
+  :meth:`ReadableStateStore.read_partition_changelog`).
 - Compaction (``compact_changelog``) only touches records at or below the offset it is given, never
   removes the newest record of a key except a tombstone older than the retention, and publishes the
   newest dropped tombstone as ``ChangelogPosition.purged_offset`` before (or in the same write as) it
@@ -27,12 +35,13 @@ Every provider guarantees, and ``tests/contract/test_state_contract.py`` checks:
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
-                              ValueTooLargeError)
+                              UnsupportedCapabilityError, ValueTooLargeError)
 from statekeep.state.keys import encode_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter
 from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
@@ -129,6 +138,27 @@ def check_expected_version(key: str, current: int | None, expected: int | None) 
         raise BadVersionError(f"state key {key!r} is at version {current}, not {expected}")
 
 
+class Capability(str, enum.Enum):
+    """What a state provider can do beyond reading and writing keys (after tooz's ``Characteristics``):
+    declared in ``capabilities`` by the provider and its stores, checked by callers (``Capability.X in
+    state.capabilities``) instead of catching an error; a call to an absent one raises
+    :class:`UnsupportedCapabilityError` (:meth:`ReadableStateStore.require`)."""
+
+    #: ``read_changelog`` / ``read_partition_changelog`` return the records (KIP-813)
+    CHANGELOG_READ = "changelog_read"
+    #: ``apply_batch(marker=)`` and ``has_marker`` on the store itself (otherwise only through ``task``)
+    MARKERS = "markers"
+    #: ``compact_changelog`` removes superseded records (otherwise the provider compacts on its own)
+    COMPACTION = "compaction"
+    #: partitions own key groups: ``partitioning`` decides the micro-batch's layout and the changelog
+    #: has one position per partition
+    PARTITIONED = "partitioned"
+
+
+#: What the per-key providers (``metadata``, ``embedded``) offer.
+PER_KEY = frozenset({Capability.CHANGELOG_READ, Capability.MARKERS, Capability.COMPACTION})
+
+
 class ReadableStateStore(abc.ABC):
     """Reading one function's state and its changelog: what every state handle offers, a leader's
     (:class:`StateStore`) or a read-only follower's (:class:`statekeep.changelog.FollowerStore`).
@@ -136,9 +166,19 @@ class ReadableStateStore(abc.ABC):
     type, so a follower fits and a write through it is a type error, not a run-time refusal."""
 
     max_value_size: int = 1 << 20
+    #: what this store can do (see :class:`Capability`); a follower has its leader's
+    capabilities: frozenset[Capability] = PER_KEY
+    #: the registered name of the provider behind it (named in :class:`UnsupportedCapabilityError`)
+    provider_name: str = ""
 
     def __init__(self, tenant: str, namespace: str, name: str) -> None:
         self.tenant, self.namespace, self.name = tenant, namespace, name
+
+    def require(self, capability: Capability, detail: str = "") -> None:
+        """Nothing if this store declares ``capability``; else :class:`UnsupportedCapabilityError`."""
+        if capability not in self.capabilities:
+            raise UnsupportedCapabilityError(capability.value, self.provider_name or type(self).__name__,
+                                             detail or f"{self.tenant}/{self.namespace}/{self.name}")
 
     # ---- implemented by every readable store ---------------------------------------------------
 
@@ -207,7 +247,8 @@ class ReadableStateStore(abc.ABC):
         """The changelog's :class:`ChangelogPosition` now."""
 
     def count_changelog(self, after: int = -1) -> int:
-        """How many records have offset > ``after`` (a follower's lag)."""
+        """How many records have offset > ``after`` (a follower's lag); over all the partitions (each
+        counted from ``after``) where there are several."""
         count = 0
         while True:
             page = self.read_changelog(after, 10_000)
@@ -215,6 +256,24 @@ class ReadableStateStore(abc.ABC):
                 return count
             count += len(page)
             after = page[-1].offset
+
+    # ---- the changelog's partitions: per-key stores are the one-partition case -----------------
+
+    def changelog_partitions(self) -> int:
+        """How many partitions the changelog has now, each with its own offsets (1 here)."""
+        return 1
+
+    def read_partition_changelog(self, partition: int, after: int = -1,
+                                 limit: int | None = None) -> list[ChangelogRecord]:
+        """:meth:`read_changelog` of one partition: its records with offset > ``after``, in that
+        partition's order. :class:`InvalidArgumentError` for a partition the changelog does not have."""
+        check_partition(partition, self.changelog_partitions())
+        return self.read_changelog(after, limit)
+
+    def partition_position(self, partition: int) -> ChangelogPosition:
+        """:meth:`changelog_position` of one partition (its offsets; the epoch is the store's)."""
+        check_partition(partition, self.changelog_partitions())
+        return self.changelog_position()
 
     def read_all(self) -> StateView:
         """Every entry with the changelog position it covers. This default reads the position first,
@@ -228,8 +287,21 @@ class ReadableStateStore(abc.ABC):
 
 
 
+def check_partition(partition: object, partitions: int) -> int:
+    """``partition`` if it is one of ``partitions``; :class:`InvalidArgumentError` otherwise."""
+    return check_int(partition, "changelog partition", minimum=0, maximum=partitions - 1)
+
+
 class TaskState(Protocol):
-    """The state operations of one Spark task (see :meth:`StateStore.task`)."""
+    """All the runtime sees of a function's state: that of one Spark task, the (batch, partition)
+    :meth:`StateStore.task` returns. Per-key stores are their own one-partition task (any key);
+    partition-owned state gives each partition its own (its key groups' keys only).
+
+    - ``fetch_many``: read many keys at once (``{key: (value or None, counter or None)}``).
+    - ``has_marker(marker)``: whether this (batch, partition) was applied.
+    - ``apply_batch(puts, counters, marker)``: commit the changes, their changelog records and the
+      marker in one atomic write: True (applied), False (already applied: nothing written), or
+      :class:`StateConflictError` (state the task read changed since: nothing written, run it again)."""
 
     max_value_size: int
 
@@ -380,6 +452,8 @@ class StateStoreProvider(abc.ABC):
     name: ClassVar[str] = ""
     #: True when reads are local and never block on the network (the REST server then reads inline).
     nonblocking_reads: bool = False
+    #: what its stores can do (see :class:`Capability`)
+    capabilities: ClassVar[frozenset[Capability]] = PER_KEY
 
     @abc.abstractmethod
     def init(self, config: Mapping[str, Any]) -> None: ...

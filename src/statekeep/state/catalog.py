@@ -48,11 +48,30 @@ def parse_state_storage(storage: object) -> tuple[str, dict[str, Any]] | None:
     return storage["provider"], dict(storage.get("config", {}))
 
 
-def default_provider(store: MetadataStore) -> tuple[str, dict[str, Any]]:
-    """The state provider of a function that names none, with its state on ``store`` itself:
-    ``embedded`` (the fast one) where the store has an embedded engine (:func:`has_embedded_engine`:
-    ``local://``), ``metadata`` elsewhere."""
-    return ("embedded" if has_embedded_engine(store) else "metadata"), {"store": store}
+def default_provider(store: MetadataStore | str) -> tuple[str, dict[str, Any]]:
+    """The state provider of a function that names none, with its state on ``store`` itself (an open
+    store, or its URL: nothing is opened): ``embedded`` (the fast one) where the store has an embedded
+    engine (:func:`has_embedded_engine`: ``local://``), ``metadata`` elsewhere."""
+    return ("embedded" if has_embedded_engine(store) else "metadata"), _on(store)
+
+
+def _on(store: MetadataStore | str) -> dict[str, Any]:
+    return {"metadata_url": store} if isinstance(store, str) else {"store": store}
+
+
+def function_provider(storage: object, store: MetadataStore | str,
+                      default: tuple[str, Mapping[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
+    """THE rule of which provider, with which config, keeps a function's state: the ``stateStorage`` it
+    names (a config naming no coordination store gets the registry's ``store``: the open store, or
+    its URL for another process), else ``default`` (the server's configured one), else
+    :func:`default_provider`. :class:`InvalidArgumentError` for a malformed ``stateStorage``."""
+    parsed = parse_state_storage(storage)
+    if parsed is None:
+        return (default[0], dict(default[1])) if default is not None else default_provider(store)
+    name, config = parsed
+    if "store" not in config and "metadata_url" not in config:
+        config.update(_on(store))
+    return name, config
 
 
 class FunctionCatalog:

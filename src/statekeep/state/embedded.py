@@ -108,6 +108,8 @@ DATABASES = (b"state", b"changelog", b"state_meta")
 
 
 class EmbeddedStateStore(EmbeddedChangelog, StateStore):
+    provider_name = "embedded"
+
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
         assert provider.store is not None  # handles come from an initialized provider

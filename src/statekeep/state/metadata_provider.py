@@ -62,6 +62,8 @@ _new_entry = tuple.__new__  # skips NamedTuple's Python-level __new__ on the rea
 class MetadataStateStore(MetadataChangelog, StateStore):
     """A function's state in a metadata store subtree; see the module docstring for its layout."""
 
+    provider_name = "metadata"
+
     def __init__(self, provider: MetadataStateStoreProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
         assert provider.store is not None  # handles come from an initialized provider

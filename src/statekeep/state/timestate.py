@@ -33,6 +33,7 @@ from typing import Any
 
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.base import Capability
 from statekeep.state.keys import encode_key
 from statekeep.state.records import ChangelogRecord
 
@@ -182,21 +183,43 @@ def visible_entries(store: Any, prefix: str = "", start_after: str | None = None
 
 
 def visible_records(store: Any, after: int = -1, last: int | None = None, prefix: str = "",
-                    page: int = 10_000) -> Iterator[ChangelogRecord]:
-    """``store.read_changelog`` as a user reads it: the records after offset ``after`` up to ``last``
-    (included; None: to the end), in offset order, of the keys starting with ``prefix``, never one of
-    an internal key. Offsets stay the changelog's (a reader resumes after the last one it saw)."""
+                    page: int = 10_000, *, partition: int = 0) -> Iterator[ChangelogRecord]:
+    """``store.read_partition_changelog(partition, ...)`` as a user reads it: the records after offset
+    ``after`` up to ``last`` (included; None: to the end), in offset order, of the keys starting with
+    ``prefix``, never one of an internal key. Offsets stay the changelog's (a reader resumes after the
+    last one it saw). Per-key stores have one partition, 0."""
     while last is None or after < last:
-        records = store.read_changelog(after=after, limit=page)
-        if not records:
+        shown, read_to = visible_page(store, after, page, prefix, partition=partition)
+        if read_to == after:
             return
-        for r in records:
+        for r in shown:
             if last is not None and r.offset > last:
                 return
-            if r.key[:1] == RESERVED or (prefix and not r.key.startswith(prefix)):
-                continue
             yield r
-        after = records[-1].offset
+        after = read_to
+
+
+def visible_page(store: Any, after: int, limit: int, prefix: str = "", *,
+                 partition: int = 0) -> tuple[list[ChangelogRecord], int]:
+    """One page of :func:`visible_records`: the user-visible records among the next ``limit`` of
+    ``partition`` after ``after``, and the offset the page read to (``after``: nothing new)."""
+    records = store.read_partition_changelog(partition, after, limit)
+    shown = [r for r in records if r.key[:1] != RESERVED and (not prefix or r.key.startswith(prefix))]
+    return shown, records[-1].offset if records else after
+
+
+def recent_records(store: Any, limit: int) -> list[tuple[int, ChangelogRecord]]:
+    """The newest ``limit`` user-visible records of each changelog partition, as ``(partition,
+    record)``, partition by partition, each oldest first (the console's changelog page)."""
+    out: list[tuple[int, ChangelogRecord]] = []
+    for p in range(store.changelog_partitions()):
+        pos = store.partition_position(p)
+        # per-key offsets are dense: a little further back holds the newest; partition-owned offsets are
+        # sparse (seq << 32 | index): its records since the snapshot, a bounded read
+        after = (pos.purged_offset if Capability.PARTITIONED in store.capabilities
+                 else max(-1, pos.last_offset - 4 * limit))
+        out += [(p, r) for r in list(visible_records(store, after, pos.last_offset, partition=p))[-limit:]]
+    return out
 
 
 def timers_of(store: Any) -> list[dict[str, Any]]:

@@ -40,10 +40,10 @@ from statekeep.metadata.types import GetResult, validate_path
 from statekeep.server.auth import authorize
 from statekeep.server.ui import access
 from statekeep.server.ui.batches import batch_history
-from statekeep.state.base import StateEntry
+from statekeep.state.base import Capability, StateEntry
 from statekeep.state.records import ChangelogRecord
 from statekeep.state.shape import function_state_json
-from statekeep.state.timestate import is_internal
+from statekeep.state.timestate import recent_records
 from statekeep.validate import check_int
 
 if TYPE_CHECKING:
@@ -132,15 +132,14 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
     def read() -> dict[str, Any]:
         state = registry.state_store(tenant, namespace, name)
         out: dict[str, Any] = {"records": [], "snapshots": []}
-        try:
+        if Capability.CHANGELOG_READ in state.capabilities:
             pos = state.changelog_position()
             out["position"] = {"epoch": pos.epoch, "lastOffset": pos.last_offset,
                                "compactedOffset": pos.compacted_offset, "purgedOffset": pos.purged_offset}
-            # offsets may skip numbers: read from a little further back and keep the newest
-            records = state.read_changelog(max(-1, pos.last_offset - 4 * limit), None)[-limit:]
-            out["records"] = [record_json(r) for r in records if not is_internal(r.key)]  # not time state
-        except (NotImplementedError, InvalidArgumentError) as e:  # e.g. partition-owned state: one per partition
-            out["position"], out["reason"] = None, str(e)
+            # per partition (one but for partition-owned state); never statekeep's time state
+            out["records"] = [{**record_json(r), "partition": p} for p, r in recent_records(state, limit)]
+        else:
+            out["position"], out["reason"] = None, f"the {state.provider_name!r} provider keeps no readable changelog"
         try:
             out["snapshots"] = [s.to_json() for s in SnapshotStore(store).list(tenant, namespace, name)]
         except StatekeepError as e:

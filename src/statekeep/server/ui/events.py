@@ -35,7 +35,8 @@ from statekeep.functions.spark import STATUS_ROOT
 from statekeep.server.ui import access
 from statekeep.server.ui.api import record_json
 from statekeep.server.ui.batches import batch_history
-from statekeep.state.timestate import is_internal
+from statekeep.state.base import ChangelogPosition
+from statekeep.state.timestate import visible_page
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry
@@ -123,32 +124,42 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
     access.check_tenant(request, tenant)
     state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
     resume = _last_event_id(request)  # a reconnect: on from the last record the client got
-    if resume is not None:
-        start = max(resume, -1)
-    elif after is not None:
-        start = after
-    else:
-        start = (await run_in_threadpool(state.changelog_position)).last_offset
+    start = max(resume, -1) if resume is not None else after
+
+    def positions() -> list[ChangelogPosition]:
+        """Each changelog partition's position now (one partition but for partition-owned state)."""
+        count = state.changelog_partitions()
+        return [state.changelog_position()] if count == 1 else [state.partition_position(p) for p in range(count)]
 
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[Notification] = _Wakeup()
         subscription = store.add_listener(wake.put)
         try:
-            offset, idle, started = start, 0.0, asyncio.get_running_loop().time()
-            yield hello({"after": offset})
+            now = await run_in_threadpool(positions)
+            # one partition: from where the client asked (its offsets are the event ids); several (partition-owned
+            # state): each partition live from its position now, records tagged with their partition
+            single = len(now) == 1
+            offsets = [start if single and start is not None else p.last_offset for p in now]
+            idle, started = 0.0, asyncio.get_running_loop().time()
+            yield hello({"after": offsets[0] if single else None, "partitions": len(offsets)})
             while await live(request, started):
-                records = await run_in_threadpool(state.read_changelog, offset, PAGE)
-                if records:
+                moved = False
+                for p, offset in enumerate(offsets):  # statekeep's time state (timers, windows, TTL) is not shown
+                    shown, offsets[p] = await run_in_threadpool(visible_page, state, offset, PAGE, partition=p)
+                    moved = moved or offsets[p] != offset
+                    for r in shown:
+                        yield sse("record", {**record_json(r), "partition": p}, r.offset if single else None)
+                if moved:
                     idle = 0.0
-                    for r in records:
-                        if not is_internal(r.key):  # statekeep's time state (timers, windows, TTL) is not shown
-                            yield sse("record", record_json(r), r.offset)
-                    offset = records[-1].offset
                     continue
-                position = await run_in_threadpool(state.changelog_position)
-                if position.purged_offset > offset:  # compaction dropped tombstones this reader never saw
-                    offset = position.last_offset
-                    yield sse("reset", {"after": offset}, offset)
+                now = await run_in_threadpool(positions)
+                if len(now) != len(offsets):  # rescaled: the new partitions, live from now
+                    offsets = [p.last_offset for p in now]
+                    yield sse("reset", {"after": None, "partitions": len(offsets)})
+                for p, position in enumerate(now):
+                    if position.purged_offset > offsets[p]:  # compaction dropped tombstones this reader never saw
+                        offsets[p] = position.last_offset
+                        yield sse("reset", {"after": offsets[p], "partition": p}, offsets[p] if single else None)
                 if await wake.get(IDLE_S) is None:
                     idle += IDLE_S
                     if idle >= HEARTBEAT_S:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError,
+from statekeep.errors import (AlreadyExistsError, BadVersionError, CorruptStateError, InvalidArgumentError,
                               StateConflictError, StatekeepError)
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata import open_store
@@ -19,16 +19,22 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Put
 from statekeep.retry import DEFAULT
 from statekeep.state import records
-from statekeep.state.base import (BatchLimits, ChangelogPosition, CompactionResult, StateEntry, StateStore,
-                                  StateStoreProvider, check_expected_version, validate_amount, validate_amounts,
-                                  validate_expected_version, validate_value)
+from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, StateEntry,
+                                  StateStore, StateStoreProvider, check_expected_version, check_partition,
+                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
 from statekeep.state.keys import check_scan, encode_key, validate_name
 from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
+from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.manifest import Layout, Lineage, Manifest, function_path, manifest_name
 from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, plan_batch, write_changes
 
 T = TypeVar("T")
+#: a changelog offset of partition-owned state is ``seq << SEQ_SHIFT | index``: the entry ``index`` of
+#: the segment its partition committed as commit ``seq``
+SEQ_SHIFT = 32
+#: what partition-owned state offers: markers go through task(), snapshots compact it as it runs
+CAPABILITIES = frozenset({Capability.CHANGELOG_READ, Capability.PARTITIONED})
 _CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
 
 
@@ -37,7 +43,20 @@ class PartitionedStateStore(StateStore):
     answer the latest committed value (each read checks the owning partition's manifest and brings
     the local copy up to it); writes commit to the owning partition like a micro-batch does, ordered
     with the function's batches (a batch that read the state before a write commits nothing and is
-    run again). Spark tasks use :meth:`task`."""
+    run again). Spark tasks use :meth:`task`.
+
+    Its changelog has one position per partition of the current layout (:meth:`read_partition_changelog`,
+    :meth:`partition_position`): partition ``p``'s records are the entries of the segments its manifest
+    names, in commit order, offset ``seq << 32 | index`` (:data:`SEQ_SHIFT`). A snapshot replaces the
+    segments it covers (``purged_offset``); a rescale starts a new epoch (:func:`epoch_of`) whose
+    partitions start empty of records (their inherited state is behind their ``purged_offset``).
+    :meth:`read_changelog` is partition 0's while there is one partition (refused with more: use the
+    per-partition reads); :meth:`changelog_position` is the newest of the partitions' positions.
+    Capabilities: no markers on the store itself (a batch's marker is its partition's, through
+    :meth:`task`) and no ``compact_changelog`` (snapshots compact it as it runs)."""
+
+    provider_name = "partitioned"
+    capabilities = CAPABILITIES
 
     def __init__(self, provider: PartitionedStateProvider, tenant: str, namespace: str, name: str) -> None:
         super().__init__(tenant, namespace, name)
@@ -78,9 +97,10 @@ class PartitionedStateStore(StateStore):
         assert layout is not None
         return layout
 
-    def manifests(self, layout: Layout) -> list[Manifest]:
+    def manifests(self, layout: Layout, partitions: Iterable[int] | None = None) -> list[Manifest]:
+        """The manifests of ``partitions`` (default: all) of ``layout``, as the store holds them now."""
         out = []
-        for p in range(layout.parallelism):
+        for p in range(layout.parallelism) if partitions is None else partitions:
             path = f"{self.root}/{manifest_name(layout.generation, p)}"
             result = self.store.get(path)
             if result is None:
@@ -193,16 +213,82 @@ class PartitionedStateStore(StateStore):
                 return
             yield records.decode_entry(key.decode(), raw)
 
+    def changelog_partitions(self) -> int:
+        layout = self.layout(refresh=True)
+        return 1 if layout is None else layout.parallelism
+
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
-        raise InvalidArgumentError(f"{self.scope} keeps partition-owned state: its changelog is one per partition, "
-                                   "in its segments (FollowerStore.open follows them)")
+        partitions = self.changelog_partitions()
+        if partitions != 1:
+            raise InvalidArgumentError(f"{self.scope} has {partitions} partitions, each with its own changelog "
+                                       "offsets: read them with read_partition_changelog(partition, after)")
+        return self.read_partition_changelog(0, after, limit)
+
+    def read_partition_changelog(self, partition: int, after: int = -1,
+                                 limit: int | None = None) -> list[records.ChangelogRecord]:
+        """Partition ``partition``'s records with offset > ``after``, in its commit order (see the class
+        docstring), read from the segments its manifest names now."""
+        for attempt in DEFAULT.bounded(attempts=5).attempts():
+            layout = self.layout(refresh=attempt > 0)
+            if layout is None:
+                check_partition(partition, 1)
+                return []
+            check_partition(partition, layout.parallelism)
+            path = f"{self.root}/{manifest_name(layout.generation, partition)}"
+            found = self.store.get(path)
+            if found is None:
+                continue  # rescaled meanwhile
+            out: list[records.ChangelogRecord] = []
+            try:
+                for segment in Manifest.decode(found.value, found.stat.version, path).segments:
+                    base = segment.seq << SEQ_SHIFT
+                    if base + segment.entries - 1 <= after:
+                        continue
+                    with self.blobs.open(segment.url, segment.size, segment.sha256) as reader:
+                        data = reader.read()
+                    for index, (key, value) in enumerate(blobfmt.decode(blobfmt.SEGMENT, data, segment.url)):
+                        if base + index > after:
+                            out.append(records.entry_record(key, value, base + index))
+                            if limit is not None and len(out) >= limit:
+                                return out
+            except CorruptStateError:
+                now = self.store.get(path)
+                if now is None or now.stat.version != found.stat.version:
+                    continue  # a snapshot replaced the segment while it was read
+                raise
+            return out
+        raise StateConflictError(f"the changelog of {self.scope} kept changing under 5 reads")
+
+    def partition_position(self, partition: int) -> ChangelogPosition:
+        layout = self.layout(refresh=True)
+        if layout is None:
+            check_partition(partition, 1)
+            return ChangelogPosition(None, -1)
+        check_partition(partition, layout.parallelism)
+        first, manifest = self.manifests(layout, (0, partition))
+        return partition_position(manifest, epoch_of(layout.generation, first))
 
     def changelog_position(self) -> ChangelogPosition:
-        """Epoch: the layout's generation; ``last_offset``: commits in all partitions (rises with every commit)."""
+        """Epoch: the layout's generation and incarnation (:func:`epoch_of`); the offsets: the newest of
+        the partitions' (partition 0's position while there is one)."""
         layout = self.layout(refresh=True)
         if layout is None:
             return ChangelogPosition(None, -1)
-        return ChangelogPosition(f"g{layout.generation}", sum(m.seq for m in self.manifests(layout)) - 1)
+        manifests = self.manifests(layout)
+        found = [partition_position(m, "") for m in manifests]
+        return ChangelogPosition(epoch_of(layout.generation, manifests[0]), max(p.last_offset for p in found),
+                                 max(p.compacted_offset for p in found), max(p.purged_offset for p in found))
+
+    def count_changelog(self, after: int = -1) -> int:
+        """Counted from the manifests' segment sizes (no segment is read)."""
+        layout = self.layout(refresh=True)
+        if layout is None:
+            return 0
+        count = 0
+        for segment in (s for m in self.manifests(layout) for s in m.segments):
+            base = segment.seq << SEQ_SHIFT
+            count += max(0, min(segment.entries, base + segment.entries - 1 - after))
+        return count
 
     # ---- writes (REST, CLI) ---------------------------------------------------------------------
 
@@ -269,11 +355,11 @@ class PartitionedStateStore(StateStore):
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
-        """Atomic per partition (keys of one partition commit together); a ``marker`` is refused: a
-        batch of a Spark task goes through :meth:`task`."""
+        """Atomic per partition (keys of one partition commit together); a ``marker`` is refused
+        (:class:`UnsupportedCapabilityError`: no :attr:`Capability.MARKERS`): a batch of a Spark task
+        goes through :meth:`task`."""
         if marker is not None:
-            raise InvalidArgumentError("partition-owned state takes batch markers through task(): "
-                                       f"{self.scope}'s batches are per partition")
+            self.require(Capability.MARKERS, f"{self.scope}'s batch markers are per partition, through task()")
         values, deltas = _validated(puts, counters, self.max_value_size)
         layout = self.layout(refresh=True) or self.ensure_layout(1)
         by_partition: dict[int, tuple[dict[str, bytes | None], dict[str, int]]] = {}
@@ -294,7 +380,8 @@ class PartitionedStateStore(StateStore):
         return True
 
     def has_marker(self, marker: str) -> bool:
-        raise InvalidArgumentError("partition-owned state keeps batch markers per partition: use task()")
+        self.require(Capability.MARKERS, f"{self.scope}'s batch markers are per partition, through task()")
+        return False  # not reached: the capability is absent
 
     @property
     def batch_limits(self) -> BatchLimits:
@@ -302,8 +389,9 @@ class PartitionedStateStore(StateStore):
 
     def compact_changelog(self, upto_offset: int, tombstone_retention_s: float, *,
                           now_ms: int | None = None) -> CompactionResult:
-        """Snapshots compact partition-owned state as it runs: nothing to do here."""
-        return CompactionResult(0, 0, 0, upto_offset)
+        """Refused (:class:`UnsupportedCapabilityError`): snapshots compact partition-owned state as it runs."""
+        self.require(Capability.COMPACTION, f"snapshots compact {self.scope} as it runs")
+        return CompactionResult(0, 0, 0, upto_offset)  # not reached: the capability is absent
 
     def task(self, batch: int, partition: int, parallelism: int) -> PartitionTask:
         return PartitionTask(self, batch, partition, parallelism)
@@ -330,6 +418,22 @@ class PartitionedStateStore(StateStore):
         with self._lock:
             self._partitions.clear()
         self._layout = None
+
+
+def epoch_of(generation: int, first: Manifest | str) -> str:
+    """The changelog epoch of a layout generation whose partition 0 is ``first`` (its manifest or id):
+    unique per incarnation, since a deleted and created again state has new manifest ids."""
+    return f"g{generation}.{(first if isinstance(first, str) else first.id)[:12]}"
+
+
+def partition_position(manifest: Manifest, epoch: str) -> ChangelogPosition:
+    """Where ``manifest``'s partition's changelog stands (its offsets: see :data:`SEQ_SHIFT`). Records a
+    snapshot (or, after a rescale, the inherited state) replaced are gone: ``purged_offset`` and
+    ``compacted_offset`` are the end of the commit it covers (-1: none)."""
+    covered = manifest.snapshot.seq if manifest.snapshot else (0 if manifest.parents else -1)
+    purged = ((covered + 1) << SEQ_SHIFT) - 1 if covered >= 0 else -1
+    last = max([purged, *((s.seq << SEQ_SHIFT) + s.entries - 1 for s in manifest.segments)])
+    return ChangelogPosition(epoch, last, purged, purged)
 
 
 class PartitionTask:
@@ -440,6 +544,7 @@ class PartitionedStateProvider(StateStoreProvider):
     """See the package docstring."""
 
     name = "partitioned"
+    capabilities = CAPABILITIES
 
     def __init__(self) -> None:
         self.store: MetadataStore | None = None

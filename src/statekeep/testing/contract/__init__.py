@@ -13,7 +13,7 @@ fixtures it needs (pytest collects what the import brings in)::
 
     @pytest.fixture
     def target(store_url) -> tuple[str, str]:   # (state provider name, store URL) for the state suites
-        return "metadata", store_url
+        return "metadata", store_url            # or (name, URL, more provider config)
 
     # test_contract.py
     from statekeep.testing.contract.metadata import *  # noqa: F401,F403 - the metadata store contract
@@ -27,7 +27,9 @@ fixtures it needs (pytest collects what the import brings in)::
 - :mod:`~statekeep.testing.contract.changelog`: the changelog half of it (KIP-813: offsets, epoch,
   compaction, full reads, restores); needs ``provider`` and ``target``.
 
-statekeep runs them on memory://, local://, ZooKeeper and etcd (tests/contract/). Needs pytest
+statekeep runs them on memory://, local://, ZooKeeper and etcd, and the state suites on partition-owned
+state too, its state dir on a file URL and on S3 (tests/contract/); a capability a provider declares
+absent (:class:`statekeep.state.base.Capability`) is checked to be refused. Needs pytest
 (``pip install 'statekeep[test]'``).
 """
 

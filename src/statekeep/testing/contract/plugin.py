@@ -33,11 +33,17 @@ def store(open_url: Callable[..., MetadataStore]) -> MetadataStore:
     return open_url()
 
 
+def provider_config(target: tuple[Any, ...]) -> dict[str, Any]:
+    """The config of ``target``: ``(provider name, store URL)`` or ``(name, URL, more config)`` (e.g.
+    ``partitioned``'s ``state_dir``); the metadata provider with a long retry bound, so contention
+    tests do not give up on a slow server."""
+    name, url, *more = target
+    return {"metadata_url": url, **({"retry_seconds": 60} if name == "metadata" else {}), **(more[0] if more else {})}
+
+
 @pytest.fixture
-def provider(target: tuple[str, str]) -> Iterator[StateStoreProvider]:
-    """The state provider ``target[0]`` over the store at ``target[1]`` (the metadata provider with a
-    long retry bound, so contention tests do not give up on a slow server)."""
-    name, url = target
-    opened = open_provider(name, {"metadata_url": url, **({"retry_seconds": 60} if name == "metadata" else {})})
+def provider(target: tuple[Any, ...]) -> Iterator[StateStoreProvider]:
+    """The state provider ``target[0]`` over the store at ``target[1]`` (see :func:`provider_config`)."""
+    opened = open_provider(target[0], provider_config(target))
     yield opened
     opened.close()
