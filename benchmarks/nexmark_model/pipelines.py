@@ -18,18 +18,16 @@ from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nexmark"
 ON_TIME = {"eventTimeField": "dateTime"}
-TUMBLE_10S = {"windowLengthDurationMs": 10_000}
 PEOPLE_AND_SELLERS = {"keys": {"person": ["id"], "auction": ["seller"]}}
 AUCTIONS_AND_BIDS = {"keys": {"auction": ["id"], "bid": ["auction"]}}
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One function: its file under examples/nexmark/, key field, windowConfig and userConfig."""
+    """One function: its file under examples/nexmark/, key field and userConfig."""
 
     py: str
     key_field: str | None = None
-    window: dict[str, int] | None = None
     user_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -54,13 +52,12 @@ PIPELINES: dict[str, Pipeline] = {
     "q3": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS), Step("q3.py", "k"))),
     "q4": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q4_max.py", "k"),
                               Step("q4_avg.py", "category"))),
-    "q5": Pipeline("bid", (Step("q5_count.py", "auction", {**TUMBLE_10S, "slidingIntervalDurationMs": 2000},
-                                ON_TIME), Step("q5_hot.py", "start"))),
-    "q7": Pipeline("bid", _one("q7.py", None, window=TUMBLE_10S, user_config=ON_TIME)),
+    "q5": Pipeline("bid", (Step("q5_count.py", "auction", user_config=ON_TIME), Step("q5_hot.py", "start"))),
+    "q7": Pipeline("bid", _one("q7.py", None, user_config=ON_TIME)),
     "q8": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS),
-                              Step("q8.py", "k", TUMBLE_10S, ON_TIME))),
+                              Step("q8.py", "k", user_config=ON_TIME))),
     "q9": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q9.py", "k"))),
-    "q11": Pipeline("bid", _one("q11.py", "bidder", window={"sessionGapMs": 10_000}, user_config=ON_TIME)),
+    "q11": Pipeline("bid", _one("q11.py", "bidder", user_config=ON_TIME)),
     "q12": Pipeline("bid", _one("q12.py", "bidder")),
     "q13": Pipeline("bid", _one("q13.py"), "q13_batch.py"),
     "q14": Pipeline("bid", _one("q14.py"), "q14_batch.py"),
@@ -114,8 +111,6 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
                                       "userConfig": user_config}
             if step.key_field:
                 config["keyField"] = step.key_field
-            if step.window:
-                config["windowConfig"] = step.window
             if state_dir:
                 config["stateStorage"] = state_storage(str(work / "state"))
             service.registry.create(config, (EXAMPLES / step.py).read_bytes())
