@@ -1,4 +1,4 @@
-"""The Nexmark generator (benchmarks/nexmark/generator.py) against the reference model of ``nexmark/nexmark``:
+"""The Nexmark generator (benchmarks/nexmark_model/generator.py) against the reference model of ``nexmark/nexmark``:
 kind proportions 1:3:46 in every aligned block of 50 events, ids dense from 1000, event times from the rate,
 hot auction/bidder/seller shares (expected values worked out here from the model, per event, from what the
 stream itself has created so far), references bounded by the model's id leads (and none ahead of the stream
@@ -6,7 +6,7 @@ without leads), prices, auction lengths, channels and URLs, record sizes, bounde
 determinism, and the JSON-lines files. Pure Python, no Spark.
 
 ``benchmarks`` is not an installed package: this module puts the repository root on ``sys.path`` (only if it is
-missing) and imports ``benchmarks.nexmark`` as a namespace package."""
+missing) and imports ``benchmarks.nexmark_model`` as a namespace package."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.nexmark import generator as nx  # noqa: E402
+from benchmarks.nexmark_model import generator as nx  # noqa: E402
 
 EVENTS = 100_000
 CONFIG = nx.NexmarkConfig(seed=7, num_events=EVENTS)
@@ -295,7 +295,7 @@ def test_write_jsonl_round_trips(tmp_path):
 
 
 def test_command_line_writes_the_files(tmp_path):
-    script = ROOT / "benchmarks" / "nexmark" / "generator.py"
+    script = ROOT / "benchmarks" / "nexmark_model" / "generator.py"
     done = subprocess.run([sys.executable, str(script), "--events", "600", "--out", str(tmp_path), "--seed", "4",
                            "--per-file", "250"], capture_output=True, text=True, timeout=60, check=True)
     assert "600 events in 3 files" in done.stdout

@@ -90,7 +90,7 @@ index order. Existing files of the same names are replaced.
 
 Command line::
 
-    python benchmarks/nexmark/generator.py --events N --out DIR [--seed S] [--per-file K] [--per-stream]
+    python benchmarks/nexmark_model/generator.py --events N --out DIR [--seed S] [--per-file K] [--per-stream]
                                             [--rate EVENTS_PER_SECOND] [--out-of-order G]
 """
 

@@ -1,3 +1,0 @@
-"""Nexmark for statekeep's benchmarks and tests: ``benchmarks.nexmark.generator`` makes the reference suite's
-Person, Auction and Bid streams deterministically from a seed (its docstring has the model, the record shapes and
-the file layout). Nothing is imported here, so ``python -m benchmarks.nexmark.generator`` runs the module once."""

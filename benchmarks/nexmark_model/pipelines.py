@@ -1,0 +1,124 @@
+"""How each Nexmark query of ``examples/nexmark/`` is run: its functions in order (a multi-step query's
+steps are joined by their output directories, each step reading the one before), and running one through
+statekeep's Python API on a Spark session, as ``statekeep functions localrun ... --once`` runs it.
+
+The input directory is ``generator.write_jsonl(..., per_stream=True)``'s: ``events/`` (the combined stream)
+and ``bid/``; the first step reads one generator file per micro-batch, later steps read what the step before
+wrote in one micro-batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nexmark"
+ON_TIME = {"eventTimeField": "dateTime"}
+PEOPLE_AND_SELLERS = {"keys": {"person": ["id"], "auction": ["seller"]}}
+AUCTIONS_AND_BIDS = {"keys": {"auction": ["id"], "bid": ["auction"]}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One function: its file under examples/nexmark/, key field and userConfig."""
+
+    py: str
+    key_field: str | None = None
+    user_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """A query's steps, the generator file set its first step reads, and its ``process_batch`` variant (the
+    same with another file), if any."""
+
+    source: str
+    steps: tuple[Step, ...]
+    batch: str | None = None
+
+
+def _one(py: str, key: str | None = None, **extra: Any) -> tuple[Step, ...]:
+    return (Step(py, key, **extra),)
+
+
+PIPELINES: dict[str, Pipeline] = {
+    "q0": Pipeline("bid", _one("q0.py"), "q0_batch.py"),
+    "q1": Pipeline("bid", _one("q1.py"), "q1_batch.py"),
+    "q2": Pipeline("bid", _one("q2.py"), "q2_batch.py"),
+    "q3": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS), Step("q3.py", "k"))),
+    "q4": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q4_max.py", "k"),
+                              Step("q4_avg.py", "category"))),
+    "q5": Pipeline("bid", (Step("q5_count.py", "auction", user_config=ON_TIME), Step("q5_hot.py", "start"))),
+    "q7": Pipeline("bid", _one("q7.py", None, user_config=ON_TIME)),
+    "q8": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS),
+                              Step("q8.py", "k", user_config=ON_TIME))),
+    "q9": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q9.py", "k"))),
+    "q11": Pipeline("bid", _one("q11.py", "bidder", user_config=ON_TIME)),
+    "q12": Pipeline("bid", _one("q12.py", "bidder")),
+    "q13": Pipeline("bid", _one("q13.py"), "q13_batch.py"),
+    "q14": Pipeline("bid", _one("q14.py"), "q14_batch.py"),
+    "q15": Pipeline("bid", _one("q15.py")),
+    "q17": Pipeline("bid", _one("q17.py", "auction")),
+    "q18": Pipeline("events", (Step("rekey.py", user_config={"keys": {"bid": ["bidder", "auction"]}}),
+                               Step("q18.py", "k"))),
+    "q21": Pipeline("bid", _one("q21.py"), "q21_batch.py"),
+    "q22": Pipeline("bid", _one("q22.py"), "q22_batch.py"),
+}
+QUERIES = tuple(PIPELINES)
+
+
+def read_outputs(directory: Path) -> list[Any]:
+    """A function's output records, in the order written (files are named by batch, then partition)."""
+    return [json.loads(line) for path in sorted(directory.glob("*.jsonl"))
+            for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, state_dir: bool = False,
+        parallelism: int = 2, side_input: Path | None = None) -> tuple[float, list[Any]]:
+    """Run ``query`` (its ``process_batch`` variant with ``batch``) over the generated events under ``data``,
+    every step once to the end of its input (Spark's availableNow), in ``work`` (a fresh directory: store,
+    checkpoints, outputs). State on ``local://`` under ``work``, or partition-owned under ``work/state`` with
+    ``state_dir``. Returns the seconds the steps took (from start to end of each run, added) and the last
+    step's output records. Raises what the function's query raises."""
+    from statekeep.functions.service import FunctionService
+    from statekeep.functions.spark import run_registered
+    from statekeep.state.partitioned import state_storage
+
+    pipeline = PIPELINES[query]
+    steps = pipeline.steps
+    if batch:
+        if pipeline.batch is None:
+            raise ValueError(f"{query} has no process_batch variant")
+        steps = (dataclasses.replace(steps[0], py=pipeline.batch),) + steps[1:]
+    url = f"local://{work / 'store'}"
+    seconds = 0.0
+    inputs = data / pipeline.source
+    with FunctionService.open(url) as service:
+        for index, step in enumerate(steps):
+            name = f"{query}-{index}"
+            output = work / "out" / name
+            user_config = dict(step.user_config)
+            if index == 0:
+                user_config["inputOptions"] = {"maxFilesPerTrigger": "1"}
+            if step.py.startswith("q13"):
+                user_config["sideInput"] = str(side_input)
+            config: dict[str, Any] = {"tenant": "public", "namespace": "default", "name": name,
+                                      "inputs": [str(inputs)], "output": str(output), "parallelism": parallelism,
+                                      "userConfig": user_config}
+            if step.key_field:
+                config["keyField"] = step.key_field
+            if state_dir:
+                config["stateStorage"] = state_storage(str(work / "state"))
+            service.registry.create(config, (EXAMPLES / step.py).read_bytes())
+            os.makedirs(output, exist_ok=True)
+            began = time.perf_counter()
+            running = run_registered(service, url, "public", "default", name,
+                                     checkpoint_root=str(work / "checkpoints"), once=True, spark=spark)
+            running.await_termination()
+            seconds += time.perf_counter() - began
+            inputs = output
+    return seconds, read_outputs(inputs)
