@@ -1,5 +1,5 @@
-"""The record path itself (issue 31): every entry point x every state provider of the fast tier x output to a
-topic and to a directory gives the same results, those of a plain-Python model of the function.
+"""The record path itself (issue 31): every entry point x every state provider (embedded, metadata on memory://,
+ZooKeeper and etcd, partitioned on a file URL) x output to a topic and to a directory gives the same results, those of a plain-Python model of the function.
 
 Each cell registers the function, builds its executor spec as the driver does (``executor_spec``, then the
 micro-batch's spec from ``FunctionQuery._batch_spec``) and feeds one partition's records to
@@ -13,7 +13,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import uuid
 from collections import Counter, defaultdict
 
 import pyarrow as pa
@@ -25,6 +24,7 @@ from statekeep.functions.service import FunctionService
 from statekeep.functions.spark import FunctionQuery, executor_spec
 from statekeep.functions.topics import directory
 from statekeep.state.partitioned import state_storage
+from conftest import BACKENDS
 
 KEYS = ["a", "b", "a", "c", "a", "b", "c", "a"]
 TS = [100, 104, 112, 118, 125, 131, 139, 147]  # the watermark ends at 147: no window end or timer on it
@@ -136,7 +136,8 @@ ENTRIES = {
     "trigger": (COUNT, {}, counting),
     "trigger_timers": (TIMERS, {}, lambda records: timers(records, one_by_one=True)),
 }
-PROVIDERS = ["embedded-local", "metadata-memory", "partitioned-file"]
+#: a server backend's cells land in its own tier (conftest); the fast tier runs the others
+PROVIDERS = ["embedded-local", "metadata-memory", "partitioned-local", "metadata-zk", "metadata-etcd"]
 OUTPUTS = ["topic", "directory"]
 
 
@@ -145,9 +146,8 @@ def function(request, tmp_path, monkeypatch):
     """``create(entry, output)``: the function of ``entry`` registered on the provider of the test's
     parameter, its output a topic or a directory; yields ``(registry, url, create)``."""
     monkeypatch.setenv("STATEKEEP_TOPICS_DIR", str(tmp_path / "topics"))
-    provider = request.param
-    url = (f"memory://matrix-{uuid.uuid4().hex}" if provider == "metadata-memory"
-           else f"local://{tmp_path / 'data'}")
+    provider, backend = request.param.split("-")
+    url = BACKENDS[backend](request, tmp_path)
     service = FunctionService.open(url)
 
     def create(entry: str, output: str) -> str:
@@ -158,7 +158,7 @@ def function(request, tmp_path, monkeypatch):
                   "userConfig": {"eventTimeField": "ts"}, **extra}
         if entry == "retries_dead_letters":
             config["deadLetterTopic"] = str(tmp_path / "dead")
-        if provider == "partitioned-file":
+        if provider == "partitioned":  # its state under a file URL
             config["stateStorage"] = state_storage(str(tmp_path / "shared"))
         service.registry.create(config, code.encode())
         return config["output"]
