@@ -1,5 +1,6 @@
-"""The record path itself (issue 31): every entry point x every state provider (embedded, metadata on memory://,
-ZooKeeper and etcd, partitioned on a file URL) x output to a topic and to a directory gives the same results, those of a plain-Python model of the function.
+"""The record path itself (issue 31): every entry point x every state provider (embedded, metadata on
+memory://, ZooKeeper and etcd, partitioned on a file URL) x output to a topic and to a directory gives the
+same results, those of a plain-Python model of the function.
 
 Each cell registers the function, builds its executor spec as the driver does (``executor_spec``, then the
 micro-batch's spec from ``FunctionQuery._batch_spec``) and feeds one partition's records to

@@ -11,7 +11,7 @@ from statekeep.functions.spec import ExecutorSpec
 
 def typed(spec: Any) -> ExecutorSpec:
     """``spec`` as an :class:`ExecutorSpec` (a dict of its fields, or one already)."""
-    return spec if isinstance(spec, ExecutorSpec) else ExecutorSpec.of(spec)
+    return spec if isinstance(spec, ExecutorSpec) else ExecutorSpec(**spec)
 
 
 def run_partition(spec: Any, *args: Any, **kwargs: Any) -> runtime.PartitionStats:

@@ -167,11 +167,9 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     written: list[Any] = []  # a function keeping time: its one-record batch's outputs, as the runtime writes them
     try:
         if kind == BATCH:  # process_batch's rows go as they are
-            combined = path.output(table)
-            results = combined.to_pylist() if combined is not None else []
+            results = path.output(table).to_pylist() if table is not None or path.fired else []
             if spec.time is not None:
-                rows = table.to_pylist() if table is not None else []
-                written = [wrap(r) for r in [*rows, *path.fired]] if sink.topic else results
+                written = [wrap(r) for r in path.output(table, topic=True) or []] if sink.topic else results
             result = results or None
         else:
             serde = messages.load_serde(spec.output_serde, spec.code, spec.py_name) if spec.output_serde else None

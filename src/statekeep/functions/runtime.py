@@ -17,6 +17,7 @@ Exactly-once, and why it is cheap:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -101,23 +102,16 @@ def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
 
 
 class RecordPath:
-    """One (batch, partition) run of a function: the one path a record takes from Spark's iterator to the
-    commit, for every entry point (``process(input, context)``, a native ``process(input)``, a
-    ``pulsar.Function`` class, ``process_batch``, windowed, with timers, with retries and dead letters) and
-    for :func:`statekeep.functions.lifecycle.trigger` (a one-record run). Its steps, each here once:
-
-    1. decode (:attr:`decode`): a JSON line as ``json.loads`` reads it, a Pulsar message through its
-       input's serde, text as it is (``process_batch``: :func:`records_table` in :meth:`run_table`);
-    2. state: ``state``, the batch's buffer (the caller prefetches and commits it);
-    3. time (:meth:`keep_time`): windows, timers and TTL, wired into ``process``;
-    4. the function: :meth:`run_records` (per record, careful or not) or :meth:`run_table`;
-    5. outputs: :attr:`outputs` (each result as the output holds it, see ``wrap``), :attr:`fired` (what
-       fired timers and windows returned), :attr:`dead` (dead letters); :meth:`output` composes them;
-    6. errors: a failing record is a :class:`FunctionRecordError` naming its position, or with the
-       spec's retries, skips and dead letters is handled as :meth:`run_records` says.
-
-    ``wrap=False`` keeps results as the function returned them (the trigger's answer). Building it loads
-    the input serdes of the ``message`` format (:class:`FunctionLoadError` if one cannot be).
+    """One (batch, partition) run of a function, the one path from Spark's iterator to the commit of every
+    entry point (per record, native, class, ``process_batch``, windowed, timers, retries and dead letters)
+    and of :func:`statekeep.functions.lifecycle.trigger` (a one-record run). Its steps, each here once:
+    decode (:attr:`decode`: JSON as ``json.loads``, a message through its input's serde, text as it is;
+    :func:`records_table` for ``process_batch``), state (``state``, the batch's buffer, which the caller
+    prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records`, :meth:`run_table`,
+    then :meth:`finish`), outputs (:attr:`outputs` as the output holds them, :attr:`fired` by timers and
+    windows, :attr:`dead` letters; :meth:`output`) and errors (:class:`FunctionRecordError` naming the
+    record, or the spec's retries, skips and dead letters). ``wrap=False`` keeps results as returned (the
+    trigger's answer). :class:`FunctionLoadError` if a ``message`` input's serde cannot be loaded.
     """
 
     __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
@@ -132,10 +126,7 @@ class RecordPath:
             inputs=list(spec.inputs), output=spec.output, secrets=spec.secrets, source=source,
             output_serde=spec.output_serde)
         if kind == NATIVE:  # Pulsar's native function: process(input)
-            native = process
-
-            def process(value: Any, context: Any) -> Any:
-                return native(value)
+            process = functools.partial(_native, process)
         self.user_process = self.process = process
         self.decode: Callable[[Any], Any] = (
             _identity if kind == BATCH
@@ -298,11 +289,20 @@ class RecordPath:
             return self.outputs + [wrap(r) for r in self.fired]
         if topic:  # a topic holds messages: each row is one, as a per-record function's result
             return [wrap(r) for r in [*(table.to_pylist() if table is not None else []), *self.fired]] or None
-        return with_fired(table, self.fired)
+        if not self.fired:
+            return table
+        import pyarrow as pa
+
+        extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in self.fired])
+        return extra if table is None else pa.concat_tables([table, extra], promote_options="default")
 
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
+    return native(value)
 
 
 def cached_state_store(spec: ExecutorSpec) -> StateStore:
@@ -572,16 +572,6 @@ def batch_output(result: Any) -> Any:
                     "pyarrow.RecordBatch, a list of dicts, or None")
 
 
-def with_fired(output: Any, fired: list[Any]) -> Any:
-    """``process_batch``'s output table with ``on_timer``'s output records appended."""
-    if not fired:
-        return output
-    import pyarrow as pa
-
-    extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in fired])
-    return extra if output is None else pa.concat_tables([output, extra], promote_options="default")
-
-
 def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:
     """``--skip-errors`` for process_batch: the partition's batch is one unit, skipped whole; only its
     marker is written (a replay skips it again)."""
@@ -628,23 +618,13 @@ def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Itera
 
 
 def _stats_batch(stats: PartitionStats) -> Any:
+    """The stats row of STATS_SCHEMA: the PartitionStats field of each column; errors, metrics and
+    exceptions as text."""
     import pyarrow as pa
 
-    return pa.RecordBatch.from_pylist([{
-        "partition": stats.partition, "processed": stats.processed, "skipped": stats.skipped,
-        "outputs": stats.outputs, "applied": stats.applied, "error": "\n".join(stats.errors) or None,
-        "received": stats.received, "user_exceptions": stats.user_exceptions, "dead_letters": stats.dead_letters,
-        "latency": stats.latency, "metrics": json.dumps(stats.metrics) if stats.metrics else None,
-        "exceptions": json.dumps(stats.exceptions) if stats.exceptions else None, "watermark": stats.watermark,
-        "next_event": stats.next_event, "next_processing": stats.next_processing,
-    }], schema=_stats_schema())
-
-
-def _stats_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema([("partition", pa.int64()), ("processed", pa.int64()), ("skipped", pa.int64()),
-                      ("outputs", pa.int64()), ("applied", pa.bool_()), ("error", pa.string()),
-                      ("received", pa.int64()), ("user_exceptions", pa.int64()), ("dead_letters", pa.int64()),
-                      ("latency", pa.float64()), ("metrics", pa.string()), ("exceptions", pa.string()),
-                      ("watermark", pa.int64()), ("next_event", pa.int64()), ("next_processing", pa.int64())])
+    types = {"long": pa.int64(), "boolean": pa.bool_(), "string": pa.string(), "double": pa.float64()}
+    schema = pa.schema([(n, types[t]) for n, t in (column.split() for column in STATS_SCHEMA.split(", "))])
+    row = {name: getattr(stats, name, None) for name in schema.names}
+    row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
+               exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
+    return pa.RecordBatch.from_pylist([row], schema=schema)

@@ -3,7 +3,6 @@ driver (:func:`statekeep.functions.spark.executor_spec`) and shipped to executor
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,11 +84,3 @@ class ExecutorSpec:
     def careful(self) -> bool:
         """Whether records need per-record error handling (rollback of a failed record's state)."""
         return bool(self.skip_errors or self.max_retries is not None or self.dead_letter or self.timeout_ms)
-
-    @classmethod
-    def of(cls, fields: Mapping[str, Any]) -> ExecutorSpec:
-        """A spec from plain data (its fields by name); :class:`InvalidArgumentError` naming an unknown one."""
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise InvalidArgumentError(f"unknown executor spec fields: {', '.join(sorted(unknown))}")
-        return cls(**fields)
