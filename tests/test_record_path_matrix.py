@@ -241,3 +241,29 @@ def test_every_entry_point_gives_the_same_results_on_every_provider_and_output(f
             assert read_output(str(tmp_path / "dead"), "") == [r for r in RECORDS if r["v"] == BAD]
         assert feed(registry, url, monkeypatch, RECORDS)["applied"] is False  # a replay of the batch: skipped
     assert user_state(registry) == expected_state
+
+
+def test_the_executor_spec_is_frozen_checked_once_and_travels_to_executors(tmp_path):
+    """Built by ``executor_spec`` on the driver, it pickles to executors whole (Spark ships it in the runner's
+    closure); nothing changes it after (a batch's parts are a new spec), and a value the runtime cannot run
+    is refused when it is built, not when a record meets it."""
+    import dataclasses
+    import pickle
+
+    from statekeep.errors import InvalidArgumentError
+    from statekeep.functions.spec import ExecutorSpec, TimeSpec
+
+    with FunctionService.open(f"local://{tmp_path / 'data'}") as service:
+        service.registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["in.jsonl"],
+                                 "keyField": "k", "windowConfig": {"windowLengthCount": 2}}, COUNT_WINDOW.encode())
+        spec = executor_spec(service.registry, "", "t", "n", "f")[0]
+    assert isinstance(spec.time, TimeSpec) and spec.time.window["kind"] == "count"
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.output = "elsewhere"  # type: ignore[misc]
+    batch = dataclasses.replace(spec, state_parallelism=4, watermark_previous=7)
+    assert (spec.state_parallelism, spec.watermark_previous) == (1, None) and batch.state_parallelism == 4
+    with pytest.raises(InvalidArgumentError, match="input format"):
+        dataclasses.replace(spec, input_format="csv")
+    with pytest.raises(InvalidArgumentError, match="max_retries"):
+        ExecutorSpec("t", "n", "f", max_retries=-1)
