@@ -505,6 +505,8 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     has passed; a function without timers says so; an unknown function's timers are a 404 with a reason."""
     import time
 
+    import dataclasses
+
     from statekeep.functions import timerun
     from statekeep.functions.runtime import cached_state_store, run_partition
     from statekeep.functions.service import FunctionService
@@ -530,7 +532,7 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     store = cached_state_store(spec)
     groups, parallelism = store.partitioning(1) or (128, 1)
     assert parallelism == 1
-    stats = run_partition({**spec, "state_parallelism": 1, "time_groups": groups}, 0, 0,
+    stats = run_partition(dataclasses.replace(spec, state_parallelism=1, time_groups=groups), 0, 0,
                           [json.dumps(r) for r in records], record_keys=[r["k"] for r in records])
     assert stats.processed == 4 and not stats.errors
     # windows [t0, t0+60s) of a and b and [t0+60s, t0+120s) of a fired (their event timers at end + 1 s:

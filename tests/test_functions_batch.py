@@ -13,11 +13,8 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.context import Context
 from statekeep.state.buffer import BufferedState
-from statekeep.functions.runtime import (
-    FunctionRecordError,
-    records_table,
-    run_partition,
-)
+from statekeep.functions.runtime import FunctionRecordError, records_table
+from support.specs import run_partition
 from statekeep.state import open_provider
 
 WORDCOUNT_BATCH = (Path(__file__).parent.parent / "examples" / "wordcount" / "wordcount_batch.py").read_text()

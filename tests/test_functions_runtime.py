@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from statekeep.functions.runtime import FunctionRecordError, run_partition
+from statekeep.functions.runtime import FunctionRecordError
+from support.specs import run_partition
 from statekeep.state import open_provider
 
 COUNT = '''

@@ -4,6 +4,7 @@ and partition-owned state. The clock is injected (``timerun.CLOCK``): TTLs expir
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 from urllib.parse import quote
@@ -13,7 +14,7 @@ import pytest
 from statekeep.changelog import FollowerStore
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions import timerun
-from statekeep.functions.runtime import FunctionRecordError, cached_state_store, run_partition
+from statekeep.functions.runtime import FunctionRecordError
 from statekeep.functions.model import FunctionConfig
 from statekeep.functions.timerun import stored_watermark, time_section
 from statekeep.functions.windowconfig import WindowConfig
@@ -22,6 +23,7 @@ from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry, visible_records)
 from conftest import BACKENDS
+from support.specs import cached_state_store, run_partition, typed
 
 TARGETS = ["embedded-local", "metadata-zk", "metadata-etcd", "partitioned-local"]
 
@@ -54,9 +56,9 @@ def run(spec, batch, records, parallelism=1, only=None):
     layout = store.partitioning(parallelism)
     if layout is not None:
         groups, parallelism = layout
-    spec = {**spec, "state_parallelism": parallelism, "time_groups": groups}
-    if spec.get("time"):  # the function's watermark before the batch (the largest of the partitions')
-        spec["watermark_previous"] = stored_watermark(store, batch)
+    spec = dataclasses.replace(typed(spec), state_parallelism=parallelism, time_groups=groups)
+    if spec.time is not None:  # the function's watermark before the batch (the largest of the partitions')
+        spec = dataclasses.replace(spec, watermark_previous=stored_watermark(store, batch))
     stats = []
     for p in range(parallelism) if only is None else only:
         mine = [r for r in records if key_group(r["k"], groups) * parallelism // groups == p]
@@ -256,7 +258,7 @@ def test_window_config_errors_name_the_field(window, message):
     config = FunctionConfig.from_json({**base, "windowConfig": {"windowLengthDurationMs": 60_000},
                                        "stateTtlSeconds": 9})
     assert config.to_json()["windowConfig"] == {"windowLengthDurationMs": 60_000}
-    assert time_section(config, "")["ttl_ms"] == 9000
+    assert time_section(config, "").ttl_ms == 9000
     assert time_section(FunctionConfig.from_json(base), "def process(input, context): pass") is None
 
 
@@ -292,10 +294,10 @@ def test_a_bad_user_config_max_lag_is_refused_at_create_and_at_spec_building(lag
         with pytest.raises(InvalidArgumentError, match=message):  # an update keeping it is refused
             service.registry.update("t", "n", "lag", {"parallelism": 2})
         service.registry.update("t", "n", "lag", {"userConfig": {"maxLagMs": 9}})
-        assert time_section(service.registry.get("t", "n", "lag"), "")["lag_ms"] == 9
+        assert time_section(service.registry.get("t", "n", "lag"), "").lag_ms == 9
         service.registry.delete("t", "n", "lag")
-    assert time_section(FunctionConfig.from_json({**base, "userConfig": {"maxLagMs": 7}}), "")["lag_ms"] == 7
-    assert time_section(FunctionConfig.from_json(base), "")["lag_ms"] == 0
+    assert time_section(FunctionConfig.from_json({**base, "userConfig": {"maxLagMs": 7}}), "").lag_ms == 7
+    assert time_section(FunctionConfig.from_json(base), "").lag_ms == 0
     app = create_app({"metadata_url": "memory://"})
     try:
         client = TestClient(app)

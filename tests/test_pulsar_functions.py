@@ -16,7 +16,8 @@ import pytest
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.functions import lifecycle, stats
 from statekeep.functions.loader import BATCH, NATIVE, RECORD, FunctionLoadError, load_function, validate_function_source
-from statekeep.functions.runtime import FunctionRecordError, run_partition
+from statekeep.functions.runtime import FunctionRecordError
+from support.specs import run_partition
 from statekeep.functions.service import FunctionService
 from statekeep.state import open_provider
 

@@ -361,7 +361,7 @@ def test_functions_sharing_a_topic_never_replace_each_others_files(tmp_path):
     """Two functions, each with its output and a publish on one topic, in the same (batch, partition):
     every message is kept, and a replay of the batch still writes each once."""
     from statekeep.functions import topics
-    from statekeep.functions.runtime import run_partition
+    from support.specs import run_partition
 
     shared = "persistent://public/default/shared"
     code = f'def process(input, context):\n    context.publish("{shared}", "pub-" + input)\n    return "out-" + input\n'
@@ -381,7 +381,7 @@ def test_a_custom_object_through_a_topic_with_pickle_serde(tmp_path):
     """publish(..., serde_class_name="serde.PickleSerDe") writes bytes that are not UTF-8 (kept as
     valueBase64); a function whose input names the same serde gets the object back."""
     from statekeep.functions import topics
-    from statekeep.functions.runtime import run_partition
+    from support.specs import run_partition
 
     objects = "persistent://public/default/objects"
 

@@ -75,7 +75,7 @@ def twin_batch(service, url, batch: int, record: dict) -> list:
     spec = executor_spec(service.registry, url, "t", "n", "twin")[0]
     run(spec, batch, [record], parallelism=2, only=[key_group(record["k"], KEY_GROUPS) * 2 // KEY_GROUPS])
     found = []
-    for path in sorted(glob.glob(f"{spec['output']}/batch-{batch:012d}-*.jsonl")):
+    for path in sorted(glob.glob(f"{spec.output}/batch-{batch:012d}-*.jsonl")):
         with open(path) as lines:
             found.extend(json.loads(line) for line in lines)
     return found

@@ -131,22 +131,24 @@ class Context(TimeMethods):
         self._secrets = dict(secrets or {})
         self._secrets_provider = secrets_provider or environment_secret
         self._source = source
-        self._position = -1  # the current record's position in source (set by the runtime per record)
+        #: the record cursor: the current record's position in source (-1: none), which the runtime moves per
+        #: record; the per-record methods read the record it points at
+        self.position = -1
         self.metrics: dict[str, list[float]] = {}  # name -> [sum, count, last] of record_metric values
         self.published: list[tuple[str, Any]] = []  # (topic, message) from publish, written with the batch
 
     # the record being processed
     def _at(self, column: str) -> Any:
-        source, position = self._source, self._position
+        source, position = self._source, self.position
         values = getattr(source, column) if source is not None else None
         if values is None or not 0 <= position < len(values):
             return None
         return values[position]
 
     def get_message_id(self) -> str | None:
-        if self._source is None or self._position < 0:
+        if self._source is None or self.position < 0:
             return None
-        return f"{self._source.batch_id}:{self._instance_id}:{self._position}"
+        return f"{self._source.batch_id}:{self._instance_id}:{self.position}"
 
     def _key(self) -> str | None:
         key: str | None = self._at("keys")  # the key column: a str per record (null without a key field)
@@ -207,7 +209,7 @@ class Context(TimeMethods):
         return {k: str(document[k]) for k in ("offset", "kind", "version") if document.get(k) is not None}
 
     def get_current_message_topic_name(self) -> str | None:
-        if self._source is None or self._position < 0:
+        if self._source is None or self.position < 0:
             return None
         if self._source.topics is None:
             return self._inputs[0] if self._inputs else None

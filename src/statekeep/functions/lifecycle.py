@@ -19,16 +19,15 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.functions import timerun
-from statekeep.functions.context import RecordSource, is_valid_key
-from statekeep.state.buffer import BufferedState
+from statekeep.functions.context import RecordSource
 from statekeep.functions.loader import BATCH, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
+from statekeep.state.buffer import BufferedState
 
 if TYPE_CHECKING:
     from statekeep.functions.registry import FunctionRegistry
@@ -108,105 +107,89 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions import messages
-    from statekeep.functions.runtime import RecordPath, batch_output, output_sink, records_table, with_fired
+    from statekeep.functions.runtime import FunctionRecordError, RecordPath, output_sink
     from statekeep.functions.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
-    fqfn = f"{tenant}/{namespace}/{name}"
     raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-    if isinstance(data, (bytes, bytearray)) and spec["input_format"] != "message":
+    message = spec.input_format == "message"
+    if isinstance(data, (bytes, bytearray)) and not message:
         try:
             data = bytes(data).decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidArgumentError(f"the trigger data is not UTF-8 text (byte {e.start})") from None
     try:
-        process, kind = cached_function(spec["code"], spec.get("py_name", "<function>"), spec.get("class_name"))
+        process, kind = cached_function(spec.code, spec.py_name, spec.class_name)
     except FunctionLoadError as e:
         raise InvalidArgumentError(f"the function cannot run: {e}") from None
     store = registry.state_store(tenant, namespace, name)
     state = BufferedState(store.fetch_many, store.max_value_size)
-    message = spec["input_format"] == "message"
     value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
-    record: Any = messages.Message(messages.text_or_bytes(raw)).to_json() if message else data
+    record: Any = messages.Message(messages.text_or_bytes(raw)).to_json() if message else value
     # the record's key is known once it is decoded (below): the source reads it only when asked
-    source = RecordSource("trigger", [record], [None], [topic] if topic else None, spec["inputs"],
-                          spec["user_config"].get("eventTimeField"), spec["source_format"])
-    path = RecordPath(spec, state, 0, source, process, kind)  # the Spark runtime's path to the function
-    path.at(0)
+    source = RecordSource("trigger", [record], [None], [topic] if topic else None, list(spec.inputs),
+                          spec.user_config.get("eventTimeField"), spec.source_format)
+    # the Spark runtime's path; results kept as returned: they are the answer
+    path = RecordPath(spec, "trigger", 0, state, source, process, kind, wrap=False)
+    path.context.position = 0
     keyed = value
     if kind != BATCH:
-        value = keyed = _decoded(path, record if message else value, message, fqfn)
-    elif spec["input_format"] == "json":
+        keyed = _decoded(path, record, message, spec.fqfn)
+    elif spec.input_format == "json":
         with contextlib.suppress(ValueError):  # only to route it by its key: records_table names the error
             keyed = json.loads(value)
-    if cfg.keyField and (spec["input_format"] == "text" or message and isinstance(keyed, str)):
+    if cfg.keyField and (spec.input_format == "text" or message and isinstance(keyed, str)):
         source.keys = [keyed]  # Pulsar's way: a str value is the key
     elif cfg.keyField and not message and isinstance(keyed, dict) and keyed.get(cfg.keyField) is not None:
         source.keys = [str(keyed[cfg.keyField])]
-    fired: list[Any] = []  # what the windows and timers that fire return
-    timed = None
-    if spec.get("time"):  # the runtime's time, for the partition a micro-batch routes the record to
-        key = source.keys[0] if source.keys else None
-        time_spec, partition = timerun.one_record(spec, store, cfg.parallelism, key)
-        timed = timerun.start(time_spec, state, partition, path.context, process, fired.append)
-        assert timed is not None  # the spec keeps time
-        if kind == BATCH and timed.windows is not None:
-            raise InvalidArgumentError(f"{fqfn}: {timerun.BATCH_WINDOWS}")
-        if isinstance(key, str) and is_valid_key(key):
-            timed.prefetch([key])
-    rows: list[Any] = []  # process_batch's own rows
+    key = source.keys[0] if source.keys else None
+    table = None
+    if spec.time is not None:  # the runtime's time, for the partition a micro-batch routes the record to
+        try:
+            path.keep_time(*timerun.one_record(spec, store, cfg.parallelism, key), [key] if key is not None else [])
+        except FunctionRecordError as e:  # a windowed process_batch
+            raise InvalidArgumentError(str(e)) from None
     try:
         if kind == BATCH:
-            table = records_table([record if message else value], spec["input_format"])
-            output = batch_output(path.process(table, path.context))
-            rows = output.to_pylist() if output is not None else []
-            if timed is not None:
-                timed.observe_table(table)
-                path.at(-1)
-                timed.finish()
-                output = with_fired(output, fired)
-            result = output.to_pylist() if output is not None else None
+            table = path.run_table([record])
         else:
-            result = (timed.process if timed is not None else path.process)(value, path.context)
-            if timed is not None:
-                path.at(-1)  # as after a batch's records: windows and on_timer see no current record
-                timed.finish()
-    except Exception as e:  # noqa: BLE001 - user code: its error is the answer
-        detail = traceback.format_exc(limit=3)
-        raise InvalidArgumentError(f"function {fqfn} raised on the trigger data: "
-                                   f"{type(e).__name__}: {e}\n{detail}") from None
+            path.run_records([record])
+        path.finish()
+    except FunctionRecordError as e:  # user code: its error is the answer
+        cause = f"{type(e.error).__name__}: {e.error}\n" if e.error is not None else ""
+        raise InvalidArgumentError(f"function {spec.fqfn} raised on the trigger data: {cause}"
+                                   f"{str(e).partition(chr(10))[2] if cause else e}") from None
     context = path.context
-    sink = output_sink(spec, spec.get("output"))
-    written: list[Any] = []  # a function keeping time: its one-record batch's outputs, written as the runtime does
+    sink = output_sink(spec, spec.output)
+    wrap = messages.output_wrapper(spec, context)
+    written: list[Any] = []  # a function keeping time: its one-record batch's outputs, as the runtime writes them
     try:
-        output_serde = spec.get("output_serde") if kind != BATCH else None  # process_batch's rows go as they are
-        serde = messages.load_serde(output_serde, spec["code"], spec["py_name"]) if output_serde else None
-        if timed is not None and kind == BATCH:
-            wrap = messages.output_wrapper(spec, context)
-            written = [wrap(r) for r in [*rows, *fired]] if sink.topic else result or []
-        elif timed is not None:
-            wrap = messages.output_wrapper(spec, context)
-            path.at(0)  # the record's result goes with its message's key, properties and event time
-            written = [wrap(result)] if result is not None else []
-            path.at(-1)
-            written += [wrap(r) for r in fired]
-            outputs = [r if serde is None else messages.serialize(r, serde)
-                       for r in ([result] if result is not None else []) + fired]
-            result = None if not outputs else outputs[0] if len(outputs) == 1 else outputs
-        elif result is not None and serde is not None:  # the answer is the output message
-            result = messages.serialize(result, serde)
+        if kind == BATCH:  # process_batch's rows go as they are
+            results = path.output(table).to_pylist() if table is not None or path.fired else []
+            if spec.time is not None:
+                written = [wrap(r) for r in path.output(table, topic=True) or []] if sink.topic else results
+            result = results or None
+        else:
+            serde = messages.load_serde(spec.output_serde, spec.code, spec.py_name) if spec.output_serde else None
+            if spec.time is not None:
+                context.position = 0  # the record's result goes with its message's key, properties and event time
+                written = [wrap(r) for r in path.outputs]
+                context.position = -1
+                written += [wrap(r) for r in path.fired]
+            results = [r if serde is None else messages.serialize(r, serde) for r in path.outputs + path.fired]
+            result = None if not results else results[0] if len(results) == 1 else results
         targets = messages.published_by_target(context.published, spec)
     except FunctionLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
-        raise InvalidArgumentError(f"serializing the output of {fqfn} failed: "
+        raise InvalidArgumentError(f"serializing the output of {spec.fqfn} failed: "
                                    f"{type(e).__name__}: {e}") from None
-    if spec.get("log_topic"):
+    if spec.log_topic:
         logs = messages.log_records(context.get_logger())
         if logs:
-            targets.setdefault(str(messages.output_location(spec, spec["log_topic"])), []).extend(logs)
+            targets.setdefault(str(messages.output_location(spec, spec.log_topic)), []).extend(logs)
     _write_trigger_published(targets)
     if written:
         sink.write_new(written, "trigger")

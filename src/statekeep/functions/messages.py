@@ -28,11 +28,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import FunctionLoadError, execute_file
+
+if TYPE_CHECKING:
+    from statekeep.functions.spec import ExecutorSpec
 
 DEFAULT_SERDE = "serde.IdentitySerDe"
 #: The first character of a message input's record that is a JSON file's line (the record separator
@@ -149,14 +152,13 @@ def serialize(value: Any, serde: Any | None) -> str | bytes:
     return json.dumps(value, separators=(",", ":"), default=str)
 
 
-def input_serdes(spec: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+def input_serdes(spec: ExecutorSpec) -> tuple[Any, dict[str, Any]]:
     """(the default input serde, {input: its custom serde}) of an executor spec; an input with a
     ``customSchemaInputs`` record class gets a serde decoding its JSON into that record."""
     default = load_serde(DEFAULT_SERDE)
-    custom = {topic: load_serde(name, spec.get("code"), spec.get("py_name"))
-              for topic, name in dict(spec.get("input_serdes") or {}).items()}
-    for topic, name in dict(spec.get("input_schemas") or {}).items():
-        custom[topic] = load_serde(name, spec.get("code"), spec.get("py_name"), schema=True)
+    custom = {topic: load_serde(name, spec.code, spec.py_name) for topic, name in spec.input_serdes.items()}
+    for topic, name in spec.input_schemas.items():
+        custom[topic] = load_serde(name, spec.code, spec.py_name, schema=True)
     return default, custom
 
 
@@ -176,7 +178,7 @@ class JsonRecordSerDe:
         return encoded
 
 
-def message_decoder(spec: Mapping[str, Any], current_input: Callable[[], str | None]) -> Callable[[Any], Any]:
+def message_decoder(spec: ExecutorSpec, current_input: Callable[[], str | None]) -> Callable[[Any], Any]:
     """For the ``message`` input format: a function turning one message record (a JSON line, see the
     module docstring) into what ``process`` receives. ``current_input()`` names the input of the record
     being decoded (it picks the custom serde)."""
@@ -197,16 +199,6 @@ def message_decoder(spec: Mapping[str, Any], current_input: Callable[[], str | N
         return (serde or default).deserialize(payload(record))
 
     return decode
-
-
-def trigger_value(spec: Mapping[str, Any], data: bytes, topic: str | None = None) -> Any:
-    """What ``process`` receives for trigger data with the ``message`` input format: the serde of
-    ``topic`` (default: the first input) applied to the bytes."""
-    default, custom = input_serdes(spec)
-    inputs = list(spec.get("inputs") or [])
-    topic = topic or (inputs[0] if inputs else None)
-    serde = custom.get(topic) if topic and custom else None
-    return (serde or default).deserialize(data)
 
 
 def batch_lines(values: list[Any]) -> list[str]:
@@ -264,7 +256,7 @@ class Published:
     event_time: int | None = None
 
 
-def published_by_target(published: list[tuple[str, Any]], spec: Mapping[str, Any]) -> dict[str, list[Any]]:
+def published_by_target(published: list[tuple[str, Any]], spec: ExecutorSpec) -> dict[str, list[Any]]:
     """``context.publish`` messages grouped by the directory they go to (a topic's, or the path named),
     each as the record written there: a message record for a topic, or for a path when the message
     has a key, properties or an event time; else the value as it is (through a serde, if named)."""
@@ -275,14 +267,14 @@ def published_by_target(published: list[tuple[str, Any]], spec: Mapping[str, Any
         record: Any = item
         if isinstance(item, Published):
             custom = item.serde_class_name not in (DEFAULT_SERDE, "pulsar.functions.serde.IdentitySerDe")
-            serde = load_serde(item.serde_class_name, spec.get("code"), spec.get("py_name")) if custom else None
+            serde = load_serde(item.serde_class_name, spec.code, spec.py_name) if custom else None
             if is_topic(topic) or item.key is not None or item.properties or item.event_time is not None:
                 record = Message(serialize(item.message, serde), item.key, item.properties, item.event_time).to_json()
             elif serde is not None:
                 record = _plain(serialize(item.message, serde))
             else:
                 record = _plain(item.message)
-        targets.setdefault(str(location(topic, spec.get("topics_dir"))), []).append(record)
+        targets.setdefault(str(location(topic, spec.topics_dir)), []).append(record)
     return targets
 
 
@@ -295,15 +287,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def output_wrapper(spec: Mapping[str, Any], context: Any) -> Callable[[Any], Any]:
+def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
     """What a result becomes in the function's output: for a topic, a message record with the input
     message's key, properties and event time (as Pulsar's runtime sets them); else the value,
     through ``outputSerdeClassName`` if set."""
     from statekeep.functions.topics import is_topic
 
-    name = spec.get("output_serde")
-    serde = load_serde(name, spec.get("code"), spec.get("py_name")) if name else None
-    if is_topic(spec.get("output")):
+    name = spec.output_serde
+    serde = load_serde(name, spec.code, spec.py_name) if name else None
+    if is_topic(spec.output):
         def message(result: Any) -> Any:
             return Message(serialize(result, serde), context.get_message_key(),
                            dict(context.get_message_properties() or {}), context.get_message_eventtime()).to_json()
@@ -313,21 +305,21 @@ def output_wrapper(spec: Mapping[str, Any], context: Any) -> Callable[[Any], Any
     return lambda result: result
 
 
-def file_suffix(spec: Mapping[str, Any], directory: str, kind: str) -> str:
+def file_suffix(spec: ExecutorSpec, directory: str, kind: str) -> str:
     """What a function's file in a topic's directory adds to its (batch, partition) name, so that the
     functions and kinds of records (``out``, ``pub``, ``log``, ``dead``) sharing a topic never replace
     each other's files: ``-KIND-TENANT.NAMESPACE.NAME``; ``""`` for a path that is not a topic's."""
-    root = spec.get("topics_dir")
+    root = spec.topics_dir
     if not root or not os.path.abspath(directory).startswith(os.path.abspath(root) + os.sep):
         return ""
-    return f"-{kind}-{spec['tenant']}.{spec['namespace']}.{spec['name']}"
+    return f"-{kind}-{spec.tenant}.{spec.namespace}.{spec.name}"
 
 
-def output_location(spec: Mapping[str, Any], name: str | None) -> str | None:
+def output_location(spec: ExecutorSpec, name: str | None) -> str | None:
     """The directory an output, dead-letter or log topic name goes to (see :mod:`statekeep.functions.topics`)."""
     from statekeep.functions.topics import location
 
-    return location(name, spec.get("topics_dir"))
+    return location(name, spec.topics_dir)
 
 
 class LogTopicHandler(logging.Handler):
@@ -349,16 +341,15 @@ class LogTopicHandler(logging.Handler):
         self.records.append(Message(text, None, properties, int(record.created * 1000)).to_json())
 
 
-def function_logger(spec: Mapping[str, Any], instance: int) -> logging.Logger | None:
+def function_logger(spec: ExecutorSpec, instance: int) -> logging.Logger | None:
     """With a ``log_topic``: the function's logger (INFO and up) that also keeps its records for the
     log topic (records still propagate to ``statekeep.function.T.N.F``); None without one."""
-    if not spec.get("log_topic"):
+    if not spec.log_topic:
         return None
-    fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
-    name = f"statekeep.function.{spec['tenant']}.{spec['namespace']}.{spec['name']}"
+    name = f"statekeep.function.{spec.tenant}.{spec.namespace}.{spec.name}"
     logger = logging.Logger(name, logging.INFO)
     logger.parent = logging.getLogger(name)
-    logger.addHandler(LogTopicHandler(fqfn, str(spec.get("function_id", "")), instance))
+    logger.addHandler(LogTopicHandler(spec.fqfn, spec.function_id, instance))
     return logger
 
 

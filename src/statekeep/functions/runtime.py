@@ -17,6 +17,7 @@ Exactly-once, and why it is cheap:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -29,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
-from statekeep.functions.context import Context, RecordSource, is_valid_key
-from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.functions import timerun
-from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.context import Context, RecordSource, is_valid_key
 from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.functions.messages import (batch_lines, dead_letter_message, file_suffix, function_logger, log_records,
                                           message_decoder, output_location, output_wrapper, published_by_target)
+from statekeep.functions.spec import ExecutorSpec
+from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.functions.topics import is_topic
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
@@ -52,7 +53,12 @@ MAX_EXCEPTIONS = 10
 
 
 class FunctionRecordError(StatekeepError):
-    """A function raised on a record; the message names the record's position."""
+    """A function raised on a record; the message names the record's position, ``error`` is what the
+    function raised (None: the record itself was refused)."""
+
+    def __init__(self, message: str, error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class ProcessingTimeout(StatekeepError):
@@ -90,86 +96,225 @@ _stores: dict[str, StateStore] = {}
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
     """(entry point, kind) of the spec's code, loaded once per executor process (the loader's cache)."""
     try:
-        return cached_function(spec["code"], spec.get("py_name", "<function>"), spec.get("class_name"))
+        return cached_function(spec.code, spec.py_name, spec.class_name)
     except FunctionLoadError as e:
-        raise FunctionRecordError(str(e)) from e
-
-
-def make_context(spec: ExecutorSpec, state: BufferedState, partition: int,
-                 source: RecordSource | None = None) -> Context:
-    """The Context of one (batch, partition) from the executor spec."""
-    return Context(spec["tenant"], spec["namespace"], spec["name"], state, spec.get("user_config"),
-                   function_logger(spec, partition), function_id=spec.get("function_id", ""),
-                   function_version=spec.get("function_version", 0),
-                   instance_id=partition, inputs=spec.get("inputs"), output=spec.get("output"),
-                   secrets=spec.get("secrets"), source=source, output_serde=spec.get("output_serde"))
+        raise FunctionRecordError(str(e)) from None
 
 
 class RecordPath:
-    """How a partition's records reach its function: the one path of the Spark loops
-    (:func:`run_partition`) and of :func:`statekeep.functions.lifecycle.trigger`.
-
-    ``context`` is the partition's Context over ``source``; ``process(value, context)`` the entry point
-    (a native ``process(value)`` adapted; ``process_batch(table, context)`` for a batch function);
-    ``decode`` turns one record into the value ``process`` receives (a JSON line as ``json.loads``
-    reads it, a Pulsar message through its input's serde, text as it is; for ``process_batch``,
-    whose records go through :func:`records_table`: the identity). Building it loads the input serdes
-    of the ``message`` format (:class:`FunctionLoadError` if one cannot be).
+    """One (batch, partition) run of a function, the one path from Spark's iterator to the commit of every
+    entry point (per record, native, class, ``process_batch``, windowed, timers, retries and dead letters)
+    and of :func:`statekeep.functions.lifecycle.trigger` (a one-record run). Its steps, each here once:
+    decode (:attr:`decode`: JSON as ``json.loads``, a message through its input's serde, text as it is;
+    :func:`records_table` for ``process_batch``), state (``state``, the batch's buffer, which the caller
+    prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records`, :meth:`run_table`,
+    then :meth:`finish`), outputs (:attr:`outputs` as the output holds them, :attr:`fired` by timers and
+    windows, :attr:`dead` letters; :meth:`output`) and errors (:class:`FunctionRecordError` naming the
+    record, or the spec's retries, skips and dead letters). ``wrap=False`` keeps results as returned (the
+    trigger's answer). :class:`FunctionLoadError` if a ``message`` input's serde cannot be loaded.
     """
 
-    __slots__ = ("context", "process", "decode")
+    __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
+                 "decode", "wrap", "timed", "outputs", "fired", "dead", "stats")
 
-    def __init__(self, spec: ExecutorSpec, state: BufferedState, partition: int, source: RecordSource | None,
-                 process: Callable[..., Any], kind: str) -> None:
-        self.context = make_context(spec, state, partition, source)
+    def __init__(self, spec: ExecutorSpec, batch_id: int | str, partition: int, state: BufferedState,
+                 source: RecordSource | None, process: Callable[..., Any], kind: str, *, wrap: bool = True) -> None:
+        self.spec, self.batch_id, self.partition, self.state, self.kind = spec, batch_id, partition, state, kind
+        self.context = context = Context(
+            spec.tenant, spec.namespace, spec.name, state, spec.user_config, function_logger(spec, partition),
+            function_id=spec.function_id, function_version=spec.function_version, instance_id=partition,
+            inputs=list(spec.inputs), output=spec.output, secrets=spec.secrets, source=source,
+            output_serde=spec.output_serde)
         if kind == NATIVE:  # Pulsar's native function: process(input)
-            native = process
-
-            def process(value: Any, context: Any) -> Any:
-                return native(value)
-        self.process: Callable[..., Any] = process
+            process = functools.partial(_native, process)
+        self.user_process = self.process = process
         self.decode: Callable[[Any], Any] = (
             _identity if kind == BATCH
-            else message_decoder(spec, self.context.get_current_message_topic_name)
-            if spec["input_format"] == "message" else record_decoder(spec["input_format"]))
+            else message_decoder(spec, context.get_current_message_topic_name)
+            if spec.input_format == "message" else loads_at if spec.input_format == "json" else _identity)
+        self.wrap: Callable[[Any], Any] = output_wrapper(spec, context) if wrap else _identity
+        self.timed: timerun.TimedRun | None = None
+        self.outputs: list[Any] = []
+        self.fired: list[Any] = []
+        self.dead: list[Any] = []
+        self.stats = PartitionStats(partition)
 
-    def at(self, position: int) -> None:
-        """Point the context's per-record methods (and the message serde's choice of input) at the
-        source's record ``position`` (-1: none). A record's run is then
-        ``process(decode(record), context)``, written out in the loops (no call per record), and for
-        ``process_batch`` ``batch_output(process(records_table(records, format), context))``."""
-        self.context._position = position
+    def keep_time(self, spec: ExecutorSpec, partition: int, keys: Iterable[Any] = ()) -> None:
+        """Wire the function's time in, if it keeps any (``spec.time``): ``spec`` carries the batch's time
+        fields (``time_groups``, ``state_parallelism``, ``watermark_previous``) and ``partition`` is the
+        one whose key groups this run owns; ``keys``' time entries are read in the batch's bulk read.
+        :class:`FunctionRecordError` for a windowed ``process_batch``."""
+        if spec.time is None:
+            return
+        timed = timerun.TimedRun(spec, self.state, partition, self.context, self.user_process, self.fired.append,
+                                 self.batch_id if isinstance(self.batch_id, int) else None)
+        if self.kind == BATCH and timed.windows is not None:
+            raise FunctionRecordError(f"{spec.fqfn}: {timerun.BATCH_WINDOWS}")
+        timed.prefetch(k for k in keys if is_valid_key(k))
+        self.timed = timed
+        if self.kind != BATCH:
+            self.process = timed.process
+
+    def run_records(self, records: list[Any], record_keys: list[Any] | None = None, *, careful: bool = False) -> None:
+        """Run the function on each record, in order. Not ``careful``: the first failing record (its decode
+        too) raises :class:`FunctionRecordError`. ``careful`` (the spec's ``skip_errors``, ``max_retries``,
+        ``dead_letter`` or ``timeout_ms``; ``state`` a :class:`JournaledState`): a record that raises, or
+        takes longer than ``timeout_ms``, is a user exception whose state changes and published messages
+        are taken back; it is retried up to ``max_retries`` times, then written to ``dead`` if the spec
+        has a dead letter, else skipped (``max_retries`` set or ``skip_errors``), else it raises."""
+        context, process, decode, append, wrap = (self.context, self.process, self.decode, self.outputs.append,
+                                                   self.wrap)
+        self.stats.received += len(records)
+        timed = self.timed
+        if careful:
+            self._run_careful(records)
+        elif timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
+            def one(position: int, record: Any) -> None:  # the loop's body below, for add_all's records off its path
+                context.position = position
+                try:
+                    result = process(decode(record), context)
+                except Exception as e:
+                    raise self._record_error(position, e) from None
+                if result is not None:
+                    append(wrap(result))
+
+            timed.windows.add_all(records, record_keys, decode, one)  # tumbling windows: one loop
+            self.stats.processed += len(records)
+        else:
+            for position, record in enumerate(records):  # written out: no call per record beyond the function's
+                context.position = position
+                try:  # a malformed record is a failing record too
+                    result = process(decode(record), context)
+                except Exception as e:
+                    raise self._record_error(position, e) from None
+                if result is not None:
+                    append(wrap(result))
+            self.stats.processed += len(records)
+        context.position = -1
+
+    def _run_careful(self, records: list[Any]) -> None:
+        spec, stats, context, state, process, decode = (self.spec, self.stats, self.context, self.state,
+                                                        self.process, self.decode)
+        assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
+        retries, timeout = spec.max_retries or 0, spec.timeout_ms or 0
+        skips = spec.skip_errors or spec.max_retries is not None
+        clock = time.perf_counter
+        for position, record in enumerate(records):
+            context.position = position
+            attempt = 0
+            while True:
+                state.begin()
+                mark = len(context.published)
+                try:
+                    start = clock()
+                    result = process(decode(record), context)
+                    if timeout and (clock() - start) * 1000 > timeout:
+                        raise ProcessingTimeout(f"processing took longer than timeoutMs={timeout}")
+                except Exception as e:
+                    state.rollback()
+                    del context.published[mark:]
+                    message = f"batch {self.batch_id}, partition {self.partition}, record {position}: " \
+                              f"{type(e).__name__}: {e}"
+                    stats.user_exception(message)
+                    if attempt < retries:
+                        attempt += 1
+                        continue
+                    if spec.dead_letter:
+                        stats.dead_letters += 1
+                        self.dead.append(dead_letter_message(record) if spec.input_format == "message"
+                                         else _dead_letter(record, decode))
+                    elif skips:
+                        stats.skipped += 1
+                        if len(stats.errors) < MAX_EXCEPTIONS:
+                            stats.errors.append(message)
+                    else:
+                        raise self._record_error(position, e) from None
+                    break
+                stats.processed += 1
+                if result is not None:
+                    self.outputs.append(self.wrap(result))
+                break
+
+    def _record_error(self, position: int, error: Exception) -> FunctionRecordError:
+        """The error failing the run on the record at ``position`` (made inside its ``except``)."""
+        return FunctionRecordError(
+            f"{self.spec.fqfn} failed on batch {self.batch_id}, partition {self.partition}, record {position}: "
+            f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}", error)
+
+    def run_table(self, records: Any) -> Any:
+        """Run ``process_batch`` once on the records (see :func:`records_table`), a partition without
+        records (a tick: its timers' batch) not at all; returns its result as a Table (None: no output).
+        Raises :class:`FunctionRecordError` for a malformed record or a failing call."""
+        where = f"batch {self.batch_id}, partition {self.partition}"
+        try:
+            table = records_table(records, self.spec.input_format)
+        except FunctionRecordError as e:
+            raise FunctionRecordError(f"{self.spec.fqfn} process_batch: {where}, {e}") from None
+        self.stats.received = table.num_rows
+        try:
+            output = batch_output(self.process(table, self.context)) if table.num_rows else None
+        except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
+            self.stats.user_exception(f"{where}: {type(e).__name__}: {e}")
+            raise FunctionRecordError(
+                f"{self.spec.fqfn} process_batch failed on {where} ({table.num_rows} records): "
+                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}", e) from None
+        if self.timed is not None:
+            self.timed.observe_table(table)
+        self.stats.processed = table.num_rows
+        return output
+
+    def finish(self) -> None:
+        """After the records: fire the due timers and windows, delete expired keys, and write the time
+        state into the buffer. A failure there (``on_timer``, a window's call) is a
+        :class:`FunctionRecordError`."""
+        timed, stats = self.timed, self.stats
+        if timed is None:
+            return
+        self.context.position = -1  # windows and on_timer see no current record
+        try:
+            timed.finish()
+        except Exception as e:  # noqa: BLE001 - user code (on_timer, a window's process): reported with where
+            raise FunctionRecordError(
+                f"{self.spec.fqfn} failed firing timers of batch {self.batch_id}, partition {self.partition}: "
+                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}", e) from None
+        stats.watermark = timed.time.watermark
+        stats.next_event, stats.next_processing = timed.time.next_event, timed.time.next_processing
+
+    def output(self, table: Any = None, *, topic: bool = False) -> Any:
+        """The run's output records: the records' (``table``: ``process_batch``'s) then what fired, as the
+        output holds them (``topic``: message records), a list, or a Table for ``process_batch`` to a
+        path (None: none)."""
+        wrap = self.wrap
+        if self.kind != BATCH:
+            return self.outputs + [wrap(r) for r in self.fired]
+        if topic:  # a topic holds messages: each row is one, as a per-record function's result
+            return [wrap(r) for r in [*(table.to_pylist() if table is not None else []), *self.fired]] or None
+        if not self.fired:
+            return table
+        import pyarrow as pa
+
+        extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in self.fired])
+        return extra if table is None else pa.concat_tables([table, extra], promote_options="default")
 
 
 def _identity(value: Any) -> Any:
     return value
 
 
-def _careful(spec: ExecutorSpec) -> bool:
-    """Whether records need per-record error handling (rollback of a failed record's state)."""
-    return bool(spec.get("skip_errors") or spec.get("max_retries") is not None or spec.get("dead_letter")
-                or spec.get("timeout_ms"))
+def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
+    return native(value)
 
 
 def cached_state_store(spec: ExecutorSpec) -> StateStore:
     """One provider per executor process and configuration (opening a store costs a session)."""
     from statekeep.state import open_provider
 
-    key = json.dumps([spec["state_provider"], spec["state_config"], spec["tenant"], spec["namespace"], spec["name"]],
-                     sort_keys=True)
+    key = json.dumps([spec.state_provider, spec.state_config, spec.tenant, spec.namespace, spec.name], sort_keys=True)
     with _cache_lock:
         if key not in _stores:
-            provider = open_provider(spec["state_provider"], spec["state_config"])
-            _stores[key] = provider.get_state_store(spec["tenant"], spec["namespace"], spec["name"])
+            provider = open_provider(spec.state_provider, dict(spec.state_config))
+            _stores[key] = provider.get_state_store(spec.tenant, spec.namespace, spec.name)
         return _stores[key]
-
-
-def record_decoder(input_format: str) -> Callable[[Any], Any]:
-    """For JSON lines: a function decoding one line exactly as ``json.loads`` does (same values,
-    same errors); for other formats the identity."""
-    if input_format != "json":
-        return lambda value: value
-    return loads_at
 
 
 def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, fmt: str, suffix: str = "") -> None:
@@ -241,7 +386,7 @@ def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> Outp
         return OutputSink(None)
     directory = str(output_location(spec, name))
     topic = is_topic(name)
-    fmt = spec.get("output_format", "jsonl") if kind == "out" and not topic else "jsonl"
+    fmt = spec.output_format if kind == "out" and not topic else "jsonl"
     return OutputSink(directory, fmt, file_suffix(spec, directory, kind), topic)
 
 
@@ -253,157 +398,90 @@ def output_file(directory: str, batch_id: int, partition: int, fmt: str, suffix:
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
                   topics: list[Any] | None = None) -> PartitionStats:
-    """Run the function over one partition of one batch and apply its state changes atomically.
+    """Run the function over one partition of one batch (on a :class:`RecordPath`) and apply its state
+    changes, their changelog and the (batch, partition) marker in one atomic write.
 
     ``keys``: the partition's distinct key-field values, prefetched in one bulk read;
     ``record_keys`` and ``topics``: each record's key and input file (for the Context's per-record
     methods; ``keys`` defaults to the distinct ``record_keys``).
     Raises :class:`FunctionRecordError` naming the record's position when the function raises,
     unless the spec handles failing records (``skip_errors``, ``max_retries``, ``dead_letter``,
-    see :func:`_run_careful`). With partition-owned state, a batch that finds the state changed
-    since it read it (a REST write committed first) runs again.
+    see :meth:`RecordPath.run_records`; a ``process_batch`` partition is skipped whole). With
+    partition-owned state, a batch that finds the state changed since it read it (a REST write
+    committed first) runs again.
     """
     if not isinstance(records, (list, tuple)) and not hasattr(records, "to_pylist"):
         records = list(records)  # a conflict runs the batch again (below)
     for _ in DEFAULT.bounded(attempts=20).attempts():
-        store = cached_state_store(spec).task(batch_id, partition, spec.get("state_parallelism", 1))
+        store = cached_state_store(spec).task(batch_id, partition, spec.state_parallelism)
         try:
             return _run_partition(spec, store, batch_id, partition, records, keys, record_keys, topics)
         except StateConflictError:
             continue  # a write committed since this task read the state (partition-owned state): again
-    raise StateConflictError(f"{spec['tenant']}/{spec['namespace']}/{spec['name']} batch {batch_id}, partition "
-                             f"{partition}: the state kept changing under 20 runs of the batch")
+    raise StateConflictError(f"{spec.fqfn} batch {batch_id}, partition {partition}: the state kept changing "
+                             "under 20 runs of the batch")
 
 
 def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partition: int, records: Any,
                    keys: Iterable[str], record_keys: list[Any] | None, topics: list[Any] | None) -> PartitionStats:
-    stats = PartitionStats(partition)
     marker = f"{batch_id}-{partition}"
     if store.has_marker(marker):
+        stats = PartitionStats(partition)
         stats.applied = False  # a replay of a partition that was already applied
         return stats
     process, kind = _cached_process(spec)
-    if kind == BATCH:
-        return _run_batch(spec, batch_id, partition, records, store, marker, process, stats)
-    if not isinstance(records, list):
-        records = list(records)
-    careful = _careful(spec)
+    careful = spec.careful and kind != BATCH
     state = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size)
-    if record_keys is not None and not keys:
-        keys = {k for k in record_keys if k is not None}
-    # a key the store would refuse is left out: the record using it fails on its own (and may be skipped)
-    state.prefetch(k for k in keys if is_valid_key(k))
-    source = RecordSource(batch_id, records, record_keys, topics, spec.get("inputs"),
-                          spec.get("user_config", {}).get("eventTimeField"), spec.get("source_format", "json"))
-    path = RecordPath(spec, state, partition, source, process, kind)
-    context, process, decode = path.context, path.process, path.decode
-    timed = timerun.start(spec, state, partition, context, process, lambda result: outputs.append(wrap(result)),
-                          batch_id)
-    if timed is not None:  # windows, timers, TTL: see statekeep.functions.timerun
-        process = timed.process
-        timed.prefetch(k for k in keys if is_valid_key(k))
-    wrap = output_wrapper(spec, context)
-    outputs: list[Any] = []
-    dead: list[Any] = []
-    stats.received = len(records)
-    started = time.perf_counter()
-    if careful:
-        assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
-        _run_careful(spec, batch_id, partition, records, process, decode, context, state, stats, outputs, dead, wrap)
-    else:
-        def one(position: int, record: Any) -> None:  # the loop's body, for add_all's records off its path
-            context._position = position
-            try:
-                result = process(decode(record), context)
-            except Exception as e:
-                raise _record_error(spec, batch_id, partition, position, e) from None
-            if result is not None:
-                outputs.append(wrap(result))
-
-        if timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
-            timed.windows.add_all(records, record_keys, decode, one)  # tumbling windows: one loop
+    if kind != BATCH:
+        if not isinstance(records, list):
+            records = list(records)
+        if record_keys is not None and not keys:
+            keys = {k for k in record_keys if k is not None}
+        keys = [k for k in keys if is_valid_key(k)]  # a key the store refuses fails its own record (may be skipped)
+        state.prefetch(keys)
+    source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
+                          spec.user_config.get("eventTimeField"), spec.source_format)
+    path = RecordPath(spec, batch_id, partition, state, source, process, kind)
+    stats, sink = path.stats, output_sink(spec, spec.output)
+    table = None
+    path.keep_time(spec, partition, keys)
+    try:
+        started = time.perf_counter()
+        if kind == BATCH:
+            table = path.run_table(records)
         else:
-            for position, record in enumerate(records):  # written out: no call per record beyond the function's
-                context._position = position
-                try:  # a malformed record is a failing record too
-                    result = process(decode(record), context)
-                except Exception as e:
-                    raise _record_error(spec, batch_id, partition, position, e) from None
-                if result is not None:
-                    outputs.append(wrap(result))
-        stats.processed = len(records)
-    context._position = -1
-    if timed is not None:
-        _finish_time(spec, timed, batch_id, stats)
-    stats.latency = time.perf_counter() - started
-    stats.outputs = len(outputs)
-    stats.metrics = context.metrics
-    output_sink(spec, spec.get("output")).write(batch_id, partition, outputs)
-    _write_published(context.published, batch_id, partition, spec, context.get_logger())
-    if dead:
-        output_sink(spec, spec["dead_letter"], "dead").write(batch_id, partition, dead)
-    stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
-    if spec.get("output") == "console":
-        for record in outputs[:20]:
+            path.run_records(records, record_keys, careful=careful)
+        path.finish()
+        stats.latency = time.perf_counter() - started
+        output = path.output(table, topic=sink.topic)
+    except FunctionRecordError as e:
+        if kind != BATCH or not spec.skip_errors:
+            raise
+        return _skip_batch(store, marker, stats, stats.received or len(records), e)  # process_batch: one unit
+    stats.outputs = len(output) if output is not None else 0
+    stats.metrics = path.context.metrics
+    if output is not None:
+        sink.write(batch_id, partition, output)
+    _write_published(path.context.published, batch_id, partition, spec, path.context.get_logger())
+    if path.dead:
+        output_sink(spec, spec.dead_letter, "dead").write(batch_id, partition, path.dead)
+    try:
+        stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
+    except InvalidArgumentError as e:  # process_batch's incr_counters read nothing: a key holding bytes, an overflow
+        if kind != BATCH:
+            raise
+        error = FunctionRecordError(f"{spec.fqfn} process_batch: the state changes of batch {batch_id}, partition "
+                                    f"{partition} were refused (nothing written): {type(e).__name__}: {e}")
+        if not spec.skip_errors:
+            raise error from None  # a replay fails alike, and rewrites the same output file
+        sink.discard(batch_id, partition)  # skipped: its outputs go too
+        stats.processed = stats.outputs = 0
+        return _skip_batch(store, marker, stats, len(records), error)
+    if output is not None and spec.output == "console":
+        rows = output if isinstance(output, list) else output.slice(0, 20).to_pylist()
+        for record in rows[:20]:
             print(json.dumps(record, default=str))
     return stats
-
-
-def _record_error(spec: ExecutorSpec, batch_id: int, partition: int, position: int,
-                  error: Exception) -> FunctionRecordError:
-    """The error failing a partition on the record at ``position`` (raised inside its ``except``)."""
-    return FunctionRecordError(
-        f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed on batch {batch_id}, partition {partition}, "
-        f"record {position}: {type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}")
-
-
-def _run_careful(spec: ExecutorSpec, batch_id: int, partition: int, records: list[Any], process: Callable[..., Any],
-                 decode: Callable[[Any], Any], context: Context, state: JournaledState, stats: PartitionStats,
-                 outputs: list[Any], dead: list[Any], wrap: Callable[[Any], Any] = lambda result: result) -> None:
-    """The per-record loop with error handling. A record whose ``process`` raises (or, with
-    ``timeout_ms``, takes longer than that) is a user exception: its state changes and published
-    messages are taken back, it is retried up to ``max_retries`` times, then written to the
-    ``dead_letter`` output if set, else skipped (when ``max_retries`` is set or ``skip_errors``) or
-    the partition fails with :class:`FunctionRecordError` (neither set: only a timeout asked for)."""
-    retries = spec.get("max_retries") or 0
-    timeout = spec.get("timeout_ms") or 0
-    skips = spec.get("skip_errors") or spec.get("max_retries") is not None
-    clock = time.perf_counter
-    for position, record in enumerate(records):
-        context._position = position
-        attempt = 0
-        while True:
-            state.begin()
-            mark = len(context.published)
-            try:
-                start = clock()
-                result = process(decode(record), context)
-                if timeout and (clock() - start) * 1000 > timeout:
-                    raise ProcessingTimeout(f"processing took longer than timeoutMs={timeout}")
-            except Exception as e:
-                state.rollback()
-                del context.published[mark:]
-                where = f"batch {batch_id}, partition {partition}, record {position}"
-                message = f"{where}: {type(e).__name__}: {e}"
-                stats.user_exception(message)
-                if attempt < retries:
-                    attempt += 1
-                    continue
-                if spec.get("dead_letter"):
-                    stats.dead_letters += 1
-                    dead.append(dead_letter_message(record) if spec["input_format"] == "message"
-                                else _dead_letter(record, decode))
-                elif skips:
-                    stats.skipped += 1
-                    if len(stats.errors) < MAX_EXCEPTIONS:
-                        stats.errors.append(message)
-                else:
-                    raise _record_error(spec, batch_id, partition, position, e) from None
-                break
-            stats.processed += 1
-            if result is not None:
-                outputs.append(wrap(result))
-            break
 
 
 def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
@@ -415,15 +493,15 @@ def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
         return record
 
 
-def _write_published(published: list[tuple[str, Any]], batch_id: int, partition: int,
-                     spec: ExecutorSpec | None = None, logger: logging.Logger | None = None) -> None:
+def _write_published(published: list[tuple[str, Any]], batch_id: int, partition: int, spec: ExecutorSpec,
+                     logger: logging.Logger | None = None) -> None:
     """``context.publish`` messages (see :func:`statekeep.functions.messages.published_by_target`) and
     the log topic's records, one file per (target, batch, partition), like the main output."""
-    for target, messages in published_by_target(published, spec or {}).items():
-        write_outputs(target, batch_id, partition, messages, "jsonl", file_suffix(spec or {}, target, "pub"))
-    logs = log_records(logger) if logger is not None and spec and spec.get("log_topic") else []
-    if spec and logs:
-        output_sink(spec, spec["log_topic"], "log").write(batch_id, partition, logs)
+    for target, messages in published_by_target(published, spec).items():
+        write_outputs(target, batch_id, partition, messages, "jsonl", file_suffix(spec, target, "pub"))
+    logs = log_records(logger) if logger is not None and spec.log_topic else []
+    if logs:
+        output_sink(spec, spec.log_topic, "log").write(batch_id, partition, logs)
 
 
 def records_table(values: Any, input_format: str) -> Any:
@@ -494,94 +572,6 @@ def batch_output(result: Any) -> Any:
                     "pyarrow.RecordBatch, a list of dicts, or None")
 
 
-def _run_batch(spec: ExecutorSpec, batch_id: int, partition: int, records: Any, store: TaskState, marker: str,
-               process_batch: Callable[..., Any], stats: PartitionStats) -> PartitionStats:
-    """run_partition for a ``process_batch`` function: one call for the whole partition."""
-    where = f"batch {batch_id}, partition {partition}"
-    fqfn = f"{spec['tenant']}/{spec['namespace']}/{spec['name']}"
-    state = BufferedState(store.fetch_many, store.max_value_size)
-    context = make_context(spec, state, partition)
-    table = None
-    output: Any = None  # a Table, or for a topic its message records
-    sink = output_sink(spec, spec.get("output"))
-    fired: list[Any] = []  # on_timer's outputs
-    timed = timerun.start(spec, state, partition, context, process_batch, fired.append, batch_id)
-    if timed is not None and timed.windows is not None:
-        raise FunctionRecordError(f"{fqfn}: {timerun.BATCH_WINDOWS}")
-    try:
-        try:
-            table = records_table(records, spec["input_format"])
-        except FunctionRecordError as e:
-            raise FunctionRecordError(f"{fqfn} process_batch: {where}, {e}") from None
-        stats.received = table.num_rows
-        started = time.perf_counter()
-        try:
-            # a partition without records (a tick: its timers' batch) calls on_timer only
-            output = batch_output(process_batch(table, context)) if table.num_rows else None
-            if timed is not None:
-                timed.observe_table(table)
-                _finish_time(spec, timed, batch_id, stats)
-            if sink.topic:  # a topic holds messages: each row is one, as a per-record function's result
-                wrap = output_wrapper(spec, context)
-                rows = output.to_pylist() if output is not None else []
-                output = [wrap(result) for result in [*rows, *fired]] or None
-            elif timed is not None:
-                output = with_fired(output, fired)
-            stats.latency = time.perf_counter() - started
-        except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
-            stats.user_exception(f"{where}: {type(e).__name__}: {e}")
-            raise FunctionRecordError(
-                f"{fqfn} process_batch failed on {where} ({table.num_rows} records): "
-                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
-    except FunctionRecordError as e:
-        if not spec.get("skip_errors"):
-            raise
-        return _skip_batch(store, marker, stats, table.num_rows if table is not None else len(records), e)
-    stats.processed = table.num_rows
-    stats.outputs = len(output) if output is not None else 0
-    stats.metrics = context.metrics
-    if output is not None:
-        sink.write(batch_id, partition, output)
-    _write_published(context.published, batch_id, partition, spec, context.get_logger())
-    try:
-        stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
-    except InvalidArgumentError as e:  # incr_counters read nothing: a key holding bytes, an overflow
-        error = FunctionRecordError(f"{fqfn} process_batch: the state changes of {where} were refused "
-                                    f"(nothing written): {type(e).__name__}: {e}")
-        if not spec.get("skip_errors"):
-            raise error from None  # a replay fails alike, and rewrites the same output file
-        sink.discard(batch_id, partition)  # skipped: its outputs go too
-        stats.processed = stats.outputs = 0
-        return _skip_batch(store, marker, stats, table.num_rows, error)
-    if output is not None and spec.get("output") == "console":
-        for record in output.slice(0, 20).to_pylist():
-            print(json.dumps(record, default=str))
-    return stats
-
-
-def _finish_time(spec: ExecutorSpec, timed: timerun.TimedRun, batch_id: int, stats: PartitionStats) -> None:
-    """Fire the batch's due timers and windows; a failure there fails the partition's batch."""
-    partition = stats.partition
-    try:
-        timed.finish()
-        stats.watermark = timed.time.watermark
-        stats.next_event, stats.next_processing = timed.time.next_event, timed.time.next_processing
-    except Exception as e:  # noqa: BLE001 - user code (on_timer, a window's process): reported with where
-        raise FunctionRecordError(
-            f"{spec['tenant']}/{spec['namespace']}/{spec['name']} failed firing timers of batch {batch_id}, "
-            f"partition {partition}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}") from None
-
-
-def with_fired(output: Any, fired: list[Any]) -> Any:
-    """``process_batch``'s output table with ``on_timer``'s output records appended."""
-    if not fired:
-        return output
-    import pyarrow as pa
-
-    extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in fired])
-    return extra if output is None else pa.concat_tables([output, extra], promote_options="default")
-
-
 def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:
     """``--skip-errors`` for process_batch: the partition's batch is one unit, skipped whole; only its
     marker is written (a replay skips it again)."""
@@ -609,13 +599,13 @@ def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Itera
             return
         values: list[Any] = []
         record_keys: list[Any] = []
-        topics: list[Any] | None = [] if spec.get("topic_column") else None
+        topics: list[Any] | None = [] if spec.topic_column else None
         for batch in batches:
             values.extend(batch.column("__record").to_pylist())
             record_keys.extend(batch.column("__key").to_pylist())
             if topics is not None:
                 topics.extend(batch.column("__topic").to_pylist())
-        if spec.get("time") and None in values:  # a partition's tick (timerun.with_ticks) is no record
+        if spec.time is not None and None in values:  # a partition's tick (timerun.with_ticks) is no record
             kept = [i for i, value in enumerate(values) if value is not None]
             values, record_keys = [values[i] for i in kept], [record_keys[i] for i in kept]
             topics = None if topics is None else [topics[i] for i in kept]
@@ -628,23 +618,13 @@ def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Itera
 
 
 def _stats_batch(stats: PartitionStats) -> Any:
+    """The stats row of STATS_SCHEMA: the PartitionStats field of each column; errors, metrics and
+    exceptions as text."""
     import pyarrow as pa
 
-    return pa.RecordBatch.from_pylist([{
-        "partition": stats.partition, "processed": stats.processed, "skipped": stats.skipped,
-        "outputs": stats.outputs, "applied": stats.applied, "error": "\n".join(stats.errors) or None,
-        "received": stats.received, "user_exceptions": stats.user_exceptions, "dead_letters": stats.dead_letters,
-        "latency": stats.latency, "metrics": json.dumps(stats.metrics) if stats.metrics else None,
-        "exceptions": json.dumps(stats.exceptions) if stats.exceptions else None, "watermark": stats.watermark,
-        "next_event": stats.next_event, "next_processing": stats.next_processing,
-    }], schema=_stats_schema())
-
-
-def _stats_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema([("partition", pa.int64()), ("processed", pa.int64()), ("skipped", pa.int64()),
-                      ("outputs", pa.int64()), ("applied", pa.bool_()), ("error", pa.string()),
-                      ("received", pa.int64()), ("user_exceptions", pa.int64()), ("dead_letters", pa.int64()),
-                      ("latency", pa.float64()), ("metrics", pa.string()), ("exceptions", pa.string()),
-                      ("watermark", pa.int64()), ("next_event", pa.int64()), ("next_processing", pa.int64())])
+    types = {"long": pa.int64(), "boolean": pa.bool_(), "string": pa.string(), "double": pa.float64()}
+    schema = pa.schema([(n, types[t]) for n, t in (column.split() for column in STATS_SCHEMA.split(", "))])
+    row = {name: getattr(stats, name, None) for name in schema.names}
+    row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
+               exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
+    return pa.RecordBatch.from_pylist([row], schema=schema)

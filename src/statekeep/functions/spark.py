@@ -8,6 +8,7 @@ state stays exactly-once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -240,7 +241,7 @@ class FunctionQuery:
         if partitioning is not None:  # each record routed to the partition owning its key's group
             groups, parallelism = partitioning
             frame = frame.withColumn("__route", route_column(groups, parallelism))
-        if spec.get("time"):
+        if spec.time is not None:
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
         runner = arrow_partition_runner(spec, batch_id)
         rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
@@ -249,7 +250,7 @@ class FunctionQuery:
             self.totals["processed"] += row["processed"]
             self.totals["skipped"] += row["skipped"]
             self.totals["outputs"] += row["outputs"]
-        if spec.get("time"):
+        if spec.time is not None:
             advance_watermark(self._time, rows, parallelism)
         add_batch(self.totals["instances"], rows)
         self.totals["batches"] += 1
@@ -267,24 +268,23 @@ class FunctionQuery:
         spec = self.spec
         partitioning = routing(spec, cached_state_store(spec), self.parallelism)
         if partitioning is not None:  # this batch's parallelism (a rescale happens between batches)
-            spec = spec.copy()  # for this batch
-            spec["time_groups"], spec["state_parallelism"] = partitioning
-        if spec.get("time"):  # the function's watermark before this batch
+            spec = dataclasses.replace(spec, time_groups=partitioning[0], state_parallelism=partitioning[1])
+        if spec.time is not None:  # the function's watermark before this batch
             spec = with_batch_watermark(spec, cached_state_store(spec), self._time, batch_id)
         return spec, partitioning
 
     def start(self, *, tick: bool = False) -> FunctionQuery:
         """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
         :meth:`await_termination`)."""
-        frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
-                            self.spec.get("input_options"), store_url=self.spec.get("store_url"),
-                            topic_column=bool(self.spec.get("topic_column")), topics_dir=self.spec.get("topics_dir"))
-        self._clock = bool(self.spec.get("time")) and self._clocked(len(self.inputs))
+        spec = self.spec
+        frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
+                            store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
+        self._clock = spec.time is not None and self._clocked(len(self.inputs))
         if self._clock:
             frame = with_clock_source(frame, tick=tick)
         writer = (frame.writeStream.foreachBatch(self._handle_batch)
                   .option("checkpointLocation", self.checkpoint)
-                  .queryName("statekeep_" + "_".join(self.spec[k] for k in ("tenant", "namespace", "name"))))
+                  .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
         writer = (writer.trigger(availableNow=True) if self.once
                   else writer.trigger(processingTime=self.trigger_interval))
         self.query = writer.start()
@@ -299,7 +299,7 @@ class FunctionQuery:
         found = _checkpoint_sources(self.spark, self.checkpoint)
         if found is None or found > inputs:
             return True
-        print(f"statekeep: {self.spec['name']}: processing-time timers and state TTL act when input arrives "
+        print(f"statekeep: {self.spec.name}: processing-time timers and state TTL act when input arrives "
               "(its checkpoint predates its timers; delete and create the function to have them act when idle)",
               file=sys.stderr)
         return False
@@ -365,9 +365,9 @@ def status_saver(store: MetadataStore, query: FunctionQuery, tenant: str, namesp
 
 def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
                   skip_errors: bool | None = None) -> tuple[ExecutorSpec, FunctionConfig]:
-    """What executors need to run a registered function (code, provider, formats), as plain JSON
-    data, and its :class:`FunctionConfig`. The provider config names the store by URL, since an
-    open store cannot travel to another process."""
+    """What executors need to run a registered function (code, provider, formats), checked, and its
+    :class:`FunctionConfig`. The provider config names the store by URL, since an open store cannot
+    travel to another process."""
     cfg = registry.get(tenant, namespace, name)
     entry = registry.catalog.get(tenant, namespace, name)
     version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
@@ -378,31 +378,28 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
         input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
     user_config = dict(cfg.userConfig)
-    spec: ExecutorSpec = {
-        "tenant": tenant, "namespace": namespace, "name": name, "code": code, "py_name": cfg.py or f"{name}.py",
-        "state_provider": provider, "state_config": provider_config,
-        "input_format": input_format if input_format in ("text", MESSAGE) else "json",
-        "source_format": input_format, "key_field": cfg.keyField, "output": cfg.output,
-        "store_url": metadata_url,  # the registry, where a statekeep:// input function is found
-        "output_format": cfg.outputFormat or "jsonl", "user_config": user_config,
-        "skip_errors": bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
+    spec = ExecutorSpec(
+        tenant, namespace, name, code, py_name=cfg.py or f"{name}.py", state_provider=provider,
+        state_config=provider_config, input_format=input_format if input_format in ("text", MESSAGE) else "json",
+        source_format=input_format, key_field=cfg.keyField, output=cfg.output,
+        store_url=metadata_url,  # the registry, where a statekeep:// input function is found
+        output_format=cfg.outputFormat or "jsonl", user_config=user_config,
+        skip_errors=bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
         # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
-        "input_options": {str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
+        input_options={str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
         # Pulsar's className, identity and the per-record Context's data
-        "class_name": cfg.className, "function_id": registry.incarnation(tenant, namespace, name),
-        "function_version": version, "inputs": list(cfg.inputs),
-        "topic_column": len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
-        # Pulsar's per-record error handling (see runtime._run_careful); getattr: fields the config may lack
-        "secrets": dict(getattr(cfg, "secrets", None) or {}),
-        "timeout_ms": getattr(cfg, "timeoutMs", None) or None,
-        "max_retries": _retries(getattr(cfg, "maxMessageRetries", None)),
-        "dead_letter": getattr(cfg, "deadLetterTopic", None) or None,
-        "time": time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.timerun)
+        class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
+        function_version=version, inputs=tuple(cfg.inputs),
+        topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
+        # Pulsar's per-record error handling (see runtime.RecordPath.run_records); getattr: fields the config may lack
+        secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
+        max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
+        dead_letter=getattr(cfg, "deadLetterTopic", None) or None,
+        time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.timerun)
         # Pulsar's serde, log topic and topics (see statekeep.functions.messages and .topics)
-        "input_serdes": cfg.input_serdes(), "output_serde": cfg.outputSerdeClassName, "log_topic": cfg.logTopic,
-        "input_schemas": dict(cfg.customSchemaInputs or {}),
-        "topics_dir": os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None),
-    }
+        input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
+        input_schemas=dict(cfg.customSchemaInputs or {}),
+        topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
     return spec, cfg
 
 

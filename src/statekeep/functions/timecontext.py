@@ -27,6 +27,14 @@ class TimeMethods:
 
     def _key(self) -> str | None: ...  # the current record's key (the Context's)
 
+    def keep_time(self, time: TimeState) -> None:
+        """Give the context its run's time state (the runtime, for a function keeping time)."""
+        self._time = time
+
+    def in_window(self, window: Window | None) -> None:
+        """Set the window :meth:`get_window` returns (the runtime, while a window is processed; None after)."""
+        self._window = window
+
     def _time_state(self, op: str) -> TimeState:
         if self._time is None:
             raise InvalidArgumentError(f"{op}: this function keeps no time state (define on_timer, a windowConfig "

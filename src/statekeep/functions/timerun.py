@@ -1,6 +1,7 @@
 """Time in one (batch, partition) run: windows, timers and TTL wired into the runtime's record loop.
 
-:func:`start` (when the executor spec has a ``time`` section) gives the context its
+:class:`TimedRun` (built by :meth:`statekeep.functions.runtime.RecordPath.keep_time` when the executor
+spec has a ``time`` section) gives the context its
 :class:`~statekeep.functions.timekeeping.TimeState` and, for a windowed function, the ``process`` the
 record loop calls instead (it puts the record in its windows and calls the user's function for each
 count window it completes). :meth:`TimedRun.finish`, after the records, fires due timers (windows
@@ -10,11 +11,12 @@ runtime writes outputs and commits.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.spec import ExecutorSpec, TimeSpec
 from statekeep.functions.timekeeping import TimeState
 from statekeep.functions.windowconfig import user_lag_ms
 from statekeep.functions.windows import Window, Windows
@@ -28,7 +30,7 @@ LATE_METRIC = "lateRecordsDropped"
 BATCH_WINDOWS = "a windowConfig needs process(records, context), not process_batch"
 
 
-def time_section(config: Any, code: str) -> dict[str, Any] | None:
+def time_section(config: Any, code: str) -> TimeSpec | None:
     """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code), or
     None when it keeps no time: no windowConfig, no stateTtlSeconds, and code that mentions neither
     ``on_timer``, ``register_timer`` nor ``ttl_seconds``."""
@@ -38,8 +40,8 @@ def time_section(config: Any, code: str) -> dict[str, Any] | None:
         return None
     # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
     lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
-    return {"window": window.to_spec() if window is not None else None, "ttl_ms": ttl * 1000 if ttl else None,
-            "ttl_used": bool(ttl) or "ttl_seconds" in code, "lag_ms": lag}
+    return TimeSpec(window.to_spec() if window is not None else None, ttl * 1000 if ttl else None,
+                    bool(ttl) or "ttl_seconds" in code, lag)
 
 
 def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | None:
@@ -58,17 +60,18 @@ class TimedRun:
 
     def __init__(self, spec: ExecutorSpec, state: Any, partition: int, context: Any,
                  process: Callable[..., Any], emit: Callable[[Any], None], batch: int | None = None) -> None:
-        section = spec.get("time") or {}  # built only for a spec with a time section (see start)
-        groups = spec.get("time_groups", KEY_GROUPS)
-        owned = group_range(partition, spec.get("state_parallelism", 1), groups)
-        window = section.get("window")
-        self.time = TimeState(state, groups, owned, lag_ms=section.get("lag_ms", (window or {}).get("lag", 0)),
-                              ttl_ms=section.get("ttl_ms"), ttl_used=section.get("ttl_used", True), clock=CLOCK,
-                              previous=spec.get("watermark_previous"), batch=batch)
+        section = spec.time
+        assert section is not None  # built only for a spec with a time section (RecordPath.keep_time)
+        groups = spec.time_groups
+        owned = group_range(partition, spec.state_parallelism, groups)
+        window = section.window
+        lag = section.lag_ms if section.lag_ms is not None else (window or {}).get("lag", 0)
+        self.time = TimeState(state, groups, owned, lag_ms=lag, ttl_ms=section.ttl_ms, ttl_used=section.ttl_used,
+                              clock=CLOCK, previous=spec.watermark_previous, batch=batch)
         self.context = context
         self.user_process = process
         self.emit = emit
-        self.event_field = (spec.get("user_config") or {}).get("eventTimeField")
+        self.event_field = spec.user_config.get("eventTimeField")
         self.on_timer = entry_of(process, "on_timer")
         self.late_topic = (window or {}).get("late_topic")
         self.windows: Windows | None = None
@@ -79,9 +82,8 @@ class TimedRun:
                 if extractor is None:
                     raise InvalidArgumentError(f"timestampExtractorClassName {window['extractor']!r}: no such "
                                                "callable in the function's file")
-            self.windows = Windows(window, self.time, extractor,
-                                   (spec.get("user_config") or {}).get("eventTimeField"))
-        context._time = self.time
+            self.windows = Windows(dict(window), self.time, extractor, self.event_field)
+        context.keep_time(self.time)
 
     def prefetch(self, keys: Iterable[str]) -> None:
         """Read the batch's keys' time entries (expiries, window buffers) in the batch's one bulk read."""
@@ -110,7 +112,7 @@ class TimedRun:
         ts = value.get(field) if field and windows.extractor is None and value.__class__ is dict else None
         if ts.__class__ is not int:  # anything but a plain int field: the checked way (raises naming the field)
             ts = windows.event_time(value)
-        key = context._key() or ""
+        key = context.get_message_key() or ""
         fired = windows.add_tumbling(key, value, ts) if windows.tumbling else windows.add(key, value, ts)
         self.time.observe(ts)
         if fired is None:  # late
@@ -126,12 +128,12 @@ class TimedRun:
 
     def _call(self, window: Window, records: list[Any]) -> Any:
         context = self.context
-        context._window = window
+        context.in_window(window)
         self.time.current_key = window.key or ""
         try:
             return self.user_process(records, context)
         finally:
-            context._window = None
+            context.in_window(None)
             self.time.current_key = None
 
     def _fired(self, key: str, ts: int, code: str) -> None:
@@ -144,7 +146,7 @@ class TimedRun:
             return
         if self.on_timer is None:
             return  # a timer registered by a function that has no on_timer: nothing to call
-        self.context._position = -1
+        self.context.position = -1
         result = self.on_timer(key or None, ts, self.context)
         if result is not None:
             self.emit(result)
@@ -167,23 +169,15 @@ class TimedRun:
         self.time.flush()
 
 
-def start(spec: ExecutorSpec, state: Any, partition: int, context: Any, process: Callable[..., Any],
-          emit: Callable[[Any], None], batch: int | None = None) -> TimedRun | None:
-    """A :class:`TimedRun` if the spec keeps time, else None (and the context is left as it is)."""
-    if not spec.get("time"):
-        return None
-    return TimedRun(spec, state, partition, context, process, emit, batch)
-
-
 def routing(spec: ExecutorSpec, store: Any, parallelism: int, *, prepare: bool = True) -> tuple[int, int] | None:
     """The driver's part: ``(key groups, parallelism)`` a micro-batch of the function runs with, each record
     routed to the partition owning its key's group; None: records go by key, any task writes any key.
     Partition-owned state decides (``prepare``: before a micro-batch, which may lay it out or rescale it,
     see :meth:`StateStore.partitioning`; else as it stands), else time state, kept per key group, does.
     ``parallelism`` is the function's; a function without a key field runs in one partition."""
-    wanted = parallelism if spec.get("key_field") else 1
+    wanted = parallelism if spec.key_field else 1
     found: tuple[int, int] | None = store.partitioning(wanted, prepare=prepare)
-    if found is None and spec.get("time"):
+    if found is None and spec.time is not None:
         found = KEY_GROUPS, min(wanted, KEY_GROUPS)
     return found
 
@@ -196,8 +190,8 @@ def one_record(spec: ExecutorSpec, store: Any, parallelism: int, key: str | None
     found = routing(spec, store, parallelism, prepare=False)
     assert found is not None  # a spec with a time section is routed by key group
     groups, parallelism = found
-    spec = {**spec, "state_parallelism": parallelism, "time_groups": groups,
-            "watermark_previous": stored_watermark_of(store)}
+    spec = dataclasses.replace(spec, state_parallelism=parallelism, time_groups=groups,
+                               watermark_previous=stored_watermark_of(store))
     return spec, 0 if key is None else owner(key_group(key, groups), parallelism, groups)
 
 
@@ -220,9 +214,7 @@ def with_batch_watermark(spec: ExecutorSpec, store: Any, known: dict[str, Any], 
     if known.get("batch") != batch - 1:
         known["watermark"] = stored_watermark(store, batch)
     known["batch"] = batch
-    batch_spec = spec.copy()  # for this batch
-    batch_spec["watermark_previous"] = known["watermark"]
-    return batch_spec
+    return dataclasses.replace(spec, watermark_previous=known["watermark"])
 
 
 def advance_watermark(known: dict[str, Any], rows: Iterable[Mapping[str, Any]], parallelism: int) -> None:
