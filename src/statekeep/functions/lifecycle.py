@@ -20,7 +20,6 @@ import contextlib
 import json
 import time
 import traceback
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
@@ -108,7 +107,8 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions import messages
-    from statekeep.functions.runtime import RecordPath, batch_output, output_sink, records_table, with_fired
+    from statekeep.functions.runtime import RecordPath, batch_output, records_table, with_fired
+    from statekeep.functions.sink import output_sink, published_targets, write_targets
     from statekeep.functions.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
@@ -197,17 +197,13 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
             result = None if not outputs else outputs[0] if len(outputs) == 1 else outputs
         elif result is not None and serde is not None:  # the answer is the output message
             result = messages.serialize(result, serde)
-        targets = messages.published_by_target(context.published, spec)
+        targets = published_targets(spec, context.published, context.get_logger())
     except FunctionLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
         raise InvalidArgumentError(f"serializing the output of {fqfn} failed: "
                                    f"{type(e).__name__}: {e}") from None
-    if spec.get("log_topic"):
-        logs = messages.log_records(context.get_logger())
-        if logs:
-            targets.setdefault(str(messages.output_location(spec, spec["log_topic"])), []).extend(logs)
-    _write_trigger_published(targets)
+    write_targets(spec, targets)
     if written:
         sink.write_new(written, "trigger")
     store.apply_batch(state.puts, state.counter_deltas)
@@ -229,20 +225,6 @@ def _decoded(path: RecordPath, record: Any, message: bool, fqfn: str) -> Any:
         if isinstance(e, ValueError):  # json.loads refused the line
             raise InvalidArgumentError(f"the trigger data is not a JSON value: {e}") from None
         raise
-
-
-def _write_trigger_published(targets: dict[str, list[Any]]) -> None:
-    """Each target's records (publish, log topic) as one new file of it."""
-    import os
-
-    for topic, messages in targets.items():
-        os.makedirs(topic, exist_ok=True)
-        final = os.path.join(topic, f"trigger-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}.jsonl")
-        temp = os.path.join(topic, f".{os.path.basename(final)}.tmp")  # hidden: Spark's file source skips it
-        with open(temp, "w", encoding="utf-8") as out:
-            for message in messages:
-                out.write(json.dumps(message, separators=(",", ":"), default=str) + "\n")
-        os.replace(temp, final)
 
 
 def output_text(result: Any) -> str:

@@ -265,10 +265,10 @@ class Published:
 
 
 def published_by_target(published: list[tuple[str, Any]], spec: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """``context.publish`` messages grouped by the directory they go to (a topic's, or the path named),
-    each as the record written there: a message record for a topic, or for a path when the message
-    has a key, properties or an event time; else the value as it is (through a serde, if named)."""
-    from statekeep.functions.topics import is_topic, location
+    """``context.publish`` messages grouped by the target named (a topic, or a path), each as the record
+    written there: a message record for a topic, or for a path when the message has a key, properties or an
+    event time; else the value as it is (through a serde, if named)."""
+    from statekeep.functions.topics import is_topic
 
     targets: dict[str, list[Any]] = {}
     for topic, item in published:
@@ -282,7 +282,7 @@ def published_by_target(published: list[tuple[str, Any]], spec: Mapping[str, Any
                 record = _plain(serialize(item.message, serde))
             else:
                 record = _plain(item.message)
-        targets.setdefault(str(location(topic, spec.get("topics_dir"))), []).append(record)
+        targets.setdefault(topic, []).append(record)
     return targets
 
 
@@ -311,23 +311,6 @@ def output_wrapper(spec: Mapping[str, Any], context: Any) -> Callable[[Any], Any
     if serde is not None:
         return lambda result: _plain(serialize(result, serde))
     return lambda result: result
-
-
-def file_suffix(spec: Mapping[str, Any], directory: str, kind: str) -> str:
-    """What a function's file in a topic's directory adds to its (batch, partition) name, so that the
-    functions and kinds of records (``out``, ``pub``, ``log``, ``dead``) sharing a topic never replace
-    each other's files: ``-KIND-TENANT.NAMESPACE.NAME``; ``""`` for a path that is not a topic's."""
-    root = spec.get("topics_dir")
-    if not root or not os.path.abspath(directory).startswith(os.path.abspath(root) + os.sep):
-        return ""
-    return f"-{kind}-{spec['tenant']}.{spec['namespace']}.{spec['name']}"
-
-
-def output_location(spec: Mapping[str, Any], name: str | None) -> str | None:
-    """The directory an output, dead-letter or log topic name goes to (see :mod:`statekeep.functions.topics`)."""
-    from statekeep.functions.topics import location
-
-    return location(name, spec.get("topics_dir"))
 
 
 class LogTopicHandler(logging.Handler):
