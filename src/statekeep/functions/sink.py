@@ -118,16 +118,21 @@ def read_records(directory: str, label: str = "") -> Iterator[dict[str, Any]]:
     """The JSON-object lines of a directory's files in publish order. Raises :class:`InvalidArgumentError`
     for a line that is not a JSON object, naming the file and line (and ``label``, e.g. a topic's name)."""
     for name in data_files(directory):
-        for number, line in enumerate(read_text(directory, name).splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict):
-                raise InvalidArgumentError(f"{name}:{number}{' of ' + label if label else ''} is not a message record")
-            yield record
+        yield from file_records(directory, name, label)
+
+
+def file_records(directory: str, name: str, label: str = "") -> Iterator[dict[str, Any]]:
+    """The JSON-object lines of one file of ``directory`` (errors as :func:`read_records`)."""
+    for number, line in enumerate(read_text(directory, name).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise InvalidArgumentError(f"{name}:{number}{' of ' + label if label else ''} is not a message record")
+        yield record
 
 
 def _encode(records: Any, fmt: str) -> bytes:
@@ -191,17 +196,15 @@ class OutputSink:
     suffix: str = ""
     topic: bool = False
 
-    def _batch_stem(self, batch_id: int, partition: int) -> str:
-        return f"batch-{batch_id:012d}-part-{partition:05d}{self.suffix}"
-
     def existing(self, batch_id: int, partition: int) -> str | None:
         """The name of the file an earlier run of (batch, partition) wrote, if any (this scheme's or the
         one before it)."""
         if self.directory is None:
             return None
-        stem = self._batch_stem(batch_id, partition)
-        legacy = {f"{stem}.{self.fmt}", f"batch-{batch_id:012d}-part-{partition:05d}.{self.fmt}"}
-        for name in sorted(_names(self.directory, stem[:30])):  # the batch and partition: one prefix listing
+        prefix = f"batch-{batch_id:012d}-part-{partition:05d}"
+        stem = prefix + self.suffix
+        legacy = {f"{stem}.{self.fmt}", f"{prefix}.{self.fmt}"}
+        for name in sorted(_names(self.directory, prefix)):  # the batch and partition: one prefix listing
             match = _NEW.match(name)
             if match and match["stem"] == stem and match["fmt"] == self.fmt or name in legacy:
                 return name
@@ -212,7 +215,7 @@ class OutputSink:
         file an earlier run of (batch, partition) wrote, so each record exists once."""
         if self.directory is not None:
             name = (self.existing(batch_id, partition)
-                    or f"{self._batch_stem(batch_id, partition)}@{_now():013d}.{self.fmt}")
+                    or f"batch-{batch_id:012d}-part-{partition:05d}{self.suffix}@{_now():013d}.{self.fmt}")
             write_file(self.directory, name, records, self.fmt)
 
     def write_new(self, records: Any, origin: str) -> str | None:
