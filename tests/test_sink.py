@@ -166,3 +166,69 @@ def test_publish_and_the_log_topic_go_to_their_targets_by_kind(tmp_path, clock):
     assert os.listdir(tmp_path / "side") == [f"batch-000000000003-part-00002-pub-t.n.f@{clock.now}.jsonl"]
     assert os.listdir(topics.directory(str(tmp_path), "persistent://t/n/log")) == [
         f"batch-000000000003-part-00002-log-t.n.f@{clock.now}.jsonl"]
+
+
+# ---- the statekeep-topic stream's offsets (the reader's driver side, no Spark session) ------------------------
+
+def stream_reader(root, **options):
+    pytest.importorskip("pyspark")
+    from statekeep.functions.sources import _TopicStreamReader
+
+    return _TopicStreamReader({"topic": TOPIC, "topicsDir": root, "raw": "true", **options})
+
+
+def take(reader, start):
+    """(the next offset, the values of the messages between start and it, in order)."""
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    batches = [b for p in reader.partitions(start, end) for b in reader.read(p)] if end != start else []
+    return end, [json.loads(line)["value"] for b in batches for line in b.column(0).to_pylist()]
+
+
+def test_the_topic_stream_takes_each_file_once_in_publish_order(tmp_path, clock):
+    root, spec = str(tmp_path), {**SPEC, "topics_dir": str(tmp_path)}
+    out = sink.output_sink(spec, TOPIC)
+    reader = stream_reader(root)
+    start = reader.initialOffset()
+    clock.now = 1_700_000_000_200
+    out.write(0, 1, [{"value": "b0p1"}])
+    clock.now = 1_700_000_000_100
+    topics.write(root, TOPIC, [{"value": "produced"}, {"value": "produced too"}])
+    first, got = take(reader, start)
+    assert got == ["produced", "produced too", "b0p1"]
+    assert take(reader, first) == (first, [])  # nothing new: the same offset, no batch
+    out.write(0, 1, [{"value": "b0p1 replayed"}])  # a replay rewrites the file it took: not taken again
+    assert take(reader, first) == (first, [])
+    clock.now = 1_700_000_000_150  # committed late, but within LATENESS_MS of the newest taken: taken
+    out.write(0, 0, [{"value": "late"}])
+    second, got = take(reader, first)
+    assert got == ["late"]
+    assert reader.partitions(start, first) and take(reader, second) == (second, [])
+    # a restarted query is given its last offset: it goes on from there (offsets are JSON data)
+    again = stream_reader(root)
+    clock.now = 1_700_000_090_000
+    out.write(1, 0, [{"value": "b1"}])
+    third, got = take(again, json.loads(json.dumps(second)))
+    assert got == ["b1"]
+    assert third["after"] == 1_700_000_090_000 - 60_000 and len(third["seen"]) == 1  # older names dropped
+
+
+def test_the_topic_stream_bounds_a_batch_and_stops_where_available_now_started(tmp_path, clock):
+    root = str(tmp_path)
+    for i in range(5):
+        clock.now += 1
+        topics.write(root, TOPIC, [{"value": str(i)}])
+    reader = stream_reader(root, maxFilesPerTrigger="2")
+    reader.prepareForTriggerAvailableNow()
+    clock.now += 1
+    topics.write(root, TOPIC, [{"value": "after the start"}])
+    offset, taken = reader.initialOffset(), []
+    while True:
+        end, got = take(reader, offset)
+        if end == offset:
+            break
+        assert 1 <= len(got) <= 2
+        taken += got
+        offset = end
+    assert taken == ["0", "1", "2", "3", "4"]
+    with pytest.raises(Exception, match="maxFilesPerTrigger"):
+        stream_reader(root, maxFilesPerTrigger="0")

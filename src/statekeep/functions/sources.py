@@ -226,7 +226,7 @@ TOPIC_SCHEMA = ("value string, valueBase64 string, key string, properties map<st
                 "publishTime long")
 #: see the module docstring: how far back (ms) a topic stream still takes a file it had not seen
 LATENESS_MS = 60_000
-FILES_PER_PARTITION = 64
+TOPIC_PARTITIONS = 16  # a micro-batch's files are read by at most this many tasks, each a run of them in order
 
 
 def _topic_directory(options: Mapping[str, Any]) -> str:
@@ -252,13 +252,15 @@ def _topic_rows(directory: str, names: list[str], raw: bool) -> Iterator[Any]:
     or as rows of TOPIC_SCHEMA."""
     from statekeep.functions import sink
 
-    if raw:
+    if raw:  # split and filtered in Arrow: no Python object per line
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         for name in names:
-            lines = [line for line in sink.read_text(directory, name).splitlines() if line.strip()]
-            if lines:
-                yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])
+            lines = pc.list_flatten(pc.split_pattern(pa.array([sink.read_text(directory, name)]), "\n"))
+            lines = lines.filter(pc.not_equal(pc.utf8_trim_whitespace(lines), ""))  # blank lines are no messages
+            if len(lines):
+                yield pa.RecordBatch.from_arrays([lines], names=["value"])
         return
     for m in (record for name in names for record in sink.file_records(directory, name)):
         yield (m.get("value"), m.get("valueBase64"), m.get("key"), m.get("properties"), m.get("eventTime"),
@@ -321,7 +323,8 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         names = [n for _, n in sorted(k for k in map(sink.file_key, set(end["seen"]) - set(start["seen"]))
                                       if k is not None)]
-        return [_TopicFiles(names[i:i + FILES_PER_PARTITION]) for i in range(0, len(names), FILES_PER_PARTITION)]
+        size = -(-len(names) // TOPIC_PARTITIONS)
+        return [_TopicFiles(names[i:i + size]) for i in range(0, len(names), size)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, _TopicFiles)  # what partitions() makes

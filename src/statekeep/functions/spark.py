@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep.errors import InvalidArgumentError
@@ -20,7 +20,7 @@ from statekeep.functions.messages import JSON_LINE
 from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.functions.stats import add_batch
-from statekeep.functions.topics import default_root, directory, is_topic
+from statekeep.functions.topics import default_root, is_topic
 from statekeep.functions.timerun import (advance_watermark, last_batch_needed, routing, time_section,
                                          with_batch_watermark, with_clock_source, with_ticks)
 from statekeep.retry import OUTAGE
@@ -74,21 +74,18 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
 
 def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,
                 options: dict[str, str] | None = None, *, store_url: str | None = None,
-                topic_column: bool = False, topics_dir: str | None = None,
-                file_topics: Collection[str] = ()) -> DataFrame:
+                topic_column: bool = False, topics_dir: str | None = None) -> DataFrame:
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
     text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
     ``__topic``, the input each record came from (asked for with several inputs, where
     ``context.get_current_message_topic_name`` needs it). Several file inputs are read as one
     stream each, unioned. A ``statekeep-changelog`` input is
     another function's changelog (``statekeep://T/N/F`` or ``T/N/F``) in the registry at
-    ``store_url`` (unless the options name a ``store``). A topic is read with the ``statekeep-topic``
-    source, or with Spark's text source if it is in ``file_topics`` (a checkpoint written before holds its
-    offsets)."""
+    ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
 
     if input_format == MESSAGE:
-        return _message_frame(spark, inputs, key_field, options, topic_column, topics_dir, file_topics)
+        return _message_frame(spark, inputs, key_field, options, topic_column, topics_dir)
     if input_format not in INPUT_FORMATS:
         raise InvalidArgumentError(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {input_format!r}")
     reader = spark.readStream
@@ -127,26 +124,31 @@ def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_f
 
 
 def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None, options: dict[str, str] | None,
-                   topic_column: bool, topics_dir: str | None, file_topics: Collection[str] = ()) -> DataFrame:
+                   topic_column: bool, topics_dir: str | None) -> DataFrame:
     """:func:`input_frame` of the ``message`` format: each record a message record (JSON, see
     statekeep.functions.messages). A topic's files hold them; a file input's line becomes one (its
-    value the line; a .json/.jsonl file's line as ``messages.JSON_LINE`` + the line). The key is the message's
+    value the line; a .json/.jsonl file's line as ``messages.JSON_LINE`` + the line). A topic under a URL root
+    is read with the ``statekeep-topic`` source, a local one with Spark's text source. The key is the message's
     key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
     from pyspark.sql import functions as F
+
+    from statekeep.functions.sink import is_url
+    from statekeep.functions.topics import default_root, directory, is_topic
 
     reader = spark.readStream
     for k, v in (options or {}).items():
         reader = reader.option(k, v)
     selected: DataFrame | None = None
+    root = topics_dir or default_root()
     for name in inputs:
-        if is_topic(name):  # the topic's files in publish order, on any fsspec URL (statekeep.functions.sources)
-            root = topics_dir or default_root()
-            if name in file_topics:
-                os.makedirs(directory(root, name), exist_ok=True)
-                frame = reader.format("text").load(directory(root, name))
-            else:
-                frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
-                         .option("topicsDir", root).load())
+        if is_topic(name) and is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
+            frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
+                     .option("topicsDir", root).load())
+            record, key = F.col("value"), F.get_json_object("value", "$.key")
+        elif is_topic(name):  # a local topic: Spark's text source, measured faster here than statekeep-topic
+            path = directory(root, name)
+            os.makedirs(path, exist_ok=True)
+            frame = reader.format("text").load(path)
             record, key = F.col("value"), F.get_json_object("value", "$.key")
         else:
             frame = reader.format("text").load(name)
@@ -178,14 +180,9 @@ def route_column(groups: int, parallelism: int) -> Column:
 
 
 def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
-    """How many sources the query whose checkpoint is at ``checkpoint`` had (None if it has no offsets yet)."""
-    offsets = _checkpoint_offsets(spark, checkpoint)
-    return None if offsets is None else len(offsets)
-
-
-def _checkpoint_offsets(spark: SparkSession, checkpoint: str) -> list[str] | None:
-    """The offsets (JSON text, one per source in the query's order) of the latest offsets file of the query
-    whose checkpoint is at ``checkpoint``: its lines after the version and metadata lines; None if it has none."""
+    """How many sources the query whose checkpoint is at ``checkpoint`` had: the lines after the
+    version and metadata lines of its latest offsets file (one offset per source), or None if it has
+    none yet."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a live session's gateway
     offsets = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
@@ -200,7 +197,7 @@ def _checkpoint_offsets(spark: SparkSession, checkpoint: str) -> list[str] | Non
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
-    return list(text.splitlines()[2:])
+    return len(text.splitlines()) - 2
 
 
 class QueryTotals(TypedDict):
@@ -282,13 +279,9 @@ class FunctionQuery:
     def start(self, *, tick: bool = False) -> FunctionQuery:
         """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
         :meth:`await_termination`)."""
-        offsets = _checkpoint_offsets(self.spark, self.checkpoint) or []
-        # a topic this checkpoint read with Spark's file source (before statekeep-topic) goes on with it
-        file_topics = {name for name, offset in zip(self.inputs, offsets) if '"logOffset"' in offset}
         frame = input_frame(self.spark, self.inputs, self.spec["source_format"], self.spec.get("key_field"),
                             self.spec.get("input_options"), store_url=self.spec.get("store_url"),
-                            topic_column=bool(self.spec.get("topic_column")), topics_dir=self.spec.get("topics_dir"),
-                            file_topics=file_topics)
+                            topic_column=bool(self.spec.get("topic_column")), topics_dir=self.spec.get("topics_dir"))
         self._clock = bool(self.spec.get("time")) and self._clocked(len(self.inputs))
         if self._clock:
             frame = with_clock_source(frame, tick=tick)
