@@ -77,3 +77,35 @@ def test_functions_read_and_write_topics_on_s3_through_localrun(s3_server, spark
     seen = [json.loads(m["value"]) for m in topics.read(root, "persistent://public/default/seen")]
     assert sorted(s["seen"] for s in seen) == ["hello!", "world!"]
     assert not (tmp_path / "data" / "topics").exists() and not (tmp_path / "s3:").exists()
+
+
+def test_a_function_on_the_cluster_reads_and_writes_topics_on_s3_with_no_shared_filesystem(
+        request, s3_server, spark_cluster, spark_env, tmp_path, capsys):
+    """localrun --spark-master spark://... with its topics under ``s3://`` and its state in ZooKeeper: the
+    executors on the cluster's workers read the input topic and write the output topic through S3 only."""
+    import uuid
+    from collections import Counter
+
+    from support.cli import run as cli
+
+    from statekeep.functions.service import FunctionService
+
+    url = f"zk://{request.getfixturevalue('zk_server').address}/c{uuid.uuid4().hex[:10]}"
+    root = s3_server.url("cluster-topics")
+    words = [f"w{i % 7}" for i in range(300)]
+    for chunk in range(3):
+        assert cli(capsys, "topics", "produce", "in", *[a for w in words[chunk::3] for a in ("-m", w)],
+                   "--topics-dir", root)[0] == 0
+    (tmp_path / "count.py").write_text(COUNT)
+    command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "count", "--py",
+               str(tmp_path / "count.py"), "--inputs", TOPIC, "--output", "persistent://public/default/seen",
+               "--store", url, "--topics-dir", root, "--checkpoint-dir", str(tmp_path / "checkpoints"),
+               "--spark-master", spark_cluster.master_url, "--once"]
+    done = subprocess.run(command, env={**os.environ, **spark_env}, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = [json.loads(m["value"])["seen"] for m in topics.read(root, "persistent://public/default/seen")]
+    assert Counter(seen) == Counter(words)
+    with FunctionService.open(url) as service:
+        state = service.registry.state_store("public", "default", "count")
+        assert {e.key: e.counter for e in state.scan_entries()} == Counter(words)
