@@ -22,7 +22,8 @@ name, so the stem and time parse back unambiguously.
 - **Publish order.** Readers (:func:`data_files`, ``topics consume``, the console, the ``statekeep-topic`` source)
   take files by (MS, name): messages come back in the order their files were committed, whoever wrote them (a
   file a replay rewrites keeps its first time). A function reading a topic under a local root goes through
-  Spark's text source, which orders the files of a micro-batch by their modification time. Files of earlier schemes stay readable: ``produce-MS-UUID.jsonl`` and ``trigger-MS-UUID.jsonl`` by their MS;
+  Spark's text source, which orders the files of a micro-batch by their modification time. Files of earlier
+  schemes stay readable: ``produce-MS-UUID.jsonl`` and ``trigger-MS-UUID.jsonl`` by their MS;
   ``batch-...`` files (which carry no time) first, by name; any other file also first, by name.
 
 Topics and outputs live on a local path or any fsspec URL (``--topics-dir s3://bucket/topics``); fsspec is
