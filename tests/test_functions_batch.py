@@ -4,6 +4,7 @@ one partition of one micro-batch through the same runtime path (applied marker +
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def process_batch(records, context):
     run_partition(spec, 7, 1, lines(["x", "y", "z"]))
     run_partition({**spec, "code": code + "\n"}, 7, 1, lines(["x", "y", "z"]))  # a replay (skipped)
     files = list((tmp_path / "out").iterdir())
-    assert [f.name for f in files] == ["batch-000000000007-part-00001.jsonl"]
+    assert [re.sub(r"@\d{13}\.", "@MS.", f.name) for f in files] == [
+        "batch-000000000007-part-00001-out-public.default.wc@MS.jsonl"]
     assert [json.loads(x) for x in files[0].read_text().splitlines()] == [{"word": "y"}, {"word": "z"}]
 
 
@@ -214,6 +216,6 @@ def test_process_batch_output_to_a_topic_goes_to_the_topic_as_per_record_output_
     both = list(topics.read(root, topic))
     assert [json.loads(payload(m)) for m in both] == batch_messages * 2  # the same messages from either path
     assert {tuple(sorted(m)) for m in both} == {("publishTime", "value")}
-    assert sorted(p.name for p in Path(topics.directory(root, topic)).iterdir()) == [
-        "batch-000000000000-part-00000-out-public.default.echo.jsonl",
-        "batch-000000000000-part-00000-out-public.default.wc.jsonl"]
+    assert sorted(re.sub(r"@\d{13}\.", "@MS.", p.name) for p in Path(topics.directory(root, topic)).iterdir()) == [
+        "batch-000000000000-part-00000-out-public.default.echo@MS.jsonl",
+        "batch-000000000000-part-00000-out-public.default.wc@MS.jsonl"]

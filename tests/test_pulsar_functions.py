@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -197,7 +198,8 @@ def test_publish_is_written_with_the_batch_and_a_replay_writes_it_once(spec, tmp
     assert run_partition({**spec, "code": code}, 5, 0, words("a", "b")).applied
     assert not run_partition({**spec, "code": code}, 5, 0, words("a", "b")).applied  # replay: its marker
     files = list(side.iterdir())
-    assert [f.name for f in files] == ["batch-000000000005-part-00000.jsonl"]
+    assert [re.sub(r"@\d{13}\.", "@MS.", f.name) for f in files] == [
+        "batch-000000000005-part-00000-pub-public.default.wc@MS.jsonl"]
     assert files[0].read_text().splitlines() == ['"a"', '"b"']
 
 

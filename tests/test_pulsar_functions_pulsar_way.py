@@ -153,8 +153,10 @@ def files(tmp_path, monkeypatch):
 
 
 def topic(data_dir, name: str) -> list[dict]:
-    files = sorted((data_dir / "topics" / "persistent" / "public" / "default" / name).glob("*.jsonl"))
-    return [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    """The topic's messages in publish order (as ``topics consume`` reads them)."""
+    from statekeep.functions import topics
+
+    return list(topics.read(str(data_dir / "topics"), name))
 
 
 def test_pulsar_admin_created_functions_answer_trigger_as_pulsar_does(server, files, capsys):

@@ -23,17 +23,17 @@ from statekeep.errors import InvalidArgumentError
 def add_topics_dir_option(parser: argparse.ArgumentParser) -> None:
     """``--topics-dir DIR``, for ``standalone``, ``localrun`` and the ``topics`` commands."""
     parser.add_argument("--topics-dir", default=None, metavar="DIR",
-                        help="the root of statekeep's Pulsar topics (default: DATA_DIR/topics); on a cluster, "
-                             "a directory every worker reaches")
+                        help="the root of statekeep's Pulsar topics, a directory or an fsspec URL such as "
+                             "s3://bucket/topics (default: DATA_DIR/topics); on a cluster, one every worker reaches")
 
 
 def use_topics_dir(args: argparse.Namespace, data_dir: str | None = None) -> str:
     """The topics root the command's ``--topics-dir`` (else ``DATA_DIR/topics``, else the environment's
     or the default) names, made this process's and its children's (``$STATEKEEP_TOPICS_DIR``)."""
-    from statekeep.functions.topics import ENV, default_root
+    from statekeep.functions.topics import ENV, absolute, default_root
 
     chosen = getattr(args, "topics_dir", None)
-    root = (os.path.abspath(chosen) if chosen else os.path.join(os.path.abspath(data_dir), "topics") if data_dir
+    root = (absolute(chosen) if chosen else os.path.join(os.path.abspath(data_dir), "topics") if data_dir
             else default_root())
     os.environ[ENV] = root
     return root
@@ -46,7 +46,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     def command(name: str, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help)
         where = sub.add_mutually_exclusive_group()
-        where.add_argument("--topics-dir", default=None, metavar="DIR", help="the topics root")
+        where.add_argument("--topics-dir", default=None, metavar="DIR", help="the topics root (a directory or URL)")
         where.add_argument("--data-dir", default=None, metavar="DIR", help="the topics of this data dir (DIR/topics)")
         return sub
 
@@ -66,10 +66,10 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _root(args: argparse.Namespace) -> str:
-    from statekeep.functions.topics import default_root
+    from statekeep.functions.topics import absolute, default_root
 
     if args.topics_dir:
-        return str(os.path.abspath(args.topics_dir))
+        return absolute(args.topics_dir)
     if args.data_dir:
         return os.path.join(os.path.abspath(args.data_dir), "topics")
     return default_root()  # $STATEKEEP_TOPICS_DIR, else the default

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
@@ -107,7 +106,8 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions import messages
-    from statekeep.functions.runtime import FunctionRecordError, RecordPath, output_sink
+    from statekeep.functions.runtime import FunctionRecordError, RecordPath
+    from statekeep.functions.messages import output_sink, published_targets, write_targets
     from statekeep.functions.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
@@ -180,17 +180,13 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
                 written += [wrap(r) for r in path.fired]
             results = [r if serde is None else messages.serialize(r, serde) for r in path.outputs + path.fired]
             result = None if not results else results[0] if len(results) == 1 else results
-        targets = messages.published_by_target(context.published, spec)
+        targets = published_targets(spec, context.published, context.get_logger())
     except FunctionLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
         raise InvalidArgumentError(f"serializing the output of {spec.fqfn} failed: "
                                    f"{type(e).__name__}: {e}") from None
-    if spec.log_topic:
-        logs = messages.log_records(context.get_logger())
-        if logs:
-            targets.setdefault(str(messages.output_location(spec, spec.log_topic)), []).extend(logs)
-    _write_trigger_published(targets)
+    write_targets(spec, targets)
     if written:
         sink.write_new(written, "trigger")
     store.apply_batch(state.puts, state.counter_deltas)
@@ -212,20 +208,6 @@ def _decoded(path: RecordPath, record: Any, message: bool, fqfn: str) -> Any:
         if isinstance(e, ValueError):  # json.loads refused the line
             raise InvalidArgumentError(f"the trigger data is not a JSON value: {e}") from None
         raise
-
-
-def _write_trigger_published(targets: dict[str, list[Any]]) -> None:
-    """Each target's records (publish, log topic) as one new file of it."""
-    import os
-
-    for topic, messages in targets.items():
-        os.makedirs(topic, exist_ok=True)
-        final = os.path.join(topic, f"trigger-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}.jsonl")
-        temp = os.path.join(topic, f".{os.path.basename(final)}.tmp")  # hidden: Spark's file source skips it
-        with open(temp, "w", encoding="utf-8") as out:
-            for message in messages:
-                out.write(json.dumps(message, separators=(",", ":"), default=str) + "\n")
-        os.replace(temp, final)
 
 
 def output_text(result: Any) -> str:

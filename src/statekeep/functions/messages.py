@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import FunctionLoadError, execute_file
+from statekeep.functions.sink import OutputSink
 
 if TYPE_CHECKING:
     from statekeep.functions.spec import ExecutorSpec
@@ -257,10 +258,10 @@ class Published:
 
 
 def published_by_target(published: list[tuple[str, Any]], spec: ExecutorSpec) -> dict[str, list[Any]]:
-    """``context.publish`` messages grouped by the directory they go to (a topic's, or the path named),
-    each as the record written there: a message record for a topic, or for a path when the message
-    has a key, properties or an event time; else the value as it is (through a serde, if named)."""
-    from statekeep.functions.topics import is_topic, location
+    """``context.publish`` messages grouped by the target named (a topic, or a path), each as the record
+    written there: a message record for a topic, or for a path when the message has a key, properties or an
+    event time; else the value as it is (through a serde, if named)."""
+    from statekeep.functions.topics import is_topic
 
     targets: dict[str, list[Any]] = {}
     for topic, item in published:
@@ -274,7 +275,7 @@ def published_by_target(published: list[tuple[str, Any]], spec: ExecutorSpec) ->
                 record = _plain(serialize(item.message, serde))
             else:
                 record = _plain(item.message)
-        targets.setdefault(str(location(topic, spec.topics_dir)), []).append(record)
+        targets.setdefault(topic, []).append(record)
     return targets
 
 
@@ -303,23 +304,6 @@ def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
     if serde is not None:
         return lambda result: _plain(serialize(result, serde))
     return lambda result: result
-
-
-def file_suffix(spec: ExecutorSpec, directory: str, kind: str) -> str:
-    """What a function's file in a topic's directory adds to its (batch, partition) name, so that the
-    functions and kinds of records (``out``, ``pub``, ``log``, ``dead``) sharing a topic never replace
-    each other's files: ``-KIND-TENANT.NAMESPACE.NAME``; ``""`` for a path that is not a topic's."""
-    root = spec.topics_dir
-    if not root or not os.path.abspath(directory).startswith(os.path.abspath(root) + os.sep):
-        return ""
-    return f"-{kind}-{spec.tenant}.{spec.namespace}.{spec.name}"
-
-
-def output_location(spec: ExecutorSpec, name: str | None) -> str | None:
-    """The directory an output, dead-letter or log topic name goes to (see :mod:`statekeep.functions.topics`)."""
-    from statekeep.functions.topics import location
-
-    return location(name, spec.topics_dir)
 
 
 class LogTopicHandler(logging.Handler):
@@ -356,3 +340,47 @@ def function_logger(spec: ExecutorSpec, instance: int) -> logging.Logger | None:
 def log_records(logger: logging.Logger) -> list[dict[str, Any]]:
     """The log-topic records kept by a :func:`function_logger` (``[]`` for another logger)."""
     return [r for h in logger.handlers if isinstance(h, LogTopicHandler) for r in h.records]
+
+
+def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> OutputSink:
+    """The one place a function's output name (``kind`` ``out``; ``dead`` for its dead letters, ``log`` for its
+    log topic, ``pub`` for what it publishes) becomes where its records go: a topic name is the topic's
+    directory under the spec's topics root, written as JSON lines (a topic holds message records); another
+    name the path or URL as named, in ``output_format`` for the main output; no name or ``console`` nowhere."""
+    from statekeep.functions.topics import is_topic, location
+
+    if not name or name == "console":
+        return OutputSink(None)
+    topic = is_topic(name)
+    fmt = spec.output_format if kind == "out" and not topic else "jsonl"
+    suffix = f"-{kind}-{spec.tenant}.{spec.namespace}.{spec.name}"
+    return OutputSink(str(location(name, spec.topics_dir)), fmt, suffix, topic)
+
+
+def published_targets(spec: ExecutorSpec, published: list[tuple[str, Any]],
+                      logger: logging.Logger | None) -> dict[tuple[str, str], list[Any]]:
+    """``context.publish`` messages (``pub``) and the log topic's records (``log``) by (target name, kind), as
+    their files hold them. Raises what a publish's serde raises."""
+    targets = {(name, "pub"): records for name, records in published_by_target(published, spec).items()}
+    logs = log_records(logger) if logger is not None and spec.log_topic else []
+    if logs and spec.log_topic:
+        targets[(spec.log_topic, "log")] = logs
+    return targets
+
+
+def write_targets(spec: ExecutorSpec, targets: dict[tuple[str, str], list[Any]],
+                  batch_id: int | None = None, partition: int = 0, origin: str = "trigger") -> None:
+    """Write :func:`published_targets`: one file per (target, kind) of (batch, partition), or with no batch a new
+    file each (named after ``origin``)."""
+    for (name, kind), records in targets.items():
+        sink = output_sink(spec, name, kind)
+        if batch_id is None:
+            sink.write_new(records, origin)
+        else:
+            sink.write(batch_id, partition, records)
+
+
+def write_published(spec: ExecutorSpec, published: list[tuple[str, Any]], logger: logging.Logger | None,
+                    batch_id: int, partition: int) -> None:
+    """A (batch, partition)'s ``context.publish`` messages and log-topic records, one file per target and kind."""
+    write_targets(spec, published_targets(spec, published, logger), batch_id, partition)

@@ -7,8 +7,8 @@ Exactly-once, and why it is cheap:
 - A partition's state changes, their changelog records and the marker "(function, batch,
   partition) applied" are written in ONE atomic write (:meth:`StateStore.apply_batch`). A replayed
   partition whose marker exists is skipped; one whose write never happened is simply redone.
-- Output records are written to a file named after (batch, partition), by write-to-temp then
-  rename, before the state write. A replay writes the same name again, so each record lands once.
+- Output records are written before the state write, to a file a replay of (batch, partition)
+  writes again (:mod:`statekeep.functions.sink`), so each record lands once.
 - Within the partition, state for all the batch's keys is read in one bulk read, the function
   runs against it in memory, and all changes go back in that one write: no store round trip
   per record.
@@ -16,15 +16,12 @@ Exactly-once, and why it is cheap:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
-import os
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +31,10 @@ from statekeep.functions import timerun
 from statekeep.functions.context import Context, RecordSource, is_valid_key
 from statekeep.functions.jsonscan import loads_at
 from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
-from statekeep.functions.messages import (batch_lines, dead_letter_message, file_suffix, function_logger, log_records,
-                                          message_decoder, output_location, output_wrapper, published_by_target)
+from statekeep.functions.messages import (batch_lines, dead_letter_message, function_logger, message_decoder,
+                                          output_sink, output_wrapper, write_published)
 from statekeep.functions.spec import ExecutorSpec
 from statekeep.state.buffer import BufferedState, JournaledState
-from statekeep.functions.topics import is_topic
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
 
@@ -317,84 +313,6 @@ def cached_state_store(spec: ExecutorSpec) -> StateStore:
         return _stores[key]
 
 
-def write_outputs(directory: str, batch_id: int, partition: int, outputs: Any, fmt: str, suffix: str = "") -> None:
-    """Write a partition's outputs (a list of records, or a pyarrow Table) under a name fixed by
-    (batch, partition) and ``suffix`` (who writes what, where several writers share a directory, as
-    a topic's): a replay replaces the same file, so each output record exists once."""
-    _write_file(directory, output_file(directory, batch_id, partition, fmt, suffix), outputs, fmt)
-
-
-def _write_file(directory: str, final: str, outputs: Any, fmt: str) -> None:
-    """Write records as the file ``final`` of ``directory``: written, synced, then renamed."""
-    os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{os.path.basename(final)}.{os.getpid()}.tmp")
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if not isinstance(outputs, pa.Table):
-            outputs = pa.Table.from_pylist([o if isinstance(o, dict) else {"value": o} for o in outputs])
-        pq.write_table(outputs, temp)
-    else:
-        if not isinstance(outputs, list):
-            outputs = outputs.to_pylist()
-        with open(temp, "w", encoding="utf-8") as out:
-            for record in outputs:
-                out.write(json.dumps(record, separators=(",", ":"), default=str))
-                out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-    os.replace(temp, final)
-
-
-@dataclass(frozen=True)
-class OutputSink:
-    """Where one kind of a function's records goes, as every record path writes it (see :func:`output_sink`):
-    ``directory`` (None: nowhere, for no output or ``console``), the files' ``fmt`` and the ``suffix``
-    naming this function's and kind's files in a directory it may share (a topic's); ``topic``: the
-    directory is a topic's, whose records are message records (see :func:`output_wrapper`)."""
-
-    directory: str | None
-    fmt: str = "jsonl"
-    suffix: str = ""
-    topic: bool = False
-
-    def write(self, batch_id: int, partition: int, records: Any) -> None:
-        """Write a partition's records (a list, or a pyarrow Table) as :func:`write_outputs` does."""
-        if self.directory is not None:
-            write_outputs(self.directory, batch_id, partition, records, self.fmt, self.suffix)
-
-    def write_new(self, records: Any, origin: str) -> None:
-        """Write records of no (batch, partition), a trigger's (``origin``), as a new file of their own."""
-        if self.directory is not None:
-            name = f"{origin}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}{self.suffix}.{self.fmt}"
-            _write_file(self.directory, os.path.join(self.directory, name), records, self.fmt)
-
-    def discard(self, batch_id: int, partition: int) -> None:
-        """Remove what :meth:`write` wrote for (batch, partition), if anything."""
-        if self.directory is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(output_file(self.directory, batch_id, partition, self.fmt, self.suffix))
-
-
-def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> OutputSink:
-    """The one place a function's output name (``kind`` ``out``; ``dead`` for its dead letters, ``log``
-    for its log topic) becomes where its records go: a topic name is the topic's directory under the
-    spec's topics root, written as JSON lines (a topic holds message records); another name the path
-    as named, in ``output_format`` for the main output; no name or ``console`` nowhere."""
-    if not name or name == "console":
-        return OutputSink(None)
-    directory = str(output_location(spec, name))
-    topic = is_topic(name)
-    fmt = spec.output_format if kind == "out" and not topic else "jsonl"
-    return OutputSink(directory, fmt, file_suffix(spec, directory, kind), topic)
-
-
-def output_file(directory: str, batch_id: int, partition: int, fmt: str, suffix: str = "") -> str:
-    """The file :func:`write_outputs` writes for (batch, partition) and ``suffix``."""
-    return os.path.join(directory, f"batch-{batch_id:012d}-part-{partition:05d}{suffix}.{fmt}")
-
-
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
                   topics: list[Any] | None = None) -> PartitionStats:
@@ -462,7 +380,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     stats.metrics = path.context.metrics
     if output is not None:
         sink.write(batch_id, partition, output)
-    _write_published(path.context.published, batch_id, partition, spec, path.context.get_logger())
+    write_published(spec, path.context.published, path.context.get_logger(), batch_id, partition)
     if path.dead:
         output_sink(spec, spec.dead_letter, "dead").write(batch_id, partition, path.dead)
     try:
@@ -491,17 +409,6 @@ def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
         return decode(record)
     except Exception:  # noqa: BLE001 - a malformed record goes as it came
         return record
-
-
-def _write_published(published: list[tuple[str, Any]], batch_id: int, partition: int, spec: ExecutorSpec,
-                     logger: logging.Logger | None = None) -> None:
-    """``context.publish`` messages (see :func:`statekeep.functions.messages.published_by_target`) and
-    the log topic's records, one file per (target, batch, partition), like the main output."""
-    for target, messages in published_by_target(published, spec).items():
-        write_outputs(target, batch_id, partition, messages, "jsonl", file_suffix(spec, target, "pub"))
-    logs = log_records(logger) if logger is not None and spec.log_topic else []
-    if logs:
-        output_sink(spec, spec.log_topic, "log").write(batch_id, partition, logs)
 
 
 def records_table(values: Any, input_format: str) -> Any:

@@ -23,8 +23,15 @@
   even with nothing else to read.
 
 - ``spark.read.format("statekeep-topic").option("topic", "persistent://T/N/X").load()``: a statekeep
-  topic's messages (value or valueBase64, key, properties, eventTime, publishTime); option
-  ``topicsDir`` names the topics root (see :mod:`statekeep.functions.topics`).
+  topic's messages (value or valueBase64, key, properties, eventTime, publishTime) in publish order; option
+  ``topicsDir`` names the topics root, a path or an fsspec URL (see :mod:`statekeep.functions.topics`).
+  ``spark.readStream`` reads it as a stream: its offset is the set of the topic's files taken, in publish
+  order (see :mod:`statekeep.functions.sink`), so a restarted query resumes where it was and a file a
+  replay rewrites in place is not taken twice; each micro-batch lists the topic's directory once (one
+  prefix-free listing, through fsspec). A file committed more than ``LATENESS_MS`` before the newest file
+  the stream took when it appears is not taken. Option ``maxFilesPerTrigger`` bounds a micro-batch; option
+  ``raw`` ``true`` gives one column, ``value``, each message record's JSON line as written (what a
+  function's topic input reads).
 
 Option ``prefix`` (both sources): only the keys starting with it. It is applied in the reader,
 on the executor, before rows are produced, so records of other keys are never shipped to Spark
@@ -244,39 +251,132 @@ class StatekeepClockSource(DataSource):
 
 TOPIC_SCHEMA = ("value string, valueBase64 string, key string, properties map<string,string>, eventTime long, "
                 "publishTime long")
+#: see the module docstring: how far back (ms) a topic stream still takes a file it had not seen
+LATENESS_MS = 60_000
+TOPIC_PARTITIONS = 16  # a micro-batch's files are read by at most this many tasks, each a run of them in order
+
+
+def _topic_directory(options: Mapping[str, Any]) -> str:
+    from statekeep.functions.topics import absolute, complete, default_root, directory
+
+    if not options.get("topic"):
+        raise InvalidArgumentError('option "topic" must name a topic (persistent://T/N/X, T/N/X or X)')
+    root = absolute(str(options["topicsDir"])) if options.get("topicsDir") else default_root()
+    return directory(root, complete(str(options["topic"])))
+
+
+def _raw(options: Mapping[str, Any]) -> bool:
+    return str(options.get("raw", "false")).lower() == "true"
+
+
+class _TopicFiles(InputPartition):
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+
+def _topic_rows(directory: str, names: list[str], raw: bool) -> Iterator[Any]:
+    """The messages of a topic's files ``names``, in that order: as Arrow batches of their JSON lines (``raw``),
+    or as rows of TOPIC_SCHEMA."""
+    from statekeep.functions import sink
+
+    if raw:  # split and filtered in Arrow: no Python object per line
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for name in names:
+            lines = pc.list_flatten(pc.split_pattern(pa.array([sink.read_text(directory, name)]), "\n"))
+            lines = lines.filter(pc.not_equal(pc.utf8_trim_whitespace(lines), ""))  # blank lines are no messages
+            if len(lines):
+                yield pa.RecordBatch.from_arrays([lines], names=["value"])
+        return
+    for m in (record for name in names for record in sink.file_records(directory, name)):
+        yield (m.get("value"), m.get("valueBase64"), m.get("key"), m.get("properties"), m.get("eventTime"),
+               m.get("publishTime"))
 
 
 class _TopicReader(DataSourceReader):
     def __init__(self, options: Mapping[str, Any]) -> None:
-        from statekeep.functions.topics import complete, default_root
+        self.directory, self.raw = _topic_directory(options), _raw(options)
 
-        if not options.get("topic"):
-            raise InvalidArgumentError('option "topic" must name a topic (persistent://T/N/X, T/N/X or X)')
-        self.topic = complete(str(options["topic"]))
-        self.root = str(options.get("topicsDir") or default_root())
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from statekeep.functions import sink
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        from statekeep.functions.topics import read
+        return _topic_rows(self.directory, sink.data_files(self.directory), self.raw)
 
-        for m in read(self.root, self.topic):
-            yield (m.get("value"), m.get("valueBase64"), m.get("key"), m.get("properties"), m.get("eventTime"),
-                   m.get("publishTime"))
+
+class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets ``{"after": MS, "seen": [NAME, ...]}``: every file whose time is below ``after`` or whose name is
+    in ``seen`` was taken (``seen`` keeps only the names at or after ``after``, and those taken last)."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.directory, self.raw = _topic_directory(options), _raw(options)
+        most = options.get("maxFilesPerTrigger")
+        if most is not None and (not str(most).isdigit() or int(most) < 1):
+            raise InvalidArgumentError(f'option "maxFilesPerTrigger" must be a positive int, not {most!r}')
+        self.max_files = int(most) if most is not None else None
+        self._available: set[str] | None = None  # Trigger.AvailableNow: the files there when it started
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"after": 0, "seen": []}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+        return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        from statekeep.functions import sink
+
+        self._available = set(sink.data_files(self.directory))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit | None = None) -> dict[str, Any]:
+        from statekeep.functions import sink
+
+        after, seen = int(start["after"]), set(start["seen"])
+        keys = [k for k in map(sink.file_key, sink.data_files(self.directory)) if k is not None]
+        fresh = sorted(k for k in keys if k[0] >= after and k[1] not in seen
+                       and (self._available is None or k[1] in self._available))
+        most = getattr(limit, "max_files", None)
+        fresh = fresh[:most] if most else fresh
+        if not fresh:
+            return start
+        newest = max([k[0] for k in fresh] + [k[0] for k in map(sink.file_key, seen) if k is not None])
+        horizon = max(after, newest - LATENESS_MS)
+        kept = {n for n in seen if (sink.file_key(n) or (0, n))[0] >= horizon} | {name for _, name in fresh}
+        return {"after": horizon, "seen": sorted(kept)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        from statekeep.functions import sink
+
+        names = [n for _, n in sorted(k for k in map(sink.file_key, set(end["seen"]) - set(start["seen"]))
+                                      if k is not None)]
+        size = -(-len(names) // TOPIC_PARTITIONS)
+        return [_TopicFiles(names[i:i + size]) for i in range(0, len(names), size)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, _TopicFiles)  # what partitions() makes
+        return _topic_rows(self.directory, partition.names, self.raw)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: a topic keeps its files."""
 
 
 class StatekeepTopicSource(DataSource):
-    """``spark.read.format("statekeep-topic").option("topic", NAME)``: a statekeep topic's messages with
-    their key, properties and times (option ``topicsDir``: the topics root, default as
-    :func:`statekeep.functions.topics.default_root`)."""
+    """``spark.read`` / ``spark.readStream`` ``.format("statekeep-topic").option("topic", NAME)``: a statekeep
+    topic's messages (see the module docstring)."""
 
     @classmethod
     def name(cls) -> str:
         return "statekeep-topic"
 
     def schema(self) -> str:
-        return TOPIC_SCHEMA
+        return "value string" if _raw(self.options) else TOPIC_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _TopicReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _TopicStreamReader(self.options)
 
 
 def register_sources(spark: SparkSession) -> None:

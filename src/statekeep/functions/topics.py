@@ -8,24 +8,23 @@ topics`` commands also take Pulsar's short names, completed as Pulsar does (``TO
 
 The root is ``--topics-dir`` of ``standalone``/``localrun``/``topics`` (set as ``$STATEKEEP_TOPICS_DIR``
 for the processes they start), else ``DATA_DIR/topics`` for a ``local://DATA_DIR`` store, else
-``./.statekeep-data/topics``. On a cluster it must be a directory every worker reaches.
+``./.statekeep-data/topics``: a local directory, or any fsspec URL (``s3://bucket/topics``), which a
+cluster's workers reach without a shared filesystem. On a cluster a local root must be a directory every
+worker reaches.
 
-Each file holds message records (JSON lines, see :mod:`statekeep.functions.messages`); writers name
-files so a replayed batch replaces its own file (each message lands once) and readers take files in
-name order.
+Each file holds message records (JSON lines, see :mod:`statekeep.functions.messages`), written and read
+back in publish order by the one output sink (:mod:`statekeep.functions.sink`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions import sink
 
 ENV = "STATEKEEP_TOPICS_DIR"
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.=:-]{1,256}$")
@@ -53,19 +52,26 @@ def complete(name: str) -> str:
     return f"{scheme}://{'/'.join(parts)}"
 
 
+def absolute(root: str) -> str:
+    """A topics root as used: a URL as it is (without a trailing ``/``), a local path made absolute."""
+    return root.rstrip("/") if sink.is_url(root) else os.path.abspath(root)
+
+
 def default_root(metadata_url: str | None = None) -> str:
     """The topics root: ``$STATEKEEP_TOPICS_DIR``, else ``DATA_DIR/topics`` of a ``local://`` store,
     else ``./.statekeep-data/topics`` (absolute)."""
     if os.environ.get(ENV):
-        return os.path.abspath(os.environ[ENV])
+        return absolute(os.environ[ENV])
     if metadata_url and metadata_url.startswith("local://"):
         return os.path.join(metadata_url.removeprefix("local://"), "topics")
     return os.path.abspath(os.path.join(".statekeep-data", "topics"))
 
 
 def directory(root: str, name: str) -> str:
-    """The directory holding topic ``name`` (completed) under ``root``."""
+    """The directory (a path or URL) holding topic ``name`` (completed) under ``root``."""
     scheme, _, rest = complete(name).partition("://")
+    if sink.is_url(root):
+        return "/".join([root.rstrip("/"), scheme, rest])
     return os.path.join(root, scheme, *rest.split("/"))
 
 
@@ -79,10 +85,16 @@ def location(name: str | None, root: str | None) -> str | None:
 
 def list_topics(root: str) -> list[str]:
     """The full names of the topics under ``root`` that hold or held a file, sorted."""
+    if sink.is_url(root):
+        fs, base = sink.filesystem(root)
+        fs.invalidate_cache()
+        names = {"://".join(str(path)[len(base):].strip("/").split("/", 1))
+                 for scheme in _SCHEMES for path in fs.glob(f"{base}/{scheme}/*/*/*")}
+        return sorted(name for name in names if is_topic(name))
     found = []
     for scheme in _SCHEMES:
         base = os.path.join(root, scheme)
-        for current, dirs, files in os.walk(base):
+        for current, dirs, _ in os.walk(base):
             dirs.sort()
             relative = os.path.relpath(current, base).split(os.sep)
             if len(relative) == 3:
@@ -91,37 +103,20 @@ def list_topics(root: str) -> list[str]:
     return sorted(found)
 
 
-def write(root: str, name: str, records: list[dict[str, Any]], file_name: str | None = None) -> str:
-    """Write message records (see :mod:`statekeep.functions.messages`) as one new file of the topic
-    (write then rename, so readers never see half a file); returns its path."""
-    target = directory(root, name)
-    os.makedirs(target, exist_ok=True)
-    final = os.path.join(target, file_name or f"produce-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}.jsonl")
-    temp = os.path.join(target, f".{os.path.basename(final)}.tmp")
-    with open(temp, "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, separators=(",", ":")) + "\n")
-    os.replace(temp, final)
-    return final
+def write(root: str, name: str, records: list[dict[str, Any]], origin: str = "produce") -> str:
+    """Write message records (see :mod:`statekeep.functions.messages`) as one new file of the topic,
+    whole or not at all (see :mod:`statekeep.functions.sink`); returns its path."""
+    path = sink.OutputSink(directory(root, name)).write_new(records, origin)
+    assert path is not None  # a sink with a directory writes
+    return path
 
 
 def read(root: str, name: str) -> Iterator[dict[str, Any]]:
-    """The message records of a topic, file by file in name order (hidden and temporary files skipped).
-    Raises :class:`InvalidArgumentError` for a line that is not a message record."""
-    target = directory(root, name)
-    if not os.path.isdir(target):
-        return
-    for file_name in sorted(os.listdir(target)):
-        if file_name.startswith(".") or file_name.endswith(".tmp"):
-            continue
-        with open(os.path.join(target, file_name), encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    record = None
-                if not isinstance(record, dict):
-                    raise InvalidArgumentError(f"{file_name}:{number} of topic {name} is not a message record")
-                yield record
+    """The message records of a topic in publish order (see :mod:`statekeep.functions.sink`). Raises
+    :class:`InvalidArgumentError` for a line that is not a message record."""
+    return sink.read_records(directory(root, name), f"topic {name}")
+
+
+def files(root: str, name: str) -> list[str]:
+    """The names of a topic's message files, in publish order."""
+    return sink.data_files(directory(root, name))

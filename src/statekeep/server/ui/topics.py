@@ -4,7 +4,6 @@ key, properties and event time. A token sees the topics of its tenants (``persis
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -40,7 +39,7 @@ async def list_topics(request: Request) -> Response:
             if not access.may_see(request, _tenant(name)):
                 continue
             messages = sum(1 for _ in topics.read(root, name))
-            files = sum(1 for f in os.listdir(topics.directory(root, name)) if not f.startswith("."))
+            files = len(topics.files(root, name))
             out.append({"name": name, "files": files, "messages": messages})
         return out
 
