@@ -18,6 +18,7 @@ from statekeep.functions.service import FunctionService
 from statekeep.functions.spark import read_status, run_registered
 from support.spark import (
     EXAMPLE,
+    MIRROR,
     KEYS_PER_FILE,
     backend_store,
     counters,
@@ -219,16 +220,6 @@ def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path, 
         assert counters(service, "killed") == Counter(words)
     lines = [line for p in out.glob("*.jsonl") for line in p.read_text().splitlines()]
     assert len(lines) == len(words)
-
-
-MIRROR = b'''
-def process(input, context):
-    # input: one changelog record of another function (offset, key, kind, value, number, version, tombstone)
-    if input.get("tombstone"):
-        context.del_state(input["key"])
-    else:
-        context.put_state(input["key"], str(input["number"]))
-'''
 
 
 def test_function_reads_another_functions_compacted_changelog(spark, service, tmp_path):

@@ -17,7 +17,7 @@ from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import spark_hash_int
 from statekeep.testing import wait_for
 from support.server_process import create_function
-from support.spark import (EXAMPLE, WORDCOUNT, counters, expected_counts, kill_driver_then_rerun, register,
+from support.spark import (EXAMPLE, MIRROR, WORDCOUNT, counters, expected_counts, kill_driver_then_rerun, register,
                            run_once, write_word_files, write_words)
 
 
@@ -232,16 +232,6 @@ def test_etcd_cluster_loses_its_leader_mid_run(etcd_cluster, tmp_path, spark_env
             seen.setdefault(output["word"], []).append(output["count"])
     # each output once: a word seen n times was output with counts 1..n, each once
     assert {w: sorted(c) for w, c in seen.items()} == {w: list(range(1, n + 1)) for w, n in Counter(words).items()}
-
-
-MIRROR = b'''
-def process(input, context):
-    # input: one changelog record of another function (offset, key, kind, value, number, version, tombstone)
-    if input.get("tombstone"):
-        context.del_state(input["key"])
-    else:
-        context.put_state(input["key"], str(input["number"]))
-'''
 
 
 def test_changelog_of_partition_owned_state_is_a_stream_and_an_input(spark, service, tmp_path):

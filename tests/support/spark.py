@@ -18,6 +18,15 @@ from statekeep.testing import wait_for
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "wordcount"
 WORDCOUNT = (EXAMPLE / "wordcount.py").read_bytes()
+#: a function mirroring another function's changelog records into its own state
+MIRROR = b'''
+def process(input, context):
+    # input: one changelog record of another function (offset, key, kind, value, number, version, tombstone)
+    if input.get("tombstone"):
+        context.del_state(input["key"])
+    else:
+        context.put_state(input["key"], str(input["number"]))
+'''
 
 
 def write_words(directory: Path, name: str, words: list[str]) -> None:
