@@ -119,14 +119,27 @@ def test_console_live_tail_follows_every_partition_and_hides_time_state(tmp_path
     partition's records as they commit, tagged with their partition, never an internal key."""
     import json
     import threading
-    import time
 
     from fastapi.testclient import TestClient
 
     from statekeep.server import ServerConfig, create_app
     from statekeep.server.ui import events
 
-    monkeypatch.setattr(events, "STREAM_S", 1.5)
+    # no clock: the writer starts once the stream has taken its positions (its hello), and the stream ends
+    # after a few passes over the partitions once every write has committed
+    streaming, written, passes = threading.Event(), threading.Event(), [0]
+    hello = events.hello
+
+    def said_hello(data: object) -> bytes:
+        streaming.set()
+        return hello(data)
+
+    async def live(request: object, started: float) -> bool:
+        passes[0] += written.is_set()
+        return passes[0] <= 3
+
+    monkeypatch.setattr(events, "hello", said_hello)
+    monkeypatch.setattr(events, "live", live)
     app = create_app(ServerConfig(metadata_url=f"local://{tmp_path / 'data'}", state_dir=str(tmp_path / "shared")))
     with TestClient(app) as client:
         registry = app.state.ctx.registry
@@ -136,11 +149,12 @@ def test_console_live_tail_follows_every_partition_and_hides_time_state(tmp_path
         run_batch(state, 0, 2, KEYS)  # before the stream: not shown (several partitions: live from now)
 
         def later() -> None:
-            time.sleep(0.5)
+            streaming.wait(60)
             for p in range(2):
                 task = state.task(1, p, 2)
                 own = mine(KEYS, p, 2)
                 task.apply_batch({buffer_key(k): b"[]" for k in own}, {k: 5 for k in own}, marker=f"1-{p}")
+            written.set()
 
         writer = threading.Thread(target=later)
         writer.start()
