@@ -115,15 +115,6 @@ class Server:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def _zk_ready(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"ruok")
-            return s.recv(4) == b"imok"
-    except OSError:
-        return False
-
-
 def _etcd_ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=0.5) as r:
@@ -149,7 +140,7 @@ def zookeeper(data_dir: Path, port: int) -> Server:
     )
     command = ["java", "-Xmx1g", "-cp", ZK_CLASSPATH,  # holds the whole tree in memory
                "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
-    return Server("zookeeper", command, port, data_dir, _zk_ready)
+    return Server("zookeeper", command, port, data_dir, _zk_serving)  # "ruok" answers before it serves
 
 
 def _etcd_binary() -> str:
