@@ -57,6 +57,7 @@ def _param_values(item: pytest.Item) -> list[object]:
     return values
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the xdist_group markers set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(item.fixturenames)
@@ -85,13 +86,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
+#: tests xdist should have grouped and did not (see pytest_collection_finish): each fails saying why
+_UNGROUPED: set[str] = set()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker with ``--dist loadgroup``: check that xdist did group (it suffixes the node ids of
+    grouped tests with ``@group``; pytest 9 with xdist 3.8 silently does not, and every worker then starts
+    its own Spark cluster and ensemble)."""
+    if getattr(session.config.option, "loadgroup", False):
+        _UNGROUPED.update(item.nodeid for item in session.items
+                          if item.get_closest_marker("xdist_group") and "@" not in item.nodeid)
+
+
 class _UndeclaredResource(Exception):
     pass
 
 
 @pytest.fixture(autouse=True)
 def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ``fast`` test may not start a server, a server process or Spark: it must ask for the fixture."""
+    """A ``fast`` test may not start a server, a server process or Spark: it must ask for the fixture. A test
+    xdist failed to group fails (it would start a second copy of its group's servers)."""
+    if request.node.nodeid in _UNGROUPED:
+        pytest.fail("pytest-xdist did not keep this test's xdist_group on one worker: a pytest/pytest-xdist "
+                    "version pair that loses the groups (see pyproject.toml's test extra)", pytrace=False)
     if request.node.get_closest_marker("fast") is None:
         return
 
