@@ -147,8 +147,8 @@ def _write_messages(target: tuple[str, str, str], batch: list[tuple[str, int, fl
     kind, where, name = target
     lines = [json.dumps({"k": k, "t": t, "s": s}, separators=(",", ":")) for k, s, t in batch]
     if kind == "topic":
-        from statekeep.functions import topics
-        from statekeep.functions.messages import Message
+        from statekeep.functions.messaging import topics
+        from statekeep.functions.messaging.messages import Message
 
         topics.write(where, name, [Message(line, k).to_json() for line, (k, _, _) in zip(lines, batch)])
         return
@@ -249,9 +249,9 @@ def start_statekeep(spark: Any, variant: str, work: str, topics_root: str, name:
                     ) -> tuple[Any, tuple[str, str, str], str]:
     """A registered function ``name`` (default: the variant's) started as ``run_registered`` starts it, with
     the variant's trigger; returns (its FunctionQuery, where the probe produces, where it reads)."""
-    from statekeep.functions import spark as sk_spark
-    from statekeep.functions.service import FunctionService
-    from statekeep.functions.topics import directory
+    from statekeep.functions.driver import spark as sk_spark
+    from statekeep.functions.config.service import FunctionService
+    from statekeep.functions.messaging.topics import directory
     from statekeep.state.partitioned import state_storage
 
     code, state_dir, trigger = STATEKEEP[variant]
@@ -341,7 +341,7 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
         def run(batches: Any) -> Any:
             from pyspark import TaskContext
 
-            from statekeep.functions import runtime
+            from statekeep.functions.executor import runtime
 
             begun, times = time.time(), defaultdict(float)
             inner = plain(spec, batch_id)
@@ -401,7 +401,7 @@ class DriverTimers:
     """Timers around ``FunctionQuery``'s batch steps in the driver (patched on the class for a run)."""
 
     def __init__(self, directory: str) -> None:
-        from statekeep.functions import spark as sk_spark
+        from statekeep.functions.driver import spark as sk_spark
 
         self.sk_spark, self.directory = sk_spark, directory
         self.batches: dict[int, dict[str, float]] = {}
@@ -489,7 +489,7 @@ def batch_profile(progress: list[dict[str, Any]], window: tuple[float, float],
 FIRST_OUTPUT_CHILD = '''
 import json, os, sys, time
 t0 = float(sys.argv[1]); inputs, output = sys.argv[2], sys.argv[3]
-from statekeep.functions.spark import spark_session
+from statekeep.functions.driver.spark import spark_session
 spark = spark_session("local[2]")
 ready = time.time()
 def write(batch, batch_id):
@@ -515,7 +515,9 @@ def mark(name):
     marks.setdefault(name, time.time() - t0)
     sys.stderr.write("STARTUP " + json.dumps({name: marks[name]}) + "\\n"); sys.stderr.flush()
 from statekeep.cli import main
-from statekeep.functions import spark as sk, worker, service, registry
+from statekeep.functions.driver import spark as sk
+from statekeep.functions.admin import worker
+from statekeep.functions.config import service, registry
 mark("imports")
 def wrap(owner, name, label):
     fn = getattr(owner, name)
@@ -539,8 +541,8 @@ sys.exit(main(sys.argv[2:]))
 def startup(work: str) -> None:
     """Fresh processes: a SparkSession and a bare streaming count to its first output (the floor), then
     ``statekeep functions localrun`` to its first output, its steps marked by wrappers."""
-    from statekeep.functions import topics
-    from statekeep.functions.messages import Message
+    from statekeep.functions.messaging import topics
+    from statekeep.functions.messaging.messages import Message
 
     os.makedirs(f"{work}/su-in")
     os.makedirs(f"{work}/su-out")
@@ -610,7 +612,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     work = tempfile.mkdtemp(prefix="statekeep-latency-")
-    from statekeep.functions.spark import spark_session
+    from statekeep.functions.driver.spark import spark_session
 
     spark = spark_session("local[2]", conf=dict(c.split("=", 1) for c in args.spark_conf))
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")

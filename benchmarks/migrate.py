@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.metadata import Put, open_store
 from statekeep.migrate import migrate
 from statekeep.migrate.sink import BATCH_LIMITS

@@ -35,8 +35,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from spark_state import COUNT_ONLY, batch_seconds, run_statekeep, write_input  # noqa: E402
 
-from statekeep.functions import spark as sk_spark  # noqa: E402
-from statekeep.functions.service import FunctionService  # noqa: E402
+from statekeep.functions.driver import spark as sk_spark  # noqa: E402
+from statekeep.functions.config.service import FunctionService  # noqa: E402
 from statekeep.state.partitioned import state_storage  # noqa: E402
 from statekeep.testing.servers import backend_urls  # noqa: E402
 

@@ -41,8 +41,8 @@ from collections import Counter, defaultdict
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from statekeep.functions import spark as sk_spark  # noqa: E402
-from statekeep.functions.service import FunctionService  # noqa: E402
+from statekeep.functions.driver import spark as sk_spark  # noqa: E402
+from statekeep.functions.config.service import FunctionService  # noqa: E402
 from statekeep.state.partitioned import state_storage  # noqa: E402
 from statekeep.testing.servers import backend_urls  # noqa: E402
 
@@ -175,7 +175,7 @@ def profiled_runner(directory: str):
         def run(batches):
             from pyspark import TaskContext
 
-            from statekeep.functions import runtime
+            from statekeep.functions.executor import runtime
             inner = runtime.arrow_partition_runner(spec, batch_id)  # built here: it sees the patches below
             times: dict[str, float] = defaultdict(float)
 

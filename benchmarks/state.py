@@ -108,7 +108,7 @@ def serve_baseline(data_dir: str, port: int) -> None:
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
     service = FunctionService.open(f"local://{data_dir}")
     state = service.registry.providers.get().get_state_store("bench", "ns", "fn")
@@ -187,7 +187,7 @@ def _wait_ready(port: int, proc: subprocess.Popen) -> None:
 
 
 def bench_rest(data_dir: str, seconds: float, rounds: int, processes: int, threads: int) -> list[tuple]:
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.testing.servers import free_port
 
     with FunctionService.open(f"local://{data_dir}") as service:

@@ -154,7 +154,7 @@ def test_corrupt_snapshot_restores_nothing_and_followers_fall_back(leader, tmp_p
 
 
 def test_deleted_function_gives_a_clear_error(tmp_path):
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
     url = f"local://{tmp_path / 'data'}"
     with FunctionService.open(url) as service:

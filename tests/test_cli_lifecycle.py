@@ -48,8 +48,8 @@ def test_status_and_stats_print_the_rest_answers(server, capsys):
 
 
 def test_stop_start_restart(server, capsys):
-    from statekeep.functions import lifecycle
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.admin import lifecycle
+    from statekeep.functions.config.service import FunctionService
 
     url = ["--url", server.url]
 

@@ -21,8 +21,8 @@ from support.server_process import create_function
 from support.spark import write_word_files, write_words
 
 from statekeep.cli import main
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import read_status
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import read_status
 from statekeep.testing import wait_for
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "wordcount"

@@ -256,7 +256,7 @@ def test_changelog_page_shows_followers_and_lag(server_process, browser, tmp_pat
     finally:
         first.stop()
     from statekeep.changelog.snapshots import SnapshotStore
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
     with FunctionService.open(f"local://{tmp_path / 'data'}") as service:  # blobs: the store's DIR/blobs
         info = SnapshotStore(service.registry.store).create(service.registry.state_store("public", "default", "wc"))
@@ -408,7 +408,7 @@ def test_records_per_batch_plot_and_handles_page(browser, local_server, tmp_path
     """The records/s plot reads the status the runtime rewrites after each micro-batch (written here in
     the runtime's format, as a worker would: a Spark worker would cost this suite its time budget); the
     handles page lists handles, sizes, checksums and the orphan blobs a gc dry run finds."""
-    from statekeep.functions.spark import STATUS_ROOT, status_json
+    from statekeep.functions.driver.spark import STATUS_ROOT, status_json
 
     name = f"plot{uuid.uuid4().hex[:6]}"
     fn = f"public/default/{name}"
@@ -507,10 +507,10 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
 
     import dataclasses
 
-    from statekeep.functions import timerun
-    from statekeep.functions.runtime import cached_state_store, run_partition
-    from statekeep.functions.service import FunctionService
-    from statekeep.functions.spark import executor_spec
+    from statekeep.functions.windowing import timerun
+    from statekeep.functions.executor.runtime import cached_state_store, run_partition
+    from statekeep.functions.config.service import FunctionService
+    from statekeep.functions.driver.spark import executor_spec
     from statekeep.state.timestate import buffer_key, expiry_key, is_internal
 
     url = f"local://{tmp_path / 'data'}"

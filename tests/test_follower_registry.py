@@ -12,7 +12,7 @@ from conftest import BACKENDS, need
 
 from statekeep.changelog import FollowerStore
 from statekeep.errors import NotFoundError, ReadOnlyStoreError
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.metadata import open_store
 from statekeep.testing import wait_for
 

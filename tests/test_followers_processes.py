@@ -9,7 +9,7 @@ import pytest
 
 from statekeep.changelog import SnapshotStore
 from statekeep.changelog.replica import LocalReplica
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from support.followers import CODE, Follower, entries, leader_service, write_updates
 
 def test_follower_process_tails_100k_updates_and_survives_sigkill(tmp_path):

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.context import Context
+from statekeep.functions.executor.context import Context
 from statekeep.state.buffer import BufferedState
-from statekeep.functions.runtime import FunctionRecordError, records_table
+from statekeep.functions.executor.runtime import FunctionRecordError, records_table
 from support.specs import run_partition
 from statekeep.state import open_provider
 
@@ -202,8 +202,8 @@ def test_process_batch_output_to_a_topic_goes_to_the_topic_as_per_record_output_
     """A ``persistent://`` output of a ``process_batch`` function is the topic under the topics root, as for
     a per-record function: its rows are the topic's messages, and nothing is written to a literal
     ``persistent:`` directory under the working directory (issue 31, defect 1)."""
-    from statekeep.functions import topics
-    from statekeep.functions.messages import payload
+    from statekeep.functions.messaging import topics
+    from statekeep.functions.messaging.messages import payload
 
     monkeypatch.chdir(tmp_path)
     root, topic = str(tmp_path / "topics"), "persistent://public/default/out"

@@ -17,8 +17,8 @@ from support.spark import (
     write_words,
 )
 
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import read_status
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import read_status
 
 WORDCOUNT_BATCH = (EXAMPLE / "wordcount_batch.py").read_bytes()
 

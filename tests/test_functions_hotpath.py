@@ -7,11 +7,11 @@ import json
 import pytest
 
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
-from statekeep.functions.context import Context
+from statekeep.functions.executor.context import Context
 from statekeep.state.buffer import BufferedState
-from statekeep.functions.loader import RECORD
-from statekeep.functions.runtime import RecordPath
-from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.config.loader import RECORD
+from statekeep.functions.executor.runtime import RecordPath
+from statekeep.functions.config.spec import ExecutorSpec
 
 
 def record_decoder(input_format):

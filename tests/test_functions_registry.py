@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, ValueTooLargeError
-from statekeep.functions.loader import validate_function_source as validate_source
-from statekeep.functions.model import FunctionConfig
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.loader import validate_function_source as validate_source
+from statekeep.functions.config.model import FunctionConfig
+from statekeep.functions.config.service import FunctionService
 
 CODE = b"def process(input, context):\n    context.incr_counter(input, 1)\n"
 

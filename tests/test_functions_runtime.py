@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from statekeep.functions.runtime import FunctionRecordError
+from statekeep.functions.executor.runtime import FunctionRecordError
 from support.specs import run_partition
 from statekeep.state import open_provider
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import read_status, run_registered
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import read_status, run_registered
 from support.spark import (
     EXAMPLE,
     MIRROR,

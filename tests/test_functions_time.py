@@ -13,11 +13,11 @@ import pytest
 
 from statekeep.changelog import FollowerStore
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions import timerun
-from statekeep.functions.runtime import FunctionRecordError
-from statekeep.functions.model import FunctionConfig
-from statekeep.functions.timerun import stored_watermark, time_section
-from statekeep.functions.windowconfig import WindowConfig
+from statekeep.functions.windowing import timerun
+from statekeep.functions.executor.runtime import FunctionRecordError
+from statekeep.functions.config.model import FunctionConfig
+from statekeep.functions.windowing.timerun import stored_watermark, time_section
+from statekeep.functions.config.windowconfig import WindowConfig
 from statekeep.state import timestate
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
@@ -269,7 +269,7 @@ def test_a_bad_user_config_max_lag_is_refused_at_create_and_at_spec_building(lag
     building a spec from a config stored before refuses it too, never taking it as 0 (issue 31, defect 5)."""
     from fastapi.testclient import TestClient
 
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.server import create_app
 
     base = {"tenant": "t", "namespace": "n", "name": "lag", "inputs": ["in"], "stateTtlSeconds": 60}
@@ -317,7 +317,7 @@ def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys)
     from fastapi.testclient import TestClient
 
     from statekeep.cli import main as cli_main
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.server import create_app
 
     url = f"local://{tmp_path / 'data'}"
@@ -345,8 +345,8 @@ def test_timers_view_and_hidden_state_over_rest_and_cli(tmp_path, clock, capsys)
 def _timed_function(tmp_path, url):
     """A registered windowed function with a TTL, run once: its state holds ``last`` (with an expiry),
     window buffers and group entries. Returns its executor spec."""
-    from statekeep.functions.service import FunctionService
-    from statekeep.functions.spark import executor_spec
+    from statekeep.functions.config.service import FunctionService
+    from statekeep.functions.driver.spark import executor_spec
 
     code = WINDOW.replace("return {", "context.put_state('last', str(w.end))\n    return {")
     with FunctionService.open(url) as service:

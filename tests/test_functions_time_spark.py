@@ -14,8 +14,8 @@ from collections import defaultdict
 
 import pytest
 
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import read_status
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import read_status
 from statekeep.state.timestate import timers_of
 from statekeep.testing import wait_for
 
@@ -112,7 +112,7 @@ def on_timer(key, timestamp_ms, context):
 def test_processing_time_timers_and_ttl_act_while_the_input_is_idle(tmp_path, spark):
     """A running query with no new input still fires its processing-time timers and deletes expired
     keys (with a changelog tombstone): the clock source gives it a micro-batch every second."""
-    from statekeep.functions.spark import _checkpoint_sources, run_registered
+    from statekeep.functions.driver.spark import _checkpoint_sources, run_registered
 
     inputs, out = tmp_path / "in", tmp_path / "out"
     write_events(inputs, 0, [{"k": "alice"}, {"k": "bob"}])
@@ -146,7 +146,7 @@ def test_processing_time_timers_and_ttl_act_while_the_input_is_idle(tmp_path, sp
 def test_a_checkpoint_without_the_clock_source_still_resumes(tmp_path, spark):
     """A function that kept no time when its query first ran gains timers by an update: its query
     resumes from the same checkpoint (Spark refuses a source more), its timers acting with input."""
-    from statekeep.functions.spark import _checkpoint_sources, run_registered
+    from statekeep.functions.driver.spark import _checkpoint_sources, run_registered
 
     inputs, out = tmp_path / "in", tmp_path / "out"
     write_events(inputs, 0, [{"k": "alice"}])
@@ -176,7 +176,7 @@ def test_a_once_run_fires_what_only_the_functions_watermark_passed(tmp_path, spa
     """One partition's records reach t=10000, the other's only 1500: its window [1000, 2000) is not passed
     by its own watermark but is by the function's (10000), so the run ends with a batch without input that
     fires it (and a run where nothing is left needs none)."""
-    from statekeep.functions.spark import run_registered
+    from statekeep.functions.driver.spark import run_registered
     from statekeep.state.partitioned.keygroups import key_group
 
     ahead = next(k for k in NAMES if key_group(k, 128) < 64)  # partition 0 of 2

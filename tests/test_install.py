@@ -28,7 +28,8 @@ pytestmark = pytest.mark.slow
 
 #: modules that are themselves an optional integration -> the extra they need
 OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etcd": "etcd",
-            "statekeep.server": "server", "statekeep.functions.sources": "spark", "statekeep.testing.contract": "test"}
+            "statekeep.server": "server", "statekeep.functions.driver.sources": "spark",
+            "statekeep.testing.contract": "test"}
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", 
           "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # package -> the lowest layer that may import it. pydantic is the one schema of the REST bodies since
-# issue 15 (state/shape.py, functions/model.py: a core dependency), so the state layer may use it; the
+# issue 15 (state/shape.py, functions/config/model.py: a core dependency), so the state layer may use it; the
 # web framework stays in server.
 THIRD_PARTY = {"pyspark": "functions", "fastapi": "server", "starlette": "server", "uvicorn": "server",
                "pydantic": "state"}
@@ -66,6 +66,27 @@ def test_imports_only_layers_below(path, module):
         if lowest is not None and rank < RANK[lowest]:
             wrong.append(f"line {line}: {name} (only {lowest} and above may)")
     assert not wrong, f"{module} ({_layer(module)}) imports from above its layer: " + "; ".join(wrong)
+
+
+#: the rooms of ``statekeep.functions``, lowest first (docs/ARCHITECTURE.md): each imports only rooms before it
+FUNCTION_ROOMS = ["config", "messaging", "windowing", "executor", "driver", "admin"]
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["statekeep", "functions"] else None
+
+
+@pytest.mark.parametrize("path,module", [(p, m) for p, m in MODULES if _room(m)],
+                         ids=[m for p, m in MODULES if _room(m)])
+def test_function_rooms_import_only_rooms_below(path, module):
+    """A record's path reads down the rooms: what a function is, its messages, time, the executor, the
+    Spark driver, the server's admin; a room never reaches up (``functions/*.py`` outside a room: none)."""
+    assert _room(module) in FUNCTION_ROOMS, f"{module} is in no room of statekeep.functions"
+    rank = FUNCTION_ROOMS.index(str(_room(module)))
+    wrong = [f"line {line}: {name}" for line, name in _imports(path, module)
+             if _room(name) in FUNCTION_ROOMS and FUNCTION_ROOMS.index(str(_room(name))) > rank]
+    assert not wrong, f"{module} imports from a room above it: " + "; ".join(wrong)
 
 
 SCHEME_FREE = ["coordination", "cache", "handles", "state", "changelog"]

@@ -13,7 +13,7 @@ import pytest
 
 from statekeep.cli import main as cli_main
 from statekeep.errors import StoreUnavailableError
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.metadata import open_store
 from statekeep.metadata.types import join
 from statekeep.migrate import CorruptFileError, TargetNotEmptyError, export_store, import_file, migrate

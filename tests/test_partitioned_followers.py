@@ -15,7 +15,7 @@ from conftest import BACKENDS, need
 from statekeep.changelog import FollowerStore
 from statekeep.changelog.partitioned_follower import PartitionedFollowerStore, PartitionedReplica
 from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.handles.blobs import BlobStore
 from statekeep.state.partitioned import partition as partition_module
 from statekeep.state.partitioned import state_storage

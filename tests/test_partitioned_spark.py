@@ -12,7 +12,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import spark_hash_int
 from statekeep.testing import wait_for
@@ -157,7 +157,7 @@ def test_zookeeper_ensemble_loses_its_leader_then_all_servers_mid_run(zk_ensembl
     SIGKILLed mid-run, later all three servers are down for 8 s; the run finishes without failing, exact."""
     import os
 
-    from statekeep.functions.spark import read_status
+    from statekeep.functions.driver.spark import read_status
 
     url = zk_ensemble.url(f"/ens{os.urandom(4).hex()}") + "?timeout=30&session_timeout=20"
     inputs, out = tmp_path / "in", tmp_path / "out"
@@ -194,7 +194,7 @@ def test_etcd_cluster_loses_its_leader_mid_run(etcd_cluster, tmp_path, spark_env
     output written once (issue 31, defect 6: the driver's status write failed the query)."""
     import os
 
-    from statekeep.functions.spark import read_status
+    from statekeep.functions.driver.spark import read_status
     from statekeep.retry import OUTAGE
 
     url = etcd_cluster.url(f"/ens{os.urandom(4).hex()}")

@@ -15,11 +15,13 @@ import textwrap
 import pytest
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
-from statekeep.functions import lifecycle, stats
-from statekeep.functions.loader import BATCH, NATIVE, RECORD, FunctionLoadError, load_function, validate_function_source
-from statekeep.functions.runtime import FunctionRecordError
+from statekeep.functions.admin import lifecycle
+from statekeep.functions.driver import stats
+from statekeep.functions.config.loader import (BATCH, NATIVE, RECORD, FunctionLoadError, load_function,
+                                               validate_function_source)
+from statekeep.functions.executor.runtime import FunctionRecordError
 from support.specs import run_partition
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.state import open_provider
 
 CLASS = '''
@@ -93,7 +95,7 @@ BLOCK_PULSAR = textwrap.dedent('''
 
 def test_from_pulsar_import_function_works_without_pulsar_client():
     script = BLOCK_PULSAR + textwrap.dedent(f'''
-        from statekeep.functions.loader import load_function
+        from statekeep.functions.config.loader import load_function
         process, kind = load_function({CLASS!r}, "echo.py", "echo.Echo")
         import pulsar, pulsar.functions.function, statekeep.pulsar_compat
         assert pulsar is statekeep.pulsar_compat, pulsar

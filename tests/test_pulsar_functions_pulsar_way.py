@@ -154,7 +154,7 @@ def files(tmp_path, monkeypatch):
 
 def topic(data_dir, name: str) -> list[dict]:
     """The topic's messages in publish order (as ``topics consume`` reads them)."""
-    from statekeep.functions import topics
+    from statekeep.functions.messaging import topics
 
     return list(topics.read(str(data_dir / "topics"), name))
 
@@ -308,8 +308,8 @@ def test_the_real_pulsar_client_is_installed_and_its_classes_run_the_functions(t
     import pulsar
     import pulsar.schema
 
-    from statekeep.functions import messages
-    from statekeep.functions.loader import load_function
+    from statekeep.functions.messaging import messages
+    from statekeep.functions.config.loader import load_function
 
     assert "statekeep" not in pulsar.__file__
     process, _ = load_function(FILES["shapes.py"], "shapes.py", "shapes.Scale")
@@ -334,8 +334,8 @@ HIDDEN_CLIENT = textwrap.dedent('''
 def test_without_pulsar_client_the_stand_ins_run_the_same_files(tmp_path):
     script = HIDDEN_CLIENT + textwrap.dedent(f'''
         import json
-        from statekeep.functions import lifecycle
-        from statekeep.functions.service import FunctionService
+        from statekeep.functions.admin import lifecycle
+        from statekeep.functions.config.service import FunctionService
         FILES = json.loads({json.dumps(json.dumps(FILES))})
         with FunctionService.open("local://{tmp_path / 'data'}") as service:
             def create(name, py, **config):
@@ -362,7 +362,7 @@ def test_without_pulsar_client_the_stand_ins_run_the_same_files(tmp_path):
 def test_functions_sharing_a_topic_never_replace_each_others_files(tmp_path):
     """Two functions, each with its output and a publish on one topic, in the same (batch, partition):
     every message is kept, and a replay of the batch still writes each once."""
-    from statekeep.functions import topics
+    from statekeep.functions.messaging import topics
     from support.specs import run_partition
 
     shared = "persistent://public/default/shared"
@@ -382,7 +382,7 @@ def test_functions_sharing_a_topic_never_replace_each_others_files(tmp_path):
 def test_a_custom_object_through_a_topic_with_pickle_serde(tmp_path):
     """publish(..., serde_class_name="serde.PickleSerDe") writes bytes that are not UTF-8 (kept as
     valueBase64); a function whose input names the same serde gets the object back."""
-    from statekeep.functions import topics
+    from statekeep.functions.messaging import topics
     from support.specs import run_partition
 
     objects = "persistent://public/default/objects"

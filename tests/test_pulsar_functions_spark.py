@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from statekeep.functions import stats
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import read_status, run_registered
+from statekeep.functions.driver import stats
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import read_status, run_registered
 from support.spark import write_words
 
 PULSAR_CLASS = b'''

@@ -19,11 +19,13 @@ from collections import Counter, defaultdict
 import pyarrow as pa
 import pytest
 
-from statekeep.functions import lifecycle, messages
-from statekeep.functions.runtime import arrow_partition_runner
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import FunctionQuery, executor_spec
-from statekeep.functions.topics import directory
+from statekeep.functions.admin import lifecycle
+
+from statekeep.functions.messaging import messages
+from statekeep.functions.executor.runtime import arrow_partition_runner
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import FunctionQuery, executor_spec
+from statekeep.functions.messaging.topics import directory
 from statekeep.state.partitioned import state_storage
 from conftest import BACKENDS
 
@@ -251,7 +253,7 @@ def test_the_executor_spec_is_frozen_checked_once_and_travels_to_executors(tmp_p
     import pickle
 
     from statekeep.errors import InvalidArgumentError
-    from statekeep.functions.spec import ExecutorSpec, TimeSpec
+    from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
 
     with FunctionService.open(f"local://{tmp_path / 'data'}") as service:
         service.registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["in.jsonl"],

@@ -124,7 +124,7 @@ def test_repeat_never_repeats_another_error(error):
 def test_a_status_write_failing_once_is_repeated(error, sent):
     """The driver's status write (issue 31, defect 6) is a plain overwrite: one failing while the store is
     unavailable, or whose answer was lost, is written again and the query goes on."""
-    from statekeep.functions.spark import STATUS_ROOT, FunctionQuery, read_status, status_saver
+    from statekeep.functions.driver.spark import STATUS_ROOT, FunctionQuery, read_status, status_saver
     from statekeep.metadata import open_store
     from statekeep.testing import faults
 

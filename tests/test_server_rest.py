@@ -152,7 +152,7 @@ def test_state_put_and_query_in_every_form(client, fn):
 
 def test_counter_is_8_byte_big_endian_for_functions(client, fn, server):
     client.post(fn + "/state/n", json={"numberValue": 2 ** 40 + 5})
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
     # read the same key through the registry's provider, as the Spark runtime does (another process)
     with FunctionService.open(f"local://{server.data_dir}") as service:

@@ -1,5 +1,5 @@
-"""The one output sink (statekeep.functions.sink): its names, a replay overwriting its own file, written-synced-
-renamed, publish order across writers, and topic files of earlier schemes still read."""
+"""The one output sink (statekeep.functions.messaging.sink): its names, a replay overwriting its own file,
+written-synced-renamed, publish order across writers, and topic files of earlier schemes still read."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from statekeep.functions import messages, sink, topics
-from statekeep.functions.messages import Message
+from statekeep.functions.messaging import messages, sink, topics
+from statekeep.functions.messaging.messages import Message
 
 from support.specs import typed
 
@@ -157,7 +157,7 @@ def test_a_line_that_is_not_a_message_record_is_named(tmp_path):
 
 
 def test_publish_and_the_log_topic_go_to_their_targets_by_kind(tmp_path, clock):
-    from statekeep.functions.messages import Published, function_logger
+    from statekeep.functions.messaging.messages import Published, function_logger
 
     spec = typed({**SPEC, "topics_dir": str(tmp_path), "log_topic": "persistent://t/n/log", "function_id": "id"})
     logger = function_logger(spec, 2)
@@ -176,7 +176,7 @@ def test_publish_and_the_log_topic_go_to_their_targets_by_kind(tmp_path, clock):
 
 def stream_reader(root, **options):
     pytest.importorskip("pyspark")
-    from statekeep.functions.sources import _TopicStreamReader
+    from statekeep.functions.driver.sources import _TopicStreamReader
 
     return _TopicStreamReader({"topic": TOPIC, "topicsDir": root, "raw": "true", **options})
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from statekeep.functions import messages, topics
+from statekeep.functions.messaging import messages, topics
 
 from support.specs import typed
 
@@ -90,7 +90,7 @@ def test_a_function_on_the_cluster_reads_and_writes_topics_on_s3_with_no_shared_
 
     from support.cli import run as cli
 
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
     url = f"zk://{request.getfixturevalue('zk_server').address}/c{uuid.uuid4().hex[:10]}"
     root = s3_server.url("cluster-topics")

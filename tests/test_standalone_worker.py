@@ -68,7 +68,7 @@ def test_localrun_waits_for_the_runner_and_status_names_it(tmp_path, capsys):
     ``functions status`` names the holder; once the holder goes, status says nobody runs it."""
     from statekeep.cli import main
     from statekeep.coordination import CoordinationService
-    from statekeep.functions.worker import acquire_function_lock
+    from statekeep.functions.admin.worker import acquire_function_lock
     from statekeep.metadata import open_store
 
     data = tmp_path / "data"

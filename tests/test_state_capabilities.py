@@ -104,7 +104,7 @@ def test_function_provider_is_one_rule(tmp_path):
 
 def test_changelog_source_offsets_per_partition():
     pytest.importorskip("pyspark")
-    from statekeep.functions.sources import _ChangelogStreamReader, _split
+    from statekeep.functions.driver.sources import _ChangelogStreamReader, _split
 
     reader = _ChangelogStreamReader({"function": "t/n/f"})
     assert _split({"offset": 7}) == (None, [7])  # checkpoints of per-key state keep their form

@@ -13,10 +13,11 @@ import json
 import pytest
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions import lifecycle, timerun
-from statekeep.functions.runtime import cached_state_store
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import executor_spec
+from statekeep.functions.admin import lifecycle
+from statekeep.functions.windowing import timerun
+from statekeep.functions.executor.runtime import cached_state_store
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import executor_spec
 from statekeep.state import timestate
 from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import KEY_GROUPS, key_group

@@ -84,8 +84,8 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
     checkpoints, outputs). State on ``local://`` under ``work``, or partition-owned under ``work/state`` with
     ``state_dir``. Returns the seconds the steps took (from start to end of each run, added) and the last
     step's output records. Raises what the function's query raises."""
-    from statekeep.functions.service import FunctionService
-    from statekeep.functions.spark import run_registered
+    from statekeep.functions.config.service import FunctionService
+    from statekeep.functions.driver.spark import run_registered
     from statekeep.state.partitioned import state_storage
 
     pipeline = PIPELINES[query]

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from statekeep.changelog import FollowerStore
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from support import follower_worker
 
 WORKER = Path(follower_worker.__file__)

@@ -12,8 +12,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from statekeep.functions.service import FunctionService
-from statekeep.functions.spark import read_status, run_registered
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import read_status, run_registered
 from statekeep.testing import wait_for
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "wordcount"

@@ -1,12 +1,12 @@
 """Executor specs in tests: written as plain dicts (``{**spec, "code": ...}``) and run as the typed,
-frozen :class:`~statekeep.functions.spec.ExecutorSpec` the driver builds."""
+frozen :class:`~statekeep.functions.config.spec.ExecutorSpec` the driver builds."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from statekeep.functions import runtime
-from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.executor import runtime
+from statekeep.functions.config.spec import ExecutorSpec
 
 
 def typed(spec: Any) -> ExecutorSpec:

@@ -20,7 +20,7 @@ from statekeep.cli.timeflags import add_time_flags, apply_time_flags
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
 
 def print_json(data: object) -> None:
@@ -170,7 +170,7 @@ def functions_client(args: argparse.Namespace) -> FunctionsClient:
 
 def direct(args: argparse.Namespace) -> FunctionService:
     """The :class:`FunctionService` on the store a direct-only command (localrun, snapshot, ...) works on."""
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
     return FunctionService.open(direct_store_url(args))
 

@@ -146,7 +146,7 @@ def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str,
     """Records the leader has after the follower's applied offset (for partition-owned state: entries
     of segments not applied); None if unknown, "deleted" if gone."""
     from statekeep.changelog.partitioned_follower import lag
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.state.partitioned import PartitionedStateStore
 
     try:

@@ -5,7 +5,7 @@ config file's ``webServiceUrl``, else ``http://localhost:8080``; see :mod:`state
 the whole order and the token), and say so in one line when none answers. ``--data-dir DIR`` (the
 store ``local://DIR``) or ``--store URL`` work on a store directly instead, with the same JSON: the
 server's is printed as received, the direct one comes from the same
-:mod:`statekeep.functions.service` code the server runs. Each command makes one call on a
+:mod:`statekeep.functions.config.service` code the server runs. Each command makes one call on a
 :class:`~statekeep.cli.functions_client.FunctionsClient` (:func:`statekeep.cli.common.functions_client`
 picks the server's or the store's), never branching on where it goes.
 

@@ -4,7 +4,7 @@
 timers, status, stats, start, stop, restart, trigger); a command calls them without knowing where they go.
 :class:`RemoteFunctions` sends them to a server, in Pulsar's ``/admin/v3/functions`` REST paths, and returns
 the server's JSON as received; :class:`DirectFunctions` runs them on a store through
-:class:`statekeep.functions.service.FunctionService`, the code the server's routes run, and returns the same
+:class:`statekeep.functions.config.service.FunctionService`, the code the server's routes run, and returns the same
 JSON. :func:`statekeep.cli.common.functions_client` picks one (see :mod:`statekeep.cli.client` for the order).
 
 Both raise statekeep's errors: :class:`NotFoundError` for an unknown function or key, and so on (the remote
@@ -26,7 +26,7 @@ from statekeep.cli.client import Http
 from statekeep.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
 
 #: the file name a function's code is uploaded under when it has none
 DEFAULT_CODE_NAME = "function.py"
@@ -194,7 +194,7 @@ class DirectFunctions(FunctionsClient):
     def service(self) -> FunctionService:
         """The store's :class:`FunctionService`, opened now if it is not yet."""
         if self._service is None:
-            from statekeep.functions.service import FunctionService
+            from statekeep.functions.config.service import FunctionService
 
             self._service = FunctionService.open(self.store_url)
         return self._service
@@ -234,7 +234,7 @@ class DirectFunctions(FunctionsClient):
         """statekeep's own status record (``processed``, ``batches``, ``last_batch``, ``workerId``)."""
         if instance_id is not None:
             raise InvalidArgumentError("--instance-id needs a server; directly on a store, status is the function's")
-        from statekeep.functions.worker import function_status
+        from statekeep.functions.admin.worker import function_status
 
         service = self.service
         service.registry.get(tenant, namespace, name)  # NotFoundError for an unknown function
@@ -242,8 +242,9 @@ class DirectFunctions(FunctionsClient):
 
     def stats(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> Any:
         """The same Pulsar FunctionStats the server composes, from the store."""
-        from statekeep.functions import lifecycle, stats
-        from statekeep.functions.worker import function_status
+        from statekeep.functions.admin import lifecycle
+        from statekeep.functions.driver import stats
+        from statekeep.functions.admin.worker import function_status
 
         registry = self.service.registry
         cfg = registry.get(tenant, namespace, name)  # NotFoundError if unknown

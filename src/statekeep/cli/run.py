@@ -26,7 +26,7 @@ from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 from statekeep.metadata.registry import default_store_url
 
 if TYPE_CHECKING:
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.metadata import MetadataStore
 
 
@@ -62,7 +62,7 @@ def _service_and_url(args: argparse.Namespace) -> tuple[FunctionService, Metadat
 def _localrun(args: argparse.Namespace) -> int:
     from statekeep.cli.standalone import resolve_location, spark_conf
     from statekeep.coordination import CoordinationService
-    from statekeep.functions.worker import acquire_function_lock
+    from statekeep.functions.admin.worker import acquire_function_lock
 
     config, code, path = common.config_from_args(args), common.read_py(args), common.code_path(args)
     if code is None or path is None or not config.get("inputs"):
@@ -113,7 +113,7 @@ def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, s
                 store: MetadataStore,
                 metadata_url: str, checkpoint_root: str, worker_id: str) -> int:
     """Register and run the function while this process holds its lock."""
-    from statekeep.functions.spark import read_status, run_registered
+    from statekeep.functions.driver.spark import read_status, run_registered
 
     try:
         service.registry.create(config, code)

@@ -26,7 +26,7 @@ from statekeep.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
     from statekeep.changelog import SnapshotStore
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.state.base import StateStore
 
 

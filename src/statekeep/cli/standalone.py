@@ -1,6 +1,6 @@
 """``statekeep standalone [--data-dir DIR | --store URL] [--port 8080] [--host 127.0.0.1]``: the REST
 API plus the functions worker that runs every created function on Spark
-(:mod:`statekeep.functions.worker`).
+(:mod:`statekeep.functions.admin.worker`).
 
 ``--data-dir DIR`` (the default, ``./.statekeep-data``) keeps everything in the embedded store
 ``local://DIR``, with Spark checkpoints in ``DIR/checkpoints``. ``--store URL`` serves any backend
@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode
 from statekeep.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from statekeep.functions.worker import SparkWorker
+    from statekeep.functions.admin.worker import SparkWorker
     from statekeep.server.worker import NullWorker
 
 DEFAULT_DATA_DIR = "./.statekeep-data"
@@ -132,7 +132,7 @@ def build_worker(args: argparse.Namespace, metadata_url: str | None = None, chec
 
     if args.no_worker:
         return NullWorker()
-    from statekeep.functions.worker import SparkWorker
+    from statekeep.functions.admin.worker import SparkWorker
 
     if metadata_url is None or checkpoint_root is None:
         metadata_url, checkpoint_root, _ = _layout(args)

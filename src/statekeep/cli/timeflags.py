@@ -1,6 +1,6 @@
 """The time flags of ``functions create|update|localrun``: pulsar-admin's window flags, statekeep's session,
 lag, late-data and TTL flags. They fill the config's ``windowConfig`` (over the config file's block) and
-``stateTtlSeconds``; :class:`statekeep.functions.model.FunctionConfig` validates the result."""
+``stateTtlSeconds``; :class:`statekeep.functions.config.model.FunctionConfig` validates the result."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``statekeep topics produce|consume|ls``: statekeep's Pulsar topics (see :mod:`statekeep.functions.topics`),
+"""``statekeep topics produce|consume|ls``: statekeep's Pulsar topics (see :mod:`statekeep.functions.messaging.topics`),
 shaped after ``pulsar-client produce|consume``.
 
 ``produce TOPIC -m MESSAGE [-m ...] [-k KEY] [-p NAME=VALUE ...] [--event-time MS]`` appends the messages as
@@ -30,7 +30,7 @@ def add_topics_dir_option(parser: argparse.ArgumentParser) -> None:
 def use_topics_dir(args: argparse.Namespace, data_dir: str | None = None) -> str:
     """The topics root the command's ``--topics-dir`` (else ``DATA_DIR/topics``, else the environment's
     or the default) names, made this process's and its children's (``$STATEKEEP_TOPICS_DIR``)."""
-    from statekeep.functions.topics import ENV, absolute, default_root
+    from statekeep.functions.messaging.topics import ENV, absolute, default_root
 
     chosen = getattr(args, "topics_dir", None)
     root = (absolute(chosen) if chosen else os.path.join(os.path.abspath(data_dir), "topics") if data_dir
@@ -66,7 +66,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _root(args: argparse.Namespace) -> str:
-    from statekeep.functions.topics import absolute, default_root
+    from statekeep.functions.messaging.topics import absolute, default_root
 
     if args.topics_dir:
         return absolute(args.topics_dir)
@@ -76,8 +76,8 @@ def _root(args: argparse.Namespace) -> str:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from statekeep.functions import topics
-    from statekeep.functions.messages import Message
+    from statekeep.functions.messaging import topics
+    from statekeep.functions.messaging.messages import Message
 
     properties = {}
     for item in args.property:
@@ -93,7 +93,7 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _consume(args: argparse.Namespace) -> int:
-    from statekeep.functions import topics
+    from statekeep.functions.messaging import topics
 
     name = topics.complete(args.topic)
     for count, record in enumerate(topics.read(_root(args), name), 1):
@@ -104,7 +104,7 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from statekeep.functions import topics
+    from statekeep.functions.messaging import topics
 
     for name in topics.list_topics(_root(args)):
         print(name)

@@ -37,7 +37,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.service import FunctionService
 from statekeep.server import errors, lifecycle, openapi
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig

@@ -10,8 +10,8 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from statekeep.functions.registry import FunctionRegistry
-from statekeep.functions.service import FunctionService
+from statekeep.functions.config.registry import FunctionRegistry
+from statekeep.functions.config.service import FunctionService
 from statekeep.metadata.base import MetadataStore
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig

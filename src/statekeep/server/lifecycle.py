@@ -15,7 +15,7 @@
 - ``POST FN/trigger``: multipart ``data`` (a value) or ``dataStream`` (a file), optional ``topic``
   (one of the function's inputs): the function runs on it through its real state; the response
   (text/plain) is its output, as Pulsar's (a function keeping time runs as a one-record micro-batch:
-  see :func:`statekeep.functions.lifecycle.trigger`).
+  see :func:`statekeep.functions.admin.lifecycle.trigger`).
 
 An instance is a Spark partition (``instanceId`` from 0 to ``parallelism - 1``). Stats are read
 from the metadata store, where the runner of a function saves them once per micro-batch, so any
@@ -31,9 +31,10 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
-from statekeep.functions import lifecycle, stats
-from statekeep.functions.spark import read_status
-from statekeep.functions.worker import function_status as read_function_status
+from statekeep.functions.admin import lifecycle
+from statekeep.functions.driver import stats
+from statekeep.functions.driver.spark import read_status
+from statekeep.functions.admin.worker import function_status as read_function_status
 from statekeep.server import schemas
 from statekeep.server.auth import authorize
 from statekeep.server.bodies import check_length, read_part

@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from statekeep.functions.model import NAME_PATTERN
+from statekeep.functions.config.model import NAME_PATTERN
 from statekeep.server.schemas import KEY_SCHEMA, errors
 from statekeep.state.keys import MAX_NAME
 

@@ -1,5 +1,5 @@
 """The OpenAPI description of the request and response bodies, built from the same pydantic models
-that validate them (:class:`statekeep.functions.model.FunctionConfig`,
+that validate them (:class:`statekeep.functions.config.model.FunctionConfig`,
 :class:`statekeep.state.shape.FunctionStateBody` / :class:`~statekeep.state.shape.FunctionState`), so
 the spec cannot drift from the code. Handlers return plain JSON (no second validation pass)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from statekeep.functions.model import FunctionConfig
+from statekeep.functions.config.model import FunctionConfig
 from statekeep.state.keys import MAX_SEGMENT
 from statekeep.state.shape import FunctionState, FunctionStateBody
 

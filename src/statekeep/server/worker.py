@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from statekeep.functions.registry import FunctionRegistry
+from statekeep.functions.config.registry import FunctionRegistry
 
 
 @runtime_checkable

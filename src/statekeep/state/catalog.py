@@ -6,7 +6,7 @@ configuration as a JSON object (Pulsar's ``FunctionConfig`` shape); an empty key
 (``{"provider": NAME, "config": {...}}``, absent: the default) names the function's state provider.
 
 This is the one implementation of that layout and of reading an entry.
-:class:`statekeep.functions.registry.FunctionRegistry` (the writer, one layer up) builds on it, and
+:class:`statekeep.functions.config.registry.FunctionRegistry` (the writer, one layer up) builds on it, and
 layers below ``functions`` that must find a function and its state provider (followers) use it
 directly, so they never parse the registry's JSON themselves nor import ``statekeep.functions``.
 

@@ -1,5 +1,5 @@
 """``pulsar.functions.context``: the Context interface (statekeep's implementation is
-:class:`statekeep.functions.context.Context`)."""
+:class:`statekeep.functions.executor.context.Context`)."""
 
 from __future__ import annotations
 

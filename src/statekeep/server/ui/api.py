@@ -33,7 +33,7 @@ from starlette.routing import Match
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
-from statekeep.functions.worker import function_status, pulsar_function_status
+from statekeep.functions.admin.worker import function_status, pulsar_function_status
 from statekeep.handles.gc import collect_garbage
 from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.types import GetResult, validate_path
@@ -47,7 +47,7 @@ from statekeep.state.timestate import recent_records
 from statekeep.validate import check_int
 
 if TYPE_CHECKING:
-    from statekeep.functions.registry import FunctionRegistry
+    from statekeep.functions.config.registry import FunctionRegistry
     from statekeep.metadata.base import MetadataStore
     from statekeep.server.context import ServerContext
 
@@ -113,7 +113,7 @@ def _has_lifecycle(request: Request) -> bool:
 def _stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> bool | None:
     """Whether the function was stopped through the lifecycle API; None where that API is absent."""
     try:
-        from statekeep.functions.lifecycle import is_stopped
+        from statekeep.functions.admin.lifecycle import is_stopped
     except ImportError:
         return None
     return is_stopped(registry, tenant, namespace, name)

@@ -2,7 +2,7 @@
 
 The runtime records no per-batch history: after each micro-batch it rewrites the function's status at
 ``STATUS_ROOT/T/N/F`` with running totals (``processed``, ``skipped``, ``batches``, ``last_batch``,
-``updated_ms``; see :func:`statekeep.functions.spark.run_registered`). :class:`BatchHistory` listens to
+``updated_ms``; see :func:`statekeep.functions.driver.spark.run_registered`). :class:`BatchHistory` listens to
 the store's notifications for those keys and turns consecutive totals into one entry per status change:
 ``{"batch", "records", "batches", "seconds", "rate"}`` where ``records`` is the growth of
 processed + skipped, ``batches`` how many micro-batches that covers (more than 1 if notifications were
@@ -22,7 +22,7 @@ from fastapi import Request
 
 from statekeep import jsonrecords
 from statekeep.background import Consumer
-from statekeep.functions.spark import STATUS_ROOT
+from statekeep.functions.driver.spark import STATUS_ROOT
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType
 

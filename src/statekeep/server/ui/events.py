@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from statekeep.errors import UnauthorizedError
-from statekeep.functions.spark import STATUS_ROOT
+from statekeep.functions.driver.spark import STATUS_ROOT
 from statekeep.server.ui import access
 from statekeep.server.ui.api import record_json
 from statekeep.server.ui.batches import batch_history
@@ -39,7 +39,7 @@ from statekeep.state.base import ChangelogPosition
 from statekeep.state.timestate import visible_page
 
 if TYPE_CHECKING:
-    from statekeep.functions.registry import FunctionRegistry
+    from statekeep.functions.config.registry import FunctionRegistry
     from statekeep.metadata.base import MetadataStore
     from statekeep.metadata.types import Notification
     from statekeep.server.context import ServerContext

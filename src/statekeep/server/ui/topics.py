@@ -1,4 +1,4 @@
-"""The console's Topics page: statekeep's Pulsar topics (see :mod:`statekeep.functions.topics`) under the
+"""The console's Topics page: statekeep's Pulsar topics (see :mod:`statekeep.functions.messaging.topics`) under the
 server's topics root, each with its file and message counts, and a topic's newest messages with their
 key, properties and event time. A token sees the topics of its tenants (``persistent://TENANT/...``)."""
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from statekeep.functions import topics
+from statekeep.functions.messaging import topics
 from statekeep.server.ui import access
 
 router = APIRouter(include_in_schema=False)

@@ -17,16 +17,16 @@
 
 - ``spark.readStream.format("statekeep-clock").load()``: a stream that never has a row but has new
   data every second (its offset is the time in seconds), so a query reading it runs a micro-batch each
-  second even while its other inputs are idle (see :func:`statekeep.functions.timerun.with_clock_source`);
+  second even while its other inputs are idle (see :func:`statekeep.functions.windowing.timerun.with_clock_source`);
   with ``Trigger.AvailableNow`` it has nothing to read, so the query's batches are its other sources',
   unless option ``tick`` is ``true``: then it has one second more, so the query runs one micro-batch
   even with nothing else to read.
 
 - ``spark.read.format("statekeep-topic").option("topic", "persistent://T/N/X").load()``: a statekeep
   topic's messages (value or valueBase64, key, properties, eventTime, publishTime) in publish order; option
-  ``topicsDir`` names the topics root, a path or an fsspec URL (see :mod:`statekeep.functions.topics`).
+  ``topicsDir`` names the topics root, a path or an fsspec URL (see :mod:`statekeep.functions.messaging.topics`).
   ``spark.readStream`` reads it as a stream: its offset is the set of the topic's files taken, in publish
-  order (see :mod:`statekeep.functions.sink`), so a restarted query resumes where it was and a file a
+  order (see :mod:`statekeep.functions.messaging.sink`), so a restarted query resumes where it was and a file a
   replay rewrites in place is not taken twice; each micro-batch lists the topic's directory once (one
   prefix-free listing, through fsspec). A file committed more than ``LATENESS_MS`` before the newest file
   the stream took when it appears is not taken. Option ``maxFilesPerTrigger`` bounds a micro-batch; option
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit
     from pyspark.sql.types import StructType
 
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.state.base import StateStore
 
 STATE_SCHEMA = "key string, kind string, value binary, number long, version long"
@@ -89,7 +89,7 @@ def _prefix(options: Mapping[str, Any]) -> str:
 
 def _open_state(options: Mapping[str, Any]) -> tuple[FunctionService, StateStore]:
     """(service, state store) of the function the options name; close the service when done."""
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.service import FunctionService
     from statekeep.metadata.registry import default_store_url
 
     service = FunctionService.open(options.get("store") or default_store_url())
@@ -257,7 +257,7 @@ TOPIC_PARTITIONS = 16  # a micro-batch's files are read by at most this many tas
 
 
 def _topic_directory(options: Mapping[str, Any]) -> str:
-    from statekeep.functions.topics import absolute, complete, default_root, directory
+    from statekeep.functions.messaging.topics import absolute, complete, default_root, directory
 
     if not options.get("topic"):
         raise InvalidArgumentError('option "topic" must name a topic (persistent://T/N/X, T/N/X or X)')
@@ -277,7 +277,7 @@ class _TopicFiles(InputPartition):
 def _topic_rows(directory: str, names: list[str], raw: bool) -> Iterator[Any]:
     """The messages of a topic's files ``names``, in that order: as Arrow batches of their JSON lines (``raw``),
     or as rows of TOPIC_SCHEMA."""
-    from statekeep.functions import sink
+    from statekeep.functions.messaging import sink
 
     if raw:  # split and filtered in Arrow: no Python object per line
         import pyarrow as pa
@@ -299,7 +299,7 @@ class _TopicReader(DataSourceReader):
         self.directory, self.raw = _topic_directory(options), _raw(options)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from statekeep.functions import sink
+        from statekeep.functions.messaging import sink
 
         return _topic_rows(self.directory, sink.data_files(self.directory), self.raw)
 
@@ -325,12 +325,12 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        from statekeep.functions import sink
+        from statekeep.functions.messaging import sink
 
         self._available = set(sink.data_files(self.directory))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit | None = None) -> dict[str, Any]:
-        from statekeep.functions import sink
+        from statekeep.functions.messaging import sink
 
         after, seen = int(start["after"]), set(start["seen"])
         keys = [k for k in map(sink.file_key, sink.data_files(self.directory)) if k is not None]
@@ -346,7 +346,7 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"after": horizon, "seen": sorted(kept)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        from statekeep.functions import sink
+        from statekeep.functions.messaging import sink
 
         names = [n for _, n in sorted(k for k in map(sink.file_key, set(end["seen"]) - set(start["seen"]))
                                       if k is not None)]

@@ -9,7 +9,7 @@ and a ``publish`` through its ``serde_class_name``. A serde class name is resolv
 stand-in), ``MODULE.X`` where MODULE is the function file's own module name is the class in that
 file, anything else is imported. One instance per class and process.
 
-**Message records**: a topic (see :mod:`statekeep.functions.topics`) holds JSON lines, one message
+**Message records**: a topic (see :mod:`statekeep.functions.messaging.topics`) holds JSON lines, one message
 each: ``{"value": TEXT}`` or ``{"valueBase64": B64}`` (bytes that are not UTF-8), and optionally
 ``"key"``, ``"properties"`` (str -> str) and ``"eventTime"`` (ms), ``"publishTime"`` (ms). A file
 input's line is read the same way, its line as the value; a line of a ``.json``/``.jsonl`` file is
@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.jsonscan import loads_at
-from statekeep.functions.loader import FunctionLoadError, execute_file
-from statekeep.functions.sink import OutputSink
+from statekeep.functions.messaging.jsonscan import loads_at
+from statekeep.functions.config.loader import FunctionLoadError, execute_file
+from statekeep.functions.messaging.sink import OutputSink
 
 if TYPE_CHECKING:
-    from statekeep.functions.spec import ExecutorSpec
+    from statekeep.functions.config.spec import ExecutorSpec
 
 DEFAULT_SERDE = "serde.IdentitySerDe"
 #: The first character of a message input's record that is a JSON file's line (the record separator
@@ -261,7 +261,7 @@ def published_by_target(published: list[tuple[str, Any]], spec: ExecutorSpec) ->
     """``context.publish`` messages grouped by the target named (a topic, or a path), each as the record
     written there: a message record for a topic, or for a path when the message has a key, properties or an
     event time; else the value as it is (through a serde, if named)."""
-    from statekeep.functions.topics import is_topic
+    from statekeep.functions.messaging.topics import is_topic
 
     targets: dict[str, list[Any]] = {}
     for topic, item in published:
@@ -292,7 +292,7 @@ def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
     """What a result becomes in the function's output: for a topic, a message record with the input
     message's key, properties and event time (as Pulsar's runtime sets them); else the value,
     through ``outputSerdeClassName`` if set."""
-    from statekeep.functions.topics import is_topic
+    from statekeep.functions.messaging.topics import is_topic
 
     name = spec.output_serde
     serde = load_serde(name, spec.code, spec.py_name) if name else None
@@ -347,7 +347,7 @@ def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> Outp
     log topic, ``pub`` for what it publishes) becomes where its records go: a topic name is the topic's
     directory under the spec's topics root, written as JSON lines (a topic holds message records); another
     name the path or URL as named, in ``output_format`` for the main output; no name or ``console`` nowhere."""
-    from statekeep.functions.topics import is_topic, location
+    from statekeep.functions.messaging.topics import is_topic, location
 
     if not name or name == "console":
         return OutputSink(None)

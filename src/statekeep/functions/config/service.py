@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statekeep.errors import NotFoundError
-from statekeep.functions.registry import DEFAULT_ROOT, FunctionRegistry
+from statekeep.functions.config.registry import DEFAULT_ROOT, FunctionRegistry
 from statekeep.metadata import MetadataStore, open_store
 from statekeep.state import ProviderPool
 from statekeep.state.base import StateEntry

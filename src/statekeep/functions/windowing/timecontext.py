@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.timekeeping import DOMAINS, check_ttl
+from statekeep.functions.windowing.timekeeping import DOMAINS, check_ttl
 
 if TYPE_CHECKING:
-    from statekeep.functions.timekeeping import TimeState
-    from statekeep.functions.windows import Window
+    from statekeep.functions.windowing.timekeeping import TimeState
+    from statekeep.functions.windowing.windows import Window
 
 
 class TimeMethods:
-    """Mixed into :class:`statekeep.functions.context.Context`."""
+    """Mixed into :class:`statekeep.functions.executor.context.Context`."""
 
     _time: TimeState | None = None
     _window: Window | None = None

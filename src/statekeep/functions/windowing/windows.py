@@ -1,4 +1,4 @@
-"""Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.windowconfig`).
+"""Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
 A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`) holding their
 records; a time or session window registers a window timer at its end, and fires (the function is
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.jsonscan import loads_at
-from statekeep.functions.timekeeping import TimeState
+from statekeep.functions.messaging.jsonscan import loads_at
+from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
 
 

@@ -1,8 +1,8 @@
 """Time in one (batch, partition) run: windows, timers and TTL wired into the runtime's record loop.
 
-:class:`TimedRun` (built by :meth:`statekeep.functions.runtime.RecordPath.keep_time` when the executor
+:class:`TimedRun` (built by :meth:`statekeep.functions.executor.runtime.RecordPath.keep_time` when the executor
 spec has a ``time`` section) gives the context its
-:class:`~statekeep.functions.timekeeping.TimeState` and, for a windowed function, the ``process`` the
+:class:`~statekeep.functions.windowing.timekeeping.TimeState` and, for a windowed function, the ``process`` the
 record loop calls instead (it puts the record in its windows and calls the user's function for each
 count window it completes). :meth:`TimedRun.finish`, after the records, fires due timers (windows
 and ``on_timer``), deletes expired keys and writes all of it into the batch's buffer, before the
@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.spec import ExecutorSpec, TimeSpec
-from statekeep.functions.timekeeping import TimeState
-from statekeep.functions.windowconfig import user_lag_ms
-from statekeep.functions.windows import Window, Windows
+from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
+from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.functions.config.windowconfig import user_lag_ms
+from statekeep.functions.windowing.windows import Window, Windows
 from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, key_group, owner, spark_routes
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
@@ -254,7 +254,7 @@ def with_ticks(frame: Any, parallelism: int) -> Any:
 
 
 def with_clock_source(frame: Any, *, tick: bool = False) -> Any:
-    """``frame`` unioned with the ``statekeep-clock`` source (see :mod:`statekeep.functions.sources`),
+    """``frame`` unioned with the ``statekeep-clock`` source (see :mod:`statekeep.functions.driver.sources`),
     which has new data every second and never a row: a streaming query runs a micro-batch each second
     even while its inputs are idle (Spark runs none for sources without new data), so processing-time
     timers fire and expired keys are deleted without waiting for input (:func:`with_ticks` makes every

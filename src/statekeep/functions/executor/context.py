@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.timecontext import TimeMethods
+from statekeep.functions.windowing.timecontext import TimeMethods
 from statekeep.state.base import validate_value
 from statekeep.state.buffer import BufferedState
 from statekeep.state.keys import encode_key
@@ -185,7 +185,7 @@ class Context(TimeMethods):
         """The current record's Pulsar message record ({} unless the input holds messages)."""
         if self._source is None or self._source.source_format != "message":
             return {}
-        from statekeep.functions.messages import record_of
+        from statekeep.functions.messaging.messages import record_of
 
         return record_of(self._at("records"))
 
@@ -261,11 +261,11 @@ class Context(TimeMethods):
                 callback: Callable[[Any, str], Any] | None = None, message_conf: Any = None) -> None:
         """Send ``message`` to ``topic_name`` (a Pulsar topic, or a directory, as a function's output):
         written with the batch's outputs, exactly once (a replayed batch rewrites the same file).
-        ``serde_class_name`` serializes it (see :mod:`statekeep.functions.messages`); ``properties``
+        ``serde_class_name`` serializes it (see :mod:`statekeep.functions.messaging.messages`); ``properties``
         and ``message_conf``'s ``properties``, ``partition_key`` and ``event_timestamp`` are kept with
         it (its other keys are accepted and ignored). ``callback`` (if given) is called with
         ``(None, topic_name)`` once it is buffered."""
-        from statekeep.functions.messages import Published
+        from statekeep.functions.messaging.messages import Published
 
         if not isinstance(topic_name, str) or not topic_name or topic_name == "console":
             raise InvalidArgumentError("publish needs an output name (a topic or a directory), not "

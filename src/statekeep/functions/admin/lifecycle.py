@@ -10,7 +10,7 @@ when it changes). Both go with the function when it is deleted.
 state changes are applied in one atomic write, ``context.publish`` messages are written to their
 outputs, and the function's result is returned (not written to its output). A function keeping time
 (windows, timers, TTL) runs as the record's partition of a one-record micro-batch, through the
-runtime's time (:mod:`statekeep.functions.timerun`): what fires there is the function's output, so
+runtime's time (:mod:`statekeep.functions.windowing.timerun`): what fires there is the function's output, so
 that batch's outputs are written to its output as well as returned.
 """
 
@@ -22,15 +22,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
-from statekeep.functions import timerun
-from statekeep.functions.context import RecordSource
-from statekeep.functions.loader import BATCH, FunctionLoadError, cached_function
+from statekeep.functions.windowing import timerun
+from statekeep.functions.executor.context import RecordSource
+from statekeep.functions.config.loader import BATCH, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state.buffer import BufferedState
 
 if TYPE_CHECKING:
-    from statekeep.functions.registry import FunctionRegistry
-    from statekeep.functions.runtime import RecordPath
+    from statekeep.functions.config.registry import FunctionRegistry
+    from statekeep.functions.executor.runtime import RecordPath
 
 STOPPED, RESTARTS = "stopped", "restarts"
 
@@ -99,16 +99,16 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     through its real state, and return its result (None: no output).
     For a function keeping time (windows, timers, TTL) the run is the record's part of a one-record
     micro-batch: the partition that batch routes the record to, with the function's committed watermark
-    (see :func:`statekeep.functions.timerun.one_record`), so the record goes into its windows, timers
+    (see :func:`statekeep.functions.windowing.timerun.one_record`), so the record goes into its windows, timers
     and TTLs are kept, and the windows and timers that batch's watermark or clock passes fire. Its
     outputs (the record's result, then what fired) are written to the function's output as the batch's
     would be, and returned: None if none, the output if one, the list of them if several.
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
-    from statekeep.functions import messages
-    from statekeep.functions.runtime import FunctionRecordError, RecordPath
-    from statekeep.functions.messages import output_sink, published_targets, write_targets
-    from statekeep.functions.spark import executor_spec
+    from statekeep.functions.messaging import messages
+    from statekeep.functions.executor.runtime import FunctionRecordError, RecordPath
+    from statekeep.functions.messaging.messages import output_sink, published_targets, write_targets
+    from statekeep.functions.driver.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
     raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")

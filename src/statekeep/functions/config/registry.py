@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
-from statekeep.functions.loader import check_named_classes, validate_function_source
-from statekeep.functions.model import FunctionConfig
+from statekeep.functions.config.loader import check_named_classes, validate_function_source
+from statekeep.functions.config.model import FunctionConfig
 from statekeep.lru import BoundedLRU
 from statekeep.metadata import Delete, MetadataStore, Put
 from statekeep.retry import DEFAULT as RETRY

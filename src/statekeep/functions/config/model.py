@@ -1,6 +1,6 @@
 """A function's configuration: Pulsar's ``FunctionConfig`` JSON, one pydantic model that validates it
 (:meth:`FunctionConfig.from_json`) and documents it (the REST server's OpenAPI spec uses it as is).
-The check of a function's code is :func:`statekeep.functions.loader.validate_function_source`.
+The check of a function's code is :func:`statekeep.functions.config.loader.validate_function_source`.
 
 Every field of Pulsar's FunctionConfig is either honoured or refused (:class:`InvalidArgumentError`,
 a 400 over REST, naming the field); a ``null`` field counts as absent, as Gson omits it.
@@ -18,7 +18,7 @@ an int as ``windowConfig.maxLagMs``), ``secrets`` (secret name -> what the secre
 go there), ``customSerdeInputs`` (input -> ``pulsar.SerDe`` class), ``inputSpecs`` (input ->
 ``{"serdeClassName": ...}``; no other key), ``outputSerdeClassName``, ``customSchemaInputs`` (input ->
 a ``pulsar.schema.Record`` class its JSON messages are decoded into; see
-:mod:`statekeep.functions.messages`); the inputs these three name are added to ``inputs``, as Pulsar
+:mod:`statekeep.functions.messaging.messages`); the inputs these three name are added to ``inputs``, as Pulsar
 does; and statekeep's own ``keyField`` (the input
 field whose value partitions records, so one key's records reach one task), ``inputFormat``,
 ``outputFormat`` and ``stateStorage`` (``{"provider": NAME, "config": {...}}``; absent: the server's
@@ -45,7 +45,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.catalog import parse_state_storage
-from statekeep.functions.windowconfig import MAX_MS, WindowConfig, user_lag_ms
+from statekeep.functions.config.windowconfig import MAX_MS, WindowConfig, user_lag_ms
 from statekeep.state.keys import MAX_NAME, validate_name
 
 MAX_INPUTS = 100
@@ -164,7 +164,7 @@ class FunctionConfig(BaseModel):
         serdes.update({k: v.serdeClassName for k, v in (self.inputSpecs or {}).items() if v.serdeClassName})
         return serdes
     windowConfig: WindowConfig | None = Field(None, description="Pulsar's windowConfig (plus sessionGapMs), see "
-                                                                "statekeep.functions.windowconfig")
+                                                                "statekeep.functions.config.windowconfig")
     stateTtlSeconds: Annotated[int, Field(ge=1, le=MAX_MS // 1000)] | None = Field(
         None, description="state keys expire this long after their last write (statekeep's; per-write TTLs win)")
 

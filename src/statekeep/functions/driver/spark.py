@@ -1,7 +1,7 @@
 """Functions as Spark Structured Streaming queries: one query per function.
 
 The driver reads the inputs with Spark's own sources, sends each record to a partition by its key
-field, and in ``foreachBatch`` runs :func:`statekeep.functions.runtime.arrow_partition_runner` on
+field, and in ``foreachBatch`` runs :func:`statekeep.functions.executor.runtime.arrow_partition_runner` on
 every partition (records travel as Arrow batches, not pickled rows). See runtime.py for how
 state stays exactly-once.
 """
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.messages import JSON_LINE
-from statekeep.functions.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
-from statekeep.functions.spec import ExecutorSpec
-from statekeep.functions.stats import add_batch
-from statekeep.functions.topics import default_root, is_topic
-from statekeep.functions.timerun import (advance_watermark, last_batch_needed, routing, time_section,
+from statekeep.functions.messaging.messages import JSON_LINE
+from statekeep.functions.executor.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
+from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.driver.stats import add_batch
+from statekeep.functions.messaging.topics import default_root, is_topic
+from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, routing, time_section,
                                          with_batch_watermark, with_clock_source, with_ticks)
 from statekeep.retry import OUTAGE
 from statekeep.state.catalog import function_provider
@@ -33,14 +33,14 @@ if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from statekeep.functions.model import FunctionConfig
-    from statekeep.functions.registry import FunctionRegistry
-    from statekeep.functions.service import FunctionService
+    from statekeep.functions.config.model import FunctionConfig
+    from statekeep.functions.config.registry import FunctionRegistry
+    from statekeep.functions.config.service import FunctionService
     from statekeep.metadata.base import MetadataStore
 
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
 #: what a Pulsar topic, or a file or directory that is not JSON, CSV or Parquet, is read as: Pulsar
-#: messages (see statekeep.functions.messages), the payload through the input's serde
+#: messages (see statekeep.functions.messaging.messages), the payload through the input's serde
 MESSAGE = "message"
 
 
@@ -69,7 +69,7 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from statekeep.functions.sources import register_sources
+    from statekeep.functions.driver.sources import register_sources
 
     register_sources(spark)
     return spark
@@ -129,14 +129,14 @@ def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_f
 def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None, options: dict[str, str] | None,
                    topic_column: bool, topics_dir: str | None) -> DataFrame:
     """:func:`input_frame` of the ``message`` format: each record a message record (JSON, see
-    statekeep.functions.messages). A topic's files hold them; a file input's line becomes one (its
+    statekeep.functions.messaging.messages). A topic's files hold them; a file input's line becomes one (its
     value the line; a .json/.jsonl file's line as ``messages.JSON_LINE`` + the line). A topic under a URL root
     is read with the ``statekeep-topic`` source, a local one with Spark's text source. The key is the message's
     key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
     from pyspark.sql import functions as F
 
-    from statekeep.functions.sink import is_url
-    from statekeep.functions.topics import default_root, directory, is_topic
+    from statekeep.functions.messaging.sink import is_url
+    from statekeep.functions.messaging.topics import default_root, directory, is_topic
 
     reader = spark.readStream
     for k, v in (options or {}).items():
@@ -204,7 +204,7 @@ def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
 
 
 class QueryTotals(TypedDict):
-    """A query's running totals since it started (``instances``: see statekeep.functions.stats)."""
+    """A query's running totals since it started (``instances``: see statekeep.functions.driver.stats)."""
 
     processed: int
     skipped: int
@@ -216,7 +216,7 @@ class QueryTotals(TypedDict):
 
 class FunctionQuery:
     """One function running as a streaming query. ``spec`` is the executor-side description
-    (see :func:`statekeep.functions.runtime.run_partition`)."""
+    (see :func:`statekeep.functions.executor.runtime.run_partition`)."""
 
     def __init__(self, spark: SparkSession, spec: ExecutorSpec, inputs: list[str], checkpoint: str, *,
                  parallelism: int = 2, once: bool = False, trigger_interval: str = "1 second",
@@ -230,14 +230,14 @@ class FunctionQuery:
         self.trigger_interval = trigger_interval
         self.on_batch = on_batch
         self.query: StreamingQuery | None = None
-        self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.timerun)
+        self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.windowing.timerun)
         self._clock = False  # whether the query reads the clock source (a function keeping time)
         self._ticked = False  # a --once run's last batch started (await_termination)
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
-                       "instances": {}}  # per partition, see statekeep.functions.stats
+                       "instances": {}}  # per partition, see statekeep.functions.driver.stats
 
     def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
         # the driver's reads of the function's state ride out a leader change of its store, as its status write does
@@ -266,10 +266,11 @@ class FunctionQuery:
     def _batch_spec(self, batch_id: int) -> tuple[ExecutorSpec, tuple[int, int] | None]:
         """The spec of micro-batch ``batch_id`` and the ``(key groups, parallelism)`` it runs with (None: records
         go by key), from the function's state as the driver finds it: with partition-owned state or time, its
-        layout (created, or rescaled between batches: see :func:`~statekeep.functions.timerun.routing`); when it
-        keeps time, its watermark before the batch. Safe to repeat after a :class:`StoreUnavailableError`: it
-        reads before it writes, and its only writes are compare-and-set steps taken on what it read, so a
-        repeat reads whether a write whose outcome was unknown applied and never applies one twice."""
+        layout (created, or rescaled between batches: see
+        :func:`~statekeep.functions.windowing.timerun.routing`); when it keeps time, its watermark before the
+        batch. Safe to repeat after a :class:`StoreUnavailableError`: it reads before it writes, and its only
+        writes are compare-and-set steps taken on what it read, so a repeat reads whether a write whose outcome
+        was unknown applied and never applies one twice."""
         spec = self.spec
         partitioning = routing(spec, cached_state_store(spec), self.parallelism)
         if partitioning is not None:  # this batch's parallelism (a rescale happens between batches)
@@ -297,7 +298,7 @@ class FunctionQuery:
 
     def _clocked(self, inputs: int) -> bool:
         """Whether the query of a function keeping time gets the clock source (see
-        :func:`~statekeep.functions.timerun.with_clock_source`; with ``--once`` too, so that one checkpoint
+        :func:`~statekeep.functions.windowing.timerun.with_clock_source`; with ``--once`` too, so that one checkpoint
         serves both kinds of run): yes, unless its checkpoint holds a query without it (a function that
         kept no time when it started), which Spark would refuse to resume with one source more. Its
         processing-time timers then fire with the next input."""
@@ -400,8 +401,8 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
         max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
         dead_letter=getattr(cfg, "deadLetterTopic", None) or None,
-        time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.timerun)
-        # Pulsar's serde, log topic and topics (see statekeep.functions.messages and .topics)
+        time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.windowing.timerun)
+        # Pulsar's serde, log topic and topics (see statekeep.functions.messaging.messages and .topics)
         input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
         input_schemas=dict(cfg.customSchemaInputs or {}),
         topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))

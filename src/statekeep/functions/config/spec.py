@@ -1,5 +1,5 @@
 """The executor spec: what a Spark executor needs to run one function, built and checked once on the
-driver (:func:`statekeep.functions.spark.executor_spec`) and shipped to executors with the runner."""
+driver (:func:`statekeep.functions.driver.spark.executor_spec`) and shipped to executors with the runner."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ INPUT_FORMATS = ("json", "text", "message")  # how the runtime decodes a record 
 
 @dataclass(frozen=True, slots=True)
 class TimeSpec:
-    """A function's time (windows, timers, TTL; see :mod:`statekeep.functions.timerun`): its window
+    """A function's time (windows, timers, TTL; see :mod:`statekeep.functions.windowing.timerun`): its window
     (``WindowConfig.to_spec()``, None without one), the state TTL in ms, whether any TTL is used and the
     watermark's lag (None: the window's)."""
 

@@ -8,7 +8,7 @@ Exactly-once, and why it is cheap:
   partition) applied" are written in ONE atomic write (:meth:`StateStore.apply_batch`). A replayed
   partition whose marker exists is skipped; one whose write never happened is simply redone.
 - Output records are written before the state write, to a file a replay of (batch, partition)
-  writes again (:mod:`statekeep.functions.sink`), so each record lands once.
+  writes again (:mod:`statekeep.functions.messaging.sink`), so each record lands once.
 - Within the partition, state for all the batch's keys is read in one bulk read, the function
   runs against it in memory, and all changes go back in that one write: no store round trip
   per record.
@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
-from statekeep.functions import timerun
-from statekeep.functions.context import Context, RecordSource, is_valid_key
-from statekeep.functions.jsonscan import loads_at
-from statekeep.functions.loader import BATCH, NATIVE, FunctionLoadError, cached_function
-from statekeep.functions.messages import (batch_lines, dead_letter_message, function_logger, message_decoder,
+from statekeep.functions.windowing import timerun
+from statekeep.functions.executor.context import Context, RecordSource, is_valid_key
+from statekeep.functions.messaging.jsonscan import loads_at
+from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function
+from statekeep.functions.messaging.messages import (batch_lines, dead_letter_message, function_logger, message_decoder,
                                           output_sink, output_wrapper, write_published)
-from statekeep.functions.spec import ExecutorSpec
+from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
@@ -41,7 +41,7 @@ from statekeep.state.base import StateStore, TaskState
 log = logging.getLogger(__name__)
 
 # per (batch, partition): counts, the time spent in the function (s), user metrics and latest
-# exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.stats)
+# exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.driver.stats)
 STATS_SCHEMA = ("partition long, processed long, skipped long, outputs long, applied boolean, error string, "
                 "received long, user_exceptions long, dead_letters long, latency double, metrics string, "
                 "exceptions string, watermark long, next_event long, next_processing long")
@@ -100,7 +100,7 @@ def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
 class RecordPath:
     """One (batch, partition) run of a function, the one path from Spark's iterator to the commit of every
     entry point (per record, native, class, ``process_batch``, windowed, timers, retries and dead letters)
-    and of :func:`statekeep.functions.lifecycle.trigger` (a one-record run). Its steps, each here once:
+    and of :func:`statekeep.functions.admin.lifecycle.trigger` (a one-record run). Its steps, each here once:
     decode (:attr:`decode`: JSON as ``json.loads``, a message through its input's serde, text as it is;
     :func:`records_table` for ``process_batch``), state (``state``, the batch's buffer, which the caller
     prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records`, :meth:`run_table`,

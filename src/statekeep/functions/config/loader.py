@@ -6,7 +6,7 @@
   as Pulsar takes it), or ``module.process``: a top-level ``def process(input, context)``, or
   Pulsar's native one-argument ``def process(input)``; a file defining
   ``process_batch(records, context)`` runs that instead (vectorized, see
-  :mod:`statekeep.functions.runtime`).
+  :mod:`statekeep.functions.executor.runtime`).
 - ``module.Class``: a top-level class with a ``process(self, input, context)`` method, as Pulsar's
   ``class WordCount(pulsar.Function)``; one instance is created (without arguments) per process.
   The module part is the function file's and is not checked.
@@ -245,7 +245,7 @@ PULSAR_SERDES = ("SerDe", "IdentitySerDe", "PickleSerDe")
 
 def check_named_classes(code: bytes, filename: str, names: dict[str, str]) -> None:
     """Check, WITHOUT running anything, that each class a config names (``names``: what names it ->
-    ``module.Class``) can be found as :mod:`statekeep.functions.messages` will look for it: a class
+    ``module.Class``) can be found as :mod:`statekeep.functions.messaging.messages` will look for it: a class
     of Pulsar's ``serde`` module, a top-level class of the function's own file when the module is the
     file's, or an installed module. Raises :class:`InvalidArgumentError` naming the field and the class."""
     own = filename.rsplit("/", 1)[-1].removesuffix(".py")

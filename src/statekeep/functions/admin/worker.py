@@ -28,14 +28,14 @@ from statekeep import jsonrecords
 from statekeep.background import Periodic
 from statekeep.coordination import CoordinationService, ResourceLock
 from statekeep.errors import CorruptRecordError, LockBusyError, NotFoundError, StatekeepError
-from statekeep.functions.registry import FunctionRegistry
+from statekeep.functions.config.registry import FunctionRegistry
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Notification, NotificationType
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from statekeep.functions.spark import FunctionQuery
+    from statekeep.functions.driver.spark import FunctionQuery
 
 log = logging.getLogger(__name__)
 LOCK_ROOT = "/statekeep/workers"
@@ -106,7 +106,7 @@ def function_status(store: MetadataStore, tenant: str, namespace: str, name: str
     localrun) holding its lock now, None if nobody. ``running`` is true only while the recorded
     runner still holds the lock: a runner killed mid-run leaves a status that says running, but its
     lock goes with its session. Does not check that the function exists."""
-    from statekeep.functions.spark import read_status
+    from statekeep.functions.driver.spark import read_status
 
     holder = function_runner(store, tenant, namespace, name)
     status = read_status(store, tenant, namespace, name) or {
@@ -119,9 +119,9 @@ def function_status(store: MetadataStore, tenant: str, namespace: str, name: str
 
 def pulsar_function_status(status: dict[str, Any], num_instances: int = 1, num_restarts: int = 0) -> dict[str, Any]:
     """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus``: one instance per
-    Spark partition of the function's query (see :mod:`statekeep.functions.stats`); ``workerId``
+    Spark partition of the function's query (see :mod:`statekeep.functions.driver.stats`); ``workerId``
     is where it runs, ``""`` if nowhere."""
-    from statekeep.functions.stats import function_status as pulsar_status
+    from statekeep.functions.driver.stats import function_status as pulsar_status
 
     return pulsar_status(status, num_instances, num_restarts=num_restarts)
 
@@ -159,7 +159,7 @@ class SparkWorker:
         self._spark: SparkSession | None = None  # started with the first function to run
 
     def start(self, registry: FunctionRegistry) -> None:
-        from statekeep.functions.service import FunctionService
+        from statekeep.functions.config.service import FunctionService
 
         self.registry = registry
         self.service = FunctionService(registry)
@@ -202,7 +202,7 @@ class SparkWorker:
     def _wanted(self) -> dict[tuple[str, str, str], tuple[str, int, int]]:
         """The functions that should run (not stopped), each with (incarnation, config version,
         restart count): a change of any restarts its query."""
-        from statekeep.functions.lifecycle import is_stopped, restart_count
+        from statekeep.functions.admin.lifecycle import is_stopped, restart_count
 
         store, root = self.registry.store, self.registry.root
         wanted = {}
@@ -236,7 +236,7 @@ class SparkWorker:
             claimed = {fqfn: lock for fqfn in wanted if fqfn not in self._running
                        for lock in [self._claim(fqfn)] if lock is not None}
             if claimed:
-                from statekeep.functions.spark import spark_session
+                from statekeep.functions.driver.spark import spark_session
 
                 try:
                     self._spark = spark_session(self.master, conf=self.spark_conf)
@@ -281,7 +281,7 @@ class SparkWorker:
     def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int, int],
                         lock: ResourceLock | None = None) -> None:
         """Run the function here, with its ``lock`` if this worker already claimed it."""
-        from statekeep.functions.spark import run_registered, spark_session
+        from statekeep.functions.driver.spark import run_registered, spark_session
 
         lock = lock or self._claim(fqfn)
         if lock is None:

@@ -12,8 +12,8 @@ for the processes they start), else ``DATA_DIR/topics`` for a ``local://DATA_DIR
 cluster's workers reach without a shared filesystem. On a cluster a local root must be a directory every
 worker reaches.
 
-Each file holds message records (JSON lines, see :mod:`statekeep.functions.messages`), written and read
-back in publish order by the one output sink (:mod:`statekeep.functions.sink`).
+Each file holds message records (JSON lines, see :mod:`statekeep.functions.messaging.messages`), written and read
+back in publish order by the one output sink (:mod:`statekeep.functions.messaging.sink`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions import sink
+from statekeep.functions.messaging import sink
 
 ENV = "STATEKEEP_TOPICS_DIR"
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.=:-]{1,256}$")
@@ -104,15 +104,15 @@ def list_topics(root: str) -> list[str]:
 
 
 def write(root: str, name: str, records: list[dict[str, Any]], origin: str = "produce") -> str:
-    """Write message records (see :mod:`statekeep.functions.messages`) as one new file of the topic,
-    whole or not at all (see :mod:`statekeep.functions.sink`); returns its path."""
+    """Write message records (see :mod:`statekeep.functions.messaging.messages`) as one new file of the topic,
+    whole or not at all (see :mod:`statekeep.functions.messaging.sink`); returns its path."""
     path = sink.OutputSink(directory(root, name)).write_new(records, origin)
     assert path is not None  # a sink with a directory writes
     return path
 
 
 def read(root: str, name: str) -> Iterator[dict[str, Any]]:
-    """The message records of a topic in publish order (see :mod:`statekeep.functions.sink`). Raises
+    """The message records of a topic in publish order (see :mod:`statekeep.functions.messaging.sink`). Raises
     :class:`InvalidArgumentError` for a line that is not a message record."""
     return sink.read_records(directory(root, name), f"topic {name}")
 

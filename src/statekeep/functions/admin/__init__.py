@@ -1,0 +1,1 @@
+"""Running functions for the server: start, stop, restart, trigger, and the standalone worker."""

@@ -1,0 +1,1 @@
+"""The executor: the one record path (``RecordPath``) and the ``Context`` a function sees."""
