@@ -14,26 +14,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from statekeep.errors import (
-    BadVersionError,
-    InvalidArgumentError,
-    InvalidPathError,
-    NotFoundError,
-)
+from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
-from statekeep.metadata.types import validate_path as _validate_path
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, validate_path
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
 
 T = TypeVar("T")
-
-
-def validate_path(path: object, *, allow_root: bool = True) -> str:
-    # a type check first: an unhashable non-str must raise InvalidPathError, not TypeError
-    if not isinstance(path, str):
-        raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
-    return _validate_path(path, allow_root=allow_root)
 
 
 class Serde(Protocol[T]):

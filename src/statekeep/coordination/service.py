@@ -26,7 +26,6 @@ from statekeep.errors import (
     AlreadyExistsError,
     BadVersionError,
     InvalidArgumentError,
-    InvalidPathError,
     LockBusyError,
     NotFoundError,
     StatekeepError,
@@ -34,22 +33,13 @@ from statekeep.errors import (
     StoreUnavailableError,
 )
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
-from statekeep.metadata.types import validate_path as _validate_path
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, validate_path
 from statekeep.retry import DEFAULT as _RETRY
 from statekeep.validate import check_int, check_number
 
 log = logging.getLogger(__name__)
 
 _COUNTER = struct.Struct(">q")  # the design's counter encoding: 8-byte big-endian signed
-
-
-def validate_path(path: object, *, allow_root: bool = True) -> str:
-    """The store's path check, with a type check first: an unhashable non-str (a list) must raise
-    InvalidPathError too, not TypeError."""
-    if not isinstance(path, str):
-        raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
-    return _validate_path(path, allow_root=allow_root)
 
 
 class _Reservation:

@@ -72,7 +72,7 @@ class Changes:
         self.writes: dict[str, Record | None] = {}  # None: deleted
         self.originals: dict[str, Record | None] = {}  # committed record before this request
         self.sequences: dict[str, int] = {}
-        self.events: list[Notification] = []
+        self.events: list[Notification] = []  # ChildrenChanged is implied: MetadataStore._emit_change
 
     def read(self, path: str) -> Record | None:
         if path in self.writes:
@@ -128,7 +128,6 @@ class Changes:
             self._create_ancestors(path)
             record = Record(0, self.now_ms, self.now_ms, self.session if op.ephemeral else 0, op.value)
             self.events.append(Notification(NotificationType.Created, path))
-            self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
         else:
             record = Record(current.version + 1, current.created_ms, self.now_ms, current.owner, op.value)
             self.events.append(Notification(NotificationType.Modified, path))
@@ -147,7 +146,6 @@ class Changes:
         for ancestor in reversed(missing):
             self._write(ancestor, Record(0, self.now_ms, self.now_ms, 0, b""))
             self.events.append(Notification(NotificationType.Created, ancestor))
-            self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(ancestor)))
 
     def _delete(self, op: Delete) -> None:
         current = self.read(op.path)
@@ -165,7 +163,6 @@ class Changes:
             return
         self._write(path, None)
         self.events.append(Notification(NotificationType.Deleted, path))
-        self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
 
     def _check(self, op: Check) -> None:
         current = self.read(op.path)

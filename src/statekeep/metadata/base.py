@@ -21,11 +21,13 @@ from statekeep.metadata.types import (
     Delete,
     GetResult,
     Notification,
+    NotificationType,
     Op,
     Put,
     SessionEvent,
     Stat,
     _valid_paths,
+    parent_of,
     validate_path,
     validate_value,
     validate_version,
@@ -143,6 +145,7 @@ class MetadataStore(abc.ABC):
             raise InvalidArgumentError(f"max_value_size must be a positive int, got {max_value_size!r}")
         self.max_value_size = min(max_value_size, self.backend_max_value_size)
         self._closed = False
+        self._forked = False  # set with _closed in a child forked while the store was open: the parent's store
         self._listener_lock = threading.Lock()
         self._listeners: list[NotificationListener] = []
         self._session_listeners: list[SessionListener] = []
@@ -298,6 +301,12 @@ class MetadataStore(abc.ABC):
         if self._listeners and self._dispatcher is not None:
             self._dispatcher.post(self._listeners, notification)
 
+    def _emit_change(self, kind: NotificationType, path: str) -> None:
+        """Deliver ``kind`` at ``path`` and, for a create or delete, ChildrenChanged of its parent."""
+        self._emit(Notification(kind, path))
+        if kind is NotificationType.Created or kind is NotificationType.Deleted:
+            self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+
     def _emit_session(self, event: SessionEvent) -> None:
         if self._session_listeners and self._dispatcher is not None:
             self._dispatcher.post(self._session_listeners, event)
@@ -307,6 +316,8 @@ class MetadataStore(abc.ABC):
         return bool(self._listeners)
 
     def _check_open(self) -> None:
+        if self._forked:
+            raise StoreClosedError(f"this {self.scheme}:// store was opened before fork(); open a new one in the child")
         if self._closed:
             raise StoreClosedError(f"{type(self).__name__} is closed")
 

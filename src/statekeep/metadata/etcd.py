@@ -65,7 +65,7 @@ from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY, RECONNECT
 from statekeep.metadata.types import (
-    Check, Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
+    Check, Delete, GetResult, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
 )
 
 try:
@@ -333,7 +333,6 @@ class EtcdStore(MetadataStore):
         self._session_running = False
         self._channel: Any = None
         self._disconnected = False  # the channel was dropped for a fork and is to be rebuilt
-        self._forked = False
         # in-flight requests, counted so a fork can wait for them; while paused, new ones wait
         self._gate = threading.Condition()
         self._inflight = 0
@@ -375,11 +374,6 @@ class EtcdStore(MetadataStore):
         return Stat(path, version, 0, 0, kv.lease != 0, kv.lease != 0 and kv.lease == self._lease)
 
     # ---- the event loop thread and errors ----------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._forked:
-            raise StoreClosedError("this etcd:// store was opened before fork(); open a new one in the child")
-        super()._check_open()
 
     def _call(self, coro: Coroutine[Any, Any, Any], *, write: bool = False) -> Any:
         """Run ``coro`` on the store's loop within ``timeout``; gRPC failures become the contract's errors."""
@@ -601,13 +595,9 @@ class EtcdStore(MetadataStore):
     def _notify(self, event: Any) -> None:
         path = event.kv.key[len(self._p):].decode("utf-8", "replace")
         if event.type == rpc.Event.DELETE:
-            self._emit(Notification(NotificationType.Deleted, path))
-        elif event.kv.version > 1:  # etcd version 1 is a create
-            self._emit(Notification(NotificationType.Modified, path))
-            return
-        else:
-            self._emit(Notification(NotificationType.Created, path))
-        self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+            self._emit_change(NotificationType.Deleted, path)
+        else:  # etcd version 1 is a create
+            self._emit_change(NotificationType.Modified if event.kv.version > 1 else NotificationType.Created, path)
 
     # ---- reads -------------------------------------------------------------------------------
 

@@ -57,8 +57,7 @@ from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
-from statekeep.metadata.types import (GetResult, Notification, NotificationType, Op, Stat, _valid_paths, parent_of,
-                                      validate_path)
+from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat, _valid_paths, validate_path)
 
 try:
     import lmdb
@@ -74,7 +73,6 @@ _DEPTH = struct.Struct(">H")
 _EVENT = struct.Struct(">qB")  # time ms, type code; the path follows
 _EVENT_CODES = {t: i for i, t in enumerate(NotificationType)}
 _EVENT_TYPES = list(NotificationType)
-_CHANGES_PARENT = (NotificationType.Created, NotificationType.Deleted)
 
 DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
 EVENT_RETENTION_MS = 60_000
@@ -321,8 +319,6 @@ class _Engine:
         for parent, seq in changes.sequences.items():
             txn.put(parent.encode(), _U64.pack(seq), db=self.sequences)
         for event in changes.events:
-            if event.type is NotificationType.ChildrenChanged:
-                continue  # implied by Created/Deleted; derived when the log is read
             txn.put(_U64.pack(next_event), _EVENT.pack(now_ms, _EVENT_CODES[event.type]) + event.path.encode(),
                     db=self.events, append=True)
             next_event += 1
@@ -460,13 +456,9 @@ class _Engine:
                     log.warning("local store %s: notifications %d..%d expired before delivery",
                                 self.directory, self._last_event + 1, seq - 1)
                 self._last_event = seq
-                event = Notification(_EVENT_TYPES[value[8]], value[_EVENT.size :].decode())
+                kind, path = _EVENT_TYPES[value[8]], value[_EVENT.size :].decode()
                 for store in listening:
-                    store._emit(event)
-                if event.type in _CHANGES_PARENT:
-                    parent_event = Notification(NotificationType.ChildrenChanged, parent_of(event.path))
-                    for store in listening:
-                        store._emit(parent_event)
+                    store._emit_change(kind, path)
 
     def close(self) -> None:
         with self._queue_lock:
@@ -529,7 +521,6 @@ class LocalStore(MetadataStore):
                 engine = _engines[directory] = _Engine(directory, map_size, poll_interval, reap_interval)
             engine.refcount += 1
         self._engine = engine
-        self._forked = False
         self._hot: dict[str, tuple[bytes, bytes, GetResult]] = {}  # see get()
         self._env = engine.env
         self._begin = engine.env.begin
@@ -554,11 +545,6 @@ class LocalStore(MetadataStore):
         """Write transactions the store's engine (shared by the stores of one directory in this process)
         has committed: each is one fsync, so group commit shows as fewer commits than writes."""
         return self._engine._commits
-
-    def _check_open(self) -> None:
-        if self._forked:
-            raise StoreClosedError("this local store was opened before fork(); open a new one in the child")
-        super()._check_open()
 
     def get(self, path: str) -> GetResult | None:
         """As :meth:`MetadataStore.get`: a fresh LMDB read on every call (what any process committed

@@ -56,7 +56,7 @@ class _Tree:
         self.sequences.update(changes.sequences)
         for store in list(self.stores):
             for event in changes.events:
-                store._emit(event)
+                store._emit_change(event.type, event.path)
 
 
 class _Reader:

@@ -48,7 +48,7 @@ from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenErro
                               StoreUnavailableError, UnauthorizedError, ValueTooLargeError)
 from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY
-from statekeep.metadata.types import (Check, Delete, GetResult, Notification, NotificationType, Op, Put,
+from statekeep.metadata.types import (Check, Delete, GetResult, NotificationType, Op, Put,
                                       SessionEvent, Stat, join, parent_of, validate_path)
 from statekeep.validate import check_number
 
@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 #: ZooKeeper's default jute.maxbuffer: the server drops a connection whose request is larger.
 JUTE_MAXBUFFER = 0xFFFFF
 _OP_OVERHEAD = 96  # bytes per operation besides path and value: headers, lengths, ACL, flags (~60) + margin
-_CREATED, _DELETED, _CHANGED = 1, 2, 3  # watch event types
+_WATCH_EVENTS = {1: NotificationType.Created, 2: NotificationType.Deleted, 3: NotificationType.Modified}
 _MAX_REPLANS = 20  # a multi whose plan concurrent writers keep invalidating gives up after this
 
 _ERRORS = {  # a failed ZooKeeper operation -> the statekeep error it means
@@ -217,7 +217,7 @@ class ZooKeeperStore(MetadataStore):
         for name, value in (("timeout", timeout), ("session_timeout", session_timeout)):
             check_number(value, name, positive=True, unit=" of seconds")
         self._hosts, self._chroot, self._timeout = hosts, chroot, float(timeout)
-        self._closing = self._watching = self._forked = False
+        self._closing = self._watching = False
         self._watch_lock = threading.Lock()
         self._last_state: str | None = None
         # persistent paths seen to exist: a multi's plan skips reading them (most creates go under parents
@@ -261,11 +261,6 @@ class ZooKeeperStore(MetadataStore):
     @classmethod
     def from_url(cls, rest: str, options: dict[str, Any]) -> ZooKeeperStore:
         return cls(rest, **options)
-
-    def _check_open(self) -> None:
-        if self._forked:
-            raise StoreClosedError("this zk:// store was opened before fork(); open a new one in the child")
-        super()._check_open()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -531,12 +526,8 @@ class ZooKeeperStore(MetadataStore):
             path = self._unchroot(event.path)
             if path in (None, "/") or not self._chroot and (path + "/").startswith("/zookeeper/"):
                 return
-            if event.type == _CHANGED:
-                self._emit(Notification(NotificationType.Modified, path))
-            elif event.type in (_CREATED, _DELETED):
-                self._emit(Notification(NotificationType.Created if event.type == _CREATED
-                                        else NotificationType.Deleted, path))
-                self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+            if event.type in _WATCH_EVENTS:
+                self._emit_change(_WATCH_EVENTS[event.type], path)
         except Exception:  # an exception here would end kazoo's connection thread
             log.exception("zk store %s%s: bad watch event", self._hosts, self._chroot)
 
