@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
-from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat, _valid_paths, validate_path)
+from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat)
 
 try:
     import lmdb
@@ -128,6 +128,16 @@ def children_prefix(path: str) -> bytes:
     return _DEPTH.pack(_depth(path) + 1) + (path if path == "/" else path + "/").encode()
 
 
+def _keys_from(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
+    """The keys of ``db`` that start with ``prefix``, in order."""
+    cursor = txn.cursor(db=db)
+    if cursor.set_range(prefix):
+        for key in cursor.iternext(keys=True, values=False):
+            if not key.startswith(prefix):
+                return
+            yield key
+
+
 class _TxnReader:
     """TreeReader over an open LMDB transaction."""
 
@@ -143,9 +153,7 @@ class _TxnReader:
         return self.engine.children(self.txn, path)
 
     def has_children(self, path: str) -> bool:
-        prefix = children_prefix(path)
-        cursor = self.txn.cursor(db=self.engine.nodes)
-        return bool(cursor.set_range(prefix)) and bool(cursor.key().startswith(prefix))
+        return next(_keys_from(self.txn, self.engine.nodes, children_prefix(path)), None) is not None
 
     def last_sequence(self, parent: str) -> int:
         raw = self.txn.get(parent.encode(), db=self.engine.sequences)
@@ -197,7 +205,8 @@ class _Engine:
         self._commits = 0
         self.poll_interval = poll_interval
         self.reap_interval = reap_interval
-        self._last_event = self._last_event_seq()
+        with transaction(self.env) as txn:
+            self._last_event = self._last_event_in(txn)
         self._stopping = False
         self._reap()
         self._last_reap = time.monotonic()
@@ -209,20 +218,7 @@ class _Engine:
 
     def children(self, txn: lmdb.Transaction, path: str) -> list[str]:
         prefix = children_prefix(path)
-        start = len(prefix)
-        names = []
-        cursor = txn.cursor(db=self.nodes)
-        if cursor.set_range(prefix):
-            for key in cursor.iternext(keys=True, values=False):
-                if not key.startswith(prefix):
-                    break
-                names.append(key[start:].decode())
-        return names
-
-    def _last_event_seq(self) -> int:
-        with transaction(self.env, db=self.events) as txn:
-            cursor = txn.cursor()
-            return _U64.unpack(cursor.key())[0] if cursor.last() else 0
+        return [key[len(prefix):].decode() for key in _keys_from(txn, self.nodes, prefix)]
 
     # ---- writes: group commit ----------------------------------------------------------------
 
@@ -379,14 +375,7 @@ class _Engine:
     def _expire(self, reader: _TxnReader, session: int, now_ms: int) -> Changes:
         changes = Changes(reader, session, now_ms)
         prefix = _U64.pack(session)
-        cursor = reader.txn.cursor(db=self.ephemeral)
-        paths = []
-        if cursor.set_range(prefix):
-            for key in cursor.iternext(keys=True, values=False):
-                if not key.startswith(prefix):
-                    break
-                paths.append(key[8:].decode())
-        for path in paths:
+        for path in [key[8:].decode() for key in _keys_from(reader.txn, self.ephemeral, prefix)]:
             record = changes.read(path)
             if record is not None and record.owner == session:
                 changes.remove(path)
@@ -575,9 +564,9 @@ class LocalStore(MetadataStore):
             try:
                 hot = hot_table[path]  # subscript and positional db: measurably cheaper than .get() and db=
             except (KeyError, TypeError):  # not read before, or unhashable (not a path)
-                return store()._get_cold(path)
+                return MetadataStore.get(store(), path)
             if gate.pending:
-                return store()._get_cold(path)
+                return MetadataStore.get(store(), path)
             with begin(nodes) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
                 raw = txn.get(hot[0])
             if raw == hot[1]:
@@ -585,16 +574,6 @@ class LocalStore(MetadataStore):
             return None if raw is None else store()._result(path, hot[0], raw)
 
         return get
-
-    def _get_cold(self, path: str) -> GetResult | None:
-        if self._closed:
-            self._check_open()
-        if path.__class__ is not str or path not in _valid_paths:
-            validate_path(path)
-        key = node_key(path)
-        with transaction(self._env, db=self._nodes) as txn:
-            raw = txn.get(key)
-        return None if raw is None else self._result(path, key, raw)
 
     def _result(self, path: str, key: bytes, raw: bytes) -> GetResult:
         version, created, modified, owner = _unpack_header(raw)

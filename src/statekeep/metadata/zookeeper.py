@@ -258,10 +258,6 @@ class ZooKeeperStore(MetadataStore):
         """Seconds the server keeps the session (and its ephemeral keys) without hearing from us."""
         return float(self._client._session_timeout) / 1000
 
-    @classmethod
-    def from_url(cls, rest: str, options: dict[str, Any]) -> ZooKeeperStore:
-        return cls(rest, **options)
-
     # ---- reads -------------------------------------------------------------------------------
 
     def _get(self, path: str) -> GetResult | None:
