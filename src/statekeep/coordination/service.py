@@ -325,10 +325,8 @@ class CoordinationService:
 
     def _enqueue(self, election: _Election, queue: str) -> str:
         """Create the contender's sequential key (or find the one a lost reply created)."""
-        if election.maybe_queued:
-            for name in self.store.get_children(queue):
-                if name.startswith(election.token + "-"):
-                    return f"{queue}/{name}"
+        if election.maybe_queued and (found := self._queued(election)):
+            return found[0]
         election.maybe_queued = True
         stat = self.store.put(f"{queue}/{election.token}-", election.content, sequential=True, ephemeral=True)
         return stat.path
@@ -354,10 +352,13 @@ class CoordinationService:
         if election.node is not None:
             self._delete_node(election.node)
         elif election.maybe_queued:  # a create whose reply was lost may have left our key
-            queue = queue_path(election.path)
-            for name in self.store.get_children(queue):
-                if name.startswith(election.token + "-"):
-                    self._delete_node(f"{queue}/{name}")
+            for node in self._queued(election):
+                self._delete_node(node)
+
+    def _queued(self, election: _Election) -> list[str]:
+        """The queue keys named with ``election``'s token: its own, made by a create whose reply was lost."""
+        queue = queue_path(election.path)
+        return [f"{queue}/{name}" for name in self.store.get_children(queue) if name.startswith(election.token + "-")]
 
     def _delete_node(self, node: str) -> None:
         try:

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekeep.errors import CorruptStateError, InvalidArgumentError, StatekeepError
+from statekeep.errors import CorruptStateError, StatekeepError
 from statekeep.handles.blobs import BlobInfo, BlobStore
 from statekeep.handles.handle import decode
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import validate_path
+from statekeep.validate import check_number
 
 DEFAULT_GRACE_SECONDS = 3600.0
 
@@ -58,8 +59,7 @@ def collect_garbage(store: MetadataStore, root_path: str, blobs: str | BlobStore
     decoded, since what it points to is then unknown. Deletion failures are reported in ``failed``.
     """
     validate_path(root_path)
-    if not isinstance(grace_seconds, (int, float)) or grace_seconds < 0:
-        raise InvalidArgumentError(f"grace_seconds must be a number >= 0, got {grace_seconds!r}")
+    check_number(grace_seconds, "grace_seconds", minimum=0, unit=" of seconds")
     blob_store = blobs if isinstance(blobs, BlobStore) else BlobStore(blobs, options=blob_options)
     found = blob_store.list(root_path)
     referenced = _referenced(store, root_path)

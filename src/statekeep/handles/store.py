@@ -167,24 +167,13 @@ class StateHandleStore:
         Raises :class:`LeadershipLostError` (the lock is still released), :class:`PossibleInconsistentStateError`
         (the removal may have applied; the blob is kept).
         """
-        path = self._path(key)
+        self._path(key)
         try:
             self._check_writable()
         except LeadershipLostError:
             self.release(key)
             raise
-        for _ in self._retry.attempts():
-            current = self.store.get(path)
-            if current is None:
-                return True
-            holders = self._holders(key)
-            if holders is not None and set(holders) - {self.lock_identity}:
-                self.release(key)
-                return False
-            ops = self._remove_ops(key, current, holders)
-            if self._try_remove(ops, key, current):
-                return True
-        raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
+        return self._remove(key, force=False)
 
     def clear_entries(self) -> None:
         """Remove every handle, including those other holders have locked (their locks go too). Blobs of
@@ -195,17 +184,7 @@ class StateHandleStore:
         """
         self._check_writable()
         for key in self.get_all_handles():
-            path = self._path(key)
-            for _ in self._retry.attempts():
-                current = self.store.get(path)
-                if current is None:
-                    break
-                holders = self._holders(key)
-                if self._try_remove(self._remove_ops(key, current, holders), key, current,
-                                    keep_blob=bool(set(holders or ()) - {self.lock_identity})):
-                    break
-            else:
-                raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being cleared")
+            self._remove(key, force=True)
 
     # ---- reads and locks (open to any holder) --------------------------------------------------
 
@@ -311,6 +290,24 @@ class StateHandleStore:
         error.key = key  # type: ignore[attr-defined]
         error.blob_url = blob.url if blob is not None else None  # type: ignore[attr-defined]
         return error
+
+    def _remove(self, key: str, *, force: bool) -> bool:
+        """Remove ``key``'s handle and its locks; True once it is gone. If another holder has it locked: with
+        ``force`` remove it anyway and keep its blob (that holder may be reading it), else release this
+        holder's lock and return False."""
+        path = self._path(key)
+        for _ in self._retry.attempts():
+            current = self.store.get(path)
+            if current is None:
+                return True
+            holders = self._holders(key)
+            others = bool(set(holders or ()) - {self.lock_identity})
+            if others and not force:
+                self.release(key)
+                return False
+            if self._try_remove(self._remove_ops(key, current, holders), key, current, keep_blob=others):
+                return True
+        raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
 
     def _remove_ops(self, key: str, current: GetResult, holders: list[str] | None) -> list[Op]:
         """Fence, the given locks and the locks node (if any), then the handle at the version read."""

@@ -62,34 +62,19 @@ class Subscription:
         self.close()
 
 
-class _Dispatcher:
-    """Delivers events to callbacks on one daemon thread, in the order they were posted,
-    so a slow callback never blocks a backend's I/O thread and never reorders events."""
+#: An event for the dispatcher: the callbacks listening when it was posted, the live list of them, the event.
+_Delivery = tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]], object]
 
-    def __init__(self, name: str) -> None:
-        self._consumer: Consumer[tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]],
-                                       object]] = Consumer(name, self._deliver, what="event delivery", log=log)
 
-    def post(self, callbacks: Sequence[Callable[[Any], None]], event: object) -> None:
-        """Queue ``event`` for the callbacks in ``callbacks`` now (one added later does not get it);
-        a callback no longer in ``callbacks`` when its turn comes is skipped, so a closed
-        subscription gets nothing after ``close()`` returns but a call already under way."""
-        if callbacks:
-            self._consumer.put((tuple(callbacks), callbacks, event))
-
-    def stop(self) -> None:
-        self._consumer.stop()
-
-    @staticmethod
-    def _deliver(item: tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]], object]) -> None:
-        callbacks, live, event = item
-        for callback in callbacks:
-            if callback not in live:  # unsubscribed since the event was posted
-                continue
-            try:
-                callback(event)
-            except Exception:  # a listener's bug must not stop delivery to the others
-                log.exception("metadata listener %r failed on %r", callback, event)
+def _deliver(item: _Delivery) -> None:
+    callbacks, live, event = item
+    for callback in callbacks:
+        if callback not in live:  # unsubscribed since the event was posted
+            continue
+        try:
+            callback(event)
+        except Exception:  # a listener's bug must not stop delivery to the others
+            log.exception("metadata listener %r failed on %r", callback, event)
 
 
 class MetadataStore(abc.ABC):
@@ -149,7 +134,9 @@ class MetadataStore(abc.ABC):
         self._listener_lock = threading.Lock()
         self._listeners: list[NotificationListener] = []
         self._session_listeners: list[SessionListener] = []
-        self._dispatcher: _Dispatcher | None = None
+        # delivers events to callbacks on one thread, in the order they were posted, so a slow callback
+        # never blocks a backend's I/O thread and never reorders events; started with the first listener
+        self._dispatcher: Consumer[_Delivery] | None = None
 
     @classmethod
     def from_url(cls, rest: str, options: dict[str, Any]) -> MetadataStore:
@@ -298,8 +285,7 @@ class MetadataStore(abc.ABC):
 
     def _emit(self, notification: Notification) -> None:
         """Deliver a notification to this store's listeners (backends call this)."""
-        if self._listeners and self._dispatcher is not None:
-            self._dispatcher.post(self._listeners, notification)
+        self._post(self._listeners, notification)
 
     def _emit_change(self, kind: NotificationType, path: str) -> None:
         """Deliver ``kind`` at ``path`` and, for a create or delete, ChildrenChanged of its parent."""
@@ -308,8 +294,14 @@ class MetadataStore(abc.ABC):
             self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
 
     def _emit_session(self, event: SessionEvent) -> None:
-        if self._session_listeners and self._dispatcher is not None:
-            self._dispatcher.post(self._session_listeners, event)
+        self._post(self._session_listeners, event)
+
+    def _post(self, callbacks: list[Any], event: object) -> None:
+        """Queue ``event`` for the callbacks in ``callbacks`` now (one added later does not get it);
+        a callback no longer in ``callbacks`` when its turn comes is skipped, so a closed
+        subscription gets nothing after ``close()`` returns but a call already under way."""
+        if callbacks and self._dispatcher is not None:
+            self._dispatcher.put((tuple(callbacks), callbacks, event))
 
     @property
     def _has_listeners(self) -> bool:
@@ -398,7 +390,8 @@ class MetadataStore(abc.ABC):
         self._check_open()
         with self._listener_lock:
             if self._dispatcher is None:
-                self._dispatcher = _Dispatcher(f"statekeep-{self.scheme}-listeners")
+                self._dispatcher = Consumer(f"statekeep-{self.scheme}-listeners", _deliver, what="event delivery",
+                                            log=log)
             listeners.append(callback)
 
         def remove() -> None:
