@@ -33,7 +33,7 @@ from statekeep.errors import (
     StoreUnavailableError,
 )
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, validate_path
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, join, validate_path
 from statekeep.retry import DEFAULT as _RETRY
 from statekeep.validate import check_int, check_number
 
@@ -213,14 +213,11 @@ class CoordinationService:
 
     def list_locks(self, path: str) -> list[str]:
         """Sorted names of the children of ``path`` that are held locks (ephemeral keys).
-        Costs one read per child (the contract's children carry no stats)."""
+        Reads every child (the contract's children carry no stats), in one ``get_many``."""
         validate_path(path)
-        names = []
-        for name in self.store.get_children(path):
-            child = self.store.get(f"{path.rstrip('/')}/{name}")
-            if child is not None and child.stat.ephemeral:
-                names.append(name)
-        return names
+        names = self.store.get_children(path)
+        children = self.store.get_many([join(path, name) for name in names])
+        return [name for name, child in zip(names, children) if child is not None and child.stat.ephemeral]
 
     # ---- leader election ---------------------------------------------------------------------
 
@@ -250,15 +247,12 @@ class CoordinationService:
 
     def contenders(self, path: str) -> list[bytes]:
         """Contents of the contenders queued for the leadership at ``path``, in order of arrival (the
-        first is the leader or next to lead). Costs one read per contender."""
+        first is the leader or next to lead). Reads every contender, in one ``get_many``."""
         validate_path(path, allow_root=False)
         queue = queue_path(path)
-        out = []
-        for name in sorted(self.store.get_children(queue), key=_arrival):
-            node = self.store.get(f"{queue}/{name}")
-            if node is not None:
-                out.append(node.value)
-        return out
+        names = sorted(self.store.get_children(queue), key=_arrival)
+        nodes = self.store.get_many([f"{queue}/{name}" for name in names])
+        return [node.value for node in nodes if node is not None]
 
     @property
     def election_wakeups(self) -> int:

@@ -83,10 +83,6 @@ class Fence:
         self.check_local()
         self.epoch = self._claim()
 
-    @property
-    def active(self) -> bool:
-        return self.leadership is not None
-
     def _claim(self) -> int:
         lock = self.leadership
         assert lock is not None  # only claimed with a leadership
@@ -127,31 +123,21 @@ class Fence:
         if getattr(lock, "held", True) is False or (expired is not None and expired.done()):
             raise LeadershipLostError(f"leadership {lock.path} has been lost; only the leader may change handles")
 
-    def holds(self) -> bool:
-        """Does the leadership still pass the fence? (One atomic read of the checks.)"""
-        if self.leadership is None:
-            return True
-        try:
-            self.store.multi(self.ops())
-            return True
-        except (BadVersionError, NotFoundError):
-            return False
-
     def refused(self, error: StatekeepError) -> StatekeepError:
         """The error to raise for a definite refusal ``error`` of a fenced write: a
         :class:`LeadershipLostError` chained to it if the fence failed, else ``error`` itself."""
         if self.leadership is None:
             return error
         try:
-            holds = self.holds()
+            self.store.multi(self.ops())  # one atomic read of the checks: does the leadership still pass?
+        except (BadVersionError, NotFoundError):
+            lost = LeadershipLostError(f"leadership {self.leadership.path} has been lost (deposed or its session "
+                                       "ended): the write was refused and not applied")
+            lost.__cause__ = error
+            return lost
         except StatekeepError:  # cannot tell: report what the store said
-            return error
-        if holds:
-            return error
-        lost = LeadershipLostError(f"leadership {self.leadership.path} has been lost (deposed or its session "
-                                   "ended): the write was refused and not applied")
-        lost.__cause__ = error
-        return lost
+            pass
+        return error
 
     def release(self) -> None:
         """Drop the claim's session key (best effort): this fence passes no more writes."""

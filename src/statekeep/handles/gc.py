@@ -84,13 +84,10 @@ def collect_garbage(store: MetadataStore, root_path: str, blobs: str | BlobStore
 
 def _referenced(store: MetadataStore, root_path: str) -> set[str]:
     handles = f"{root_path.rstrip('/')}/handles"
-    urls = set()
-    for key in store.get_children(handles):
-        current = store.get(f"{handles}/{key}")
-        if current is None:
-            continue
-        try:
-            urls.add(decode(key, current.stat.version, current.value, None).blob_url)
-        except CorruptStateError as e:
-            raise CorruptStateError(f"gc stopped, nothing deleted: {e}") from e
-    return urls
+    keys = store.get_children(handles)
+    try:
+        return {decode(key, current.stat.version, current.value, None).blob_url
+                for key, current in zip(keys, store.get_many([f"{handles}/{key}" for key in keys]))
+                if current is not None}
+    except CorruptStateError as e:
+        raise CorruptStateError(f"gc stopped, nothing deleted: {e}") from e

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Self
 
 from statekeep.background import Consumer
-from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
+from statekeep.errors import InvalidArgumentError, NotEmptyError, NotFoundError, StoreClosedError
 from statekeep.metadata.types import (
     Check,
     Delete,
@@ -27,11 +27,13 @@ from statekeep.metadata.types import (
     SessionEvent,
     Stat,
     _valid_paths,
+    join,
     parent_of,
     validate_path,
     validate_value,
     validate_version,
 )
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
 
 log = logging.getLogger(__name__)
@@ -337,13 +339,18 @@ class MetadataStore(abc.ABC):
         self._multi([op])
 
     def _delete_recursive(self, path: str) -> None:
-        for child in self._get_children(path):
-            self._delete_recursive(path.rstrip("/") + "/" + child)
-        if path != "/":
+        for _ in RETRY.attempts():
+            for child in self._get_children(path):
+                self._delete_recursive(join(path, child))
+            if path == "/":
+                return
             try:
-                self._delete(Delete(path))
+                return self._delete(Delete(path))
             except NotFoundError:
-                pass
+                return
+            except NotEmptyError:  # a concurrent writer added a child: list again
+                continue
+        raise NotEmptyError(f"{path}: concurrent writers kept adding children; not deleted")
 
     def _close(self) -> None:
         """Backend-specific release of resources."""

@@ -328,20 +328,6 @@ class ZooKeeperStore(MetadataStore):
         version = -1 if op.expected_version is None else op.expected_version
         self._run(lambda: self._client.delete_async(op.path, version), op.path, write=True)
 
-    def _delete_recursive(self, path: str) -> None:
-        for _ in RETRY.attempts():
-            for child in self._get_children(path):
-                self._delete_recursive(join(path, child))
-            if path == "/":
-                return
-            try:
-                return self._delete(Delete(path))
-            except NotFoundError:
-                return
-            except NotEmptyError:  # a concurrent writer added a child: list again
-                continue
-        raise NotEmptyError(f"{path}: concurrent writers kept adding children; not deleted")
-
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
         self._check_size(ops)
         self._known_dirs.difference_update(op.path for op in ops if isinstance(op, Delete))
