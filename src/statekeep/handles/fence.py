@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Protocol
 
 from statekeep import jsonrecords
 from statekeep.errors import (
@@ -71,6 +71,7 @@ class Fence:
         self.token = uuid.uuid4().hex
         self.session_path = f"{root.rstrip('/')}/{FENCE_SESSIONS}/{self.token}"
         self.epoch: int | None = None
+        self.released = False
         if leadership is None:
             return
         lock_path = getattr(leadership, "path", None)
@@ -120,7 +121,7 @@ class Fence:
         if lock is None:
             return
         expired = getattr(lock, "expired", None)
-        if getattr(lock, "held", True) is False or (expired is not None and expired.done()):
+        if self.released or getattr(lock, "held", True) is False or (expired is not None and expired.done()):
             raise LeadershipLostError(f"leadership {lock.path} has been lost; only the leader may change handles")
 
     def refused(self, error: StatekeepError) -> StatekeepError:
@@ -147,15 +148,5 @@ class Fence:
             self.store.delete(self.session_path)
         except StatekeepError as e:
             log.debug("fence %s: session key not deleted: %s", self.session_path, e)
-        self.leadership = _Released(self.leadership)
-
-
-class _Released:
-    """Stands in for a released fence's lock: never held."""
-
-    held = False
-    expired = None
-
-    def __init__(self, lock: Any) -> None:
-        self.path, self.version = lock.path, lock.version
+        self.released = True
 

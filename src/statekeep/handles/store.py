@@ -321,14 +321,11 @@ class StateHandleStore:
         """Apply a removal; True if done (then delete the blob unless ``keep_blob``), False to read again."""
         blob_url = self._old_blob(key, current)
         try:
-            self.store.multi(ops)
-        except _AMBIGUOUS as e:
-            raise self._possibly_written("removal", key, None, e) from e
-        except _REFUSED as e:
-            error = self._fence.refused(e)
-            if error is not e:
-                self.release(key)
-                raise error  # LeadershipLostError, chained to e
+            self._write(ops, "removal", key, None)
+        except LeadershipLostError:
+            self.release(key)
+            raise
+        except _REFUSED:
             return False  # locked, replaced or removed meanwhile
         if blob_url is not None and not keep_blob:
             self._discard(blob_url)
