@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, validate_path
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
@@ -91,7 +91,7 @@ class _Slot:
         self.entry = _UNLOADED
 
 
-class MetadataCache(Generic[T]):
+class MetadataCache(Closing, Generic[T]):
     """Typed read-through cache of a store. Thread-safe.
 
     Guarantees:
@@ -239,12 +239,6 @@ class MetadataCache(Generic[T]):
         for subscription in self._subscriptions:
             subscription.close()
         self.invalidate_all()
-
-    def __enter__(self) -> MetadataCache[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _on_notification(self, n: Notification) -> None:
         if n.type is not NotificationType.ChildrenChanged and n.path in self._slots:

@@ -32,7 +32,7 @@ from statekeep.errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, join, validate_path
 from statekeep.retry import DEFAULT as _RETRY
 from statekeep.validate import check_int, check_number
@@ -88,7 +88,7 @@ class _Election:
         self.watching: str | None = None
 
 
-class CoordinationService:
+class CoordinationService(Closing):
     """Locks, leader election and counters over ``store``. Thread-safe; call :meth:`close`.
 
     The session is the store's: a lock or leadership lasts until it is released, or until the store's
@@ -426,12 +426,6 @@ class CoordinationService:
         for subscription in self._subscriptions:
             subscription.close()
         self._tasks.stop(timeout=5)
-
-    def __enter__(self) -> CoordinationService:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

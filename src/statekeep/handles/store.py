@@ -37,7 +37,7 @@ from statekeep.errors import (
 from statekeep.handles.blobs import DEFAULT_CHUNK_SIZE, BlobRef, BlobStore, StateSource
 from statekeep.handles.fence import Fence, Leadership
 from statekeep.handles.handle import StateHandle, check_attributes, decode, encode
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.metadata.types import Check, Delete, GetResult, Op, Put, Stat, validate_path
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
@@ -51,7 +51,7 @@ _REFUSED = (BadVersionError, NotFoundError, NotEmptyError, InvalidArgumentError,
 _AMBIGUOUS = (StoreUnavailableError, PossibleInconsistentStateError, TimeoutError)
 
 
-class StateHandleStore:
+class StateHandleStore(Closing):
     """Keys mapped to large states: each state is a blob, each key's handle a small JSON pointer to it.
 
     ``blobs`` is a URL (``file:///DIR`` or a plain path; ``s3://BUCKET/PREFIX`` with ``statekeep[s3]``,
@@ -247,12 +247,6 @@ class StateHandleStore:
         except StatekeepError as e:  # the locks go with the session anyway
             log.warning("state handle store %s: locks not released: %s", self.root, e)
         self._fence.release()
-
-    def __enter__(self) -> StateHandleStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---- internals -----------------------------------------------------------------------------
 

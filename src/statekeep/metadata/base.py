@@ -44,7 +44,20 @@ NotificationListener = Callable[[Notification], None]
 SessionListener = Callable[[SessionEvent], None]
 
 
-class Subscription:
+class Closing(abc.ABC):
+    """A context manager: leaving its ``with`` block calls :meth:`close`."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Subscription(Closing):
     """Returned by ``add_listener``; ``close()`` stops delivery to that callback: once it returns,
     the callback is not called again (a call under way on the dispatcher thread may still finish)."""
 
@@ -56,12 +69,6 @@ class Subscription:
         if not self._closed:
             self._closed = True
             self._remove()
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 #: An event for the dispatcher: the callbacks listening when it was posted, the live list of them, the event.
@@ -79,7 +86,7 @@ def _deliver(item: _Delivery) -> None:
             log.exception("metadata listener %r failed on %r", callback, event)
 
 
-class MetadataStore(abc.ABC):
+class MetadataStore(Closing):
     """A versioned key-value store with compare-and-set, sorted children, notifications,
     ephemeral and sequential keys and atomic multi-operations. Thread-safe.
 
@@ -276,12 +283,6 @@ class MetadataStore(abc.ABC):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---- for backends ------------------------------------------------------------------------
 
