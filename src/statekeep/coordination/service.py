@@ -327,16 +327,13 @@ class CoordinationService(Closing):
 
     def _unwatch(self, election: _Election) -> None:
         with self._mutex:
-            watchers = self._watches.get(election.watching or "", [])
-            if election in watchers:
-                watchers.remove(election)
-                if not watchers:
-                    del self._watches[election.watching or ""]
+            _discard(self._watches, election.watching or "", election)
             election.watching = None
 
     def _on_election_done(self, election: _Election) -> None:
         """Runs on whichever thread completed the future: only bookkeeping, the worker deletes keys."""
-        self._drop_election(election)
+        with self._mutex:
+            _discard(self._elections, election.path, election)
         self._unwatch(election)
         future = election.future
         if future.cancelled() or future.exception() is not None:
@@ -371,14 +368,6 @@ class CoordinationService(Closing):
         for election in waiting:
             self._unwatch(election)
             self._advance(election)
-
-    def _drop_election(self, election: _Election) -> None:
-        with self._mutex:
-            pending = self._elections.get(election.path, [])
-            if election in pending:
-                pending.remove(election)
-            if not pending:
-                self._elections.pop(election.path, None)
 
     # ---- counters ----------------------------------------------------------------------------
 
@@ -499,6 +488,15 @@ class CoordinationService(Closing):
         for path in list(self._elections):
             self._elect(path)
         return unknown
+
+
+def _discard(table: dict[str, list[_Election]], key: str, election: _Election) -> None:
+    """Remove ``election`` from ``table[key]``, and ``key`` once its list is empty."""
+    listed = table.get(key, [])
+    if election in listed:
+        listed.remove(election)
+    if not listed:
+        table.pop(key, None)
 
 
 def _decode_counter(path: str, raw: bytes) -> int:

@@ -80,16 +80,12 @@ class Changes:
         return self.base.read(path)
 
     def has_children(self, path: str) -> bool:
-        prefix = "/" if path == "/" else path + "/"
-        for p, rec in self.writes.items():
-            if rec is not None and p.startswith(prefix) and "/" not in p[len(prefix) :]:
-                return True
+        if any(rec is not None and parent_of(p) == path for p, rec in self.writes.items()):
+            return True
         if not self.base.has_children(path):
             return False
-        prefix_deleted = {p for p, rec in self.writes.items() if rec is None and parent_of(p) == path}
-        if not prefix_deleted:
-            return True
-        return any(join(path, c) not in prefix_deleted for c in self.base.children(path))
+        deleted = {p for p, rec in self.writes.items() if rec is None and parent_of(p) == path}
+        return not deleted or any(join(path, c) not in deleted for c in self.base.children(path))
 
     def apply(self, op: Op) -> Stat | None:
         if isinstance(op, Put):

@@ -203,7 +203,6 @@ class _Engine:
         self._queue: list[_Request] = []
         self._committing = False
         self._commits = 0
-        self.poll_interval = poll_interval
         self.reap_interval = reap_interval
         with transaction(self.env) as txn:
             self._last_event = self._last_event_in(txn)
@@ -511,9 +510,7 @@ class LocalStore(MetadataStore):
             engine.refcount += 1
         self._engine = engine
         self._hot: dict[str, tuple[bytes, bytes, GetResult]] = {}  # see get()
-        self._env = engine.env
-        self._begin = engine.env.begin
-        self._nodes = engine.nodes
+        self._env, self._nodes = engine.env, engine.nodes
         self.get = self._hot_get()  # type: ignore[method-assign,assignment]  # see get()
         self.directory = directory
         try:
@@ -551,7 +548,7 @@ class LocalStore(MetadataStore):
         # get an entry (close and fork empty the table), so a hit needs no other check.
         # The store only through a weak reference, on the miss paths: the store holds this function,
         # and a cycle would keep an unclosed store (and its engine registration) alive until a GC pass.
-        hot_table, begin, nodes, ref, gate = self._hot, self._begin, self._nodes, weakref.ref(self), FORK_GATE
+        hot_table, begin, nodes, ref, gate = self._hot, self._env.begin, self._nodes, weakref.ref(self), FORK_GATE
 
         def store() -> LocalStore:
             found = ref()

@@ -43,8 +43,7 @@ def validate_path(path: object, *, allow_root: bool = True) -> str:
 
 def parent_of(path: str) -> str:
     """The parent path of ``path`` ("/" for a top-level key)."""
-    head = path.rpartition("/")[0]
-    return head or "/"
+    return path.rpartition("/")[0] or "/"
 
 
 def join(parent: str, child: str) -> str:
