@@ -129,11 +129,9 @@ class StateHandleStore(Closing):
         attrs = check_attributes(attributes)
         self._check_writable()
         ref = self.blobs.write(self.root, key, state)
-        fence = self._fence.ops()
-        ops: list[Op] = [*fence, Put(path, encode(ref, attrs), -1), Put(self._locks(key), b"", -1),
+        ops: list[Op] = [Put(path, encode(ref, attrs), -1), Put(self._locks(key), b"", -1),
                          Put(self._lock(key), b"", -1, ephemeral=True)]
-        stats = self._write(ops, "add", key, ref)
-        return self._handle(key, stats[len(fence)], ref, attrs)
+        return self._handle(key, self._write(ops, "add", key, ref)[0], ref, attrs)
 
     def replace(self, key: str, expected_version: int, state: StateSource, *,
                 attributes: Mapping[str, Any] | None = None) -> StateHandle:
@@ -154,11 +152,10 @@ class StateHandleStore(Closing):
             raise BadVersionError(f"state handle {key!r} is at version {current.stat.version}, not {expected_version}")
         old_url = self._old_blob(key, current)
         ref = self.blobs.write(self.root, key, state)
-        fence = self._fence.ops()
-        stats = self._write([*fence, Put(path, encode(ref, attrs), expected_version)], "replace", key, ref)
+        stat = self._write([Put(path, encode(ref, attrs), expected_version)], "replace", key, ref)[0]
         if old_url is not None and old_url != ref.url:
             self._discard_unless_locked(key, old_url)
-        return self._handle(key, stats[len(fence)], ref, attrs)
+        return self._handle(key, stat, ref, attrs)
 
     def release_and_try_remove(self, key: str) -> bool:
         """Release this holder's lock on ``key``; if no other holder has it locked, remove the handle and
@@ -257,9 +254,11 @@ class StateHandleStore(Closing):
         self._fence.check_local()
 
     def _write(self, ops: list[Op], what: str, key: str, new_blob: BlobRef | None) -> list[Stat | None]:
-        """One fenced ``multi``; maps its failure to the contract's errors and decides the new blob's fate."""
+        """``ops`` in one ``multi`` after the fence's checks; returns their results (not the checks'). Maps a
+        failure to the contract's errors and decides the new blob's fate."""
+        fence = self._fence.ops()
         try:
-            return self.store.multi(ops)
+            return self.store.multi([*fence, *ops])[len(fence):]
         except _AMBIGUOUS as e:
             raise self._possibly_written(what, key, new_blob, e) from e
         except _REFUSED as e:
@@ -304,12 +303,12 @@ class StateHandleStore(Closing):
         raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
 
     def _remove_ops(self, key: str, current: GetResult, holders: list[str] | None) -> list[Op]:
-        """Fence, the given locks and the locks node (if any), then the handle at the version read."""
+        """The given locks and the locks node (if any), then the handle at the version read."""
         locks: list[Op] = []
         if holders is not None:
             locks = [Delete(f"{self._locks(key)}/{name}") for name in holders]
             locks.append(Delete(self._locks(key)))
-        return [*self._fence.ops(), *locks, Delete(self._path(key), current.stat.version)]
+        return [*locks, Delete(self._path(key), current.stat.version)]
 
     def _try_remove(self, ops: list[Op], key: str, current: GetResult, *, keep_blob: bool = False) -> bool:
         """Apply a removal; True if done (then delete the blob unless ``keep_blob``), False to read again."""
