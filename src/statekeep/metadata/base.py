@@ -306,10 +306,6 @@ class MetadataStore(Closing):
         if callbacks and self._dispatcher is not None:
             self._dispatcher.put((tuple(callbacks), callbacks, event))
 
-    @property
-    def _has_listeners(self) -> bool:
-        return bool(self._listeners)
-
     def _check_open(self) -> None:
         if self._forked:
             raise StoreClosedError(f"this {self.scheme}:// store was opened before fork(); open a new one in the child")

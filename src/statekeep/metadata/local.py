@@ -427,7 +427,7 @@ class _Engine:
 
     @property
     def listening(self) -> list[LocalStore]:
-        return [s for s in self.stores if s._has_listeners]
+        return [s for s in self.stores if s._listeners]
 
     def _deliver_events(self) -> None:
         listening = self.listening
