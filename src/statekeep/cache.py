@@ -14,26 +14,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from statekeep.errors import (
-    BadVersionError,
-    InvalidArgumentError,
-    InvalidPathError,
-    NotFoundError,
-)
-from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
-from statekeep.metadata.types import validate_path as _validate_path
+from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
+from statekeep.metadata.base import Closing, MetadataStore
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, validate_path
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
 
 T = TypeVar("T")
-
-
-def validate_path(path: object, *, allow_root: bool = True) -> str:
-    # a type check first: an unhashable non-str must raise InvalidPathError, not TypeError
-    if not isinstance(path, str):
-        raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
-    return _validate_path(path, allow_root=allow_root)
 
 
 class Serde(Protocol[T]):
@@ -104,7 +91,7 @@ class _Slot:
         self.entry = _UNLOADED
 
 
-class MetadataCache(Generic[T]):
+class MetadataCache(Closing, Generic[T]):
     """Typed read-through cache of a store. Thread-safe.
 
     Guarantees:
@@ -252,12 +239,6 @@ class MetadataCache(Generic[T]):
         for subscription in self._subscriptions:
             subscription.close()
         self.invalidate_all()
-
-    def __enter__(self) -> MetadataCache[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _on_notification(self, n: Notification) -> None:
         if n.type is not NotificationType.ChildrenChanged and n.path in self._slots:

@@ -65,20 +65,3 @@ class BoundedLRU(Generic[K, V]):
             if len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
         return value
-
-    def pop(self, key: K, default: V | None = None) -> V | None:
-        with self._lock:
-            return self._data.pop(key, default)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, key: object) -> bool:
-        try:
-            return key in self._data
-        except TypeError:
-            return False

@@ -101,27 +101,22 @@ class ResourceLock:
         could not be reached (the update may or may not have applied; the lock is re-checked later).
         """
         content = check_content(content)
-        lost = False
         with self._mutex:
             if self._state != _HELD:
                 raise LockLostError(f"lock {self._path} was {self._state}")
             try:
-                if self._pending is not None:  # learn whether the earlier ambiguous update applied
-                    if not self._matches(self._store.get(self._path)):
-                        lost = True
-                if not lost:
-                    stat = self._store.put(self._path, content, expected_version=self._version)
-                    self._version, self._content, self._pending = stat.version, content, None
-                    return
-            except (BadVersionError, StoreClosedError) as e:  # BadVersion also when the key is gone
+                # learn whether an earlier update whose outcome was unknown applied
+                if self._pending is not None and not self._matches(self._store.get(self._path)):
+                    raise NotFoundError("lost before this update")
+                stat = self._store.put(self._path, content, expected_version=self._version)
+                self._version, self._content, self._pending = stat.version, content, None
+                return
+            except (BadVersionError, NotFoundError, StoreClosedError) as e:  # BadVersion also when the key is gone
                 self._state = _EXPIRED
-                error: Exception | None = e
+                error = e
             except StoreUnavailableError:
                 self._pending = (self._version + 1, content)
                 raise
-            else:
-                self._state = _EXPIRED
-                error = None
         self._finish(expired=True)
         raise LockLostError(f"lock {self._path} is lost") from error
 

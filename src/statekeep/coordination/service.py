@@ -26,30 +26,20 @@ from statekeep.errors import (
     AlreadyExistsError,
     BadVersionError,
     InvalidArgumentError,
-    InvalidPathError,
     LockBusyError,
     NotFoundError,
     StatekeepError,
     StoreClosedError,
     StoreUnavailableError,
 )
-from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat
-from statekeep.metadata.types import validate_path as _validate_path
+from statekeep.metadata.base import Closing, MetadataStore
+from statekeep.metadata.types import Notification, NotificationType, SessionEvent, Stat, join, validate_path
 from statekeep.retry import DEFAULT as _RETRY
 from statekeep.validate import check_int, check_number
 
 log = logging.getLogger(__name__)
 
 _COUNTER = struct.Struct(">q")  # the design's counter encoding: 8-byte big-endian signed
-
-
-def validate_path(path: object, *, allow_root: bool = True) -> str:
-    """The store's path check, with a type check first: an unhashable non-str (a list) must raise
-    InvalidPathError too, not TypeError."""
-    if not isinstance(path, str):
-        raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
-    return _validate_path(path, allow_root=allow_root)
 
 
 class _Reservation:
@@ -98,7 +88,7 @@ class _Election:
         self.watching: str | None = None
 
 
-class CoordinationService:
+class CoordinationService(Closing):
     """Locks, leader election and counters over ``store``. Thread-safe; call :meth:`close`.
 
     The session is the store's: a lock or leadership lasts until it is released, or until the store's
@@ -223,14 +213,11 @@ class CoordinationService:
 
     def list_locks(self, path: str) -> list[str]:
         """Sorted names of the children of ``path`` that are held locks (ephemeral keys).
-        Costs one read per child (the contract's children carry no stats)."""
+        Reads every child (the contract's children carry no stats), in one ``get_many``."""
         validate_path(path)
-        names = []
-        for name in self.store.get_children(path):
-            child = self.store.get(f"{path.rstrip('/')}/{name}")
-            if child is not None and child.stat.ephemeral:
-                names.append(name)
-        return names
+        names = self.store.get_children(path)
+        children = self.store.get_many([join(path, name) for name in names])
+        return [name for name, child in zip(names, children) if child is not None and child.stat.ephemeral]
 
     # ---- leader election ---------------------------------------------------------------------
 
@@ -260,15 +247,12 @@ class CoordinationService:
 
     def contenders(self, path: str) -> list[bytes]:
         """Contents of the contenders queued for the leadership at ``path``, in order of arrival (the
-        first is the leader or next to lead). Costs one read per contender."""
+        first is the leader or next to lead). Reads every contender, in one ``get_many``."""
         validate_path(path, allow_root=False)
         queue = queue_path(path)
-        out = []
-        for name in sorted(self.store.get_children(queue), key=_arrival):
-            node = self.store.get(f"{queue}/{name}")
-            if node is not None:
-                out.append(node.value)
-        return out
+        names = sorted(self.store.get_children(queue), key=_arrival)
+        nodes = self.store.get_many([f"{queue}/{name}" for name in names])
+        return [node.value for node in nodes if node is not None]
 
     @property
     def election_wakeups(self) -> int:
@@ -335,26 +319,21 @@ class CoordinationService:
 
     def _enqueue(self, election: _Election, queue: str) -> str:
         """Create the contender's sequential key (or find the one a lost reply created)."""
-        if election.maybe_queued:
-            for name in self.store.get_children(queue):
-                if name.startswith(election.token + "-"):
-                    return f"{queue}/{name}"
+        if election.maybe_queued and (found := self._queued(election)):
+            return found[0]
         election.maybe_queued = True
         stat = self.store.put(f"{queue}/{election.token}-", election.content, sequential=True, ephemeral=True)
         return stat.path
 
     def _unwatch(self, election: _Election) -> None:
         with self._mutex:
-            watchers = self._watches.get(election.watching or "", [])
-            if election in watchers:
-                watchers.remove(election)
-                if not watchers:
-                    del self._watches[election.watching or ""]
+            _discard(self._watches, election.watching or "", election)
             election.watching = None
 
     def _on_election_done(self, election: _Election) -> None:
         """Runs on whichever thread completed the future: only bookkeeping, the worker deletes keys."""
-        self._drop_election(election)
+        with self._mutex:
+            _discard(self._elections, election.path, election)
         self._unwatch(election)
         future = election.future
         if future.cancelled() or future.exception() is not None:
@@ -364,10 +343,13 @@ class CoordinationService:
         if election.node is not None:
             self._delete_node(election.node)
         elif election.maybe_queued:  # a create whose reply was lost may have left our key
-            queue = queue_path(election.path)
-            for name in self.store.get_children(queue):
-                if name.startswith(election.token + "-"):
-                    self._delete_node(f"{queue}/{name}")
+            for node in self._queued(election):
+                self._delete_node(node)
+
+    def _queued(self, election: _Election) -> list[str]:
+        """The queue keys named with ``election``'s token: its own, made by a create whose reply was lost."""
+        queue = queue_path(election.path)
+        return [f"{queue}/{name}" for name in self.store.get_children(queue) if name.startswith(election.token + "-")]
 
     def _delete_node(self, node: str) -> None:
         try:
@@ -386,14 +368,6 @@ class CoordinationService:
         for election in waiting:
             self._unwatch(election)
             self._advance(election)
-
-    def _drop_election(self, election: _Election) -> None:
-        with self._mutex:
-            pending = self._elections.get(election.path, [])
-            if election in pending:
-                pending.remove(election)
-            if not pending:
-                self._elections.pop(election.path, None)
 
     # ---- counters ----------------------------------------------------------------------------
 
@@ -441,12 +415,6 @@ class CoordinationService:
         for subscription in self._subscriptions:
             subscription.close()
         self._tasks.stop(timeout=5)
-
-    def __enter__(self) -> CoordinationService:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -520,6 +488,15 @@ class CoordinationService:
         for path in list(self._elections):
             self._elect(path)
         return unknown
+
+
+def _discard(table: dict[str, list[_Election]], key: str, election: _Election) -> None:
+    """Remove ``election`` from ``table[key]``, and ``key`` once its list is empty."""
+    listed = table.get(key, [])
+    if election in listed:
+        listed.remove(election)
+    if not listed:
+        table.pop(key, None)
 
 
 def _decode_counter(path: str, raw: bytes) -> int:

@@ -34,9 +34,9 @@ from statekeep.background import Consumer
 from statekeep.errors import BlobStorageError, CorruptStateError, InvalidArgumentError, MissingDependencyError
 from statekeep.handles.reader import BlobReader
 from statekeep.retry import DEFAULT as RETRY
+from statekeep.validate import check_int
 
 log = logging.getLogger(__name__)
-
 
 
 def _fsspec() -> Any:
@@ -91,8 +91,7 @@ class BlobStore:
                  chunk_size: int = DEFAULT_CHUNK_SIZE, read_ahead: int = 2) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidArgumentError(f"blobs must be a URL such as file:///var/lib/blobs, got {url!r}")
-        if not isinstance(chunk_size, int) or chunk_size < 4096:
-            raise InvalidArgumentError(f"chunk_size must be an int >= 4096, got {chunk_size!r}")
+        check_int(chunk_size, "chunk_size", minimum=4096)
         self.options = dict(options or {})
         fsspec = _fsspec()
         try:

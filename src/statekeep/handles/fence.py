@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Protocol
 
 from statekeep import jsonrecords
 from statekeep.errors import (
@@ -71,6 +71,7 @@ class Fence:
         self.token = uuid.uuid4().hex
         self.session_path = f"{root.rstrip('/')}/{FENCE_SESSIONS}/{self.token}"
         self.epoch: int | None = None
+        self.released = False
         if leadership is None:
             return
         lock_path = getattr(leadership, "path", None)
@@ -82,10 +83,6 @@ class Fence:
                 raise InvalidArgumentError(f"the leadership lock {lock_path} is inside the handle store's {reserved}")
         self.check_local()
         self.epoch = self._claim()
-
-    @property
-    def active(self) -> bool:
-        return self.leadership is not None
 
     def _claim(self) -> int:
         lock = self.leadership
@@ -124,18 +121,8 @@ class Fence:
         if lock is None:
             return
         expired = getattr(lock, "expired", None)
-        if getattr(lock, "held", True) is False or (expired is not None and expired.done()):
+        if self.released or getattr(lock, "held", True) is False or (expired is not None and expired.done()):
             raise LeadershipLostError(f"leadership {lock.path} has been lost; only the leader may change handles")
-
-    def holds(self) -> bool:
-        """Does the leadership still pass the fence? (One atomic read of the checks.)"""
-        if self.leadership is None:
-            return True
-        try:
-            self.store.multi(self.ops())
-            return True
-        except (BadVersionError, NotFoundError):
-            return False
 
     def refused(self, error: StatekeepError) -> StatekeepError:
         """The error to raise for a definite refusal ``error`` of a fenced write: a
@@ -143,15 +130,15 @@ class Fence:
         if self.leadership is None:
             return error
         try:
-            holds = self.holds()
+            self.store.multi(self.ops())  # one atomic read of the checks: does the leadership still pass?
+        except (BadVersionError, NotFoundError):
+            lost = LeadershipLostError(f"leadership {self.leadership.path} has been lost (deposed or its session "
+                                       "ended): the write was refused and not applied")
+            lost.__cause__ = error
+            return lost
         except StatekeepError:  # cannot tell: report what the store said
-            return error
-        if holds:
-            return error
-        lost = LeadershipLostError(f"leadership {self.leadership.path} has been lost (deposed or its session "
-                                   "ended): the write was refused and not applied")
-        lost.__cause__ = error
-        return lost
+            pass
+        return error
 
     def release(self) -> None:
         """Drop the claim's session key (best effort): this fence passes no more writes."""
@@ -161,15 +148,5 @@ class Fence:
             self.store.delete(self.session_path)
         except StatekeepError as e:
             log.debug("fence %s: session key not deleted: %s", self.session_path, e)
-        self.leadership = _Released(self.leadership)
-
-
-class _Released:
-    """Stands in for a released fence's lock: never held."""
-
-    held = False
-    expired = None
-
-    def __init__(self, lock: Any) -> None:
-        self.path, self.version = lock.path, lock.version
+        self.released = True
 

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekeep.errors import CorruptStateError, InvalidArgumentError, StatekeepError
+from statekeep.errors import CorruptStateError, StatekeepError
 from statekeep.handles.blobs import BlobInfo, BlobStore
 from statekeep.handles.handle import decode
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import validate_path
+from statekeep.validate import check_number
 
 DEFAULT_GRACE_SECONDS = 3600.0
 
@@ -58,8 +59,7 @@ def collect_garbage(store: MetadataStore, root_path: str, blobs: str | BlobStore
     decoded, since what it points to is then unknown. Deletion failures are reported in ``failed``.
     """
     validate_path(root_path)
-    if not isinstance(grace_seconds, (int, float)) or grace_seconds < 0:
-        raise InvalidArgumentError(f"grace_seconds must be a number >= 0, got {grace_seconds!r}")
+    check_number(grace_seconds, "grace_seconds", minimum=0, unit=" of seconds")
     blob_store = blobs if isinstance(blobs, BlobStore) else BlobStore(blobs, options=blob_options)
     found = blob_store.list(root_path)
     referenced = _referenced(store, root_path)
@@ -84,13 +84,10 @@ def collect_garbage(store: MetadataStore, root_path: str, blobs: str | BlobStore
 
 def _referenced(store: MetadataStore, root_path: str) -> set[str]:
     handles = f"{root_path.rstrip('/')}/handles"
-    urls = set()
-    for key in store.get_children(handles):
-        current = store.get(f"{handles}/{key}")
-        if current is None:
-            continue
-        try:
-            urls.add(decode(key, current.stat.version, current.value, None).blob_url)
-        except CorruptStateError as e:
-            raise CorruptStateError(f"gc stopped, nothing deleted: {e}") from e
-    return urls
+    keys = store.get_children(handles)
+    try:
+        return {decode(key, current.stat.version, current.value, None).blob_url
+                for key, current in zip(keys, store.get_many([f"{handles}/{key}" for key in keys]))
+                if current is not None}
+    except CorruptStateError as e:
+        raise CorruptStateError(f"gc stopped, nothing deleted: {e}") from e

@@ -73,18 +73,16 @@ class BlobReader(io.RawIOBase):
         if self._error is not None:
             raise self._error
         try:
-            return self._take(self._next())
+            chunk = self._next()
+            if not chunk:
+                self._finish()
+                return False
+            self._seen += len(chunk)
+            if self._seen > self.size:
+                raise CorruptStateError(f"blob {self.url} holds more than the {self.size} bytes its handle records")
         except (CorruptStateError, BlobStorageError) as e:
             self._error = e
             raise
-
-    def _take(self, chunk: bytes) -> bool:
-        if not chunk:
-            self._finish()
-            return False
-        self._seen += len(chunk)
-        if self._seen > self.size:
-            raise CorruptStateError(f"blob {self.url} holds more than the {self.size} bytes its handle records")
         self._hash.update(chunk)
         self._buf = memoryview(chunk)
         return True

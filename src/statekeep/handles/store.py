@@ -37,7 +37,7 @@ from statekeep.errors import (
 from statekeep.handles.blobs import DEFAULT_CHUNK_SIZE, BlobRef, BlobStore, StateSource
 from statekeep.handles.fence import Fence, Leadership
 from statekeep.handles.handle import StateHandle, check_attributes, decode, encode
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.metadata.types import Check, Delete, GetResult, Op, Put, Stat, validate_path
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
@@ -51,7 +51,7 @@ _REFUSED = (BadVersionError, NotFoundError, NotEmptyError, InvalidArgumentError,
 _AMBIGUOUS = (StoreUnavailableError, PossibleInconsistentStateError, TimeoutError)
 
 
-class StateHandleStore:
+class StateHandleStore(Closing):
     """Keys mapped to large states: each state is a blob, each key's handle a small JSON pointer to it.
 
     ``blobs`` is a URL (``file:///DIR`` or a plain path; ``s3://BUCKET/PREFIX`` with ``statekeep[s3]``,
@@ -129,11 +129,9 @@ class StateHandleStore:
         attrs = check_attributes(attributes)
         self._check_writable()
         ref = self.blobs.write(self.root, key, state)
-        fence = self._fence.ops()
-        ops: list[Op] = [*fence, Put(path, encode(ref, attrs), -1), Put(self._locks(key), b"", -1),
+        ops: list[Op] = [Put(path, encode(ref, attrs), -1), Put(self._locks(key), b"", -1),
                          Put(self._lock(key), b"", -1, ephemeral=True)]
-        stats = self._write(ops, "add", key, ref)
-        return self._handle(key, stats[len(fence)], ref, attrs)
+        return self._handle(key, self._write(ops, "add", key, ref)[0], ref, attrs)
 
     def replace(self, key: str, expected_version: int, state: StateSource, *,
                 attributes: Mapping[str, Any] | None = None) -> StateHandle:
@@ -154,11 +152,10 @@ class StateHandleStore:
             raise BadVersionError(f"state handle {key!r} is at version {current.stat.version}, not {expected_version}")
         old_url = self._old_blob(key, current)
         ref = self.blobs.write(self.root, key, state)
-        fence = self._fence.ops()
-        stats = self._write([*fence, Put(path, encode(ref, attrs), expected_version)], "replace", key, ref)
+        stat = self._write([Put(path, encode(ref, attrs), expected_version)], "replace", key, ref)[0]
         if old_url is not None and old_url != ref.url:
             self._discard_unless_locked(key, old_url)
-        return self._handle(key, stats[len(fence)], ref, attrs)
+        return self._handle(key, stat, ref, attrs)
 
     def release_and_try_remove(self, key: str) -> bool:
         """Release this holder's lock on ``key``; if no other holder has it locked, remove the handle and
@@ -167,24 +164,13 @@ class StateHandleStore:
         Raises :class:`LeadershipLostError` (the lock is still released), :class:`PossibleInconsistentStateError`
         (the removal may have applied; the blob is kept).
         """
-        path = self._path(key)
+        self._path(key)
         try:
             self._check_writable()
         except LeadershipLostError:
             self.release(key)
             raise
-        for _ in self._retry.attempts():
-            current = self.store.get(path)
-            if current is None:
-                return True
-            holders = self._holders(key)
-            if holders is not None and set(holders) - {self.lock_identity}:
-                self.release(key)
-                return False
-            ops = self._remove_ops(key, current, holders)
-            if self._try_remove(ops, key, current):
-                return True
-        raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
+        return self._remove(key, force=False)
 
     def clear_entries(self) -> None:
         """Remove every handle, including those other holders have locked (their locks go too). Blobs of
@@ -195,17 +181,7 @@ class StateHandleStore:
         """
         self._check_writable()
         for key in self.get_all_handles():
-            path = self._path(key)
-            for _ in self._retry.attempts():
-                current = self.store.get(path)
-                if current is None:
-                    break
-                holders = self._holders(key)
-                if self._try_remove(self._remove_ops(key, current, holders), key, current,
-                                    keep_blob=bool(set(holders or ()) - {self.lock_identity})):
-                    break
-            else:
-                raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being cleared")
+            self._remove(key, force=True)
 
     # ---- reads and locks (open to any holder) --------------------------------------------------
 
@@ -269,12 +245,6 @@ class StateHandleStore:
             log.warning("state handle store %s: locks not released: %s", self.root, e)
         self._fence.release()
 
-    def __enter__(self) -> StateHandleStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ---- internals -----------------------------------------------------------------------------
 
     def _check_writable(self) -> None:
@@ -284,9 +254,11 @@ class StateHandleStore:
         self._fence.check_local()
 
     def _write(self, ops: list[Op], what: str, key: str, new_blob: BlobRef | None) -> list[Stat | None]:
-        """One fenced ``multi``; maps its failure to the contract's errors and decides the new blob's fate."""
+        """``ops`` in one ``multi`` after the fence's checks; returns their results (not the checks'). Maps a
+        failure to the contract's errors and decides the new blob's fate."""
+        fence = self._fence.ops()
         try:
-            return self.store.multi(ops)
+            return self.store.multi([*fence, *ops])[len(fence):]
         except _AMBIGUOUS as e:
             raise self._possibly_written(what, key, new_blob, e) from e
         except _REFUSED as e:
@@ -312,26 +284,41 @@ class StateHandleStore:
         error.blob_url = blob.url if blob is not None else None  # type: ignore[attr-defined]
         return error
 
+    def _remove(self, key: str, *, force: bool) -> bool:
+        """Remove ``key``'s handle and its locks; True once it is gone. If another holder has it locked: with
+        ``force`` remove it anyway and keep its blob (that holder may be reading it), else release this
+        holder's lock and return False."""
+        path = self._path(key)
+        for _ in self._retry.attempts():
+            current = self.store.get(path)
+            if current is None:
+                return True
+            holders = self._holders(key)
+            others = bool(set(holders or ()) - {self.lock_identity})
+            if others and not force:
+                self.release(key)
+                return False
+            if self._try_remove(self._remove_ops(key, current, holders), key, current, keep_blob=others):
+                return True
+        raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
+
     def _remove_ops(self, key: str, current: GetResult, holders: list[str] | None) -> list[Op]:
-        """Fence, the given locks and the locks node (if any), then the handle at the version read."""
+        """The given locks and the locks node (if any), then the handle at the version read."""
         locks: list[Op] = []
         if holders is not None:
             locks = [Delete(f"{self._locks(key)}/{name}") for name in holders]
             locks.append(Delete(self._locks(key)))
-        return [*self._fence.ops(), *locks, Delete(self._path(key), current.stat.version)]
+        return [*locks, Delete(self._path(key), current.stat.version)]
 
     def _try_remove(self, ops: list[Op], key: str, current: GetResult, *, keep_blob: bool = False) -> bool:
         """Apply a removal; True if done (then delete the blob unless ``keep_blob``), False to read again."""
         blob_url = self._old_blob(key, current)
         try:
-            self.store.multi(ops)
-        except _AMBIGUOUS as e:
-            raise self._possibly_written("removal", key, None, e) from e
-        except _REFUSED as e:
-            error = self._fence.refused(e)
-            if error is not e:
-                self.release(key)
-                raise error  # LeadershipLostError, chained to e
+            self._write(ops, "removal", key, None)
+        except LeadershipLostError:
+            self.release(key)
+            raise
+        except _REFUSED:
             return False  # locked, replaced or removed meanwhile
         if blob_url is not None and not keep_blob:
             self._discard(blob_url)

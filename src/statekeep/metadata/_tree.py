@@ -72,7 +72,7 @@ class Changes:
         self.writes: dict[str, Record | None] = {}  # None: deleted
         self.originals: dict[str, Record | None] = {}  # committed record before this request
         self.sequences: dict[str, int] = {}
-        self.events: list[Notification] = []
+        self.events: list[Notification] = []  # ChildrenChanged is implied: MetadataStore._emit_change
 
     def read(self, path: str) -> Record | None:
         if path in self.writes:
@@ -80,16 +80,12 @@ class Changes:
         return self.base.read(path)
 
     def has_children(self, path: str) -> bool:
-        prefix = "/" if path == "/" else path + "/"
-        for p, rec in self.writes.items():
-            if rec is not None and p.startswith(prefix) and "/" not in p[len(prefix) :]:
-                return True
+        if any(rec is not None and parent_of(p) == path for p, rec in self.writes.items()):
+            return True
         if not self.base.has_children(path):
             return False
-        prefix_deleted = {p for p, rec in self.writes.items() if rec is None and parent_of(p) == path}
-        if not prefix_deleted:
-            return True
-        return any(join(path, c) not in prefix_deleted for c in self.base.children(path))
+        deleted = {p for p, rec in self.writes.items() if rec is None and parent_of(p) == path}
+        return not deleted or any(join(path, c) not in deleted for c in self.base.children(path))
 
     def apply(self, op: Op) -> Stat | None:
         if isinstance(op, Put):
@@ -128,7 +124,6 @@ class Changes:
             self._create_ancestors(path)
             record = Record(0, self.now_ms, self.now_ms, self.session if op.ephemeral else 0, op.value)
             self.events.append(Notification(NotificationType.Created, path))
-            self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
         else:
             record = Record(current.version + 1, current.created_ms, self.now_ms, current.owner, op.value)
             self.events.append(Notification(NotificationType.Modified, path))
@@ -147,7 +142,6 @@ class Changes:
         for ancestor in reversed(missing):
             self._write(ancestor, Record(0, self.now_ms, self.now_ms, 0, b""))
             self.events.append(Notification(NotificationType.Created, ancestor))
-            self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(ancestor)))
 
     def _delete(self, op: Delete) -> None:
         current = self.read(op.path)
@@ -165,7 +159,6 @@ class Changes:
             return
         self._write(path, None)
         self.events.append(Notification(NotificationType.Deleted, path))
-        self.events.append(Notification(NotificationType.ChildrenChanged, parent_of(path)))
 
     def _check(self, op: Check) -> None:
         current = self.read(op.path)

@@ -15,21 +15,25 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Self
 
 from statekeep.background import Consumer
-from statekeep.errors import InvalidArgumentError, NotFoundError, StoreClosedError
+from statekeep.errors import InvalidArgumentError, NotEmptyError, NotFoundError, StoreClosedError
 from statekeep.metadata.types import (
     Check,
     Delete,
     GetResult,
     Notification,
+    NotificationType,
     Op,
     Put,
     SessionEvent,
     Stat,
     _valid_paths,
+    join,
+    parent_of,
     validate_path,
     validate_value,
     validate_version,
 )
+from statekeep.retry import DEFAULT as RETRY
 from statekeep.validate import check_int
 
 log = logging.getLogger(__name__)
@@ -40,7 +44,20 @@ NotificationListener = Callable[[Notification], None]
 SessionListener = Callable[[SessionEvent], None]
 
 
-class Subscription:
+class Closing(abc.ABC):
+    """A context manager: leaving its ``with`` block calls :meth:`close`."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Subscription(Closing):
     """Returned by ``add_listener``; ``close()`` stops delivery to that callback: once it returns,
     the callback is not called again (a call under way on the dispatcher thread may still finish)."""
 
@@ -53,44 +70,23 @@ class Subscription:
             self._closed = True
             self._remove()
 
-    def __enter__(self) -> Subscription:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+#: An event for the dispatcher: the callbacks listening when it was posted, the live list of them, the event.
+_Delivery = tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]], object]
 
 
-class _Dispatcher:
-    """Delivers events to callbacks on one daemon thread, in the order they were posted,
-    so a slow callback never blocks a backend's I/O thread and never reorders events."""
-
-    def __init__(self, name: str) -> None:
-        self._consumer: Consumer[tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]],
-                                       object]] = Consumer(name, self._deliver, what="event delivery", log=log)
-
-    def post(self, callbacks: Sequence[Callable[[Any], None]], event: object) -> None:
-        """Queue ``event`` for the callbacks in ``callbacks`` now (one added later does not get it);
-        a callback no longer in ``callbacks`` when its turn comes is skipped, so a closed
-        subscription gets nothing after ``close()`` returns but a call already under way."""
-        if callbacks:
-            self._consumer.put((tuple(callbacks), callbacks, event))
-
-    def stop(self) -> None:
-        self._consumer.stop()
-
-    @staticmethod
-    def _deliver(item: tuple[tuple[Callable[[Any], None], ...], Sequence[Callable[[Any], None]], object]) -> None:
-        callbacks, live, event = item
-        for callback in callbacks:
-            if callback not in live:  # unsubscribed since the event was posted
-                continue
-            try:
-                callback(event)
-            except Exception:  # a listener's bug must not stop delivery to the others
-                log.exception("metadata listener %r failed on %r", callback, event)
+def _deliver(item: _Delivery) -> None:
+    callbacks, live, event = item
+    for callback in callbacks:
+        if callback not in live:  # unsubscribed since the event was posted
+            continue
+        try:
+            callback(event)
+        except Exception:  # a listener's bug must not stop delivery to the others
+            log.exception("metadata listener %r failed on %r", callback, event)
 
 
-class MetadataStore(abc.ABC):
+class MetadataStore(Closing):
     """A versioned key-value store with compare-and-set, sorted children, notifications,
     ephemeral and sequential keys and atomic multi-operations. Thread-safe.
 
@@ -143,10 +139,13 @@ class MetadataStore(abc.ABC):
             raise InvalidArgumentError(f"max_value_size must be a positive int, got {max_value_size!r}")
         self.max_value_size = min(max_value_size, self.backend_max_value_size)
         self._closed = False
+        self._forked = False  # set with _closed in a child forked while the store was open: the parent's store
         self._listener_lock = threading.Lock()
         self._listeners: list[NotificationListener] = []
         self._session_listeners: list[SessionListener] = []
-        self._dispatcher: _Dispatcher | None = None
+        # delivers events to callbacks on one thread, in the order they were posted, so a slow callback
+        # never blocks a backend's I/O thread and never reorders events; started with the first listener
+        self._dispatcher: Consumer[_Delivery] | None = None
 
     @classmethod
     def from_url(cls, rest: str, options: dict[str, Any]) -> MetadataStore:
@@ -285,28 +284,31 @@ class MetadataStore(abc.ABC):
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ---- for backends ------------------------------------------------------------------------
 
     def _emit(self, notification: Notification) -> None:
         """Deliver a notification to this store's listeners (backends call this)."""
-        if self._listeners and self._dispatcher is not None:
-            self._dispatcher.post(self._listeners, notification)
+        self._post(self._listeners, notification)
+
+    def _emit_change(self, kind: NotificationType, path: str) -> None:
+        """Deliver ``kind`` at ``path`` and, for a create or delete, ChildrenChanged of its parent."""
+        self._emit(Notification(kind, path))
+        if kind is NotificationType.Created or kind is NotificationType.Deleted:
+            self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
 
     def _emit_session(self, event: SessionEvent) -> None:
-        if self._session_listeners and self._dispatcher is not None:
-            self._dispatcher.post(self._session_listeners, event)
+        self._post(self._session_listeners, event)
 
-    @property
-    def _has_listeners(self) -> bool:
-        return bool(self._listeners)
+    def _post(self, callbacks: list[Any], event: object) -> None:
+        """Queue ``event`` for the callbacks in ``callbacks`` now (one added later does not get it);
+        a callback no longer in ``callbacks`` when its turn comes is skipped, so a closed
+        subscription gets nothing after ``close()`` returns but a call already under way."""
+        if callbacks and self._dispatcher is not None:
+            self._dispatcher.put((tuple(callbacks), callbacks, event))
 
     def _check_open(self) -> None:
+        if self._forked:
+            raise StoreClosedError(f"this {self.scheme}:// store was opened before fork(); open a new one in the child")
         if self._closed:
             raise StoreClosedError(f"{type(self).__name__} is closed")
 
@@ -334,13 +336,18 @@ class MetadataStore(abc.ABC):
         self._multi([op])
 
     def _delete_recursive(self, path: str) -> None:
-        for child in self._get_children(path):
-            self._delete_recursive(path.rstrip("/") + "/" + child)
-        if path != "/":
+        for _ in RETRY.attempts():
+            for child in self._get_children(path):
+                self._delete_recursive(join(path, child))
+            if path == "/":
+                return
             try:
-                self._delete(Delete(path))
+                return self._delete(Delete(path))
             except NotFoundError:
-                pass
+                return
+            except NotEmptyError:  # a concurrent writer added a child: list again
+                continue
+        raise NotEmptyError(f"{path}: concurrent writers kept adding children; not deleted")
 
     def _close(self) -> None:
         """Backend-specific release of resources."""
@@ -387,7 +394,8 @@ class MetadataStore(abc.ABC):
         self._check_open()
         with self._listener_lock:
             if self._dispatcher is None:
-                self._dispatcher = _Dispatcher(f"statekeep-{self.scheme}-listeners")
+                self._dispatcher = Consumer(f"statekeep-{self.scheme}-listeners", _deliver, what="event delivery",
+                                            log=log)
             listeners.append(callback)
 
         def remove() -> None:

@@ -93,7 +93,6 @@ class ForkGate:
 
 
 FORK_GATE = ForkGate()
-_gate = FORK_GATE
 _open_txns = FORK_GATE.open_txns  # the same list for the life of the process (cleared, never replaced)
 
 
@@ -137,8 +136,8 @@ class transaction:  # lower case: used like lmdb's own env.begin()
 
     def __init__(self, env: lmdb.Environment, **options: Any) -> None:
         _open_txns.append(None)
-        if _gate.pending:
-            _gate.hold()
+        if FORK_GATE.pending:
+            FORK_GATE.hold()
         try:
             self.txn: lmdb.Transaction | None = env.begin(**options)
         except BaseException:

@@ -64,8 +64,9 @@ from statekeep.errors import (
 from statekeep.metadata._tree import Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY, RECONNECT
+from statekeep.validate import check_int, check_number
 from statekeep.metadata.types import (
-    Check, Delete, GetResult, Notification, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
+    Check, Delete, GetResult, NotificationType, Op, Put, SessionEvent, Stat, parent_of, validate_path,
 )
 
 try:
@@ -245,12 +246,10 @@ class _Snapshot:
             self._fetch_some(reads[i:i + ETCD_MAX_TXN_OPS])
 
     def _fetch_some(self, reads: tuple[tuple[str, str], ...]) -> None:
-        store, ops = self.store, []
-        for kind, path in reads:
-            if kind == "c":
-                ops.append(_range(*store._children(path), count_only=True, revision=self.revision))
-            else:
-                ops.append(_range(store._data(path) if kind == "r" else store._counter(path), revision=self.revision))
+        store = self.store
+        ops = [_range(*store._children(path), count_only=True, revision=self.revision) if kind == "c"
+               else _range(store._data(path) if kind == "r" else store._counter(path), revision=self.revision)
+               for kind, path in reads]
         response = store._call(store._txn(rpc.TxnRequest(success=ops)))
         self.revision = self.revision or response.header.revision
         for (kind, path), result in zip(reads, response.responses):
@@ -277,10 +276,7 @@ class _Snapshot:
 
     def children(self, path: str) -> list[str]:
         self.has_children(path)  # so the commit guards this range
-        start, end = self.store._children(path)
-        op = _range(start, end, keys_only=True, revision=self.revision)
-        response = self.store._call(self.store._txn(rpc.TxnRequest(success=[op])))
-        return [kv.key[len(start):].decode() for kv in response.responses[0].response_range.kvs]
+        return self.store._child_names(path, self.revision)
 
     def last_sequence(self, parent: str) -> int:
         return int(self._get("s", parent))
@@ -316,9 +312,8 @@ class EtcdStore(MetadataStore):
         prefix = prefix.strip("/")
         if prefix:
             validate_path("/" + prefix)
-        if not (isinstance(timeout, (int, float)) and timeout > 0 and isinstance(session_timeout, int)
-                and session_timeout > 0):
-            raise InvalidArgumentError("timeout and session_timeout must be positive; session_timeout an int")
+        check_number(timeout, "timeout", positive=True, unit=" of seconds")
+        check_int(session_timeout, "session_timeout", minimum=1)
         self.endpoints, self.timeout, self.session_timeout = endpoints, float(timeout), session_timeout
         self._retry = RETRY.bounded(seconds=self.timeout)
         self.prefix = "/" + prefix if prefix else ""
@@ -333,7 +328,6 @@ class EtcdStore(MetadataStore):
         self._session_running = False
         self._channel: Any = None
         self._disconnected = False  # the channel was dropped for a fork and is to be rebuilt
-        self._forked = False
         # in-flight requests, counted so a fork can wait for them; while paused, new ones wait
         self._gate = threading.Condition()
         self._inflight = 0
@@ -375,11 +369,6 @@ class EtcdStore(MetadataStore):
         return Stat(path, version, 0, 0, kv.lease != 0, kv.lease != 0 and kv.lease == self._lease)
 
     # ---- the event loop thread and errors ----------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._forked:
-            raise StoreClosedError("this etcd:// store was opened before fork(); open a new one in the child")
-        super()._check_open()
 
     def _call(self, coro: Coroutine[Any, Any, Any], *, write: bool = False) -> Any:
         """Run ``coro`` on the store's loop within ``timeout``; gRPC failures become the contract's errors."""
@@ -601,13 +590,9 @@ class EtcdStore(MetadataStore):
     def _notify(self, event: Any) -> None:
         path = event.kv.key[len(self._p):].decode("utf-8", "replace")
         if event.type == rpc.Event.DELETE:
-            self._emit(Notification(NotificationType.Deleted, path))
-        elif event.kv.version > 1:  # etcd version 1 is a create
-            self._emit(Notification(NotificationType.Modified, path))
-            return
-        else:
-            self._emit(Notification(NotificationType.Created, path))
-        self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+            self._emit_change(NotificationType.Deleted, path)
+        else:  # etcd version 1 is a create
+            self._emit_change(NotificationType.Modified if event.kv.version > 1 else NotificationType.Created, path)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -615,7 +600,9 @@ class EtcdStore(MetadataStore):
         return self._call(self._txn(rpc.TxnRequest(success=[op]))).responses[0].response_range
 
     def _get(self, path: str) -> GetResult | None:
-        kvs = self._read(_range(self._data(path))).kvs
+        return self._result(path, self._read(_range(self._data(path))).kvs)
+
+    def _result(self, path: str, kvs: Any) -> GetResult | None:
         return GetResult(kvs[0].value, self._stat(path, kvs[0], kvs[0].version - 1)) if kvs else None
 
     def _get_many(self, paths: list[str]) -> list[GetResult | None]:
@@ -629,19 +616,20 @@ class EtcdStore(MetadataStore):
         responses = []
         for i in range(0, len(chunks), 16):  # 16 in flight; each group within its own timeout
             responses += self._call(read(chunks[i:i + 16]))
-        out: list[GetResult | None] = []
-        for chunk, response in zip(chunks, responses):
-            for path, result in zip(chunk, response.responses):
-                kvs = result.response_range.kvs
-                out.append(GetResult(kvs[0].value, self._stat(path, kvs[0], kvs[0].version - 1)) if kvs else None)
-        return out
+        return [self._result(path, result.response_range.kvs)
+                for chunk, response in zip(chunks, responses) for path, result in zip(chunk, response.responses)]
 
     def _exists(self, path: str) -> bool:
         return bool(self._read(_range(self._data(path), count_only=True)).count > 0)
 
     def _get_children(self, path: str) -> list[str]:
+        return self._child_names(path)
+
+    def _child_names(self, path: str, revision: int = 0) -> list[str]:
+        """The children of ``path`` as of ``revision`` (0: now)."""
         start, end = self._children(path)
-        return [kv.key[len(start):].decode() for kv in self._read(_range(start, end, keys_only=True)).kvs]
+        kvs = self._read(_range(start, end, keys_only=True, revision=revision)).kvs
+        return [kv.key[len(start):].decode() for kv in kvs]
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -659,9 +647,7 @@ class EtcdStore(MetadataStore):
 
     def _put(self, op: Put) -> Stat:
         if op.sequential:
-            stat = self._multi([op])[0]
-            assert stat is not None  # a put always has a stat
-            return stat
+            return super()._put(op)  # as a multi
         return cast(Stat, self._retrying(lambda: self._put_once(op)))
 
     def _put_once(self, op: Put) -> Any:

@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,7 @@ from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
-from statekeep.metadata.types import (GetResult, Notification, NotificationType, Op, Stat, _valid_paths, parent_of,
-                                      validate_path)
+from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat)
 
 try:
     import lmdb
@@ -74,7 +73,6 @@ _DEPTH = struct.Struct(">H")
 _EVENT = struct.Struct(">qB")  # time ms, type code; the path follows
 _EVENT_CODES = {t: i for i, t in enumerate(NotificationType)}
 _EVENT_TYPES = list(NotificationType)
-_CHANGES_PARENT = (NotificationType.Created, NotificationType.Deleted)
 
 DEFAULT_MAP_SIZE = 64 << 30  # address space only; the file grows as data does
 EVENT_RETENTION_MS = 60_000
@@ -130,6 +128,16 @@ def children_prefix(path: str) -> bytes:
     return _DEPTH.pack(_depth(path) + 1) + (path if path == "/" else path + "/").encode()
 
 
+def _keys_from(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
+    """The keys of ``db`` that start with ``prefix``, in order."""
+    cursor = txn.cursor(db=db)
+    if cursor.set_range(prefix):
+        for key in cursor.iternext(keys=True, values=False):
+            if not key.startswith(prefix):
+                return
+            yield key
+
+
 class _TxnReader:
     """TreeReader over an open LMDB transaction."""
 
@@ -145,9 +153,7 @@ class _TxnReader:
         return self.engine.children(self.txn, path)
 
     def has_children(self, path: str) -> bool:
-        prefix = children_prefix(path)
-        cursor = self.txn.cursor(db=self.engine.nodes)
-        return bool(cursor.set_range(prefix)) and bool(cursor.key().startswith(prefix))
+        return next(_keys_from(self.txn, self.engine.nodes, children_prefix(path)), None) is not None
 
     def last_sequence(self, parent: str) -> int:
         raw = self.txn.get(parent.encode(), db=self.engine.sequences)
@@ -197,9 +203,9 @@ class _Engine:
         self._queue: list[_Request] = []
         self._committing = False
         self._commits = 0
-        self.poll_interval = poll_interval
         self.reap_interval = reap_interval
-        self._last_event = self._last_event_seq()
+        with transaction(self.env) as txn:
+            self._last_event = self._last_event_in(txn)
         self._stopping = False
         self._reap()
         self._last_reap = time.monotonic()
@@ -211,20 +217,7 @@ class _Engine:
 
     def children(self, txn: lmdb.Transaction, path: str) -> list[str]:
         prefix = children_prefix(path)
-        start = len(prefix)
-        names = []
-        cursor = txn.cursor(db=self.nodes)
-        if cursor.set_range(prefix):
-            for key in cursor.iternext(keys=True, values=False):
-                if not key.startswith(prefix):
-                    break
-                names.append(key[start:].decode())
-        return names
-
-    def _last_event_seq(self) -> int:
-        with transaction(self.env, db=self.events) as txn:
-            cursor = txn.cursor()
-            return _U64.unpack(cursor.key())[0] if cursor.last() else 0
+        return [key[len(prefix):].decode() for key in _keys_from(txn, self.nodes, prefix)]
 
     # ---- writes: group commit ----------------------------------------------------------------
 
@@ -321,8 +314,6 @@ class _Engine:
         for parent, seq in changes.sequences.items():
             txn.put(parent.encode(), _U64.pack(seq), db=self.sequences)
         for event in changes.events:
-            if event.type is NotificationType.ChildrenChanged:
-                continue  # implied by Created/Deleted; derived when the log is read
             txn.put(_U64.pack(next_event), _EVENT.pack(now_ms, _EVENT_CODES[event.type]) + event.path.encode(),
                     db=self.events, append=True)
             next_event += 1
@@ -383,14 +374,7 @@ class _Engine:
     def _expire(self, reader: _TxnReader, session: int, now_ms: int) -> Changes:
         changes = Changes(reader, session, now_ms)
         prefix = _U64.pack(session)
-        cursor = reader.txn.cursor(db=self.ephemeral)
-        paths = []
-        if cursor.set_range(prefix):
-            for key in cursor.iternext(keys=True, values=False):
-                if not key.startswith(prefix):
-                    break
-                paths.append(key[8:].decode())
-        for path in paths:
+        for path in [key[8:].decode() for key in _keys_from(reader.txn, self.ephemeral, prefix)]:
             record = changes.read(path)
             if record is not None and record.owner == session:
                 changes.remove(path)
@@ -443,7 +427,7 @@ class _Engine:
 
     @property
     def listening(self) -> list[LocalStore]:
-        return [s for s in self.stores if s._has_listeners]
+        return [s for s in self.stores if s._listeners]
 
     def _deliver_events(self) -> None:
         listening = self.listening
@@ -460,13 +444,9 @@ class _Engine:
                     log.warning("local store %s: notifications %d..%d expired before delivery",
                                 self.directory, self._last_event + 1, seq - 1)
                 self._last_event = seq
-                event = Notification(_EVENT_TYPES[value[8]], value[_EVENT.size :].decode())
+                kind, path = _EVENT_TYPES[value[8]], value[_EVENT.size :].decode()
                 for store in listening:
-                    store._emit(event)
-                if event.type in _CHANGES_PARENT:
-                    parent_event = Notification(NotificationType.ChildrenChanged, parent_of(event.path))
-                    for store in listening:
-                        store._emit(parent_event)
+                    store._emit_change(kind, path)
 
     def close(self) -> None:
         with self._queue_lock:
@@ -529,11 +509,8 @@ class LocalStore(MetadataStore):
                 engine = _engines[directory] = _Engine(directory, map_size, poll_interval, reap_interval)
             engine.refcount += 1
         self._engine = engine
-        self._forked = False
         self._hot: dict[str, tuple[bytes, bytes, GetResult]] = {}  # see get()
-        self._env = engine.env
-        self._begin = engine.env.begin
-        self._nodes = engine.nodes
+        self._env, self._nodes = engine.env, engine.nodes
         self.get = self._hot_get()  # type: ignore[method-assign,assignment]  # see get()
         self.directory = directory
         try:
@@ -555,11 +532,6 @@ class LocalStore(MetadataStore):
         has committed: each is one fsync, so group commit shows as fewer commits than writes."""
         return self._engine._commits
 
-    def _check_open(self) -> None:
-        if self._forked:
-            raise StoreClosedError("this local store was opened before fork(); open a new one in the child")
-        super()._check_open()
-
     def get(self, path: str) -> GetResult | None:
         """As :meth:`MetadataStore.get`: a fresh LMDB read on every call (what any process committed
         before the call is seen)."""
@@ -576,7 +548,7 @@ class LocalStore(MetadataStore):
         # get an entry (close and fork empty the table), so a hit needs no other check.
         # The store only through a weak reference, on the miss paths: the store holds this function,
         # and a cycle would keep an unclosed store (and its engine registration) alive until a GC pass.
-        hot_table, begin, nodes, ref, gate = self._hot, self._begin, self._nodes, weakref.ref(self), FORK_GATE
+        hot_table, begin, nodes, ref, gate = self._hot, self._env.begin, self._nodes, weakref.ref(self), FORK_GATE
 
         def store() -> LocalStore:
             found = ref()
@@ -589,9 +561,9 @@ class LocalStore(MetadataStore):
             try:
                 hot = hot_table[path]  # subscript and positional db: measurably cheaper than .get() and db=
             except (KeyError, TypeError):  # not read before, or unhashable (not a path)
-                return store()._get_cold(path)
+                return MetadataStore.get(store(), path)
             if gate.pending:
-                return store()._get_cold(path)
+                return MetadataStore.get(store(), path)
             with begin(nodes) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
                 raw = txn.get(hot[0])
             if raw == hot[1]:
@@ -599,16 +571,6 @@ class LocalStore(MetadataStore):
             return None if raw is None else store()._result(path, hot[0], raw)
 
         return get
-
-    def _get_cold(self, path: str) -> GetResult | None:
-        if self._closed:
-            self._check_open()
-        if path.__class__ is not str or path not in _valid_paths:
-            validate_path(path)
-        key = node_key(path)
-        with transaction(self._env, db=self._nodes) as txn:
-            raw = txn.get(key)
-        return None if raw is None else self._result(path, key, raw)
 
     def _result(self, path: str, key: bytes, raw: bytes) -> GetResult:
         version, created, modified, owner = _unpack_header(raw)

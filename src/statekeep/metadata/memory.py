@@ -21,24 +21,23 @@ _sessions = itertools.count(1)
 
 
 class _Tree:
-    """The shared data of one memory namespace; its lock serializes writes."""
+    """The shared data of one memory namespace (a TreeReader of it); its lock serializes writes."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.nodes: dict[str, Record] = {}
-        self.children: dict[str, set[str]] = {}
+        self.names: dict[str, set[str]] = {}  # parent -> names of its children
         self.sequences: dict[str, int] = {}
         self.stores: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
 
-    # TreeReader
     def read(self, path: str) -> Record | None:
         return self.nodes.get(path)
 
-    def children_of(self, path: str) -> list[str]:
-        return sorted(self.children.get(path, ()))
+    def children(self, path: str) -> list[str]:
+        return sorted(self.names.get(path, ()))
 
     def has_children(self, path: str) -> bool:
-        return bool(self.children.get(path))
+        return bool(self.names.get(path))
 
     def last_sequence(self, parent: str) -> int:
         return self.sequences.get(parent, 0)
@@ -46,7 +45,7 @@ class _Tree:
     def commit(self, changes: Changes) -> None:
         for path, record in changes.writes.items():
             name = path.rpartition("/")[2]
-            siblings = self.children.setdefault(parent_of(path), set())
+            siblings = self.names.setdefault(parent_of(path), set())
             if record is None:
                 self.nodes.pop(path, None)
                 siblings.discard(name)
@@ -56,17 +55,7 @@ class _Tree:
         self.sequences.update(changes.sequences)
         for store in list(self.stores):
             for event in changes.events:
-                store._emit(event)
-
-
-class _Reader:
-    """Adapts _Tree to the TreeReader protocol (``children`` is a method name there)."""
-
-    def __init__(self, tree: _Tree) -> None:
-        self.read = tree.read
-        self.children = tree.children_of
-        self.has_children = tree.has_children
-        self.last_sequence = tree.last_sequence
+                store._emit_change(event.type, event.path)
 
 
 _named: dict[str, _Tree] = {}
@@ -85,7 +74,6 @@ class MemoryStore(MetadataStore):
                 self._tree = _named.setdefault(name, _Tree())
         else:
             self._tree = _Tree()
-        self._reader = _Reader(self._tree)
         self.session_id = next(_sessions)
         self._tree.stores.add(self)
 
@@ -99,14 +87,14 @@ class MemoryStore(MetadataStore):
 
     def _get_children(self, path: str) -> list[str]:
         with self._tree.lock:
-            return self._tree.children_of(path)
+            return self._tree.children(path)
 
     def _exists(self, path: str) -> bool:
         return path in self._tree.nodes
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
         with self._tree.lock:
-            changes = Changes(self._reader, self.session_id, int(time.time() * 1000))
+            changes = Changes(self._tree, self.session_id, int(time.time() * 1000))
             results = [changes.apply(op) for op in ops]
             self._tree.commit(changes)
             return results
@@ -126,7 +114,7 @@ class MemoryStore(MetadataStore):
         with self._tree.lock:
             mine = [p for p, r in self._tree.nodes.items() if r.owner == self.session_id]
             if mine:
-                changes = Changes(self._reader, self.session_id, int(time.time() * 1000))
+                changes = Changes(self._tree, self.session_id, int(time.time() * 1000))
                 for path in mine:
                     changes.remove(path)
                 self._tree.commit(changes)

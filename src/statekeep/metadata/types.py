@@ -7,27 +7,12 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from statekeep.errors import InvalidArgumentError, InvalidPathError
+from statekeep.errors import InvalidArgumentError, InvalidPathError, ValueTooLargeError
 from statekeep.lru import remember
 from statekeep.validate import check_int
 
 # Any C0/C1 control character or DEL is refused, as are empty, "." and ".." segments.
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _check_path(path: str) -> str:
-    if not path.startswith("/"):
-        raise InvalidPathError(f"path must be absolute (start with '/'): {path!r}")
-    if path == "/":
-        return path
-    if path.endswith("/"):
-        raise InvalidPathError(f"path must not end with '/': {path!r}")
-    if _BAD_CHARS.search(path):
-        raise InvalidPathError(f"path must not contain control characters: {path!r}")
-    for segment in path[1:].split("/"):
-        if segment in ("", ".", ".."):
-            raise InvalidPathError(f"path has an empty, '.' or '..' segment: {path!r}")
-    return path
 
 
 # Paths already validated: reads of hot keys skip re-validation (a set lookup, no call).
@@ -40,19 +25,25 @@ def validate_path(path: object, *, allow_root: bool = True) -> str:
         raise InvalidPathError(f"path must be a str, not {type(path).__name__}")
     if path in _valid_paths:
         return path
-    _check_path(path)
+    if not path.startswith("/"):
+        raise InvalidPathError(f"path must be absolute (start with '/'): {path!r}")
     if path == "/":
         if not allow_root:
             raise InvalidPathError("the root path '/' cannot be written or deleted")
         return path
+    if path.endswith("/"):
+        raise InvalidPathError(f"path must not end with '/': {path!r}")
+    if _BAD_CHARS.search(path):
+        raise InvalidPathError(f"path must not contain control characters: {path!r}")
+    if any(segment in ("", ".", "..") for segment in path[1:].split("/")):
+        raise InvalidPathError(f"path has an empty, '.' or '..' segment: {path!r}")
     remember(_valid_paths, path, True, 100_000)
     return path
 
 
 def parent_of(path: str) -> str:
     """The parent path of ``path`` ("/" for a top-level key)."""
-    head = path.rpartition("/")[0]
-    return head or "/"
+    return path.rpartition("/")[0] or "/"
 
 
 def join(parent: str, child: str) -> str:
@@ -64,8 +55,6 @@ def validate_version(expected_version: object) -> int | None:
 
 
 def validate_value(value: object, max_size: int) -> bytes:
-    from statekeep.errors import ValueTooLargeError
-
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise InvalidArgumentError(f"value must be bytes, not {type(value).__name__}")
     value = bytes(value)

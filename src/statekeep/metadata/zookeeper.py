@@ -48,7 +48,7 @@ from statekeep.errors import (AlreadyExistsError, BadVersionError, ForbiddenErro
                               StoreUnavailableError, UnauthorizedError, ValueTooLargeError)
 from statekeep.metadata.base import MetadataStore
 from statekeep.retry import DEFAULT as RETRY
-from statekeep.metadata.types import (Check, Delete, GetResult, Notification, NotificationType, Op, Put,
+from statekeep.metadata.types import (Check, Delete, GetResult, NotificationType, Op, Put,
                                       SessionEvent, Stat, join, parent_of, validate_path)
 from statekeep.validate import check_number
 
@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 #: ZooKeeper's default jute.maxbuffer: the server drops a connection whose request is larger.
 JUTE_MAXBUFFER = 0xFFFFF
 _OP_OVERHEAD = 96  # bytes per operation besides path and value: headers, lengths, ACL, flags (~60) + margin
-_CREATED, _DELETED, _CHANGED = 1, 2, 3  # watch event types
+_WATCH_EVENTS = {1: NotificationType.Created, 2: NotificationType.Deleted, 3: NotificationType.Modified}
 _MAX_REPLANS = 20  # a multi whose plan concurrent writers keep invalidating gives up after this
 
 _ERRORS = {  # a failed ZooKeeper operation -> the statekeep error it means
@@ -217,7 +217,7 @@ class ZooKeeperStore(MetadataStore):
         for name, value in (("timeout", timeout), ("session_timeout", session_timeout)):
             check_number(value, name, positive=True, unit=" of seconds")
         self._hosts, self._chroot, self._timeout = hosts, chroot, float(timeout)
-        self._closing = self._watching = self._forked = False
+        self._closing = self._watching = False
         self._watch_lock = threading.Lock()
         self._last_state: str | None = None
         # persistent paths seen to exist: a multi's plan skips reading them (most creates go under parents
@@ -257,15 +257,6 @@ class ZooKeeperStore(MetadataStore):
     def session_timeout(self) -> float:
         """Seconds the server keeps the session (and its ephemeral keys) without hearing from us."""
         return float(self._client._session_timeout) / 1000
-
-    @classmethod
-    def from_url(cls, rest: str, options: dict[str, Any]) -> ZooKeeperStore:
-        return cls(rest, **options)
-
-    def _check_open(self) -> None:
-        if self._forked:
-            raise StoreClosedError("this zk:// store was opened before fork(); open a new one in the child")
-        super()._check_open()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -336,20 +327,6 @@ class ZooKeeperStore(MetadataStore):
         self._known_dirs.discard(op.path)
         version = -1 if op.expected_version is None else op.expected_version
         self._run(lambda: self._client.delete_async(op.path, version), op.path, write=True)
-
-    def _delete_recursive(self, path: str) -> None:
-        for _ in RETRY.attempts():
-            for child in self._get_children(path):
-                self._delete_recursive(join(path, child))
-            if path == "/":
-                return
-            try:
-                return self._delete(Delete(path))
-            except NotFoundError:
-                return
-            except NotEmptyError:  # a concurrent writer added a child: list again
-                continue
-        raise NotEmptyError(f"{path}: concurrent writers kept adding children; not deleted")
 
     def _multi(self, ops: list[Op]) -> list[Stat | None]:
         self._check_size(ops)
@@ -531,12 +508,8 @@ class ZooKeeperStore(MetadataStore):
             path = self._unchroot(event.path)
             if path in (None, "/") or not self._chroot and (path + "/").startswith("/zookeeper/"):
                 return
-            if event.type == _CHANGED:
-                self._emit(Notification(NotificationType.Modified, path))
-            elif event.type in (_CREATED, _DELETED):
-                self._emit(Notification(NotificationType.Created if event.type == _CREATED
-                                        else NotificationType.Deleted, path))
-                self._emit(Notification(NotificationType.ChildrenChanged, parent_of(path)))
+            if event.type in _WATCH_EVENTS:
+                self._emit_change(_WATCH_EVENTS[event.type], path)
         except Exception:  # an exception here would end kazoo's connection thread
             log.exception("zk store %s%s: bad watch event", self._hosts, self._chroot)
 
