@@ -30,8 +30,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.metadata.embedded import embedded_engine, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
-from statekeep.state.embedded import EmbeddedStateProvider
-from statekeep.state.keys import check_scan, encode_key
+from statekeep.state.embedded import EmbeddedStateProvider, read_entries, scan_in
+from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
@@ -213,18 +213,10 @@ class LocalReplica:
         return None if raw is None else records.decode_entry(key, raw)
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
-        out = {}
+        keys = check_keys(keys)
         with transaction(self._env) as txn:
             prefix = self._active(txn)
-            if prefix is not None:
-                for key in keys:
-                    raw = txn.get(prefix + key.encode(), db=self._state)
-                    if raw is not None:
-                        out[key] = records.decode_entry(key, raw)
-        return out
+            return {} if prefix is None else read_entries(lambda k: txn.get(k, db=self._state), prefix, keys)
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
@@ -234,21 +226,8 @@ class LocalReplica:
     def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
         with transaction(self._env) as txn:  # one snapshot for the whole scan
             base = self._active(txn)
-            if base is None:
-                return
-            want = base + prefix.encode()
-            low = want
-            if start_after is not None and start_after.encode() >= prefix.encode():
-                low = base + start_after.encode() + b"\0"
-            cursor = txn.cursor(db=self._state)
-            if not cursor.set_range(low):
-                return
-            produced = 0
-            for raw_key, raw in cursor:
-                if not raw_key.startswith(want) or (limit is not None and produced >= limit):
-                    return
-                yield records.decode_entry(raw_key[len(base):].decode(), raw)
-                produced += 1
+            if base is not None:
+                yield from scan_in(txn.cursor(db=self._state), base, prefix, start_after, limit)
 
 
 def write_ops(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:

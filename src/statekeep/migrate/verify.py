@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from statekeep.metadata.base import MetadataStore
-from statekeep.migrate.source import scan_state
 from statekeep.migrate.records import Function, Node, Peekable, Record, Sequence, Skipped
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
@@ -111,7 +110,7 @@ def _compare_state(provider: StateStoreProvider, function: Function, it: Peekabl
             yield StateEntry(entry.key, entry.value, entry.kind, 0)
 
     state = provider.get_state_store(function.tenant, function.namespace, function.name)
-    for key, want, have in merge_entries(wanted(), scan_state(state)):
+    for key, want, have in merge_entries(wanted(), state.scan_entries()):
         name = f"{function.fqfn}:{key}"
         if want is None:  # a key the source does not have: the copy is not exact
             mismatch(check, f"{name} (only on the target)")

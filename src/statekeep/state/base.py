@@ -42,8 +42,8 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
                               UnsupportedCapabilityError, ValueTooLargeError)
-from statekeep.state.keys import encode_key
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter
+from statekeep.state.keys import check_keys
+from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes
 from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
 from statekeep.validate import check_int
 
@@ -116,6 +116,17 @@ def validate_amounts(amounts: Mapping[str, object], what: str = "counter delta")
             not values or (COUNTER_MIN <= min(values) and max(values) <= COUNTER_MAX)):
         return dict(amounts)  # type: ignore[arg-type]  # every value is an int, just checked
     return {k: validate_amount(a, what) for k, a in amounts.items()}
+
+
+def validate_batch(puts: object, counters: object, max_size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
+    """The arguments of ``apply_batch``, checked before anything is written: ``(values, deltas)``, the
+    values as stored values (None: delete). :class:`InvalidArgumentError` for an argument that is not
+    a mapping or a bad key, as :func:`validate_value` and :func:`validate_amounts` for the rest."""
+    if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
+        raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
+    check_keys([*puts, *counters])
+    values = {k: None if v is None else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
+    return values, validate_amounts(counters)
 
 
 def validate_expected_version(version: object) -> int | None:
@@ -215,15 +226,8 @@ class ReadableStateStore(abc.ABC):
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
         """Entries of the present keys among ``keys`` (providers may read them in one round trip)."""
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)  # validate all before reading any
-        out = {}
-        for key in keys:
-            entry = self.get_entry(key)
-            if entry is not None:
-                out[key] = entry
-        return out
+        found = {key: self.get_entry(key) for key in check_keys(keys)}
+        return {key: entry for key, entry in found.items() if entry is not None}
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
         """``{key: value}`` for the present keys among ``keys``."""

@@ -27,22 +27,19 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from statekeep.errors import CounterOverflowError, InvalidArgumentError
+from statekeep.errors import InvalidArgumentError
 from statekeep.lru import remember
 from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
                                          uncounted_read)
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
-                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
+                                  validate_amount, validate_batch, validate_expected_version, validate_value)
 from statekeep.state.embedded_changelog import EmbeddedChangelog
-from statekeep.state.keys import check_scan, encode_key, validate_name
+from statekeep.state.keys import check_keys, check_scan, encode_key, validate_name
 
 _U64 = struct.Struct(">Q")
-_RECORD = struct.Struct(records.RECORD_FORMAT)
 _I64 = struct.Struct(">q")
-_unpack_i64 = _I64.unpack_from
-_TAG_COUNTER = records.COUNTER[0]
 
 
 class _Txn:
@@ -52,55 +49,64 @@ class _Txn:
         self.s, self.txn, self.now_ms = store, txn, now_ms
         self.offset: int | None = None
 
-    def read(self, key: str) -> tuple[int, bytes] | None:
-        raw = self.txn.get(self.s._prefix + key.encode(), db=self.s._state)
-        return None if raw is None else (_U64.unpack_from(raw)[0], raw[8:])
+    def get(self, key: bytes) -> bytes | None:
+        """The stored entry of ``key`` (UTF-8), or None."""
+        return self.txn.get(self.s._prefix + key, db=self.s._state)  # type: ignore[no-any-return]
 
-    def write(self, key: str, current: tuple[int, bytes] | None, stored: bytes | None) -> int:
-        """Set ``key`` to ``stored`` (None: delete) and log it; returns the new (or deleted) version."""
-        return self.write_many([(key, None if current is None else current[0], stored)])[0]
+    def plan(self, values: Mapping[str, bytes | None], deltas: Mapping[str, int]) -> list[tuple[bytes, bytes]]:
+        """:func:`records.plan_batch` over this function's stored entries (raises before any write)."""
+        return records.plan_batch(self.get, values, deltas, self.now_ms)
 
-    def write_many(self, changes: list[tuple[str, int | None, bytes | None]]) -> list[int]:
-        """:meth:`write` of each ``(key, version before or None if absent, stored)`` in order (a key
-        at most once), with the puts of a whole batch handed to LMDB in one call per database."""
+    def write_many(self, changes: list[tuple[bytes, bytes]]) -> None:
+        """Write planned ``(key, stored entry)`` changes (a tombstone entry deletes the key) and log
+        each, in order, with the puts of a whole batch handed to LMDB in one call per database."""
         if not changes:
-            return []
-        s, txn, now_ms, pack = self.s, self.txn, self.now_ms, _U64.pack
+            return
+        s, txn, pack = self.s, self.txn, _U64.pack
         if self.offset is None:
             raw = txn.get(s._offset_key, db=s._meta)
             self.offset = 0 if raw is None else _U64.unpack(raw)[0]
             if raw is None:  # the first record of this incarnation: a new epoch
-                txn.put(s._prefix + b"e", f"{now_ms}-{os.urandom(6).hex()}".encode(), db=s._meta)
-        prefix, offset, header = s._prefix, self.offset, _RECORD.pack
-        versions: list[int] = []
+                txn.put(s._prefix + b"e", f"{self.now_ms}-{os.urandom(6).hex()}".encode(), db=s._meta)
+        prefix, offset, record = s._prefix, self.offset, records.entry_change_record
         state_puts, log_puts = [], []
-        for key, before, stored in changes:
-            key_bytes = key.encode()
-            if stored is None:
-                assert before is not None  # a delete is of a present key
-                version = before
-                txn.delete(prefix + key_bytes, db=s._state)
-                record = header(records.TOMBSTONE, version, len(key_bytes)) + key_bytes + pack(now_ms)
+        for key, entry in changes:
+            if entry[8] == records.TOMBSTONE_TAG:
+                txn.delete(prefix + key, db=s._state)
             else:
-                version = 0 if before is None else before + 1
-                state_puts.append((prefix + key_bytes, pack(version) + stored))
-                record = header(stored[:1], version, len(key_bytes)) + key_bytes + stored[1:]  # records.encode_record
-            log_puts.append((prefix + pack(offset), record))
+                state_puts.append((prefix + key, entry))
+            log_puts.append((prefix + pack(offset), record(key, entry)))
             offset += 1
-            versions.append(version)
         if state_puts:
             txn.cursor(db=s._state).putmulti(state_puts)
         txn.cursor(db=s._changelog).putmulti(log_puts)
         self.offset = offset
-        return versions
 
     def finish(self) -> None:
         if self.offset is not None:
             self.txn.put(self.s._offset_key, _U64.pack(self.offset), db=self.s._meta)
 
 
-def _counter(key: str, current: tuple[int, bytes] | None) -> int:
-    return records.entry_counter(key, None if current is None else _U64.pack(current[0]) + current[1])
+def read_entries(get: Callable[[bytes], bytes | None], base: bytes, keys: Iterable[str]) -> dict[str, StateEntry]:
+    """The entries of the present ones among ``keys`` (valid keys), stored at ``base + key`` (``get``: a
+    read transaction's, of the database holding them)."""
+    found = {key: get(base + key.encode()) for key in keys}
+    return {key: records.decode_entry(key, raw) for key, raw in found.items() if raw is not None}
+
+
+def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limit: int | None
+            ) -> Iterator[StateEntry]:
+    """``scan_entries`` over the keys stored at ``base + key`` in ``cursor``'s database (arguments checked)."""
+    want = base + prefix.encode()
+    low = want
+    if start_after is not None and start_after.encode() >= prefix.encode():
+        low = base + start_after.encode() + b"\0"  # the first key after start_after
+    if not cursor.set_range(low):
+        return
+    for produced, (raw_key, raw) in enumerate(cursor):
+        if not raw_key.startswith(want) or (limit is not None and produced >= limit):
+            return
+        yield records.decode_entry(raw_key[len(base):].decode(), raw)
 
 
 #: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers
@@ -195,24 +201,13 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
         """All present keys among ``keys`` in one read transaction."""
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
-        out = {}
-        prefix = self._prefix
+        keys = check_keys(keys)
         with transaction(self._env, db=self._state) as txn:
-            get = txn.get
-            for key in keys:
-                raw = get(prefix + key.encode())
-                if raw is not None:
-                    out[key] = records.decode_entry(key, raw)
-        return out
+            return read_entries(txn.get, self._prefix, keys)
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
         """As :meth:`StateStore.fetch_many`, in one read transaction (the Spark runtime's prefetch)."""
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
+        keys = check_keys(keys)
         out: dict[str, tuple[bytes | None, int | None]] = {}
         prefix, absent, counter_tag, unpack = self._prefix, (None, None), records.COUNTER, _I64.unpack_from
         with transaction(self._env, db=self._state) as txn:
@@ -234,20 +229,8 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         return self._scan(prefix, start_after, limit)
 
     def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
-        low = self._prefix + prefix.encode()
-        if start_after is not None and start_after.encode() >= prefix.encode():
-            low = self._prefix + start_after.encode() + b"\0"  # the first key after start_after
-        produced = 0
         with transaction(self._env, db=self._state) as txn:  # one consistent snapshot for the whole scan
-            cursor = txn.cursor()
-            if not cursor.set_range(low):
-                return
-            want = self._prefix + prefix.encode()
-            for raw_key, raw in cursor:
-                if not raw_key.startswith(want) or (limit is not None and produced >= limit):
-                    return
-                yield records.decode_entry(raw_key[len(self._prefix):].decode(), raw)
-                produced += 1
+            yield from scan_in(txn.cursor(), self._prefix, prefix, start_after, limit)
 
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first."""
@@ -293,9 +276,11 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         expected = validate_expected_version(expected_version)
 
         def work(t: _Txn) -> int:
-            current = t.read(key)
-            check_expected_version(key, None if current is None else current[0], expected)
-            return t.write(key, current, stored)
+            raw = t.get(key.encode())
+            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
+            changes = t.plan({key: stored}, {})
+            t.write_many(changes)
+            return records.entry_version(changes[0][1])
 
         return self._write(work)  # type: ignore[no-any-return]
 
@@ -306,12 +291,10 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
             raise InvalidArgumentError("delete takes expected_version None or >= 0")
 
         def work(t: _Txn) -> bool:
-            current = t.read(key)
-            check_expected_version(key, None if current is None else current[0], expected)
-            if current is None:
-                return False
-            t.write(key, current, None)
-            return True
+            raw = t.get(key.encode())
+            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
+            t.write_many(t.plan({key: None}, {}))
+            return raw is not None
 
         return self._write(work)  # type: ignore[no-any-return]
 
@@ -320,52 +303,23 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         amount = validate_amount(amount)
 
         def work(t: _Txn) -> int:
-            current = t.read(key)
-            value = _counter(key, current) + amount
-            if not records.COUNTER_MIN <= value <= records.COUNTER_MAX:
-                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-            t.write(key, current, records.encode_counter(value))
-            return value
+            changes = t.plan({}, {key: amount})
+            t.write_many(changes)
+            return records.entry_counter(key, changes[0][1])
 
         return self._write(work)  # type: ignore[no-any-return]
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
-        if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
-            raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
-        for key in (*puts, *counters):
-            encode_key(key)
-        values = {k: None if v is None else records.encode_bytes(validate_value(v, self.max_value_size))
-                  for k, v in puts.items()}
-        deltas = validate_amounts(counters)
+        values, deltas = validate_batch(puts, counters, self.max_value_size)
         marker_key = None if marker is None else self._marker_key(marker)
 
         def work(t: _Txn) -> bool:
             if marker_key is not None and t.txn.get(marker_key, db=self._meta) is not None:
                 return False
-            # compute every new value before writing any: _Txn writes straight into the shared
+            # plan every change before writing any: _Txn writes straight into the shared
             # transaction, so whatever can raise (overflow, a key holding bytes) must raise first
-            changes = []
-            get, prefix, state_db, encode = t.txn.get, self._prefix, self._state, records.encode_counter
-            for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
-                raw = get(prefix + key.encode(), db=state_db)  # _Txn.read, inlined
-                before = None if raw is None else _U64.unpack_from(raw)[0]
-                delta = deltas.get(key)
-                if delta is None:
-                    stored = values[key]
-                    if stored is None and raw is None:  # deleting an absent key changes nothing
-                        continue
-                else:
-                    if raw is None or key in values:
-                        total = delta
-                    elif raw[8] == _TAG_COUNTER and len(raw) == 17:  # _counter's common case, inlined
-                        total = _unpack_i64(raw, 9)[0] + delta
-                    else:
-                        total = records.entry_counter(key, raw) + delta
-                    if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
-                        raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-                    stored = encode(total)
-                changes.append((key, before, stored))
+            changes = t.plan(values, deltas)
             if marker_key is not None:
                 t.txn.put(marker_key, b"", db=self._meta)
             t.write_many(changes)

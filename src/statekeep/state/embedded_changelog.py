@@ -186,10 +186,9 @@ class EmbeddedChangelog:
 
         def current() -> Iterator[StateEntry]:
             for key in keys:
-                found = t.read(key)
-                if found is not None:
-                    kind, payload = records.decode_stored(found[1], key)
-                    yield StateEntry(key, payload, kind, found[0])
+                raw = t.get(key.encode())
+                if raw is not None:
+                    yield records.decode_entry(key, raw)
 
         changed = 0
         for key, want, have in merge_entries(entries, current()):
@@ -204,6 +203,6 @@ class EmbeddedChangelog:
                 raise InvalidArgumentError(f"entry {key!r}: kind must be 'bytes' or 'counter' (8 bytes)")
             if have is not None and want is not None and (have.kind, have.value) == (want.kind, want.value):
                 continue
-            t.write(key, t.read(key), stored)
+            t.write_many(t.plan({key: stored}, {}))
             changed += 1
         return changed

@@ -22,9 +22,8 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from statekeep.errors import (BadVersionError, CorruptStateError, CounterOverflowError,
-                              NotFoundError, PossibleInconsistentStateError, StateConflictError, StatekeepError,
-                              StoreUnavailableError)
+from statekeep.errors import (BadVersionError, CorruptStateError, NotFoundError, PossibleInconsistentStateError,
+                              StateConflictError, StatekeepError, StoreUnavailableError)
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import transaction
@@ -34,8 +33,6 @@ from statekeep.state.partitioned.manifest import Blob, Manifest
 from statekeep.state.partitioned.restore import restore
 
 _U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
-_TAG_COUNTER = records.COUNTER[0]
 T = TypeVar("T")
 
 #: a snapshot is taken once the entries to replay after the snapshot exceed the state's size (and at
@@ -252,41 +249,6 @@ class Partition:
         # partitions, so garbage collection frees them once no manifest names them
         self._discard([b for b in [manifest.snapshot, *manifest.segments] if b is not None])
         return True
-
-
-# ---- planning a batch: the new stored value of each changed key ----------------------------------
-
-def plan_batch(get: Callable[[bytes], bytes | None], values: dict[str, bytes | None], deltas: dict[str, int],
-               now_ms: int) -> list[tuple[bytes, bytes]]:
-    """The ``(key, stored value)`` changes of ``apply_batch(values, deltas)`` over the stored values
-    ``get`` returns (``version + tagged value``): puts (``values``: tagged value, or None to delete),
-    then counter deltas. Raises before returning anything: :class:`CounterOverflowError`, or
-    :class:`InvalidArgumentError` for a delta on a key that holds bytes."""
-    changes = []
-    pack, unpack_i64 = _U64.pack, _I64.unpack_from
-    for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
-        raw_key = key.encode()
-        raw = get(raw_key)
-        version = 0 if raw is None else _U64.unpack_from(raw)[0] + 1
-        delta = deltas.get(key)
-        if delta is None:
-            stored = values[key]
-            if stored is None:
-                if raw is not None:
-                    changes.append((raw_key, records.tombstone_entry(version - 1, now_ms)))
-                continue
-        else:
-            if raw is None or key in values:
-                total = delta
-            elif raw[8] == _TAG_COUNTER and len(raw) == 17:
-                total = unpack_i64(raw, 9)[0] + delta
-            else:
-                total = records.entry_counter(key, raw) + delta  # raises: bytes, or not a stored entry
-            if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
-                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-            stored = records.encode_counter(total)
-        changes.append((raw_key, pack(version) + stored))
-    return changes
 
 
 def write_changes(txn: Any, db: Any, changes: list[tuple[bytes, bytes]]) -> None:

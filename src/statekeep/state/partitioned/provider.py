@@ -21,13 +21,13 @@ from statekeep.retry import DEFAULT
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, StateEntry,
                                   StateStore, StateStoreProvider, check_expected_version, check_partition,
-                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
-from statekeep.state.keys import check_scan, encode_key, validate_name
+                                  validate_amount, validate_batch, validate_expected_version, validate_value)
+from statekeep.state.keys import check_keys, check_scan, encode_key, validate_name
 from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
 from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.manifest import Layout, Lineage, Manifest, function_path, manifest_name
-from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, plan_batch, write_changes
+from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, write_changes
 
 T = TypeVar("T")
 #: a changelog offset of partition-owned state is ``seq << SEQ_SHIFT | index``: the entry ``index`` of
@@ -320,7 +320,7 @@ class PartitionedStateStore(StateStore):
 
         def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
             raw = get(key.encode())
-            _check_expected(key, raw, expected)
+            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
             version = 0 if raw is None else records.entry_version(raw) + 1
             return version, [(key.encode(), records.encode_entry(version, stored))]
 
@@ -339,8 +339,8 @@ class PartitionedStateStore(StateStore):
 
         def work(get: Callable[[bytes], bytes | None]) -> tuple[bool, list[tuple[bytes, bytes]]]:
             raw = get(key.encode())
-            _check_expected(key, raw, expected)
-            return (False, []) if raw is None else (True, plan_batch(get, {key: None}, {}, now_ms()))
+            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
+            return (False, []) if raw is None else (True, records.plan_batch(get, {key: None}, {}, now_ms()))
 
         return self._write(key, work)
 
@@ -348,7 +348,7 @@ class PartitionedStateStore(StateStore):
         amount = validate_amount(amount)
 
         def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
-            changes = plan_batch(get, {}, {key: amount}, now_ms())
+            changes = records.plan_batch(get, {}, {key: amount}, now_ms())
             return records.entry_counter(key, changes[0][1]), changes
 
         return self._write(key, work)
@@ -360,21 +360,21 @@ class PartitionedStateStore(StateStore):
         goes through :meth:`task`."""
         if marker is not None:
             self.require(Capability.MARKERS, f"{self.scope}'s batch markers are per partition, through task()")
-        values, deltas = _validated(puts, counters, self.max_value_size)
+        values, deltas = validate_batch(puts, counters, self.max_value_size)
         layout = self.layout(refresh=True) or self.ensure_layout(1)
         by_partition: dict[int, tuple[dict[str, bytes | None], dict[str, int]]] = {}
-        for key in (*values, *deltas):
+        for key in dict.fromkeys([*values, *deltas]):
             p = owner(key_group(key, layout.groups), layout.parallelism, layout.groups)
-            by_partition.setdefault(p, ({}, {}))
-        for key, value in values.items():
-            by_partition[owner(key_group(key, layout.groups), layout.parallelism, layout.groups)][0][key] = value
-        for key, delta in deltas.items():
-            by_partition[owner(key_group(key, layout.groups), layout.parallelism, layout.groups)][1][key] = delta
+            part_values, part_deltas = by_partition.setdefault(p, ({}, {}))
+            if key in values:
+                part_values[key] = values[key]
+            if key in deltas:
+                part_deltas[key] = deltas[key]
         for part_values, part_deltas in by_partition.values():
 
             def work(get: Callable[[bytes], bytes | None], v: dict[str, bytes | None] = part_values,
                      d: dict[str, int] = part_deltas) -> tuple[None, list[tuple[bytes, bytes]]]:
-                return None, plan_batch(get, v, d, now_ms())
+                return None, records.plan_batch(get, v, d, now_ms())
 
             self._write(next(iter([*part_values, *part_deltas])), work)
         return True
@@ -467,23 +467,16 @@ class PartitionTask:
                     "reads and writes the state keys of its own key (the function's --key-field value)")
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
+        keys = check_keys(keys)
         self._check(keys)
         self.partition.sync(self.manifest)
         found = self.partition.read(keys)
-        for key in keys:
-            raw = found.get(key)
-            self._read.setdefault(key.encode(), None if raw is None else raw[:8])  # the version read
         out: dict[str, tuple[bytes | None, int | None]] = {}
         for key in keys:
             raw = found.get(key)
-            if raw is None:
-                out[key] = (None, None)
-            else:
-                entry = records.decode_entry(key, raw)
-                out[key] = (entry.value, entry.counter)
+            self._read.setdefault(key.encode(), None if raw is None else raw[:8])  # the version read
+            entry = None if raw is None else records.decode_entry(key, raw)
+            out[key] = (None, None) if entry is None else (entry.value, entry.counter)
         return out
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
@@ -491,7 +484,7 @@ class PartitionTask:
         """Commit the batch's changes; False if the partition had applied the batch already.
         :class:`StateConflictError` if another write committed since this task read the state (run the
         batch again)."""
-        values, deltas = _validated(puts, counters, self.max_value_size)
+        values, deltas = validate_batch(puts, counters, self.max_value_size)
         self._check([*values, *deltas])
         if self.manifest.batch >= self.batch:
             return False
@@ -503,7 +496,7 @@ class PartitionTask:
                 raw = get(raw_key, db=db)
                 if (None if raw is None else raw[:8]) != version:
                     raise StateConflictError(f"state key {raw_key.decode()!r} changed since the batch read it")
-            changes = plan_batch(lambda raw_key: get(raw_key, db=db), values, deltas, now_ms())
+            changes = records.plan_batch(lambda raw_key: get(raw_key, db=db), values, deltas, now_ms())
             write_changes(txn, db, changes)
             return None, changes
 
@@ -519,21 +512,6 @@ class PartitionTask:
                 if self.manifest.batch >= self.batch:
                     return False  # another attempt of this batch committed first
         raise StateConflictError(f"{self.store.scope}: batch {self.batch} lost 50 commits in a row to other writes")
-
-
-def _validated(puts: Mapping[str, bytes | None], counters: Mapping[str, int],
-               max_size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
-    if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
-        raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
-    for key in (*puts, *counters):
-        encode_key(key)
-    values = {k: None if v is None else records.encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
-    return values, validate_amounts(counters)
-
-
-def _check_expected(key: str, raw: bytes | None, expected: int | None) -> None:
-    """The providers' check, on a stored value of the embedded layout (version + tagged value)."""
-    check_expected_version(key, None if raw is None else int.from_bytes(raw[:8], "big"), expected)
 
 
 def default_cache_dir() -> str:
