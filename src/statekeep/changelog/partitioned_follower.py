@@ -188,13 +188,6 @@ class PartitionedFollowerStore(FollowerStore):
         positions = self.replica.positions()
         return positions if positions is not None and positions.gen == meta.gen else None
 
-    @property
-    def _fqfn(self) -> str:
-        return f"{self.tenant}/{self.namespace}/{self.name}"
-
-    def _deleted(self, why: str) -> NotFoundError:
-        return NotFoundError(f"function {self._fqfn} was deleted: {why}; close this follower")
-
     def _check_leader(self, position: ChangelogPosition | None) -> None:
         """:class:`NotFoundError` if the registry entry is gone, or (given the leader's position) its
         partition-owned state is gone after this follower adopted it."""
@@ -305,20 +298,9 @@ class PartitionedFollowerStore(FollowerStore):
             self._restored = 0
         progress: dict[str, Any] = {"source": "partitioned", "generation": layout.generation}
         progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
-        chunk: list[Op] = []
         try:
-            for manifest in manifests:
-                for op in self._ops(layout, manifest):
-                    chunk.append(op)
-                    if len(chunk) >= self.restore_chunk:
-                        self.replica.restore_chunk(progress, chunk)
-                        self._restored += len(chunk)
-                        chunk = []
-                        if self._tailing.stopping:
-                            raise _Changed()  # stopping: the next start bootstraps again
-            if chunk:
-                self.replica.restore_chunk(progress, chunk)
-                self._restored += len(chunk)
+            if not self._write_generation(progress, (op for m in manifests for op in self._ops(layout, m))):
+                raise _Changed()  # stopping: the next start bootstraps again
         except BaseException:
             self.replica.abandon_restore()
             self._meta = self.replica.load()
@@ -397,24 +379,14 @@ class PartitionedFollowerStore(FollowerStore):
         self._raise_if_failed()
         return lag(self.state, self._positions)
 
-    def wait_until_caught_up(self, timeout: float | None = None) -> bool:
-        """As :meth:`FollowerStore.wait_until_caught_up`; also raises :class:`CorruptStateError` (naming
-        the blob) when a poll that started after the call could not go on because a blob is missing or
-        damaged (the follower keeps retrying)."""
-        called = time.monotonic()
-        deadline = None if timeout is None else called + timeout
-        with self._cond:
-            while self._caught_up_at < called:
-                self._raise_if_failed()
-                error = self._blob_error
-                if error is not None and self._blob_error_at >= called:
-                    raise CorruptStateError(str(error))
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
-        self._raise_if_failed()
-        return True
+    def _raise_if_failed(self, since: float | None = None) -> None:
+        """Also, waiting (``since`` the call): :class:`CorruptStateError` (naming the blob) when a poll
+        that started after the call could not go on because a blob is missing or damaged (the
+        follower keeps retrying)."""
+        super()._raise_if_failed()
+        error = self._blob_error
+        if since is not None and error is not None and self._blob_error_at >= since:
+            raise CorruptStateError(str(error))
 
     def status(self) -> dict[str, Any]:
         out = super().status()

@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
                               UnsupportedCapabilityError, ValueTooLargeError)
-from statekeep.state.keys import check_keys
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes
+from statekeep.state.keys import check_keys, encode_key
+from statekeep.state.records import (COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes,
+                                     encode_counter, entry_counter, entry_version, plan_batch)
 from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
 from statekeep.validate import check_int
 
@@ -418,6 +419,51 @@ class StateStore(ReadableStateStore):
                 flush()
         flush()
         return changed
+
+class EntryStateStore(StateStore):
+    """A store keeping every key as a stored entry (:mod:`statekeep.state.records`; the embedded and
+    partitioned providers): each single-key write is planned by :func:`records.plan_batch` inside the
+    store's own atomic write, :meth:`_write_key`."""
+
+    @abc.abstractmethod
+    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
+                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        """In one write: :meth:`_plan_key` over the current stored entries, then write the changes;
+        returns what :meth:`_plan_key` did."""
+
+    @staticmethod
+    def _plan_key(get: Callable[[bytes], bytes | None], key: str, expected: int | None,
+                  values: Mapping[str, bytes | None], deltas: Mapping[str, int],
+                  now_ms: int) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        """``key``'s stored entry before (:func:`check_expected_version` of ``expected`` on it) and the
+        changes of ``values`` and ``deltas`` (:func:`records.plan_batch`), raising before any write."""
+        raw = get(key.encode())
+        check_expected_version(key, None if raw is None else entry_version(raw), expected)
+        return raw, plan_batch(get, values, deltas, now_ms)
+
+    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
+        return self._set(key, encode_bytes(validate_value(value, self.max_value_size)), expected_version)
+
+    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        return self._set(key, encode_counter(validate_amount(value, "counter value")), expected_version)
+
+    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
+        encode_key(key)
+        changes = self._write_key(key, validate_expected_version(expected_version), {key: stored}, {})[1]
+        return entry_version(changes[0][1])
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
+        encode_key(key)
+        expected = validate_expected_version(expected_version)
+        if expected == -1:
+            raise InvalidArgumentError("delete takes expected_version None or >= 0")
+        return self._write_key(key, expected, {key: None}, {})[0] is not None
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        encode_key(key)
+        changes = self._write_key(key, None, {}, {key: validate_amount(amount)})[1]
+        return entry_counter(key, changes[0][1])
+
 
 def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
                   ) -> Iterator[tuple[str, StateEntry | None, StateEntry | None]]:

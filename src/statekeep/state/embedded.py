@@ -33,8 +33,7 @@ from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
                                          uncounted_read)
 from statekeep.state import records
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
-                                  validate_amount, validate_batch, validate_expected_version, validate_value)
+from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, StateStoreProvider, validate_batch
 from statekeep.state.embedded_changelog import EmbeddedChangelog
 from statekeep.state.keys import check_keys, check_scan, encode_key, validate_name
 
@@ -113,7 +112,7 @@ def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limi
 DATABASES = (b"state", b"changelog", b"state_meta")
 
 
-class EmbeddedStateStore(EmbeddedChangelog, StateStore):
+class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
     provider_name = "embedded"
 
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
@@ -265,47 +264,12 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
         return self._engine.submit(build)
 
-    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_bytes(validate_value(value, self.max_value_size)), expected_version)
-
-    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_counter(validate_amount(value, "counter value")), expected_version)
-
-    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
-        encode_key(key)
-        expected = validate_expected_version(expected_version)
-
-        def work(t: _Txn) -> int:
-            raw = t.get(key.encode())
-            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
-            changes = t.plan({key: stored}, {})
+    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
+                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        def work(t: _Txn) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+            raw, changes = self._plan_key(t.get, key, expected, values, deltas, t.now_ms)
             t.write_many(changes)
-            return records.entry_version(changes[0][1])
-
-        return self._write(work)  # type: ignore[no-any-return]
-
-    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        encode_key(key)
-        expected = validate_expected_version(expected_version)
-        if expected == -1:
-            raise InvalidArgumentError("delete takes expected_version None or >= 0")
-
-        def work(t: _Txn) -> bool:
-            raw = t.get(key.encode())
-            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
-            t.write_many(t.plan({key: None}, {}))
-            return raw is not None
-
-        return self._write(work)  # type: ignore[no-any-return]
-
-    def incr(self, key: str, amount: int = 1) -> int:
-        encode_key(key)
-        amount = validate_amount(amount)
-
-        def work(t: _Txn) -> int:
-            changes = t.plan({}, {key: amount})
-            t.write_many(changes)
-            return records.entry_counter(key, changes[0][1])
+            return raw, changes
 
         return self._write(work)  # type: ignore[no-any-return]
 

@@ -19,9 +19,8 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Put
 from statekeep.retry import DEFAULT
 from statekeep.state import records
-from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, StateEntry,
-                                  StateStore, StateStoreProvider, check_expected_version, check_partition,
-                                  validate_amount, validate_batch, validate_expected_version, validate_value)
+from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, EntryStateStore,
+                                  StateEntry, StateStoreProvider, check_partition, validate_batch)
 from statekeep.state.keys import check_keys, check_scan, encode_key, validate_name
 from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
@@ -38,7 +37,7 @@ CAPABILITIES = frozenset({Capability.CHANGELOG_READ, Capability.PARTITIONED})
 _CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
 
 
-class PartitionedStateStore(StateStore):
+class PartitionedStateStore(EntryStateStore):
     """One function's partition-owned state, as the REST API, the CLI and the console see it: reads
     answer the latest committed value (each read checks the owning partition's manifest and brings
     the local copy up to it); writes commit to the owning partition like a micro-batch does, ordered
@@ -315,41 +314,12 @@ class PartitionedStateStore(StateStore):
                 continue
         raise StateConflictError(f"state key {key!r} of {self.scope}: lost every race for 30 s")
 
-    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
-        expected = validate_expected_version(expected_version)
-
-        def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
-            raw = get(key.encode())
-            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
-            version = 0 if raw is None else records.entry_version(raw) + 1
-            return version, [(key.encode(), records.encode_entry(version, stored))]
-
-        return self._write(key, work)
-
-    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_bytes(validate_value(value, self.max_value_size)), expected_version)
-
-    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_counter(validate_amount(value, "counter value")), expected_version)
-
-    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        expected = validate_expected_version(expected_version)
-        if expected == -1:
-            raise InvalidArgumentError("delete takes expected_version None or >= 0")
-
-        def work(get: Callable[[bytes], bytes | None]) -> tuple[bool, list[tuple[bytes, bytes]]]:
-            raw = get(key.encode())
-            check_expected_version(key, None if raw is None else records.entry_version(raw), expected)
-            return (False, []) if raw is None else (True, records.plan_batch(get, {key: None}, {}, now_ms()))
-
-        return self._write(key, work)
-
-    def incr(self, key: str, amount: int = 1) -> int:
-        amount = validate_amount(amount)
-
-        def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
-            changes = records.plan_batch(get, {}, {key: amount}, now_ms())
-            return records.entry_counter(key, changes[0][1]), changes
+    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
+                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        def work(get: Callable[[bytes], bytes | None]) -> tuple[tuple[bytes | None, list[tuple[bytes, bytes]]],
+                                                                list[tuple[bytes, bytes]]]:
+            raw, changes = self._plan_key(get, key, expected, values, deltas, now_ms())
+            return (raw, changes), changes
 
         return self._write(key, work)
 
