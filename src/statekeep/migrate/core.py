@@ -104,10 +104,6 @@ class Report:
         return "\n".join(lines)
 
 
-def _check_batch_keys(batch_keys: object) -> None:
-    check_int(batch_keys, "batch_keys", minimum=1, optional=True)
-
-
 def _local_dir(url: str) -> Path | None:
     if not url.startswith("local://"):
         return None
@@ -189,7 +185,7 @@ def migrate(from_url: str, to_url: str, *, dry_run: bool = False, force: bool = 
             batch_keys: int | None = None, progress: bool = True) -> Report:
     """Copy the store at ``from_url`` into ``to_url`` (see the module docstring); returns the report.
     Resumes an unfinished copy from the same source. ``batch_keys`` overrides the keys per write."""
-    _check_batch_keys(batch_keys)
+    check_int(batch_keys, "batch_keys", minimum=1, optional=True)  # before anything is opened
     if from_url.split("?")[0].rstrip("/") == to_url.split("?")[0].rstrip("/"):
         raise MigrationError("--from and --to name the same store")
     report = Report("migrate", from_url, to_url, dry_run=dry_run)
@@ -244,7 +240,7 @@ def import_file(url: str, path: str | os.PathLike[str], *, dry_run: bool = False
                 batch_keys: int | None = None, progress: bool = True) -> Report:
     """Load the portable file ``path`` into the store at ``url``. The whole file is checked first
     (:class:`CorruptFileError`, nothing written); then as :func:`migrate`."""
-    _check_batch_keys(batch_keys)
+    check_int(batch_keys, "batch_keys", minimum=1, optional=True)  # before anything is opened
     try:
         portable.check_file(path)
         source_id = file_id(path)

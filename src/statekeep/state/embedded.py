@@ -154,35 +154,27 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
     # bytes returns the same answer, so a hit is one lookup, one LMDB read and one comparison.
     # Only valid keys get an entry, so a hit needs no validation.
 
-    @uncounted_read
     def get(self, key: str) -> bytes | None:
         """As :meth:`StateStore.get`: a fresh read of the committed value (a counter as 8 bytes)."""
-        try:
-            hot = self._hot_values[key]  # as MetadataStore.get in local.py: subscript, positional db
-        except (KeyError, TypeError):  # not read before, or unhashable (not a key)
-            return self._read_cold(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
-        if FORK_GATE.pending:
-            return self._read_cold(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
-        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
-            raw = txn.get(hot[0])
-        if raw == hot[1]:
-            return hot[2]
-        return self._read_cold(key, self._hot_values, records.entry_value, raw)  # type: ignore[no-any-return]
+        return self._read_hot(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
 
-    @uncounted_read
     def get_counter(self, key: str) -> int:
         """As :meth:`StateStore.get_counter`: 0 if absent, :class:`InvalidArgumentError` if it holds bytes."""
+        return self._read_hot(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
+
+    @uncounted_read
+    def _read_hot(self, key: str, hot: dict[str, Any], decode: Callable[[str, bytes | None], Any]) -> Any:
         try:
-            hot = self._hot_counters[key]  # as MetadataStore.get in local.py: subscript, positional db
+            found = hot[key]  # as MetadataStore.get in local.py: subscript, positional db
         except (KeyError, TypeError):  # not read before, or unhashable (not a key)
-            return self._read_cold(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
+            return self._read_cold(key, hot, decode)
         if FORK_GATE.pending:
-            return self._read_cold(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
+            return self._read_cold(key, hot, decode)
         with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
-            raw = txn.get(hot[0])
-        if raw == hot[1]:
-            return hot[2]
-        return self._read_cold(key, self._hot_counters, records.entry_counter, raw)  # type: ignore[no-any-return]
+            raw = txn.get(found[0])
+        if raw == found[1]:
+            return found[2]
+        return self._read_cold(key, hot, decode, raw)
 
     def _read_cold(self, key: str, hot: dict[str, Any], decode: Callable[[str, bytes | None], Any],
                    raw: bytes | None | bool = False) -> Any:
