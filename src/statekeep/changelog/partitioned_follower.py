@@ -359,15 +359,11 @@ class PartitionedFollowerStore(FollowerStore):
                 continue
             if changed is not None:
                 changed.append(record)
-            if record.value is None:
-                yield key, None
-                continue
-            if view.transform is None:
-                yield key, value
-                continue
-            (shown,) = view.records([record])
-            # None: the transform left the key out
-            yield key, None if shown.value is None else records.entry_bytes(shown.version, shown.kind, shown.value)
+            if record.value is not None and view.transform is not None:
+                (record,) = view.records([record])  # its value None: the transform left the key out
+                if record.value is not None:
+                    value = records.entry_bytes(record.version, record.kind, record.value)
+            yield key, None if record.value is None else value
 
     # ---- status --------------------------------------------------------------------------------
 

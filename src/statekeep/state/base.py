@@ -42,7 +42,8 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
                               UnsupportedCapabilityError, ValueTooLargeError)
-from statekeep.state.keys import check_keys, encode_key
+from statekeep.metadata import MetadataStore, open_store
+from statekeep.state.keys import check_keys, encode_key, validate_name
 from statekeep.state.records import (COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes,
                                      encode_counter, entry_counter, entry_version, plan_batch)
 from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
@@ -522,3 +523,38 @@ class StateStoreProvider(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class StoreBackedProvider(StateStoreProvider):
+    """A provider keeping its state in a metadata store: the config's open ``store`` (the caller's,
+    left open) or the one its ``metadata_url`` names (opened by :meth:`_config_store`, closed by
+    :meth:`close`)."""
+
+    def __init__(self) -> None:
+        self.store: MetadataStore | None = None
+        self._owns_store = False
+
+    def _config_store(self, config: Mapping[str, Any], missing: str) -> MetadataStore:
+        """``config``'s ``store``, else the store its ``metadata_url`` names, opened here;
+        :class:`InvalidArgumentError` (``missing``) without either, or for a ``store`` that is not one."""
+        store = config.get("store")
+        if store is None:
+            url = config.get("metadata_url")
+            if not isinstance(url, str):
+                raise InvalidArgumentError(missing)
+            store, self._owns_store = open_store(url), True
+        elif not isinstance(store, MetadataStore):
+            raise InvalidArgumentError(f"'store' must be an open statekeep MetadataStore, not {type(store).__name__}")
+        return store
+
+    def _names(self, tenant: str, namespace: str, name: str) -> tuple[str, str, str]:
+        """A function's names, validated; :class:`InvalidArgumentError` before :meth:`init`."""
+        if self.store is None:
+            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
+        return (validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
+                validate_name(name, "function name"))
+
+    def close(self) -> None:
+        if self._owns_store and self.store is not None:
+            self.store.close()
+        self.store = None

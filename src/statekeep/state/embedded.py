@@ -29,13 +29,12 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.lru import remember
-from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
                                          uncounted_read)
 from statekeep.state import records
-from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, StateStoreProvider, validate_batch
+from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, StoreBackedProvider, validate_batch
 from statekeep.state.embedded_changelog import EmbeddedChangelog
-from statekeep.state.keys import check_keys, check_scan, encode_key, validate_name
+from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
@@ -295,7 +294,7 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
         self._write(work)
 
 
-class EmbeddedStateProvider(StateStoreProvider):
+class EmbeddedStateProvider(StoreBackedProvider):
     """State in the LMDB file of a store with an embedded engine (``local://``); see the module docstring.
 
     Config: ``metadata_url`` (the URL of such a store, opened and closed by the provider) or ``store``
@@ -304,41 +303,24 @@ class EmbeddedStateProvider(StateStoreProvider):
     name = "embedded"
     nonblocking_reads = True
 
-    def __init__(self) -> None:
-        self.store: MetadataStore | None = None
-        self._owns_store = False
-
     def init(self, config: Mapping[str, Any]) -> None:
         if not isinstance(config, Mapping) or set(config) - {"metadata_url", "store"}:
             raise InvalidArgumentError("the embedded provider takes 'metadata_url' (local://...) or 'store'")
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str) or not has_embedded_engine(url):  # the backend's capability, before opening
-                raise InvalidArgumentError("the embedded provider needs the 'metadata_url' of a store with an embedded "
-                                           "engine (local://...)")
-            store, self._owns_store = open_store(url), True
+        missing = "the embedded provider needs the 'metadata_url' of a store with an embedded engine (local://...)"
+        url = config.get("metadata_url")
+        if config.get("store") is None and isinstance(url, str) and not has_embedded_engine(url):
+            raise InvalidArgumentError(missing)  # the backend's capability, before opening
+        self.store = self._config_store(config, missing)
         try:
-            engine = embedded_engine(store)  # InvalidArgumentError for a store without one
+            engine = embedded_engine(self.store)  # InvalidArgumentError for a store without one
             for db in DATABASES:  # now, not on a first read (a server's may come on its event loop)
                 engine.open_db(db)
         except BaseException:
-            if self._owns_store:
-                store.close()
-                self._owns_store = False
+            self.close()
             raise
-        self.store = store
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> EmbeddedStateStore:
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return EmbeddedStateStore(self, validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
-                                  validate_name(name, "function name"))
+        return EmbeddedStateStore(self, *self._names(tenant, namespace, name))
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
         self.get_state_store(tenant, namespace, name).cleanup()
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()
-        self.store = None

@@ -37,14 +37,14 @@ from typing import Any
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
-from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put, open_store
+from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put
 from statekeep.metadata.types import validate_path
 from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StoreBackedProvider, check_expected_version,
                                   validate_amount, validate_amounts, validate_expected_version, validate_value)
-from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
+from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix
 from statekeep.state.metadata_changelog import MetadataChangelog
 from statekeep.validate import check_int
 
@@ -340,14 +340,13 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         raise self._gave_up(f"a batch of {len(items)} keys")
 
 
-class MetadataStateStoreProvider(StateStoreProvider):
+class MetadataStateStoreProvider(StoreBackedProvider):
     """State in a metadata store (any backend); see the module docstring."""
 
     name = "metadata"
 
     def __init__(self) -> None:
-        self.store: MetadataStore | None = None
-        self._owns_store = False
+        super().__init__()
         self._handles: BoundedLRU[tuple[str, str, str], MetadataStateStore] = BoundedLRU(10_000)
 
     def init(self, config: Mapping[str, Any]) -> None:
@@ -358,15 +357,7 @@ class MetadataStateStoreProvider(StateStoreProvider):
             raise InvalidArgumentError(f"unknown metadata state provider options: {', '.join(sorted(unknown))}")
         self.root = validate_path(config.get("root", DEFAULT_ROOT), allow_root=False)
         self.retry_seconds = float(config.get("retry_seconds", 30.0))
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str):
-                raise InvalidArgumentError("the metadata state provider needs 'metadata_url' (or 'store')")
-            store, self._owns_store = open_store(url), True
-        elif not isinstance(store, MetadataStore):
-            raise InvalidArgumentError("'store' must be an open statekeep MetadataStore")
-        self.store = store
+        self.store = store = self._config_store(config, "the metadata state provider needs 'metadata_url' (or 'store')")
         # the backend's declared capabilities and limits, not its scheme: a third-party backend opts in
         self.nonblocking_reads = "nonblocking_reads" in store.capabilities
         max_keys = max(1, (store.max_multi_ops - _EXTRA_OPS) // _OPS_PER_KEY)
@@ -379,28 +370,18 @@ class MetadataStateStoreProvider(StateStoreProvider):
             check_int(wanted, "max_value_size", minimum=1)
             self.max_value_size = min(self.max_value_size, wanted)
 
-    def _base(self, tenant: str, namespace: str, name: str) -> str:
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/" \
-               f"{validate_name(name, 'function name')}"
-
     def get_state_store(self, tenant: str, namespace: str, name: str) -> MetadataStateStore:
         # handles hold no state of their own (only paths), so one per function is shared
         store = self._handles.get((tenant, namespace, name))  # None also for an unhashable name
         if store is None:
-            self._base(tenant, namespace, name)  # says what is wrong with a bad name
+            self._names(tenant, namespace, name)  # says what is wrong with a bad name
             store = self._handles.put((tenant, namespace, name), MetadataStateStore(self, tenant, namespace, name))
         return store
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
-        base = self._base(tenant, namespace, name)  # raises unless initialized
+        names = self._names(tenant, namespace, name)  # raises unless initialized
         assert self.store is not None
-        self.store.delete_recursive(base)
+        self.store.delete_recursive(f"{self.root}/{'/'.join(names)}")
         handle = self._handles.get((tenant, namespace, name))
         if handle is not None:
             handle._log_ready = False  # its next write starts a new incarnation, with a new token
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()

@@ -14,14 +14,12 @@ from typing import Any, TypeVar
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CorruptStateError, InvalidArgumentError,
                               StateConflictError, StatekeepError)
 from statekeep.handles.blobs import BlobStore
-from statekeep.metadata import open_store
-from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Put
 from statekeep.retry import DEFAULT
 from statekeep.state import records
 from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, EntryStateStore,
-                                  StateEntry, StateStoreProvider, check_partition, validate_batch)
-from statekeep.state.keys import check_keys, check_scan, encode_key, validate_name
+                                  StateEntry, StoreBackedProvider, check_partition, validate_batch)
+from statekeep.state.keys import check_keys, check_scan, encode_key
 from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
 from statekeep.state.partitioned import entries as blobfmt
@@ -341,12 +339,7 @@ class PartitionedStateStore(EntryStateStore):
             if key in deltas:
                 part_deltas[key] = deltas[key]
         for part_values, part_deltas in by_partition.values():
-
-            def work(get: Callable[[bytes], bytes | None], v: dict[str, bytes | None] = part_values,
-                     d: dict[str, int] = part_deltas) -> tuple[None, list[tuple[bytes, bytes]]]:
-                return None, records.plan_batch(get, v, d, now_ms())
-
-            self._write(next(iter([*part_values, *part_deltas])), work)
+            self._write_key(next(iter([*part_values, *part_deltas])), None, part_values, part_deltas)
         return True
 
     def has_marker(self, marker: str) -> bool:
@@ -488,16 +481,15 @@ def default_cache_dir() -> str:
     return os.environ.get("STATEKEEP_STATE_CACHE") or os.path.join(tempfile.gettempdir(), "statekeep-state-cache")
 
 
-class PartitionedStateProvider(StateStoreProvider):
+class PartitionedStateProvider(StoreBackedProvider):
     """See the package docstring."""
 
     name = "partitioned"
     capabilities = CAPABILITIES
 
     def __init__(self) -> None:
-        self.store: MetadataStore | None = None
+        super().__init__()
         self.blobs: BlobStore | None = None
-        self._owns_store = False
         self.key_groups = KEY_GROUPS
         self.cache_dir = default_cache_dir()
 
@@ -520,16 +512,8 @@ class PartitionedStateProvider(StateStoreProvider):
             raise InvalidArgumentError("'cache_dir' must be a local directory")
         # one cache per state_dir, so two stores' partitions never share a local copy
         self.cache_dir = os.path.join(cache_dir, hashlib.sha256(state_dir.encode()).hexdigest()[:16])
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str):
-                raise InvalidArgumentError("the partitioned provider needs the coordination store: 'metadata_url' "
-                                           "(zk://..., etcd://..., local://...) or 'store'")
-            store, self._owns_store = open_store(url), True
-        if not isinstance(store, MetadataStore):
-            raise InvalidArgumentError(f"'store' must be a MetadataStore, not {type(store).__name__}")
-        self.store = store
+        self.store = self._config_store(config, "the partitioned provider needs the coordination store: "
+                                                "'metadata_url' (zk://..., etcd://..., local://...) or 'store'")
         try:
             self.blobs = BlobStore(state_dir, options=dict(options))
         except StatekeepError:
@@ -537,15 +521,7 @@ class PartitionedStateProvider(StateStoreProvider):
             raise
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> PartitionedStateStore:
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return PartitionedStateStore(self, validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
-                                     validate_name(name, "function name"))
+        return PartitionedStateStore(self, *self._names(tenant, namespace, name))
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
         self.get_state_store(tenant, namespace, name).cleanup()
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()
-        self.store = None
