@@ -85,14 +85,6 @@ class FollowerStore(ReadableStateStore):
 
     #: the local copy's class (a subclass may keep more in it)
     replica_type: ClassVar[type[LocalReplica]] = LocalReplica
-    #: leader store class -> the follower class :meth:`open` builds for it (see :meth:`follow_with`)
-    _kinds: ClassVar[list[tuple[type[StateStore], type[FollowerStore]]]] = []
-
-    @classmethod
-    def follow_with(cls, leader_type: type[StateStore]) -> None:
-        """Make :meth:`open` build this class for leaders of ``leader_type`` (a state whose changelog is
-        read another way, e.g. partition-owned state's manifests and segments)."""
-        FollowerStore._kinds.append((leader_type, cls))
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
@@ -189,8 +181,10 @@ class FollowerStore(ReadableStateStore):
             snapshot_store: SnapshotStore | None = snapshots if isinstance(snapshots, SnapshotStore) else None
             if snapshots is True and store is not None:
                 snapshot_store = SnapshotStore(store, blobs)
-            follower_type = next((kind for leader_type, kind in FollowerStore._kinds if isinstance(state, leader_type)),
-                                 cls)
+            from statekeep.changelog.partitioned_follower import PartitionedFollowerStore
+            from statekeep.state.partitioned import PartitionedStateStore
+            # partition-owned state has no single changelog: its follower reads manifests and segments
+            follower_type = PartitionedFollowerStore if isinstance(state, PartitionedStateStore) else cls
             if local_dir is None:
                 local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
             replica = follower_type.replica_type(local_dir, tenant, namespace, name)
@@ -340,20 +334,17 @@ class FollowerStore(ReadableStateStore):
         if info is not None and info.offset >= position.purged_offset and info.offset > meta.applied:
             return self._from_snapshot(info, None)
         if meta.gen is None and position.purged_offset < 0:  # nothing dropped: replay from the start
-            gen = self.replica.begin_restore({"source": "replay"})
-            self.replica.finish_restore(gen, -1, position.epoch)
+            self.replica.finish_restore(self.replica.begin_restore({"source": "replay"})["gen"], -1, position.epoch)
             self._meta = self.replica.load()
             return 1
         view = self.leader.read_all()
-        progress: dict[str, Any] = {"source": "read"}
-        progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
+        progress = self.replica.begin_restore({"source": "read"})
         self._write_generation(progress, self._ops_of(self.view.entries(view.entries), select=False))
         return self._finish(progress, view.position.last_offset, view.position.epoch)
 
     def _from_snapshot(self, info: SnapshotInfo, resume: dict[str, Any] | None) -> int:
         if resume is None:
-            source = {"source": "snapshot", "number": info.number, "blob": info.blob_url}
-            resume = {**source, "gen": self.replica.begin_restore(source), "written": 0}
+            resume = self.replica.begin_restore({"source": "snapshot", "number": info.number, "blob": info.blob_url})
         log.info("follower of %s: restoring snapshot %d (offset %d)%s", self.name, info.number, info.offset,
                  f", resuming after {resume['written']} entries" if resume["written"] else "")
         try:

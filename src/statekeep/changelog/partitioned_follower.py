@@ -95,10 +95,6 @@ class Positions:
         return cls(gen, layout.generation, layout.groups, tuple((m.id, m.seq) for m in manifests), last)
 
     @property
-    def applied(self) -> int:
-        return self.last
-
-    @property
     def epoch(self) -> str:
         return epoch_of(self.generation, self.partitions[0][0])  # the leader's changelog_position().epoch
 
@@ -131,7 +127,7 @@ class PartitionedReplica(LocalReplica):
     def _put_position(self, txn: Any, positions: Positions) -> None:
         p, meta = self._p, self._meta
         txn.put(p + b"k", positions.encode(), db=meta)
-        txn.put(p + b"a", _I64.pack(positions.applied), db=meta)
+        txn.put(p + b"a", _I64.pack(positions.last), db=meta)
         txn.put(p + b"e", positions.epoch.encode(), db=meta)
 
     def apply_ops(self, positions: Positions, ops: list[Op], clear: tuple[int, frozenset[int]] | None = None) -> None:
@@ -285,7 +281,7 @@ class PartitionedFollowerStore(FollowerStore):
             log.info("follower of %s: partition(s) %s behind their snapshot: rebuilt in place", self._fqfn, rebuilt)
         self.replica.apply_ops(updated, ops, (layout.groups, frozenset(dirty)) if dirty else None)
         self._positions = updated
-        self._meta.applied, self._meta.epoch = updated.applied, updated.epoch
+        self._meta.applied, self._meta.epoch = updated.last, updated.epoch
         if changed:
             assert self.on_apply is not None
             self.on_apply(changed)
@@ -296,8 +292,7 @@ class PartitionedFollowerStore(FollowerStore):
         with self._cond:
             self._phase = "restoring"
             self._restored = 0
-        progress: dict[str, Any] = {"source": "partitioned", "generation": layout.generation}
-        progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
+        progress = self.replica.begin_restore({"source": "partitioned", "generation": layout.generation})
         try:
             if not self._write_generation(progress, (op for m in manifests for op in self._ops(layout, m))):
                 raise _Changed()  # stopping: the next start bootstraps again
@@ -306,7 +301,7 @@ class PartitionedFollowerStore(FollowerStore):
             self._meta = self.replica.load()
             raise
         positions = Positions.of(progress["gen"], layout, manifests)
-        self.replica.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
+        self.replica.finish_restore(positions.gen, positions.last, positions.epoch, {b"k": positions.encode()})
         self._meta = self.replica.load()
         self._positions = positions
         return max(1, int(progress["written"]))
@@ -416,5 +411,3 @@ def lag(state: PartitionedStateStore, positions: Positions | None) -> int:
             total += sum(s.entries for s in manifest.segments if s.seq > seq)
     return total
 
-
-PartitionedFollowerStore.follow_with(PartitionedStateStore)  # no single changelog: its manifests and segments

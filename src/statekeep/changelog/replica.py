@@ -102,10 +102,8 @@ class LocalReplica:
             old = txn.get(p + b"g", db=meta)
             if old is not None:
                 txn.put(p + b"x" + old, b"", db=meta)
-            raw = txn.get(p + b"r", db=meta)
-            if raw is not None:
-                txn.put(p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=meta)
-            for k in (b"g", b"a", b"e", b"r"):
+            self._drop_restore(txn)
+            for k in (b"g", b"a", b"e"):
                 txn.delete(p + k, db=meta)
             if view is None:
                 txn.delete(p + b"v", db=meta)
@@ -135,14 +133,14 @@ class LocalReplica:
 
     # ---- (re)bootstrap -------------------------------------------------------------------------
 
-    def begin_restore(self, source: dict[str, Any]) -> int:
-        """Start writing a new generation; returns it. ``source`` says where it comes from (kept, with the
-        number of entries written so far, so a restarted follower can resume)."""
+    def begin_restore(self, source: dict[str, Any]) -> dict[str, Any]:
+        """Start writing a new generation; returns its progress, ``source`` (where it comes from) with
+        the generation ``gen`` and the entries ``written`` so far, kept so a restarted follower can resume."""
         meta = self.load()
         gen = max([meta.gen or 0, *meta.garbage, (meta.restore or {}).get("gen", 0)]) + 1
         progress = {**source, "gen": gen, "written": 0}
         self._submit(lambda txn: txn.put(self._p + b"r", json.dumps(progress).encode(), db=self._meta))
-        return gen  # type: ignore[no-any-return]
+        return progress
 
     def restore_chunk(self, progress: dict[str, Any], ops: list[Op]) -> None:
         """Write ``ops`` into the restore's generation and count them, in one write."""
@@ -173,13 +171,13 @@ class LocalReplica:
 
     def abandon_restore(self) -> None:
         """Drop an unfinished restore: its generation becomes garbage."""
-        def work(txn: Any) -> None:
-            raw = txn.get(self._p + b"r", db=self._meta)
-            if raw is not None:
-                txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
-                txn.delete(self._p + b"r", db=self._meta)
+        self._submit(self._drop_restore)
 
-        self._submit(work)
+    def _drop_restore(self, txn: Any) -> None:
+        raw = txn.get(self._p + b"r", db=self._meta)
+        if raw is not None:
+            txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
+            txn.delete(self._p + b"r", db=self._meta)
 
     def collect_garbage(self, gens: list[int], max_keys: int = 20_000) -> bool:
         """Delete up to ``max_keys`` keys of garbage generations in one write; True when none is left."""

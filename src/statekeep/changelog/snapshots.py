@@ -156,12 +156,8 @@ class SnapshotStore:
     def list(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:
         """The function's snapshots, oldest first (unreadable handles are left out)."""
         handles = f"{self._root(tenant, namespace, name)}/handles"
-        out = []
-        for key in self.store.get_children(handles):
-            info = self._info(tenant, namespace, name, handles, key)
-            if info is not None:
-                out.append(info)
-        return out
+        infos = (self._info(tenant, namespace, name, handles, key) for key in self.store.get_children(handles))
+        return [info for info in infos if info is not None]
 
     def get(self, tenant: str, namespace: str, name: str, number: int) -> SnapshotInfo | None:
         handles = f"{self._root(tenant, namespace, name)}/handles"

@@ -122,20 +122,14 @@ def open_source(url: str) -> MetadataStore:
 def _plan(records: Iterator[Record], report: Report, target_provider: str) -> None:
     counts = {"nodes": 0, "skipped": 0, "sequences": 0, "functions": 0, "entries": 0}
     current: dict[str, Any] | None = None
+    kinds = {Node: "nodes", Skipped: "skipped", Sequence: "sequences", Function: "functions", Entry: "entries"}
     for record in records:
-        if isinstance(record, Node):
-            counts["nodes"] += 1
-        elif isinstance(record, Entry):
-            counts["entries"] += 1
-            if current is not None:
-                current["entries"] += 1
+        counts[kinds[type(record)]] += 1
+        if isinstance(record, Entry) and current is not None:
+            current["entries"] += 1
         elif isinstance(record, Skipped):
-            counts["skipped"] += 1
             report.skipped.append(record.path)
-        elif isinstance(record, Sequence):
-            counts["sequences"] += 1
         elif isinstance(record, Function):
-            counts["functions"] += 1
             current = {"fqfn": record.fqfn, "state": record.state, "from": record.provider,
                        "to": target_provider if record.state == "copied" else record.provider, "entries": 0}
             report.functions.append(current)
@@ -211,8 +205,7 @@ def export_store(url: str, path: str | os.PathLike[str], *, progress: bool = Tru
 
             def counted() -> Iterator[Record]:
                 nonlocal done
-                for record in source.records():
-                    done += 1
+                for done, record in enumerate(source.records(), 1):
                     if done % 1000 == 0:
                         bar.update(done)
                     yield record

@@ -88,8 +88,7 @@ class _Txn:
 def read_entries(get: Callable[[bytes], bytes | None], base: bytes, keys: Iterable[str]) -> dict[str, StateEntry]:
     """The entries of the present ones among ``keys`` (valid keys), stored at ``base + key`` (``get``: a
     read transaction's, of the database holding them)."""
-    found = {key: get(base + key.encode()) for key in keys}
-    return {key: records.decode_entry(key, raw) for key, raw in found.items() if raw is not None}
+    return {key: records.decode_entry(key, raw) for key in keys if (raw := get(base + key.encode())) is not None}
 
 
 def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limit: int | None

@@ -96,14 +96,12 @@ class EmbeddedChangelog:
         import time
 
         cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - int(tombstone_retention_s * 1000)
-        totals = [0, 0, 0]
-        position = 0
-        while True:
-            result = self._write(lambda t, start=position: self._compact_chunk(t.txn, start, upto_offset, cutoff))
-            position, scanned, removed, dropped, done = result
-            totals = [totals[0] + scanned, totals[1] + removed, totals[2] + dropped]
-            if done:
-                return CompactionResult(totals[0], totals[1], totals[2], upto_offset)
+        totals, position, done = [0, 0, 0], 0, False  # records scanned, removed, tombstones dropped
+        while not done:
+            position, *counts, done = self._write(
+                lambda t, start=position: self._compact_chunk(t.txn, start, upto_offset, cutoff))
+            totals = [total + count for total, count in zip(totals, counts)]
+        return CompactionResult(totals[0], totals[1], totals[2], upto_offset)
 
     def _compact_chunk(self, txn: Any, start: int, upto: int, cutoff: int) -> tuple[int, int, int, int, bool]:
         prefix, n = self._prefix, len(self._prefix)

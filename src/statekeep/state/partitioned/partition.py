@@ -150,14 +150,9 @@ class Partition:
 
     def read(self, keys: Iterable[str]) -> dict[str, bytes]:
         """Stored values (version + tagged value) of the present keys, from the local copy as it is."""
-        out = {}
         with transaction(self.env, db=self.state_db) as txn:
             get = txn.get
-            for key in keys:
-                raw = get(key.encode())
-                if raw is not None:
-                    out[key] = raw
-        return out
+            return {key: raw for key in keys if (raw := get(key.encode())) is not None}
 
     def scan(self, low: bytes, want: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Stored pairs with keys >= ``low`` that start with ``want``, in key order, from one read snapshot."""
