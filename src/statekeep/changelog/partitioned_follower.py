@@ -67,7 +67,7 @@ from statekeep.state import records
 from statekeep.state.base import ChangelogPosition, StateStore
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
-from statekeep.state.partitioned.partition import PartitionMovedError
+from statekeep.state.partitioned.partition import PartitionMovedError, read_blob
 from statekeep.state.partitioned.provider import PartitionedStateStore, epoch_of, partition_position
 from statekeep.state.partitioned.restore import restore
 
@@ -139,17 +139,10 @@ class PartitionedReplica(LocalReplica):
             state = self._state
             if clear is not None:
                 groups, dirty = clear
-                start = len(prefix)
                 cursor = txn.cursor(db=state)
                 found = cursor.set_range(prefix)
-                while found:
-                    key = cursor.key()
-                    if not key.startswith(prefix):
-                        break
-                    if key_group(key[start:].decode(), groups) in dirty:
-                        found = cursor.delete()
-                    else:
-                        found = cursor.next()
+                while found and (key := cursor.key()).startswith(prefix):
+                    found = cursor.delete() if key_group(key[len(prefix):].decode(), groups) in dirty else cursor.next()
             write_ops(txn, state, prefix, ops)
             self._put_position(txn, positions)
 
@@ -318,9 +311,7 @@ class PartitionedFollowerStore(FollowerStore):
         delete if that manifest changed since (:class:`_Changed`), else :class:`CorruptStateError`
         naming the blob and the manifest."""
         try:
-            with self.state.blobs.open(blob.url, blob.size, blob.sha256) as reader:
-                data: bytes = reader.read()
-                return data
+            return read_blob(self.state.blobs, blob)
         except CorruptStateError as e:
             path, version = where
             found = self.state.store.get(path)

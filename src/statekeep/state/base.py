@@ -396,15 +396,6 @@ class StateStore(ReadableStateStore):
         puts: dict[str, bytes | None] = {}
         counters: dict[str, int] = {}
         size = changed = 0
-
-        def flush() -> None:
-            nonlocal size
-            if puts:
-                self.apply_batch(puts, counters)
-            puts.clear()
-            counters.clear()
-            size = 0
-
         for key, want, have in merge_entries(entries, self.scan_entries()):
             if have is not None and want is not None and (have.kind, have.value) == (want.kind, want.value):
                 continue
@@ -417,8 +408,10 @@ class StateStore(ReadableStateStore):
                 puts[key] = want.value
             size += 2 * len(want.value if want is not None else b"") + 1200
             if len(puts) >= budget or size >= limits.max_bytes // 2:
-                flush()
-        flush()
+                self.apply_batch(puts, counters)
+                puts, counters, size = {}, {}, 0
+        if puts:
+            self.apply_batch(puts, counters)
         return changed
 
 class EntryStateStore(StateStore):

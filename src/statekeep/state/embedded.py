@@ -285,10 +285,9 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
         def work(t: _Txn) -> None:
             for db in (self._state, self._changelog, self._meta):
                 cursor = t.txn.cursor(db=db)
-                if cursor.set_range(self._prefix):
-                    while cursor.key().startswith(self._prefix):
-                        if not cursor.delete():
-                            break
+                found = cursor.set_range(self._prefix)
+                while found and cursor.key().startswith(self._prefix):
+                    found = cursor.delete()  # moves to the next key
 
         self._write(work)
 

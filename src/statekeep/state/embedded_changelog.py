@@ -52,17 +52,17 @@ class EmbeddedChangelog:
         with transaction(self._env) as txn:
             return self._position_in(txn)
 
+    def _keys(self, cursor: Any, start: bytes) -> Iterator[bytes]:
+        """``cursor``'s keys from ``start`` on, while they are this function's (start with its prefix)."""
+        if cursor.set_range(start):
+            for key in cursor.iternext(keys=True, values=False):
+                if not key.startswith(self._prefix):
+                    return
+                yield key
+
     def count_changelog(self, after: int = -1) -> int:
-        count = 0
         with transaction(self._env, db=self._changelog) as txn:
-            cursor = txn.cursor()
-            if cursor.set_range(self._prefix + _U64.pack(after + 1)):
-                prefix = self._prefix
-                for key in cursor.iternext(keys=True, values=False):
-                    if not key.startswith(prefix):
-                        break
-                    count += 1
-        return count
+            return sum(1 for _ in self._keys(txn.cursor(), self._prefix + _U64.pack(after + 1)))
 
     def read_all(self) -> StateView:
         """Entries and position from ONE read transaction: exactly the state at ``last_offset``."""
@@ -173,14 +173,8 @@ class EmbeddedChangelog:
         return changed
 
     def _replace_in(self, t: Any, entries: Iterable[StateEntry]) -> int:
-        prefix, n = self._prefix, len(self._prefix)
-        cursor = t.txn.cursor(db=self._state)
-        keys = []
-        if cursor.set_range(prefix):
-            for raw_key in cursor.iternext(keys=True, values=False):
-                if not raw_key.startswith(prefix):
-                    break
-                keys.append(raw_key[n:].decode())
+        n = len(self._prefix)
+        keys = [raw_key[n:].decode() for raw_key in self._keys(t.txn.cursor(db=self._state), self._prefix)]
 
         def current() -> Iterator[StateEntry]:
             for key in keys:

@@ -222,17 +222,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             stored = compute(current)
             if stored is _UNCHANGED:
                 return _UNCHANGED
-            ops: list[Op]
-            if stored is None:
-                assert current is not None  # compute deletes only what exists
-                ops = [Delete(path, current.stat.version),
-                       Put(self._log, records.encode_record(key, None, current.stat.version), sequential=True)]
-            else:
-                version = 0 if current is None else current.stat.version + 1
-                ops = [Put(path, stored, -1 if current is None else current.stat.version),
-                       Put(self._log, records.encode_record(key, stored, version), sequential=True)]
+            assert stored is not None or current is not None  # compute deletes only what exists
             try:
-                stats = self._store.multi(ops)
+                stats = self._store.multi(list(self._write_ops(key, path, current, stored)))
             except (BadVersionError, NotFoundError):
                 if expected_version is not None:  # the caller's condition no longer holds
                     now = self._store.get(path)
@@ -242,6 +234,17 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                 continue  # lost a race: read again
             return stats[0].version if stats[0] is not None else True
         raise self._gave_up(f"state key {key!r}")
+
+    def _write_ops(self, key: str, path: str, current: GetResult | None, stored: bytes | None) -> tuple[Op, Put]:
+        """The compare-and-set of ``key`` (at ``path``, now ``current``) to ``stored`` (None: delete a
+        present key), and its changelog record."""
+        if stored is None:
+            assert current is not None  # only a present key is deleted
+            return (Delete(path, current.stat.version),
+                    Put(self._log, records.encode_record(key, None, current.stat.version), sequential=True))
+        version = 0 if current is None else current.stat.version + 1
+        return (Put(path, stored, -1 if current is None else current.stat.version),
+                Put(self._log, records.encode_record(key, stored, version), sequential=True))
 
     def _gave_up(self, what: str) -> BadVersionError:
         """The error once the retry policy (bounded by ``retry_seconds``) saw every attempt lost."""
@@ -319,16 +322,10 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                 currents = self.read_items(items)
             for item, current in zip(items, currents):
                 stored = self.stored_of(item, current)
-                if stored is None:
-                    if current is None:
-                        continue  # deleting an absent key changes nothing
-                    ops.append(Delete(item.path, current.stat.version))
-                    logs.append(Put(self._log, records.encode_record(item.key, None, current.stat.version),
-                                    sequential=True))
-                else:
-                    version = 0 if current is None else current.stat.version + 1
-                    ops.append(Put(item.path, stored, -1 if current is None else current.stat.version))
-                    logs.append(Put(self._log, records.encode_record(item.key, stored, version), sequential=True))
+                if stored is not None or current is not None:  # deleting an absent key changes nothing
+                    op, record = self._write_ops(item.key, item.path, current, stored)
+                    ops.append(op)
+                    logs.append(record)
             try:
                 if ops or logs:
                     self._store.multi([*ops, *logs])

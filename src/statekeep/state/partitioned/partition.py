@@ -12,6 +12,7 @@ behind, which the next catch-up repairs.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
@@ -134,17 +135,13 @@ class Partition:
                 manifest.parents and seq < 1):
             txn.drop(self.state_db, delete=False)  # another lineage, or too far behind: start from the snapshot
             after = None
-        for _, kind, pairs in restore(manifest, self.groups, self._read_blob, after=after):
+        for _, kind, pairs in restore(manifest, self.groups, functools.partial(read_blob, self.blobs), after=after):
             if kind == blobfmt.SNAPSHOT:
                 txn.cursor(db=self.state_db).putmulti(pairs)
             else:
                 write_changes(txn, self.state_db, list(pairs))
         txn.put(b"id", manifest.id.encode(), db=self.meta_db)
         txn.put(b"seq", _U64.pack(manifest.seq), db=self.meta_db)
-
-    def _read_blob(self, blob: Blob) -> bytes:
-        with self.blobs.open(blob.url, blob.size, blob.sha256) as reader:
-            return reader.read()
 
     # ---- reads ---------------------------------------------------------------------------------
 
@@ -244,6 +241,13 @@ class Partition:
         # partitions, so garbage collection frees them once no manifest names them
         self._discard([b for b in [manifest.snapshot, *manifest.segments] if b is not None])
         return True
+
+
+def read_blob(blobs: BlobStore, blob: Blob) -> bytes:
+    """The bytes of ``blob``, its size and sha256 checked (:class:`CorruptStateError` if missing or damaged)."""
+    with blobs.open(blob.url, blob.size, blob.sha256) as reader:
+        data: bytes = reader.read()
+        return data
 
 
 def write_changes(txn: Any, db: Any, changes: list[tuple[bytes, bytes]]) -> None:

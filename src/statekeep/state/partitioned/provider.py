@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import os
@@ -22,9 +23,9 @@ from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, Co
 from statekeep.state.keys import check_keys, check_scan, encode_key
 from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
-from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.manifest import Layout, Lineage, Manifest, function_path, manifest_name
-from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, write_changes
+from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, read_blob, write_changes
+from statekeep.state.partitioned.restore import restore
 
 T = TypeVar("T")
 #: a changelog offset of partition-owned state is ``seq << SEQ_SHIFT | index``: the entry ``index`` of
@@ -236,14 +237,12 @@ class PartitionedStateStore(EntryStateStore):
             if found is None:
                 continue  # rescaled meanwhile
             out: list[records.ChangelogRecord] = []
-            try:
-                for segment in Manifest.decode(found.value, found.stat.version, path).segments:
+            manifest = Manifest.decode(found.value, found.stat.version, path)
+            try:  # the segments from the commit holding offset `after` on
+                for segment, _, pairs in restore(manifest, layout.groups, functools.partial(read_blob, self.blobs),
+                                                 after=(after >> SEQ_SHIFT) - 1):
                     base = segment.seq << SEQ_SHIFT
-                    if base + segment.entries - 1 <= after:
-                        continue
-                    with self.blobs.open(segment.url, segment.size, segment.sha256) as reader:
-                        data = reader.read()
-                    for index, (key, value) in enumerate(blobfmt.decode(blobfmt.SEGMENT, data, segment.url)):
+                    for index, (key, value) in enumerate(pairs):
                         if base + index > after:
                             out.append(records.entry_record(key, value, base + index))
                             if limit is not None and len(out) >= limit:
