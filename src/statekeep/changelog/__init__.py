@@ -9,7 +9,7 @@ compaction, read-only followers that materialize a leader's state elsewhere, and
 
 from statekeep.changelog.compaction import DEFAULT_TOMBSTONE_RETENTION_S, Compactor, compact
 from statekeep.changelog.follower import FollowerStore
-from statekeep.changelog.partitioned_follower import PartitionedFollowerStore
+from statekeep.changelog.partitioned_follower import PartitionedFollowerStore  # registers itself with open()
 from statekeep.changelog.snapshots import SnapshotInfo, SnapshotStore
 
 __all__ = ["DEFAULT_TOMBSTONE_RETENTION_S", "Compactor", "FollowerStore", "PartitionedFollowerStore", "SnapshotInfo",

@@ -85,6 +85,14 @@ class FollowerStore(ReadableStateStore):
 
     #: the local copy's class (a subclass may keep more in it)
     replica_type: ClassVar[type[LocalReplica]] = LocalReplica
+    #: leader store class -> the follower class :meth:`open` builds for it (see :meth:`follow_with`)
+    _kinds: ClassVar[list[tuple[type[StateStore], type[FollowerStore]]]] = []
+
+    @classmethod
+    def follow_with(cls, leader_type: type[StateStore]) -> None:
+        """Make :meth:`open` build this class for leaders of ``leader_type`` (a state whose changelog is
+        read another way, e.g. partition-owned state's manifests and segments)."""
+        FollowerStore._kinds.append((leader_type, cls))
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
@@ -181,10 +189,8 @@ class FollowerStore(ReadableStateStore):
             snapshot_store: SnapshotStore | None = snapshots if isinstance(snapshots, SnapshotStore) else None
             if snapshots is True and store is not None:
                 snapshot_store = SnapshotStore(store, blobs)
-            from statekeep.changelog.partitioned_follower import PartitionedFollowerStore
-            from statekeep.state.partitioned import PartitionedStateStore
-            # partition-owned state has no single changelog: its follower reads manifests and segments
-            follower_type = PartitionedFollowerStore if isinstance(state, PartitionedStateStore) else cls
+            follower_type = next((kind for leader_type, kind in FollowerStore._kinds if isinstance(state, leader_type)),
+                                 cls)
             if local_dir is None:
                 local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
             replica = follower_type.replica_type(local_dir, tenant, namespace, name)
@@ -269,9 +275,8 @@ class FollowerStore(ReadableStateStore):
         meta = self._meta
         if meta.gen is None or meta.restore is not None:
             return self._bootstrap()
-        if meta.garbage:
-            if self.replica.collect_garbage(meta.garbage):
-                meta.garbage = []
+        if meta.garbage and self.replica.collect_garbage(meta.garbage):
+            meta.garbage = []
         started = time.monotonic()
         batch = self.leader.read_changelog(after=meta.applied, limit=self.batch_size)
         position = self.leader.changelog_position()  # after the read: it vouches for what was read
@@ -398,8 +403,7 @@ class FollowerStore(ReadableStateStore):
     def _finish(self, progress: dict[str, Any], offset: int, epoch: str | None) -> int:
         self.replica.finish_restore(progress["gen"], offset, epoch)
         self._meta = self.replica.load()
-        written: int = progress["written"]
-        return max(1, written)
+        return max(1, int(progress["written"]))
 
     # ---- status --------------------------------------------------------------------------------
 

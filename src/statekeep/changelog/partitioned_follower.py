@@ -193,9 +193,8 @@ class PartitionedFollowerStore(FollowerStore):
             self.replica.abandon_restore()
             self._meta = meta = self.replica.load()
             self._positions = None
-        if meta.garbage:
-            if self.replica.collect_garbage(meta.garbage):
-                meta.garbage = []
+        if meta.garbage and self.replica.collect_garbage(meta.garbage):
+            meta.garbage = []
         started = time.monotonic()
         try:
             applied = self._poll()
@@ -402,3 +401,5 @@ def lag(state: PartitionedStateStore, positions: Positions | None) -> int:
             total += sum(s.entries for s in manifest.segments if s.seq > seq)
     return total
 
+
+PartitionedFollowerStore.follow_with(PartitionedStateStore)  # no single changelog: its manifests and segments

@@ -105,9 +105,7 @@ class Report:
 
 
 def _local_dir(url: str) -> Path | None:
-    if not url.startswith("local://"):
-        return None
-    return Path(url[len("local://"):].split("?", 1)[0]).expanduser()
+    return Path(url[len("local://"):].split("?", 1)[0]).expanduser() if url.startswith("local://") else None
 
 
 def open_source(url: str) -> MetadataStore:

@@ -33,7 +33,7 @@ from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedde
                                          uncounted_read)
 from statekeep.state import records
 from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, StoreBackedProvider, validate_batch
-from statekeep.state.embedded_changelog import EmbeddedChangelog
+from statekeep.state.embedded_changelog import EmbeddedChangelog, read_entries, scan_in
 from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
@@ -83,27 +83,6 @@ class _Txn:
     def finish(self) -> None:
         if self.offset is not None:
             self.txn.put(self.s._offset_key, _U64.pack(self.offset), db=self.s._meta)
-
-
-def read_entries(get: Callable[[bytes], bytes | None], base: bytes, keys: Iterable[str]) -> dict[str, StateEntry]:
-    """The entries of the present ones among ``keys`` (valid keys), stored at ``base + key`` (``get``: a
-    read transaction's, of the database holding them)."""
-    return {key: records.decode_entry(key, raw) for key in keys if (raw := get(base + key.encode())) is not None}
-
-
-def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limit: int | None
-            ) -> Iterator[StateEntry]:
-    """``scan_entries`` over the keys stored at ``base + key`` in ``cursor``'s database (arguments checked)."""
-    want = base + prefix.encode()
-    low = want
-    if start_after is not None and start_after.encode() >= prefix.encode():
-        low = base + start_after.encode() + b"\0"  # the first key after start_after
-    if not cursor.set_range(low):
-        return
-    for produced, (raw_key, raw) in enumerate(cursor):
-        if not raw_key.startswith(want) or (limit is not None and produced >= limit):
-            return
-        yield records.decode_entry(raw_key[len(base):].decode(), raw)
 
 
 #: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers

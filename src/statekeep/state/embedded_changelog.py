@@ -1,5 +1,6 @@
 """The changelog side of the ``embedded`` provider (KIP-813): position, counting, compaction, a full
 read in one snapshot, and an atomic restore. Mixed into :class:`~statekeep.state.embedded.EmbeddedStateStore`.
+Its LMDB reads of entries (:func:`read_entries`, :func:`scan_in`) serve the store and followers' copies too.
 
 Meta keys of a function (``F`` its prefix, in the ``state_meta`` database): ``F+o`` the next offset,
 ``F+e`` the epoch (written with the first record of an incarnation; ``cleanup`` removes every ``F``
@@ -25,6 +26,27 @@ _I64 = struct.Struct(">q")
 _HEADER = records.RECORD_HEADER_SIZE
 #: records looked at per compaction write: small, so the leader's writes wait milliseconds at most
 COMPACTION_CHUNK = 5_000
+
+
+def read_entries(get: Callable[[bytes], bytes | None], base: bytes, keys: Iterable[str]) -> dict[str, StateEntry]:
+    """The entries of the present ones among ``keys`` (valid keys), stored at ``base + key`` (``get``: a
+    read transaction's, of the database holding them)."""
+    return {key: records.decode_entry(key, raw) for key in keys if (raw := get(base + key.encode())) is not None}
+
+
+def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limit: int | None
+            ) -> Iterator[StateEntry]:
+    """``scan_entries`` over the keys stored at ``base + key`` in ``cursor``'s database (arguments checked)."""
+    want = base + prefix.encode()
+    low = want
+    if start_after is not None and start_after.encode() >= prefix.encode():
+        low = base + start_after.encode() + b"\0"  # the first key after start_after
+    if not cursor.set_range(low):
+        return
+    for produced, (raw_key, raw) in enumerate(cursor):
+        if not raw_key.startswith(want) or (limit is not None and produced >= limit):
+            return
+        yield records.decode_entry(raw_key[len(base):].decode(), raw)
 
 
 class EmbeddedChangelog:
@@ -75,15 +97,8 @@ class EmbeddedChangelog:
         return StateView(position, self._entries_in(gated))
 
     def _entries_in(self, gated: held_transaction) -> Iterator[StateEntry]:
-        txn: Any = gated.txn
         try:
-            cursor = txn.cursor(db=self._state)
-            prefix, n = self._prefix, len(self._prefix)
-            if cursor.set_range(prefix):
-                for raw_key, raw in cursor:
-                    if not raw_key.startswith(prefix):
-                        break
-                    yield records.decode_entry(raw_key[n:].decode(), raw)
+            yield from scan_in(gated.txn.cursor(db=self._state), self._prefix, "", None, None)  # type: ignore[union-attr]
         finally:
             gated.end()
 
