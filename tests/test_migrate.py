@@ -17,7 +17,7 @@ from statekeep.functions.config.service import FunctionService
 from statekeep.metadata import open_store
 from statekeep.metadata.types import join
 from statekeep.migrate import CorruptFileError, TargetNotEmptyError, export_store, import_file, migrate
-from statekeep.migrate.source import JOURNAL_PATH, scan_state
+from statekeep.migrate.source import JOURNAL_PATH
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
 
@@ -80,7 +80,7 @@ def dump(url: str) -> dict:
         provider = open_provider(name, config)
         try:
             state = {f"{t}/{n}/{f}": [(e.key, e.kind, e.value) for e in
-                                      scan_state(provider.get_state_store(t, n, f))] for t, n, f in FUNCTIONS}
+                                      provider.get_state_store(t, n, f).scan_entries()] for t, n, f in FUNCTIONS}
         finally:
             provider.close()
         return {"tree": tree, "state": state}

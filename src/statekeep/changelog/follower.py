@@ -49,6 +49,7 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import tempfile
@@ -99,6 +100,7 @@ class FollowerStore(ReadableStateStore):
                  on_apply: Callable[[list[ChangelogRecord]], None] | None = None, owned: Iterable[Any] = (),
                  temporary_dir: str | None = None, view: FollowerView | None = None) -> None:
         super().__init__(leader.tenant, leader.namespace, leader.name)
+        self._fqfn = f"{self.tenant}/{self.namespace}/{self.name}"
         self.leader, self.replica, self.snapshots = leader, replica, snapshots
         self.max_value_size = leader.max_value_size
         self.capabilities, self.provider_name = leader.capabilities, leader.provider_name
@@ -122,7 +124,7 @@ class FollowerStore(ReadableStateStore):
         self._next_registry_check = 0.0
         self._failures = 0  # polls failed in a row (the tailing thread's backoff)
         self._tailing = Periodic(f"statekeep-follower-{self.name}", poll_interval, self._tail,
-                                 what=f"follower of {self.tenant}/{self.namespace}/{self.name}", log=log,
+                                 what=f"follower of {self._fqfn}", log=log,
                                  immediately=True, paced=True)
 
     @classmethod
@@ -244,7 +246,7 @@ class FollowerStore(ReadableStateStore):
             self._error = error
             self._phase = phase
             self._cond.notify_all()
-        log.log(level, "follower of %s/%s/%s stops: %s", self.tenant, self.namespace, self.name, error)
+        log.log(level, "follower of %s stops: %s", self._fqfn, error)
         self._tailing.stop()
         return 0.0
 
@@ -259,7 +261,7 @@ class FollowerStore(ReadableStateStore):
             return self._stop_tailing(e, "failed", logging.ERROR)
         except StatekeepError as e:  # e.g. the leader's store is unreachable: try again, slower
             self._failures += 1
-            log.warning("follower of %s/%s/%s: %s (retrying)", self.tenant, self.namespace, self.name, e)
+            log.warning("follower of %s: %s (retrying)", self._fqfn, e)
             return RECONNECT.delay(self._failures) + self.poll_interval
         except Exception:  # not a store's error: the tailing ends (logged), as it always has
             self._tailing.stop()
@@ -273,9 +275,8 @@ class FollowerStore(ReadableStateStore):
         meta = self._meta
         if meta.gen is None or meta.restore is not None:
             return self._bootstrap()
-        if meta.garbage:
-            if self.replica.collect_garbage(meta.garbage):
-                meta.garbage = []
+        if meta.garbage and self.replica.collect_garbage(meta.garbage):
+            meta.garbage = []
         started = time.monotonic()
         batch = self.leader.read_changelog(after=meta.applied, limit=self.batch_size)
         position = self.leader.changelog_position()  # after the read: it vouches for what was read
@@ -302,19 +303,19 @@ class FollowerStore(ReadableStateStore):
     def _check_leader(self, position: ChangelogPosition) -> None:
         """Raise :class:`NotFoundError` if the function was deleted (registry entry gone) or its state
         reset (epoch changed or gone since this follower adopted it)."""
-        fqfn = f"{self.tenant}/{self.namespace}/{self.name}"
         if self._meta.epoch is not None and position.epoch != self._meta.epoch:
-            raise NotFoundError(f"function {fqfn} was deleted: its state was reset (epoch {self._meta.epoch} -> "
-                                f"{position.epoch}); close this follower")
+            raise self._deleted(f"its state was reset (epoch {self._meta.epoch} -> {position.epoch})")
         self._check_registry()
+
+    def _deleted(self, why: str) -> NotFoundError:
+        return NotFoundError(f"function {self._fqfn} was deleted: {why}; close this follower")
 
     def _check_registry(self) -> None:
         """Raise :class:`NotFoundError` if the function's registry entry is gone (checked every
         ``REGISTRY_CHECK_S`` at most, when the follower knows the registry)."""
-        fqfn = f"{self.tenant}/{self.namespace}/{self.name}"
         if self._registry is not None and time.monotonic() >= self._next_registry_check:
             if not self._registry.exists(self.tenant, self.namespace, self.name):
-                raise NotFoundError(f"function {fqfn} was deleted (no registry entry); close this follower")
+                raise self._deleted("no registry entry")
             self._next_registry_check = time.monotonic() + REGISTRY_CHECK_S
 
     # ---- bootstrap -----------------------------------------------------------------------------
@@ -338,26 +339,24 @@ class FollowerStore(ReadableStateStore):
         if info is not None and info.offset >= position.purged_offset and info.offset > meta.applied:
             return self._from_snapshot(info, None)
         if meta.gen is None and position.purged_offset < 0:  # nothing dropped: replay from the start
-            gen = self.replica.begin_restore({"source": "replay"})
-            self.replica.finish_restore(gen, -1, position.epoch)
+            self.replica.finish_restore(self.replica.begin_restore({"source": "replay"})["gen"], -1, position.epoch)
             self._meta = self.replica.load()
             return 1
         view = self.leader.read_all()
-        progress: dict[str, Any] = {"source": "read"}
-        progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
-        self._write_generation(progress, self.view.entries(view.entries), select=False)
+        progress = self.replica.begin_restore({"source": "read"})
+        self._write_generation(progress, self._ops_of(self.view.entries(view.entries), select=False))
         return self._finish(progress, view.position.last_offset, view.position.epoch)
 
     def _from_snapshot(self, info: SnapshotInfo, resume: dict[str, Any] | None) -> int:
         if resume is None:
-            source = {"source": "snapshot", "number": info.number, "blob": info.blob_url}
-            resume = {**source, "gen": self.replica.begin_restore(source), "written": 0}
+            resume = self.replica.begin_restore({"source": "snapshot", "number": info.number, "blob": info.blob_url})
         log.info("follower of %s: restoring snapshot %d (offset %d)%s", self.name, info.number, info.offset,
                  f", resuming after {resume['written']} entries" if resume["written"] else "")
         try:
             assert self.snapshots is not None  # a snapshot was found in them
             with self.snapshots.open(info, key_prefix=self.view.key_prefix) as (header, entries):
-                if not self._write_generation(resume, entries, skip=resume.get("read", resume["written"])):
+                skip = resume.get("read", resume["written"])  # read before: the restore resumes after them
+                if not self._write_generation(resume, self._ops_of(itertools.islice(entries, skip, None)), skip):
                     return 0  # stopping: the restore resumes on the next start
         except (CorruptStateError, NotFoundError, MissingDependencyError) as e:  # blobs unreadable here
             log.warning("follower of %s: snapshot %d unusable (%s); falling back", self.name, info.number, e)
@@ -367,24 +366,26 @@ class FollowerStore(ReadableStateStore):
             return 1
         return self._finish(resume, int(header["offset"]), header.get("epoch"))
 
-    def _write_generation(self, progress: dict[str, Any], entries: Iterator[StateEntry], skip: int = 0,
-                          select: bool = True) -> bool:
-        """Write ``entries`` (after the first ``skip``; those in the view, rewritten, if ``select``) in
-        chunks; False if asked to stop part-way. ``progress["read"]`` counts the entries consumed
-        (``written`` those written), so a resumed restore skips what it already read."""
+    def _ops_of(self, entries: Iterator[StateEntry], select: bool = True) -> Iterator[Op | None]:
+        """Each entry as the op writing it to the copy (rewritten; None if not in the view, when ``select``)."""
+        pick = self.view.entry if select and not self.view.everything else None
+        for entry in entries:
+            shown = pick(entry) if pick is not None else entry
+            yield None if shown is None else (shown.key.encode(), entry_bytes(shown.version, shown.kind, shown.value))
+
+    def _write_generation(self, progress: dict[str, Any], ops: Iterator[Op | None], skip: int = 0) -> bool:
+        """Write ``ops`` (None: an entry read and left out of the view), which follow ``skip`` read
+        before, into the restore's generation in chunks; False if asked to stop part-way.
+        ``progress["read"]`` counts the entries consumed (``written`` those written), so a resumed
+        restore skips what it already read."""
         self._restored = progress["written"]
         chunk: list[Op] = []
-        pick = self.view.entry if select and not self.view.everything else None
-        unflushed = 0  # entries read since progress was last written
+        unflushed = 0  # ops read since progress was last written
         read = progress.get("read", skip)
-        for i, entry in enumerate(entries):
-            if i < skip:
-                continue
-            shown = pick(entry) if pick is not None else entry
+        for read, op in enumerate(ops, start=skip + 1):
             unflushed += 1
-            read = i + 1
-            if shown is not None:
-                chunk.append((shown.key.encode(), entry_bytes(shown.version, shown.kind, shown.value)))
+            if op is not None:
+                chunk.append(op)
             # a sparse view also records progress every few chunks' worth of entries read
             if len(chunk) >= self.restore_chunk or unflushed >= 10 * self.restore_chunk:
                 progress["read"] = read
@@ -402,12 +403,12 @@ class FollowerStore(ReadableStateStore):
     def _finish(self, progress: dict[str, Any], offset: int, epoch: str | None) -> int:
         self.replica.finish_restore(progress["gen"], offset, epoch)
         self._meta = self.replica.load()
-        written: int = progress["written"]
-        return max(1, written)
+        return max(1, int(progress["written"]))
 
     # ---- status --------------------------------------------------------------------------------
 
-    def _raise_if_failed(self) -> None:
+    def _raise_if_failed(self, since: float | None = None) -> None:
+        """Raise what stopped the follower; ``since``: while waiting for polls started after then."""
         if self._error is not None:
             raise (ViewError if isinstance(self._error, ViewError) else NotFoundError)(str(self._error))
 
@@ -434,7 +435,7 @@ class FollowerStore(ReadableStateStore):
         deadline = None if timeout is None else called + timeout
         with self._cond:
             while self._caught_up_at < called:
-                self._raise_if_failed()
+                self._raise_if_failed(since=called)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -492,7 +493,7 @@ class FollowerStore(ReadableStateStore):
     # ---- writes: refused -----------------------------------------------------------------------
 
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise ReadOnlyStoreError(f"{self.tenant}/{self.namespace}/{self.name} here is a read-only follower: "
+        raise ReadOnlyStoreError(f"{self._fqfn} here is a read-only follower: "
                                  "write to the leader (the function's own state store)")
 
     put = set_counter = delete = incr = apply_batch = replace_state = compact_changelog = _refuse

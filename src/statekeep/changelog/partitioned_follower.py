@@ -67,7 +67,7 @@ from statekeep.state import records
 from statekeep.state.base import ChangelogPosition, StateStore
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
-from statekeep.state.partitioned.partition import PartitionMovedError
+from statekeep.state.partitioned.partition import PartitionMovedError, read_blob
 from statekeep.state.partitioned.provider import PartitionedStateStore, epoch_of, partition_position
 from statekeep.state.partitioned.restore import restore
 
@@ -93,10 +93,6 @@ class Positions:
     def of(cls, gen: int, layout: Layout, manifests: list[Manifest]) -> Positions:
         last = max((partition_position(m, "").last_offset for m in manifests), default=-1)
         return cls(gen, layout.generation, layout.groups, tuple((m.id, m.seq) for m in manifests), last)
-
-    @property
-    def applied(self) -> int:
-        return self.last
 
     @property
     def epoch(self) -> str:
@@ -131,7 +127,7 @@ class PartitionedReplica(LocalReplica):
     def _put_position(self, txn: Any, positions: Positions) -> None:
         p, meta = self._p, self._meta
         txn.put(p + b"k", positions.encode(), db=meta)
-        txn.put(p + b"a", _I64.pack(positions.applied), db=meta)
+        txn.put(p + b"a", _I64.pack(positions.last), db=meta)
         txn.put(p + b"e", positions.epoch.encode(), db=meta)
 
     def apply_ops(self, positions: Positions, ops: list[Op], clear: tuple[int, frozenset[int]] | None = None) -> None:
@@ -143,17 +139,10 @@ class PartitionedReplica(LocalReplica):
             state = self._state
             if clear is not None:
                 groups, dirty = clear
-                start = len(prefix)
                 cursor = txn.cursor(db=state)
                 found = cursor.set_range(prefix)
-                while found:
-                    key = cursor.key()
-                    if not key.startswith(prefix):
-                        break
-                    if key_group(key[start:].decode(), groups) in dirty:
-                        found = cursor.delete()
-                    else:
-                        found = cursor.next()
+                while found and (key := cursor.key()).startswith(prefix):
+                    found = cursor.delete() if key_group(key[len(prefix):].decode(), groups) in dirty else cursor.next()
             write_ops(txn, state, prefix, ops)
             self._put_position(txn, positions)
 
@@ -188,13 +177,6 @@ class PartitionedFollowerStore(FollowerStore):
         positions = self.replica.positions()
         return positions if positions is not None and positions.gen == meta.gen else None
 
-    @property
-    def _fqfn(self) -> str:
-        return f"{self.tenant}/{self.namespace}/{self.name}"
-
-    def _deleted(self, why: str) -> NotFoundError:
-        return NotFoundError(f"function {self._fqfn} was deleted: {why}; close this follower")
-
     def _check_leader(self, position: ChangelogPosition | None) -> None:
         """:class:`NotFoundError` if the registry entry is gone, or (given the leader's position) its
         partition-owned state is gone after this follower adopted it."""
@@ -211,9 +193,8 @@ class PartitionedFollowerStore(FollowerStore):
             self.replica.abandon_restore()
             self._meta = meta = self.replica.load()
             self._positions = None
-        if meta.garbage:
-            if self.replica.collect_garbage(meta.garbage):
-                meta.garbage = []
+        if meta.garbage and self.replica.collect_garbage(meta.garbage):
+            meta.garbage = []
         started = time.monotonic()
         try:
             applied = self._poll()
@@ -292,7 +273,7 @@ class PartitionedFollowerStore(FollowerStore):
             log.info("follower of %s: partition(s) %s behind their snapshot: rebuilt in place", self._fqfn, rebuilt)
         self.replica.apply_ops(updated, ops, (layout.groups, frozenset(dirty)) if dirty else None)
         self._positions = updated
-        self._meta.applied, self._meta.epoch = updated.applied, updated.epoch
+        self._meta.applied, self._meta.epoch = updated.last, updated.epoch
         if changed:
             assert self.on_apply is not None
             self.on_apply(changed)
@@ -303,28 +284,16 @@ class PartitionedFollowerStore(FollowerStore):
         with self._cond:
             self._phase = "restoring"
             self._restored = 0
-        progress: dict[str, Any] = {"source": "partitioned", "generation": layout.generation}
-        progress = {**progress, "gen": self.replica.begin_restore(progress), "written": 0}
-        chunk: list[Op] = []
+        progress = self.replica.begin_restore({"source": "partitioned", "generation": layout.generation})
         try:
-            for manifest in manifests:
-                for op in self._ops(layout, manifest):
-                    chunk.append(op)
-                    if len(chunk) >= self.restore_chunk:
-                        self.replica.restore_chunk(progress, chunk)
-                        self._restored += len(chunk)
-                        chunk = []
-                        if self._tailing.stopping:
-                            raise _Changed()  # stopping: the next start bootstraps again
-            if chunk:
-                self.replica.restore_chunk(progress, chunk)
-                self._restored += len(chunk)
+            if not self._write_generation(progress, (op for m in manifests for op in self._ops(layout, m))):
+                raise _Changed()  # stopping: the next start bootstraps again
         except BaseException:
             self.replica.abandon_restore()
             self._meta = self.replica.load()
             raise
         positions = Positions.of(progress["gen"], layout, manifests)
-        self.replica.finish_restore(positions.gen, positions.applied, positions.epoch, {b"k": positions.encode()})
+        self.replica.finish_restore(positions.gen, positions.last, positions.epoch, {b"k": positions.encode()})
         self._meta = self.replica.load()
         self._positions = positions
         return max(1, int(progress["written"]))
@@ -341,9 +310,7 @@ class PartitionedFollowerStore(FollowerStore):
         delete if that manifest changed since (:class:`_Changed`), else :class:`CorruptStateError`
         naming the blob and the manifest."""
         try:
-            with self.state.blobs.open(blob.url, blob.size, blob.sha256) as reader:
-                data: bytes = reader.read()
-                return data
+            return read_blob(self.state.blobs, blob)
         except CorruptStateError as e:
             path, version = where
             found = self.state.store.get(path)
@@ -377,15 +344,11 @@ class PartitionedFollowerStore(FollowerStore):
                 continue
             if changed is not None:
                 changed.append(record)
-            if record.value is None:
-                yield key, None
-                continue
-            if view.transform is None:
-                yield key, value
-                continue
-            (shown,) = view.records([record])
-            # None: the transform left the key out
-            yield key, None if shown.value is None else records.entry_bytes(shown.version, shown.kind, shown.value)
+            if record.value is not None and view.transform is not None:
+                (record,) = view.records([record])  # its value None: the transform left the key out
+                if record.value is not None:
+                    value = records.entry_bytes(record.version, record.kind, record.value)
+            yield key, None if record.value is None else value
 
     # ---- status --------------------------------------------------------------------------------
 
@@ -397,24 +360,14 @@ class PartitionedFollowerStore(FollowerStore):
         self._raise_if_failed()
         return lag(self.state, self._positions)
 
-    def wait_until_caught_up(self, timeout: float | None = None) -> bool:
-        """As :meth:`FollowerStore.wait_until_caught_up`; also raises :class:`CorruptStateError` (naming
-        the blob) when a poll that started after the call could not go on because a blob is missing or
-        damaged (the follower keeps retrying)."""
-        called = time.monotonic()
-        deadline = None if timeout is None else called + timeout
-        with self._cond:
-            while self._caught_up_at < called:
-                self._raise_if_failed()
-                error = self._blob_error
-                if error is not None and self._blob_error_at >= called:
-                    raise CorruptStateError(str(error))
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
-        self._raise_if_failed()
-        return True
+    def _raise_if_failed(self, since: float | None = None) -> None:
+        """Also, waiting (``since`` the call): :class:`CorruptStateError` (naming the blob) when a poll
+        that started after the call could not go on because a blob is missing or damaged (the
+        follower keeps retrying)."""
+        super()._raise_if_failed()
+        error = self._blob_error
+        if since is not None and error is not None and self._blob_error_at >= since:
+            raise CorruptStateError(str(error))
 
     def status(self) -> dict[str, Any]:
         out = super().status()

@@ -31,7 +31,8 @@ from statekeep.metadata.embedded import embedded_engine, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
 from statekeep.state.embedded import EmbeddedStateProvider
-from statekeep.state.keys import check_scan, encode_key
+from statekeep.state.embedded_changelog import read_entries, scan_in
+from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
@@ -102,10 +103,8 @@ class LocalReplica:
             old = txn.get(p + b"g", db=meta)
             if old is not None:
                 txn.put(p + b"x" + old, b"", db=meta)
-            raw = txn.get(p + b"r", db=meta)
-            if raw is not None:
-                txn.put(p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=meta)
-            for k in (b"g", b"a", b"e", b"r"):
+            self._drop_restore(txn)
+            for k in (b"g", b"a", b"e"):
                 txn.delete(p + k, db=meta)
             if view is None:
                 txn.delete(p + b"v", db=meta)
@@ -135,14 +134,14 @@ class LocalReplica:
 
     # ---- (re)bootstrap -------------------------------------------------------------------------
 
-    def begin_restore(self, source: dict[str, Any]) -> int:
-        """Start writing a new generation; returns it. ``source`` says where it comes from (kept, with the
-        number of entries written so far, so a restarted follower can resume)."""
+    def begin_restore(self, source: dict[str, Any]) -> dict[str, Any]:
+        """Start writing a new generation; returns its progress, ``source`` (where it comes from) with
+        the generation ``gen`` and the entries ``written`` so far, kept so a restarted follower can resume."""
         meta = self.load()
         gen = max([meta.gen or 0, *meta.garbage, (meta.restore or {}).get("gen", 0)]) + 1
         progress = {**source, "gen": gen, "written": 0}
         self._submit(lambda txn: txn.put(self._p + b"r", json.dumps(progress).encode(), db=self._meta))
-        return gen  # type: ignore[no-any-return]
+        return progress
 
     def restore_chunk(self, progress: dict[str, Any], ops: list[Op]) -> None:
         """Write ``ops`` into the restore's generation and count them, in one write."""
@@ -173,13 +172,13 @@ class LocalReplica:
 
     def abandon_restore(self) -> None:
         """Drop an unfinished restore: its generation becomes garbage."""
-        def work(txn: Any) -> None:
-            raw = txn.get(self._p + b"r", db=self._meta)
-            if raw is not None:
-                txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
-                txn.delete(self._p + b"r", db=self._meta)
+        self._submit(self._drop_restore)
 
-        self._submit(work)
+    def _drop_restore(self, txn: Any) -> None:
+        raw = txn.get(self._p + b"r", db=self._meta)
+        if raw is not None:
+            txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
+            txn.delete(self._p + b"r", db=self._meta)
 
     def collect_garbage(self, gens: list[int], max_keys: int = 20_000) -> bool:
         """Delete up to ``max_keys`` keys of garbage generations in one write; True when none is left."""
@@ -213,18 +212,10 @@ class LocalReplica:
         return None if raw is None else records.decode_entry(key, raw)
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
-        out = {}
+        keys = check_keys(keys)
         with transaction(self._env) as txn:
             prefix = self._active(txn)
-            if prefix is not None:
-                for key in keys:
-                    raw = txn.get(prefix + key.encode(), db=self._state)
-                    if raw is not None:
-                        out[key] = records.decode_entry(key, raw)
-        return out
+            return {} if prefix is None else read_entries(lambda k: txn.get(k, db=self._state), prefix, keys)
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
@@ -234,21 +225,8 @@ class LocalReplica:
     def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
         with transaction(self._env) as txn:  # one snapshot for the whole scan
             base = self._active(txn)
-            if base is None:
-                return
-            want = base + prefix.encode()
-            low = want
-            if start_after is not None and start_after.encode() >= prefix.encode():
-                low = base + start_after.encode() + b"\0"
-            cursor = txn.cursor(db=self._state)
-            if not cursor.set_range(low):
-                return
-            produced = 0
-            for raw_key, raw in cursor:
-                if not raw_key.startswith(want) or (limit is not None and produced >= limit):
-                    return
-                yield records.decode_entry(raw_key[len(base):].decode(), raw)
-                produced += 1
+            if base is not None:
+                yield from scan_in(txn.cursor(db=self._state), base, prefix, start_after, limit)
 
 
 def write_ops(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:

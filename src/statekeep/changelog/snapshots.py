@@ -109,24 +109,16 @@ class SnapshotStore:
             raise InvalidArgumentError("snapshots need blob storage: give a blobs URL (e.g. file:///var/lib/blobs)")
         blobs = self.blobs  # a missing fsspec fails here, before anything is written
         root = self._root(state.tenant, state.namespace, state.name)
-        coord = CoordinationService(self.store)
-        try:
-            lock = coord.become_leader(root + "/leader", f"snapshot-{os.getpid()}".encode()).result(self.leader_timeout)
-            try:
-                number = coord.next_counter_value(root + "/counter")
-                view = state.read_all()
-                pos = view.position
-                attributes = {"format": FORMAT, "offset": pos.last_offset, "epoch": pos.epoch,
-                              "purged": pos.purged_offset}
-                key = f"{PREFIX}{number:010d}"
-                pairs = ((e.key.encode(), records.entry_bytes(e.version, e.kind, e.value)) for e in view.entries)
-                with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
-                    handles.add_and_lock(key, entries.encode(entries.SNAPSHOT, pairs), attributes=attributes)
-                    handles.release(key)  # the writer keeps no lock: gc may remove it later
-            finally:
-                lock.release()
-        finally:
-            coord.close()
+        with self._leadership(root, "snapshot") as (coord, lock):
+            number = coord.next_counter_value(root + "/counter")
+            view = state.read_all()
+            pos = view.position
+            attributes = {"format": FORMAT, "offset": pos.last_offset, "epoch": pos.epoch, "purged": pos.purged_offset}
+            key = f"{PREFIX}{number:010d}"
+            pairs = ((e.key.encode(), records.entry_bytes(e.version, e.kind, e.value)) for e in view.entries)
+            with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
+                handles.add_and_lock(key, entries.encode(entries.SNAPSHOT, pairs), attributes=attributes)
+                handles.release(key)  # the writer keeps no lock: gc may remove it later
         info = self.get(state.tenant, state.namespace, state.name, number)
         assert info is not None
         return info
@@ -141,13 +133,19 @@ class SnapshotStore:
         if not old:
             return []
         blobs = self.blobs  # before the leadership: a missing fsspec changes nothing
+        with self._leadership(root, "snapshot-gc") as (_, lock):
+            with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
+                return [info.number for info in old if handles.release_and_try_remove(info.key)]
+
+    @contextlib.contextmanager
+    def _leadership(self, root: str, who: str) -> Iterator[tuple[CoordinationService, Any]]:
+        """The snapshot writers' leadership of ``root`` (one at a time per function), held for the block;
+        :class:`TimeoutError` after ``leader_timeout``."""
         coord = CoordinationService(self.store)
         try:
-            lock = coord.become_leader(root + "/leader",
-                                       f"snapshot-gc-{os.getpid()}".encode()).result(self.leader_timeout)
+            lock = coord.become_leader(root + "/leader", f"{who}-{os.getpid()}".encode()).result(self.leader_timeout)
             try:
-                with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
-                    return [info.number for info in old if handles.release_and_try_remove(info.key)]
+                yield coord, lock
             finally:
                 lock.release()
         finally:
@@ -158,12 +156,8 @@ class SnapshotStore:
     def list(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:
         """The function's snapshots, oldest first (unreadable handles are left out)."""
         handles = f"{self._root(tenant, namespace, name)}/handles"
-        out = []
-        for key in self.store.get_children(handles):
-            info = self._info(tenant, namespace, name, handles, key)
-            if info is not None:
-                out.append(info)
-        return out
+        infos = (self._info(tenant, namespace, name, handles, key) for key in self.store.get_children(handles))
+        return [info for info in infos if info is not None]
 
     def get(self, tenant: str, namespace: str, name: str, number: int) -> SnapshotInfo | None:
         handles = f"{self._root(tenant, namespace, name)}/handles"

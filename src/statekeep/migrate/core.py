@@ -104,14 +104,8 @@ class Report:
         return "\n".join(lines)
 
 
-def _check_batch_keys(batch_keys: object) -> None:
-    check_int(batch_keys, "batch_keys", minimum=1, optional=True)
-
-
 def _local_dir(url: str) -> Path | None:
-    if not url.startswith("local://"):
-        return None
-    return Path(url[len("local://"):].split("?", 1)[0]).expanduser()
+    return Path(url[len("local://"):].split("?", 1)[0]).expanduser() if url.startswith("local://") else None
 
 
 def open_source(url: str) -> MetadataStore:
@@ -126,20 +120,14 @@ def open_source(url: str) -> MetadataStore:
 def _plan(records: Iterator[Record], report: Report, target_provider: str) -> None:
     counts = {"nodes": 0, "skipped": 0, "sequences": 0, "functions": 0, "entries": 0}
     current: dict[str, Any] | None = None
+    kinds = {Node: "nodes", Skipped: "skipped", Sequence: "sequences", Function: "functions", Entry: "entries"}
     for record in records:
-        if isinstance(record, Node):
-            counts["nodes"] += 1
-        elif isinstance(record, Entry):
-            counts["entries"] += 1
-            if current is not None:
-                current["entries"] += 1
+        counts[kinds[type(record)]] += 1
+        if isinstance(record, Entry) and current is not None:
+            current["entries"] += 1
         elif isinstance(record, Skipped):
-            counts["skipped"] += 1
             report.skipped.append(record.path)
-        elif isinstance(record, Sequence):
-            counts["sequences"] += 1
         elif isinstance(record, Function):
-            counts["functions"] += 1
             current = {"fqfn": record.fqfn, "state": record.state, "from": record.provider,
                        "to": target_provider if record.state == "copied" else record.provider, "entries": 0}
             report.functions.append(current)
@@ -189,7 +177,7 @@ def migrate(from_url: str, to_url: str, *, dry_run: bool = False, force: bool = 
             batch_keys: int | None = None, progress: bool = True) -> Report:
     """Copy the store at ``from_url`` into ``to_url`` (see the module docstring); returns the report.
     Resumes an unfinished copy from the same source. ``batch_keys`` overrides the keys per write."""
-    _check_batch_keys(batch_keys)
+    check_int(batch_keys, "batch_keys", minimum=1, optional=True)  # before anything is opened
     if from_url.split("?")[0].rstrip("/") == to_url.split("?")[0].rstrip("/"):
         raise MigrationError("--from and --to name the same store")
     report = Report("migrate", from_url, to_url, dry_run=dry_run)
@@ -215,8 +203,7 @@ def export_store(url: str, path: str | os.PathLike[str], *, progress: bool = Tru
 
             def counted() -> Iterator[Record]:
                 nonlocal done
-                for record in source.records():
-                    done += 1
+                for done, record in enumerate(source.records(), 1):
                     if done % 1000 == 0:
                         bar.update(done)
                     yield record
@@ -244,7 +231,7 @@ def import_file(url: str, path: str | os.PathLike[str], *, dry_run: bool = False
                 batch_keys: int | None = None, progress: bool = True) -> Report:
     """Load the portable file ``path`` into the store at ``url``. The whole file is checked first
     (:class:`CorruptFileError`, nothing written); then as :func:`migrate`."""
-    _check_batch_keys(batch_keys)
+    check_int(batch_keys, "batch_keys", minimum=1, optional=True)  # before anything is opened
     try:
         portable.check_file(path)
         source_id = file_id(path)

@@ -10,10 +10,10 @@ run committed by counting them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Union
 
-from statekeep.state.records import Kind
+from statekeep.state.records import Kind, StateEntry
 
 
 class Node(NamedTuple):
@@ -84,10 +84,9 @@ class Peekable:
         self._has = False
         return record
 
-    def next_entry(self) -> Entry | None:
-        """The next record if it is an :class:`Entry` (then consumed), else None (nothing consumed)."""
-        record = self.peek()
-        if isinstance(record, Entry):
+    def entries(self) -> Iterator[StateEntry]:
+        """The :class:`Entry` records that come next (consumed) as state entries of version 0, up to the
+        next record of another kind (not consumed)."""
+        while isinstance(record := self.peek(), Entry):
             self._has = False
-            return record
-        return None
+            yield StateEntry(record.key, record.value, record.kind, 0)

@@ -164,11 +164,10 @@ class StoreSink:
 
         def entries() -> Iterator[StateEntry]:
             nonlocal taken
-            while (entry := it.next_entry()) is not None:
-                taken += 1
+            for taken, entry in enumerate(it.entries(), 1):
                 if taken % 1000 == 0:
                     self.on_progress(base + taken)
-                yield StateEntry(entry.key, entry.value, entry.kind, 0)
+                yield entry
 
         state = self._provider.get_state_store(function.tenant, function.namespace, function.name)
         state.replace_state(entries())

@@ -21,33 +21,15 @@ from collections.abc import Iterator
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import join
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
-from statekeep.state.base import StateEntry, StateStore, StateStoreProvider
+from statekeep.state.base import StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT as FUNCTIONS_ROOT
 from statekeep.state.catalog import FunctionCatalog, default_provider
-from statekeep.state.keys import decode_key
 from statekeep.state.metadata_provider import DEFAULT_ROOT as STATE_ROOT
-from statekeep.state.metadata_provider import MetadataStateStore
 from statekeep.state.registry import open_provider
 
 JOURNAL_PATH = "/statekeep/migration"
 SUFFIX = re.compile(r"(\d{10})$")
 _READ_CHUNK = 500
-
-
-def scan_state(state: StateStore) -> Iterator[StateEntry]:
-    """Every entry of ``state`` in key order, as ``scan_entries`` gives them, but read in bulk on the
-    metadata provider (its ``scan_entries`` reads one key per round trip; this lists the keys of its
-    documented ``kv/`` subtree and reads them ``get_entries`` at a time)."""
-    if not isinstance(state, MetadataStateStore):
-        yield from state.scan_entries()
-        return
-    segments = state.metadata_store.get_children(state.base + "/kv")
-    for i in range(0, len(segments), _READ_CHUNK):
-        keys = [decode_key(segment) for segment in segments[i:i + _READ_CHUNK]]
-        found = state.get_entries(keys)
-        for key in keys:
-            if key in found:  # else deleted since the listing
-                yield found[key]
 
 
 class StoreSource:
@@ -92,7 +74,7 @@ class StoreSource:
             yield function
             if function.state == "copied":
                 state = self._state_provider().get_state_store(function.tenant, function.namespace, function.name)
-                for entry in scan_state(state):
+                for entry in state.scan_entries():  # paged: one round trip per page on a server store
                     yield Entry(entry.key, entry.kind, entry.value)
 
     def _walk(self, path: str, excluded: set[str], counters: list[Sequence]) -> Iterator[Record]:

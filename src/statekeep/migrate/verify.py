@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from statekeep.metadata.base import MetadataStore
-from statekeep.migrate.source import scan_state
 from statekeep.migrate.records import Function, Node, Peekable, Record, Sequence, Skipped
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
-from statekeep.state.base import StateEntry, StateStoreProvider, merge_entries
+from statekeep.state.base import StateStoreProvider, merge_entries
 
 _CHUNK = 500
 
@@ -106,12 +105,8 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
 def _compare_state(provider: StateStoreProvider, function: Function, it: Peekable, check: Check, digest: _Digest,
                    mismatch: Callable[[Check, str], None]) -> None:
     """Compare the entries that follow ``function`` in ``it`` with its state on the target, both in key order."""
-    def wanted() -> Iterator[StateEntry]:
-        while (entry := it.next_entry()) is not None:
-            yield StateEntry(entry.key, entry.value, entry.kind, 0)
-
     state = provider.get_state_store(function.tenant, function.namespace, function.name)
-    for key, want, have in merge_entries(wanted(), scan_state(state)):
+    for key, want, have in merge_entries(it.entries(), state.scan_entries()):
         name = f"{function.fqfn}:{key}"
         if want is None:  # a key the source does not have: the copy is not exact
             mismatch(check, f"{name} (only on the target)")

@@ -36,14 +36,16 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
                               UnsupportedCapabilityError, ValueTooLargeError)
-from statekeep.state.keys import encode_key
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter
+from statekeep.metadata import MetadataStore, open_store
+from statekeep.state.keys import check_keys, encode_key, validate_name
+from statekeep.state.records import (COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes,
+                                     encode_counter, entry_counter, entry_version, plan_batch)
 from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
 from statekeep.validate import check_int
 
@@ -116,6 +118,17 @@ def validate_amounts(amounts: Mapping[str, object], what: str = "counter delta")
             not values or (COUNTER_MIN <= min(values) and max(values) <= COUNTER_MAX)):
         return dict(amounts)  # type: ignore[arg-type]  # every value is an int, just checked
     return {k: validate_amount(a, what) for k, a in amounts.items()}
+
+
+def validate_batch(puts: object, counters: object, max_size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
+    """The arguments of ``apply_batch``, checked before anything is written: ``(values, deltas)``, the
+    values as stored values (None: delete). :class:`InvalidArgumentError` for an argument that is not
+    a mapping or a bad key, as :func:`validate_value` and :func:`validate_amounts` for the rest."""
+    if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
+        raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
+    check_keys([*puts, *counters])
+    values = {k: None if v is None else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
+    return values, validate_amounts(counters)
 
 
 def validate_expected_version(version: object) -> int | None:
@@ -215,15 +228,8 @@ class ReadableStateStore(abc.ABC):
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
         """Entries of the present keys among ``keys`` (providers may read them in one round trip)."""
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)  # validate all before reading any
-        out = {}
-        for key in keys:
-            entry = self.get_entry(key)
-            if entry is not None:
-                out[key] = entry
-        return out
+        found = {key: self.get_entry(key) for key in check_keys(keys)}
+        return {key: entry for key, entry in found.items() if entry is not None}
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
         """``{key: value}`` for the present keys among ``keys``."""
@@ -390,15 +396,6 @@ class StateStore(ReadableStateStore):
         puts: dict[str, bytes | None] = {}
         counters: dict[str, int] = {}
         size = changed = 0
-
-        def flush() -> None:
-            nonlocal size
-            if puts:
-                self.apply_batch(puts, counters)
-            puts.clear()
-            counters.clear()
-            size = 0
-
         for key, want, have in merge_entries(entries, self.scan_entries()):
             if have is not None and want is not None and (have.kind, have.value) == (want.kind, want.value):
                 continue
@@ -411,9 +408,56 @@ class StateStore(ReadableStateStore):
                 puts[key] = want.value
             size += 2 * len(want.value if want is not None else b"") + 1200
             if len(puts) >= budget or size >= limits.max_bytes // 2:
-                flush()
-        flush()
+                self.apply_batch(puts, counters)
+                puts, counters, size = {}, {}, 0
+        if puts:
+            self.apply_batch(puts, counters)
         return changed
+
+class EntryStateStore(StateStore):
+    """A store keeping every key as a stored entry (:mod:`statekeep.state.records`; the embedded and
+    partitioned providers): each single-key write is planned by :func:`records.plan_batch` inside the
+    store's own atomic write, :meth:`_write_key`."""
+
+    @abc.abstractmethod
+    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
+                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        """In one write: :meth:`_plan_key` over the current stored entries, then write the changes;
+        returns what :meth:`_plan_key` did."""
+
+    @staticmethod
+    def _plan_key(get: Callable[[bytes], bytes | None], key: str, expected: int | None,
+                  values: Mapping[str, bytes | None], deltas: Mapping[str, int],
+                  now_ms: int) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        """``key``'s stored entry before (:func:`check_expected_version` of ``expected`` on it) and the
+        changes of ``values`` and ``deltas`` (:func:`records.plan_batch`), raising before any write."""
+        raw = get(key.encode())
+        check_expected_version(key, None if raw is None else entry_version(raw), expected)
+        return raw, plan_batch(get, values, deltas, now_ms)
+
+    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
+        return self._set(key, encode_bytes(validate_value(value, self.max_value_size)), expected_version)
+
+    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
+        return self._set(key, encode_counter(validate_amount(value, "counter value")), expected_version)
+
+    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
+        encode_key(key)
+        changes = self._write_key(key, validate_expected_version(expected_version), {key: stored}, {})[1]
+        return entry_version(changes[0][1])
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
+        encode_key(key)
+        expected = validate_expected_version(expected_version)
+        if expected == -1:
+            raise InvalidArgumentError("delete takes expected_version None or >= 0")
+        return self._write_key(key, expected, {key: None}, {})[0] is not None
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        encode_key(key)
+        changes = self._write_key(key, None, {}, {key: validate_amount(amount)})[1]
+        return entry_counter(key, changes[0][1])
+
 
 def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
                   ) -> Iterator[tuple[str, StateEntry | None, StateEntry | None]]:
@@ -472,3 +516,38 @@ class StateStoreProvider(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class StoreBackedProvider(StateStoreProvider):
+    """A provider keeping its state in a metadata store: the config's open ``store`` (the caller's,
+    left open) or the one its ``metadata_url`` names (opened by :meth:`_config_store`, closed by
+    :meth:`close`)."""
+
+    def __init__(self) -> None:
+        self.store: MetadataStore | None = None
+        self._owns_store = False
+
+    def _config_store(self, config: Mapping[str, Any], missing: str) -> MetadataStore:
+        """``config``'s ``store``, else the store its ``metadata_url`` names, opened here;
+        :class:`InvalidArgumentError` (``missing``) without either, or for a ``store`` that is not one."""
+        store = config.get("store")
+        if store is None:
+            url = config.get("metadata_url")
+            if not isinstance(url, str):
+                raise InvalidArgumentError(missing)
+            store, self._owns_store = open_store(url), True
+        elif not isinstance(store, MetadataStore):
+            raise InvalidArgumentError(f"'store' must be an open statekeep MetadataStore, not {type(store).__name__}")
+        return store
+
+    def _names(self, tenant: str, namespace: str, name: str) -> tuple[str, str, str]:
+        """A function's names, validated; :class:`InvalidArgumentError` before :meth:`init`."""
+        if self.store is None:
+            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
+        return (validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
+                validate_name(name, "function name"))
+
+    def close(self) -> None:
+        if self._owns_store and self.store is not None:
+            self.store.close()
+        self.store = None

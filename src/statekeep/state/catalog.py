@@ -12,7 +12,7 @@ directly, so they never parse the registry's JSON themselves nor import ``statek
 
     catalog = FunctionCatalog(store)                      # root=... where the registry keeps functions
     catalog.get("public", "default", "wc")                # GetResult | None
-    name, config = catalog.provider_of("public", "default", "wc")   # NotFoundError if no such function
+    catalog.config("public", "default", "wc")             # its JSON; NotFoundError if no such function
 """
 
 from __future__ import annotations
@@ -117,12 +117,6 @@ class FunctionCatalog:
         :class:`CorruptStateError`) if it is not one."""
         config: dict[str, Any] = jsonrecords.decode(raw, key, "registry entry")
         return config
-
-    def provider_of(self, tenant: str, namespace: str, name: str) -> tuple[str, dict[str, Any]] | None:
-        """``(provider name, config)`` the function's ``stateStorage`` names; ``None`` for the default.
-        :class:`NotFoundError` if there is no such function."""
-        config = self.config(tenant, namespace, name)
-        return parse_state_storage(config.get("stateStorage"))
 
     def list(self, tenant: str, namespace: str) -> list[str]:
         """Names of the functions in a namespace, sorted; ``[]`` for an unknown namespace."""

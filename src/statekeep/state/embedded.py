@@ -27,22 +27,17 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from statekeep.errors import CounterOverflowError, InvalidArgumentError
+from statekeep.errors import InvalidArgumentError
 from statekeep.lru import remember
-from statekeep.metadata import MetadataStore, open_store
 from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
                                          uncounted_read)
 from statekeep.state import records
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
-                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
-from statekeep.state.embedded_changelog import EmbeddedChangelog
-from statekeep.state.keys import check_scan, encode_key, validate_name
+from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, StoreBackedProvider, validate_batch
+from statekeep.state.embedded_changelog import EmbeddedChangelog, read_entries, scan_in
+from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
-_RECORD = struct.Struct(records.RECORD_FORMAT)
 _I64 = struct.Struct(">q")
-_unpack_i64 = _I64.unpack_from
-_TAG_COUNTER = records.COUNTER[0]
 
 
 class _Txn:
@@ -52,62 +47,49 @@ class _Txn:
         self.s, self.txn, self.now_ms = store, txn, now_ms
         self.offset: int | None = None
 
-    def read(self, key: str) -> tuple[int, bytes] | None:
-        raw = self.txn.get(self.s._prefix + key.encode(), db=self.s._state)
-        return None if raw is None else (_U64.unpack_from(raw)[0], raw[8:])
+    def get(self, key: bytes) -> bytes | None:
+        """The stored entry of ``key`` (UTF-8), or None."""
+        return self.txn.get(self.s._prefix + key, db=self.s._state)  # type: ignore[no-any-return]
 
-    def write(self, key: str, current: tuple[int, bytes] | None, stored: bytes | None) -> int:
-        """Set ``key`` to ``stored`` (None: delete) and log it; returns the new (or deleted) version."""
-        return self.write_many([(key, None if current is None else current[0], stored)])[0]
+    def plan(self, values: Mapping[str, bytes | None], deltas: Mapping[str, int]) -> list[tuple[bytes, bytes]]:
+        """:func:`records.plan_batch` over this function's stored entries (raises before any write)."""
+        return records.plan_batch(self.get, values, deltas, self.now_ms)
 
-    def write_many(self, changes: list[tuple[str, int | None, bytes | None]]) -> list[int]:
-        """:meth:`write` of each ``(key, version before or None if absent, stored)`` in order (a key
-        at most once), with the puts of a whole batch handed to LMDB in one call per database."""
+    def write_many(self, changes: list[tuple[bytes, bytes]]) -> None:
+        """Write planned ``(key, stored entry)`` changes (a tombstone entry deletes the key) and log
+        each, in order, with the puts of a whole batch handed to LMDB in one call per database."""
         if not changes:
-            return []
-        s, txn, now_ms, pack = self.s, self.txn, self.now_ms, _U64.pack
+            return
+        s, txn, pack = self.s, self.txn, _U64.pack
         if self.offset is None:
             raw = txn.get(s._offset_key, db=s._meta)
             self.offset = 0 if raw is None else _U64.unpack(raw)[0]
             if raw is None:  # the first record of this incarnation: a new epoch
-                txn.put(s._prefix + b"e", f"{now_ms}-{os.urandom(6).hex()}".encode(), db=s._meta)
-        prefix, offset, header = s._prefix, self.offset, _RECORD.pack
-        versions: list[int] = []
+                txn.put(s._prefix + b"e", f"{self.now_ms}-{os.urandom(6).hex()}".encode(), db=s._meta)
+        prefix, offset, record = s._prefix, self.offset, records.entry_change_record
         state_puts, log_puts = [], []
-        for key, before, stored in changes:
-            key_bytes = key.encode()
-            if stored is None:
-                assert before is not None  # a delete is of a present key
-                version = before
-                txn.delete(prefix + key_bytes, db=s._state)
-                record = header(records.TOMBSTONE, version, len(key_bytes)) + key_bytes + pack(now_ms)
+        for key, entry in changes:
+            if entry[8] == records.TOMBSTONE_TAG:
+                txn.delete(prefix + key, db=s._state)
             else:
-                version = 0 if before is None else before + 1
-                state_puts.append((prefix + key_bytes, pack(version) + stored))
-                record = header(stored[:1], version, len(key_bytes)) + key_bytes + stored[1:]  # records.encode_record
-            log_puts.append((prefix + pack(offset), record))
+                state_puts.append((prefix + key, entry))
+            log_puts.append((prefix + pack(offset), record(key, entry)))
             offset += 1
-            versions.append(version)
         if state_puts:
             txn.cursor(db=s._state).putmulti(state_puts)
         txn.cursor(db=s._changelog).putmulti(log_puts)
         self.offset = offset
-        return versions
 
     def finish(self) -> None:
         if self.offset is not None:
             self.txn.put(self.s._offset_key, _U64.pack(self.offset), db=self.s._meta)
 
 
-def _counter(key: str, current: tuple[int, bytes] | None) -> int:
-    return records.entry_counter(key, None if current is None else _U64.pack(current[0]) + current[1])
-
-
 #: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers
 DATABASES = (b"state", b"changelog", b"state_meta")
 
 
-class EmbeddedStateStore(EmbeddedChangelog, StateStore):
+class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
     provider_name = "embedded"
 
     def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
@@ -149,35 +131,27 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
     # bytes returns the same answer, so a hit is one lookup, one LMDB read and one comparison.
     # Only valid keys get an entry, so a hit needs no validation.
 
-    @uncounted_read
     def get(self, key: str) -> bytes | None:
         """As :meth:`StateStore.get`: a fresh read of the committed value (a counter as 8 bytes)."""
-        try:
-            hot = self._hot_values[key]  # as MetadataStore.get in local.py: subscript, positional db
-        except (KeyError, TypeError):  # not read before, or unhashable (not a key)
-            return self._read_cold(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
-        if FORK_GATE.pending:
-            return self._read_cold(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
-        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
-            raw = txn.get(hot[0])
-        if raw == hot[1]:
-            return hot[2]
-        return self._read_cold(key, self._hot_values, records.entry_value, raw)  # type: ignore[no-any-return]
+        return self._read_hot(key, self._hot_values, records.entry_value)  # type: ignore[no-any-return]
 
-    @uncounted_read
     def get_counter(self, key: str) -> int:
         """As :meth:`StateStore.get_counter`: 0 if absent, :class:`InvalidArgumentError` if it holds bytes."""
+        return self._read_hot(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
+
+    @uncounted_read
+    def _read_hot(self, key: str, hot: dict[str, Any], decode: Callable[[str, bytes | None], Any]) -> Any:
         try:
-            hot = self._hot_counters[key]  # as MetadataStore.get in local.py: subscript, positional db
+            found = hot[key]  # as MetadataStore.get in local.py: subscript, positional db
         except (KeyError, TypeError):  # not read before, or unhashable (not a key)
-            return self._read_cold(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
+            return self._read_cold(key, hot, decode)
         if FORK_GATE.pending:
-            return self._read_cold(key, self._hot_counters, records.entry_counter)  # type: ignore[no-any-return]
+            return self._read_cold(key, hot, decode)
         with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
-            raw = txn.get(hot[0])
-        if raw == hot[1]:
-            return hot[2]
-        return self._read_cold(key, self._hot_counters, records.entry_counter, raw)  # type: ignore[no-any-return]
+            raw = txn.get(found[0])
+        if raw == found[1]:
+            return found[2]
+        return self._read_cold(key, hot, decode, raw)
 
     def _read_cold(self, key: str, hot: dict[str, Any], decode: Callable[[str, bytes | None], Any],
                    raw: bytes | None | bool = False) -> Any:
@@ -195,24 +169,13 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
     def get_entries(self, keys: Iterable[str]) -> dict[str, StateEntry]:
         """All present keys among ``keys`` in one read transaction."""
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
-        out = {}
-        prefix = self._prefix
+        keys = check_keys(keys)
         with transaction(self._env, db=self._state) as txn:
-            get = txn.get
-            for key in keys:
-                raw = get(prefix + key.encode())
-                if raw is not None:
-                    out[key] = records.decode_entry(key, raw)
-        return out
+            return read_entries(txn.get, self._prefix, keys)
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
         """As :meth:`StateStore.fetch_many`, in one read transaction (the Spark runtime's prefetch)."""
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
+        keys = check_keys(keys)
         out: dict[str, tuple[bytes | None, int | None]] = {}
         prefix, absent, counter_tag, unpack = self._prefix, (None, None), records.COUNTER, _I64.unpack_from
         with transaction(self._env, db=self._state) as txn:
@@ -234,20 +197,8 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         return self._scan(prefix, start_after, limit)
 
     def _scan(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[StateEntry]:
-        low = self._prefix + prefix.encode()
-        if start_after is not None and start_after.encode() >= prefix.encode():
-            low = self._prefix + start_after.encode() + b"\0"  # the first key after start_after
-        produced = 0
         with transaction(self._env, db=self._state) as txn:  # one consistent snapshot for the whole scan
-            cursor = txn.cursor()
-            if not cursor.set_range(low):
-                return
-            want = self._prefix + prefix.encode()
-            for raw_key, raw in cursor:
-                if not raw_key.startswith(want) or (limit is not None and produced >= limit):
-                    return
-                yield records.decode_entry(raw_key[len(self._prefix):].decode(), raw)
-                produced += 1
+            yield from scan_in(txn.cursor(), self._prefix, prefix, start_after, limit)
 
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first."""
@@ -282,90 +233,26 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
 
         return self._engine.submit(build)
 
-    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_bytes(validate_value(value, self.max_value_size)), expected_version)
-
-    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_counter(validate_amount(value, "counter value")), expected_version)
-
-    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
-        encode_key(key)
-        expected = validate_expected_version(expected_version)
-
-        def work(t: _Txn) -> int:
-            current = t.read(key)
-            check_expected_version(key, None if current is None else current[0], expected)
-            return t.write(key, current, stored)
-
-        return self._write(work)  # type: ignore[no-any-return]
-
-    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        encode_key(key)
-        expected = validate_expected_version(expected_version)
-        if expected == -1:
-            raise InvalidArgumentError("delete takes expected_version None or >= 0")
-
-        def work(t: _Txn) -> bool:
-            current = t.read(key)
-            check_expected_version(key, None if current is None else current[0], expected)
-            if current is None:
-                return False
-            t.write(key, current, None)
-            return True
-
-        return self._write(work)  # type: ignore[no-any-return]
-
-    def incr(self, key: str, amount: int = 1) -> int:
-        encode_key(key)
-        amount = validate_amount(amount)
-
-        def work(t: _Txn) -> int:
-            current = t.read(key)
-            value = _counter(key, current) + amount
-            if not records.COUNTER_MIN <= value <= records.COUNTER_MAX:
-                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-            t.write(key, current, records.encode_counter(value))
-            return value
+    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
+                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        def work(t: _Txn) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+            raw, changes = self._plan_key(t.get, key, expected, values, deltas, t.now_ms)
+            t.write_many(changes)
+            return raw, changes
 
         return self._write(work)  # type: ignore[no-any-return]
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
-        if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
-            raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
-        for key in (*puts, *counters):
-            encode_key(key)
-        values = {k: None if v is None else records.encode_bytes(validate_value(v, self.max_value_size))
-                  for k, v in puts.items()}
-        deltas = validate_amounts(counters)
+        values, deltas = validate_batch(puts, counters, self.max_value_size)
         marker_key = None if marker is None else self._marker_key(marker)
 
         def work(t: _Txn) -> bool:
             if marker_key is not None and t.txn.get(marker_key, db=self._meta) is not None:
                 return False
-            # compute every new value before writing any: _Txn writes straight into the shared
+            # plan every change before writing any: _Txn writes straight into the shared
             # transaction, so whatever can raise (overflow, a key holding bytes) must raise first
-            changes = []
-            get, prefix, state_db, encode = t.txn.get, self._prefix, self._state, records.encode_counter
-            for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
-                raw = get(prefix + key.encode(), db=state_db)  # _Txn.read, inlined
-                before = None if raw is None else _U64.unpack_from(raw)[0]
-                delta = deltas.get(key)
-                if delta is None:
-                    stored = values[key]
-                    if stored is None and raw is None:  # deleting an absent key changes nothing
-                        continue
-                else:
-                    if raw is None or key in values:
-                        total = delta
-                    elif raw[8] == _TAG_COUNTER and len(raw) == 17:  # _counter's common case, inlined
-                        total = _unpack_i64(raw, 9)[0] + delta
-                    else:
-                        total = records.entry_counter(key, raw) + delta
-                    if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
-                        raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-                    stored = encode(total)
-                changes.append((key, before, stored))
+            changes = t.plan(values, deltas)
             if marker_key is not None:
                 t.txn.put(marker_key, b"", db=self._meta)
             t.write_many(changes)
@@ -377,15 +264,14 @@ class EmbeddedStateStore(EmbeddedChangelog, StateStore):
         def work(t: _Txn) -> None:
             for db in (self._state, self._changelog, self._meta):
                 cursor = t.txn.cursor(db=db)
-                if cursor.set_range(self._prefix):
-                    while cursor.key().startswith(self._prefix):
-                        if not cursor.delete():
-                            break
+                found = cursor.set_range(self._prefix)
+                while found and cursor.key().startswith(self._prefix):
+                    found = cursor.delete()  # moves to the next key
 
         self._write(work)
 
 
-class EmbeddedStateProvider(StateStoreProvider):
+class EmbeddedStateProvider(StoreBackedProvider):
     """State in the LMDB file of a store with an embedded engine (``local://``); see the module docstring.
 
     Config: ``metadata_url`` (the URL of such a store, opened and closed by the provider) or ``store``
@@ -394,41 +280,24 @@ class EmbeddedStateProvider(StateStoreProvider):
     name = "embedded"
     nonblocking_reads = True
 
-    def __init__(self) -> None:
-        self.store: MetadataStore | None = None
-        self._owns_store = False
-
     def init(self, config: Mapping[str, Any]) -> None:
         if not isinstance(config, Mapping) or set(config) - {"metadata_url", "store"}:
             raise InvalidArgumentError("the embedded provider takes 'metadata_url' (local://...) or 'store'")
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str) or not has_embedded_engine(url):  # the backend's capability, before opening
-                raise InvalidArgumentError("the embedded provider needs the 'metadata_url' of a store with an embedded "
-                                           "engine (local://...)")
-            store, self._owns_store = open_store(url), True
+        missing = "the embedded provider needs the 'metadata_url' of a store with an embedded engine (local://...)"
+        url = config.get("metadata_url")
+        if config.get("store") is None and isinstance(url, str) and not has_embedded_engine(url):
+            raise InvalidArgumentError(missing)  # the backend's capability, before opening
+        self.store = self._config_store(config, missing)
         try:
-            engine = embedded_engine(store)  # InvalidArgumentError for a store without one
+            engine = embedded_engine(self.store)  # InvalidArgumentError for a store without one
             for db in DATABASES:  # now, not on a first read (a server's may come on its event loop)
                 engine.open_db(db)
         except BaseException:
-            if self._owns_store:
-                store.close()
-                self._owns_store = False
+            self.close()
             raise
-        self.store = store
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> EmbeddedStateStore:
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return EmbeddedStateStore(self, validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
-                                  validate_name(name, "function name"))
+        return EmbeddedStateStore(self, *self._names(tenant, namespace, name))
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
         self.get_state_store(tenant, namespace, name).cleanup()
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()
-        self.store = None

@@ -1,5 +1,6 @@
 """The changelog side of the ``embedded`` provider (KIP-813): position, counting, compaction, a full
 read in one snapshot, and an atomic restore. Mixed into :class:`~statekeep.state.embedded.EmbeddedStateStore`.
+Its LMDB reads of entries (:func:`read_entries`, :func:`scan_in`) serve the store and followers' copies too.
 
 Meta keys of a function (``F`` its prefix, in the ``state_meta`` database): ``F+o`` the next offset,
 ``F+e`` the epoch (written with the first record of an incarnation; ``cleanup`` removes every ``F``
@@ -27,6 +28,27 @@ _HEADER = records.RECORD_HEADER_SIZE
 COMPACTION_CHUNK = 5_000
 
 
+def read_entries(get: Callable[[bytes], bytes | None], base: bytes, keys: Iterable[str]) -> dict[str, StateEntry]:
+    """The entries of the present ones among ``keys`` (valid keys), stored at ``base + key`` (``get``: a
+    read transaction's, of the database holding them)."""
+    return {key: records.decode_entry(key, raw) for key in keys if (raw := get(base + key.encode())) is not None}
+
+
+def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limit: int | None
+            ) -> Iterator[StateEntry]:
+    """``scan_entries`` over the keys stored at ``base + key`` in ``cursor``'s database (arguments checked)."""
+    want = base + prefix.encode()
+    low = want
+    if start_after is not None and start_after.encode() >= prefix.encode():
+        low = base + start_after.encode() + b"\0"  # the first key after start_after
+    if not cursor.set_range(low):
+        return
+    for produced, (raw_key, raw) in enumerate(cursor):
+        if not raw_key.startswith(want) or (limit is not None and produced >= limit):
+            return
+        yield records.decode_entry(raw_key[len(base):].decode(), raw)
+
+
 class EmbeddedChangelog:
     """Changelog operations over the attributes of an ``EmbeddedStateStore`` (``_env``, ``_state``,
     ``_changelog``, ``_meta``, ``_prefix``, ``_write``)."""
@@ -52,17 +74,17 @@ class EmbeddedChangelog:
         with transaction(self._env) as txn:
             return self._position_in(txn)
 
+    def _keys(self, cursor: Any, start: bytes) -> Iterator[bytes]:
+        """``cursor``'s keys from ``start`` on, while they are this function's (start with its prefix)."""
+        if cursor.set_range(start):
+            for key in cursor.iternext(keys=True, values=False):
+                if not key.startswith(self._prefix):
+                    return
+                yield key
+
     def count_changelog(self, after: int = -1) -> int:
-        count = 0
         with transaction(self._env, db=self._changelog) as txn:
-            cursor = txn.cursor()
-            if cursor.set_range(self._prefix + _U64.pack(after + 1)):
-                prefix = self._prefix
-                for key in cursor.iternext(keys=True, values=False):
-                    if not key.startswith(prefix):
-                        break
-                    count += 1
-        return count
+            return sum(1 for _ in self._keys(txn.cursor(), self._prefix + _U64.pack(after + 1)))
 
     def read_all(self) -> StateView:
         """Entries and position from ONE read transaction: exactly the state at ``last_offset``."""
@@ -75,15 +97,8 @@ class EmbeddedChangelog:
         return StateView(position, self._entries_in(gated))
 
     def _entries_in(self, gated: held_transaction) -> Iterator[StateEntry]:
-        txn: Any = gated.txn
         try:
-            cursor = txn.cursor(db=self._state)
-            prefix, n = self._prefix, len(self._prefix)
-            if cursor.set_range(prefix):
-                for raw_key, raw in cursor:
-                    if not raw_key.startswith(prefix):
-                        break
-                    yield records.decode_entry(raw_key[n:].decode(), raw)
+            yield from scan_in(gated.txn.cursor(db=self._state), self._prefix, "", None, None)  # type: ignore[union-attr]
         finally:
             gated.end()
 
@@ -96,14 +111,12 @@ class EmbeddedChangelog:
         import time
 
         cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - int(tombstone_retention_s * 1000)
-        totals = [0, 0, 0]
-        position = 0
-        while True:
-            result = self._write(lambda t, start=position: self._compact_chunk(t.txn, start, upto_offset, cutoff))
-            position, scanned, removed, dropped, done = result
-            totals = [totals[0] + scanned, totals[1] + removed, totals[2] + dropped]
-            if done:
-                return CompactionResult(totals[0], totals[1], totals[2], upto_offset)
+        totals, position, done = [0, 0, 0], 0, False  # records scanned, removed, tombstones dropped
+        while not done:
+            position, *counts, done = self._write(
+                lambda t, start=position: self._compact_chunk(t.txn, start, upto_offset, cutoff))
+            totals = [total + count for total, count in zip(totals, counts)]
+        return CompactionResult(totals[0], totals[1], totals[2], upto_offset)
 
     def _compact_chunk(self, txn: Any, start: int, upto: int, cutoff: int) -> tuple[int, int, int, int, bool]:
         prefix, n = self._prefix, len(self._prefix)
@@ -175,21 +188,14 @@ class EmbeddedChangelog:
         return changed
 
     def _replace_in(self, t: Any, entries: Iterable[StateEntry]) -> int:
-        prefix, n = self._prefix, len(self._prefix)
-        cursor = t.txn.cursor(db=self._state)
-        keys = []
-        if cursor.set_range(prefix):
-            for raw_key in cursor.iternext(keys=True, values=False):
-                if not raw_key.startswith(prefix):
-                    break
-                keys.append(raw_key[n:].decode())
+        n = len(self._prefix)
+        keys = [raw_key[n:].decode() for raw_key in self._keys(t.txn.cursor(db=self._state), self._prefix)]
 
         def current() -> Iterator[StateEntry]:
             for key in keys:
-                found = t.read(key)
-                if found is not None:
-                    kind, payload = records.decode_stored(found[1], key)
-                    yield StateEntry(key, payload, kind, found[0])
+                raw = t.get(key.encode())
+                if raw is not None:
+                    yield records.decode_entry(key, raw)
 
         changed = 0
         for key, want, have in merge_entries(entries, current()):
@@ -204,6 +210,6 @@ class EmbeddedChangelog:
                 raise InvalidArgumentError(f"entry {key!r}: kind must be 'bytes' or 'counter' (8 bytes)")
             if have is not None and want is not None and (have.kind, have.value) == (want.kind, want.value):
                 continue
-            t.write(key, t.read(key), stored)
+            t.write_many(t.plan({key: stored}, {}))
             changed += 1
         return changed

@@ -27,6 +27,8 @@ LMDB key limit of 511 bytes): 240 ASCII letters or digits, fewer otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from statekeep.errors import InvalidArgumentError
 from statekeep.validate import check_int
 
@@ -85,6 +87,14 @@ def encode_prefix(prefix: str) -> str:
         return "".join([_CODES[b] for b in prefix.encode("utf-8")])
     except UnicodeEncodeError as e:
         raise InvalidArgumentError(f"a key prefix must be valid Unicode: {prefix!r}") from e
+
+
+def check_keys(keys: Iterable[str]) -> list[str]:
+    """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
+    keys = list(dict.fromkeys(keys))
+    for key in keys:
+        encode_key(key)
+    return keys
 
 
 def check_scan(prefix: object, start_after: object, limit: object) -> str:

@@ -37,14 +37,14 @@ from typing import Any
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
-from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put, open_store
+from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put
 from statekeep.metadata.types import validate_path
 from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StateStoreProvider, check_expected_version,
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StoreBackedProvider, check_expected_version,
                                   validate_amount, validate_amounts, validate_expected_version, validate_value)
-from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix, validate_name
+from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix
 from statekeep.state.metadata_changelog import MetadataChangelog
 from statekeep.validate import check_int
 
@@ -222,17 +222,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
             stored = compute(current)
             if stored is _UNCHANGED:
                 return _UNCHANGED
-            ops: list[Op]
-            if stored is None:
-                assert current is not None  # compute deletes only what exists
-                ops = [Delete(path, current.stat.version),
-                       Put(self._log, records.encode_record(key, None, current.stat.version), sequential=True)]
-            else:
-                version = 0 if current is None else current.stat.version + 1
-                ops = [Put(path, stored, -1 if current is None else current.stat.version),
-                       Put(self._log, records.encode_record(key, stored, version), sequential=True)]
+            assert stored is not None or current is not None  # compute deletes only what exists
             try:
-                stats = self._store.multi(ops)
+                stats = self._store.multi(list(self._write_ops(key, path, current, stored)))
             except (BadVersionError, NotFoundError):
                 if expected_version is not None:  # the caller's condition no longer holds
                     now = self._store.get(path)
@@ -242,6 +234,17 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                 continue  # lost a race: read again
             return stats[0].version if stats[0] is not None else True
         raise self._gave_up(f"state key {key!r}")
+
+    def _write_ops(self, key: str, path: str, current: GetResult | None, stored: bytes | None) -> tuple[Op, Put]:
+        """The compare-and-set of ``key`` (at ``path``, now ``current``) to ``stored`` (None: delete a
+        present key), and its changelog record."""
+        if stored is None:
+            assert current is not None  # only a present key is deleted
+            return (Delete(path, current.stat.version),
+                    Put(self._log, records.encode_record(key, None, current.stat.version), sequential=True))
+        version = 0 if current is None else current.stat.version + 1
+        return (Put(path, stored, -1 if current is None else current.stat.version),
+                Put(self._log, records.encode_record(key, stored, version), sequential=True))
 
     def _gave_up(self, what: str) -> BadVersionError:
         """The error once the retry policy (bounded by ``retry_seconds``) saw every attempt lost."""
@@ -319,16 +322,10 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                 currents = self.read_items(items)
             for item, current in zip(items, currents):
                 stored = self.stored_of(item, current)
-                if stored is None:
-                    if current is None:
-                        continue  # deleting an absent key changes nothing
-                    ops.append(Delete(item.path, current.stat.version))
-                    logs.append(Put(self._log, records.encode_record(item.key, None, current.stat.version),
-                                    sequential=True))
-                else:
-                    version = 0 if current is None else current.stat.version + 1
-                    ops.append(Put(item.path, stored, -1 if current is None else current.stat.version))
-                    logs.append(Put(self._log, records.encode_record(item.key, stored, version), sequential=True))
+                if stored is not None or current is not None:  # deleting an absent key changes nothing
+                    op, record = self._write_ops(item.key, item.path, current, stored)
+                    ops.append(op)
+                    logs.append(record)
             try:
                 if ops or logs:
                     self._store.multi([*ops, *logs])
@@ -340,14 +337,13 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         raise self._gave_up(f"a batch of {len(items)} keys")
 
 
-class MetadataStateStoreProvider(StateStoreProvider):
+class MetadataStateStoreProvider(StoreBackedProvider):
     """State in a metadata store (any backend); see the module docstring."""
 
     name = "metadata"
 
     def __init__(self) -> None:
-        self.store: MetadataStore | None = None
-        self._owns_store = False
+        super().__init__()
         self._handles: BoundedLRU[tuple[str, str, str], MetadataStateStore] = BoundedLRU(10_000)
 
     def init(self, config: Mapping[str, Any]) -> None:
@@ -358,15 +354,7 @@ class MetadataStateStoreProvider(StateStoreProvider):
             raise InvalidArgumentError(f"unknown metadata state provider options: {', '.join(sorted(unknown))}")
         self.root = validate_path(config.get("root", DEFAULT_ROOT), allow_root=False)
         self.retry_seconds = float(config.get("retry_seconds", 30.0))
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str):
-                raise InvalidArgumentError("the metadata state provider needs 'metadata_url' (or 'store')")
-            store, self._owns_store = open_store(url), True
-        elif not isinstance(store, MetadataStore):
-            raise InvalidArgumentError("'store' must be an open statekeep MetadataStore")
-        self.store = store
+        self.store = store = self._config_store(config, "the metadata state provider needs 'metadata_url' (or 'store')")
         # the backend's declared capabilities and limits, not its scheme: a third-party backend opts in
         self.nonblocking_reads = "nonblocking_reads" in store.capabilities
         max_keys = max(1, (store.max_multi_ops - _EXTRA_OPS) // _OPS_PER_KEY)
@@ -379,28 +367,18 @@ class MetadataStateStoreProvider(StateStoreProvider):
             check_int(wanted, "max_value_size", minimum=1)
             self.max_value_size = min(self.max_value_size, wanted)
 
-    def _base(self, tenant: str, namespace: str, name: str) -> str:
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/" \
-               f"{validate_name(name, 'function name')}"
-
     def get_state_store(self, tenant: str, namespace: str, name: str) -> MetadataStateStore:
         # handles hold no state of their own (only paths), so one per function is shared
         store = self._handles.get((tenant, namespace, name))  # None also for an unhashable name
         if store is None:
-            self._base(tenant, namespace, name)  # says what is wrong with a bad name
+            self._names(tenant, namespace, name)  # says what is wrong with a bad name
             store = self._handles.put((tenant, namespace, name), MetadataStateStore(self, tenant, namespace, name))
         return store
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
-        base = self._base(tenant, namespace, name)  # raises unless initialized
+        names = self._names(tenant, namespace, name)  # raises unless initialized
         assert self.store is not None
-        self.store.delete_recursive(base)
+        self.store.delete_recursive(f"{self.root}/{'/'.join(names)}")
         handle = self._handles.get((tenant, namespace, name))
         if handle is not None:
             handle._log_ready = False  # its next write starts a new incarnation, with a new token
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from statekeep.errors import CorruptStateError, InvalidArgumentError
+from statekeep.errors import CorruptStateError, CounterOverflowError, InvalidArgumentError
 
 BYTES, COUNTER, TOMBSTONE = b"B", b"C", b"D"
 _COUNTER = struct.Struct(">q")
@@ -37,6 +38,7 @@ _VERSION = struct.Struct(">Q")
 #: the byte of a stored entry that holds its tag (after the version)
 TAG_AT = 8
 TOMBSTONE_TAG = TOMBSTONE[0]
+_COUNTER_TAG = COUNTER[0]
 RECORD_FORMAT = ">cqH"  # tag, version, key length
 _RECORD = struct.Struct(RECORD_FORMAT)
 RECORD_HEADER_SIZE = _RECORD.size
@@ -156,6 +158,46 @@ def entry_record(key: bytes, raw: bytes, offset: int = -1) -> ChangelogRecord:
         return ChangelogRecord(name, None, None, entry_version(raw), offset, _VERSION.unpack_from(raw, 9)[0])
     entry = decode_entry(name, raw)
     return ChangelogRecord(name, entry.kind, entry.value, entry.version, offset)
+
+
+def plan_batch(get: Callable[[bytes], bytes | None], values: Mapping[str, bytes | None],
+               deltas: Mapping[str, int], now_ms: int) -> list[tuple[bytes, bytes]]:
+    """The ``(key, stored entry)`` changes of ``apply_batch(values, deltas)`` over the stored entries
+    ``get`` returns: puts (``values``: stored value, or None to delete: a :func:`tombstone_entry` of a
+    present key, at ``now_ms``), then counter deltas; each key once. Every provider that stores entries
+    plans its writes here. Raises before returning anything: :class:`CounterOverflowError`, or
+    :class:`InvalidArgumentError` for a delta on a key that holds bytes."""
+    changes = []
+    pack, unpack_counter = _VERSION.pack, _COUNTER.unpack_from
+    for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
+        raw_key = key.encode()
+        raw = get(raw_key)
+        version = 0 if raw is None else _VERSION.unpack_from(raw)[0] + 1
+        delta = deltas.get(key)
+        if delta is None:
+            stored = values[key]
+            if stored is None:
+                if raw is not None:
+                    changes.append((raw_key, tombstone_entry(version - 1, now_ms)))
+                continue
+        else:
+            if raw is None or key in values:
+                total = delta
+            elif raw[8] == _COUNTER_TAG and len(raw) == 17:
+                total = unpack_counter(raw, 9)[0] + delta
+            else:
+                total = entry_counter(key, raw) + delta  # raises: bytes, or not a stored entry
+            if not COUNTER_MIN <= total <= COUNTER_MAX:
+                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
+            stored = encode_counter(total)
+        changes.append((raw_key, pack(version) + stored))
+    return changes
+
+
+def entry_change_record(key: bytes, entry: bytes) -> bytes:
+    """The changelog record of the change that left ``key`` (UTF-8) stored as ``entry`` (a deletion's
+    :func:`tombstone_entry` included): the same fields, in the record's order."""
+    return entry[8:9] + entry[:8] + len(key).to_bytes(2, "big") + key + entry[9:]
 
 
 @dataclass(frozen=True, slots=True)

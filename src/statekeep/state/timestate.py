@@ -88,17 +88,17 @@ def expiry_key(key: str) -> str:
 
 def has_expiry_key(key: str) -> bool:
     """Whether ``key`` is short enough to have an expiry (its internal key within the key length limit)."""
-    try:
-        encode_key(expiry_key(key))
-    except InvalidArgumentError:
-        return False
-    return True
+    return _is_key(expiry_key(key))
 
 
 def has_buffer_key(key: str) -> bool:
     """Whether ``key`` is short enough to have a window buffer (its internal key within the length limit)."""
+    return _is_key(buffer_key(key))
+
+
+def _is_key(key: str) -> bool:
     try:
-        encode_key(buffer_key(key))
+        encode_key(key)
     except InvalidArgumentError:
         return False
     return True

@@ -32,9 +32,8 @@ MAX_KEY_GROUPS = 32768
 
 def validate_layout(groups: object, parallelism: object) -> tuple[int, int]:
     """``(groups, parallelism)`` checked: 1 <= parallelism <= groups <= MAX_KEY_GROUPS."""
-    for name, value, high in (("key groups", groups, MAX_KEY_GROUPS), ("parallelism", parallelism, MAX_KEY_GROUPS)):
-        check_int(value, name, minimum=1, maximum=high)
-    assert isinstance(groups, int) and isinstance(parallelism, int)
+    groups = check_int(groups, "key groups", minimum=1, maximum=MAX_KEY_GROUPS)
+    parallelism = check_int(parallelism, "parallelism", minimum=1, maximum=MAX_KEY_GROUPS)
     if parallelism > groups:
         raise InvalidArgumentError(f"parallelism {parallelism} exceeds the function's {groups} key groups")
     return groups, parallelism

@@ -12,6 +12,7 @@ behind, which the next catch-up repairs.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
@@ -22,9 +23,8 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from statekeep.errors import (BadVersionError, CorruptStateError, CounterOverflowError,
-                              NotFoundError, PossibleInconsistentStateError, StateConflictError, StatekeepError,
-                              StoreUnavailableError)
+from statekeep.errors import (BadVersionError, CorruptStateError, NotFoundError, PossibleInconsistentStateError,
+                              StateConflictError, StatekeepError, StoreUnavailableError)
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import transaction
@@ -34,8 +34,6 @@ from statekeep.state.partitioned.manifest import Blob, Manifest
 from statekeep.state.partitioned.restore import restore
 
 _U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
-_TAG_COUNTER = records.COUNTER[0]
 T = TypeVar("T")
 
 #: a snapshot is taken once the entries to replay after the snapshot exceed the state's size (and at
@@ -137,7 +135,7 @@ class Partition:
                 manifest.parents and seq < 1):
             txn.drop(self.state_db, delete=False)  # another lineage, or too far behind: start from the snapshot
             after = None
-        for _, kind, pairs in restore(manifest, self.groups, self._read_blob, after=after):
+        for _, kind, pairs in restore(manifest, self.groups, functools.partial(read_blob, self.blobs), after=after):
             if kind == blobfmt.SNAPSHOT:
                 txn.cursor(db=self.state_db).putmulti(pairs)
             else:
@@ -145,22 +143,13 @@ class Partition:
         txn.put(b"id", manifest.id.encode(), db=self.meta_db)
         txn.put(b"seq", _U64.pack(manifest.seq), db=self.meta_db)
 
-    def _read_blob(self, blob: Blob) -> bytes:
-        with self.blobs.open(blob.url, blob.size, blob.sha256) as reader:
-            return reader.read()
-
     # ---- reads ---------------------------------------------------------------------------------
 
     def read(self, keys: Iterable[str]) -> dict[str, bytes]:
         """Stored values (version + tagged value) of the present keys, from the local copy as it is."""
-        out = {}
         with transaction(self.env, db=self.state_db) as txn:
             get = txn.get
-            for key in keys:
-                raw = get(key.encode())
-                if raw is not None:
-                    out[key] = raw
-        return out
+            return {key: raw for key in keys if (raw := get(key.encode())) is not None}
 
     def scan(self, low: bytes, want: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Stored pairs with keys >= ``low`` that start with ``want``, in key order, from one read snapshot."""
@@ -254,39 +243,11 @@ class Partition:
         return True
 
 
-# ---- planning a batch: the new stored value of each changed key ----------------------------------
-
-def plan_batch(get: Callable[[bytes], bytes | None], values: dict[str, bytes | None], deltas: dict[str, int],
-               now_ms: int) -> list[tuple[bytes, bytes]]:
-    """The ``(key, stored value)`` changes of ``apply_batch(values, deltas)`` over the stored values
-    ``get`` returns (``version + tagged value``): puts (``values``: tagged value, or None to delete),
-    then counter deltas. Raises before returning anything: :class:`CounterOverflowError`, or
-    :class:`InvalidArgumentError` for a delta on a key that holds bytes."""
-    changes = []
-    pack, unpack_i64 = _U64.pack, _I64.unpack_from
-    for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
-        raw_key = key.encode()
-        raw = get(raw_key)
-        version = 0 if raw is None else _U64.unpack_from(raw)[0] + 1
-        delta = deltas.get(key)
-        if delta is None:
-            stored = values[key]
-            if stored is None:
-                if raw is not None:
-                    changes.append((raw_key, records.tombstone_entry(version - 1, now_ms)))
-                continue
-        else:
-            if raw is None or key in values:
-                total = delta
-            elif raw[8] == _TAG_COUNTER and len(raw) == 17:
-                total = unpack_i64(raw, 9)[0] + delta
-            else:
-                total = records.entry_counter(key, raw) + delta  # raises: bytes, or not a stored entry
-            if not records.COUNTER_MIN <= total <= records.COUNTER_MAX:
-                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-            stored = records.encode_counter(total)
-        changes.append((raw_key, pack(version) + stored))
-    return changes
+def read_blob(blobs: BlobStore, blob: Blob) -> bytes:
+    """The bytes of ``blob``, its size and sha256 checked (:class:`CorruptStateError` if missing or damaged)."""
+    with blobs.open(blob.url, blob.size, blob.sha256) as reader:
+        data: bytes = reader.read()
+        return data
 
 
 def write_changes(txn: Any, db: Any, changes: list[tuple[bytes, bytes]]) -> None:

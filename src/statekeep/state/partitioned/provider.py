@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import os
@@ -14,20 +15,17 @@ from typing import Any, TypeVar
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CorruptStateError, InvalidArgumentError,
                               StateConflictError, StatekeepError)
 from statekeep.handles.blobs import BlobStore
-from statekeep.metadata import open_store
-from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.types import Put
 from statekeep.retry import DEFAULT
 from statekeep.state import records
-from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, StateEntry,
-                                  StateStore, StateStoreProvider, check_expected_version, check_partition,
-                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
-from statekeep.state.keys import check_scan, encode_key, validate_name
+from statekeep.state.base import (BatchLimits, Capability, ChangelogPosition, CompactionResult, EntryStateStore,
+                                  StateEntry, StoreBackedProvider, check_partition, validate_batch)
+from statekeep.state.keys import check_keys, check_scan, encode_key
 from statekeep.state.partitioned.keygroups import (KEY_GROUPS, group_range, key_group, owner,
                                                    validate_layout)
-from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.manifest import Layout, Lineage, Manifest, function_path, manifest_name
-from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, plan_batch, write_changes
+from statekeep.state.partitioned.partition import Partition, PartitionMovedError, now_ms, read_blob, write_changes
+from statekeep.state.partitioned.restore import restore
 
 T = TypeVar("T")
 #: a changelog offset of partition-owned state is ``seq << SEQ_SHIFT | index``: the entry ``index`` of
@@ -38,7 +36,7 @@ CAPABILITIES = frozenset({Capability.CHANGELOG_READ, Capability.PARTITIONED})
 _CONFIG_KEYS = {"state_dir", "metadata_url", "store", "key_groups", "cache_dir", "storage_options"}
 
 
-class PartitionedStateStore(StateStore):
+class PartitionedStateStore(EntryStateStore):
     """One function's partition-owned state, as the REST API, the CLI and the console see it: reads
     answer the latest committed value (each read checks the owning partition's manifest and brings
     the local copy up to it); writes commit to the owning partition like a micro-batch does, ordered
@@ -239,14 +237,12 @@ class PartitionedStateStore(StateStore):
             if found is None:
                 continue  # rescaled meanwhile
             out: list[records.ChangelogRecord] = []
-            try:
-                for segment in Manifest.decode(found.value, found.stat.version, path).segments:
+            manifest = Manifest.decode(found.value, found.stat.version, path)
+            try:  # the segments from the commit holding offset `after` on
+                for segment, _, pairs in restore(manifest, layout.groups, functools.partial(read_blob, self.blobs),
+                                                 after=(after >> SEQ_SHIFT) - 1):
                     base = segment.seq << SEQ_SHIFT
-                    if base + segment.entries - 1 <= after:
-                        continue
-                    with self.blobs.open(segment.url, segment.size, segment.sha256) as reader:
-                        data = reader.read()
-                    for index, (key, value) in enumerate(blobfmt.decode(blobfmt.SEGMENT, data, segment.url)):
+                    for index, (key, value) in enumerate(pairs):
                         if base + index > after:
                             out.append(records.entry_record(key, value, base + index))
                             if limit is not None and len(out) >= limit:
@@ -315,41 +311,12 @@ class PartitionedStateStore(StateStore):
                 continue
         raise StateConflictError(f"state key {key!r} of {self.scope}: lost every race for 30 s")
 
-    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
-        expected = validate_expected_version(expected_version)
-
-        def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
-            raw = get(key.encode())
-            _check_expected(key, raw, expected)
-            version = 0 if raw is None else records.entry_version(raw) + 1
-            return version, [(key.encode(), records.encode_entry(version, stored))]
-
-        return self._write(key, work)
-
-    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_bytes(validate_value(value, self.max_value_size)), expected_version)
-
-    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
-        return self._set(key, records.encode_counter(validate_amount(value, "counter value")), expected_version)
-
-    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        expected = validate_expected_version(expected_version)
-        if expected == -1:
-            raise InvalidArgumentError("delete takes expected_version None or >= 0")
-
-        def work(get: Callable[[bytes], bytes | None]) -> tuple[bool, list[tuple[bytes, bytes]]]:
-            raw = get(key.encode())
-            _check_expected(key, raw, expected)
-            return (False, []) if raw is None else (True, plan_batch(get, {key: None}, {}, now_ms()))
-
-        return self._write(key, work)
-
-    def incr(self, key: str, amount: int = 1) -> int:
-        amount = validate_amount(amount)
-
-        def work(get: Callable[[bytes], bytes | None]) -> tuple[int, list[tuple[bytes, bytes]]]:
-            changes = plan_batch(get, {}, {key: amount}, now_ms())
-            return records.entry_counter(key, changes[0][1]), changes
+    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
+                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        def work(get: Callable[[bytes], bytes | None]) -> tuple[tuple[bytes | None, list[tuple[bytes, bytes]]],
+                                                                list[tuple[bytes, bytes]]]:
+            raw, changes = self._plan_key(get, key, expected, values, deltas, now_ms())
+            return (raw, changes), changes
 
         return self._write(key, work)
 
@@ -360,23 +327,18 @@ class PartitionedStateStore(StateStore):
         goes through :meth:`task`."""
         if marker is not None:
             self.require(Capability.MARKERS, f"{self.scope}'s batch markers are per partition, through task()")
-        values, deltas = _validated(puts, counters, self.max_value_size)
+        values, deltas = validate_batch(puts, counters, self.max_value_size)
         layout = self.layout(refresh=True) or self.ensure_layout(1)
         by_partition: dict[int, tuple[dict[str, bytes | None], dict[str, int]]] = {}
-        for key in (*values, *deltas):
+        for key in dict.fromkeys([*values, *deltas]):
             p = owner(key_group(key, layout.groups), layout.parallelism, layout.groups)
-            by_partition.setdefault(p, ({}, {}))
-        for key, value in values.items():
-            by_partition[owner(key_group(key, layout.groups), layout.parallelism, layout.groups)][0][key] = value
-        for key, delta in deltas.items():
-            by_partition[owner(key_group(key, layout.groups), layout.parallelism, layout.groups)][1][key] = delta
+            part_values, part_deltas = by_partition.setdefault(p, ({}, {}))
+            if key in values:
+                part_values[key] = values[key]
+            if key in deltas:
+                part_deltas[key] = deltas[key]
         for part_values, part_deltas in by_partition.values():
-
-            def work(get: Callable[[bytes], bytes | None], v: dict[str, bytes | None] = part_values,
-                     d: dict[str, int] = part_deltas) -> tuple[None, list[tuple[bytes, bytes]]]:
-                return None, plan_batch(get, v, d, now_ms())
-
-            self._write(next(iter([*part_values, *part_deltas])), work)
+            self._write_key(next(iter([*part_values, *part_deltas])), None, part_values, part_deltas)
         return True
 
     def has_marker(self, marker: str) -> bool:
@@ -467,23 +429,16 @@ class PartitionTask:
                     "reads and writes the state keys of its own key (the function's --key-field value)")
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
-        keys = list(dict.fromkeys(keys))
-        for key in keys:
-            encode_key(key)
+        keys = check_keys(keys)
         self._check(keys)
         self.partition.sync(self.manifest)
         found = self.partition.read(keys)
-        for key in keys:
-            raw = found.get(key)
-            self._read.setdefault(key.encode(), None if raw is None else raw[:8])  # the version read
         out: dict[str, tuple[bytes | None, int | None]] = {}
         for key in keys:
             raw = found.get(key)
-            if raw is None:
-                out[key] = (None, None)
-            else:
-                entry = records.decode_entry(key, raw)
-                out[key] = (entry.value, entry.counter)
+            self._read.setdefault(key.encode(), None if raw is None else raw[:8])  # the version read
+            entry = None if raw is None else records.decode_entry(key, raw)
+            out[key] = (None, None) if entry is None else (entry.value, entry.counter)
         return out
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
@@ -491,7 +446,7 @@ class PartitionTask:
         """Commit the batch's changes; False if the partition had applied the batch already.
         :class:`StateConflictError` if another write committed since this task read the state (run the
         batch again)."""
-        values, deltas = _validated(puts, counters, self.max_value_size)
+        values, deltas = validate_batch(puts, counters, self.max_value_size)
         self._check([*values, *deltas])
         if self.manifest.batch >= self.batch:
             return False
@@ -503,7 +458,7 @@ class PartitionTask:
                 raw = get(raw_key, db=db)
                 if (None if raw is None else raw[:8]) != version:
                     raise StateConflictError(f"state key {raw_key.decode()!r} changed since the batch read it")
-            changes = plan_batch(lambda raw_key: get(raw_key, db=db), values, deltas, now_ms())
+            changes = records.plan_batch(lambda raw_key: get(raw_key, db=db), values, deltas, now_ms())
             write_changes(txn, db, changes)
             return None, changes
 
@@ -521,35 +476,19 @@ class PartitionTask:
         raise StateConflictError(f"{self.store.scope}: batch {self.batch} lost 50 commits in a row to other writes")
 
 
-def _validated(puts: Mapping[str, bytes | None], counters: Mapping[str, int],
-               max_size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
-    if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
-        raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
-    for key in (*puts, *counters):
-        encode_key(key)
-    values = {k: None if v is None else records.encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
-    return values, validate_amounts(counters)
-
-
-def _check_expected(key: str, raw: bytes | None, expected: int | None) -> None:
-    """The providers' check, on a stored value of the embedded layout (version + tagged value)."""
-    check_expected_version(key, None if raw is None else int.from_bytes(raw[:8], "big"), expected)
-
-
 def default_cache_dir() -> str:
     return os.environ.get("STATEKEEP_STATE_CACHE") or os.path.join(tempfile.gettempdir(), "statekeep-state-cache")
 
 
-class PartitionedStateProvider(StateStoreProvider):
+class PartitionedStateProvider(StoreBackedProvider):
     """See the package docstring."""
 
     name = "partitioned"
     capabilities = CAPABILITIES
 
     def __init__(self) -> None:
-        self.store: MetadataStore | None = None
+        super().__init__()
         self.blobs: BlobStore | None = None
-        self._owns_store = False
         self.key_groups = KEY_GROUPS
         self.cache_dir = default_cache_dir()
 
@@ -572,16 +511,8 @@ class PartitionedStateProvider(StateStoreProvider):
             raise InvalidArgumentError("'cache_dir' must be a local directory")
         # one cache per state_dir, so two stores' partitions never share a local copy
         self.cache_dir = os.path.join(cache_dir, hashlib.sha256(state_dir.encode()).hexdigest()[:16])
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str):
-                raise InvalidArgumentError("the partitioned provider needs the coordination store: 'metadata_url' "
-                                           "(zk://..., etcd://..., local://...) or 'store'")
-            store, self._owns_store = open_store(url), True
-        if not isinstance(store, MetadataStore):
-            raise InvalidArgumentError(f"'store' must be a MetadataStore, not {type(store).__name__}")
-        self.store = store
+        self.store = self._config_store(config, "the partitioned provider needs the coordination store: "
+                                                "'metadata_url' (zk://..., etcd://..., local://...) or 'store'")
         try:
             self.blobs = BlobStore(state_dir, options=dict(options))
         except StatekeepError:
@@ -589,15 +520,7 @@ class PartitionedStateProvider(StateStoreProvider):
             raise
 
     def get_state_store(self, tenant: str, namespace: str, name: str) -> PartitionedStateStore:
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return PartitionedStateStore(self, validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
-                                     validate_name(name, "function name"))
+        return PartitionedStateStore(self, *self._names(tenant, namespace, name))
 
     def cleanup(self, tenant: str, namespace: str, name: str) -> None:
         self.get_state_store(tenant, namespace, name).cleanup()
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()
-        self.store = None
