@@ -192,10 +192,10 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     config.update({"tenant": args.tenant, "namespace": args.namespace, "name": args.name})
     if args.inputs is not None:
         config["inputs"] = [s.strip() for s in args.inputs.split(",") if s.strip()]
-    if args.user_config is not None:
-        config["userConfig"] = json_flag(args, "user_config")
-    if getattr(args, "secrets", None) is not None:
-        config["secrets"] = json_flag(args, "secrets")
+    for option, field in (("user_config", "userConfig"), ("secrets", "secrets"),
+                          ("custom_serde_inputs", "customSerdeInputs"), ("custom_schema_inputs", "customSchemaInputs")):
+        if getattr(args, option, None) is not None:
+            config[field] = json_flag(args, option)
     for flag, (field, kind) in PULSAR_FLAGS.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
         if value is None:
@@ -206,10 +206,6 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
             config.setdefault(field.partition(".")[0], {})[field.partition(".")[2]] = value
         else:
             config[field] = value
-    if getattr(args, "custom_serde_inputs", None) is not None:
-        config["customSerdeInputs"] = json_flag(args, "custom_serde_inputs")
-    if getattr(args, "custom_schema_inputs", None) is not None:
-        config["customSchemaInputs"] = json_flag(args, "custom_schema_inputs")
     for option, field in (("py", "py"), ("output", "output"), ("classname", "className"),
                           ("parallelism", "parallelism"), ("key_field", "keyField"),
                           ("input_format", "inputFormat"), ("output_format", "outputFormat"),

@@ -20,7 +20,6 @@ records not yet applied (-1 when unknown, e.g. the leader is unreachable or the 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +29,6 @@ from statekeep.state.catalog import DEFAULT_ROOT
 if TYPE_CHECKING:
     from statekeep.changelog import FollowerStore
 
-log = logging.getLogger(__name__)
-
-FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
 _SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", "blobs", "functions_root",
               "key_prefix"}
 

@@ -33,6 +33,7 @@ from starlette.routing import Match
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.functions.lifecycle import is_stopped
 from statekeep.functions.worker import function_status, pulsar_function_status
 from statekeep.handles.gc import collect_garbage
 from statekeep.handles.handle import decode as decode_handle
@@ -66,7 +67,8 @@ def node_json(path: str, result: GetResult | None) -> dict[str, Any]:
                                         "this server's session" if st.created_by_self else "another session")}}
 
 
-def _ctx(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
+def store_registry(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
+    """The app's metadata store and function registry (the console's and its event streams')."""
     ctx: ServerContext = request.app.state.ctx
     return ctx.store, ctx.registry
 
@@ -76,7 +78,7 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(authorize)])
 
 @router.get("/ui/api/functions")
 async def functions(request: Request) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.whoami_safe(request)  # 401 before listing anything
 
     def listing() -> list[dict[str, Any]]:
@@ -94,7 +96,7 @@ async def functions(request: Request) -> Response:
                     out.append({"tenant": tenant, "namespace": namespace, "name": name,
                                 "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
                                 "functionStatus": pulsar_function_status(status), "lifecycle": lifecycle,
-                                "stopped": _stopped(registry, tenant, namespace, name)})
+                                "stopped": is_stopped(registry, tenant, namespace, name)})
         return out
 
     lifecycle = _has_lifecycle(request)
@@ -110,15 +112,6 @@ def _has_lifecycle(request: Request) -> bool:
     return any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes)
 
 
-def _stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> bool | None:
-    """Whether the function was stopped through the lifecycle API; None where that API is absent."""
-    try:
-        from statekeep.functions.lifecycle import is_stopped
-    except ImportError:
-        return None
-    return is_stopped(registry, tenant, namespace, name)
-
-
 @router.get(FN + "/batches")
 async def batches(tenant: str, namespace: str, name: str, request: Request) -> Response:
     return JSONResponse(batch_history(request).history(f"{tenant}/{namespace}/{name}"))
@@ -127,7 +120,7 @@ async def batches(tenant: str, namespace: str, name: str, request: Request) -> R
 @router.get(FN + "/changelog")
 async def changelog(tenant: str, namespace: str, name: str, request: Request,
                     limit: int = Query(50, ge=1, le=1000)) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
 
     def read() -> dict[str, Any]:
         state = registry.state_store(tenant, namespace, name)
@@ -151,7 +144,7 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
 
 @router.get("/ui/api/tree")
 async def tree(request: Request, path: str = "/") -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path)
     children = await run_in_threadpool(store.get_children, path)
@@ -161,7 +154,7 @@ async def tree(request: Request, path: str = "/") -> Response:
 
 @router.get("/ui/api/node")
 async def get_node(request: Request, path: str) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path)
     result = await run_in_threadpool(store.get, path)
@@ -172,7 +165,7 @@ async def get_node(request: Request, path: str) -> Response:
 
 @router.put("/ui/api/node")
 async def put_node(request: Request, path: str) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path, allow_root=False)
     try:
@@ -188,7 +181,7 @@ async def put_node(request: Request, path: str) -> Response:
 
 @router.delete("/ui/api/node")
 async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path, allow_root=False)
     await run_in_threadpool(lambda: store.delete(path, expected_version=version))
@@ -197,7 +190,7 @@ async def delete_node(request: Request, path: str, version: int | None = Query(N
 
 @router.get("/ui/api/handle-roots")
 async def handle_roots(request: Request) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
 
     def roots() -> list[str]:
@@ -214,7 +207,7 @@ async def handle_roots(request: Request) -> Response:
 @router.get("/ui/api/handles")
 async def handles(request: Request, root: str, blobs: str | None = None,
                   grace: float = Query(3600.0, ge=0)) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(root)
     return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
