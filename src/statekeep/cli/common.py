@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,11 @@ def print_json(data: object) -> None:
     """Print ``data`` as JSON on stdout, as every command does."""
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def utc_time(ms: int, timespec: str = "seconds") -> str:
+    """A time in ms since the epoch as ISO 8601 UTC, as the commands print times."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec=timespec)
 
 
 PROCESSING_GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL")  # Pulsar's enum

@@ -4,7 +4,7 @@ Every route here needs a valid token when auth is on (:data:`statekeep.server.au
 
 - ``GET /ui/api/functions``: every function the token may see, with its status (running, worker, error,
   records processed, batches), the same as Pulsar's FunctionStatus (``functionStatus``), whether it was
-  stopped, and whether this server has the lifecycle routes (``lifecycle``: start/stop).
+  stopped, and ``lifecycle``: true (the console's start/stop buttons; every server has the lifecycle routes).
 - ``GET /ui/api/functions/T/N/F/batches``: the records-per-micro-batch history (:mod:`.batches`).
 - ``GET /ui/api/functions/T/N/F/changelog?limit=``: the changelog position (compaction point), the
   newest records and the snapshots.
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import Match
 
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
@@ -95,21 +94,11 @@ async def functions(request: Request) -> Response:
                     status = function_status(store, tenant, namespace, name)
                     out.append({"tenant": tenant, "namespace": namespace, "name": name,
                                 "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
-                                "functionStatus": pulsar_function_status(status), "lifecycle": lifecycle,
+                                "functionStatus": pulsar_function_status(status), "lifecycle": True,
                                 "stopped": is_stopped(registry, tenant, namespace, name)})
         return out
 
-    lifecycle = _has_lifecycle(request)
     return JSONResponse(await run_in_threadpool(listing))
-
-
-def _has_lifecycle(request: Request) -> bool:
-    """Whether the app routes ``POST FN/stop`` (Pulsar's lifecycle, :mod:`statekeep.server.lifecycle`):
-    the console shows start/stop buttons only then. Asked of the routes themselves (included routers
-    are not flattened into ``app.routes``)."""
-    scope = {"type": "http", "method": "POST", "path": "/admin/v3/functions/t/n/f/stop", "root_path": "",
-             "path_params": {}}
-    return any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes)
 
 
 @router.get(FN + "/batches")
