@@ -115,13 +115,9 @@ def _layout(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
 
 
 def advertised_address(args: argparse.Namespace) -> str:
-    advertised: str | None = args.advertised_address
-    if advertised:
-        return advertised
-    host: str = args.host
-    if host in ("", "0.0.0.0", "::"):
-        return socket.gethostname()
-    return host
+    if args.advertised_address:
+        return str(args.advertised_address)
+    return socket.gethostname() if args.host in ("", "0.0.0.0", "::") else str(args.host)
 
 
 def build_worker(args: argparse.Namespace, metadata_url: str, checkpoint_root: str | None) -> NullWorker | SparkWorker:

@@ -5,14 +5,7 @@ Followers are configured with the server (``ServerConfig.followers``: a list of
 removed at stop), ``"provider"``, ``"blobs"``, ``"functions_root"`` (where the leader's registry keeps
 functions; default: the server's own ``functions_root``) and ``"key_prefix"`` (follow only the keys
 starting with it: reads of other keys find nothing)); each tails its leader from the server's start
-to its stop. Routes (in :mod:`statekeep.server.routes.followers`; ``FOL`` =
-``/admin/v3/followers/{tenant}/{namespace}/{name}``):
-
-- ``GET /admin/v3/followers``: every follower's status with its ``lag``;
-- ``GET FOL/state/{key}``: a key as FunctionState JSON, from the follower's local copy;
-- ``GET FOL/state?prefix=&startAfter=&limit=``: a page of keys;
-- any write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``FOL/state...``: 405 with a JSON ``reason``
-  and ``Allow: GET``; nothing is written.
+to its stop. Their routes are in :mod:`statekeep.server.routes.followers`.
 
 ``/metrics`` gains ``statekeep_follower_lag_records{function="T/N/F"}`` (from :meth:`Followers.lags`): changelog
 records not yet applied (-1 when unknown, e.g. the leader is unreachable or the function was deleted).

@@ -117,18 +117,18 @@ async def trigger_function(tenant: str, namespace: str, name: str, request: Requ
     form = await request.form(max_files=2, max_fields=8)
     data = await read_part(form.get("data"), limit)
     stream = await read_part(form.get("dataStream"), limit)
-    topic = await read_part(form.get("topic"), limit)
+    part = await read_part(form.get("topic"), limit)
+    topic = None if part is None else part.decode("utf-8", "replace")
     if (data is None) == (stream is None):
         raise InvalidArgumentError("send exactly one of the parts data (a value) and dataStream (a file)")
+    value = data if data is not None else stream
+    assert value is not None  # exactly one of the two parts was sent (checked above)
 
     def run() -> str:
         cfg = ctx.registry.get(tenant, namespace, name)
-        if topic is not None and topic.decode("utf-8", "replace") not in cfg.inputs:
+        if topic is not None and topic not in cfg.inputs:
             raise InvalidArgumentError(f"topic must be one of the function's inputs {cfg.inputs}")
-        value = data if data is not None else stream
-        assert value is not None  # exactly one of the two parts was sent (checked above)
-        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value,
-                                                       topic.decode("utf-8", "replace") if topic else None))
+        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value, topic))
 
     return PlainTextResponse(await ctx.call(run))
 

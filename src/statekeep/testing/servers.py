@@ -332,10 +332,6 @@ class Ensemble:
         self.servers[i].kill()
         self.servers[i].start(timeout)
 
-    def kill_all(self) -> None:
-        for server in self.servers:
-            server.kill()
-
     def start_all(self, timeout: float = 60.0) -> None:
         """Start every server that is not running and wait until all serve."""
         for server in self.servers:
@@ -348,7 +344,8 @@ class Ensemble:
     def stop_all_for(self, seconds: float, timeout: float = 60.0) -> None:
         """An outage of the whole ensemble: SIGKILL every server, wait ``seconds``, start them all again
         on their data dirs and wait until all serve."""
-        self.kill_all()
+        for server in self.servers:
+            server.kill()
         time.sleep(seconds)
         self.start_all(timeout)
 

@@ -78,7 +78,7 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(authorize)])
 @router.get("/ui/api/functions")
 async def functions(request: Request) -> Response:
     store, registry = store_registry(request)
-    access.whoami_safe(request)  # 401 before listing anything
+    access.whoami(request)  # 401 before listing anything
 
     def listing() -> list[dict[str, Any]]:
         out = []
@@ -239,13 +239,9 @@ def list_handles(store: MetadataStore, root: str, blobs: str | None, grace: floa
 def record_json(r: ChangelogRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"offset": r.offset, "key": r.key, "version": r.version, "tombstone": r.tombstone}
     if r.value is not None:  # the value fields of FunctionState JSON (numberValue, stringValue or byteValue)
-        value = function_state_json(_entry(r))
+        assert r.kind is not None  # a record with a value has its kind
+        value = function_state_json(StateEntry(r.key, r.value, r.kind, r.version))
         out.update({k: v for k, v in value.items() if k not in ("key", "version")})
     if r.deleted_ms is not None:
         out["deletedMs"] = r.deleted_ms
     return out
-
-
-def _entry(r: ChangelogRecord) -> StateEntry:
-    assert r.value is not None and r.kind is not None  # not a tombstone (record_json checks)
-    return StateEntry(r.key, r.value, r.kind, r.version)

@@ -104,7 +104,7 @@ router = APIRouter(include_in_schema=False)  # EventSource sends no header: acce
 async def whoami(request: Request) -> JSONResponse:
     """``{"auth", "signedIn", "superuser"}``: always 200, so the console's sign-in check logs no error."""
     try:
-        return JSONResponse({"signedIn": True, **access.whoami_safe(request)})
+        return JSONResponse({"signedIn": True, **access.whoami(request)})
     except UnauthorizedError as e:
         return JSONResponse({"auth": True, "signedIn": False, "superuser": False, "reason": str(e)})
 
@@ -168,7 +168,7 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
 @router.get("/ui/api/events/functions")
 async def function_events(request: Request) -> StreamingResponse:
     store, registry = store_registry(request)
-    access.whoami_safe(request)  # 401 for a missing or unknown token
+    access.whoami(request)  # 401 for a missing or unknown token
     visible: dict[str, bool] = {}
 
     def may_see(fqfn: str) -> bool:
