@@ -11,17 +11,12 @@ from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundErr
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from statekeep.cli import functions, metadata, standalone
+    from statekeep.cli import followers, functions, handles, metadata, migrate, standalone, topics
 
     parser = argparse.ArgumentParser(prog="statekeep", description=__doc__.splitlines()[0])
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
-    metadata.register(groups)
-    functions.register(groups)
-    standalone.register(groups)
-    __import__("statekeep.cli.handles", fromlist=["register"]).register(groups)
-    __import__("statekeep.cli.followers", fromlist=["register"]).register(groups)
-    __import__("statekeep.cli.migrate", fromlist=["register"]).register(groups)
-    __import__("statekeep.cli.topics", fromlist=["register"]).register(groups)
+    for group in (metadata, functions, standalone, handles, followers, migrate, topics):
+        group.register(groups)
     return parser
 
 

@@ -178,11 +178,9 @@ class Http:
         httpx = self._httpx
         try:
             response = self._client.request(method, url, files=files, data=data, params=query)
-        except httpx.ConnectError as e:
-            raise ServerUnreachableError(self._advice(_reason(e))) from None
         except httpx.TimeoutException:
             raise errors.StoreUnavailableError(f"the server at {self.url} did not answer in time") from None
-        except httpx.TransportError as e:
+        except httpx.TransportError as e:  # refused, reset, no route, ...
             raise ServerUnreachableError(self._advice(_reason(e))) from None
         if response.status_code >= 400:
             try:

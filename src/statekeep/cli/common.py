@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,11 @@ def print_json(data: object) -> None:
     """Print ``data`` as JSON on stdout, as every command does."""
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def utc_time(ms: int, timespec: str = "seconds") -> str:
+    """A time in ms since the epoch as ISO 8601 UTC, as the commands print times."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec=timespec)
 
 
 PROCESSING_GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL")  # Pulsar's enum
@@ -192,10 +198,10 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     config.update({"tenant": args.tenant, "namespace": args.namespace, "name": args.name})
     if args.inputs is not None:
         config["inputs"] = [s.strip() for s in args.inputs.split(",") if s.strip()]
-    if args.user_config is not None:
-        config["userConfig"] = json_flag(args, "user_config")
-    if getattr(args, "secrets", None) is not None:
-        config["secrets"] = json_flag(args, "secrets")
+    for option, field in (("user_config", "userConfig"), ("secrets", "secrets"),
+                          ("custom_serde_inputs", "customSerdeInputs"), ("custom_schema_inputs", "customSchemaInputs")):
+        if getattr(args, option, None) is not None:
+            config[field] = json_flag(args, option)
     for flag, (field, kind) in PULSAR_FLAGS.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
         if value is None:
@@ -206,10 +212,6 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
             config.setdefault(field.partition(".")[0], {})[field.partition(".")[2]] = value
         else:
             config[field] = value
-    if getattr(args, "custom_serde_inputs", None) is not None:
-        config["customSerdeInputs"] = json_flag(args, "custom_serde_inputs")
-    if getattr(args, "custom_schema_inputs", None) is not None:
-        config["customSchemaInputs"] = json_flag(args, "custom_schema_inputs")
     for option, field in (("py", "py"), ("output", "output"), ("classname", "className"),
                           ("parallelism", "parallelism"), ("key_field", "keyField"),
                           ("input_format", "inputFormat"), ("output_format", "outputFormat"),

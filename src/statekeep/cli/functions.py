@@ -22,9 +22,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from statekeep.cli import common, lifecycle, snapshots
 from statekeep.cli import run as localrun
@@ -57,10 +55,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         sub.set_defaults(run=functools.partial(common.identified, run, named))
         return sub
 
-    for name, handler, help in (("create", _create, "register a function"),
-                                ("update", _update, "change a function's config or code")):
-        add_config_flags(command(name, handler, help))
-    command("get", _get, "print a function's config (JSON)")
+    for name, help in (("create", "register a function"), ("update", "change a function's config or code")):
+        add_config_flags(command(name, functools.partial(_write, create=name == "create"), help))
+    command("get", _print, "print a function's config (JSON)")
     ls = command("list", _list, "list the functions of a namespace", named=False)
     ls.add_argument("--json", action="store_true", help="print a JSON array")
     command("delete", _delete, "delete a function and all its state")
@@ -68,7 +65,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     query.add_argument("-k", "--key", required=True, help="state key")
     query.add_argument("-w", "--watch", action="store_true",
                        help="keep watching the key: print it (one JSON object per line) each time it changes")
-    command("timers", _timers, "print a function's timers and watermark (JSON)")
+    command("timers", _print, "print a function's timers and watermark (JSON)")
     put = command("putstate", _putstate, "write a state key from FunctionState JSON")
     put.add_argument("-k", "--key", help="state key (default: the key in --state)")
     put.add_argument("-s", "--state", required=True,
@@ -80,14 +77,6 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 # ---- commands --------------------------------------------------------------------------------
-
-
-def _create(args: argparse.Namespace) -> int:
-    return _write(args, create=True)
-
-
-def _update(args: argparse.Namespace) -> int:
-    return _write(args, create=False)
 
 
 def _write(args: argparse.Namespace, create: bool) -> int:
@@ -105,9 +94,11 @@ def _write(args: argparse.Namespace, create: bool) -> int:
     return 0
 
 
-def _get(args: argparse.Namespace) -> int:
+def _print(args: argparse.Namespace) -> int:
+    """``get`` and ``timers``: the client's JSON answer of that name."""
     with common.functions_client(args) as client:
-        print_json(client.get(args.tenant, args.namespace, args.name))
+        read = client.get if args.command == "get" else client.timers
+        print_json(read(args.tenant, args.namespace, args.name))
     return 0
 
 
@@ -129,36 +120,26 @@ def _delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timers(args: argparse.Namespace) -> int:
-    with common.functions_client(args) as client:
-        print_json(client.timers(args.tenant, args.namespace, args.name))
-    return 0
-
-
 def _querystate(args: argparse.Namespace) -> int:
-    with common.functions_client(args) as client:
-        return _query(args, lambda: client.query_state(args.tenant, args.namespace, args.name, args.key))
-
-
-def _query(args: argparse.Namespace, fetch: Callable[[], Any]) -> int:
     """Print the key once, or with ``--watch`` each time it changes (one JSON object per line; a missing
     key is said once on stderr and watched on), until interrupted, as pulsar-admin's querystate -w."""
-    if not args.watch:
-        print_json(fetch())
-        return 0
-    last: object = None
-    while True:
-        try:
-            state: object = fetch()
-        except NotFoundError as e:
-            state = e.__class__
-            if last is not state:
-                print(f"statekeep: not found: {e}", file=sys.stderr, flush=True)
-        else:
-            if state != last:
-                print(json.dumps(state), flush=True)
-        last = state
-        time.sleep(WATCH_INTERVAL_S)
+    with common.functions_client(args) as client:
+        if not args.watch:
+            print_json(client.query_state(args.tenant, args.namespace, args.name, args.key))
+            return 0
+        last: object = None
+        while True:
+            try:
+                state: object = client.query_state(args.tenant, args.namespace, args.name, args.key)
+            except NotFoundError as e:
+                state = e.__class__
+                if last is not state:
+                    print(f"statekeep: not found: {e}", file=sys.stderr, flush=True)
+            else:
+                if state != last:
+                    print(json.dumps(state), flush=True)
+            last = state
+            time.sleep(WATCH_INTERVAL_S)
 
 
 def _putstate(args: argparse.Namespace) -> int:

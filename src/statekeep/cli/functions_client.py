@@ -1,7 +1,7 @@
 """One interface for what the ``statekeep functions`` commands do to functions, and its two implementations.
 
 :class:`FunctionsClient` names the operations (create, update, get, list, delete, querystate, putstate,
-timers, status, stats, start, stop, restart, trigger); a command calls them without knowing where they go.
+timers, status, stats, start/stop/restart, trigger); a command calls them without knowing where they go.
 :class:`RemoteFunctions` sends them to a server, in Pulsar's ``/admin/v3/functions`` REST paths, and returns
 the server's JSON as received; :class:`DirectFunctions` runs them on a store through
 :class:`statekeep.functions.config.service.FunctionService`, the code the server's routes run, and returns the same
@@ -89,16 +89,9 @@ class FunctionsClient(ABC):
         """The function's FunctionStats, or one instance's metrics."""
 
     @abstractmethod
-    def start(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        """Start a stopped function (or one instance)."""
-
-    @abstractmethod
-    def stop(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        """Stop a function (or one instance); it stays stopped until started."""
-
-    @abstractmethod
-    def restart(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        """Restart a function (or one instance)."""
+    def act(self, action: str, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
+        """``action`` (start, stop or restart) the function (or one instance); a stopped function stays
+        stopped until started."""
 
     @abstractmethod
     def trigger(self, tenant: str, namespace: str, name: str, value: bytes, *, file_name: str | None = None,
@@ -162,14 +155,8 @@ class RemoteFunctions(FunctionsClient):
     def stats(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> Any:
         return self.http.request("GET", _path(tenant, namespace, name, instance_id, "stats"))
 
-    def start(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        self.http.request("POST", _path(tenant, namespace, name, instance_id, "start"))
-
-    def stop(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        self.http.request("POST", _path(tenant, namespace, name, instance_id, "stop"))
-
-    def restart(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        self.http.request("POST", _path(tenant, namespace, name, instance_id, "restart"))
+    def act(self, action: str, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
+        self.http.request("POST", _path(tenant, namespace, name, instance_id, action))
 
     def trigger(self, tenant: str, namespace: str, name: str, value: bytes, *, file_name: str | None = None,
                 topic: str | None = None) -> Any:
@@ -258,14 +245,8 @@ class DirectFunctions(FunctionsClient):
                                        f"there is no instance {instance_id}")
         return stats.instance_stats(raw, instance_id)
 
-    def start(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        raise _needs_server("start")
-
-    def stop(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        raise _needs_server("stop")
-
-    def restart(self, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
-        raise _needs_server("restart")
+    def act(self, action: str, tenant: str, namespace: str, name: str, instance_id: int | None = None) -> None:
+        raise _needs_server(action)
 
     def trigger(self, tenant: str, namespace: str, name: str, value: bytes, *, file_name: str | None = None,
                 topic: str | None = None) -> Any:

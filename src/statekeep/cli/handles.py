@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
-from statekeep.cli.common import print_json
+from statekeep.cli.common import print_json, utc_time
 from statekeep.metadata import open_store
 from statekeep.metadata.registry import default_store_url
 
@@ -38,16 +37,12 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-def _time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+    value, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -78,7 +73,7 @@ def _ls(args: argparse.Namespace) -> int:
         if "error" in row:
             print(f"{row['key']}  v{row['version']}  UNREADABLE: {row['error']}")
         else:
-            print(f"{row['key']}  v{row['version']}  {_size(row['size'])}  {_time(row['createdMs'])}  "
+            print(f"{row['key']}  v{row['version']}  {_size(row['size'])}  {utc_time(row['createdMs'])}  "
                   f"locks: {len(row['lockedBy'])}  {row['blob']}")
     return 0
 
@@ -93,7 +88,7 @@ def _gc(args: argparse.Namespace) -> int:
         return 1 if report.failed else 0
     for blob in report.orphans:
         mark = " (unfinished upload)" if blob.temporary else ""
-        print(f"{_size(blob.size):>10}  {_time(blob.written_ms)}  {blob.url}{mark}")
+        print(f"{_size(blob.size):>10}  {utc_time(blob.written_ms)}  {blob.url}{mark}")
     verb = "reclaimed" if args.delete else "would reclaim"
     print(f"{verb} {len(report.deleted) if args.delete else len(report.orphans)} blob(s), "
           f"{_size(sum(b.size for b in report.orphans if not args.delete or b.url in report.deleted))}; "

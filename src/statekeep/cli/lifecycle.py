@@ -28,8 +28,8 @@ from statekeep.errors import InvalidArgumentError
 def register(command: CommandAdder) -> None:
     """Add the commands through the functions group's ``command`` helper."""
     for name, run, help in (
-            ("status", _status, "a function's status (Pulsar's FunctionStatus; directly: statekeep's record)"),
-            ("stats", _stats, "a function's stats (Pulsar's FunctionStats)"),
+            ("status", _read, "a function's status (Pulsar's FunctionStatus; directly: statekeep's record)"),
+            ("stats", _read, "a function's stats (Pulsar's FunctionStats)"),
             ("start", _lifecycle, "start a stopped function (or one instance)"),
             ("stop", _lifecycle, "stop a function (or one instance); it stays stopped until started"),
             ("restart", _lifecycle, "restart a function (or one instance)")):
@@ -53,15 +53,10 @@ def _instance_id(text: str) -> int:
     return value
 
 
-def _status(args: argparse.Namespace) -> int:
+def _read(args: argparse.Namespace) -> int:
     with common.functions_client(args) as client:
-        print_json(client.status(args.tenant, args.namespace, args.name, args.instance_id))
-    return 0
-
-
-def _stats(args: argparse.Namespace) -> int:
-    with common.functions_client(args) as client:
-        print_json(client.stats(args.tenant, args.namespace, args.name, args.instance_id))
+        read = client.status if args.command == "status" else client.stats
+        print_json(read(args.tenant, args.namespace, args.name, args.instance_id))
     return 0
 
 
@@ -70,8 +65,7 @@ _DONE = {"start": "Started successfully", "stop": "Stopped successfully", "resta
 
 def _lifecycle(args: argparse.Namespace) -> int:
     with common.functions_client(args) as client:
-        act = {"start": client.start, "stop": client.stop, "restart": client.restart}[args.command]
-        act(args.tenant, args.namespace, args.name, args.instance_id)
+        client.act(args.command, args.tenant, args.namespace, args.name, args.instance_id)
     print(_DONE[args.command])
     return 0
 

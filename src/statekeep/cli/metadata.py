@@ -9,9 +9,8 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
 
-from statekeep.cli.common import print_json
+from statekeep.cli.common import print_json, utc_time
 from statekeep.errors import NotFoundError
 from statekeep.metadata import GetResult, Notification, Stat, open_store
 from statekeep.metadata.registry import default_store_url
@@ -43,10 +42,6 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     watch.add_argument("--count", type=int, default=None, help="exit after this many notifications")
 
 
-def _time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
-
-
 def _stat_json(stat: Stat) -> dict[str, object]:
     return {"path": stat.path, "version": stat.version, "createdMs": stat.created_ms,
             "modifiedMs": stat.modified_ms, "ephemeral": stat.ephemeral}
@@ -69,7 +64,7 @@ def _get(args: argparse.Namespace) -> int:
     else:
         shown = _value_json(result.value)
         print(shown.get("value", f"base64:{shown.get('valueBase64')}"))
-        print(f"# version {result.stat.version}, modified {_time(result.stat.modified_ms)}"
+        print(f"# version {result.stat.version}, modified {utc_time(result.stat.modified_ms, 'milliseconds')}"
               + (", ephemeral" if result.stat.ephemeral else ""), file=sys.stderr)
     return 0
 

@@ -51,14 +51,6 @@ def register(command: CommandAdder) -> None:
     add_topics_dir_option(run)
 
 
-def _service_and_url(args: argparse.Namespace) -> tuple[FunctionService, MetadataStore]:
-
-    if args.url:
-        raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not --url")
-    service = common.direct(args)
-    return service, service.registry.store
-
-
 def _localrun(args: argparse.Namespace) -> int:
     from statekeep.cli.standalone import resolve_location, spark_conf
     from statekeep.coordination import CoordinationService
@@ -67,6 +59,8 @@ def _localrun(args: argparse.Namespace) -> int:
     config, code, path = common.config_from_args(args), common.read_py(args), common.code_path(args)
     if code is None or path is None or not config.get("inputs"):
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC (flags or --function-config-file)")
+    if args.url:
+        raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not --url")
     if args.lock_wait < 0:
         raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
     args.spark_conf = spark_conf(args.spark_conf)
@@ -87,7 +81,8 @@ def _localrun(args: argparse.Namespace) -> int:
         if args.store:
             print(f"statekeep: checkpoints in {checkpoint_root} (--checkpoint-dir sets a place every "
                   "machine reaches)", file=sys.stderr)
-    service, store = _service_and_url(args)
+    service = common.direct(args)
+    store = service.registry.store
     # the store the executors open: the registry's own (a local:// one by its absolute path)
     if args.data_dir or not (args.store or os.environ.get("STATEKEEP_STORE")):
         metadata_url = f"local://{data_dir}"

@@ -17,11 +17,10 @@ through a :class:`~statekeep.cli.functions_client.FunctionsClient`.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from statekeep.cli import common
-from statekeep.cli.common import CommandAdder, print_json
+from statekeep.cli.common import CommandAdder, print_json, utc_time
 from statekeep.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
@@ -79,9 +78,8 @@ def _snapshots(args: argparse.Namespace) -> int:
     if not infos:
         print(f"no snapshots of {args.tenant}/{args.namespace}/{args.name}")
     for i in infos:
-        when = datetime.fromtimestamp(i.created_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
         stale = "" if i.epoch == epoch else "  (of a deleted incarnation)"
-        print(f"{i.number:>6}  offset {i.offset:>10}  {i.size:>12} bytes  {when}{stale}")
+        print(f"{i.number:>6}  offset {i.offset:>10}  {i.size:>12} bytes  {utc_time(i.created_ms)}{stale}")
     return 0
 
 

@@ -115,27 +115,21 @@ def _layout(args: argparse.Namespace) -> tuple[str, str | None, str | None]:
 
 
 def advertised_address(args: argparse.Namespace) -> str:
-    advertised: str | None = args.advertised_address
-    if advertised:
-        return advertised
-    host: str = args.host
-    if host in ("", "0.0.0.0", "::"):
-        return socket.gethostname()
-    return host
+    if args.advertised_address:
+        return str(args.advertised_address)
+    return socket.gethostname() if args.host in ("", "0.0.0.0", "::") else str(args.host)
 
 
-def build_worker(args: argparse.Namespace, metadata_url: str | None = None, checkpoint_root: str | None = None
-                 ) -> NullWorker | SparkWorker:
-    """The functions worker of ``standalone``: runs every registered function on Spark
-    (``--no-worker``: the REST API only). Its ``worker_id`` is set once the port is known."""
+def build_worker(args: argparse.Namespace, metadata_url: str, checkpoint_root: str | None) -> NullWorker | SparkWorker:
+    """The functions worker of ``standalone`` on the store and checkpoints of :func:`_layout`: runs every
+    registered function on Spark (``--no-worker``: the REST API only). Its ``worker_id`` is set once the port
+    is known."""
     from statekeep.server.worker import NullWorker
 
     if args.no_worker:
         return NullWorker()
     from statekeep.functions.admin.worker import SparkWorker
 
-    if metadata_url is None or checkpoint_root is None:
-        metadata_url, checkpoint_root, _ = _layout(args)
     # _layout refuses a store without --checkpoint-dir unless --no-worker, handled above
     assert checkpoint_root is not None
     return SparkWorker(metadata_url, checkpoint_root, master=args.spark_master, spark_conf=spark_conf(args.spark_conf))

@@ -28,15 +28,21 @@ def add_topics_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def use_topics_dir(args: argparse.Namespace, data_dir: str | None = None) -> str:
-    """The topics root the command's ``--topics-dir`` (else ``DATA_DIR/topics``, else the environment's
-    or the default) names, made this process's and its children's (``$STATEKEEP_TOPICS_DIR``)."""
-    from statekeep.functions.messaging.topics import ENV, absolute, default_root
+    """The topics root the command names (:func:`topics_root`), made this process's and its
+    children's (``$STATEKEEP_TOPICS_DIR``)."""
+    from statekeep.functions.messaging.topics import ENV
 
-    chosen = getattr(args, "topics_dir", None)
-    root = (absolute(chosen) if chosen else os.path.join(os.path.abspath(data_dir), "topics") if data_dir
-            else default_root())
-    os.environ[ENV] = root
+    root = os.environ[ENV] = topics_root(args, data_dir)
     return root
+
+
+def topics_root(args: argparse.Namespace, data_dir: str | None) -> str:
+    """The command's ``--topics-dir``, else ``DATA_DIR/topics``, else ``$STATEKEEP_TOPICS_DIR`` or the default."""
+    from statekeep.functions.messaging.topics import absolute, default_root
+
+    if getattr(args, "topics_dir", None):
+        return absolute(args.topics_dir)
+    return os.path.join(os.path.abspath(data_dir), "topics") if data_dir else default_root()
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,16 +71,6 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     command("ls", "list the topics").set_defaults(run=_ls)
 
 
-def _root(args: argparse.Namespace) -> str:
-    from statekeep.functions.messaging.topics import absolute, default_root
-
-    if args.topics_dir:
-        return absolute(args.topics_dir)
-    if args.data_dir:
-        return os.path.join(os.path.abspath(args.data_dir), "topics")
-    return default_root()  # $STATEKEEP_TOPICS_DIR, else the default
-
-
 def _produce(args: argparse.Namespace) -> int:
     from statekeep.functions.messaging import topics
     from statekeep.functions.messaging.messages import Message
@@ -86,7 +82,7 @@ def _produce(args: argparse.Namespace) -> int:
             raise InvalidArgumentError(f"--property must be NAME=VALUE, not {item!r}")
         properties[name] = value
     name = topics.complete(args.topic)
-    topics.write(_root(args), name, [Message(m, args.key, properties, args.event_time).to_json()
+    topics.write(topics_root(args, args.data_dir), name, [Message(m, args.key, properties, args.event_time).to_json()
                                      for m in args.messages])
     print(f"{len(args.messages)} messages successfully produced to {name}")
     return 0
@@ -96,7 +92,7 @@ def _consume(args: argparse.Namespace) -> int:
     from statekeep.functions.messaging import topics
 
     name = topics.complete(args.topic)
-    for count, record in enumerate(topics.read(_root(args), name), 1):
+    for count, record in enumerate(topics.read(topics_root(args, args.data_dir), name), 1):
         sys.stdout.write(json.dumps(record) + "\n")
         if args.num_messages and count >= args.num_messages:
             break
@@ -106,6 +102,6 @@ def _consume(args: argparse.Namespace) -> int:
 def _ls(args: argparse.Namespace) -> int:
     from statekeep.functions.messaging import topics
 
-    for name in topics.list_topics(_root(args)):
+    for name in topics.list_topics(topics_root(args, args.data_dir)):
         print(name)
     return 0

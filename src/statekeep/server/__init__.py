@@ -15,8 +15,9 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise MissingDependencyError("the REST server needs the server extra: pip install 'statekeep[server]'") from e
 
-from statekeep.server.app import create_app, expected_version  # noqa: E402
+from statekeep.server.app import create_app  # noqa: E402
 from statekeep.server.config import ServerConfig  # noqa: E402
+from statekeep.server.routes.state import expected_version  # noqa: E402
 from statekeep.server.worker import FunctionWorker, NullWorker  # noqa: E402
 
 __all__ = ["FunctionWorker", "NullWorker", "ServerConfig", "create_app", "expected_version"]

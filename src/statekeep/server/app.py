@@ -47,11 +47,10 @@ from statekeep.server.metrics import FollowerLagCollector, Metrics, MetricsMiddl
 from statekeep.server.routes import followers as follower_routes
 from statekeep.server.routes import functions, ops, state
 from statekeep.server import ui
-from statekeep.server.routes.state import expected_version
 from statekeep.server.worker import NullWorker
 from statekeep.state.partitioned import state_storage
 
-__all__ = ["create_app", "expected_version"]
+__all__ = ["create_app"]
 
 
 def _open(cfg: ServerConfig) -> ServerContext:

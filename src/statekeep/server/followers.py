@@ -5,14 +5,7 @@ Followers are configured with the server (``ServerConfig.followers``: a list of
 removed at stop), ``"provider"``, ``"blobs"``, ``"functions_root"`` (where the leader's registry keeps
 functions; default: the server's own ``functions_root``) and ``"key_prefix"`` (follow only the keys
 starting with it: reads of other keys find nothing)); each tails its leader from the server's start
-to its stop. Routes (in :mod:`statekeep.server.routes.followers`; ``FOL`` =
-``/admin/v3/followers/{tenant}/{namespace}/{name}``):
-
-- ``GET /admin/v3/followers``: every follower's status with its ``lag``;
-- ``GET FOL/state/{key}``: a key as FunctionState JSON, from the follower's local copy;
-- ``GET FOL/state?prefix=&startAfter=&limit=``: a page of keys;
-- any write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``FOL/state...``: 405 with a JSON ``reason``
-  and ``Allow: GET``; nothing is written.
+to its stop. Their routes are in :mod:`statekeep.server.routes.followers`.
 
 ``/metrics`` gains ``statekeep_follower_lag_records{function="T/N/F"}`` (from :meth:`Followers.lags`): changelog
 records not yet applied (-1 when unknown, e.g. the leader is unreachable or the function was deleted).
@@ -20,7 +13,6 @@ records not yet applied (-1 when unknown, e.g. the leader is unreachable or the 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +22,6 @@ from statekeep.state.catalog import DEFAULT_ROOT
 if TYPE_CHECKING:
     from statekeep.changelog import FollowerStore
 
-log = logging.getLogger(__name__)
-
-FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
 _SPEC_KEYS = {"tenant", "namespace", "name", "leader", "local_dir", "provider", "blobs", "functions_root",
               "key_prefix"}
 

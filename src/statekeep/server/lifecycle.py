@@ -80,24 +80,30 @@ def _status(ctx: ServerContext, tenant: str, namespace: str, name: str) -> tuple
     return raw, cfg.parallelism, lifecycle.restart_count(ctx.registry, tenant, namespace, name)
 
 
-@router.get(FN + "/status", responses=schemas.ERRORS, summary="A function's status (Pulsar's FunctionStatus)")
-async def function_status(tenant: str, namespace: str, name: str,
-                          ctx: ServerContext = Depends(get_context)) -> Response:
-    def answer() -> dict[str, Any]:
-        raw, instances, restarts = _status(ctx, tenant, namespace, name)
-        return stats.function_status(raw, instances, num_restarts=restarts)
+def _reader(kind: str, per_instance: bool) -> Callable[..., Awaitable[Response]]:
+    """A GET of Pulsar's ``status`` or ``stats`` JSON, of the function or (``per_instance``) one instance."""
+    async def read(tenant: str, namespace: str, name: str, request: Request,
+                   ctx: ServerContext = Depends(get_context)) -> Response:
+        def answer() -> dict[str, Any]:
+            raw, instances, restarts = _status(ctx, tenant, namespace, name)
+            if not per_instance:
+                if kind == "status":
+                    return stats.function_status(raw, instances, num_restarts=restarts)
+                return stats.function_stats(raw, instances)
+            instance = _instance(request.path_params["instanceId"], instances, f"{tenant}/{namespace}/{name}")
+            if kind == "status":
+                return stats.instance_status(raw, instance, num_restarts=restarts)
+            return stats.instance_stats(raw, instance)
 
-    return JSONResponse(await ctx.call(answer, read=True))
+        return JSONResponse(await ctx.call(answer, read=True))
+
+    return read
 
 
-@router.get(FN + "/stats", responses=schemas.ERRORS, summary="A function's stats (Pulsar's FunctionStats)")
-async def function_stats(tenant: str, namespace: str, name: str,
-                         ctx: ServerContext = Depends(get_context)) -> Response:
-    def answer() -> dict[str, Any]:
-        raw, instances, _ = _status(ctx, tenant, namespace, name)
-        return stats.function_stats(raw, instances)
-
-    return JSONResponse(await ctx.call(answer, read=True))
+_INSTANCE_ID = {"parameters": [{"name": "instanceId", "in": "path", "required": True, "schema": {"type": "string"}}]}
+for _kind, _pulsar in (("status", "FunctionStatus"), ("stats", "FunctionStats")):
+    router.add_api_route(FN + "/" + _kind, _reader(_kind, False), methods=["GET"], name=f"function_{_kind}",
+                         responses=schemas.ERRORS, summary=f"A function's {_kind} (Pulsar's {_pulsar})")
 
 
 @router.post(FN + "/trigger", responses=schemas.ERRORS, response_class=PlainTextResponse,
@@ -112,18 +118,18 @@ async def trigger_function(tenant: str, namespace: str, name: str, request: Requ
     form = await request.form(max_files=2, max_fields=8)
     data = await read_part(form.get("data"), limit)
     stream = await read_part(form.get("dataStream"), limit)
-    topic = await read_part(form.get("topic"), limit)
+    part = await read_part(form.get("topic"), limit)
+    topic = None if part is None else part.decode("utf-8", "replace")
     if (data is None) == (stream is None):
         raise InvalidArgumentError("send exactly one of the parts data (a value) and dataStream (a file)")
+    value = data if data is not None else stream
+    assert value is not None  # exactly one of the two parts was sent (checked above)
 
     def run() -> str:
         cfg = ctx.registry.get(tenant, namespace, name)
-        if topic is not None and topic.decode("utf-8", "replace") not in cfg.inputs:
+        if topic is not None and topic not in cfg.inputs:
             raise InvalidArgumentError(f"topic must be one of the function's inputs {cfg.inputs}")
-        value = data if data is not None else stream
-        assert value is not None  # exactly one of the two parts was sent (checked above)
-        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value,
-                                                       topic.decode("utf-8", "replace") if topic else None))
+        return lifecycle.output_text(lifecycle.trigger(ctx.registry, tenant, namespace, name, value, topic))
 
     return PlainTextResponse(await ctx.call(run))
 
@@ -159,24 +165,7 @@ for _verb in ("start", "stop", "restart"):
                                                         "schema": {"type": "integer", "minimum": 0}}]})
 
 
-@router.get(FN + "/{instanceId}/status", responses=schemas.ERRORS,
-            summary="One instance's status (Pulsar's FunctionInstanceStatusData)")
-async def instance_status(tenant: str, namespace: str, name: str, instanceId: str,  # noqa: N803 - Pulsar's name
-                          ctx: ServerContext = Depends(get_context)) -> Response:
-    def answer() -> dict[str, Any]:
-        raw, instances, restarts = _status(ctx, tenant, namespace, name)
-        instance = _instance(instanceId, instances, f"{tenant}/{namespace}/{name}")
-        return stats.instance_status(raw, instance, num_restarts=restarts)
-
-    return JSONResponse(await ctx.call(answer, read=True))
-
-
-@router.get(FN + "/{instanceId}/stats", responses=schemas.ERRORS,
-            summary="One instance's stats (Pulsar's FunctionInstanceStatsData)")
-async def instance_stats(tenant: str, namespace: str, name: str, instanceId: str,  # noqa: N803 - Pulsar's name
-                         ctx: ServerContext = Depends(get_context)) -> Response:
-    def answer() -> dict[str, Any]:
-        raw, instances, _ = _status(ctx, tenant, namespace, name)
-        return stats.instance_stats(raw, _instance(instanceId, instances, f"{tenant}/{namespace}/{name}"))
-
-    return JSONResponse(await ctx.call(answer, read=True))
+for _kind, _pulsar in (("status", "FunctionInstanceStatusData"), ("stats", "FunctionInstanceStatsData")):
+    router.add_api_route(FN + "/{instanceId}/" + _kind, _reader(_kind, True), methods=["GET"],
+                         name=f"instance_{_kind}", responses=schemas.ERRORS, openapi_extra=_INSTANCE_ID,
+                         summary=f"One instance's {_kind} (Pulsar's {_pulsar})")

@@ -32,6 +32,7 @@ from statekeep.errors import (
     PossibleInconsistentStateError,
     StoreUnavailableError,
 )
+from statekeep.testing import in_threads
 
 FAIL = "FAIL"  # a cas that did not apply
 UNKNOWN = "UNKNOWN"  # outcome not known to the client
@@ -194,7 +195,6 @@ def record_register_history(
     history: list[Operation] = []
     lock = threading.Lock()
     barrier = threading.Barrier(clients)
-    errors: list[BaseException] = []
 
     def run(client: int) -> None:
         store = open_client(client)
@@ -203,18 +203,10 @@ def record_register_history(
             ops = run_client(store, path, client, ops_per_client, fault_rate=fault_rate, seed=seed)
             with lock:
                 history.extend(ops)
-        except BaseException as e:  # reported by the caller
-            errors.append(e)
         finally:
             store.close()
 
-    threads = [threading.Thread(target=run, args=(c,), name=f"lin-client-{c}") for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    in_threads(run, [(c,) for c in range(clients)], name="lin-client")
     return history
 
 

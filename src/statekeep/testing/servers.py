@@ -124,23 +124,30 @@ def _etcd_ready(port: int) -> bool:
 
 
 def zookeeper(data_dir: Path, port: int) -> Server:
+    # -Xmx1g: it holds the whole tree in memory
+    return _zk_server("zookeeper", data_dir, port, "1g", "tickTime=2000\nminSessionTimeout=1000\n")
+
+
+def _zk_server(name: str, data_dir: Path, port: int, heap: str, settings: str) -> Server:
+    """A ZooKeeper ``QuorumPeerMain`` serving clients on ``127.0.0.1:port``, its data in ``data_dir/data``,
+    with ``settings`` (``zoo.cfg`` lines) besides the common ones; ready when it serves (``srvr`` reports a
+    Mode: ``ruok`` answers before it serves)."""
     if not all(Path(p).exists() for p in ZK_CLASSPATH.split(":")) or shutil.which("java") is None:
         raise ServerNotInstalled("ZooKeeper needs Debian's 'zookeeper' package and a JVM")
     (data_dir / "data").mkdir(parents=True, exist_ok=True)
     cfg = data_dir / "zoo.cfg"
     cfg.write_text(
-        "tickTime=2000\n"
         f"dataDir={data_dir / 'data'}\n"
         f"clientPort={port}\n"
         "clientPortAddress=127.0.0.1\n"
         "maxClientCnxns=0\n"
         "admin.enableServer=false\n"
-        "minSessionTimeout=1000\n"
         "4lw.commands.whitelist=ruok,srvr,stat,mntr,envi,conf\n"
+        + settings
     )
-    command = ["java", "-Xmx1g", "-cp", ZK_CLASSPATH,  # holds the whole tree in memory
-               "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
-    return Server("zookeeper", command, port, data_dir, _zk_serving)  # "ruok" answers before it serves
+    command = ["java", f"-Xmx{heap}", "-cp", ZK_CLASSPATH, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+               str(cfg)]
+    return Server(name, command, port, data_dir, _zk_serving)
 
 
 def _etcd_binary() -> str:
@@ -325,10 +332,6 @@ class Ensemble:
         self.servers[i].kill()
         self.servers[i].start(timeout)
 
-    def kill_all(self) -> None:
-        for server in self.servers:
-            server.kill()
-
     def start_all(self, timeout: float = 60.0) -> None:
         """Start every server that is not running and wait until all serve."""
         for server in self.servers:
@@ -341,7 +344,8 @@ class Ensemble:
     def stop_all_for(self, seconds: float, timeout: float = 60.0) -> None:
         """An outage of the whole ensemble: SIGKILL every server, wait ``seconds``, start them all again
         on their data dirs and wait until all serve."""
-        self.kill_all()
+        for server in self.servers:
+            server.kill()
         time.sleep(seconds)
         self.start_all(timeout)
 
@@ -407,33 +411,15 @@ def zookeeper_ensemble(base_dir: Path, n: int = 3, timeout: float = 60.0) -> Zoo
     ports, each with its dataDir under ``base_dir`` (``myid`` 1..n, ``tickTime=500``, ``initLimit=10``,
     ``syncLimit=5``, the same ``server.N=127.0.0.1:PEER:ELECTION`` lines), and wait until every server
     answers ``srvr`` with a Mode line (about 3 s). Sessions may ask for up to 60 s (``maxSessionTimeout``)."""
-    if not all(Path(p).exists() for p in ZK_CLASSPATH.split(":")) or shutil.which("java") is None:
-        raise ServerNotInstalled("ZooKeeper needs Debian's 'zookeeper' package and a JVM")
     ports = _free_ports(3 * n)
     client, peer, election = (ports[k::3] for k in range(3))
     quorum = "".join(f"server.{i + 1}=127.0.0.1:{peer[i]}:{election[i]}\n" for i in range(n))
+    settings = "tickTime=500\ninitLimit=10\nsyncLimit=5\nmaxSessionTimeout=60000\n" + quorum
     servers = []
     for i in range(n):
         data_dir = base_dir / f"zk{i + 1}"
-        (data_dir / "data").mkdir(parents=True, exist_ok=True)
+        servers.append(_zk_server(f"zookeeper{i + 1}", data_dir, client[i], "200m", settings))
         (data_dir / "data" / "myid").write_text(f"{i + 1}\n")
-        cfg = data_dir / "zoo.cfg"
-        cfg.write_text(
-            "tickTime=500\n"
-            "initLimit=10\n"
-            "syncLimit=5\n"
-            f"dataDir={data_dir / 'data'}\n"
-            f"clientPort={client[i]}\n"
-            "clientPortAddress=127.0.0.1\n"
-            "maxClientCnxns=0\n"
-            "maxSessionTimeout=60000\n"
-            "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok,srvr,stat,mntr,envi,conf\n"
-            + quorum
-        )
-        command = ["java", "-Xmx200m", "-cp", ZK_CLASSPATH,
-                   "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
-        servers.append(Server(f"zookeeper{i + 1}", command, client[i], data_dir, _zk_serving))
     ensemble = ZooKeeperEnsemble(base_dir, servers)
     ensemble._started(timeout)
     return ensemble

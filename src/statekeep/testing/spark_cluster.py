@@ -170,19 +170,13 @@ class SparkCluster:
         except (OSError, ValueError):
             return {}
 
-    def alive_workers(self) -> int:
-        """Workers the master holds ALIVE (a killed one stays so until the master notices)."""
-        return sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
-
-    def _registrations(self, index: int) -> list[str]:
+    def _registrations(self, index: int, state: dict[str, Any]) -> set[str]:
+        """The ids of worker ``index``'s registrations the master holds ALIVE in ``state``."""
         port = self.worker_ports[index]
-        return [w["id"] for w in self.state().get("workers", [])
-                if w.get("port") == port and w.get("state") == "ALIVE"]
+        return {w["id"] for w in state.get("workers", []) if w.get("port") == port and w.get("state") == "ALIVE"}
 
     def _wait_registered(self, index: int, old: set[str], timeout: float) -> None:
-        port = self.worker_ports[index]
-        self._wait(lambda s: any(w.get("port") == port and w.get("state") == "ALIVE" and w.get("id") not in old
-                                 for w in s.get("workers", [])), [self.master, self.workers[index]], timeout)
+        self._wait(lambda s: bool(self._registrations(index, s) - old), [self.master, self.workers[index]], timeout)
 
     def worker_pids(self, index: int) -> list[int]:
         """PIDs in worker ``index``'s process group: the worker, its executors and their Python workers."""
@@ -220,7 +214,7 @@ class SparkCluster:
     def restart_worker(self, index: int, timeout: float = 60.0) -> None:
         """Start worker ``index`` again (after :meth:`kill_worker`) and wait until the master has
         its new registration (the old one may still show ALIVE for a moment)."""
-        old = set(self._registrations(index))
+        old = self._registrations(index, self.state())
         self.workers[index].kill()
         self.workers[index].start(self.env, self.directory)
         self._wait_registered(index, old, timeout)

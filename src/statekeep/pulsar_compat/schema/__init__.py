@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_RESERVED = ("_default", "_required", "_required_default")
+_RESERVED = ("_default", "_required")
 
 
 class Field:
-    """A record field: its Python type and default (None unless given)."""
+    """A record field: its Python type and default (None unless given). ``required_default`` is taken as
+    pulsar-client takes it; only Avro schemas, not provided here, use it."""
 
     python_type: tuple[type, ...] = (object,)
 
     def __init__(self, default: Any = None, required: bool = False, required_default: bool = False) -> None:
         self._default = default
         self._required = required
-        self._required_default = required_default
 
     def default(self) -> Any:
         return self._default
@@ -109,7 +109,6 @@ class Record(metaclass=_RecordMeta):
                  **kwargs: Any) -> None:
         self._default = default
         self._required = required
-        self._required_default = required_default
         unknown = set(kwargs) - set(self._fields)
         if unknown:
             raise AttributeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")

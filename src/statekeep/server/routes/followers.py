@@ -1,6 +1,12 @@
-"""Read-only followers (see :mod:`statekeep.server.followers`): ``GET /admin/v3/followers``,
-``GET FOL/state``, ``GET FOL/state/{key}`` (user keys only, as the leader's routes: statekeep's internal
-and expired keys are not there); writes there get 405 with ``Allow: GET``."""
+"""Read-only followers (see :mod:`statekeep.server.followers`; ``FOL`` =
+``/admin/v3/followers/{tenant}/{namespace}/{name}``):
+
+- ``GET /admin/v3/followers``: every follower's status with its ``lag``;
+- ``GET FOL/state/{key}``: a key as FunctionState JSON, from the follower's local copy, and
+  ``GET FOL/state?prefix=&startAfter=&limit=``: a page of keys (user keys only, as the leader's routes:
+  statekeep's internal and expired keys are not there);
+- any write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``FOL/state...``: 405 with a JSON ``reason``
+  and ``Allow: GET``; nothing is written."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Every route here needs a valid token when auth is on (:data:`statekeep.server.au
 
 - ``GET /ui/api/functions``: every function the token may see, with its status (running, worker, error,
   records processed, batches), the same as Pulsar's FunctionStatus (``functionStatus``), whether it was
-  stopped, and whether this server has the lifecycle routes (``lifecycle``: start/stop).
+  stopped, and ``lifecycle``: true (the console's start/stop buttons; every server has the lifecycle routes).
 - ``GET /ui/api/functions/T/N/F/batches``: the records-per-micro-batch history (:mod:`.batches`).
 - ``GET /ui/api/functions/T/N/F/changelog?limit=``: the changelog position (compaction point), the
   newest records and the snapshots.
@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import Match
 
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
 from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.functions.admin.lifecycle import is_stopped
 from statekeep.functions.admin.worker import function_status, pulsar_function_status
 from statekeep.handles.gc import collect_garbage
 from statekeep.handles.handle import decode as decode_handle
@@ -66,7 +66,8 @@ def node_json(path: str, result: GetResult | None) -> dict[str, Any]:
                                         "this server's session" if st.created_by_self else "another session")}}
 
 
-def _ctx(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
+def store_registry(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
+    """The app's metadata store and function registry (the console's and its event streams')."""
     ctx: ServerContext = request.app.state.ctx
     return ctx.store, ctx.registry
 
@@ -76,8 +77,8 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(authorize)])
 
 @router.get("/ui/api/functions")
 async def functions(request: Request) -> Response:
-    store, registry = _ctx(request)
-    access.whoami_safe(request)  # 401 before listing anything
+    store, registry = store_registry(request)
+    access.whoami(request)  # 401 before listing anything
 
     def listing() -> list[dict[str, Any]]:
         out = []
@@ -93,30 +94,11 @@ async def functions(request: Request) -> Response:
                     status = function_status(store, tenant, namespace, name)
                     out.append({"tenant": tenant, "namespace": namespace, "name": name,
                                 "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
-                                "functionStatus": pulsar_function_status(status), "lifecycle": lifecycle,
-                                "stopped": _stopped(registry, tenant, namespace, name)})
+                                "functionStatus": pulsar_function_status(status), "lifecycle": True,
+                                "stopped": is_stopped(registry, tenant, namespace, name)})
         return out
 
-    lifecycle = _has_lifecycle(request)
     return JSONResponse(await run_in_threadpool(listing))
-
-
-def _has_lifecycle(request: Request) -> bool:
-    """Whether the app routes ``POST FN/stop`` (Pulsar's lifecycle, :mod:`statekeep.server.lifecycle`):
-    the console shows start/stop buttons only then. Asked of the routes themselves (included routers
-    are not flattened into ``app.routes``)."""
-    scope = {"type": "http", "method": "POST", "path": "/admin/v3/functions/t/n/f/stop", "root_path": "",
-             "path_params": {}}
-    return any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes)
-
-
-def _stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> bool | None:
-    """Whether the function was stopped through the lifecycle API; None where that API is absent."""
-    try:
-        from statekeep.functions.admin.lifecycle import is_stopped
-    except ImportError:
-        return None
-    return is_stopped(registry, tenant, namespace, name)
 
 
 @router.get(FN + "/batches")
@@ -127,7 +109,7 @@ async def batches(tenant: str, namespace: str, name: str, request: Request) -> R
 @router.get(FN + "/changelog")
 async def changelog(tenant: str, namespace: str, name: str, request: Request,
                     limit: int = Query(50, ge=1, le=1000)) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
 
     def read() -> dict[str, Any]:
         state = registry.state_store(tenant, namespace, name)
@@ -151,7 +133,7 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
 
 @router.get("/ui/api/tree")
 async def tree(request: Request, path: str = "/") -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path)
     children = await run_in_threadpool(store.get_children, path)
@@ -161,7 +143,7 @@ async def tree(request: Request, path: str = "/") -> Response:
 
 @router.get("/ui/api/node")
 async def get_node(request: Request, path: str) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path)
     result = await run_in_threadpool(store.get, path)
@@ -172,7 +154,7 @@ async def get_node(request: Request, path: str) -> Response:
 
 @router.put("/ui/api/node")
 async def put_node(request: Request, path: str) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path, allow_root=False)
     try:
@@ -188,7 +170,7 @@ async def put_node(request: Request, path: str) -> Response:
 
 @router.delete("/ui/api/node")
 async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(path, allow_root=False)
     await run_in_threadpool(lambda: store.delete(path, expected_version=version))
@@ -197,7 +179,7 @@ async def delete_node(request: Request, path: str, version: int | None = Query(N
 
 @router.get("/ui/api/handle-roots")
 async def handle_roots(request: Request) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
 
     def roots() -> list[str]:
@@ -214,7 +196,7 @@ async def handle_roots(request: Request) -> Response:
 @router.get("/ui/api/handles")
 async def handles(request: Request, root: str, blobs: str | None = None,
                   grace: float = Query(3600.0, ge=0)) -> Response:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(root)
     return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
@@ -257,13 +239,9 @@ def list_handles(store: MetadataStore, root: str, blobs: str | None, grace: floa
 def record_json(r: ChangelogRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"offset": r.offset, "key": r.key, "version": r.version, "tombstone": r.tombstone}
     if r.value is not None:  # the value fields of FunctionState JSON (numberValue, stringValue or byteValue)
-        value = function_state_json(_entry(r))
+        assert r.kind is not None  # a record with a value has its kind
+        value = function_state_json(StateEntry(r.key, r.value, r.kind, r.version))
         out.update({k: v for k, v in value.items() if k not in ("key", "version")})
     if r.deleted_ms is not None:
         out["deletedMs"] = r.deleted_ms
     return out
-
-
-def _entry(r: ChangelogRecord) -> StateEntry:
-    assert r.value is not None and r.kind is not None  # not a tombstone (record_json checks)
-    return StateEntry(r.key, r.value, r.kind, r.version)

@@ -33,16 +33,13 @@ from starlette.concurrency import run_in_threadpool
 from statekeep.errors import UnauthorizedError
 from statekeep.functions.driver.spark import STATUS_ROOT
 from statekeep.server.ui import access
-from statekeep.server.ui.api import record_json
+from statekeep.server.ui.api import record_json, store_registry
 from statekeep.server.ui.batches import batch_history
 from statekeep.state.base import ChangelogPosition
 from statekeep.state.timestate import visible_page
 
 if TYPE_CHECKING:
-    from statekeep.functions.config.registry import FunctionRegistry
-    from statekeep.metadata.base import MetadataStore
     from statekeep.metadata.types import Notification
-    from statekeep.server.context import ServerContext
 
 T = TypeVar("T")
 
@@ -100,11 +97,6 @@ def stream(body: Callable[[], AsyncIterator[bytes]]) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
 
 
-def _ctx(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
-    ctx: ServerContext = request.app.state.ctx
-    return ctx.store, ctx.registry
-
-
 router = APIRouter(include_in_schema=False)  # EventSource sends no header: access checks the cookie too
 
 
@@ -112,7 +104,7 @@ router = APIRouter(include_in_schema=False)  # EventSource sends no header: acce
 async def whoami(request: Request) -> JSONResponse:
     """``{"auth", "signedIn", "superuser"}``: always 200, so the console's sign-in check logs no error."""
     try:
-        return JSONResponse({"signedIn": True, **access.whoami_safe(request)})
+        return JSONResponse({"signedIn": True, **access.whoami(request)})
     except UnauthorizedError as e:
         return JSONResponse({"auth": True, "signedIn": False, "superuser": False, "reason": str(e)})
 
@@ -120,7 +112,7 @@ async def whoami(request: Request) -> JSONResponse:
 @router.get("/ui/api/events/functions/{tenant}/{namespace}/{name}/state")
 async def state_events(tenant: str, namespace: str, name: str, request: Request,
                        after: int | None = Query(None, ge=-1)) -> StreamingResponse:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_tenant(request, tenant)
     state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
     resume = _last_event_id(request)  # a reconnect: on from the last record the client got
@@ -175,8 +167,8 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
 
 @router.get("/ui/api/events/functions")
 async def function_events(request: Request) -> StreamingResponse:
-    store, registry = _ctx(request)
-    access.whoami_safe(request)  # 401 for a missing or unknown token
+    store, registry = store_registry(request)
+    access.whoami(request)  # 401 for a missing or unknown token
     visible: dict[str, bool] = {}
 
     def may_see(fqfn: str) -> bool:
@@ -219,7 +211,7 @@ async def function_events(request: Request) -> StreamingResponse:
 
 @router.get("/ui/api/events/tree")
 async def tree_events(request: Request) -> StreamingResponse:
-    store, registry = _ctx(request)
+    store, registry = store_registry(request)
     access.check_superuser(request)
 
     async def body() -> AsyncIterator[bytes]:

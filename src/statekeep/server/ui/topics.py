@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from statekeep.functions.messaging import topics
 from statekeep.server.ui import access
+from statekeep.server.ui.pages import render
 
 router = APIRouter(include_in_schema=False)
 MAX_MESSAGES = 1000
@@ -23,8 +24,6 @@ def _tenant(name: str) -> str:
 
 @router.get("/ui/topics")
 async def topics_page(topic: str = "") -> Response:
-    from statekeep.server.ui.pages import render
-
     return render("topics", f"{topic} · topic" if topic else "Topics", topic=topic)
 
 

@@ -12,6 +12,7 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.state import StateEntry, open_provider
 from statekeep.state.base import Capability
+from statekeep.testing import in_threads
 from statekeep.testing.contract.plugin import provider_config
 from statekeep.testing.contract.state import has
 
@@ -66,13 +67,11 @@ def test_offsets_follow_commit_order_under_concurrent_writers(target):
 
         reader = threading.Thread(target=tail)
         reader.start()
-        writers = [threading.Thread(target=write, args=(i, s)) for i, s in enumerate(stores)]
-        for t in writers:
-            t.start()
-        for t in writers:
-            t.join()
-        done.set()
-        reader.join()
+        try:
+            in_threads(write, list(enumerate(stores)))
+        finally:
+            done.set()
+            reader.join()
         log = stores[0].read_changelog()
         seen = [r.offset for r in tailed]
         assert seen == sorted(set(seen))  # nothing showed up late below an offset already passed
