@@ -63,6 +63,22 @@ def test_bad_input_gives_clear_errors(tmp_path, capsys, py):
     assert code == 1 and "already exists" in err
 
 
+def test_trigger_interval_flag_sets_trigger_interval_ms(tmp_path, capsys, py):
+    where = ["--data-dir", str(tmp_path / "data"), "--name", "f"]
+    assert run(capsys, "functions", "create", "--py", py, "--inputs", "x", "--trigger-interval", "1.5s", *where)[0] == 0
+    assert json.loads(run(capsys, "functions", "get", *where)[1])["triggerIntervalMs"] == 1500
+    for text, ms in (("250ms", 250), ("0", 0), (" 2 s ", 2000)):
+        assert run(capsys, "functions", "update", "--trigger-interval", text, *where)[0] == 0
+        assert json.loads(run(capsys, "functions", "get", *where)[1])["triggerIntervalMs"] == ms
+    for bad in ("5", "-1s", "1m", "fast", ""):  # a bare number other than 0 has no unit: 5 ms or 5 s?
+        with pytest.raises(SystemExit) as exit:
+            run(capsys, "functions", "update", f"--trigger-interval={bad}", *where)
+        assert exit.value.code == 2 and "250ms or 2s" in capsys.readouterr().err
+    code, _, err = run(capsys, "functions", "update", "--trigger-interval", "99999999999s", *where)
+    assert code == 2 and "triggerIntervalMs" in err
+    assert json.loads(run(capsys, "functions", "get", *where)[1])["triggerIntervalMs"] == 2000  # unchanged
+
+
 def test_against_a_server_prints_the_rest_json(server_process, tmp_path, capsys, py):
     server = server_process(tmp_path / "data")
     try:

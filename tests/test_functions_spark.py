@@ -121,6 +121,37 @@ def test_failing_record_skipped_and_counted_when_configured(spark, service, tmp_
     assert query.totals["skipped"] == 4 and query.totals["processed"] == 2
 
 
+def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(spark, service, tmp_path):
+    """``triggerIntervalMs`` (``--trigger-interval``) is the running query's trigger, the function runs with
+    it, and the session spark_session built has its latency settings (Python workers on a unix socket)."""
+    from statekeep.functions.driver.spark import latency_conf
+
+    inputs = tmp_path / "in"
+    write_words(inputs, "a.jsonl", ["x", "y", "x"])
+    register(service, "paced", inputs, triggerIntervalMs=1500)
+    query = run_registered(service, f"local://{tmp_path / 'data'}", "public", "default", "paced",
+                           checkpoint_root=str(tmp_path / "checkpoints"), spark=spark)
+    try:
+        assert query.spec.trigger_interval_ms == 1500
+        assert query.query._jsq.streamingQuery().trigger().toString() == "ProcessingTimeTrigger(1500)"
+        query.query.processAllAvailable()
+        assert counters(service, "paced") == {"x": 2, "y": 1}
+    finally:
+        query.stop()
+    conf = spark.sparkContext.getConf()
+    assert {key: conf.get(key) for key in latency_conf("4.3.0")} == latency_conf("4.3.0")
+    assert latency_conf("4.3.0")["spark.python.unix.domain.socket.enabled"] == "true"
+
+
+def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
+    from statekeep.functions.driver.spark import latency_conf
+
+    threshold = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    assert latency_conf("4.0.1") == {threshold: "1024"}  # PySpark before 4.1: TCP only
+    assert latency_conf("4.1.0.dev1")["spark.python.unix.domain.socket.enabled"] == "true"
+    assert int(latency_conf("4.3.0")[threshold]) > 32  # Spark's default lists a batch of > 32 files by a job
+
+
 def test_bad_function_file_refused_before_spark(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def process(input, context)\n    return 1\n")

@@ -257,9 +257,13 @@ def test_the_executor_spec_is_frozen_checked_once_and_travels_to_executors(tmp_p
 
     with FunctionService.open(f"local://{tmp_path / 'data'}") as service:
         service.registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["in.jsonl"],
-                                 "keyField": "k", "windowConfig": {"windowLengthCount": 2}}, COUNT_WINDOW.encode())
+                                 "keyField": "k", "windowConfig": {"windowLengthCount": 2},
+                                 "triggerIntervalMs": 400}, COUNT_WINDOW.encode())
         spec = executor_spec(service.registry, "", "t", "n", "f")[0]
+        service.registry.update("t", "n", "f", {"triggerIntervalMs": 0})
+        assert executor_spec(service.registry, "", "t", "n", "f")[0].trigger_interval_ms == 0
     assert isinstance(spec.time, TimeSpec) and spec.time.window["kind"] == "count"
+    assert spec.trigger_interval_ms == 400 and ExecutorSpec("t", "n", "f").trigger_interval_ms == 0
     assert pickle.loads(pickle.dumps(spec)) == spec
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.output = "elsewhere"  # type: ignore[misc]
@@ -269,3 +273,5 @@ def test_the_executor_spec_is_frozen_checked_once_and_travels_to_executors(tmp_p
         dataclasses.replace(spec, input_format="csv")
     with pytest.raises(InvalidArgumentError, match="max_retries"):
         ExecutorSpec("t", "n", "f", max_retries=-1)
+    with pytest.raises(InvalidArgumentError, match="trigger_interval_ms"):
+        ExecutorSpec("t", "n", "f", trigger_interval_ms=-1)

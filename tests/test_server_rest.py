@@ -286,7 +286,8 @@ HONOURED = {"userConfig": {"k": [1, "v"]}, "secrets": {"TOKEN": "ENV_TOKEN"}, "p
             "timeoutMs": 2500, "maxMessageRetries": 3, "deadLetterTopic": "dead.jsonl", "className": "f.process",
             "keyField": "user", "output": "out.jsonl", "parallelism": 4,
             "logTopic": "persistent://public/default/log", "customSerdeInputs": {"in2": "serde.PickleSerDe"},
-            "inputSpecs": {"in3": {"serdeClassName": "serde.PickleSerDe"}}, "outputSerdeClassName": "serde.PickleSerDe"}
+            "inputSpecs": {"in3": {"serdeClassName": "serde.PickleSerDe"}}, "outputSerdeClassName": "serde.PickleSerDe",
+            "triggerIntervalMs": 250}
 
 
 def test_honoured_config_is_stored_and_returned_as_sent(client):
@@ -311,6 +312,7 @@ def test_honoured_config_is_stored_and_returned_as_sent(client):
     ("jar", "f.jar"), ("go", "f"), ("packageUrl", "function://a/b/c"), ("runtimeFlags", "-x"),
     ("resources", {"cpu": 1}), ("windowConfig", {"windowLengthCount": 10, "windowLengthDurationMs": 5}),
     ("windowConfig", {"maxLagMs": -1}), ("stateTtlSeconds", 0), ("logLevel", "DEBUG"),
+    ("triggerIntervalMs", -1), ("triggerIntervalMs", "1s"), ("triggerIntervalMs", 1.5),
     ("autoAck", False), ("retainOrdering", True), ("retainKeyOrdering", True), ("skipToLatest", True),
     ("exposePulsarAdminClientEnabled", True), ("cleanupSubscription", False),
     ("processingGuarantees", "MANUAL"), ("timeoutMs", 0), ("maxMessageRetries", -1), ("secrets", ["a"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -71,6 +72,14 @@ def _bool(text: str) -> bool:
     return text.lower() == "true"
 
 
+def interval_ms(text: str) -> int:
+    """``--trigger-interval``: ``0``, or a number with its unit, ``ms`` or ``s`` (``250ms``, ``1.5s``), as ms."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*", text)
+    if not match or (match[2] is None and float(match[1]) != 0):
+        raise argparse.ArgumentTypeError(f"expected 0 or a duration such as 250ms or 2s, not {text!r}")
+    return round(float(match[1]) * (1000 if match[2] == "s" else 1))
+
+
 def add_config_flags(sub: argparse.ArgumentParser) -> None:
     """The function config flags of ``create``, ``update`` and ``localrun`` (pulsar-admin's names)."""
     sub.add_argument("--function-config-file", default=None, metavar="YAML",
@@ -106,6 +115,8 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
         else:
             pulsar.add_argument(flag, type={"int": int, "float": float}.get(kind, str), default=None,
                                 metavar="JSON" if kind == "json" else kind.upper())
+    sub.add_argument("--trigger-interval", type=interval_ms, metavar="DURATION", help="time between the starts of "
+                     "micro-batches, e.g. 500ms or 2s (triggerIntervalMs; default 0: as soon as possible)")
     sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "
                      "URL: a shared directory or an fsspec URL (s3://bucket/prefix, hdfs://...)")
     add_time_flags(sub)
@@ -217,7 +228,8 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                           ("input_format", "inputFormat"), ("output_format", "outputFormat"),
                           ("processing_guarantees", "processingGuarantees"), ("log_topic", "logTopic"),
                           ("output_serde_classname", "outputSerdeClassName"), ("dead_letter_topic", "deadLetterTopic"),
-                          ("max_message_retries", "maxMessageRetries"), ("timeout_ms", "timeoutMs")):
+                          ("max_message_retries", "maxMessageRetries"), ("timeout_ms", "timeoutMs"),
+                          ("trigger_interval", "triggerIntervalMs")):
         if getattr(args, option, None) is not None:
             config[field] = getattr(args, option)
     if getattr(args, "state_dir", None):

@@ -21,8 +21,8 @@ a ``pulsar.schema.Record`` class its JSON messages are decoded into; see
 :mod:`statekeep.functions.messaging.messages`); the inputs these three name are added to ``inputs``, as Pulsar
 does; and statekeep's own ``keyField`` (the input
 field whose value partitions records, so one key's records reach one task), ``inputFormat``,
-``outputFormat`` and ``stateStorage`` (``{"provider": NAME, "config": {...}}``; absent: the server's
-default provider).
+``outputFormat``, ``stateStorage`` (``{"provider": NAME, "config": {...}}``; absent: the server's
+default provider) and ``triggerIntervalMs`` (ms between micro-batch starts; absent or 0: as soon as possible).
 
 Accepted only with the value statekeep always behaves as, and not stored (nothing to configure):
 ``autoAck: true`` (every processed record is acknowledged, deprecated in Pulsar anyway),
@@ -167,6 +167,9 @@ class FunctionConfig(BaseModel):
                                                                 "statekeep.functions.config.windowconfig")
     stateTtlSeconds: Annotated[int, Field(ge=1, le=MAX_MS // 1000)] | None = Field(
         None, description="state keys expire this long after their last write (statekeep's; per-write TTLs win)")
+    triggerIntervalMs: Annotated[int, Field(ge=0, le=MAX_MS)] | None = Field(
+        None, description="ms between the starts of the function's micro-batches (statekeep's); absent or 0: "
+                          "the next one as soon as the previous one ends and there is input")
 
     @property
     def fqfn(self) -> str:

@@ -62,6 +62,7 @@ class ExecutorSpec:
     output_serde: str | None = None
     log_topic: str | None = None
     topics_dir: str | None = None
+    trigger_interval_ms: int = 0  # the driver's: ms between micro-batch starts (0: as soon as possible)
     state_parallelism: int = 1  # per micro-batch: partitions of partition-owned (or timed) state
     time_groups: int = KEY_GROUPS  # per micro-batch: key groups of timed state
     watermark_previous: int | None = None  # per micro-batch: the function's watermark before it
@@ -70,6 +71,8 @@ class ExecutorSpec:
         if self.input_format not in INPUT_FORMATS:
             raise InvalidArgumentError(f"input format must be one of {', '.join(INPUT_FORMATS)}, "
                                        f"not {self.input_format!r}")
+        if self.trigger_interval_ms < 0:
+            raise InvalidArgumentError(f"trigger_interval_ms must be >= 0, not {self.trigger_interval_ms}")
         if self.max_retries is not None and self.max_retries < 0:
             raise InvalidArgumentError(f"max_retries must be None or >= 0, not {self.max_retries}")
         if isinstance(self.time, Mapping):  # plain data (a spec read as JSON): the typed section

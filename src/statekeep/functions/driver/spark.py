@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -44,13 +46,27 @@ INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog"
 MESSAGE = "message"
 
 
+def latency_conf(pyspark_version: str) -> dict[str, str]:
+    """The Spark settings :func:`spark_session` adds to a session it creates to cut a micro-batch's latency
+    (measured with benchmarks/latency.py): Python workers reached over a unix domain socket (PySpark 4.1 and
+    later, where the platform has them: about 40 ms less per task than a TCP connection), and a micro-batch's
+    new files listed on the driver instead of by a Spark job of their own, up to 1024 files (Spark's default
+    threshold is 32, which a batch at 100 messages/s passes)."""
+    conf = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1024"}
+    major, minor = (int(p) for p in re.findall(r"\d+", pyspark_version)[:2])
+    if hasattr(socket, "AF_UNIX") and (major, minor) >= (4, 1):
+        conf["spark.python.unix.domain.socket.enabled"] = "true"
+    return conf
+
+
 def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2,
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession set up for statekeep (shared: Spark allows one per driver process).
     The default master retries a failed task up to 4 times (``local[*,4]``), so a killed Python
-    worker costs a retry, not the query. ``conf``: more Spark settings (e.g. ``spark.cores.max``
-    when several drivers share a cluster), applied last; they take effect only if this call
-    creates the session."""
+    worker costs a retry, not the query. A session this call creates also gets :func:`latency_conf`.
+    ``conf``: more Spark settings (e.g. ``spark.cores.max`` when several drivers share a cluster),
+    applied last, so they win over statekeep's own (``spark.python.unix.domain.socket.enabled=false``
+    turns the socket off); they take effect only if this call creates the session."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
@@ -59,13 +75,15 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
         from statekeep.errors import MissingDependencyError
 
         raise MissingDependencyError("running functions needs PySpark: pip install 'statekeep[spark]'") from e
-    builder = (SparkSession.builder.master(master).appName(app_name)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config("spark.sql.streaming.schemaInference", "true")
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000"))
-    for key, value in (conf or {}).items():
+    from pyspark import SparkContext, __version__
+
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                "spark.sql.shuffle.partitions": str(shuffle_partitions), "spark.sql.streaming.schemaInference": "true",
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "20000"}
+    if SparkContext._active_spark_context is None:  # creating the session: the latency settings, unless in conf
+        settings.update(latency_conf(__version__))
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -216,10 +234,11 @@ class QueryTotals(TypedDict):
 
 class FunctionQuery:
     """One function running as a streaming query. ``spec`` is the executor-side description
-    (see :func:`statekeep.functions.executor.runtime.run_partition`)."""
+    (see :func:`statekeep.functions.executor.runtime.run_partition`); its ``trigger_interval_ms`` is the query's
+    trigger (0: each micro-batch starts as soon as the previous one ends and there is input)."""
 
     def __init__(self, spark: SparkSession, spec: ExecutorSpec, inputs: list[str], checkpoint: str, *,
-                 parallelism: int = 2, once: bool = False, trigger_interval: str = "1 second",
+                 parallelism: int = 2, once: bool = False,
                  on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None) -> None:
         self.spark = spark
         self.spec = spec
@@ -227,7 +246,6 @@ class FunctionQuery:
         self.checkpoint = checkpoint
         self.parallelism = parallelism
         self.once = once
-        self.trigger_interval = trigger_interval
         self.on_batch = on_batch
         self.query: StreamingQuery | None = None
         self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.windowing.timerun)
@@ -292,7 +310,7 @@ class FunctionQuery:
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
         writer = (writer.trigger(availableNow=True) if self.once
-                  else writer.trigger(processingTime=self.trigger_interval))
+                  else writer.trigger(processingTime=f"{spec.trigger_interval_ms} milliseconds"))
         self.query = writer.start()
         return self
 
@@ -404,7 +422,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.windowing.timerun)
         # Pulsar's serde, log topic and topics (see statekeep.functions.messaging.messages and .topics)
         input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
-        input_schemas=dict(cfg.customSchemaInputs or {}),
+        input_schemas=dict(cfg.customSchemaInputs or {}), trigger_interval_ms=cfg.triggerIntervalMs or 0,
         topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
     return spec, cfg
 
