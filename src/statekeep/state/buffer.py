@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.state.keys import encode_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 
 
@@ -23,7 +24,7 @@ class BufferedState:
     the store would refuse fails its own record rather than the batch's write.
     """
 
-    def __init__(self, fetch: Callable[[list[str]], Mapping[str, tuple[bytes | None, int | None]]],
+    def __init__(self, fetch: Callable[[Iterable[str]], Mapping[str, tuple[bytes | None, int | None]]],
                  max_value_size: int = 1 << 20) -> None:
         self._fetch = fetch
         self.max_value_size = max_value_size
@@ -36,13 +37,18 @@ class BufferedState:
         self.journal: list[Callable[[], None]] | None = None
 
     def prefetch(self, keys: Iterable[str]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self._base]
+        """Read ``keys`` (valid state keys) in one bulk read, those not read yet."""
+        base = self._base
+        missing = [k for k in keys if k not in base] if base else keys
         if missing:
-            self._base.update(self._fetch(missing))
+            base.update(self._fetch(missing))
 
     def _entry(self, key: str) -> tuple[bytes | None, int | None]:
+        """A key's stored (value, counter), read on its first use: :class:`InvalidArgumentError` for a key the
+        store refuses (so callers may hand the buffer keys they have not checked)."""
         if key not in self._base:
-            self.prefetch([key])
+            encode_key(key)
+            self._base.update(self._fetch([key]))
         return self._base[key]
 
     def get(self, key: str) -> bytes | None:

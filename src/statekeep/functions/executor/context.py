@@ -309,7 +309,11 @@ class Context(TimeMethods):
 
     # state
     # with time state (self._time), a key past its TTL reads as absent and a write restarts it
+    # the per-record fast paths hand a plain str key outside the reserved namespace straight to the buffer,
+    # which validates a key on its first read (BufferedState); any other key goes through _key
     def get_state(self, key: str) -> bytes | None:
+        if self._time is None and key.__class__ is str and key[:1] != "\x00":
+            return self._state.get(key)
         if self._time is not None and self._time.expired(_key(key)):
             return None
         return self._state.get(_key(key))
@@ -339,7 +343,7 @@ class Context(TimeMethods):
         if ttl_seconds is not None:
             self._ttl_check(ttl_seconds)
         elif self._time is None:
-            return self._state.incr(_key(key), amount)
+            return self._state.incr(key if key.__class__ is str and key[:1] != "\x00" else _key(key), amount)
         if self._time is not None and self._time.expired(_key(key)):
             self._state.put(key, None)
         value = self._state.incr(_key(key), amount)
@@ -347,6 +351,8 @@ class Context(TimeMethods):
         return value
 
     def get_counter(self, key: str) -> int:
+        if self._time is None and key.__class__ is str and key[:1] != "\x00":
+            return self._state.get_counter(key)
         if self._time is not None and self._time.expired(_key(key)):
             return 0
         return self._state.get_counter(_key(key))

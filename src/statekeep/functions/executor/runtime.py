@@ -355,8 +355,11 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
             records = list(records)
         if record_keys is not None and not keys:
             keys = {k for k in record_keys if k is not None}
-        keys = [k for k in keys if is_valid_key(k)]  # a key the store refuses fails its own record (may be skipped)
-        state.prefetch(keys)
+        keys = list(keys)  # read again by the time's prefetch
+        try:  # the store checks the keys: once
+            state.prefetch(keys)
+        except InvalidArgumentError:  # a key the store refuses fails its own record (may be skipped): read the others
+            state.prefetch([k for k in keys if is_valid_key(k)])
     source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
                           spec.user_config.get("eventTimeField"), spec.source_format)
     path = RecordPath(spec, batch_id, partition, state, source, process, kind)
