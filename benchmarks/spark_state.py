@@ -193,18 +193,29 @@ def profiled_runner(directory: str):
                     yield batch
                     start = time.perf_counter()
 
-            store, plain = runtime._cached_state_store(spec), (runtime.records_table, runtime.run_partition)
-            for method, phase in (("has_marker", "marker"), ("fetch_many", "prefetch"), ("apply_batch", "apply")):
-                setattr(store, method, timed(phase, getattr(type(store), method).__get__(store)))
+            class TimedTask:  # the task's state interface (TaskState), each method timed
+                def __init__(self, task) -> None:
+                    self.max_value_size = task.max_value_size
+                    for method, phase in (("has_marker", "marker"), ("fetch_many", "prefetch"),
+                                          ("apply_batch", "apply")):
+                        setattr(self, method, timed(phase, getattr(task, method)))
+
+            class TimedStore:
+                def __init__(self, store) -> None:
+                    self.store = store
+
+                def task(self, *args):
+                    return TimedTask(self.store.task(*args))
+
+            plain = (runtime.records_table, runtime.run_partition, runtime.cached_state_store)
+            runtime.cached_state_store = lambda spec: TimedStore(plain[2](spec))
             runtime.records_table = timed("decode", plain[0])
             runtime.run_partition = timed("run_partition", plain[1])
             start = time.perf_counter()
             try:
                 yield from inner(waited(batches))
             finally:
-                runtime.records_table, runtime.run_partition = plain
-                for method in ("has_marker", "fetch_many", "apply_batch"):
-                    delattr(store, method)
+                runtime.records_table, runtime.run_partition, runtime.cached_state_store = plain
             times["to_lists"] = time.perf_counter() - start - times["run_partition"] - times["arrow_wait"]
             other = sum(times[p] for p in ("marker", "prefetch", "decode", "apply"))
             times["calls"] = times.pop("run_partition") - other
