@@ -164,7 +164,7 @@ def test_publish_and_the_log_topic_go_to_their_targets_by_kind(tmp_path, clock):
     assert logger is not None
     logger.info("hello %s", "there")
     published = [(TOPIC, Published("m", key="k")), (str(tmp_path / "side"), Published("plain"))]
-    messages.write_published(spec, published, logger, 3, 2)
+    messages.write_targets(spec, messages.published_targets(spec, published, logger), 3, 2)
     assert [(m["value"], m["key"]) for m in topics.read(str(tmp_path), TOPIC)] == [("m", "k")]
     assert [m["value"] for m in topics.read(str(tmp_path), "persistent://t/n/log")] == ["hello there"]
     assert os.listdir(tmp_path / "side") == [f"batch-000000000003-part-00002-pub-t.n.f@{clock.now}.jsonl"]

@@ -37,15 +37,14 @@ class BufferedState:
         self.journal: list[Callable[[], None]] | None = None
 
     def prefetch(self, keys: Iterable[str]) -> None:
-        """Read ``keys`` (valid state keys) in one bulk read, those not read yet."""
+        """Read ``keys`` not read yet in one bulk read (the store checks them)."""
         base = self._base
         missing = [k for k in keys if k not in base] if base else keys
         if missing:
             base.update(self._fetch(missing))
 
     def _entry(self, key: str) -> tuple[bytes | None, int | None]:
-        """A key's stored (value, counter), read on its first use: :class:`InvalidArgumentError` for a key the
-        store refuses (so callers may hand the buffer keys they have not checked)."""
+        """A key's stored (value, counter); its first read checks it (:class:`InvalidArgumentError`)."""
         if key not in self._base:
             encode_key(key)
             self._base.update(self._fetch([key]))

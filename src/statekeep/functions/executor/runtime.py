@@ -32,7 +32,8 @@ from statekeep.functions.executor.context import Context, RecordSource, is_valid
 from statekeep.functions.messaging.jsonscan import loads_at
 from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function
 from statekeep.functions.messaging.messages import (batch_lines, dead_letter_message, function_logger, message_decoder,
-                                          output_sink, output_wrapper, write_published)
+                                          output_sink, output_wrapper, published_targets,
+                                                    write_targets)
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.retry import DEFAULT
@@ -328,8 +329,8 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     partition-owned state, a batch that finds the state changed since it read it (a REST write
     committed first) runs again.
     """
-    if not isinstance(records, (list, tuple)) and not hasattr(records, "to_pylist"):
-        records = list(records)  # a conflict runs the batch again (below)
+    if not isinstance(records, list) and not hasattr(records, "to_pylist"):
+        records = list(records)  # a conflict runs the batch again (below); the record loop takes a list
     for _ in DEFAULT.bounded(attempts=20).attempts():
         store = cached_state_store(spec).task(batch_id, partition, spec.state_parallelism)
         try:
@@ -351,8 +352,6 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     careful = spec.careful and kind != BATCH
     state = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size)
     if kind != BATCH:
-        if not isinstance(records, list):
-            records = list(records)
         if record_keys is not None and not keys:
             keys = {k for k in record_keys if k is not None}
         keys = list(keys)  # read again by the time's prefetch
@@ -383,7 +382,8 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     stats.metrics = path.context.metrics
     if output is not None:
         sink.write(batch_id, partition, output)
-    write_published(spec, path.context.published, path.context.get_logger(), batch_id, partition)
+    write_targets(spec, published_targets(spec, path.context.published, path.context.get_logger()), batch_id,
+                  partition)
     if path.dead:
         output_sink(spec, spec.dead_letter, "dead").write(batch_id, partition, path.dead)
     try:

@@ -378,9 +378,3 @@ def write_targets(spec: ExecutorSpec, targets: dict[tuple[str, str], list[Any]],
             sink.write_new(records, origin)
         else:
             sink.write(batch_id, partition, records)
-
-
-def write_published(spec: ExecutorSpec, published: list[tuple[str, Any]], logger: logging.Logger | None,
-                    batch_id: int, partition: int) -> None:
-    """A (batch, partition)'s ``context.publish`` messages and log-topic records, one file per target and kind."""
-    write_targets(spec, published_targets(spec, published, logger), batch_id, partition)
