@@ -1,7 +1,8 @@
 """The Nexmark queries of examples/nexmark/ run as statekeep functions on Spark (each step once to the end of
 its input, as ``localrun --once``) over a small generated stream, each output equal to the plain-Python
 reference of benchmarks/nexmark_model/reference.py; the ``process_batch`` variants too, and a few queries
-with partition-owned state (``--state-dir``)."""
+with partition-owned state (``--state-dir``); and the benchmark's Spark SQL variants adapted furthest from the
+reference SQL, and its report of a query Spark refuses."""
 
 from __future__ import annotations
 
@@ -50,3 +51,20 @@ def test_process_batch_variant_equals_the_reference(spark, stream, tmp_path, que
 @pytest.mark.parametrize("query", ["q3", "q11", "q15"])  # a join, session windows, state without a key field
 def test_partition_owned_state_equals_the_reference(spark, stream, tmp_path, query):
     check(spark, stream, tmp_path, query, state_dir=True)
+
+
+@pytest.mark.parametrize("query", ["q5", "q8", "q9", "q15"])  # the Spark SQL variants adapted furthest
+def test_spark_sql_variant_equals_the_reference(spark, stream, tmp_path, query):
+    from benchmarks import nexmark
+
+    data, events, side = stream
+    _, rows = nexmark.run_spark(spark, query, data, tmp_path, data / "side.csv")
+    assert reference.result(query, rows) == reference.expected(query, events, side)
+
+
+def test_spark_sql_refusal_is_reported(spark, stream, tmp_path):
+    from benchmarks import nexmark
+
+    data, _, _ = stream
+    with pytest.raises(nexmark.SparkRefuses, match="AnalysisException"):
+        nexmark.run_spark(spark, "q4", data, tmp_path, data / "side.csv")
