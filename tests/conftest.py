@@ -99,6 +99,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                           if item.get_closest_marker("xdist_group") and "@" not in item.nodeid)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures end (a server it started must still be there)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Close the executor-side state stores a test opened in this process (the runtime's cache): an executor
+    keeps them for its life, but a worker running test after test collected their sessions and threads (300
+    etcd event loops once, which starved every test after them)."""
+    runtime = sys.modules.get("statekeep.functions.executor.runtime")
+    if runtime is not None:
+        runtime.close_cached_state_stores()
+
+
 class _UndeclaredResource(Exception):
     pass
 

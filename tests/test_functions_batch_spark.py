@@ -52,7 +52,7 @@ def test_vectorized_word_count_exact_and_restart_continues(spark, tmp_path):
         assert output_counts(out) == expected_counts(inputs)
 
 
-@pytest.mark.parametrize("backend", ["etcd"])  # local and zk: tests/test_functions_spark.py's
+@pytest.mark.parametrize("backend", ["etcd"])  # the staged commit path's driver kill (embedded: test_functions_spark)
 def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
     """As tests/test_functions_spark.py's test of the same name, with wordcount_batch.py (on ZooKeeper
     and etcd each (batch, partition) needs several transactions: the staged commit)."""

@@ -147,9 +147,10 @@ def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
     from statekeep.functions.driver.spark import latency_conf
 
     threshold = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-    assert latency_conf("4.0.1") == {threshold: "1024"}  # PySpark before 4.1: TCP only
+    assert "spark.python.unix.domain.socket.enabled" not in latency_conf("4.0.1")  # PySpark before 4.1: TCP only
     assert latency_conf("4.1.0.dev1")["spark.python.unix.domain.socket.enabled"] == "true"
     assert int(latency_conf("4.3.0")[threshold]) > 32  # Spark's default lists a batch of > 32 files by a job
+    assert latency_conf("4.0.1")["spark.sql.streaming.pollingDelay"] == "50ms"  # an idle query's polls
 
 
 def test_bad_function_file_refused_before_spark(tmp_path):
@@ -164,7 +165,9 @@ def test_bad_function_file_refused_before_spark(tmp_path):
     assert "Traceback" not in result.stderr and "py4j" not in result.stderr
 
 
-@pytest.mark.parametrize("backend", ["local", "zk"])  # embedded; staged on ZooKeeper (etcd: the batch file's)
+# once per commit path: embedded here; staged metadata: tests/test_functions_batch_spark.py's (the record path is
+# one for per-record and process_batch functions); partition-owned: tests/test_partitioned_spark.py's
+@pytest.mark.parametrize("backend", ["local"])
 def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
     """A localrun process is killed at a random moment mid-run; a rerun from the checkpoint
     ends with every counter equal to its number of input records and each output once."""

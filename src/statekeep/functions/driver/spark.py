@@ -51,8 +51,10 @@ def latency_conf(pyspark_version: str) -> dict[str, str]:
     (measured with benchmarks/latency.py): Python workers reached over a unix domain socket (PySpark 4.1 and
     later, where the platform has them: about 40 ms less per task than a TCP connection), and a micro-batch's
     new files listed on the driver instead of by a Spark job of their own, up to 1024 files (Spark's default
-    threshold is 32, which a batch at 100 messages/s passes)."""
-    conf = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1024"}
+    threshold is 32, which a batch at 100 messages/s passes). An idle query looks for new input every 50 ms,
+    not Spark's 10 ms: with the default trigger (as soon as possible) 10 ms cost a core's half per idle function."""
+    conf = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
+            "spark.sql.streaming.pollingDelay": "50ms"}
     major, minor = (int(p) for p in re.findall(r"\d+", pyspark_version)[:2])
     if hasattr(socket, "AF_UNIX") and (major, minor) >= (4, 1):
         conf["spark.python.unix.domain.socket.enabled"] = "true"

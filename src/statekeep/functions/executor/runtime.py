@@ -88,6 +88,7 @@ class PartitionStats:
 
 _cache_lock = threading.Lock()
 _stores: dict[str, StateStore] = {}
+_providers: list[Any] = []  # the providers behind _stores, for close_cached_state_stores
 
 
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
@@ -310,8 +311,20 @@ def cached_state_store(spec: ExecutorSpec) -> StateStore:
     with _cache_lock:
         if key not in _stores:
             provider = open_provider(spec.state_provider, dict(spec.state_config))
+            _providers.append(provider)
             _stores[key] = provider.get_state_store(spec.tenant, spec.namespace, spec.name)
         return _stores[key]
+
+
+def close_cached_state_stores() -> None:
+    """Close every provider :func:`cached_state_store` opened in this process and forget them: an executor
+    keeps them for its life, a process running function after function (tests, benchmarks) would collect
+    their sessions and threads."""
+    with _cache_lock:
+        providers, _providers[:] = list(_providers), []
+        _stores.clear()
+    for provider in providers:
+        provider.close()
 
 
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
