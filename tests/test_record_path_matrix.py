@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 
 from statekeep.functions.admin import lifecycle
-
 from statekeep.functions.messaging import messages
 from statekeep.functions.executor.runtime import arrow_partition_runner
 from statekeep.functions.config.service import FunctionService
