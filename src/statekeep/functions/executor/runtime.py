@@ -37,7 +37,7 @@ from statekeep.functions.messaging.messages import (batch_lines, dead_letter_mes
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.retry import DEFAULT
-from statekeep.state.base import StateStore, TaskState
+from statekeep.state.base import StateStore, StateStoreProvider, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class PartitionStats:
 
 _cache_lock = threading.Lock()
 _stores: dict[str, StateStore] = {}
-_providers: list[Any] = []  # the providers behind _stores, for close_cached_state_stores
+_providers: list[StateStoreProvider] = []  # the providers behind _stores, for close_cached_state_stores
 
 
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
