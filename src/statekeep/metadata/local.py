@@ -196,7 +196,8 @@ class _Engine:
             self.meta = self.env.open_db(b"meta", txn=txn)
         self.pid = os.getpid()
         self.refcount = 0
-        self.stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()
+        self.stores: weakref.WeakSet[LocalStore] = weakref.WeakSet()  # add, discard and iterate under _stores_lock
+        self._stores_lock = threading.Lock()  # a WeakSet raises if another thread adds while one iterates
         self._own_sessions: set[int] = set()
         self._queue_lock = threading.Lock()
         self._extra_dbs: dict[bytes, Any] = {}
@@ -427,7 +428,16 @@ class _Engine:
 
     @property
     def listening(self) -> list[LocalStore]:
-        return [s for s in self.stores if s._listeners]
+        with self._stores_lock:
+            return [s for s in self.stores if s._listeners]
+
+    def attach(self, store: LocalStore) -> None:
+        with self._stores_lock:
+            self.stores.add(store)
+
+    def detach(self, store: LocalStore) -> None:
+        with self._stores_lock:
+            self.stores.discard(store)
 
     def _deliver_events(self) -> None:
         listening = self.listening
@@ -518,7 +528,7 @@ class LocalStore(MetadataStore):
         except BaseException:
             self._release_engine()
             raise
-        engine.stores.add(self)
+        engine.attach(self)
 
     @property
     def embedded_engine(self) -> EmbeddedEngine:
@@ -622,7 +632,7 @@ class LocalStore(MetadataStore):
 
     def _close(self) -> None:
         self._hot.clear()  # get()'s hits skip the closed check
-        self._engine.stores.discard(self)
+        self._engine.detach(self)
         try:
             if self._engine.pid == os.getpid():
                 self._engine.end_session(self.session_id, self._session_fd)

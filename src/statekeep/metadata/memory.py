@@ -75,7 +75,8 @@ class MemoryStore(MetadataStore):
         else:
             self._tree = _Tree()
         self.session_id = next(_sessions)
-        self._tree.stores.add(self)
+        with self._tree.lock:  # commit() iterates the stores under it
+            self._tree.stores.add(self)
 
     @classmethod
     def from_url(cls, rest: str, options: dict[str, Any]) -> MemoryStore:
@@ -110,8 +111,8 @@ class MemoryStore(MetadataStore):
             return last
 
     def _close(self) -> None:
-        self._tree.stores.discard(self)
         with self._tree.lock:
+            self._tree.stores.discard(self)
             mine = [p for p, r in self._tree.nodes.items() if r.owner == self.session_id]
             if mine:
                 changes = Changes(self._tree, self.session_id, int(time.time() * 1000))
