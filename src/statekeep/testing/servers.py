@@ -124,8 +124,9 @@ def _etcd_ready(port: int) -> bool:
 
 
 def zookeeper(data_dir: Path, port: int) -> Server:
-    # -Xmx1g: it holds the whole tree in memory
-    return _zk_server("zookeeper", data_dir, port, "1g", "tickTime=2000\nminSessionTimeout=1000\n")
+    # -Xmx3g: it holds the whole tree in memory, and a test session's server keeps every test's namespace (the
+    # seven large-batch tests alone leave 600 MB live; at 1g a session's server died of OutOfMemoryError)
+    return _zk_server("zookeeper", data_dir, port, "3g", "tickTime=2000\nminSessionTimeout=1000\n")
 
 
 def _zk_server(name: str, data_dir: Path, port: int, heap: str, settings: str) -> Server:
