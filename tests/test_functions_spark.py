@@ -143,6 +143,27 @@ def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(
     assert latency_conf("4.3.0")["spark.python.unix.domain.socket.enabled"] == "true"
 
 
+def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark):
+    """``by_partition`` is ``repartition(n, column)``'s assignment (so a batch replayed after an upgrade
+    meets its partitions' markers where it left them), nulls included, with no shuffle."""
+    from pyspark.sql import functions as F
+
+    from statekeep.functions.driver.spark import by_partition
+
+    ids = spark.range(500, numPartitions=3)  # keys spread over 3 input splits
+    frame = ids.select(F.when(F.col("id") % 11 == 0, None).otherwise(F.concat(F.lit("k"), F.col("id") % 37))
+                       .alias("__key"), "id")
+
+    def placed(df):
+        return sorted(df.rdd.mapPartitionsWithIndex(lambda p, rows: [(p, r["id"], r["__key"]) for r in rows]).collect())
+
+    for parallelism in (1, 2, 5):
+        ours = by_partition(frame, "__key", parallelism)
+        assert ours.rdd.getNumPartitions() == parallelism
+        assert placed(ours) == placed(frame.repartition(parallelism, "__key"))
+        assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
+
+
 def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
     from statekeep.functions.driver.spark import latency_conf
 

@@ -9,6 +9,7 @@ state stays exactly-once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -202,6 +203,26 @@ def route_column(groups: int, parallelism: int) -> Column:
     return F.coalesce(route, F.lit(routes[0]))
 
 
+#: up to this parallelism a micro-batch's records reach their partitions by :func:`by_partition` (one stage, each
+#: partition's task scanning the batch's input), above it by a shuffle (each record read once)
+SCAN_PER_PARTITION_UP_TO = 4
+
+
+def by_partition(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
+    """``frame.repartition(parallelism, column)`` without a shuffle: partition ``j`` holds the same records
+    (those whose ``pmod(hash(column), parallelism)`` is ``j``, Spark's own hash partitioning), read by one
+    task that scans the micro-batch's input and keeps its own. A micro-batch is then one Spark stage instead
+    of two, at the cost of each partition's task scanning the whole batch. Sets ``spark.sql.unionOutputPartitioning``
+    to false in ``frame``'s session (a streaming query's own): where true (Spark 4.x), a union of single-partition
+    children is one partition, all of them in one task."""
+    from pyspark.sql import functions as F
+
+    frame.sparkSession.conf.set("spark.sql.unionOutputPartitioning", "false")
+    owner = F.pmod(F.hash(F.col(column)), F.lit(parallelism))
+    parts = [frame.where(owner == j).coalesce(1) for j in range(parallelism)]
+    return functools.reduce(lambda a, b: a.unionAll(b), parts)
+
+
 def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
     """How many sources the query whose checkpoint is at ``checkpoint`` had: the lines after the
     version and metadata lines of its latest offsets file (one offset per source), or None if it has
@@ -269,8 +290,10 @@ class FunctionQuery:
         if spec.time is not None:
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
         runner = arrow_partition_runner(spec, batch_id)
-        rows = [r.asDict() for r in frame.repartition(parallelism, "__route" if partitioning else "__key")
-                .mapInArrow(runner, STATS_SCHEMA).collect()]
+        by = "__route" if partitioning else "__key"
+        frame = (by_partition(frame, by, parallelism) if parallelism <= SCAN_PER_PARTITION_UP_TO
+                 else frame.repartition(parallelism, by))
+        rows = [r.asDict() for r in frame.mapInArrow(runner, STATS_SCHEMA).collect()]
         for row in rows:
             self.totals["processed"] += row["processed"]
             self.totals["skipped"] += row["skipped"]
