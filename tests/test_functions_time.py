@@ -154,6 +154,40 @@ def test_event_time_timers_fire_once_when_the_watermark_passes(base_spec, clock)
     assert not list(visible_entries(cached_state_store(spec), prefix="\x00"))
 
 
+@pytest.mark.parametrize("base_spec", ["embedded-local"], indirect=True)
+def test_only_an_int_event_time_field_moves_the_watermark(base_spec, clock):
+    spec = {**base_spec, "code": TIMERS, "user_config": {"eventTimeField": "ts"},
+            "time": {"window": None, "ttl_ms": None}}
+    run(spec, 0, [{"k": "x", "ts": 100, "at": 500}])
+    odd = [{"k": "x", "ts": 999.0, "at": 600}, {"k": "y", "ts": True, "at": 700}, {"k": "z", "at": 800},
+           {"k": "w", "ts": "999", "at": 900}]
+    assert [s.watermark for s in run(spec, 1, odd)] == [100]  # a float, a bool, no field, a str: not event times
+    assert [o for o in outputs(spec) if "fired" in o] == []
+    assert [s.watermark for s in run(spec, 2, [{"k": "x", "ts": 650, "at": 5000}])] == [650]
+    assert sorted((o["fired"], o["at"]) for o in outputs(spec) if "fired" in o) == [("x", 500), ("x", 600)]
+
+
+BATCH_TIMERS = '''
+def process_batch(records, context):
+    for key, at in zip(records["k"].to_pylist(), records["at"].to_pylist()):
+        context.register_timer(at, key=key)
+
+def on_timer(key, ts, context):
+    return {"fired": key, "at": ts}
+'''
+
+
+@pytest.mark.parametrize("base_spec", ["embedded-local"], indirect=True)
+def test_process_batch_timers_are_checked_against_its_records_event_times(base_spec, clock):
+    # a first batch's event times 45 years from the clock: its records are observed before process_batch runs
+    spec = {**base_spec, "code": BATCH_TIMERS, "user_config": {"eventTimeField": "ts"},
+            "time": {"window": None, "ttl_ms": None}}
+    old = 1_436_918_400_000
+    assert [s.watermark for s in run(spec, 0, [{"k": "x", "ts": old, "at": old + 30},
+                                               {"k": "y", "ts": old + 20, "at": old + 5}])] == [old + 20]
+    assert [(o["fired"], o["at"]) for o in outputs(spec)] == [("y", old + 5)]
+
+
 def test_a_timer_far_away_or_not_an_int_is_refused(base_spec, clock):
     spec = {**base_spec, "code": TIMERS, "time": {"window": None, "ttl_ms": None}}
     with pytest.raises(FunctionRecordError, match="more than ten years"):

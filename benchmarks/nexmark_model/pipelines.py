@@ -33,12 +33,12 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class Pipeline:
-    """A query's steps, the generator file set its first step reads, and its ``process_batch`` variant (the
-    same with another file), if any."""
+    """A query's steps, the generator file set its first step reads, and its ``process_batch`` variant, if
+    any: the files its first steps run instead (the steps after them stay as they are)."""
 
     source: str
     steps: tuple[Step, ...]
-    batch: str | None = None
+    batch: tuple[str, ...] = ()
 
 
 def _one(py: str, key: str | None = None, **extra: Any) -> tuple[Step, ...]:
@@ -46,27 +46,30 @@ def _one(py: str, key: str | None = None, **extra: Any) -> tuple[Step, ...]:
 
 
 PIPELINES: dict[str, Pipeline] = {
-    "q0": Pipeline("bid", _one("q0.py"), "q0_batch.py"),
-    "q1": Pipeline("bid", _one("q1.py"), "q1_batch.py"),
-    "q2": Pipeline("bid", _one("q2.py"), "q2_batch.py"),
-    "q3": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS), Step("q3.py", "k"))),
+    "q0": Pipeline("bid", _one("q0.py"), ("q0_batch.py",)),
+    "q1": Pipeline("bid", _one("q1.py"), ("q1_batch.py",)),
+    "q2": Pipeline("bid", _one("q2.py"), ("q2_batch.py",)),
+    "q3": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS), Step("q3.py", "k")),
+                   ("rekey_batch.py", "q3_batch.py")),
     "q4": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q4_max.py", "k"),
                               Step("q4_avg.py", "category"))),
-    "q5": Pipeline("bid", (Step("q5_count.py", "auction", user_config=ON_TIME), Step("q5_hot.py", "start"))),
-    "q7": Pipeline("bid", _one("q7.py", None, user_config=ON_TIME)),
+    "q5": Pipeline("bid", (Step("q5_count.py", "auction", user_config=ON_TIME), Step("q5_hot.py", "start")),
+                   ("q5_count_batch.py", "q5_hot_batch.py")),
+    "q7": Pipeline("bid", _one("q7.py", None, user_config=ON_TIME), ("q7_batch.py",)),
     "q8": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS),
-                              Step("q8.py", "k", user_config=ON_TIME))),
-    "q9": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q9.py", "k"))),
-    "q11": Pipeline("bid", _one("q11.py", "bidder", user_config=ON_TIME)),
-    "q12": Pipeline("bid", _one("q12.py", "bidder")),
-    "q13": Pipeline("bid", _one("q13.py"), "q13_batch.py"),
-    "q14": Pipeline("bid", _one("q14.py"), "q14_batch.py"),
-    "q15": Pipeline("bid", _one("q15.py")),
-    "q17": Pipeline("bid", _one("q17.py", "auction")),
+                              Step("q8.py", "k", user_config=ON_TIME)), ("rekey_batch.py", "q8_batch.py")),
+    "q9": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q9.py", "k")),
+                   ("rekey_batch.py", "q9_batch.py")),
+    "q11": Pipeline("bid", _one("q11.py", "bidder", user_config=ON_TIME), ("q11_batch.py",)),
+    "q12": Pipeline("bid", _one("q12.py", "bidder"), ("q12_batch.py",)),
+    "q13": Pipeline("bid", _one("q13.py"), ("q13_batch.py",)),
+    "q14": Pipeline("bid", _one("q14.py"), ("q14_batch.py",)),
+    "q15": Pipeline("bid", _one("q15.py"), ("q15_batch.py",)),
+    "q17": Pipeline("bid", _one("q17.py", "auction"), ("q17_batch.py",)),
     "q18": Pipeline("events", (Step("rekey.py", user_config={"keys": {"bid": ["bidder", "auction"]}}),
-                               Step("q18.py", "k"))),
-    "q21": Pipeline("bid", _one("q21.py"), "q21_batch.py"),
-    "q22": Pipeline("bid", _one("q22.py"), "q22_batch.py"),
+                               Step("q18.py", "k")), ("rekey_batch.py", "q18_batch.py")),
+    "q21": Pipeline("bid", _one("q21.py"), ("q21_batch.py",)),
+    "q22": Pipeline("bid", _one("q22.py"), ("q22_batch.py",)),
 }
 QUERIES = tuple(PIPELINES)
 
@@ -91,9 +94,10 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
     pipeline = PIPELINES[query]
     steps = pipeline.steps
     if batch:
-        if pipeline.batch is None:
+        if not pipeline.batch:
             raise ValueError(f"{query} has no process_batch variant")
-        steps = (dataclasses.replace(steps[0], py=pipeline.batch),) + steps[1:]
+        steps = tuple(dataclasses.replace(step, py=py) for step, py in zip(steps, pipeline.batch)) + \
+            steps[len(pipeline.batch):]
     url = f"local://{work / 'store'}"
     seconds = 0.0
     inputs = data / pipeline.source

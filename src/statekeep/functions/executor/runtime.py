@@ -249,6 +249,8 @@ class RecordPath:
         except FunctionRecordError as e:
             raise FunctionRecordError(f"{self.spec.fqfn} process_batch: {where}, {e}") from None
         self.stats.received = table.num_rows
+        if self.timed is not None:  # before the call, as a record's time before process: timers check against it
+            self.timed.observe_table(table)
         try:
             output = batch_output(self.process(table, self.context)) if table.num_rows else None
         except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
@@ -256,8 +258,6 @@ class RecordPath:
             raise FunctionRecordError(
                 f"{self.spec.fqfn} process_batch failed on {where} ({table.num_rows} records): "
                 f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}", e) from None
-        if self.timed is not None:
-            self.timed.observe_table(table)
         self.stats.processed = table.num_rows
         return output
 

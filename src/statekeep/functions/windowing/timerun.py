@@ -72,6 +72,8 @@ class TimedRun:
         self.user_process = process
         self.emit = emit
         self.event_field = spec.user_config.get("eventTimeField")
+        # a JSON record's decoded value is the document get_message_eventtime would parse again
+        self.event_in_value = bool(self.event_field) and spec.input_format == "json"
         self.on_timer = entry_of(process, "on_timer")
         self.late_topic = (window or {}).get("late_topic")
         self.windows: Windows | None = None
@@ -100,9 +102,14 @@ class TimedRun:
         return self._windowed
 
     def _observing(self, value: Any, context: Any) -> Any:
-        event = context.get_message_eventtime()
-        if event is not None:
-            self.time.observe(event)
+        if self.event_in_value:  # context.get_message_eventtime()'s answer, from the record already decoded
+            event = value.get(self.event_field) if value.__class__ is dict else None
+            if event.__class__ is int:  # not a bool, as get_message_eventtime
+                self.time.observe(event)
+        else:
+            event = context.get_message_eventtime()
+            if event is not None:
+                self.time.observe(event)
         return self.user_process(value, context)
 
     def _windowed(self, value: Any, context: Any) -> Any:
