@@ -91,10 +91,11 @@ def encode_prefix(prefix: str) -> str:
 
 def check_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
-    keys = list(dict.fromkeys(keys))
-    for key in keys:
-        encode_key(key)
-    return keys
+    distinct = dict.fromkeys(keys)
+    if not distinct.keys() <= _segments.keys():  # else every one was encoded before: valid
+        for key in distinct:
+            encode_key(key)
+    return list(distinct)
 
 
 def check_scan(prefix: object, start_after: object, limit: object) -> str:
