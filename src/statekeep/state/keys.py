@@ -92,9 +92,8 @@ def encode_prefix(prefix: str) -> str:
 def check_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
     distinct = dict.fromkeys(keys)
-    if not distinct.keys() <= _segments.keys():  # else every one was encoded before: valid
-        for key in distinct:
-            encode_key(key)
+    for key in () if distinct.keys() <= _segments.keys() else distinct:  # all encoded before: valid
+        encode_key(key)
     return list(distinct)
 
 
