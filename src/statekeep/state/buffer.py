@@ -101,10 +101,6 @@ class BufferedState:
             new[key] = total
         deltas.update(new)
 
-    @property
-    def dirty(self) -> bool:
-        return bool(self.puts or self.counter_deltas)
-
 
 class JournaledState(BufferedState):
     """A :class:`BufferedState` that can take back one record's changes: :meth:`begin` before each

@@ -53,7 +53,7 @@ class _Txn:
 
     def plan(self, values: Mapping[str, bytes | None], deltas: Mapping[str, int]) -> list[tuple[bytes, bytes]]:
         """:func:`records.plan_batch` over this function's stored entries (raises before any write)."""
-        return records.plan_batch(self.get, values, deltas, self.now_ms)
+        return records.plan_batch(self.txn.cursor(db=self.s._state).get, values, deltas, self.now_ms, self.s._prefix)
 
     def write_many(self, changes: list[tuple[bytes, bytes]]) -> None:
         """Write planned ``(key, stored entry)`` changes (a tombstone entry deletes the key) and log
@@ -180,7 +180,7 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
         prefix, absent, counter_tag, unpack = self._prefix, (None, None), records.COUNTER, _I64.unpack_from
         with transaction(self._env, db=self._state) as txn:
             get = txn.get
-            for key in keys:
+            for key in sorted(keys):  # in key order: neighbouring LMDB pages
                 raw = get(prefix + key.encode())
                 if raw is None:
                     out[key] = absent
@@ -245,6 +245,8 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
         values, deltas = validate_batch(puts, counters, self.max_value_size)
+        # planned, written and logged in key order: LMDB reads and writes neighbouring pages
+        values, deltas = {k: values[k] for k in sorted(values)}, {k: deltas[k] for k in sorted(deltas)}
         marker_key = None if marker is None else self._marker_key(marker)
 
         def work(t: _Txn) -> bool:

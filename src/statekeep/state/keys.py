@@ -91,10 +91,10 @@ def encode_prefix(prefix: str) -> str:
 
 def check_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
-    keys = list(dict.fromkeys(keys))
-    for key in keys:
+    distinct = dict.fromkeys(keys)
+    for key in () if distinct.keys() <= _segments.keys() else distinct:  # all encoded before: valid
         encode_key(key)
-    return keys
+    return list(distinct)
 
 
 def check_scan(prefix: object, start_after: object, limit: object) -> str:

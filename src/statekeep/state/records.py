@@ -35,6 +35,7 @@ from statekeep.errors import CorruptStateError, CounterOverflowError, InvalidArg
 BYTES, COUNTER, TOMBSTONE = b"B", b"C", b"D"
 _COUNTER = struct.Struct(">q")
 _VERSION = struct.Struct(">Q")
+_COUNTER_ENTRY = struct.Struct(">Qcq")  # the stored entry of a counter: version, tag, value
 #: the byte of a stored entry that holds its tag (after the version)
 TAG_AT = 8
 TOMBSTONE_TAG = TOMBSTONE[0]
@@ -161,17 +162,17 @@ def entry_record(key: bytes, raw: bytes, offset: int = -1) -> ChangelogRecord:
 
 
 def plan_batch(get: Callable[[bytes], bytes | None], values: Mapping[str, bytes | None],
-               deltas: Mapping[str, int], now_ms: int) -> list[tuple[bytes, bytes]]:
+               deltas: Mapping[str, int], now_ms: int, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
     """The ``(key, stored entry)`` changes of ``apply_batch(values, deltas)`` over the stored entries
-    ``get`` returns: puts (``values``: stored value, or None to delete: a :func:`tombstone_entry` of a
-    present key, at ``now_ms``), then counter deltas; each key once. Every provider that stores entries
+    ``get(prefix + key)`` returns: puts (``values``: stored value, or None to delete: a :func:`tombstone_entry`
+    of a present key, at ``now_ms``), then counter deltas; each key once. Every provider that stores entries
     plans its writes here. Raises before returning anything: :class:`CounterOverflowError`, or
     :class:`InvalidArgumentError` for a delta on a key that holds bytes."""
     changes = []
-    pack, unpack_counter = _VERSION.pack, _COUNTER.unpack_from
+    pack, pack_counter, unpack_counter = _VERSION.pack, _COUNTER_ENTRY.pack, _COUNTER.unpack_from
     for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
         raw_key = key.encode()
-        raw = get(raw_key)
+        raw = get(prefix + raw_key)
         version = 0 if raw is None else _VERSION.unpack_from(raw)[0] + 1
         delta = deltas.get(key)
         if delta is None:
@@ -180,6 +181,7 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: Mapping[str, bytes 
                 if raw is not None:
                     changes.append((raw_key, tombstone_entry(version - 1, now_ms)))
                 continue
+            entry = pack(version) + stored
         else:
             if raw is None or key in values:
                 total = delta
@@ -189,8 +191,8 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: Mapping[str, bytes 
                 total = entry_counter(key, raw) + delta  # raises: bytes, or not a stored entry
             if not COUNTER_MIN <= total <= COUNTER_MAX:
                 raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-            stored = encode_counter(total)
-        changes.append((raw_key, pack(version) + stored))
+            entry = pack_counter(version, COUNTER, total)
+        changes.append((raw_key, entry))
     return changes
 
 

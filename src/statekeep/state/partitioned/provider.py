@@ -458,7 +458,7 @@ class PartitionTask:
                 raw = get(raw_key, db=db)
                 if (None if raw is None else raw[:8]) != version:
                     raise StateConflictError(f"state key {raw_key.decode()!r} changed since the batch read it")
-            changes = records.plan_batch(lambda raw_key: get(raw_key, db=db), values, deltas, now_ms())
+            changes = records.plan_batch(txn.cursor(db=db).get, values, deltas, now_ms())
             write_changes(txn, db, changes)
             return None, changes
 
