@@ -460,7 +460,7 @@ def batch_profile(progress: list[dict[str, Any]], window: tuple[float, float],
         job = handle - b.get("batch_spec", 0) - b.get("status_write", 0)
         steps["addBatch: FunctionQuery._handle_batch"].append(handle)
         steps["  _batch_spec (routing, watermark)"].append(b.get("batch_spec", 0))
-        steps["  Spark job (repartition, mapInArrow, collect)"].append(job)
+        steps["  Spark job (records to partitions, mapInArrow, collect)"].append(job)
         steps["    job start -> first Python task starts"].append(min(t["start"] for t in tasks) - b["start"]
                                                                   - b.get("batch_spec", 0))
         slowest = max(tasks, key=lambda t: t["end"] - t["start"])

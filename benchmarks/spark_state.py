@@ -252,7 +252,8 @@ def profile_statekeep(spark, inputs: str, work: str, variants: list[str]) -> Non
         sk_spark.arrow_partition_runner = plain
     frame = sk_spark.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
     floor = (frame.writeStream.trigger(availableNow=True).option("checkpointLocation", f"{work}/ckpt-floor")
-             .foreachBatch(lambda df, _: df.repartition(2, "__key").mapInArrow(drain, "n long").collect()).start())
+             .foreachBatch(lambda df, _: sk_spark.by_partition(df, "__key", 2).mapInArrow(drain, "n long").collect())
+             .start())
     floor.awaitTermination()
     floor_times = [t for _, t in batch_seconds(floor, "addBatch")]
     for variant in variants:
