@@ -13,6 +13,7 @@ from statekeep.functions.messaging import messages, sink, topics
 from statekeep.functions.messaging.messages import Message
 
 from support.specs import typed
+from conftest import need
 
 SPEC = {"tenant": "t", "namespace": "n", "name": "f", "output_format": "jsonl"}
 TOPIC = "persistent://t/n/x"
@@ -175,7 +176,7 @@ def test_publish_and_the_log_topic_go_to_their_targets_by_kind(tmp_path, clock):
 # ---- the statekeep-topic stream's offsets (the reader's driver side, no Spark session) ------------------------
 
 def stream_reader(root, **options):
-    pytest.importorskip("pyspark")
+    need("pyspark")
     from statekeep.functions.driver.sources import _TopicStreamReader
 
     return _TopicStreamReader({"topic": TOPIC, "topicsDir": root, "raw": "true", **options})

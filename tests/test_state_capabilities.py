@@ -17,6 +17,7 @@ from statekeep.state.partitioned import PartitionedStateProvider
 from statekeep.state.timestate import buffer_key, recent_records, visible_records
 
 from test_partitioned_state import mine, run_batch
+from conftest import need
 
 KEYS = [f"k{i}" for i in range(40)]
 
@@ -103,7 +104,7 @@ def test_function_provider_is_one_rule(tmp_path):
 
 
 def test_changelog_source_offsets_per_partition():
-    pytest.importorskip("pyspark")
+    need("pyspark")
     from statekeep.functions.driver.sources import _ChangelogStreamReader, _split
 
     reader = _ChangelogStreamReader({"function": "t/n/f"})
