@@ -24,7 +24,9 @@ JSON-lines files for Spark, renamed into place so no reader sees half a file.
   file (as the output writer does);
 - applyInPandasWithState: ``groupBy(k)`` with a pandas function keeping the count in GroupState.
 
-Each query first gets warm-up messages (one every 200 ms until outputs flow: Python workers started);
+Before any measured query, a statekeep and a Spark query run ``--warm-seconds`` at 100 msgs/s (the JVM's
+code warm: without it the first variant measured paid for it, its p99 1.4x the same variant's measured
+later). Each query first gets warm-up messages (one every 200 ms until outputs flow: Python workers started);
 "first output" is the time from the query's start to its first output. Per rate it prints p50, p90, p99,
 max of the latency and the sustained rate (messages read / (last read - first produced)), then the ratios
 the issue's targets name. ``--profile`` times one statekeep micro-batch by step: Spark's own progress
@@ -595,6 +597,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--linger-ms", type=float, default=10.0, help="the producer writes a file at most this often")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--warm-seconds", type=float, default=20.0,
+                        help="the session's warm-up queries run this long at 100 msgs/s before any measured one")
     parser.add_argument("--profile", action="store_true", help="time statekeep's micro-batch steps")
     parser.add_argument("--startup", action="store_true", help="also time a new localrun to its first output")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
@@ -616,18 +620,20 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     profiles: dict[str, dict[float, list[tuple[str, float]]]] = {}
     try:
-        # the session's first queries (code generation, class loading): a statekeep and a Spark query warm
-        # up before any reported one, so that none pays for running first
+        # the session's first queries (code generation, class loading, the JIT: a micro-batch calls the
+        # streaming engine's code a few times, so it takes many batches) warm up before any reported one, a
+        # statekeep and a Spark query at 100 msgs/s each, so that none pays for running first
         for variant, tag in (("statekeep", "warm_statekeep"), ("spark_count", "warm_spark")):
             os.makedirs(f"{work}/{tag}")
             query, target, output = (start_statekeep(spark, variant, f"{work}/{tag}", topics_root, tag)
                                      if variant in STATEKEEP else start_spark(spark, variant, f"{work}/{tag}"))
             queue = context.Queue()
-            worker = context.Process(target=probe, args=(queue, target, output, [], 0, args.keys, 0.01, time.time(),
-                                                         180.0, 30.0, args.seed))
+            worker = context.Process(target=probe, args=(queue, target, output, [100.0] if args.warm_seconds else [],
+                                                         args.warm_seconds, args.keys, 0.01, time.time(), 180.0,
+                                                         30.0, args.seed))
             worker.start()
             try:
-                queue.get(timeout=240)
+                queue.get(timeout=240 + args.warm_seconds + 30)
             finally:
                 worker.join(timeout=30)
                 stop_query(query)
