@@ -124,7 +124,7 @@ def test_failing_record_skipped_and_counted_when_configured(spark, service, tmp_
 def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(spark, service, tmp_path):
     """``triggerIntervalMs`` (``--trigger-interval``) is the running query's trigger, the function runs with
     it, and the session spark_session built has its latency settings (Python workers on a unix socket)."""
-    from statekeep.functions.driver.spark import latency_conf
+    from statekeep.functions.driver.spark import CHECKPOINT_MANAGER, latency_conf
 
     inputs = tmp_path / "in"
     write_words(inputs, "a.jsonl", ["x", "y", "x"])
@@ -136,6 +136,9 @@ def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(
         assert query.query._jsq.streamingQuery().trigger().toString() == "ProcessingTimeTrigger(1500)"
         query.query.processAllAvailable()
         assert counters(service, "paced") == {"x": 2, "y": 1}
+        # its logs are written through the FileSystem-based checkpoint manager (no chmod/readlink processes)
+        log = query.query._jsq.streamingQuery().offsetLog()
+        assert log.fileManager().getClass().getName() == CHECKPOINT_MANAGER[1]
     finally:
         query.stop()
     conf = spark.sparkContext.getConf()

@@ -62,11 +62,21 @@ def latency_conf(pyspark_version: str) -> dict[str, str]:
     return conf
 
 
+#: Spark's checkpoint manager on Hadoop's FileSystem API: it writes a query's logs (offsets, commits, a file
+#: source's) without the ``chmod`` and ``readlink`` processes the default FileContext one forks for each log file
+#: where Hadoop has no native library, as in PySpark's package (about 25 ms a log file, 3 a micro-batch, here).
+#: Its rename checks before it renames: two drivers writing one checkpoint could race, which the function's
+#: run lock already excludes.
+CHECKPOINT_MANAGER = ("spark.sql.streaming.checkpointFileManagerClass",
+                      "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+
+
 def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuffle_partitions: int = 2,
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession set up for statekeep (shared: Spark allows one per driver process).
     The default master retries a failed task up to 4 times (``local[*,4]``), so a killed Python
-    worker costs a retry, not the query. A session this call creates also gets :func:`latency_conf`.
+    worker costs a retry, not the query. A session this call creates also gets :func:`latency_conf` and
+    :data:`CHECKPOINT_MANAGER` (where its Spark has that class).
     ``conf``: more Spark settings (e.g. ``spark.cores.max`` when several drivers share a cluster),
     applied last, so they win over statekeep's own (``spark.python.unix.domain.socket.enabled=false``
     turns the socket off); they take effect only if this call creates the session."""
@@ -83,12 +93,18 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
     settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                 "spark.sql.shuffle.partitions": str(shuffle_partitions), "spark.sql.streaming.schemaInference": "true",
                 "spark.sql.execution.arrow.maxRecordsPerBatch": "20000"}
-    if SparkContext._active_spark_context is None:  # creating the session: the latency settings, unless in conf
+    creating = SparkContext._active_spark_context is None
+    if creating:  # the latency settings, unless in conf
         settings.update(latency_conf(__version__))
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    key, manager = CHECKPOINT_MANAGER
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session's gateway
+    if creating and key not in (conf or {}) and jvm.org.apache.spark.util.Utils.classIsLoadable(manager):
+        spark.conf.set(key, manager)
     spark.sparkContext.setLogLevel("ERROR")
     from statekeep.functions.driver.sources import register_sources
 
