@@ -41,8 +41,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
-                              UnsupportedCapabilityError, ValueTooLargeError)
+                              UnsupportedCapabilityError)
 from statekeep.metadata import MetadataStore, open_store
+from statekeep.metadata.types import validate_value as validate_value  # one rule for metadata and state values
+from statekeep.metadata.types import validate_version
 from statekeep.state.keys import check_keys, encode_key, validate_name
 from statekeep.state.records import (COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes,
                                      encode_counter, entry_counter, entry_version, plan_batch)
@@ -94,15 +96,6 @@ class BatchLimits:
     max_bytes: int
 
 
-def validate_value(value: object, max_size: int) -> bytes:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(f"a state value must be bytes, not {type(value).__name__}")
-    value = bytes(value)
-    if len(value) > max_size:
-        raise ValueTooLargeError(f"state value of {len(value)} bytes exceeds the limit of {max_size} bytes")
-    return value
-
-
 def validate_amount(amount: object, what: str = "counter amount") -> int:
     amount = check_int(amount, what)
     if not COUNTER_MIN <= amount <= COUNTER_MAX:
@@ -129,10 +122,6 @@ def validate_batch(puts: object, counters: object, max_size: int) -> tuple[dict[
     check_keys([*puts, *counters])
     values = {k: None if v is None else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
     return values, validate_amounts(counters)
-
-
-def validate_expected_version(version: object) -> int | None:
-    return check_int(version, "expected_version", minimum=-1, optional=True)
 
 
 def check_expected_version(key: str, current: int | None, expected: int | None) -> None:
@@ -443,12 +432,12 @@ class EntryStateStore(StateStore):
 
     def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
         encode_key(key)
-        changes = self._write_key(key, validate_expected_version(expected_version), {key: stored}, {})[1]
+        changes = self._write_key(key, validate_version(expected_version), {key: stored}, {})[1]
         return entry_version(changes[0][1])
 
     def delete(self, key: str, *, expected_version: int | None = None) -> bool:
         encode_key(key)
-        expected = validate_expected_version(expected_version)
+        expected = validate_version(expected_version)
         if expected == -1:
             raise InvalidArgumentError("delete takes expected_version None or >= 0")
         return self._write_key(key, expected, {key: None}, {})[0] is not None

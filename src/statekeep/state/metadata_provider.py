@@ -38,12 +38,12 @@ from typing import Any
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put
-from statekeep.metadata.types import validate_path
+from statekeep.metadata.types import validate_path, validate_version
 from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StoreBackedProvider, check_expected_version,
-                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
+                                  validate_amount, validate_amounts, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix
 from statekeep.state.metadata_changelog import MetadataChangelog
 from statekeep.validate import check_int
@@ -213,7 +213,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         """Compare-and-set ``key`` to ``compute(current)`` (None: delete, _UNCHANGED: nothing) with its
         changelog record; retried on a lost race unless the caller expected a version."""
         path = self._kv + encode_key(key)
-        expected_version = validate_expected_version(expected_version)
+        expected_version = validate_version(expected_version)
         self._ensure_log()
         for _ in self._retry.attempts():
             current = self._store.get(path)

@@ -97,11 +97,6 @@ class StateEntry(NamedTuple):
 _new_entry = tuple.__new__
 
 
-def encode_entry(version: int, stored: bytes) -> bytes:
-    """The stored entry of a key at ``version`` holding the stored value ``stored``."""
-    return _VERSION.pack(version) + stored
-
-
 def encode_value(kind: Kind | None, value: bytes) -> bytes:
     """The stored value of a value of ``kind`` (a counter's ``value``: its 8-byte form)."""
     return (COUNTER if kind == "counter" else BYTES) + value
