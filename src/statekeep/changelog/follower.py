@@ -232,12 +232,6 @@ class FollowerStore(ReadableStateStore):
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
 
-    def __enter__(self) -> FollowerStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ---- the tailing thread --------------------------------------------------------------------
 
     def _stop_tailing(self, error: StatekeepError, phase: str, level: int) -> float:

@@ -33,6 +33,7 @@ from typing import Any
 
 from statekeep import errors
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.metadata.base import Closing
 
 DEFAULT_URL = "http://localhost:8080"
 
@@ -145,7 +146,7 @@ def _httpx() -> ModuleType:
     return httpx
 
 
-class Http:
+class Http(Closing):
     """Pulsar's ``/admin/v3/functions`` REST API of the server at ``url``, through httpx.
 
     Every method raises, for an HTTP error, the statekeep error of that status (404 ->
@@ -164,12 +165,6 @@ class Http:
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> Http:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def request(self, method: str, path: list[str], *, files: dict[str, tuple[Any, ...]] | None = None,
                 data: dict[str, str] | None = None, query: dict[str, Any] | None = None) -> Any:

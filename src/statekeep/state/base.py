@@ -43,6 +43,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
                               UnsupportedCapabilityError)
 from statekeep.metadata import MetadataStore, open_store
+from statekeep.metadata.base import Closing
 from statekeep.metadata.types import validate_value as validate_value  # one rule for metadata and state values
 from statekeep.metadata.types import validate_version
 from statekeep.state.keys import check_keys, encode_key, validate_name
@@ -161,7 +162,7 @@ class Capability(str, enum.Enum):
 PER_KEY = frozenset({Capability.CHANGELOG_READ, Capability.MARKERS, Capability.COMPACTION})
 
 
-class ReadableStateStore(abc.ABC):
+class ReadableStateStore(Closing):
     """Reading one function's state and its changelog: what every state handle offers, a leader's
     (:class:`StateStore`) or a read-only follower's (:class:`statekeep.changelog.FollowerStore`).
     Thread-safe; see the module docstring for the contract. Code that only reads should ask for this
@@ -278,8 +279,6 @@ class ReadableStateStore(abc.ABC):
 
     def close(self) -> None:
         """Release what this handle holds (not the provider's shared resources)."""
-
-
 
 
 def check_partition(partition: object, partitions: int) -> int:
@@ -403,6 +402,7 @@ class StateStore(ReadableStateStore):
             self.apply_batch(puts, counters)
         return changed
 
+
 class EntryStateStore(StateStore):
     """A store keeping every key as a stored entry (:mod:`statekeep.state.records`; the embedded and
     partitioned providers): each single-key write is planned by :func:`records.plan_batch` inside the
@@ -472,7 +472,7 @@ def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
             last, want, have = raw, next(want_iter, None), next(have_iter, None)
 
 
-class StateStoreProvider(abc.ABC):
+class StateStoreProvider(Closing):
     """Creates each function's :class:`StateStore` (Pulsar's ``StateStoreProvider``).
 
     ``init(config)`` is called once before anything else (``open_provider`` calls it); ``cleanup``
@@ -499,12 +499,6 @@ class StateStoreProvider(abc.ABC):
 
     def close(self) -> None:
         """Release resources; stores obtained from this provider stop working."""
-
-    def __enter__(self) -> StateStoreProvider:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class StoreBackedProvider(StateStoreProvider):
