@@ -28,15 +28,12 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Protocol, TypeVar
 
-from statekeep.errors import InvalidArgumentError, MissingDependencyError, StatekeepError
+import lmdb
+
+from statekeep.errors import InvalidArgumentError, StatekeepError
 from statekeep.metadata._tree import Changes
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.registry import backend_class
-
-try:
-    import lmdb
-except ImportError as e:  # pragma: no cover - lmdb is a core dependency
-    raise MissingDependencyError("local:// needs the 'lmdb' package: pip install lmdb") from e
 
 #: The capability (:attr:`MetadataStore.capabilities`) of a store that has an embedded engine.
 EMBEDDED_STATE = "embedded_state"

@@ -50,19 +50,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import lmdb
+
 from statekeep.background import Periodic
-from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
+from statekeep.errors import (InvalidPathError, StatekeepError, StoreClosedError,
                               StoreUnavailableError)
 from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
 from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat)
-
-try:
-    import lmdb
-except ImportError as e:  # pragma: no cover - lmdb is a core dependency
-    raise MissingDependencyError("local:// needs the 'lmdb' package: pip install lmdb") from e
 
 log = logging.getLogger(__name__)
 

@@ -92,6 +92,12 @@ class _Wakeup(Generic[T]):
         except asyncio.TimeoutError:
             return None
 
+    async def items(self, request: Request) -> AsyncIterator[T | None]:
+        """Each item as it comes while the stream is :func:`live`, None after ``HEARTBEAT_S`` without one."""
+        started = asyncio.get_running_loop().time()
+        while await live(request, started):
+            yield await self.get(HEARTBEAT_S)
+
 
 def stream(body: Callable[[], AsyncIterator[bytes]]) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
@@ -184,11 +190,9 @@ async def function_events(request: Request) -> StreamingResponse:
         roots = (registry.root + "/", STATUS_ROOT + "/")
         subscription = store.add_listener(
             lambda n: wake.put(("changed", n.path, None)) if n.path.startswith(roots) else None)
-        started = asyncio.get_running_loop().time()
         try:
             yield hello({})
-            while await live(request, started):
-                item = await wake.get(HEARTBEAT_S)
+            async for item in wake.items(request):
                 if item is None:
                     yield b": heartbeat\n\n"
                     continue
@@ -217,15 +221,10 @@ async def tree_events(request: Request) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[tuple[str, str]] = _Wakeup()
         subscription = store.add_listener(lambda n: wake.put((n.type.value, n.path)))
-        started = asyncio.get_running_loop().time()
         try:
             yield hello({})
-            while await live(request, started):
-                item = await wake.get(HEARTBEAT_S)
-                if item is None:
-                    yield b": heartbeat\n\n"
-                else:
-                    yield sse("change", {"type": item[0], "path": item[1]})
+            async for item in wake.items(request):
+                yield b": heartbeat\n\n" if item is None else sse("change", {"type": item[0], "path": item[1]})
         finally:
             subscription.close()
 
