@@ -53,8 +53,7 @@ from typing import Any
 import lmdb
 
 from statekeep.background import Periodic
-from statekeep.errors import (InvalidPathError, StatekeepError, StoreClosedError,
-                              StoreUnavailableError)
+from statekeep.errors import InvalidPathError, StatekeepError, StoreClosedError, StoreUnavailableError
 from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
