@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
 
 from statekeep.cli.common import print_json, utc_time
 from statekeep.metadata import open_store
@@ -46,24 +45,10 @@ def _size(n: int) -> str:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from statekeep.errors import CorruptStateError
-    from statekeep.handles.handle import decode
+    from statekeep.handles.gc import list_handles
 
-    handles = f"{args.root.rstrip('/')}/handles"
-    rows: list[dict[str, Any]] = []  # JSON objects, as --json prints them
     with open_store(args.store) as store:
-        for key in store.get_children(handles):
-            current = store.get(f"{handles}/{key}")
-            if current is None:
-                continue
-            locks = store.get_children(f"{handles}/{key}/locks")
-            try:
-                h = decode(key, current.stat.version, current.value, None)
-                rows.append({"key": key, "version": h.version, "size": h.size, "sha256": h.sha256,
-                             "createdMs": h.created_ms, "blob": h.blob_url, "attributes": dict(h.attributes),
-                             "lockedBy": locks})
-            except CorruptStateError as e:
-                rows.append({"key": key, "version": current.stat.version, "error": str(e), "lockedBy": locks})
+        rows = list_handles(store, args.root)
     if args.json:
         print_json(rows)
         return 0

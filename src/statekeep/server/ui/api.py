@@ -31,11 +31,10 @@ from starlette.concurrency import run_in_threadpool
 
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore
-from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.admin.lifecycle import is_stopped
 from statekeep.functions.admin.worker import function_status, pulsar_function_status
-from statekeep.handles.gc import collect_garbage
-from statekeep.handles.handle import decode as decode_handle
+from statekeep.handles.gc import collect_garbage, list_handles
 from statekeep.metadata.types import GetResult, validate_path
 from statekeep.server.auth import authorize
 from statekeep.server.ui import access
@@ -199,7 +198,7 @@ async def handles(request: Request, root: str, blobs: str | None = None,
     store, registry = store_registry(request)
     access.check_superuser(request)
     validate_path(root)
-    return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
+    return JSONResponse(await run_in_threadpool(handles_json, store, root, blobs, grace))
 
 
 def default_blobs(store: MetadataStore) -> str | None:
@@ -208,22 +207,8 @@ def default_blobs(store: MetadataStore) -> str | None:
     return f"file://{os.path.join(str(directory), 'blobs')}" if store.scheme == "local" and directory else None
 
 
-def list_handles(store: MetadataStore, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
-    base = f"{root.rstrip('/')}/handles"
-    out: dict[str, Any] = {"root": root, "handles": []}
-    for key in store.get_children(base):
-        current = store.get(f"{base}/{key}")
-        if current is None:
-            continue
-        item: dict[str, Any] = {"key": key, "version": current.stat.version,
-                                "locks": store.get_children(f"{base}/{key}/locks")}
-        try:
-            h = decode_handle(key, current.stat.version, current.value, None)
-            item.update(blob=h.blob_url, size=h.size, sha256=h.sha256, createdMs=h.created_ms,
-                        attributes=dict(h.attributes))
-        except CorruptStateError as e:
-            item["error"] = str(e)
-        out["handles"].append(item)
+def handles_json(store: MetadataStore, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"root": root, "handles": list_handles(store, root)}
     blobs = blobs or default_blobs(store)
     out["blobs"] = blobs
     if blobs is None:
