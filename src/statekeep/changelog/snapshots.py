@@ -68,6 +68,14 @@ class SnapshotInfo:
                 "size": self.size, "createdMs": self.created_ms, "blob": self.blob_url}
 
 
+def default_blobs(store: MetadataStore) -> str | None:
+    """Where snapshots of ``store`` keep blobs by default: ``DIR/blobs`` of a store in a local directory."""
+    directory = getattr(store, "directory", None)  # a store in a local directory (local://), not a scheme
+    if not isinstance(directory, (str, os.PathLike)):
+        return None
+    return f"file://{os.path.join(os.fspath(directory), 'blobs')}"
+
+
 class SnapshotStore:
     """Snapshots of function state in ``store`` (handles) and ``blobs`` (bytes); see the module docstring.
     ``blobs`` may be None for a reader: blob URLs are absolute in the handles. Thread-safe."""
@@ -77,9 +85,7 @@ class SnapshotStore:
         self.store = store
         self.root = root.rstrip("/")
         self.leader_timeout = leader_timeout
-        directory = getattr(store, "directory", None)  # a store in a local directory (local://), not a scheme
-        if blobs is None and isinstance(directory, (str, os.PathLike)):
-            blobs = f"file://{os.path.join(os.fspath(directory), 'blobs')}"
+        blobs = default_blobs(store) if blobs is None else blobs
         self.writable = blobs is not None
         self._blobs = blobs if isinstance(blobs, BlobStore) else None
         self._blobs_spec = (blobs or "file:///", blob_options)

@@ -22,7 +22,6 @@ statuses (404, 409 on a version conflict, 401/403).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -30,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
-from statekeep.changelog.snapshots import SnapshotStore
+from statekeep.changelog.snapshots import SnapshotStore, default_blobs
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.admin.lifecycle import is_stopped
 from statekeep.functions.admin.worker import function_status, pulsar_function_status
@@ -199,12 +198,6 @@ async def handles(request: Request, root: str, blobs: str | None = None,
     access.check_superuser(request)
     validate_path(root)
     return JSONResponse(await run_in_threadpool(handles_json, store, root, blobs, grace))
-
-
-def default_blobs(store: MetadataStore) -> str | None:
-    """Where snapshots of this store keep blobs by default (``DIR/blobs`` of a ``local://DIR`` store)."""
-    directory = getattr(store, "directory", None)
-    return f"file://{os.path.join(str(directory), 'blobs')}" if store.scheme == "local" and directory else None
 
 
 def handles_json(store: MetadataStore, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
