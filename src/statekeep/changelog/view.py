@@ -144,16 +144,16 @@ class FollowerView:
         rewritten = self._rewrite(e.key, e.kind, e.value)
         return None if rewritten is None else StateEntry(e.key, rewritten[1], rewritten[0], e.version)  # type: ignore[arg-type]
 
-    def entries(self, entries: Iterable[StateEntry], sorted_by_key: bool = True) -> Iterator[StateEntry]:
-        """The entries of ``entries`` in the view, rewritten. With ``sorted_by_key`` (entries in key
-        order, as snapshots and ``read_all`` give them), stops reading after the prefix's range."""
+    def entries(self, entries: Iterable[StateEntry]) -> Iterator[StateEntry]:
+        """The entries of ``entries`` (in key order, as snapshots and ``read_all`` give them) in the view,
+        rewritten; reading stops after the prefix's range."""
         if self.everything:
             yield from entries
             return
         prefix = self.key_prefix
         for e in entries:
             if prefix and not e.key.startswith(prefix):
-                if sorted_by_key and e.key > prefix:
+                if e.key > prefix:
                     return
                 continue
             shown = self.entry(e)

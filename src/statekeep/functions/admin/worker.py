@@ -117,15 +117,6 @@ def function_status(store: MetadataStore, tenant: str, namespace: str, name: str
     return status
 
 
-def pulsar_function_status(status: dict[str, Any], num_instances: int = 1, num_restarts: int = 0) -> dict[str, Any]:
-    """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus``: one instance per
-    Spark partition of the function's query (see :mod:`statekeep.functions.driver.stats`); ``workerId``
-    is where it runs, ``""`` if nowhere."""
-    from statekeep.functions.driver.stats import function_status as pulsar_status
-
-    return pulsar_status(status, num_instances, num_restarts=num_restarts)
-
-
 @dataclass
 class _Running:
     query: FunctionQuery

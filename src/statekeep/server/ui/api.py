@@ -32,7 +32,8 @@ from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
 from statekeep.changelog.snapshots import SnapshotStore, default_blobs
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.admin.lifecycle import is_stopped
-from statekeep.functions.admin.worker import function_status, pulsar_function_status
+from statekeep.functions.admin.worker import function_status
+from statekeep.functions.driver import stats
 from statekeep.handles.gc import collect_garbage, list_handles
 from statekeep.metadata.types import GetResult, validate_path
 from statekeep.server.auth import authorize
@@ -92,7 +93,7 @@ async def functions(request: Request) -> Response:
                     status = function_status(store, tenant, namespace, name)
                     out.append({"tenant": tenant, "namespace": namespace, "name": name,
                                 "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
-                                "functionStatus": pulsar_function_status(status), "lifecycle": True,
+                                "functionStatus": stats.function_status(status, 1), "lifecycle": True,
                                 "stopped": is_stopped(registry, tenant, namespace, name)})
         return out
 
