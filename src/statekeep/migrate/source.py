@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.metadata.types import join
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
 from statekeep.state.base import StateStoreProvider
@@ -32,7 +32,7 @@ SUFFIX = re.compile(r"(\d{10})$")
 _READ_CHUNK = 500
 
 
-class StoreSource:
+class StoreSource(Closing):
     """The records of ``store`` (open, owned by the caller), in the order of the records module."""
 
     def __init__(self, store: MetadataStore) -> None:
