@@ -27,6 +27,7 @@ from typing import Any
 
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
+from statekeep.metadata.base import Closing
 from statekeep.metadata.embedded import embedded_engine, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
@@ -50,7 +51,7 @@ class ReplicaMeta:
     view: str | None = None  # the view's fingerprint (None: the whole state)
 
 
-class LocalReplica:
+class LocalReplica(Closing):
     """See the module docstring. Writes come from one thread (the follower's); reads from any."""
 
     def __init__(self, local_dir: str, tenant: str, namespace: str, name: str) -> None:
@@ -240,9 +241,8 @@ def write_ops(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
 
 def followed(local_dir: str) -> list[tuple[str, str, str]]:
     """The functions whose replicas live in ``local_dir`` (those bootstrapped at least once), sorted."""
-    provider = EmbeddedStateProvider()
-    provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
-    try:
+    with EmbeddedStateProvider() as provider:
+        provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
         assert provider.store is not None  # an initialized provider
         engine = embedded_engine(provider.store)
         meta = engine.open_db(b"follower_meta")
@@ -253,5 +253,3 @@ def followed(local_dir: str) -> list[tuple[str, str, str]]:
                 if len(parts) == 4 and parts[3] == b"g":
                     out.append(tuple(p.decode() for p in parts[:3]))
         return sorted(out)
-    finally:
-        provider.close()

@@ -147,15 +147,10 @@ class SnapshotStore:
     def _leadership(self, root: str, who: str) -> Iterator[tuple[CoordinationService, Any]]:
         """The snapshot writers' leadership of ``root`` (one at a time per function), held for the block;
         :class:`TimeoutError` after ``leader_timeout``."""
-        coord = CoordinationService(self.store)
-        try:
+        with CoordinationService(self.store) as coord:
             lock = coord.become_leader(root + "/leader", f"{who}-{os.getpid()}".encode()).result(self.leader_timeout)
-            try:
+            with lock:
                 yield coord, lock
-            finally:
-                lock.release()
-        finally:
-            coord.close()
 
     # ---- reading -------------------------------------------------------------------------------
 

@@ -119,12 +119,9 @@ def _status(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"no follower directory {args.local_dir}")
     rows = []
     for tenant, namespace, name in followed(args.local_dir):
-        replica = PartitionedReplica(args.local_dir, tenant, namespace, name)  # any replica; and positions
-        try:
+        with PartitionedReplica(args.local_dir, tenant, namespace, name) as replica:  # any replica; and positions
             meta = replica.load()
             positions = replica.positions()
-        finally:
-            replica.close()
         if positions is not None and positions.gen != meta.gen:
             positions = None
         rows.append({"tenant": tenant, "namespace": namespace, "name": name, "appliedOffset": meta.applied,
