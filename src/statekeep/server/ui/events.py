@@ -131,8 +131,7 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
 
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[Notification] = _Wakeup()
-        subscription = store.add_listener(wake.put)
-        try:
+        with store.add_listener(wake.put):
             now = await run_in_threadpool(positions)
             # one partition: from where the client asked (its offsets are the event ids); several (partition-owned
             # state): each partition live from its position now, records tagged with their partition
@@ -165,8 +164,6 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
                         yield b": heartbeat\n\n"
                 while not wake.queue.empty():  # one read serves every notification queued so far
                     wake.queue.get_nowait()
-        finally:
-            subscription.close()
 
     return stream(body)
 
@@ -220,12 +217,9 @@ async def tree_events(request: Request) -> StreamingResponse:
 
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[tuple[str, str]] = _Wakeup()
-        subscription = store.add_listener(lambda n: wake.put((n.type.value, n.path)))
-        try:
+        with store.add_listener(lambda n: wake.put((n.type.value, n.path))):
             yield hello({})
             async for item in wake.items(request):
                 yield b": heartbeat\n\n" if item is None else sse("change", {"type": item[0], "path": item[1]})
-        finally:
-            subscription.close()
 
     return stream(body)
