@@ -73,9 +73,6 @@ class LocalReplica(Closing):
         """Names a meta record of this copy in errors."""
         return f"{self.local_dir} follower_meta {self._p.decode().replace(chr(0), '/')}{meta_key}"
 
-    def _restore_gen(self, raw: bytes) -> int:
-        return jsonrecords.decode(raw, self._where("r"), "restore progress", lambda d: int(d["gen"]))
-
     # ---- meta --------------------------------------------------------------------------------
 
     def load(self) -> ReplicaMeta:
@@ -178,7 +175,8 @@ class LocalReplica(Closing):
     def _drop_restore(self, txn: Any) -> None:
         raw = txn.get(self._p + b"r", db=self._meta)
         if raw is not None:
-            txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
+            gen = jsonrecords.decode(raw, self._where("r"), "restore progress", lambda d: int(d["gen"]))
+            txn.put(self._p + b"x" + _U64.pack(gen), b"", db=self._meta)
             txn.delete(self._p + b"r", db=self._meta)
 
     def collect_garbage(self, gens: list[int], max_keys: int = 20_000) -> bool:
