@@ -202,10 +202,8 @@ class SnapshotStore:
                                        key_prefix=key_prefix.encode("utf-8"))
                 yield dict(handle.attributes), _entries(pairs)
         finally:
-            try:
+            with contextlib.suppress(StatekeepError):  # the lock goes with the session anyway
                 handles.release(info.key)
-            except StatekeepError:
-                pass  # the lock goes with the session anyway
 
     def verify(self, info: SnapshotInfo) -> int:
         """Read the whole snapshot, checking it; returns its number of entries."""

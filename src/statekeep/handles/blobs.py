@@ -19,6 +19,7 @@ Guarantees of :class:`BlobStore`:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -179,10 +180,8 @@ class BlobStore:
             for d in [directory, *(os.path.dirname(c) for c in created)]:
                 _fsync_dir(d)
         except BaseException as e:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             if isinstance(e, OSError):
                 raise BlobStorageError(f"cannot store blob {path}: {e}") from e
             raise
@@ -203,10 +202,8 @@ class BlobStore:
             f.close()
             f.commit()
         except BaseException as e:
-            try:
+            with contextlib.suppress(Exception):
                 f.discard()
-            except Exception:
-                pass
             if isinstance(e, OSError):
                 raise BlobStorageError(f"cannot write blob {self.fs.unstrip_protocol(path)}: {e}") from e
             raise
@@ -247,10 +244,8 @@ class BlobStore:
         except OSError as e:
             raise BlobStorageError(f"cannot delete blob {url}: {e}") from e
         if _is_local(fs):  # leave no empty key directories behind
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(path))
-            except OSError:
-                pass
         return True
 
     def delete_scope(self, scope: str) -> None:
@@ -351,10 +346,8 @@ def _makedirs(directory: str) -> list[str]:
         missing.append(d)
         d = os.path.dirname(d)
     for d in reversed(missing):
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(d)
-        except FileExistsError:
-            pass
     return list(reversed(missing))
 
 

@@ -10,6 +10,7 @@ Layout under ``root`` (the store owns these names)::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -226,10 +227,8 @@ class StateHandleStore(Closing):
     def release(self, key: str) -> None:
         """Release this holder's lock on ``key``; a no-op if not locked."""
         self._path(key)
-        try:
+        with contextlib.suppress(NotFoundError):
             self.store.delete(self._lock(key))
-        except NotFoundError:
-            pass
 
     def release_all(self) -> None:
         """Release this holder's locks on every handle."""

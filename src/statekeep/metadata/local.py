@@ -38,6 +38,7 @@ its transactions and its fork gate), never through this module's private members
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -360,10 +361,8 @@ class _Engine:
     def end_session(self, session: int, fd: int | None) -> None:
         """Remove the session's ephemeral keys, then its file (an orderly close or a reaped death)."""
         self.submit(lambda reader, now_ms: (None, self._expire(reader, session, now_ms)))
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.sessions_dir / str(session))
-        except FileNotFoundError:
-            pass
         if fd is not None:
             os.close(fd)
         self._own_sessions.discard(session)
@@ -475,10 +474,8 @@ def _after_fork_in_child() -> None:
         for store in list(engine.stores):
             store._forked = store._closed = True  # every call now raises StoreClosedError
             store._hot.clear()  # get()'s hits skip the closed check
-            try:
+            with contextlib.suppress(OSError):
                 os.close(store._session_fd)
-            except OSError:
-                pass
         if directory not in _unusable_in_child:
             engine.env.close()
     _engines.clear()

@@ -30,6 +30,7 @@ groups within them (:mod:`statekeep.state.staged`), with the same exactly-once g
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -84,10 +85,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         if self._log_ready:
             return
         if self._store.get(self._log_parent) is None:
-            try:
+            # another writer may have created it first: its token is the incarnation's
+            with contextlib.suppress(AlreadyExistsError, BadVersionError):
                 self._store.put(self._log_parent, uuid.uuid4().hex.encode(), -1)
-            except (AlreadyExistsError, BadVersionError):
-                pass  # another writer created it first: its token is the incarnation's
         self._log_ready = True
 
     @property

@@ -14,6 +14,7 @@ ready before the first function runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -177,10 +178,8 @@ class SparkWorker:
         """Stop the function's query before its state is deleted, and keep it stopped until it is gone."""
         fqfn = (tenant, namespace, name)
         with self._mutex:
-            try:
+            with contextlib.suppress(NotFoundError):
                 self._deleting[fqfn] = (self.registry.incarnation(*fqfn), time.monotonic() + DELETE_GRACE_S)
-            except NotFoundError:
-                pass
             self._stop_function(fqfn)
 
     def status(self) -> dict[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ re-reads what it shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -81,10 +82,8 @@ class _Wakeup(Generic[T]):
         def add() -> None:
             if not self.queue.full():  # a slow client loses wakeups, not memory
                 self.queue.put_nowait(item)
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the stream is over
             self.loop.call_soon_threadsafe(add)
-        except RuntimeError:  # the loop is closed: the stream is over
-            pass
 
     async def get(self, timeout: float) -> T | None:
         try:

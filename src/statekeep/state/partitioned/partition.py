@@ -12,6 +12,7 @@ behind, which the next catch-up repairs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import struct
@@ -209,10 +210,8 @@ class Partition:
 
     def _discard(self, blobs: list[Blob]) -> None:
         for blob in blobs:
-            try:
+            with contextlib.suppress(StatekeepError):  # garbage collection reclaims it
                 self.blobs.delete(blob.url)
-            except StatekeepError:
-                pass  # garbage collection reclaims it
 
     def _maybe_snapshot(self, manifest: Manifest, version: int) -> None:
         """Snapshot the partition when restoring it from its segments would cost more than its size."""
