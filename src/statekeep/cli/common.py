@@ -11,7 +11,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,16 @@ def print_json(data: object) -> None:
     """Print ``data`` as JSON on stdout, as every command does."""
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def print_result(args: argparse.Namespace, data: object, lines: Iterable[str]) -> int:
+    """``data`` as JSON with ``--json``, else ``lines``, one a line (what a listing or report prints); 0."""
+    if args.json:
+        print_json(data)
+    else:
+        for line in lines:
+            print(line)
+    return 0
 
 
 def utc_time(ms: int, timespec: str = "seconds") -> str:

@@ -105,12 +105,7 @@ def _print(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     with common.functions_client(args) as client:
         names = client.list(args.tenant, args.namespace)
-    if args.json:
-        print_json(names)
-    else:
-        for name in names:
-            print(name)
-    return 0
+    return common.print_result(args, names, names)
 
 
 def _delete(args: argparse.Namespace) -> int:

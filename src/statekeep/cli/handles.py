@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from statekeep.cli.common import print_json, utc_time
+from statekeep.cli.common import print_json, print_result, utc_time
 from statekeep.metadata import open_store
 from statekeep.metadata.registry import default_store_url
 
@@ -49,18 +49,10 @@ def _ls(args: argparse.Namespace) -> int:
 
     with open_store(args.store) as store:
         rows = list_handles(store, args.root)
-    if args.json:
-        print_json(rows)
-        return 0
-    if not rows:
-        print(f"no state handles under {args.root}")
-    for row in rows:
-        if "error" in row:
-            print(f"{row['key']}  v{row['version']}  UNREADABLE: {row['error']}")
-        else:
-            print(f"{row['key']}  v{row['version']}  {_size(row['size'])}  {utc_time(row['createdMs'])}  "
-                  f"locks: {len(row['lockedBy'])}  {row['blob']}")
-    return 0
+    return print_result(args, rows, [
+        f"{row['key']}  v{row['version']}  UNREADABLE: {row['error']}" if "error" in row else
+        f"{row['key']}  v{row['version']}  {_size(row['size'])}  {utc_time(row['createdMs'])}  "
+        f"locks: {len(row['lockedBy'])}  {row['blob']}" for row in rows] or [f"no state handles under {args.root}"])
 
 
 def _gc(args: argparse.Namespace) -> int:
