@@ -297,8 +297,17 @@ class StateHandleStore(Closing):
             if others and not force:
                 self.release(key)
                 return False
-            if self._try_remove(self._remove_ops(key, current, holders), key, current, keep_blob=others):
-                return True
+            blob_url = self._old_blob(key, current)
+            try:
+                self._write(self._remove_ops(key, current, holders), "removal", key, None)
+            except LeadershipLostError:
+                self.release(key)
+                raise
+            except _REFUSED:
+                continue  # locked, replaced or removed meanwhile: read again
+            if blob_url is not None and not others:
+                self._discard(blob_url)
+            return True
         raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
 
     def _remove_ops(self, key: str, current: GetResult, holders: list[str] | None) -> list[Op]:
@@ -308,20 +317,6 @@ class StateHandleStore(Closing):
             locks = [Delete(f"{self._locks(key)}/{name}") for name in holders]
             locks.append(Delete(self._locks(key)))
         return [*locks, Delete(self._path(key), current.stat.version)]
-
-    def _try_remove(self, ops: list[Op], key: str, current: GetResult, *, keep_blob: bool = False) -> bool:
-        """Apply a removal; True if done (then delete the blob unless ``keep_blob``), False to read again."""
-        blob_url = self._old_blob(key, current)
-        try:
-            self._write(ops, "removal", key, None)
-        except LeadershipLostError:
-            self.release(key)
-            raise
-        except _REFUSED:
-            return False  # locked, replaced or removed meanwhile
-        if blob_url is not None and not keep_blob:
-            self._discard(blob_url)
-        return True
 
     def _holders(self, key: str) -> list[str] | None:
         """Identities holding ``key`` locked; None if it has no locks node."""
