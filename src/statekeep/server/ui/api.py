@@ -132,8 +132,7 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
 
 @router.get("/ui/api/tree")
 async def tree(request: Request, path: str = "/") -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path)
     children = await run_in_threadpool(store.get_children, path)
     base = path.rstrip("/")
@@ -142,8 +141,7 @@ async def tree(request: Request, path: str = "/") -> Response:
 
 @router.get("/ui/api/node")
 async def get_node(request: Request, path: str) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path)
     result = await run_in_threadpool(store.get, path)
     out = node_json(path, result)  # a missing node (e.g. the root on most backends) is {"exists": false}
@@ -153,8 +151,7 @@ async def get_node(request: Request, path: str) -> Response:
 
 @router.put("/ui/api/node")
 async def put_node(request: Request, path: str) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path, allow_root=False)
     try:
         body = await request.json()
@@ -169,8 +166,7 @@ async def put_node(request: Request, path: str) -> Response:
 
 @router.delete("/ui/api/node")
 async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path, allow_root=False)
     await run_in_threadpool(lambda: store.delete(path, expected_version=version))
     return Response(status_code=204)
@@ -178,8 +174,7 @@ async def delete_node(request: Request, path: str, version: int | None = Query(N
 
 @router.get("/ui/api/handle-roots")
 async def handle_roots(request: Request) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
 
     def roots() -> list[str]:
         out = []
@@ -195,8 +190,7 @@ async def handle_roots(request: Request) -> Response:
 @router.get("/ui/api/handles")
 async def handles(request: Request, root: str, blobs: str | None = None,
                   grace: float = Query(3600.0, ge=0)) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(root)
     return JSONResponse(await run_in_threadpool(handles_json, store, root, blobs, grace))
 

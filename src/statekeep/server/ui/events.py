@@ -211,8 +211,7 @@ async def function_events(request: Request) -> StreamingResponse:
 
 @router.get("/ui/api/events/tree")
 async def tree_events(request: Request) -> StreamingResponse:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
 
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[tuple[str, str]] = _Wakeup()
