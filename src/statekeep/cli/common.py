@@ -202,6 +202,15 @@ def direct(args: argparse.Namespace) -> FunctionService:
     return FunctionService.open(direct_store_url(args))
 
 
+def print_answer(args: argparse.Namespace) -> int:
+    """``get``, ``timers``, ``status`` and ``stats``: the client's JSON answer of the command's name (of
+    ``--instance-id``'s instance where the command has it)."""
+    instance = (args.instance_id,) if "instance_id" in args else ()
+    with functions_client(args) as client:
+        print_json(getattr(client, args.command)(args.tenant, args.namespace, args.name, *instance))
+    return 0
+
+
 def json_flag(args: argparse.Namespace, option: str) -> Any:
     text = getattr(args, option)
     try:
