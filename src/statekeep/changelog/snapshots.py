@@ -38,6 +38,7 @@ from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.base import MetadataStore
 from statekeep.state import records
 from statekeep.state.base import StateEntry, StateStore
+from statekeep.state.catalog import FunctionCatalog
 from statekeep.state.partitioned import entries
 
 DEFAULT_ROOT = "/statekeep/snapshots"
@@ -100,10 +101,7 @@ class SnapshotStore:
         return self._blobs
 
     def _root(self, tenant: str, namespace: str, name: str) -> str:
-        from statekeep.state.keys import validate_name
-
-        return (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
-                f"{validate_name(name, 'function name')}")
+        return FunctionCatalog(self.store, self.root).path(tenant, namespace, name)  # the same naming rule
 
     # ---- writing -------------------------------------------------------------------------------
 
