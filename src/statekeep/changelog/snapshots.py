@@ -137,9 +137,9 @@ class SnapshotStore:
         if not old:
             return []
         blobs = self.blobs  # before the leadership: a missing fsspec changes nothing
-        with self._leadership(root, "snapshot-gc") as (_, lock):
-            with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
-                return [info.number for info in old if handles.release_and_try_remove(info.key)]
+        with (self._leadership(root, "snapshot-gc") as (_, lock),
+              StateHandleStore(self.store, root, blobs, leadership=lock) as handles):
+            return [info.number for info in old if handles.release_and_try_remove(info.key)]
 
     @contextlib.contextmanager
     def _leadership(self, root: str, who: str) -> Iterator[tuple[CoordinationService, Any]]:

@@ -97,8 +97,7 @@ class Report:
                 mark = "ok" if check.ok else "MISMATCH"
                 lines.append(f"    {name:<12} {check.source:>9} {check.matched:>8}  {check.source_sha256[:16]} / "
                              f"{check.target_sha256[:16]}  {mark}")
-                for what in check.mismatches:
-                    lines.append(f"      differs: {what}")
+                lines += [f"      differs: {what}" for what in check.mismatches]
         if self.seconds:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items()))
         return "\n".join(lines)

@@ -177,12 +177,9 @@ async def handle_roots(request: Request) -> Response:
     store = access.check_superuser(request)
 
     def roots() -> list[str]:
-        out = []
-        for tenant in store.get_children(SNAPSHOT_ROOT):
-            for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}"):
-                for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}"):
-                    out.append(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}")
-        return out
+        return [f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}" for tenant in store.get_children(SNAPSHOT_ROOT)
+                for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}")
+                for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}")]
 
     return JSONResponse(await run_in_threadpool(roots))
 
