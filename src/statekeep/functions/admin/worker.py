@@ -200,21 +200,16 @@ class SparkWorker:
             for namespace in store.get_children(f"{root}/{tenant}"):
                 for name in store.get_children(f"{root}/{tenant}/{namespace}"):
                     result = store.get(f"{root}/{tenant}/{namespace}/{name}")
-                    if result is not None and result.value:
-                        if is_stopped(self.registry, tenant, namespace, name):
-                            continue  # stopped (persisted): its query stops, and stays stopped
-                        try:
-                            incarnation = self.registry.incarnation(tenant, namespace, name)
-                        except NotFoundError:
-                            continue  # deleted meanwhile
-                        wanted[(tenant, namespace, name)] = (incarnation, result.stat.version,
-                                                             restart_count(self.registry, tenant, namespace, name))
+                    # not a function, or stopped (persisted): its query stops, and stays stopped
+                    if result is None or not result.value or is_stopped(self.registry, tenant, namespace, name):
+                        continue
+                    try:
+                        incarnation = self.registry.incarnation(tenant, namespace, name)
+                    except NotFoundError:
+                        continue  # deleted meanwhile
+                    wanted[(tenant, namespace, name)] = (incarnation, result.stat.version,
+                                                         restart_count(self.registry, tenant, namespace, name))
         return wanted
-
-    def _free(self, fqfn: tuple[str, str, str]) -> bool:
-        """No other worker holds the function's lock (a read)."""
-        held = self.registry.store.get(lock_path(*fqfn))
-        return held is None or held.stat.created_by_self
 
     def _reconcile(self) -> None:
         wanted = self._wanted()
@@ -261,7 +256,8 @@ class SparkWorker:
 
     def _claim(self, fqfn: tuple[str, str, str]) -> ResourceLock | None:
         """The function's lock for this worker, or None if another worker holds it."""
-        if not self._free(fqfn):
+        held = self.registry.store.get(lock_path(*fqfn))
+        if held is not None and not held.stat.created_by_self:
             return None  # another worker runs it (a read, not a failing create, on every pass)
         try:
             return self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
@@ -281,7 +277,7 @@ class SparkWorker:
                 self._spark = spark_session(self.master, conf=self.spark_conf)
             query = run_registered(self.service, self.metadata_url, *fqfn, checkpoint_root=self.checkpoint_root,
                                    master=self.master, spark=self._spark, worker_id=self.worker_id)
-        except (NotFoundError, StatekeepError) as e:
+        except StatekeepError as e:
             log.warning("cannot start function %s: %s", "/".join(fqfn), e)
             lock.release()
             return
