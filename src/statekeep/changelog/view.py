@@ -39,7 +39,6 @@ from statekeep.state.base import StateEntry
 KeyFilter = Callable[[str], bool]
 Transform = Callable[[str, "bytes | int"], "bytes | int | None"]
 
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _PLAIN = (str, bytes, int, float, bool, complex, type(None))
 
 
@@ -114,7 +113,7 @@ class FollowerView:
             raise ViewError(f"transform returned {type(out).__name__} for key {key!r}: it must return "
                             "bytes, an int (a counter) or None")
         if isinstance(out, int):
-            if not _I64_MIN <= out <= _I64_MAX:
+            if not records.COUNTER_MIN <= out <= records.COUNTER_MAX:
                 raise ViewError(f"transform returned {out} for key {key!r}: a counter is signed 64-bit")
             return "counter", records.counter_bytes(out)
         return "bytes", bytes(out)

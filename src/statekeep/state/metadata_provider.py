@@ -172,13 +172,11 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
         stored = records.encode_bytes(validate_value(value, self.max_value_size))
-        version: int = self._change(key, lambda current: stored, expected_version)
-        return version
+        return int(self._change(key, lambda current: stored, expected_version))
 
     def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
         stored = records.encode_counter(validate_amount(value, "counter value"))
-        version: int = self._change(key, lambda current: stored, expected_version)
-        return version
+        return int(self._change(key, lambda current: stored, expected_version))
 
     def delete(self, key: str, *, expected_version: int | None = None) -> bool:
         if expected_version == -1:
