@@ -28,7 +28,7 @@ from typing import Any
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.metadata.base import Closing
-from statekeep.metadata.embedded import embedded_engine, transaction
+from statekeep.metadata.embedded import embedded_engine, prefixed, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
 from statekeep.state.embedded import EmbeddedStateProvider
@@ -79,13 +79,7 @@ class LocalReplica(Closing):
         p = self._p
         with transaction(self._env, db=self._meta) as txn:
             gen, applied, epoch, restore, view = (txn.get(p + k) for k in (b"g", b"a", b"e", b"r", b"v"))
-            garbage = []
-            cursor = txn.cursor()
-            if cursor.set_range(p + b"x"):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(p + b"x"):
-                        break
-                    garbage.append(_U64.unpack(key[len(p) + 1:])[0])
+            garbage = [_U64.unpack(key[len(p) + 1:])[0] for key in prefixed(txn.cursor(), p + b"x", values=False)]
         progress = None if restore is None else jsonrecords.decode(restore, self._where("r"), "restore progress")
         return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0],
                            -1 if applied is None else _I64.unpack(applied)[0],

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Protocol, TypeVar
@@ -170,6 +170,16 @@ class held_transaction(transaction):
 
     def __del__(self) -> None:
         self.end()
+
+
+def prefixed(cursor: lmdb.Cursor, prefix: bytes, start: bytes = b"", *, values: bool = True) -> Iterator[Any]:
+    """``cursor``'s ``(key, value)`` items (its keys, without ``values``) from ``start`` (default: ``prefix``)
+    on, in key order, while the keys start with ``prefix``."""
+    if cursor.set_range(start or prefix):
+        for item in cursor.iternext(values=values):
+            if not (item[0] if values else item).startswith(prefix):
+                return
+            yield item
 
 
 # ---- the engine ------------------------------------------------------------------------------------

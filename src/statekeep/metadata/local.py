@@ -47,7 +47,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,8 @@ from statekeep.errors import InvalidPathError, StatekeepError, StoreClosedError,
 from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
+from statekeep.metadata.embedded import (FORK_GATE, FORK_WAIT_S, EmbeddedEngine, prefixed, transaction,
+                                         uncounted_read)
 from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat)
 
 log = logging.getLogger(__name__)
@@ -125,16 +126,6 @@ def children_prefix(path: str) -> bytes:
     return _DEPTH.pack(_depth(path) + 1) + (path if path == "/" else path + "/").encode()
 
 
-def _keys_from(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
-    """The keys of ``db`` that start with ``prefix``, in order."""
-    cursor = txn.cursor(db=db)
-    if cursor.set_range(prefix):
-        for key in cursor.iternext(keys=True, values=False):
-            if not key.startswith(prefix):
-                return
-            yield key
-
-
 class _TxnReader:
     """TreeReader over an open LMDB transaction."""
 
@@ -150,7 +141,8 @@ class _TxnReader:
         return self.engine.children(self.txn, path)
 
     def has_children(self, path: str) -> bool:
-        return next(_keys_from(self.txn, self.engine.nodes, children_prefix(path)), None) is not None
+        children = prefixed(self.txn.cursor(db=self.engine.nodes), children_prefix(path), values=False)
+        return next(children, None) is not None
 
     def last_sequence(self, parent: str) -> int:
         raw = self.txn.get(parent.encode(), db=self.engine.sequences)
@@ -215,7 +207,7 @@ class _Engine:
 
     def children(self, txn: lmdb.Transaction, path: str) -> list[str]:
         prefix = children_prefix(path)
-        return [key[len(prefix):].decode() for key in _keys_from(txn, self.nodes, prefix)]
+        return [key[len(prefix):].decode() for key in prefixed(txn.cursor(db=self.nodes), prefix, values=False)]
 
     # ---- writes: group commit ----------------------------------------------------------------
 
@@ -370,7 +362,7 @@ class _Engine:
     def _expire(self, reader: _TxnReader, session: int, now_ms: int) -> Changes:
         changes = Changes(reader, session, now_ms)
         prefix = _U64.pack(session)
-        for path in [key[8:].decode() for key in _keys_from(reader.txn, self.ephemeral, prefix)]:
+        for path in [key[8:].decode() for key in prefixed(reader.txn.cursor(db=self.ephemeral), prefix, values=False)]:
             record = changes.read(path)
             if record is not None and record.owner == session:
                 changes.remove(path)
