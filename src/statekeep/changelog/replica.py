@@ -237,11 +237,6 @@ def followed(local_dir: str) -> list[tuple[str, str, str]]:
         provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
         assert provider.store is not None  # an initialized provider
         engine = embedded_engine(provider.store)
-        meta = engine.open_db(b"follower_meta")
-        out = []
-        with engine.read(meta) as txn:
-            for key in txn.cursor().iternext(values=False):
-                parts = key.split(b"\0")
-                if len(parts) == 4 and parts[3] == b"g":
-                    out.append(tuple(p.decode() for p in parts[:3]))
-        return sorted(out)
+        with engine.read(engine.open_db(b"follower_meta")) as txn:
+            keys = [key.split(b"\0") for key in txn.cursor().iternext(values=False)]
+        return sorted((p[0].decode(), p[1].decode(), p[2].decode()) for p in keys if len(p) == 4 and p[3] == b"g")
