@@ -18,11 +18,16 @@ import argparse
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
 from statekeep.cli import common
 from statekeep.cli.common import CommandAdder, print_json
 from statekeep.errors import AlreadyExistsError, InvalidArgumentError
 from statekeep.metadata.registry import default_store_url
+
+if TYPE_CHECKING:
+    from statekeep.functions.config.service import FunctionService
+    from statekeep.metadata import MetadataStore
 
 
 def register(command: CommandAdder) -> None:
@@ -89,26 +94,33 @@ def _localrun(args: argparse.Namespace) -> int:
             coordination, args.tenant, args.namespace, args.name, worker_id, wait=args.lock_wait,
             on_wait=lambda holder: print(f"statekeep: waiting for worker {holder} to let go of the function",
                                          file=sys.stderr))
-        with lock:  # register and run the function while this process holds its lock
-            from statekeep.functions.driver.spark import read_status, run_registered
+        with lock:
+            return _run_locked(args, config, code, service, store, metadata_url, checkpoint_root, worker_id)
 
-            try:
-                service.registry.create(config, code)
-            except AlreadyExistsError:
-                service.registry.update(args.tenant, args.namespace, args.name, config, code)
-            query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
-                                   checkpoint_root=checkpoint_root, once=args.once, master=args.spark_master,
-                                   worker_id=worker_id, spark_conf=args.spark_conf)
-            try:
-                query.await_termination()
-            except KeyboardInterrupt:
-                query.stop()
-            except Exception as e:  # noqa: BLE001 - a StreamingQueryException: report the function's own message
-                message = str(e)
-                marker = "FunctionRecordError: "
-                if marker in message:
-                    message = message[message.index(marker) + len(marker):].split("\n")[0]
-                print(f"statekeep: the function failed: {message}", file=sys.stderr)
-                return 1
-            print_json(read_status(store, args.tenant, args.namespace, args.name) or query.status())
-            return 0
+
+def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, service: FunctionService,
+                store: MetadataStore,
+                metadata_url: str, checkpoint_root: str, worker_id: str) -> int:
+    """Register and run the function while this process holds its lock."""
+    from statekeep.functions.driver.spark import read_status, run_registered
+
+    try:
+        service.registry.create(config, code)
+    except AlreadyExistsError:
+        service.registry.update(args.tenant, args.namespace, args.name, config, code)
+    query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
+                           checkpoint_root=checkpoint_root, once=args.once, master=args.spark_master,
+                           worker_id=worker_id, spark_conf=args.spark_conf)
+    try:
+        query.await_termination()
+    except KeyboardInterrupt:
+        query.stop()
+    except Exception as e:  # noqa: BLE001 - a StreamingQueryException: report the function's own message
+        message = str(e)
+        marker = "FunctionRecordError: "
+        if marker in message:
+            message = message[message.index(marker) + len(marker):].split("\n")[0]
+        print(f"statekeep: the function failed: {message}", file=sys.stderr)
+        return 1
+    print_json(read_status(store, args.tenant, args.namespace, args.name) or query.status())
+    return 0
