@@ -353,9 +353,7 @@ class PartitionedFollowerStore(FollowerStore):
 
     @property
     def lag(self) -> int:
-        """Entries in the segments not yet applied, summed over the partitions (every entry of the blobs
-        a partition needs while it is to be rebuilt, and for all of them before the first bootstrap or
-        after a rescale)."""
+        """Entries in the segments not yet applied, summed over the partitions (see the module docstring)."""
         self._raise_if_failed()
         return lag(self.state, self._positions)
 
