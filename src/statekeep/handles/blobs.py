@@ -117,10 +117,6 @@ class BlobStore:
         roots never nest (gc of ``/a`` must not see the blobs of ``/a/b``)."""
         return f"{self.base}/{quote(scope.strip('/') or '_root', safe='')}"
 
-    def _new_path(self, scope: str, key: str) -> tuple[str, int]:
-        now_ms = int(time.time() * 1000)
-        return f"{self.scope_path(scope)}/{quote(key, safe='')}/{now_ms:013d}-{uuid.uuid4().hex}.blob", now_ms
-
     def _path(self, url: str) -> tuple[Any, str]:
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         fsspec = _fsspec()
@@ -134,7 +130,8 @@ class BlobStore:
     def write(self, scope: str, key: str, source: StateSource) -> BlobRef:
         """Store ``source`` as a new blob of ``key`` under ``scope``; see the module docstring."""
         chunks = _chunks(source, self.chunk_size)
-        path, created_ms = self._new_path(scope, key)
+        created_ms = int(time.time() * 1000)
+        path = f"{self.scope_path(scope)}/{quote(key, safe='')}/{created_ms:013d}-{uuid.uuid4().hex}.blob"
         hasher = _Hasher(self.read_ahead)
         try:
             size = self._write_local(path, chunks, hasher) if self.local else self._write_remote(path, chunks, hasher)

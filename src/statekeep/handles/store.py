@@ -292,7 +292,8 @@ class StateHandleStore(Closing):
             current = self.store.get(path)
             if current is None:
                 return True
-            holders = self._holders(key)
+            names = self.store.get_children(self._locks(key))  # the identities holding it locked
+            holders = names if names or self.store.exists(self._locks(key)) else None  # None: no locks node
             others = bool(set(holders or ()) - {self.lock_identity})
             if others and not force:
                 self.release(key)
@@ -317,11 +318,6 @@ class StateHandleStore(Closing):
             locks = [Delete(f"{self._locks(key)}/{name}") for name in holders]
             locks.append(Delete(self._locks(key)))
         return [*locks, Delete(self._path(key), current.stat.version)]
-
-    def _holders(self, key: str) -> list[str] | None:
-        """Identities holding ``key`` locked; None if it has no locks node."""
-        names = self.store.get_children(self._locks(key))
-        return names if names or self.store.exists(self._locks(key)) else None
 
     def _old_blob(self, key: str, current: GetResult) -> str | None:
         try:

@@ -73,7 +73,9 @@ class StoreSource(Closing):
         for function in functions:
             yield function
             if function.state == "copied":
-                state = self._state_provider().get_state_store(function.tenant, function.namespace, function.name)
+                if self._provider is None:  # opened with the first function whose state is copied
+                    self._provider = open_provider(self.provider_name, self._provider_config)
+                state = self._provider.get_state_store(function.tenant, function.namespace, function.name)
                 for entry in state.scan_entries():  # paged: one round trip per page on a server store
                     yield Entry(entry.key, entry.kind, entry.value)
 
@@ -96,11 +98,6 @@ class StoreSource(Closing):
                     continue
                 yield Node(child, result.value)
                 yield from self._walk(child, excluded, counters)
-
-    def _state_provider(self) -> StateStoreProvider:
-        if self._provider is None:
-            self._provider = open_provider(self.provider_name, self._provider_config)
-        return self._provider
 
     def close(self) -> None:
         """Close the state provider opened here (not the store)."""

@@ -66,11 +66,6 @@ async def live(request: Request, started: float) -> bool:
     return asyncio.get_running_loop().time() - started < STREAM_S and not await request.is_disconnected()
 
 
-def _last_event_id(request: Request) -> int | None:
-    value = request.headers.get("last-event-id", "").strip()
-    return int(value) if value.lstrip("-").isdigit() and len(value) <= 19 else None
-
-
 class _Wakeup(Generic[T]):
     """An asyncio queue of ``T`` fed from another thread (store listeners, the batch history)."""
 
@@ -120,7 +115,8 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
     store, registry = store_registry(request)
     access.check_tenant(request, tenant)
     state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
-    resume = _last_event_id(request)  # a reconnect: on from the last record the client got
+    last_id = request.headers.get("last-event-id", "").strip()  # a reconnect: on from the last record it got
+    resume = int(last_id) if last_id.lstrip("-").isdigit() and len(last_id) <= 19 else None
     start = max(resume, -1) if resume is not None else after
 
     def positions() -> list[ChangelogPosition]:
