@@ -176,7 +176,7 @@ class Http(Closing):
         except httpx.TimeoutException:
             raise errors.StoreUnavailableError(f"the server at {self.url} did not answer in time") from None
         except httpx.TransportError as e:  # refused, reset, no route, ...
-            raise ServerUnreachableError(self._advice(_reason(e))) from None
+            raise ServerUnreachableError(self._advice(e)) from None
         if response.status_code >= 400:
             try:
                 reason = response.json()["reason"]
@@ -200,16 +200,13 @@ class Http(Closing):
             files["data"] = (filename, code, "application/octet-stream")
         return self.request(method, path, files=files)
 
-    def _advice(self, reason: str) -> str:
+    def _advice(self, error: Exception) -> str:
+        reason = str(error) or type(error).__name__
+        reason = "connection refused" if "refused" in reason.lower() else reason
         where = "" if self.source == "--url" else f" ({self.source})"
         return (f"cannot reach a statekeep server at {self.url}{where}: {reason}. Start one with "
                 "'statekeep standalone --data-dir DIR', name another with --url or $STATEKEEP_URL, or work on "
                 "a store directly with --data-dir DIR or --store URL")
-
-
-def _reason(e: Exception) -> str:
-    text = str(e) or type(e).__name__
-    return "connection refused" if "refused" in text.lower() else text
 
 
 def open_remote(args: argparse.Namespace) -> Http | None:

@@ -43,11 +43,6 @@ LOCK_ROOT = "/statekeep/workers"
 DELETE_GRACE_S = 60.0
 
 
-def default_worker_id() -> str:
-    """``HOST:PID``: unique among live processes, readable by people."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def lock_content(worker_id: str) -> bytes:
     """What a runner of a function writes into the function's lock: JSON with ``workerId`` (and the
     host and process), so any server can tell who runs it."""
@@ -139,7 +134,7 @@ class SparkWorker:
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.interval = interval
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"  # unique among live processes
         self._running: dict[tuple[str, str, str], _Running] = {}
         # incarnation being deleted -> until when it is not restarted while the registry still lists it
         # (a delete that failed leaves it listed: it runs again after DELETE_GRACE_S)
