@@ -137,21 +137,15 @@ class FollowerStore(ReadableStateStore):
         """Follow ``tenant/namespace/name`` of ``leader``: a metadata store URL (the function's provider
         is the one its registry entry names, else ``provider``, else the default: ``embedded`` on
         ``local://``, ``metadata`` elsewhere), a :class:`StateStoreProvider` or a :class:`StateStore`.
-        ``local_dir``: the follower's own directory, kept at close so the next open resumes; without
-        it a private temporary directory, removed at close. ``functions_root``: where the function
-        registry keeps functions (its configured root). ``check_registry`` (default: with a URL) makes a
-        missing registry entry :class:`NotFoundError`, now and while following. ``options``:
-        ``poll_interval``, ``batch_size``, ``restore_chunk``, ``on_apply`` (called with each applied batch:
-        the records of keys in the view, as the leader wrote them).
-
-        A subset (see :mod:`statekeep.changelog.view`): ``key_prefix`` (str), ``key_filter(key) -> bool``,
-        ``transform(key, value) -> bytes | int | None`` (value: bytes, or an int for a counter; None
-        leaves the key out). The copy is tagged with the view's fingerprint (the prefix, plus each
-        callable's qualified name and a hash of its code, defaults and plain closure values; or
-        ``view_id`` instead of the callables' part when given): another view on reopen rebuilds it.
-        Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a non-callable
-        filter or transform, before anything is opened or written; :class:`UnsupportedCapabilityError`
-        for a leader that declares no changelog reading (:attr:`Capability.CHANGELOG_READ`)."""
+        ``local_dir`` and a subset (``key_prefix``, ``key_filter``, ``transform``, ``view_id``): see the
+        module docstring. ``functions_root``: where the function registry keeps functions (its configured
+        root). ``check_registry`` (default: with a URL) makes a missing registry entry
+        :class:`NotFoundError`, now and while following. ``options``: ``poll_interval``, ``batch_size``,
+        ``restore_chunk``, ``on_apply`` (called with each applied batch: the records of keys in the view,
+        as the leader wrote them). Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a
+        non-callable filter or transform, before anything is opened or written;
+        :class:`UnsupportedCapabilityError` for a leader that declares no changelog reading
+        (:attr:`Capability.CHANGELOG_READ`)."""
         from statekeep.metadata import open_store
         from statekeep.state import open_provider
 
@@ -231,12 +225,6 @@ class FollowerStore(ReadableStateStore):
         temporary, self._temporary_dir = self._temporary_dir, None
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
-
-    def __enter__(self) -> FollowerStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---- the tailing thread --------------------------------------------------------------------
 

@@ -303,7 +303,6 @@ class PartitionedFollowerStore(FollowerStore):
     def _where(self, layout: Layout, manifest: Manifest) -> tuple[str, int]:
         return f"{self.state.root}/{manifest_name(layout.generation, manifest.partition)}", manifest.version
 
-
     def _read(self, blob: Blob, where: tuple[str, int]) -> bytes:
         """The bytes of ``blob`` (size and sha256 checked). ``where``: the manifest that names it and the
         version it was read at. A missing or damaged blob is a race with a snapshot, a rescale or a
@@ -354,9 +353,7 @@ class PartitionedFollowerStore(FollowerStore):
 
     @property
     def lag(self) -> int:
-        """Entries in the segments not yet applied, summed over the partitions (every entry of the blobs
-        a partition needs while it is to be rebuilt, and for all of them before the first bootstrap or
-        after a rescale)."""
+        """Entries in the segments not yet applied, summed over the partitions (see the module docstring)."""
         self._raise_if_failed()
         return lag(self.state, self._positions)
 

@@ -27,7 +27,8 @@ from typing import Any
 
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
-from statekeep.metadata.embedded import embedded_engine, transaction
+from statekeep.metadata.base import Closing
+from statekeep.metadata.embedded import embedded_engine, prefixed, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
 from statekeep.state.embedded import EmbeddedStateProvider
@@ -50,7 +51,7 @@ class ReplicaMeta:
     view: str | None = None  # the view's fingerprint (None: the whole state)
 
 
-class LocalReplica:
+class LocalReplica(Closing):
     """See the module docstring. Writes come from one thread (the follower's); reads from any."""
 
     def __init__(self, local_dir: str, tenant: str, namespace: str, name: str) -> None:
@@ -72,22 +73,13 @@ class LocalReplica:
         """Names a meta record of this copy in errors."""
         return f"{self.local_dir} follower_meta {self._p.decode().replace(chr(0), '/')}{meta_key}"
 
-    def _restore_gen(self, raw: bytes) -> int:
-        return jsonrecords.decode(raw, self._where("r"), "restore progress", lambda d: int(d["gen"]))
-
     # ---- meta --------------------------------------------------------------------------------
 
     def load(self) -> ReplicaMeta:
         p = self._p
         with transaction(self._env, db=self._meta) as txn:
             gen, applied, epoch, restore, view = (txn.get(p + k) for k in (b"g", b"a", b"e", b"r", b"v"))
-            garbage = []
-            cursor = txn.cursor()
-            if cursor.set_range(p + b"x"):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(p + b"x"):
-                        break
-                    garbage.append(_U64.unpack(key[len(p) + 1:])[0])
+            garbage = [_U64.unpack(key[len(p) + 1:])[0] for key in prefixed(txn.cursor(), p + b"x", values=False)]
         progress = None if restore is None else jsonrecords.decode(restore, self._where("r"), "restore progress")
         return ReplicaMeta(None if gen is None else _U64.unpack(gen)[0],
                            -1 if applied is None else _I64.unpack(applied)[0],
@@ -177,7 +169,8 @@ class LocalReplica:
     def _drop_restore(self, txn: Any) -> None:
         raw = txn.get(self._p + b"r", db=self._meta)
         if raw is not None:
-            txn.put(self._p + b"x" + _U64.pack(self._restore_gen(raw)), b"", db=self._meta)
+            gen = jsonrecords.decode(raw, self._where("r"), "restore progress", lambda d: int(d["gen"]))
+            txn.put(self._p + b"x" + _U64.pack(gen), b"", db=self._meta)
             txn.delete(self._p + b"r", db=self._meta)
 
     def collect_garbage(self, gens: list[int], max_keys: int = 20_000) -> bool:
@@ -240,18 +233,10 @@ def write_ops(txn: Any, db: Any, prefix: bytes, ops: list[Op]) -> None:
 
 def followed(local_dir: str) -> list[tuple[str, str, str]]:
     """The functions whose replicas live in ``local_dir`` (those bootstrapped at least once), sorted."""
-    provider = EmbeddedStateProvider()
-    provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
-    try:
+    with EmbeddedStateProvider() as provider:
+        provider.init({"metadata_url": f"local://{os.path.abspath(local_dir)}"})
         assert provider.store is not None  # an initialized provider
         engine = embedded_engine(provider.store)
-        meta = engine.open_db(b"follower_meta")
-        out = []
-        with engine.read(meta) as txn:
-            for key in txn.cursor().iternext(values=False):
-                parts = key.split(b"\0")
-                if len(parts) == 4 and parts[3] == b"g":
-                    out.append(tuple(p.decode() for p in parts[:3]))
-        return sorted(out)
-    finally:
-        provider.close()
+        with engine.read(engine.open_db(b"follower_meta")) as txn:
+            keys = [key.split(b"\0") for key in txn.cursor().iternext(values=False)]
+        return sorted((p[0].decode(), p[1].decode(), p[2].decode()) for p in keys if len(p) == 4 and p[3] == b"g")

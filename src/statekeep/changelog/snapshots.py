@@ -38,6 +38,7 @@ from statekeep.handles.handle import decode as decode_handle
 from statekeep.metadata.base import MetadataStore
 from statekeep.state import records
 from statekeep.state.base import StateEntry, StateStore
+from statekeep.state.catalog import FunctionCatalog
 from statekeep.state.partitioned import entries
 
 DEFAULT_ROOT = "/statekeep/snapshots"
@@ -68,6 +69,14 @@ class SnapshotInfo:
                 "size": self.size, "createdMs": self.created_ms, "blob": self.blob_url}
 
 
+def default_blobs(store: MetadataStore) -> str | None:
+    """Where snapshots of ``store`` keep blobs by default: ``DIR/blobs`` of a store in a local directory."""
+    directory = getattr(store, "directory", None)  # a store in a local directory (local://), not a scheme
+    if not isinstance(directory, (str, os.PathLike)):
+        return None
+    return f"file://{os.path.join(os.fspath(directory), 'blobs')}"
+
+
 class SnapshotStore:
     """Snapshots of function state in ``store`` (handles) and ``blobs`` (bytes); see the module docstring.
     ``blobs`` may be None for a reader: blob URLs are absolute in the handles. Thread-safe."""
@@ -77,9 +86,7 @@ class SnapshotStore:
         self.store = store
         self.root = root.rstrip("/")
         self.leader_timeout = leader_timeout
-        directory = getattr(store, "directory", None)  # a store in a local directory (local://), not a scheme
-        if blobs is None and isinstance(directory, (str, os.PathLike)):
-            blobs = f"file://{os.path.join(os.fspath(directory), 'blobs')}"
+        blobs = default_blobs(store) if blobs is None else blobs
         self.writable = blobs is not None
         self._blobs = blobs if isinstance(blobs, BlobStore) else None
         self._blobs_spec = (blobs or "file:///", blob_options)
@@ -94,10 +101,7 @@ class SnapshotStore:
         return self._blobs
 
     def _root(self, tenant: str, namespace: str, name: str) -> str:
-        from statekeep.state.keys import validate_name
-
-        return (f"{self.root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
-                f"{validate_name(name, 'function name')}")
+        return FunctionCatalog(self.store, self.root).path(tenant, namespace, name)  # the same naming rule
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -133,23 +137,18 @@ class SnapshotStore:
         if not old:
             return []
         blobs = self.blobs  # before the leadership: a missing fsspec changes nothing
-        with self._leadership(root, "snapshot-gc") as (_, lock):
-            with StateHandleStore(self.store, root, blobs, leadership=lock) as handles:
-                return [info.number for info in old if handles.release_and_try_remove(info.key)]
+        with (self._leadership(root, "snapshot-gc") as (_, lock),
+              StateHandleStore(self.store, root, blobs, leadership=lock) as handles):
+            return [info.number for info in old if handles.release_and_try_remove(info.key)]
 
     @contextlib.contextmanager
     def _leadership(self, root: str, who: str) -> Iterator[tuple[CoordinationService, Any]]:
         """The snapshot writers' leadership of ``root`` (one at a time per function), held for the block;
         :class:`TimeoutError` after ``leader_timeout``."""
-        coord = CoordinationService(self.store)
-        try:
+        with CoordinationService(self.store) as coord:
             lock = coord.become_leader(root + "/leader", f"{who}-{os.getpid()}".encode()).result(self.leader_timeout)
-            try:
+            with lock:
                 yield coord, lock
-            finally:
-                lock.release()
-        finally:
-            coord.close()
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -201,10 +200,8 @@ class SnapshotStore:
                                        key_prefix=key_prefix.encode("utf-8"))
                 yield dict(handle.attributes), _entries(pairs)
         finally:
-            try:
+            with contextlib.suppress(StatekeepError):  # the lock goes with the session anyway
                 handles.release(info.key)
-            except StatekeepError:
-                pass  # the lock goes with the session anyway
 
     def verify(self, info: SnapshotInfo) -> int:
         """Read the whole snapshot, checking it; returns its number of entries."""

@@ -39,7 +39,6 @@ from statekeep.state.base import StateEntry
 KeyFilter = Callable[[str], bool]
 Transform = Callable[[str, "bytes | int"], "bytes | int | None"]
 
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _PLAIN = (str, bytes, int, float, bool, complex, type(None))
 
 
@@ -114,7 +113,7 @@ class FollowerView:
             raise ViewError(f"transform returned {type(out).__name__} for key {key!r}: it must return "
                             "bytes, an int (a counter) or None")
         if isinstance(out, int):
-            if not _I64_MIN <= out <= _I64_MAX:
+            if not records.COUNTER_MIN <= out <= records.COUNTER_MAX:
                 raise ViewError(f"transform returned {out} for key {key!r}: a counter is signed 64-bit")
             return "counter", records.counter_bytes(out)
         return "bytes", bytes(out)
@@ -144,16 +143,16 @@ class FollowerView:
         rewritten = self._rewrite(e.key, e.kind, e.value)
         return None if rewritten is None else StateEntry(e.key, rewritten[1], rewritten[0], e.version)  # type: ignore[arg-type]
 
-    def entries(self, entries: Iterable[StateEntry], sorted_by_key: bool = True) -> Iterator[StateEntry]:
-        """The entries of ``entries`` in the view, rewritten. With ``sorted_by_key`` (entries in key
-        order, as snapshots and ``read_all`` give them), stops reading after the prefix's range."""
+    def entries(self, entries: Iterable[StateEntry]) -> Iterator[StateEntry]:
+        """The entries of ``entries`` (in key order, as snapshots and ``read_all`` give them) in the view,
+        rewritten; reading stops after the prefix's range."""
         if self.everything:
             yield from entries
             return
         prefix = self.key_prefix
         for e in entries:
             if prefix and not e.key.startswith(prefix):
-                if sorted_by_key and e.key > prefix:
+                if e.key > prefix:
                     return
                 continue
             shown = self.entry(e)

@@ -33,6 +33,7 @@ from typing import Any
 
 from statekeep import errors
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.metadata.base import Closing
 
 DEFAULT_URL = "http://localhost:8080"
 
@@ -145,7 +146,7 @@ def _httpx() -> ModuleType:
     return httpx
 
 
-class Http:
+class Http(Closing):
     """Pulsar's ``/admin/v3/functions`` REST API of the server at ``url``, through httpx.
 
     Every method raises, for an HTTP error, the statekeep error of that status (404 ->
@@ -165,12 +166,6 @@ class Http:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> Http:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def request(self, method: str, path: list[str], *, files: dict[str, tuple[Any, ...]] | None = None,
                 data: dict[str, str] | None = None, query: dict[str, Any] | None = None) -> Any:
         """Send one request to ``base/quoted/path``; the decoded JSON answer (a text answer as a str, None if empty)."""
@@ -181,7 +176,7 @@ class Http:
         except httpx.TimeoutException:
             raise errors.StoreUnavailableError(f"the server at {self.url} did not answer in time") from None
         except httpx.TransportError as e:  # refused, reset, no route, ...
-            raise ServerUnreachableError(self._advice(_reason(e))) from None
+            raise ServerUnreachableError(self._advice(e)) from None
         if response.status_code >= 400:
             try:
                 reason = response.json()["reason"]
@@ -205,16 +200,13 @@ class Http:
             files["data"] = (filename, code, "application/octet-stream")
         return self.request(method, path, files=files)
 
-    def _advice(self, reason: str) -> str:
+    def _advice(self, error: Exception) -> str:
+        reason = str(error) or type(error).__name__
+        reason = "connection refused" if "refused" in reason.lower() else reason
         where = "" if self.source == "--url" else f" ({self.source})"
         return (f"cannot reach a statekeep server at {self.url}{where}: {reason}. Start one with "
                 "'statekeep standalone --data-dir DIR', name another with --url or $STATEKEEP_URL, or work on "
                 "a store directly with --data-dir DIR or --store URL")
-
-
-def _reason(e: Exception) -> str:
-    text = str(e) or type(e).__name__
-    return "connection refused" if "refused" in text.lower() else text
 
 
 def open_remote(args: argparse.Namespace) -> Http | None:

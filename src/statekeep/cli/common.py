@@ -11,7 +11,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,16 @@ def print_json(data: object) -> None:
     """Print ``data`` as JSON on stdout, as every command does."""
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def print_result(args: argparse.Namespace, data: object, lines: Iterable[str]) -> int:
+    """``data`` as JSON with ``--json``, else ``lines``, one a line (what a listing or report prints); 0."""
+    if args.json:
+        print_json(data)
+    else:
+        for line in lines:
+            print(line)
+    return 0
 
 
 def utc_time(ms: int, timespec: str = "seconds") -> str:
@@ -190,6 +200,15 @@ def direct(args: argparse.Namespace) -> FunctionService:
     from statekeep.functions.config.service import FunctionService
 
     return FunctionService.open(direct_store_url(args))
+
+
+def print_answer(args: argparse.Namespace) -> int:
+    """``get``, ``timers``, ``status`` and ``stats``: the client's JSON answer of the command's name (of
+    ``--instance-id``'s instance where the command has it)."""
+    instance = (args.instance_id,) if "instance_id" in args else ()
+    with functions_client(args) as client:
+        print_json(getattr(client, args.command)(args.tenant, args.namespace, args.name, *instance))
+    return 0
 
 
 def json_flag(args: argparse.Namespace, option: str) -> Any:

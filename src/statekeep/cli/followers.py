@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from statekeep.cli.common import print_json
+from statekeep.cli.common import print_json, print_result
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.metadata.registry import default_store_url
 from statekeep.state.catalog import DEFAULT_ROOT
@@ -119,26 +119,18 @@ def _status(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"no follower directory {args.local_dir}")
     rows = []
     for tenant, namespace, name in followed(args.local_dir):
-        replica = PartitionedReplica(args.local_dir, tenant, namespace, name)  # any replica; and positions
-        try:
+        with PartitionedReplica(args.local_dir, tenant, namespace, name) as replica:  # any replica; and positions
             meta = replica.load()
             positions = replica.positions()
-        finally:
-            replica.close()
         if positions is not None and positions.gen != meta.gen:
             positions = None
         rows.append({"tenant": tenant, "namespace": namespace, "name": name, "appliedOffset": meta.applied,
                      "epoch": meta.epoch, "generation": meta.gen, "restoring": meta.restore is not None,
                      "lag": _lag(args, tenant, namespace, name, meta, positions)})
-    if args.json:
-        print_json(rows)
-        return 0
-    if not rows:
-        print(f"no followers in {args.local_dir}")
-    for row in rows:
-        print(f"{row['tenant']}/{row['namespace']}/{row['name']}  applied offset {row['appliedOffset']}  "
-              f"lag {row['lag'] if row['lag'] is not None else '?'}" + ("  (restoring)" if row["restoring"] else ""))
-    return 0
+    return print_result(args, rows, [
+        f"{row['tenant']}/{row['namespace']}/{row['name']}  applied offset {row['appliedOffset']}  "
+        f"lag {row['lag'] if row['lag'] is not None else '?'}" + ("  (restoring)" if row["restoring"] else "")
+        for row in rows] or [f"no followers in {args.local_dir}"])
 
 
 def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str,

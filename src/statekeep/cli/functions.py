@@ -57,7 +57,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     for name, help in (("create", "register a function"), ("update", "change a function's config or code")):
         add_config_flags(command(name, functools.partial(_write, create=name == "create"), help))
-    command("get", _print, "print a function's config (JSON)")
+    command("get", common.print_answer, "print a function's config (JSON)")
     ls = command("list", _list, "list the functions of a namespace", named=False)
     ls.add_argument("--json", action="store_true", help="print a JSON array")
     command("delete", _delete, "delete a function and all its state")
@@ -65,7 +65,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     query.add_argument("-k", "--key", required=True, help="state key")
     query.add_argument("-w", "--watch", action="store_true",
                        help="keep watching the key: print it (one JSON object per line) each time it changes")
-    command("timers", _print, "print a function's timers and watermark (JSON)")
+    command("timers", common.print_answer, "print a function's timers and watermark (JSON)")
     put = command("putstate", _putstate, "write a state key from FunctionState JSON")
     put.add_argument("-k", "--key", help="state key (default: the key in --state)")
     put.add_argument("-s", "--state", required=True,
@@ -94,23 +94,10 @@ def _write(args: argparse.Namespace, create: bool) -> int:
     return 0
 
 
-def _print(args: argparse.Namespace) -> int:
-    """``get`` and ``timers``: the client's JSON answer of that name."""
-    with common.functions_client(args) as client:
-        read = client.get if args.command == "get" else client.timers
-        print_json(read(args.tenant, args.namespace, args.name))
-    return 0
-
-
 def _list(args: argparse.Namespace) -> int:
     with common.functions_client(args) as client:
         names = client.list(args.tenant, args.namespace)
-    if args.json:
-        print_json(names)
-    else:
-        for name in names:
-            print(name)
-    return 0
+    return common.print_result(args, names, names)
 
 
 def _delete(args: argparse.Namespace) -> int:

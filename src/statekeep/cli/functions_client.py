@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import builtins
 import json
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from statekeep.cli.client import Http
 from statekeep.errors import InvalidArgumentError
+from statekeep.metadata.base import Closing
 
 if TYPE_CHECKING:
     from statekeep.functions.config.service import FunctionService
@@ -32,18 +33,12 @@ if TYPE_CHECKING:
 DEFAULT_CODE_NAME = "function.py"
 
 
-class FunctionsClient(ABC):
+class FunctionsClient(Closing):
     """The functions of a server or of a store, as the ``statekeep functions`` commands use them.
 
     A context manager: leaving it (or :meth:`close`) releases the connection or the store. Every method takes
     the function's ``tenant``, ``namespace`` and ``name`` and returns JSON-ready data, the same for both
     implementations."""
-
-    def __enter__(self) -> FunctionsClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @abstractmethod
     def close(self) -> None:

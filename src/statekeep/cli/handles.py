@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
 
-from statekeep.cli.common import print_json, utc_time
+from statekeep.cli.common import print_json, print_result, utc_time
 from statekeep.metadata import open_store
 from statekeep.metadata.registry import default_store_url
 
@@ -46,36 +45,14 @@ def _size(n: int) -> str:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from statekeep.errors import CorruptStateError
-    from statekeep.handles.handle import decode
+    from statekeep.handles.gc import list_handles
 
-    handles = f"{args.root.rstrip('/')}/handles"
-    rows: list[dict[str, Any]] = []  # JSON objects, as --json prints them
     with open_store(args.store) as store:
-        for key in store.get_children(handles):
-            current = store.get(f"{handles}/{key}")
-            if current is None:
-                continue
-            locks = store.get_children(f"{handles}/{key}/locks")
-            try:
-                h = decode(key, current.stat.version, current.value, None)
-                rows.append({"key": key, "version": h.version, "size": h.size, "sha256": h.sha256,
-                             "createdMs": h.created_ms, "blob": h.blob_url, "attributes": dict(h.attributes),
-                             "lockedBy": locks})
-            except CorruptStateError as e:
-                rows.append({"key": key, "version": current.stat.version, "error": str(e), "lockedBy": locks})
-    if args.json:
-        print_json(rows)
-        return 0
-    if not rows:
-        print(f"no state handles under {args.root}")
-    for row in rows:
-        if "error" in row:
-            print(f"{row['key']}  v{row['version']}  UNREADABLE: {row['error']}")
-        else:
-            print(f"{row['key']}  v{row['version']}  {_size(row['size'])}  {utc_time(row['createdMs'])}  "
-                  f"locks: {len(row['lockedBy'])}  {row['blob']}")
-    return 0
+        rows = list_handles(store, args.root)
+    return print_result(args, rows, [
+        f"{row['key']}  v{row['version']}  UNREADABLE: {row['error']}" if "error" in row else
+        f"{row['key']}  v{row['version']}  {_size(row['size'])}  {utc_time(row['createdMs'])}  "
+        f"locks: {len(row['lockedBy'])}  {row['blob']}" for row in rows] or [f"no state handles under {args.root}"])
 
 
 def _gc(args: argparse.Namespace) -> int:

@@ -21,15 +21,15 @@ import json
 from pathlib import Path
 
 from statekeep.cli import common
-from statekeep.cli.common import CommandAdder, print_json
+from statekeep.cli.common import CommandAdder, print_answer
 from statekeep.errors import InvalidArgumentError
 
 
 def register(command: CommandAdder) -> None:
     """Add the commands through the functions group's ``command`` helper."""
     for name, run, help in (
-            ("status", _read, "a function's status (Pulsar's FunctionStatus; directly: statekeep's record)"),
-            ("stats", _read, "a function's stats (Pulsar's FunctionStats)"),
+            ("status", print_answer, "a function's status (Pulsar's FunctionStatus; directly: statekeep's record)"),
+            ("stats", print_answer, "a function's stats (Pulsar's FunctionStats)"),
             ("start", _lifecycle, "start a stopped function (or one instance)"),
             ("stop", _lifecycle, "stop a function (or one instance); it stays stopped until started"),
             ("restart", _lifecycle, "restart a function (or one instance)")):
@@ -51,13 +51,6 @@ def _instance_id(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"instance-id must be >= 0, not {value}")
     return value
-
-
-def _read(args: argparse.Namespace) -> int:
-    with common.functions_client(args) as client:
-        read = client.status if args.command == "status" else client.stats
-        print_json(read(args.tenant, args.namespace, args.name, args.instance_id))
-    return 0
 
 
 _DONE = {"start": "Started successfully", "stop": "Stopped successfully", "restart": "Restarted successfully"}

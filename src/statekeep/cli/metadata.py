@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from statekeep.cli.common import print_json, utc_time
+from statekeep.cli.common import print_json, print_result, utc_time
 from statekeep.errors import NotFoundError
 from statekeep.metadata import GetResult, Notification, Stat, open_store
 from statekeep.metadata.registry import default_store_url
@@ -73,22 +73,13 @@ def _put(args: argparse.Namespace) -> int:
     value = sys.stdin.buffer.read() if args.value in (None, "-") else args.value.encode()
     with open_store(args.store) as store:
         stat = store.put(args.path, value, args.version)
-    if args.json:
-        print_json(_stat_json(stat))
-    else:
-        print(f"{stat.path}: version {stat.version}")
-    return 0
+    return print_result(args, _stat_json(stat), [f"{stat.path}: version {stat.version}"])
 
 
 def _ls(args: argparse.Namespace) -> int:
     with open_store(args.store) as store:
         children = store.get_children(args.path)
-    if args.json:
-        print_json(children)
-    else:
-        for name in children:
-            print(name)
-    return 0
+    return print_result(args, children, children)
 
 
 def _rm(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from statekeep.cli.common import print_json
+from statekeep.cli.common import print_result
 from statekeep.metadata.registry import default_store_url
 
 if TYPE_CHECKING:
@@ -47,11 +47,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _show(report: Report, args: argparse.Namespace) -> int:
-    if args.json:
-        print_json(report.to_json())
-    else:
-        print(report.text())
-    return 0
+    return print_result(args, report.to_json(), [report.text()])
 
 
 def _migrate(args: argparse.Namespace) -> int:

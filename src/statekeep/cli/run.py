@@ -89,19 +89,13 @@ def _localrun(args: argparse.Namespace) -> int:
     else:
         metadata_url = args.store or default_store_url()
     worker_id = f"localrun@{socket.gethostname()}:{os.getpid()}"
-    with service:
-        coordination = CoordinationService(store)
-        try:
-            lock = acquire_function_lock(
-                coordination, args.tenant, args.namespace, args.name, worker_id, wait=args.lock_wait,
-                on_wait=lambda holder: print(f"statekeep: waiting for worker {holder} to let go of the function",
-                                             file=sys.stderr))
-            try:
-                return _run_locked(args, config, code, service, store, metadata_url, checkpoint_root, worker_id)
-            finally:
-                lock.release()
-        finally:
-            coordination.close()
+    with service, CoordinationService(store) as coordination:
+        lock = acquire_function_lock(
+            coordination, args.tenant, args.namespace, args.name, worker_id, wait=args.lock_wait,
+            on_wait=lambda holder: print(f"statekeep: waiting for worker {holder} to let go of the function",
+                                         file=sys.stderr))
+        with lock:
+            return _run_locked(args, config, code, service, store, metadata_url, checkpoint_root, worker_id)
 
 
 def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, service: FunctionService,

@@ -72,15 +72,10 @@ def _snapshots(args: argparse.Namespace) -> int:
     with service:
         infos = snapshots.list(args.tenant, args.namespace, args.name)
         epoch = state.changelog_position().epoch
-    if args.json:
-        print_json([{**i.to_json(), "current": i.epoch == epoch} for i in infos])
-        return 0
-    if not infos:
-        print(f"no snapshots of {args.tenant}/{args.namespace}/{args.name}")
-    for i in infos:
-        stale = "" if i.epoch == epoch else "  (of a deleted incarnation)"
-        print(f"{i.number:>6}  offset {i.offset:>10}  {i.size:>12} bytes  {utc_time(i.created_ms)}{stale}")
-    return 0
+    return common.print_result(args, [{**i.to_json(), "current": i.epoch == epoch} for i in infos], [
+        f"{i.number:>6}  offset {i.offset:>10}  {i.size:>12} bytes  {utc_time(i.created_ms)}"
+        + ("" if i.epoch == epoch else "  (of a deleted incarnation)") for i in infos]
+        or [f"no snapshots of {args.tenant}/{args.namespace}/{args.name}"])
 
 
 def _restore(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from statekeep.errors import InvalidArgumentError
 
@@ -49,26 +50,25 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     parser = groups.add_parser("topics", help="produce, consume and list statekeep's Pulsar topics")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help)
+        sub.set_defaults(run=run)
         where = sub.add_mutually_exclusive_group()
         where.add_argument("--topics-dir", default=None, metavar="DIR", help="the topics root (a directory or URL)")
         where.add_argument("--data-dir", default=None, metavar="DIR", help="the topics of this data dir (DIR/topics)")
         return sub
 
-    produce = command("produce", "append messages to a topic")
+    produce = command("produce", _produce, "append messages to a topic")
     produce.add_argument("topic")
     produce.add_argument("-m", "--messages", action="append", required=True, help="a message (repeat for more)")
     produce.add_argument("-k", "--key", default=None, help="the messages' key")
     produce.add_argument("-p", "--property", action="append", default=[], metavar="NAME=VALUE",
                          help="a message property (repeat for more)")
     produce.add_argument("--event-time", type=int, default=None, metavar="MS", help="the messages' event time")
-    produce.set_defaults(run=_produce)
-    consume = command("consume", "print a topic's messages, one JSON object per line")
+    consume = command("consume", _consume, "print a topic's messages, one JSON object per line")
     consume.add_argument("topic")
     consume.add_argument("-n", "--num-messages", type=int, default=0, help="at most this many (0: all)")
-    consume.set_defaults(run=_consume)
-    command("ls", "list the topics").set_defaults(run=_ls)
+    command("ls", _ls, "list the topics")
 
 
 def _produce(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ Guarantees of :class:`BlobStore`:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -116,10 +117,6 @@ class BlobStore:
         roots never nest (gc of ``/a`` must not see the blobs of ``/a/b``)."""
         return f"{self.base}/{quote(scope.strip('/') or '_root', safe='')}"
 
-    def _new_path(self, scope: str, key: str) -> tuple[str, int]:
-        now_ms = int(time.time() * 1000)
-        return f"{self.scope_path(scope)}/{quote(key, safe='')}/{now_ms:013d}-{uuid.uuid4().hex}.blob", now_ms
-
     def _path(self, url: str) -> tuple[Any, str]:
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         fsspec = _fsspec()
@@ -133,7 +130,8 @@ class BlobStore:
     def write(self, scope: str, key: str, source: StateSource) -> BlobRef:
         """Store ``source`` as a new blob of ``key`` under ``scope``; see the module docstring."""
         chunks = _chunks(source, self.chunk_size)
-        path, created_ms = self._new_path(scope, key)
+        created_ms = int(time.time() * 1000)
+        path = f"{self.scope_path(scope)}/{quote(key, safe='')}/{created_ms:013d}-{uuid.uuid4().hex}.blob"
         hasher = _Hasher(self.read_ahead)
         try:
             size = self._write_local(path, chunks, hasher) if self.local else self._write_remote(path, chunks, hasher)
@@ -179,10 +177,8 @@ class BlobStore:
             for d in [directory, *(os.path.dirname(c) for c in created)]:
                 _fsync_dir(d)
         except BaseException as e:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             if isinstance(e, OSError):
                 raise BlobStorageError(f"cannot store blob {path}: {e}") from e
             raise
@@ -203,10 +199,8 @@ class BlobStore:
             f.close()
             f.commit()
         except BaseException as e:
-            try:
+            with contextlib.suppress(Exception):
                 f.discard()
-            except Exception:
-                pass
             if isinstance(e, OSError):
                 raise BlobStorageError(f"cannot write blob {self.fs.unstrip_protocol(path)}: {e}") from e
             raise
@@ -247,10 +241,8 @@ class BlobStore:
         except OSError as e:
             raise BlobStorageError(f"cannot delete blob {url}: {e}") from e
         if _is_local(fs):  # leave no empty key directories behind
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(path))
-            except OSError:
-                pass
         return True
 
     def delete_scope(self, scope: str) -> None:
@@ -351,10 +343,8 @@ def _makedirs(directory: str) -> list[str]:
         missing.append(d)
         d = os.path.dirname(d)
     for d in reversed(missing):
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(d)
-        except FileExistsError:
-            pass
     return list(reversed(missing))
 
 

@@ -82,6 +82,27 @@ def collect_garbage(store: MetadataStore, root_path: str, blobs: str | BlobStore
     return report
 
 
+def list_handles(store: MetadataStore, root_path: str) -> list[dict[str, Any]]:
+    """The handles under ``root_path`` as JSON objects: ``key``, ``version``, ``size``, ``sha256``,
+    ``createdMs``, ``blob``, ``attributes`` and ``lockedBy`` (the identities holding it locked); one that
+    cannot be decoded has ``error`` instead of the handle's own fields."""
+    handles = f"{root_path.rstrip('/')}/handles"
+    rows: list[dict[str, Any]] = []
+    for key in store.get_children(handles):
+        current = store.get(f"{handles}/{key}")
+        if current is None:
+            continue
+        locks = store.get_children(f"{handles}/{key}/locks")
+        try:
+            h = decode(key, current.stat.version, current.value, None)
+            rows.append({"key": key, "version": h.version, "size": h.size, "sha256": h.sha256,
+                         "createdMs": h.created_ms, "blob": h.blob_url, "attributes": dict(h.attributes),
+                         "lockedBy": locks})
+        except CorruptStateError as e:
+            rows.append({"key": key, "version": current.stat.version, "error": str(e), "lockedBy": locks})
+    return rows
+
+
 def _referenced(store: MetadataStore, root_path: str) -> set[str]:
     handles = f"{root_path.rstrip('/')}/handles"
     keys = store.get_children(handles)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import queue
@@ -129,10 +130,8 @@ class BlobReader(io.RawIOBase):
         self._stop.set()
         if self._queue is not None:
             while self._thread.is_alive():  # unblock a read-ahead waiting on a full queue
-                try:
+                with contextlib.suppress(queue.Empty):
                     self._queue.get(timeout=0.05)
-                except queue.Empty:
-                    pass
         try:
             self._f.close()
         finally:

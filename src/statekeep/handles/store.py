@@ -10,6 +10,7 @@ Layout under ``root`` (the store owns these names)::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -226,10 +227,8 @@ class StateHandleStore(Closing):
     def release(self, key: str) -> None:
         """Release this holder's lock on ``key``; a no-op if not locked."""
         self._path(key)
-        try:
+        with contextlib.suppress(NotFoundError):
             self.store.delete(self._lock(key))
-        except NotFoundError:
-            pass
 
     def release_all(self) -> None:
         """Release this holder's locks on every handle."""
@@ -293,13 +292,23 @@ class StateHandleStore(Closing):
             current = self.store.get(path)
             if current is None:
                 return True
-            holders = self._holders(key)
+            names = self.store.get_children(self._locks(key))  # the identities holding it locked
+            holders = names if names or self.store.exists(self._locks(key)) else None  # None: no locks node
             others = bool(set(holders or ()) - {self.lock_identity})
             if others and not force:
                 self.release(key)
                 return False
-            if self._try_remove(self._remove_ops(key, current, holders), key, current, keep_blob=others):
-                return True
+            blob_url = self._old_blob(key, current)
+            try:
+                self._write(self._remove_ops(key, current, holders), "removal", key, None)
+            except LeadershipLostError:
+                self.release(key)
+                raise
+            except _REFUSED:
+                continue  # locked, replaced or removed meanwhile: read again
+            if blob_url is not None and not others:
+                self._discard(blob_url)
+            return True
         raise BadVersionError(f"state handle {key!r} changed {self.max_retries} times while being removed")
 
     def _remove_ops(self, key: str, current: GetResult, holders: list[str] | None) -> list[Op]:
@@ -309,25 +318,6 @@ class StateHandleStore(Closing):
             locks = [Delete(f"{self._locks(key)}/{name}") for name in holders]
             locks.append(Delete(self._locks(key)))
         return [*locks, Delete(self._path(key), current.stat.version)]
-
-    def _try_remove(self, ops: list[Op], key: str, current: GetResult, *, keep_blob: bool = False) -> bool:
-        """Apply a removal; True if done (then delete the blob unless ``keep_blob``), False to read again."""
-        blob_url = self._old_blob(key, current)
-        try:
-            self._write(ops, "removal", key, None)
-        except LeadershipLostError:
-            self.release(key)
-            raise
-        except _REFUSED:
-            return False  # locked, replaced or removed meanwhile
-        if blob_url is not None and not keep_blob:
-            self._discard(blob_url)
-        return True
-
-    def _holders(self, key: str) -> list[str] | None:
-        """Identities holding ``key`` locked; None if it has no locks node."""
-        names = self.store.get_children(self._locks(key))
-        return names if names or self.store.exists(self._locks(key)) else None
 
     def _old_blob(self, key: str, current: GetResult) -> str | None:
         try:

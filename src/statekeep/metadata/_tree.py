@@ -75,9 +75,7 @@ class Changes:
         self.events: list[Notification] = []  # ChildrenChanged is implied: MetadataStore._emit_change
 
     def read(self, path: str) -> Record | None:
-        if path in self.writes:
-            return self.writes[path]
-        return self.base.read(path)
+        return self.writes[path] if path in self.writes else self.base.read(path)
 
     def has_children(self, path: str) -> bool:
         if any(rec is not None and parent_of(p) == path for p, rec in self.writes.items()):

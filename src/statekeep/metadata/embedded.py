@@ -23,20 +23,17 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Protocol, TypeVar
 
-from statekeep.errors import InvalidArgumentError, MissingDependencyError, StatekeepError
+import lmdb
+
+from statekeep.errors import InvalidArgumentError, StatekeepError
 from statekeep.metadata._tree import Changes
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.registry import backend_class
-
-try:
-    import lmdb
-except ImportError as e:  # pragma: no cover - lmdb is a core dependency
-    raise MissingDependencyError("local:// needs the 'lmdb' package: pip install lmdb") from e
 
 #: The capability (:attr:`MetadataStore.capabilities`) of a store that has an embedded engine.
 EMBEDDED_STATE = "embedded_state"
@@ -173,6 +170,16 @@ class held_transaction(transaction):
 
     def __del__(self) -> None:
         self.end()
+
+
+def prefixed(cursor: lmdb.Cursor, prefix: bytes, start: bytes = b"", *, values: bool = True) -> Iterator[Any]:
+    """``cursor``'s ``(key, value)`` items (its keys, without ``values``) from ``start`` (default: ``prefix``)
+    on, in key order, while the keys start with ``prefix``."""
+    if cursor.set_range(start or prefix):
+        for item in cursor.iternext(values=values):
+            if not (item[0] if values else item).startswith(prefix):
+                return
+            yield item
 
 
 # ---- the engine ------------------------------------------------------------------------------------

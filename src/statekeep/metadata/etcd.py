@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gc
 import logging
 import os
@@ -508,10 +509,8 @@ class EtcdStore(MetadataStore):
                     self._emit_session(SessionEvent.ConnectionLost)
                 connected = False
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval if connected else 0.2)
-            except TimeoutError:
-                pass
 
     async def _session_lease(self) -> int:
         if not self._lease:

@@ -38,6 +38,7 @@ its transactions and its fork gate), never through this module's private members
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -46,23 +47,20 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lmdb
+
 from statekeep.background import Periodic
-from statekeep.errors import (InvalidPathError, MissingDependencyError, StatekeepError, StoreClosedError,
-                              StoreUnavailableError)
+from statekeep.errors import InvalidPathError, StatekeepError, StoreClosedError, StoreUnavailableError
 from statekeep.lru import remember
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.embedded import FORK_GATE, FORK_WAIT_S, EmbeddedEngine, transaction, uncounted_read
+from statekeep.metadata.embedded import (FORK_GATE, FORK_WAIT_S, EmbeddedEngine, prefixed, transaction,
+                                         uncounted_read)
 from statekeep.metadata.types import (GetResult, NotificationType, Op, Stat)
-
-try:
-    import lmdb
-except ImportError as e:  # pragma: no cover - lmdb is a core dependency
-    raise MissingDependencyError("local:// needs the 'lmdb' package: pip install lmdb") from e
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +126,6 @@ def children_prefix(path: str) -> bytes:
     return _DEPTH.pack(_depth(path) + 1) + (path if path == "/" else path + "/").encode()
 
 
-def _keys_from(txn: lmdb.Transaction, db: Any, prefix: bytes) -> Iterator[bytes]:
-    """The keys of ``db`` that start with ``prefix``, in order."""
-    cursor = txn.cursor(db=db)
-    if cursor.set_range(prefix):
-        for key in cursor.iternext(keys=True, values=False):
-            if not key.startswith(prefix):
-                return
-            yield key
-
-
 class _TxnReader:
     """TreeReader over an open LMDB transaction."""
 
@@ -153,7 +141,8 @@ class _TxnReader:
         return self.engine.children(self.txn, path)
 
     def has_children(self, path: str) -> bool:
-        return next(_keys_from(self.txn, self.engine.nodes, children_prefix(path)), None) is not None
+        children = prefixed(self.txn.cursor(db=self.engine.nodes), children_prefix(path), values=False)
+        return next(children, None) is not None
 
     def last_sequence(self, parent: str) -> int:
         raw = self.txn.get(parent.encode(), db=self.engine.sequences)
@@ -218,7 +207,7 @@ class _Engine:
 
     def children(self, txn: lmdb.Transaction, path: str) -> list[str]:
         prefix = children_prefix(path)
-        return [key[len(prefix):].decode() for key in _keys_from(txn, self.nodes, prefix)]
+        return [key[len(prefix):].decode() for key in prefixed(txn.cursor(db=self.nodes), prefix, values=False)]
 
     # ---- writes: group commit ----------------------------------------------------------------
 
@@ -364,10 +353,8 @@ class _Engine:
     def end_session(self, session: int, fd: int | None) -> None:
         """Remove the session's ephemeral keys, then its file (an orderly close or a reaped death)."""
         self.submit(lambda reader, now_ms: (None, self._expire(reader, session, now_ms)))
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.sessions_dir / str(session))
-        except FileNotFoundError:
-            pass
         if fd is not None:
             os.close(fd)
         self._own_sessions.discard(session)
@@ -375,7 +362,7 @@ class _Engine:
     def _expire(self, reader: _TxnReader, session: int, now_ms: int) -> Changes:
         changes = Changes(reader, session, now_ms)
         prefix = _U64.pack(session)
-        for path in [key[8:].decode() for key in _keys_from(reader.txn, self.ephemeral, prefix)]:
+        for path in [key[8:].decode() for key in prefixed(reader.txn.cursor(db=self.ephemeral), prefix, values=False)]:
             record = changes.read(path)
             if record is not None and record.owner == session:
                 changes.remove(path)
@@ -479,10 +466,8 @@ def _after_fork_in_child() -> None:
         for store in list(engine.stores):
             store._forked = store._closed = True  # every call now raises StoreClosedError
             store._hot.clear()  # get()'s hits skip the closed check
-            try:
+            with contextlib.suppress(OSError):
                 os.close(store._session_fd)
-            except OSError:
-                pass
         if directory not in _unusable_in_child:
             engine.env.close()
     _engines.clear()

@@ -4,6 +4,7 @@ scheme is used, and then the error names the package to install."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from importlib.metadata import entry_points
@@ -32,10 +33,8 @@ def default_store_url() -> str:
 
 def _parse_option(value: str) -> object:
     for convert in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return convert(value)
-        except ValueError:
-            pass
     return {"true": True, "false": False}.get(value.lower(), value)
 
 

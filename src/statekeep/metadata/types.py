@@ -59,11 +59,8 @@ def validate_value(value: object, max_size: int) -> bytes:
         raise InvalidArgumentError(f"value must be bytes, not {type(value).__name__}")
     value = bytes(value)
     if len(value) > max_size:
-        raise ValueTooLargeError(
-            f"value of {len(value)} bytes exceeds this store's limit of {max_size} bytes; "
-            "keep large state in blob storage with statekeep.handles.StateHandleStore "
-            "and store only its handle here"
-        )
+        raise ValueTooLargeError(f"value of {len(value)} bytes exceeds the limit of {max_size} bytes; keep large "
+                                 "state in blob storage with statekeep.handles.StateHandleStore, its handle here")
     return value
 
 

@@ -97,8 +97,7 @@ class Report:
                 mark = "ok" if check.ok else "MISMATCH"
                 lines.append(f"    {name:<12} {check.source:>9} {check.matched:>8}  {check.source_sha256[:16]} / "
                              f"{check.target_sha256[:16]}  {mark}")
-                for what in check.mismatches:
-                    lines.append(f"      differs: {what}")
+                lines += [f"      differs: {what}" for what in check.mismatches]
         if self.seconds:
             lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items()))
         return "\n".join(lines)
@@ -156,13 +155,9 @@ def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: st
         if dry_run:
             return report
         t1 = time.monotonic()
-        bar = Progress(f"{report.operation}", report.total, enabled=progress)
-        sink = StoreSink(target, source_id, merge=merge, batch_keys=batch_keys, on_progress=bar.update)
-        try:
+        with (Progress(report.operation, report.total, enabled=progress) as bar,
+              StoreSink(target, source_id, merge=merge, batch_keys=batch_keys, on_progress=bar.update) as sink):
             sink.consume(records(), skip=report.resumed_from)
-        finally:
-            bar.close()
-            sink.close()
         report.seconds["copy"] = time.monotonic() - t1
         t2 = time.monotonic()
         report.checks = verify(records(), target)
@@ -181,25 +176,19 @@ def migrate(from_url: str, to_url: str, *, dry_run: bool = False, force: bool = 
     if from_url.split("?")[0].rstrip("/") == to_url.split("?")[0].rstrip("/"):
         raise MigrationError("--from and --to name the same store")
     report = Report("migrate", from_url, to_url, dry_run=dry_run)
-    with open_source(from_url) as store:
-        source = StoreSource(store)
-        try:
-            return _copy(report, source.records, from_url.split("?")[0], to_url, dry_run=dry_run, force=force,
-                         batch_keys=batch_keys, progress=progress)
-        finally:
-            source.close()
+    with open_source(from_url) as store, StoreSource(store) as source:
+        return _copy(report, source.records, from_url.split("?")[0], to_url, dry_run=dry_run, force=force,
+                     batch_keys=batch_keys, progress=progress)
 
 
 def export_store(url: str, path: str | os.PathLike[str], *, progress: bool = True) -> Report:
     """Write the store at ``url`` to the portable file ``path`` (:mod:`statekeep.migrate.portable`)."""
     report = Report("export", url, os.fspath(path))
-    with open_source(url) as store:
-        source = StoreSource(store)
-        try:
-            t0 = time.monotonic()
-            _plan(source.records(), report, "")
-            bar = Progress("export", report.total, enabled=progress)
-            done = 0
+    with open_source(url) as store, StoreSource(store) as source:
+        t0 = time.monotonic()
+        _plan(source.records(), report, "")
+        done = 0
+        with Progress("export", report.total, enabled=progress) as bar:
 
             def counted() -> Iterator[Record]:
                 nonlocal done
@@ -212,10 +201,7 @@ def export_store(url: str, path: str | os.PathLike[str], *, progress: bool = Tru
                 portable.write_file(path, counted(), store.scheme)
             finally:
                 bar.update(done)
-                bar.close()
-            report.seconds["export"] = time.monotonic() - t0
-        finally:
-            source.close()
+        report.seconds["export"] = time.monotonic() - t0
     return report
 
 

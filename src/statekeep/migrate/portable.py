@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import gzip
 import hashlib
 import json
@@ -173,8 +174,4 @@ def read_file(path: str | os.PathLike[str]) -> Iterator[Record]:
 
 def check_file(path: str | os.PathLike[str]) -> dict[str, int]:
     """Read the whole file and count its records by kind; :class:`CorruptFileError` if anything is wrong."""
-    counts: dict[str, int] = {}
-    for record in read_file(path):
-        kind = type(record).__name__
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts
+    return dict(collections.Counter(type(record).__name__ for record in read_file(path)))

@@ -6,8 +6,10 @@ import sys
 import time
 from typing import TextIO
 
+from statekeep.metadata.base import Closing
 
-class Progress:
+
+class Progress(Closing):
     """``update(done)`` with the number of records handled so far; ``close()`` at the end.
     Writes to ``stream`` (stderr by default) only; ``enabled=False`` shows nothing."""
 

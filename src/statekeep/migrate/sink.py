@@ -25,7 +25,7 @@ from typing import Any
 from statekeep import jsonrecords
 from statekeep.errors import CorruptRecordError, StatekeepError
 from statekeep.metadata import Put
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
 from statekeep.migrate.source import JOURNAL_PATH, SUFFIX
 from statekeep.state.base import StateEntry
@@ -80,7 +80,7 @@ def check_target(store: MetadataStore, source_id: str, force: bool) -> int:
     return 0
 
 
-class StoreSink:
+class StoreSink(Closing):
     """Consumes a record stream into ``store`` (open, owned by the caller). ``merge``: the target held
     keys before this copy began (``force``), so keys are upserted rather than created."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.metadata.types import join
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
 from statekeep.state.base import StateStoreProvider
@@ -32,7 +32,7 @@ SUFFIX = re.compile(r"(\d{10})$")
 _READ_CHUNK = 500
 
 
-class StoreSource:
+class StoreSource(Closing):
     """The records of ``store`` (open, owned by the caller), in the order of the records module."""
 
     def __init__(self, store: MetadataStore) -> None:
@@ -73,7 +73,9 @@ class StoreSource:
         for function in functions:
             yield function
             if function.state == "copied":
-                state = self._state_provider().get_state_store(function.tenant, function.namespace, function.name)
+                if self._provider is None:  # opened with the first function whose state is copied
+                    self._provider = open_provider(self.provider_name, self._provider_config)
+                state = self._provider.get_state_store(function.tenant, function.namespace, function.name)
                 for entry in state.scan_entries():  # paged: one round trip per page on a server store
                     yield Entry(entry.key, entry.kind, entry.value)
 
@@ -96,11 +98,6 @@ class StoreSource:
                     continue
                 yield Node(child, result.value)
                 yield from self._walk(child, excluded, counters)
-
-    def _state_provider(self) -> StateStoreProvider:
-        if self._provider is None:
-            self._provider = open_provider(self.provider_name, self._provider_config)
-        return self._provider
 
     def close(self) -> None:
         """Close the state provider opened here (not the store)."""

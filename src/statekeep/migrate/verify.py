@@ -52,7 +52,6 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
     checks = {name: Check() for name in ("nodes", "sequences", "state", "skipped")}
     digests = {name: _Digest() for name in ("nodes", "sequences", "state")}
     provider_name, config = default_provider(store)
-    provider = open_provider(provider_name, config)
     pending: list[Node] = []
 
     def mismatch(check: Check, what: str) -> None:
@@ -71,7 +70,7 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
                 mismatch(check, node.path)
         pending.clear()
 
-    try:
+    with open_provider(provider_name, config) as provider:
         it = Peekable(records)
         while (record := it.next()) is not None:
             if isinstance(record, Node):
@@ -94,8 +93,6 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
             elif isinstance(record, Function) and record.state == "copied":
                 _compare_state(provider, record, it, checks["state"], digests["state"], mismatch)
         flush_nodes()
-    finally:
-        provider.close()
     for name, digest in digests.items():
         checks[name].source_sha256 = digest.source.hexdigest()
         checks[name].target_sha256 = digest.target.hexdigest()

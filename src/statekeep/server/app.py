@@ -105,9 +105,7 @@ def create_app(config: ServerConfig | Mapping[str, Any] | None = None) -> FastAP
                   description="Pulsar-shaped admin API for Python functions and their state (PIP-312). "
                               "With tokens configured, send Authorization: Bearer TOKEN.")
     app.state.ctx = ctx
-    # kept for callers of the earlier layout
-    app.state.registry, app.state.service, app.state.metrics, app.state.worker = (
-        ctx.registry, ctx.service, ctx.metrics, ctx.worker)
+    app.state.service = ctx.service  # kept for callers of the earlier layout (the rest: app.state.ctx)
     errors.install(app)
     openapi.install(app, auth=ctx.authorizer.enabled)
     app.add_middleware(MetricsMiddleware, metrics=ctx.metrics)

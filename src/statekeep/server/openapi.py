@@ -42,10 +42,6 @@ def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
     return {**alternatives[0], **rest}
 
 
-def _is_error_body(response: dict[str, Any]) -> bool:
-    return any(media.get("schema", {}).get("$ref") == ERROR_REF for media in response.get("content", {}).values())
-
-
 def _truthful(spec: dict[str, Any], auth: bool) -> dict[str, Any]:
     for item in spec.get("paths", {}).values():
         for operation in item.values():
@@ -59,7 +55,8 @@ def _truthful(spec: dict[str, Any], auth: bool) -> dict[str, Any]:
                 elif not parameter.get("required"):
                     parameter["schema"] = _not_null(parameter.get("schema", {}))
             for code, response in responses.items():
-                if code.startswith("4") and _is_error_body(response):  # errors are JSON, whatever the route's type
+                media = response.get("content", {}).values()  # errors are JSON, whatever the route's type
+                if code.startswith("4") and any(m.get("schema", {}).get("$ref") == ERROR_REF for m in media):
                     response["content"] = {"application/json": {"schema": {"$ref": ERROR_REF}}}
             if operation.get("security") and auth:
                 for code, value in _AUTH_ERRORS.items():

@@ -41,8 +41,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
-                              UnsupportedCapabilityError, ValueTooLargeError)
+                              UnsupportedCapabilityError)
 from statekeep.metadata import MetadataStore, open_store
+from statekeep.metadata.base import Closing
+from statekeep.metadata.types import validate_value as validate_value  # one rule for metadata and state values
+from statekeep.metadata.types import validate_version
 from statekeep.state.keys import check_keys, encode_key, validate_name
 from statekeep.state.records import (COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes,
                                      encode_counter, entry_counter, entry_version, plan_batch)
@@ -94,15 +97,6 @@ class BatchLimits:
     max_bytes: int
 
 
-def validate_value(value: object, max_size: int) -> bytes:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(f"a state value must be bytes, not {type(value).__name__}")
-    value = bytes(value)
-    if len(value) > max_size:
-        raise ValueTooLargeError(f"state value of {len(value)} bytes exceeds the limit of {max_size} bytes")
-    return value
-
-
 def validate_amount(amount: object, what: str = "counter amount") -> int:
     amount = check_int(amount, what)
     if not COUNTER_MIN <= amount <= COUNTER_MAX:
@@ -129,10 +123,6 @@ def validate_batch(puts: object, counters: object, max_size: int) -> tuple[dict[
     check_keys([*puts, *counters])
     values = {k: None if v is None else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
     return values, validate_amounts(counters)
-
-
-def validate_expected_version(version: object) -> int | None:
-    return check_int(version, "expected_version", minimum=-1, optional=True)
 
 
 def check_expected_version(key: str, current: int | None, expected: int | None) -> None:
@@ -172,7 +162,7 @@ class Capability(str, enum.Enum):
 PER_KEY = frozenset({Capability.CHANGELOG_READ, Capability.MARKERS, Capability.COMPACTION})
 
 
-class ReadableStateStore(abc.ABC):
+class ReadableStateStore(Closing):
     """Reading one function's state and its changelog: what every state handle offers, a leader's
     (:class:`StateStore`) or a read-only follower's (:class:`statekeep.changelog.FollowerStore`).
     Thread-safe; see the module docstring for the contract. Code that only reads should ask for this
@@ -289,8 +279,6 @@ class ReadableStateStore(abc.ABC):
 
     def close(self) -> None:
         """Release what this handle holds (not the provider's shared resources)."""
-
-
 
 
 def check_partition(partition: object, partitions: int) -> int:
@@ -414,6 +402,7 @@ class StateStore(ReadableStateStore):
             self.apply_batch(puts, counters)
         return changed
 
+
 class EntryStateStore(StateStore):
     """A store keeping every key as a stored entry (:mod:`statekeep.state.records`; the embedded and
     partitioned providers): each single-key write is planned by :func:`records.plan_batch` inside the
@@ -443,12 +432,12 @@ class EntryStateStore(StateStore):
 
     def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
         encode_key(key)
-        changes = self._write_key(key, validate_expected_version(expected_version), {key: stored}, {})[1]
+        changes = self._write_key(key, validate_version(expected_version), {key: stored}, {})[1]
         return entry_version(changes[0][1])
 
     def delete(self, key: str, *, expected_version: int | None = None) -> bool:
         encode_key(key)
-        expected = validate_expected_version(expected_version)
+        expected = validate_version(expected_version)
         if expected == -1:
             raise InvalidArgumentError("delete takes expected_version None or >= 0")
         return self._write_key(key, expected, {key: None}, {})[0] is not None
@@ -483,7 +472,7 @@ def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
             last, want, have = raw, next(want_iter, None), next(have_iter, None)
 
 
-class StateStoreProvider(abc.ABC):
+class StateStoreProvider(Closing):
     """Creates each function's :class:`StateStore` (Pulsar's ``StateStoreProvider``).
 
     ``init(config)`` is called once before anything else (``open_provider`` calls it); ``cleanup``
@@ -510,12 +499,6 @@ class StateStoreProvider(abc.ABC):
 
     def close(self) -> None:
         """Release resources; stores obtained from this provider stop working."""
-
-    def __enter__(self) -> StateStoreProvider:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class StoreBackedProvider(StateStoreProvider):

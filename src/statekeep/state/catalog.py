@@ -100,16 +100,20 @@ class FunctionCatalog:
         result = self.store.get(self.path(tenant, namespace, name))
         return result if result is not None and result.value else None  # empty: a parent, not a function
 
+    def require(self, tenant: str, namespace: str, name: str) -> GetResult:
+        """:meth:`get`, or :class:`NotFoundError` if there is no such function."""
+        result = self.get(tenant, namespace, name)
+        if result is None:
+            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        return result
+
     def exists(self, tenant: str, namespace: str, name: str) -> bool:
         return self.get(tenant, namespace, name) is not None
 
     def config(self, tenant: str, namespace: str, name: str) -> dict[str, Any]:
         """The configuration as a JSON object. :class:`NotFoundError` if there is no such function,
         :class:`CorruptRecordError` if what is stored is not a JSON object."""
-        result = self.get(tenant, namespace, name)
-        if result is None:
-            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
-        return self.decode(result.value, self.path(tenant, namespace, name))
+        return self.decode(self.require(tenant, namespace, name).value, self.path(tenant, namespace, name))
 
     @staticmethod
     def decode(raw: bytes, key: str = "?") -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.metadata.embedded import held_transaction, transaction
+from statekeep.metadata.embedded import held_transaction, prefixed, transaction
 from statekeep.state import records
 from statekeep.state.base import (ChangelogPosition, CompactionResult, StateEntry, StateView, merge_entries,
                                   validate_value)
@@ -41,10 +41,8 @@ def scan_in(cursor: Any, base: bytes, prefix: str, start_after: str | None, limi
     low = want
     if start_after is not None and start_after.encode() >= prefix.encode():
         low = base + start_after.encode() + b"\0"  # the first key after start_after
-    if not cursor.set_range(low):
-        return
-    for produced, (raw_key, raw) in enumerate(cursor):
-        if not raw_key.startswith(want) or (limit is not None and produced >= limit):
+    for produced, (raw_key, raw) in enumerate(prefixed(cursor, want, low)):
+        if limit is not None and produced >= limit:
             return
         yield records.decode_entry(raw_key[len(base):].decode(), raw)
 
@@ -74,17 +72,10 @@ class EmbeddedChangelog:
         with transaction(self._env) as txn:
             return self._position_in(txn)
 
-    def _keys(self, cursor: Any, start: bytes) -> Iterator[bytes]:
-        """``cursor``'s keys from ``start`` on, while they are this function's (start with its prefix)."""
-        if cursor.set_range(start):
-            for key in cursor.iternext(keys=True, values=False):
-                if not key.startswith(self._prefix):
-                    return
-                yield key
-
     def count_changelog(self, after: int = -1) -> int:
         with transaction(self._env, db=self._changelog) as txn:
-            return sum(1 for _ in self._keys(txn.cursor(), self._prefix + _U64.pack(after + 1)))
+            after_key = self._prefix + _U64.pack(after + 1)
+            return sum(1 for _ in prefixed(txn.cursor(), self._prefix, after_key, values=False))
 
     def read_all(self) -> StateView:
         """Entries and position from ONE read transaction: exactly the state at ``last_offset``."""
@@ -189,7 +180,7 @@ class EmbeddedChangelog:
 
     def _replace_in(self, t: Any, entries: Iterable[StateEntry]) -> int:
         n = len(self._prefix)
-        keys = [raw_key[n:].decode() for raw_key in self._keys(t.txn.cursor(db=self._state), self._prefix)]
+        keys = [raw_key[n:].decode() for raw_key in prefixed(t.txn.cursor(db=self._state), self._prefix, values=False)]
 
         def current() -> Iterator[StateEntry]:
             for key in keys:

@@ -113,20 +113,13 @@ def decode_key(segment: str) -> str:
     out = bytearray()
     i, n = 0, len(segment)
     try:
-        while i < n:
-            c = segment[i]
-            if c in _LEADERS:
-                b = int(segment[i + 1 : i + 3], 16)
-                if len(segment[i + 1 : i + 3]) != 2 or _CODES[b] != segment[i : i + 3]:
-                    raise ValueError(segment)
-                out.append(b)
-                i += 3
-            else:
-                b = ord(c)
-                if b > 0x7F or _CODES[b] != c:
-                    raise ValueError(segment)
-                out.append(b)
-                i += 1
+        while i < n:  # each byte is what _CODES gives back: a leader and two hex digits, or itself
+            piece = segment[i:i + 3] if segment[i] in _LEADERS else segment[i]
+            b = int(piece[1:], 16) if len(piece) > 1 else ord(piece)
+            if _CODES[b] != piece:
+                raise ValueError(segment)
+            out.append(b)
+            i += len(piece)
         return out.decode("utf-8")
     except (ValueError, IndexError) as e:
         raise InvalidArgumentError(f"not an encoded state key: {segment!r}") from e

@@ -30,6 +30,7 @@ groups within them (:mod:`statekeep.state.staged`), with the same exactly-once g
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -38,12 +39,12 @@ from typing import Any
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put
-from statekeep.metadata.types import validate_path
+from statekeep.metadata.types import validate_path, validate_version
 from statekeep.lru import BoundedLRU
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import records, staged
 from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StoreBackedProvider, check_expected_version,
-                                  validate_amount, validate_amounts, validate_expected_version, validate_value)
+                                  validate_amount, validate_amounts, validate_value)
 from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix
 from statekeep.state.metadata_changelog import MetadataChangelog
 from statekeep.validate import check_int
@@ -84,10 +85,9 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         if self._log_ready:
             return
         if self._store.get(self._log_parent) is None:
-            try:
+            # another writer may have created it first: its token is the incarnation's
+            with contextlib.suppress(AlreadyExistsError, BadVersionError):
                 self._store.put(self._log_parent, uuid.uuid4().hex.encode(), -1)
-            except (AlreadyExistsError, BadVersionError):
-                pass  # another writer created it first: its token is the incarnation's
         self._log_ready = True
 
     @property
@@ -172,13 +172,11 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
         stored = records.encode_bytes(validate_value(value, self.max_value_size))
-        version: int = self._change(key, lambda current: stored, expected_version)
-        return version
+        return int(self._change(key, lambda current: stored, expected_version))
 
     def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
         stored = records.encode_counter(validate_amount(value, "counter value"))
-        version: int = self._change(key, lambda current: stored, expected_version)
-        return version
+        return int(self._change(key, lambda current: stored, expected_version))
 
     def delete(self, key: str, *, expected_version: int | None = None) -> bool:
         if expected_version == -1:
@@ -213,7 +211,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
         """Compare-and-set ``key`` to ``compute(current)`` (None: delete, _UNCHANGED: nothing) with its
         changelog record; retried on a lost race unless the caller expected a version."""
         path = self._kv + encode_key(key)
-        expected_version = validate_expected_version(expected_version)
+        expected_version = validate_version(expected_version)
         self._ensure_log()
         for _ in self._retry.attempts():
             current = self._store.get(path)

@@ -97,11 +97,6 @@ class StateEntry(NamedTuple):
 _new_entry = tuple.__new__
 
 
-def encode_entry(version: int, stored: bytes) -> bytes:
-    """The stored entry of a key at ``version`` holding the stored value ``stored``."""
-    return _VERSION.pack(version) + stored
-
-
 def encode_value(kind: Kind | None, value: bytes) -> bytes:
     """The stored value of a value of ``kind`` (a counter's ``value``: its 8-byte form)."""
     return (COUNTER if kind == "counter" else BYTES) + value
@@ -219,13 +214,11 @@ class ChangelogRecord:
         return self.value is None
 
 
-def encode_record(key: str, stored: bytes | None, version: int, deleted_ms: int | None = None) -> bytes:
-    """A changelog record for ``key`` now holding the stored value ``stored`` (None: deleted at
-    ``deleted_ms``, default now)."""
+def encode_record(key: str, stored: bytes | None, version: int) -> bytes:
+    """A changelog record for ``key`` now holding the stored value ``stored`` (None: deleted now)."""
     raw_key = key.encode("utf-8")
     if stored is None:
-        when = int(time.time() * 1000) if deleted_ms is None else deleted_ms
-        return _RECORD.pack(TOMBSTONE, version, len(raw_key)) + raw_key + _COUNTER.pack(when)
+        return _RECORD.pack(TOMBSTONE, version, len(raw_key)) + raw_key + _COUNTER.pack(int(time.time() * 1000))
     return _RECORD.pack(stored[:1], version, len(raw_key)) + raw_key + stored[1:]
 
 

@@ -29,6 +29,7 @@ completes, it has been applied exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import struct
@@ -255,20 +256,16 @@ class StagedBatches:
                 self.state.apply_items(group, functools.partial(_progress_put, unfinished, progress, g),
                                         functools.partial(self._applied, unfinished, progress, g),
                                         None if known is None else [known[item.path] for item in group])
-        try:
+        with contextlib.suppress(NotFoundError, BadVersionError):  # another applier finished it first
             self.store.put(unfinished.path, b"", unfinished.version)  # the finish point
-        except (NotFoundError, BadVersionError):
-            pass  # another applier finished it first
         self._clean_up(unfinished.path, segment, anonymous)
 
     def _clean_up(self, marker_path: str, segment: str, anonymous: bool) -> None:
         """After the finish point: the staging goes, and a private marker too."""
         self.store.delete_recursive(f"{self.staging}{segment}")
         if anonymous:
-            try:
+            with contextlib.suppress(NotFoundError):
                 self.store.delete(marker_path)
-            except NotFoundError:
-                pass
 
     def _applied(self, unfinished: Check, progress: str, group: int) -> bool:
         """Whether ``group`` of a piece was applied: its progress counts it, or the batch was

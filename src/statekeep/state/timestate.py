@@ -117,10 +117,7 @@ def decode_group(raw: bytes | None, key: str = _GROUP) -> dict[str, Any]:
     """A group entry (kept at state key ``key``) as a dict with ``wm`` (int or None), ``t`` and ``x``;
     :class:`CorruptRecordError` naming ``key`` if it is not one."""
     data: dict[str, Any] = jsonrecords.decode(raw, key, "time group") if raw else {}
-    data.setdefault("wm", None)
-    data.setdefault("t", {})
-    data.setdefault("x", {})
-    return data
+    return {"wm": None, "t": {}, "x": {}, **data}
 
 
 def encode_group(data: dict[str, Any]) -> bytes:
@@ -236,5 +233,4 @@ def timers_of(store: Any) -> list[dict[str, Any]]:
 def stored_watermark_of(store: Any) -> int | None:
     """The function's event-time watermark as its committed state holds it (None before any)."""
     marks = [decode_group(e.value, e.key)["wm"] for e in store.scan_entries(_GROUP)]
-    found = [m for m in marks if m is not None]
-    return max(found) if found else None
+    return max((m for m in marks if m is not None), default=None)

@@ -202,16 +202,9 @@ def moto_s3(data_dir: Path, port: int) -> Server:
 
     A client needs the endpoint ``http://127.0.0.1:PORT`` plus :data:`S3_CREDENTIALS` (any key and secret,
     ``AWS_DEFAULT_REGION=us-east-1``), either as environment or as fsspec storage options
-    (:func:`s3_storage_options`).
-
-    ``AWS_ENDPOINT_URL`` works here: with s3fs 2026.9.0 / aiobotocore 3.10 / botocore 1.43, measured,
-    ``fsspec.filesystem("s3")`` in a process whose environment holds only ``AWS_ACCESS_KEY_ID``,
-    ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and ``AWS_ENDPOINT_URL=http://127.0.0.1:PORT`` created a
-    bucket, wrote, listed and read an object on moto (botocore >= 1.31 reads ``AWS_ENDPOINT_URL`` and the
-    service-specific ``AWS_ENDPOINT_URL_S3``, which also worked). So a process that inherits
-    :func:`s3_env` (a Spark executor, a forked worker) reaches moto with no options. Elsewhere (older
-    botocore) pass ``{"client_kwargs": {"endpoint_url": ...}}`` (or s3fs's ``{"endpoint_url": ...}``) as storage
-    options; explicit options win over the environment."""
+    (:func:`s3_storage_options`). botocore >= 1.31 reads ``AWS_ENDPOINT_URL``, so a process that inherits
+    :func:`s3_env` (a Spark executor, a forked worker) reaches moto with no options; with an older botocore
+    pass storage options (explicit options win over the environment)."""
     binary = Path(sys.executable).parent / "moto_server"  # not resolved: the venv's bin, not the base Python's
     if not binary.exists():
         raise ServerNotInstalled(f"S3 on loopback needs moto[server] in this venv ({binary} is missing)")

@@ -15,6 +15,7 @@ each process is stopped by its own PID (group), and the temporary directory is r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -71,10 +72,8 @@ class _Daemon:
         """SIGKILL the daemon's whole process group and reap the daemon."""
         if self.process is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -82,14 +81,10 @@ class _Daemon:
         if self.process is None:
             return
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()  # the group may outlive its leader (an executor still shutting down)
 
     def log_tail(self, size: int = 3000) -> str:

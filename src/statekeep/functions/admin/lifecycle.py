@@ -37,10 +37,8 @@ STOPPED, RESTARTS = "stopped", "restarts"
 
 def _function_path(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> tuple[str, int]:
     """The function's registry path and config version; :class:`NotFoundError` if absent."""
-    result = registry.catalog.get(tenant, namespace, name)
-    if result is None:
-        raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
-    return registry.catalog.path(tenant, namespace, name), result.stat.version
+    version = registry.catalog.require(tenant, namespace, name).stat.version
+    return registry.catalog.path(tenant, namespace, name), version
 
 
 def is_stopped(registry: FunctionRegistry, tenant: str, namespace: str, name: str) -> bool:

@@ -14,6 +14,7 @@ ready before the first function runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,11 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LOCK_ROOT = "/statekeep/workers"
 DELETE_GRACE_S = 60.0
-
-
-def default_worker_id() -> str:
-    """``HOST:PID``: unique among live processes, readable by people."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def lock_content(worker_id: str) -> bytes:
@@ -117,15 +113,6 @@ def function_status(store: MetadataStore, tenant: str, namespace: str, name: str
     return status
 
 
-def pulsar_function_status(status: dict[str, Any], num_instances: int = 1, num_restarts: int = 0) -> dict[str, Any]:
-    """:func:`function_status` in the JSON shape of Pulsar's ``FunctionStatus``: one instance per
-    Spark partition of the function's query (see :mod:`statekeep.functions.driver.stats`); ``workerId``
-    is where it runs, ``""`` if nowhere."""
-    from statekeep.functions.driver.stats import function_status as pulsar_status
-
-    return pulsar_status(status, num_instances, num_restarts=num_restarts)
-
-
 @dataclass
 class _Running:
     query: FunctionQuery
@@ -147,7 +134,7 @@ class SparkWorker:
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.interval = interval
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"  # unique among live processes
         self._running: dict[tuple[str, str, str], _Running] = {}
         # incarnation being deleted -> until when it is not restarted while the registry still lists it
         # (a delete that failed leaves it listed: it runs again after DELETE_GRACE_S)
@@ -186,10 +173,8 @@ class SparkWorker:
         """Stop the function's query before its state is deleted, and keep it stopped until it is gone."""
         fqfn = (tenant, namespace, name)
         with self._mutex:
-            try:
+            with contextlib.suppress(NotFoundError):
                 self._deleting[fqfn] = (self.registry.incarnation(*fqfn), time.monotonic() + DELETE_GRACE_S)
-            except NotFoundError:
-                pass
             self._stop_function(fqfn)
 
     def status(self) -> dict[str, dict[str, Any]]:
@@ -210,21 +195,16 @@ class SparkWorker:
             for namespace in store.get_children(f"{root}/{tenant}"):
                 for name in store.get_children(f"{root}/{tenant}/{namespace}"):
                     result = store.get(f"{root}/{tenant}/{namespace}/{name}")
-                    if result is not None and result.value:
-                        if is_stopped(self.registry, tenant, namespace, name):
-                            continue  # stopped (persisted): its query stops, and stays stopped
-                        try:
-                            incarnation = self.registry.incarnation(tenant, namespace, name)
-                        except NotFoundError:
-                            continue  # deleted meanwhile
-                        wanted[(tenant, namespace, name)] = (incarnation, result.stat.version,
-                                                             restart_count(self.registry, tenant, namespace, name))
+                    # not a function, or stopped (persisted): its query stops, and stays stopped
+                    if result is None or not result.value or is_stopped(self.registry, tenant, namespace, name):
+                        continue
+                    try:
+                        incarnation = self.registry.incarnation(tenant, namespace, name)
+                    except NotFoundError:
+                        continue  # deleted meanwhile
+                    wanted[(tenant, namespace, name)] = (incarnation, result.stat.version,
+                                                         restart_count(self.registry, tenant, namespace, name))
         return wanted
-
-    def _free(self, fqfn: tuple[str, str, str]) -> bool:
-        """No other worker holds the function's lock (a read)."""
-        held = self.registry.store.get(lock_path(*fqfn))
-        return held is None or held.stat.created_by_self
 
     def _reconcile(self) -> None:
         wanted = self._wanted()
@@ -271,7 +251,8 @@ class SparkWorker:
 
     def _claim(self, fqfn: tuple[str, str, str]) -> ResourceLock | None:
         """The function's lock for this worker, or None if another worker holds it."""
-        if not self._free(fqfn):
+        held = self.registry.store.get(lock_path(*fqfn))
+        if held is not None and not held.stat.created_by_self:
             return None  # another worker runs it (a read, not a failing create, on every pass)
         try:
             return self.coordination.acquire_lock(lock_path(*fqfn), lock_content(self.worker_id))
@@ -291,7 +272,7 @@ class SparkWorker:
                 self._spark = spark_session(self.master, conf=self.spark_conf)
             query = run_registered(self.service, self.metadata_url, *fqfn, checkpoint_root=self.checkpoint_root,
                                    master=self.master, spark=self._spark, worker_id=self.worker_id)
-        except (NotFoundError, StatekeepError) as e:
+        except StatekeepError as e:
             log.warning("cannot start function %s: %s", "/".join(fqfn), e)
             lock.release()
             return

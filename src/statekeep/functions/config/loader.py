@@ -46,10 +46,6 @@ def entry_name(class_name: str | None) -> str:
     return entry if module and entry else "process"
 
 
-def _module_name(error: ImportError) -> str:
-    return error.name or str(error)
-
-
 _modules: dict[tuple[str, str], dict[str, Any]] = {}
 _modules_lock = threading.Lock()
 #: (source, filename, className) -> (entry point, kind): the one cache of loaded functions (runtime and trigger)
@@ -81,7 +77,7 @@ def _execute(source: str, filename: str) -> dict[str, Any]:
     except SyntaxError as e:
         raise FunctionLoadError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from e
     except ImportError as e:
-        raise FunctionLoadError(f"{filename}{_line_of(e, filename)}: cannot import module {_module_name(e)!r}: "
+        raise FunctionLoadError(f"{filename}{_line_of(e, filename)}: cannot import module {e.name or str(e)!r}: "
                                 f"{e} (install it where the function runs)") from e
     except Exception as e:  # noqa: BLE001 - user code: its error is the answer
         raise FunctionLoadError(f"{filename}{_line_of(e, filename)}: importing it raised "

@@ -199,9 +199,8 @@ class FunctionConfig(BaseModel):
             if field in values:
                 raise InvalidArgumentError(f"{field} {why}")
         for field, value in FIXED.items():
-            if field in values:
-                if values.pop(field) is not value:
-                    raise InvalidArgumentError(f"{field} can only be {str(value).lower()} here")
+            if field in values and values.pop(field) is not value:
+                raise InvalidArgumentError(f"{field} can only be {str(value).lower()} here")
         # (a value that is not a mapping is left to the field's validation, which names it)
         extra = [k for field in ("customSerdeInputs", "inputSpecs", "customSchemaInputs")
                  if isinstance(values.get(field), Mapping) for k in values[field]]

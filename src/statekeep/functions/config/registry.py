@@ -71,9 +71,7 @@ class FunctionRegistry:
         return self._read(tenant, namespace, name)[0]
 
     def _read(self, tenant: str, namespace: str, name: str) -> tuple[FunctionConfig, int]:
-        result = self.catalog.get(tenant, namespace, name)
-        if result is None:
-            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        result = self.catalog.require(tenant, namespace, name)
         config = self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}")
         return FunctionConfig.from_json(config, stored=True), result.stat.version
 
@@ -85,10 +83,8 @@ class FunctionRegistry:
         result = self.store.get(path + "/incarnation")
         if result is not None:
             return result.value.decode()
-        created = self.catalog.get(tenant, namespace, name)  # registered before incarnations were recorded
-        if created is None:
-            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
-        return f"created-{created.stat.created_ms}"
+        # registered before incarnations were recorded
+        return f"created-{self.catalog.require(tenant, namespace, name).stat.created_ms}"
 
     def get_code(self, tenant: str, namespace: str, name: str) -> bytes:
         result = self.store.get(self._path(tenant, namespace, name) + "/code")
@@ -180,9 +176,7 @@ class FunctionRegistry:
 
     def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
         """The state of an existing function; :class:`NotFoundError` if the function does not exist."""
-        result = self.catalog.get(tenant, namespace, name)
-        if result is None:
-            raise NotFoundError(f"function {tenant}/{namespace}/{name} does not exist")
+        result = self.catalog.require(tenant, namespace, name)
         handle = self._handles.get((tenant, namespace, name, result.value))
         if handle is None:
             cfg = FunctionConfig.from_json(self.catalog.decode(result.value, f"{tenant}/{namespace}/{name}"),

@@ -14,6 +14,7 @@ from typing import Any
 from statekeep.errors import NotFoundError
 from statekeep.functions.config.registry import DEFAULT_ROOT, FunctionRegistry
 from statekeep.metadata import MetadataStore, open_store
+from statekeep.metadata.base import Closing
 from statekeep.state import ProviderPool
 from statekeep.state.base import StateEntry
 from statekeep.state.catalog import default_provider
@@ -27,7 +28,7 @@ from statekeep.validate import check_int
 MAX_PAGE = 1000
 
 
-class FunctionService:
+class FunctionService(Closing):
     def __init__(self, registry: FunctionRegistry) -> None:
         self.registry = registry
         self._owned: list[ProviderPool | MetadataStore] = []  # what open() opened, closed in this order
@@ -62,12 +63,6 @@ class FunctionService:
         owned, self._owned = self._owned, []
         for resource in owned:
             resource.close()
-
-    def __enter__(self) -> FunctionService:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def query_state(self, tenant: str, namespace: str, name: str, key: str) -> dict[str, Any]:
         """The FunctionState JSON of ``key``; :class:`NotFoundError` if the function or key is absent."""

@@ -63,16 +63,15 @@ class WindowConfig(BaseModel):
         if self.sessionGapMs is None and self.windowLengthCount is None and self.windowLengthDurationMs is None:
             raise InvalidArgumentError("no window length (set windowLengthCount, "
                                        "windowLengthDurationMs or sessionGapMs)")
-        for length, slide, name in (("windowLengthCount", "slidingIntervalCount", "slidingIntervalCount"),
-                                    ("windowLengthDurationMs", "slidingIntervalDurationMs",
-                                     "slidingIntervalDurationMs")):
-            size, step = getattr(self, length), getattr(self, slide)
+        for length, name in (("windowLengthCount", "slidingIntervalCount"),
+                             ("windowLengthDurationMs", "slidingIntervalDurationMs")):
+            size, step = getattr(self, length), getattr(self, name)
             if step is not None and size is None:
                 raise InvalidArgumentError(f"{name}: set without {length}")
             if step is not None and size is not None and step > size:
                 raise InvalidArgumentError(f"{name}: {step} exceeds {length} {size} (records "
                                            "between windows would be lost)")
-            if size is not None and step is not None and slide.endswith("Ms") and size % step:
+            if size is not None and step is not None and name.endswith("Ms") and size % step:
                 raise InvalidArgumentError(f"{name}: {length} {size} must be a multiple of it "
                                            "(windows aligned to the epoch)")
         return self

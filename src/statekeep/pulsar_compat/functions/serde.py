@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from abc import abstractmethod
 from typing import Any
@@ -30,10 +31,8 @@ class IdentitySerDe(SerDe):
 
     def deserialize(self, input_bytes: bytes) -> Any:
         for kind in self._types:
-            try:
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
                 return kind(input_bytes.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                pass
         return input_bytes
 
 

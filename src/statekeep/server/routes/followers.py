@@ -62,14 +62,10 @@ async def query_follower_state(tenant: str, namespace: str, name: str, key: str,
     return JSONResponse(function_state_json(entry), headers={"ETag": f'"{entry.version}"'})
 
 
-def _read_only(tenant: str, namespace: str, name: str) -> Response:
-    return JSONResponse({"reason": f"{tenant}/{namespace}/{name} is a read-only follower here: write to its "
-                                   "leader (/admin/v3/functions/...)"}, status_code=405, headers={"Allow": "GET"})
-
-
 for _path in (FOL + "/state", FOL + "/state/{key:path}"):
     # OPTIONS too: the generic 405 would list these refusing methods in Allow
     @router.api_route(_path, methods=["POST", "PUT", "PATCH", "DELETE", "OPTIONS"], status_code=405,
                       include_in_schema=False)
     async def refuse_write(tenant: str, namespace: str, name: str) -> Response:
-        return _read_only(tenant, namespace, name)
+        return JSONResponse({"reason": f"{tenant}/{namespace}/{name} is a read-only follower here: write to its "
+                                       "leader (/admin/v3/functions/...)"}, status_code=405, headers={"Allow": "GET"})

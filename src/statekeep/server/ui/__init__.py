@@ -17,17 +17,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-
-def _router() -> APIRouter:
-    from statekeep.server.ui import api, events, pages, topics
-
-    r = APIRouter(include_in_schema=False)
-    r.include_router(pages.router)
-    r.include_router(topics.router)
-    r.include_router(api.router)
-    r.include_router(events.router)
-    return r
-
+from statekeep.server.ui import api, events, pages, topics
 
 #: the console's routes: ``app.include_router(ui.router)``
-router = _router()
+router = APIRouter(include_in_schema=False)
+for _part in (pages, topics, api, events):
+    router.include_router(_part.router)

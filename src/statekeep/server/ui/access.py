@@ -12,12 +12,15 @@ cannot write.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from fastapi import Request
 
 from statekeep.errors import ForbiddenError
+
+if TYPE_CHECKING:
+    from statekeep.metadata.base import MetadataStore
 
 COOKIE = "statekeep_token"
 # no grant lists this tenant (tenant names are validated path segments; NUL is not allowed in one),
@@ -41,12 +44,14 @@ def check_tenant(request: Request, tenant: str | None) -> None:
     request.app.state.ctx.authorizer.check(authorization(request), tenant)
 
 
-def check_superuser(request: Request) -> None:
-    """Raise unless auth is off or the token is a superuser's (the whole store is visible to it)."""
+def check_superuser(request: Request) -> MetadataStore:
+    """The app's metadata store, whole: raises unless auth is off or the token is a superuser's."""
     try:
         check_tenant(request, _SUPERUSER_ONLY)
     except ForbiddenError:
         raise ForbiddenError("only a superuser token may browse the whole store") from None
+    store: MetadataStore = request.app.state.ctx.store
+    return store
 
 
 def may_see(request: Request, tenant: str) -> bool:

@@ -22,7 +22,6 @@ statuses (404, 409 on a version conflict, 401/403).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -30,12 +29,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from statekeep.changelog.snapshots import DEFAULT_ROOT as SNAPSHOT_ROOT
-from statekeep.changelog.snapshots import SnapshotStore
-from statekeep.errors import CorruptStateError, InvalidArgumentError, NotFoundError, StatekeepError
+from statekeep.changelog.snapshots import SnapshotStore, default_blobs
+from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.admin.lifecycle import is_stopped
-from statekeep.functions.admin.worker import function_status, pulsar_function_status
-from statekeep.handles.gc import collect_garbage
-from statekeep.handles.handle import decode as decode_handle
+from statekeep.functions.admin.worker import function_status
+from statekeep.functions.driver import stats
+from statekeep.handles.gc import collect_garbage, list_handles
 from statekeep.metadata.types import GetResult, validate_path
 from statekeep.server.auth import authorize
 from statekeep.server.ui import access
@@ -94,7 +93,7 @@ async def functions(request: Request) -> Response:
                     status = function_status(store, tenant, namespace, name)
                     out.append({"tenant": tenant, "namespace": namespace, "name": name,
                                 "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
-                                "functionStatus": pulsar_function_status(status), "lifecycle": True,
+                                "functionStatus": stats.function_status(status, 1), "lifecycle": True,
                                 "stopped": is_stopped(registry, tenant, namespace, name)})
         return out
 
@@ -133,8 +132,7 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
 
 @router.get("/ui/api/tree")
 async def tree(request: Request, path: str = "/") -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path)
     children = await run_in_threadpool(store.get_children, path)
     base = path.rstrip("/")
@@ -143,8 +141,7 @@ async def tree(request: Request, path: str = "/") -> Response:
 
 @router.get("/ui/api/node")
 async def get_node(request: Request, path: str) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path)
     result = await run_in_threadpool(store.get, path)
     out = node_json(path, result)  # a missing node (e.g. the root on most backends) is {"exists": false}
@@ -154,8 +151,7 @@ async def get_node(request: Request, path: str) -> Response:
 
 @router.put("/ui/api/node")
 async def put_node(request: Request, path: str) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path, allow_root=False)
     try:
         body = await request.json()
@@ -170,8 +166,7 @@ async def put_node(request: Request, path: str) -> Response:
 
 @router.delete("/ui/api/node")
 async def delete_node(request: Request, path: str, version: int | None = Query(None, ge=0)) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(path, allow_root=False)
     await run_in_threadpool(lambda: store.delete(path, expected_version=version))
     return Response(status_code=204)
@@ -179,16 +174,12 @@ async def delete_node(request: Request, path: str, version: int | None = Query(N
 
 @router.get("/ui/api/handle-roots")
 async def handle_roots(request: Request) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
 
     def roots() -> list[str]:
-        out = []
-        for tenant in store.get_children(SNAPSHOT_ROOT):
-            for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}"):
-                for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}"):
-                    out.append(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}")
-        return out
+        return [f"{SNAPSHOT_ROOT}/{tenant}/{namespace}/{name}" for tenant in store.get_children(SNAPSHOT_ROOT)
+                for namespace in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}")
+                for name in store.get_children(f"{SNAPSHOT_ROOT}/{tenant}/{namespace}")]
 
     return JSONResponse(await run_in_threadpool(roots))
 
@@ -196,34 +187,13 @@ async def handle_roots(request: Request) -> Response:
 @router.get("/ui/api/handles")
 async def handles(request: Request, root: str, blobs: str | None = None,
                   grace: float = Query(3600.0, ge=0)) -> Response:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
     validate_path(root)
-    return JSONResponse(await run_in_threadpool(list_handles, store, root, blobs, grace))
+    return JSONResponse(await run_in_threadpool(handles_json, store, root, blobs, grace))
 
 
-def default_blobs(store: MetadataStore) -> str | None:
-    """Where snapshots of this store keep blobs by default (``DIR/blobs`` of a ``local://DIR`` store)."""
-    directory = getattr(store, "directory", None)
-    return f"file://{os.path.join(str(directory), 'blobs')}" if store.scheme == "local" and directory else None
-
-
-def list_handles(store: MetadataStore, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
-    base = f"{root.rstrip('/')}/handles"
-    out: dict[str, Any] = {"root": root, "handles": []}
-    for key in store.get_children(base):
-        current = store.get(f"{base}/{key}")
-        if current is None:
-            continue
-        item: dict[str, Any] = {"key": key, "version": current.stat.version,
-                                "locks": store.get_children(f"{base}/{key}/locks")}
-        try:
-            h = decode_handle(key, current.stat.version, current.value, None)
-            item.update(blob=h.blob_url, size=h.size, sha256=h.sha256, createdMs=h.created_ms,
-                        attributes=dict(h.attributes))
-        except CorruptStateError as e:
-            item["error"] = str(e)
-        out["handles"].append(item)
+def handles_json(store: MetadataStore, root: str, blobs: str | None, grace: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"root": root, "handles": list_handles(store, root)}
     blobs = blobs or default_blobs(store)
     out["blobs"] = blobs
     if blobs is None:

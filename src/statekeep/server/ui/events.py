@@ -22,6 +22,7 @@ re-reads what it shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -65,11 +66,6 @@ async def live(request: Request, started: float) -> bool:
     return asyncio.get_running_loop().time() - started < STREAM_S and not await request.is_disconnected()
 
 
-def _last_event_id(request: Request) -> int | None:
-    value = request.headers.get("last-event-id", "").strip()
-    return int(value) if value.lstrip("-").isdigit() and len(value) <= 19 else None
-
-
 class _Wakeup(Generic[T]):
     """An asyncio queue of ``T`` fed from another thread (store listeners, the batch history)."""
 
@@ -81,16 +77,20 @@ class _Wakeup(Generic[T]):
         def add() -> None:
             if not self.queue.full():  # a slow client loses wakeups, not memory
                 self.queue.put_nowait(item)
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the stream is over
             self.loop.call_soon_threadsafe(add)
-        except RuntimeError:  # the loop is closed: the stream is over
-            pass
 
     async def get(self, timeout: float) -> T | None:
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except asyncio.TimeoutError:
             return None
+
+    async def items(self, request: Request) -> AsyncIterator[T | None]:
+        """Each item as it comes while the stream is :func:`live`, None after ``HEARTBEAT_S`` without one."""
+        started = asyncio.get_running_loop().time()
+        while await live(request, started):
+            yield await self.get(HEARTBEAT_S)
 
 
 def stream(body: Callable[[], AsyncIterator[bytes]]) -> StreamingResponse:
@@ -115,7 +115,8 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
     store, registry = store_registry(request)
     access.check_tenant(request, tenant)
     state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
-    resume = _last_event_id(request)  # a reconnect: on from the last record the client got
+    last_id = request.headers.get("last-event-id", "").strip()  # a reconnect: on from the last record it got
+    resume = int(last_id) if last_id.lstrip("-").isdigit() and len(last_id) <= 19 else None
     start = max(resume, -1) if resume is not None else after
 
     def positions() -> list[ChangelogPosition]:
@@ -125,8 +126,7 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
 
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[Notification] = _Wakeup()
-        subscription = store.add_listener(wake.put)
-        try:
+        with store.add_listener(wake.put):
             now = await run_in_threadpool(positions)
             # one partition: from where the client asked (its offsets are the event ids); several (partition-owned
             # state): each partition live from its position now, records tagged with their partition
@@ -159,8 +159,6 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
                         yield b": heartbeat\n\n"
                 while not wake.queue.empty():  # one read serves every notification queued so far
                     wake.queue.get_nowait()
-        finally:
-            subscription.close()
 
     return stream(body)
 
@@ -184,11 +182,9 @@ async def function_events(request: Request) -> StreamingResponse:
         roots = (registry.root + "/", STATUS_ROOT + "/")
         subscription = store.add_listener(
             lambda n: wake.put(("changed", n.path, None)) if n.path.startswith(roots) else None)
-        started = asyncio.get_running_loop().time()
         try:
             yield hello({})
-            while await live(request, started):
-                item = await wake.get(HEARTBEAT_S)
+            async for item in wake.items(request):
                 if item is None:
                     yield b": heartbeat\n\n"
                     continue
@@ -211,22 +207,13 @@ async def function_events(request: Request) -> StreamingResponse:
 
 @router.get("/ui/api/events/tree")
 async def tree_events(request: Request) -> StreamingResponse:
-    store, registry = store_registry(request)
-    access.check_superuser(request)
+    store = access.check_superuser(request)
 
     async def body() -> AsyncIterator[bytes]:
         wake: _Wakeup[tuple[str, str]] = _Wakeup()
-        subscription = store.add_listener(lambda n: wake.put((n.type.value, n.path)))
-        started = asyncio.get_running_loop().time()
-        try:
+        with store.add_listener(lambda n: wake.put((n.type.value, n.path))):
             yield hello({})
-            while await live(request, started):
-                item = await wake.get(HEARTBEAT_S)
-                if item is None:
-                    yield b": heartbeat\n\n"
-                else:
-                    yield sse("change", {"type": item[0], "path": item[1]})
-        finally:
-            subscription.close()
+            async for item in wake.items(request):
+                yield b": heartbeat\n\n" if item is None else sse("change", {"type": item[0], "path": item[1]})
 
     return stream(body)

@@ -33,14 +33,9 @@ async def list_topics(request: Request) -> Response:
     root = topics.default_root()
 
     def listing() -> list[dict[str, Any]]:
-        out = []
-        for name in topics.list_topics(root):
-            if not access.may_see(request, _tenant(name)):
-                continue
-            messages = sum(1 for _ in topics.read(root, name))
-            files = len(topics.files(root, name))
-            out.append({"name": name, "files": files, "messages": messages})
-        return out
+        return [{"name": name, "files": len(topics.files(root, name)),
+                 "messages": sum(1 for _ in topics.read(root, name))}
+                for name in topics.list_topics(root) if access.may_see(request, _tenant(name))]
 
     return JSONResponse(await run_in_threadpool(listing))
 

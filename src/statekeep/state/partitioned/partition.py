@@ -12,6 +12,7 @@ behind, which the next catch-up repairs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import struct
@@ -27,7 +28,7 @@ from statekeep.errors import (BadVersionError, CorruptStateError, NotFoundError,
                               StateConflictError, StatekeepError, StoreUnavailableError)
 from statekeep.handles.blobs import BlobStore
 from statekeep.metadata.base import MetadataStore
-from statekeep.metadata.embedded import transaction
+from statekeep.metadata.embedded import prefixed, transaction
 from statekeep.state import records
 from statekeep.state.partitioned import entries as blobfmt
 from statekeep.state.partitioned.manifest import Blob, Manifest
@@ -155,12 +156,7 @@ class Partition:
         """Stored pairs with keys >= ``low`` that start with ``want``, in key order, from one read snapshot."""
         gate = transaction(self.env, db=self.state_db)
         try:
-            cursor = gate.txn.cursor()  # type: ignore[union-attr]
-            if cursor.set_range(low):
-                for key, value in cursor:
-                    if not key.startswith(want):
-                        break
-                    yield key, value
+            yield from prefixed(gate.txn.cursor(), want, low)  # type: ignore[union-attr]
         finally:
             gate.end()
 
@@ -209,10 +205,8 @@ class Partition:
 
     def _discard(self, blobs: list[Blob]) -> None:
         for blob in blobs:
-            try:
+            with contextlib.suppress(StatekeepError):  # garbage collection reclaims it
                 self.blobs.delete(blob.url)
-            except StatekeepError:
-                pass  # garbage collection reclaims it
 
     def _maybe_snapshot(self, manifest: Manifest, version: int) -> None:
         """Snapshot the partition when restoring it from its segments would cost more than its size."""

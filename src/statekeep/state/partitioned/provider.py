@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import heapq
@@ -87,10 +88,8 @@ class PartitionedStateStore(EntryStateStore):
         ops = [Put(f"{self.root}/layout", new.encode(), expected_version=-1)]
         ops += [Put(f"{self.root}/{manifest_name(0, p)}", Manifest.new(0, p, group_range(p, parallelism, groups))
                     .encode(), expected_version=-1) for p in range(parallelism)]
-        try:
+        with contextlib.suppress(AlreadyExistsError, BadVersionError):  # another writer created it first
             self.store.multi(ops)
-        except (AlreadyExistsError, BadVersionError):
-            pass  # another writer created it first
         layout = self.layout(refresh=True)
         assert layout is not None
         return layout

@@ -640,7 +640,7 @@ async function handlesPage() {
     h("table", { id: "handles" }, h("thead", {}, h("tr", {}, ["Key", "Version", "Size", "SHA-256", "Created", "Blob", "Locks", "Attributes"].map(t => h("th", { text: t })))),
       h("tbody", {}, data.handles.length ? data.handles.map(x => h("tr", {}, h("td", { class: "mono", text: x.key }), h("td", { class: "num", text: x.version }),
         h("td", { class: "num", text: x.size === undefined ? "" : bytes(x.size) }), h("td", { class: "mono", text: x.sha256 || x.error || "" }),
-        h("td", { text: when(x.createdMs) }), h("td", { class: "mono", text: x.blob || "" }), h("td", { text: x.locks.join(", ") || "—" }),
+        h("td", { text: when(x.createdMs) }), h("td", { class: "mono", text: x.blob || "" }), h("td", { text: x.lockedBy.join(", ") || "—" }),
         h("td", {}, h("pre", { text: x.attributes ? JSON.stringify(x.attributes) : "" }))))
         : h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No handles." })))));
   const gc = data.gc;
