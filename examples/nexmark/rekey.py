@@ -1,4 +1,4 @@
-"""Nexmark, step one of the joins (q3, q4, q8, q9) and of q18: the combined event stream re-keyed.
+"""Nexmark, step one of the joins (q3, q4, q8, q9): the combined event stream re-keyed.
 
 Reads the combined stream (``{"event_type": 0|1|2, "person": ..., "auction": ..., "bid": ...}``) and
 returns each event of a kind named in ``userConfig.keys`` as its flat record plus ``kind`` and ``k``, the

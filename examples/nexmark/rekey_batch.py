@@ -1,4 +1,4 @@
-"""Nexmark, step one of the joins and of q18, vectorized: the combined event stream re-keyed in Arrow.
+"""Nexmark, step one of the joins, vectorized: the combined event stream re-keyed in Arrow.
 
 The same output as ``rekey.py``: each event of a kind named in ``userConfig.keys`` as its flat record plus
 ``kind`` and ``k`` (the named fields' values joined by ``-``), in the order the events came; a record's table
