@@ -167,6 +167,13 @@ def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark
         assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
 
 
+def test_stats_type_is_the_stats_schema_as_spark_parses_it(spark):
+    from statekeep.functions.driver.spark import _stats_type
+    from statekeep.functions.executor.runtime import STATS_SCHEMA
+
+    assert _stats_type() == spark.createDataFrame([], STATS_SCHEMA).schema
+
+
 def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
     from statekeep.functions.driver.spark import latency_conf
 
