@@ -359,7 +359,7 @@ def test_s3_blobs(s3_server):
 @pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
 def test_leader_process_paused_beyond_its_session(kind, request, tmp_path):
     """The leader process is SIGSTOPped until its session expires and a successor has claimed the root;
-    resumed, it tries to write: every attempt is refused (its own view of the lock is as stale as it gets)."""
+    resumed, it tries to write: no attempt is applied (its own view of the lock is as stale as it gets)."""
     import signal
     import subprocess
     import sys
@@ -384,7 +384,11 @@ def test_leader_process_paused_beyond_its_session(kind, request, tmp_path):
         worker.stdin.flush()
         outcomes = json.loads(worker.stdout.readline())
         print("paused leader's attempts:", outcomes)
-        assert outcomes == ["LeadershipLostError"] * 4
+        # Its first write may go out on the connection the server closed at the expiry: that outcome is
+        # unknown to it (the contract's PossibleInconsistentStateError); once it has seen the expiry, each
+        # write is refused. Either way nothing it sent is applied (the snapshot below).
+        assert set(outcomes) <= {"LeadershipLostError", "PossibleInconsistentStateError"}
+        assert outcomes[-1] == "LeadershipLostError"
         assert snapshot(successor) == expected
         successor.replace("shared", expected["shared"][0], b"by the successor")
         assert snapshot(successor)["shared"][1] == b"by the successor"
