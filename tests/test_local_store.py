@@ -116,6 +116,24 @@ def test_killed_process_ephemeral_keys_vanish_with_notification(tmp_path):
     observer.close()
 
 
+def test_without_listeners_the_watcher_only_reaps_and_a_first_listener_gets_only_later_changes(tmp_path):
+    """A process whose stores do not listen (a Spark task's) is not woken every poll interval; a listener
+    added later is told of the changes after it was added, not of those made while no one listened."""
+    store = open_store(f"local://{tmp_path}?poll_interval=0.005&reap_interval=5")
+    try:
+        engine = store._engine
+        assert engine._watch() > 1  # the next tick is the next reap, seconds away
+        store.put("/before", b"x")
+        events = []
+        store.add_listener(events.append)
+        assert engine._watch() == 0.005  # polled every poll interval while someone listens
+        store.put("/after", b"y")
+        assert wait_for(lambda: any(e.path == "/after" for e in events))
+        assert not any(e.path == "/before" for e in events)
+    finally:
+        store.close()
+
+
 def test_store_opened_before_fork_is_refused_in_the_child(tmp_path):
     store = open_store(f"local://{tmp_path}")
     store.put("/k", b"v")

@@ -199,7 +199,10 @@ class _Engine:
         self._stopping = False
         self._reap()
         self._last_reap = time.monotonic()
-        self._watcher = Periodic("statekeep-local-watch", poll_interval, self._watch,
+        self.poll_interval = poll_interval
+        self._events_lock = threading.Lock()  # _last_event: the watcher's, and a first listener's start
+        self._delivering = True  # _last_event is current: the watcher delivers after it
+        self._watcher = Periodic("statekeep-local-watch", poll_interval, self._watch, paced=True,
                                  what=f"local store {self.directory}: watcher", log=log)
         self._watcher.start()
 
@@ -406,12 +409,29 @@ class _Engine:
 
     # ---- notifications -----------------------------------------------------------------------
 
-    def _watch(self) -> None:
-        """One poll: other processes' notifications, and now and then the dead sessions' keys."""
-        self._deliver_events()
-        if time.monotonic() - self._last_reap >= self.reap_interval:
-            self._last_reap = time.monotonic()
+    def _watch(self) -> float:
+        """One poll: other processes' notifications, and now and then the dead sessions' keys. Returns the
+        seconds to the next: ``poll_interval`` while a store of this process listens, else the time to the next
+        reap (a process that only reads and writes, such as a Spark task's, does not wake every few ms)."""
+        listening = self._deliver_events()
+        now = time.monotonic()
+        if now - self._last_reap >= self.reap_interval:
+            self._last_reap = now
             self._reap()
+        if listening:
+            return self.poll_interval
+        return max(self._last_reap + self.reap_interval - time.monotonic(), 0.0)
+
+    def listener_added(self) -> None:
+        """A store of this process got a listener: if none listened before, notifications start from the
+        newest event (none written before ``add_listener`` returned is delivered) and the watcher polls
+        every ``poll_interval`` from now on."""
+        with self._events_lock:
+            if not self._delivering:
+                with transaction(self.env) as txn:
+                    self._last_event = self._last_event_in(txn)
+                self._delivering = True
+        self._watcher.wake()
 
     @property
     def listening(self) -> list[LocalStore]:
@@ -426,13 +446,19 @@ class _Engine:
         with self._stores_lock:
             self.stores.discard(store)
 
-    def _deliver_events(self) -> None:
-        listening = self.listening
+    def _deliver_events(self) -> bool:
+        """Deliver the events after ``_last_event`` to this process's listening stores; whether any listens."""
+        with self._events_lock:
+            listening = self.listening
+            self._delivering = bool(listening)
+            if not listening:
+                return False
+            self._deliver_to(listening)
+            return True
+
+    def _deliver_to(self, listening: list[LocalStore]) -> None:
         with transaction(self.env, db=self.events) as txn:
             cursor = txn.cursor()
-            if not listening:
-                self._last_event = _U64.unpack(cursor.key())[0] if cursor.last() else self._last_event
-                return
             if not cursor.set_range(_U64.pack(self._last_event + 1)):
                 return
             for key, value in cursor:
@@ -480,7 +506,8 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, 
 class LocalStore(MetadataStore):
     """``local://PATH``: see the module docstring. Options (URL query or keywords):
     ``max_value_size``, ``map_size`` (bytes of address space, default 64 GiB),
-    ``poll_interval`` (seconds between checks for other processes' notifications, default 0.005),
+    ``poll_interval`` (seconds between checks for other processes' notifications while a store of this process
+    has a listener, default 0.005; without one, the process wakes only to reap),
     ``reap_interval`` (seconds between checks for dead sessions, default 0.2)."""
 
     scheme = "local"
@@ -534,6 +561,9 @@ class LocalStore(MetadataStore):
         # method only serves calls through the class): the same read, with its state in closure
         # variables, which are cheaper than attribute loads on the hottest read path.
         return self._hot_get()(path)
+
+    def _on_listener_added(self) -> None:
+        self._engine.listener_added()
 
     def _hot_get(self) -> Callable[[str], GetResult | None]:
         # Building Stat and GetResult costs more than the LMDB read itself, so a path read before
