@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--per-file", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warm-events", type=int, default=20_000,
+                        help="events of the warm-up runs (q0 and q17, each engine) before any measured one")
     args = parser.parse_args(argv)
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     unknown = [q for q in queries if q not in pipelines.PIPELINES]
@@ -235,11 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {args.events} events ({args.per_file} per micro-batch) generated in "
               f"{time.perf_counter() - began:.1f} s; local[{CORES}]")
         spark = spark_session(f"local[{CORES}]", conf={"spark.sql.session.timeZone": "UTC"})
-        # warm-up: one small run of each engine, so neither pays the first JIT and worker start in a row
+        # warm-up: a stateless and a stateful query of each engine, so the first query measured does not pay for
+        # the JVM's first compilations (with 2,000 events of q0 only, Spark SQL's first query took 1.6x its time
+        # measured later in the same run)
         warm = root / "warm"
-        generator.write_jsonl(generator.NexmarkConfig(seed=1, num_events=2000), warm / "data", 1000, per_stream=True)
-        pipelines.run(spark, "q0", warm / "data", warm / "sk")
-        run_spark(spark, "q0", warm / "data", warm / "spark", side)
+        generator.write_jsonl(generator.NexmarkConfig(seed=1, num_events=args.warm_events), warm / "data",
+                              max(1, args.warm_events // 2), per_stream=True)
+        for query in ("q0", "q17"):
+            pipelines.run(spark, query, warm / "data", warm / f"sk-{query}")
+            run_spark(spark, query, warm / "data", warm / f"spark-{query}", side)
 
         print(f"{'query':<6}{'variant':<18}{'exact':<10}{'seconds':>9}{'events/s':>11}{'per core':>10}"
               f"{'vs Spark':>9}{'Flink/core':>11}  note")

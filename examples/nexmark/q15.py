@@ -7,8 +7,8 @@ price rank (below 10,000; 10,000 to 1,000,000; 1,000,000 and up).
     FROM bid GROUP BY DATE_FORMAT(dateTime, 'yyyy-MM-dd')
 
 Run without a key field (one task owns the state). Counters per day count bids; a counter per (day, set,
-member) says whether a bidder or auction is new to that set. Output: the day's row after each bid (an
-updating result).
+member), 1 once the member is in the set, says whether a bidder or auction is new to that set. Output: the
+day's row after each bid (an updating result).
 """
 
 import datetime
@@ -26,7 +26,9 @@ def process(bid, context):
     for rank in ("total", rank_of(bid["price"])):
         context.incr_counter(f"{day}/{rank}_bids", 1)
         for what in ("bidder", "auction"):
-            if context.incr_counter(f"{day}/{rank}_{what}/{bid[what]}", 1) == 1:
+            member = f"{day}/{rank}_{what}/{bid[what]}"
+            if context.get_counter(member) == 0:  # new to the set: mark it (written once, not per bid)
+                context.incr_counter(member, 1)
                 context.incr_counter(f"{day}/{rank}_{what}s", 1)
     for rank in RANKS:
         for what in ("bids", "bidders", "auctions"):

@@ -1,9 +1,9 @@
 """Nexmark q15, vectorized: bidding statistics per day, overall and per price rank.
 
 The same function as ``q15.py`` (the same counters): the batch's bids counted per (day, rank) and its
-distinct (day, rank, bidder) and (day, rank, auction) with their bids found in Arrow; one ``get_counters``
-per set says which members are new to it, and one ``incr_counters`` adds the bids, the new members and the
-members' own counts. Output: each day's row once per batch, after the batch's bids.
+distinct (day, rank, bidder) and (day, rank, auction) found in Arrow; one ``get_counters`` per set says
+which members are new to it, and one ``incr_counters`` adds the bids, the sets' new members and marks those.
+Output: each day's row once per batch, after the batch's bids.
 """
 
 import datetime
@@ -45,8 +45,9 @@ def process_batch(bids, context):
             [([], "count_all")])
         keys.extend(f"{p}_{what}s" for p in new_sets["prefix"].to_pylist())
         amounts.extend(new_sets["count_all"].to_pylist())
-        keys.extend(names.to_pylist())
-        amounts.extend(members["count_all"].to_pylist())
+        joined = names.filter(fresh).to_pylist()  # marked once: a member already in its set is not written
+        keys.extend(joined)
+        amounts.extend([1] * len(joined))
     context.incr_counters(keys, amounts)
     rows = []
     for name in days.values():

@@ -1,28 +1,40 @@
 """Nexmark q9, vectorized: each auction with its highest bid placed while it was open (the earliest of equal
 highest bids).
 
-The same function as ``q9.py`` (input ``rekey_batch.py``'s or ``rekey.py``'s output keyed by ``k``, the same
-state per auction): the batch's records grouped by auction in their order, each auction's state read and
-written once (``get_states``, ``put_states``), and an auction's row output once per batch when its winner
-changed in it.
+The same function as ``q9.py`` (input the combined stream, no key field; the same state per auction): the
+batch's auctions and bids taken out in Arrow and grouped by auction in their order, each auction's state
+read and written once (``get_states``, ``put_states``), and an auction's row output once per batch when its
+winner changed in it.
 """
 
 import json
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 AUCTION_FIELDS = ("id", "itemName", "initialBid", "reserve", "dateTime", "expires", "seller", "category")
 
 
-def process_batch(records, context):
-    is_auction = pc.equal(records["kind"], "auction")
-    auctions = iter(records.filter(is_auction).select(list(AUCTION_FIELDS)).to_pylist()
-                    if pc.any(is_auction).as_py() else [])
+def rows_of(events, kind, index, fields):
+    """The events of one kind as lists of ``fields`` (columns), in order."""
+    if kind not in events.column_names:
+        return [[] for _ in fields]
+    chosen = events[kind].filter(pc.equal(events["event_type"], index)).combine_chunks()
+    flat = pa.Table.from_struct_array(chosen) if len(chosen) else None
+    return [flat[f].to_pylist() if flat is not None else [] for f in fields]
+
+
+def process_batch(events, context):
+    auctions = iter(zip(*rows_of(events, "auction", 1, AUCTION_FIELDS)))
+    bids = iter(zip(*rows_of(events, "bid", 2, ("auction", "price", "dateTime", "bidder"))))
     per_auction = {}
-    for key, kind, price, when, bidder in zip(*(records[c].to_pylist() if c in records.column_names
-                                               else [None] * records.num_rows
-                                               for c in ("k", "kind", "price", "dateTime", "bidder"))):
-        per_auction.setdefault(key, []).append(next(auctions) if kind == "auction" else (price, when, bidder))
+    for kind in events["event_type"].to_pylist():
+        if kind == 1:
+            auction = dict(zip(AUCTION_FIELDS, next(auctions)))
+            per_auction.setdefault(str(auction["id"]), []).append(auction)
+        elif kind == 2:
+            key, price, when, bidder = next(bids)
+            per_auction.setdefault(str(key), []).append((price, when, bidder))
     keys = list(per_auction)
     changed, documents, rows = [], [], []
     for key, raw in zip(keys, context.get_states(keys)):
@@ -30,15 +42,15 @@ def process_batch(records, context):
         old, dirty = side["win"], False
         for item in per_auction[key]:
             if item.__class__ is dict:  # the auction: its waiting bids are judged now
-                side["a"], bids, side["pend"], dirty = item, side["pend"], [], True
+                side["a"], bids_now, side["pend"], dirty = item, side["pend"], [], True
             elif side["a"] is None:  # the auction is not known yet: keep the bid until it arrives
                 side["pend"].append(list(item))
                 dirty = True
                 continue
             else:
-                bids = [item]
+                bids_now = [item]
             auction = side["a"]
-            for price, when, bidder in bids:
+            for price, when, bidder in bids_now:
                 best = side["win"]
                 if auction["dateTime"] <= when <= auction["expires"] and (
                         best is None or price > best[0] or (price == best[0] and when < best[1])):
