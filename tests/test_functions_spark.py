@@ -167,6 +167,26 @@ def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark
         assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
 
 
+def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, service, tmp_path, monkeypatch):
+    """Records without a key all belong to one partition: its micro-batch is one task (the other partitions'
+    tasks would scan the whole batch to keep nothing); with a key field, every partition runs."""
+    from statekeep.functions.driver import spark as driver
+
+    ran: list[list[int]] = []  # each micro-batch's partitions, from its stats rows
+    add_batch = driver.add_batch
+    monkeypatch.setattr(driver, "add_batch", lambda totals, rows: (
+        ran.append(sorted(row["partition"] for row in rows)), add_batch(totals, rows)))
+    inputs = tmp_path / "in"
+    write_words(inputs, "a.jsonl", ["x", "y", "x", "z"])
+    code = b"def process(input, context):\n    context.incr_counter('seen', 1)\n"
+    register(service, "keyless", inputs, code=code, keyField=None)
+    register(service, "keyed", inputs)
+    for name, partitions, expected in (("keyless", [0], {"seen": 4}), ("keyed", [0, 1], {"x": 2, "y": 1, "z": 1})):
+        ran.clear()
+        run_once(service, spark, tmp_path, name)
+        assert ran == [partitions] and counters(service, name) == expected
+
+
 def test_stats_type_is_the_stats_schema_as_spark_parses_it(spark):
     from statekeep.functions.driver.spark import _stats_type
     from statekeep.functions.executor.runtime import STATS_SCHEMA

@@ -303,6 +303,8 @@ class FunctionQuery:
         self._ticked = False  # a --once run's last batch started (await_termination)
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
+        # whether records have keys: a key field's, or a topic message's own (see input_frame)
+        self._keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, inputs)))
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
@@ -310,7 +312,8 @@ class FunctionQuery:
     def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
         # the driver's reads of the function's state ride out a leader change of its store, as its status write does
         spec, partitioning = OUTAGE.repeat(lambda: self._batch_spec(batch_id))
-        parallelism = self.parallelism
+        # records without a key all go to one partition: one task, not one more per partition scanning for nothing
+        parallelism = self.parallelism if self._keyed else 1
         if partitioning is not None:  # each record routed to the partition owning its key's group
             groups, parallelism = partitioning
             frame = frame.withColumn("__route", route_column(groups, parallelism))
