@@ -303,8 +303,7 @@ class FunctionQuery:
         self._ticked = False  # a --once run's last batch started (await_termination)
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
-        # whether records have keys: a key field's, or a topic message's own (see input_frame)
-        self._keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, inputs)))
+        self._keyed = True  # whether the input frame's records have keys (set by start)
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
@@ -356,6 +355,8 @@ class FunctionQuery:
         """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
         :meth:`await_termination`)."""
         spec = self.spec
+        # a key field's, or a topic message's own key (see input_frame)
+        self._keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, self.inputs)))
         frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
         self._clock = spec.time is not None and self._clocked(len(self.inputs))
