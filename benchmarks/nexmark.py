@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - began:.1f} s; local[{CORES}]")
         spark = spark_session(f"local[{CORES}]", conf={"spark.sql.session.timeZone": "UTC"})
         # warm-up: a stateless and a stateful query of each engine, so the first query measured does not pay for
-        # the JVM's first compilations (with 2,000 events of q0 only, Spark SQL's first query took 1.6x its time
-        # measured later in the same run)
+        # the JVM's first compilations (after 2,000 events of q0 only, Spark SQL's q15 took 13.7 s measured first
+        # in one run, 8.3 s measured second in another)
         warm = root / "warm"
         generator.write_jsonl(generator.NexmarkConfig(seed=1, num_events=args.warm_events), warm / "data",
                               max(1, args.warm_events // 2), per_stream=True)
