@@ -420,7 +420,7 @@ class _Engine:
             self._reap()
         if listening:
             return self.poll_interval
-        return max(self._last_reap + self.reap_interval - time.monotonic(), 0.0)
+        return max(self._last_reap + self.reap_interval - now, 0.0)
 
     def listener_added(self) -> None:
         """A store of this process got a listener: if none listened before, notifications start from the

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.messages import JSON_LINE
-from statekeep.functions.executor.runtime import STATS_SCHEMA, cached_state_store, arrow_partition_runner
+from statekeep.functions.executor.runtime import STATS_COLUMNS, cached_state_store, arrow_partition_runner
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.stats import add_batch
 from statekeep.functions.messaging.topics import default_root, is_topic
@@ -267,8 +267,7 @@ def _stats_type() -> Any:
     from pyspark.sql import types as T
 
     kinds = {"long": T.LongType(), "boolean": T.BooleanType(), "string": T.StringType(), "double": T.DoubleType()}
-    return T.StructType([T.StructField(name, kinds[kind]) for name, kind in
-                         (column.split() for column in STATS_SCHEMA.split(", "))])
+    return T.StructType([T.StructField(name, kinds[kind]) for name, kind in STATS_COLUMNS])
 
 
 class QueryTotals(TypedDict):

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 STATS_SCHEMA = ("partition long, processed long, skipped long, outputs long, applied boolean, error string, "
                 "received long, user_exceptions long, dead_letters long, latency double, metrics string, "
                 "exceptions string, watermark long, next_event long, next_processing long")
+#: STATS_SCHEMA as (column, type name) pairs: the one parse of it, for the Arrow row and Spark's StructType
+STATS_COLUMNS = tuple(tuple(column.split()) for column in STATS_SCHEMA.split(", "))
 MAX_EXCEPTIONS = 10
 
 
@@ -546,7 +548,7 @@ def _stats_batch(stats: PartitionStats) -> Any:
     import pyarrow as pa
 
     types = {"long": pa.int64(), "boolean": pa.bool_(), "string": pa.string(), "double": pa.float64()}
-    schema = pa.schema([(n, types[t]) for n, t in (column.split() for column in STATS_SCHEMA.split(", "))])
+    schema = pa.schema([(name, types[kind]) for name, kind in STATS_COLUMNS])
     row = {name: getattr(stats, name, None) for name in schema.names}
     row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
                exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
