@@ -167,6 +167,37 @@ def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark
         assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
 
 
+def test_json_key_is_get_json_object_on_every_valid_document(spark):
+    """The key a record gets from its JSON document is ``get_json_object``'s, whichever way it is found: the
+    quick match of the usual layouts, or the parser for everything else (escapes, nesting, floats, a field
+    after a nested member or named twice, whitespace, a path); an invalid document starting as the usual
+    layout takes its key from that start."""
+    from pyspark.sql import functions as F
+
+    from statekeep.functions.driver.spark import json_key
+
+    valid = [
+        '{"k": "a"}', '{ "k" : "a b" , "x": 1}', '\t{\n"k":\r"a"}', '{"k": ""}', '{"k": "é ✓"}', '{"k": 0}',
+        '{"k": -12}', '{"k": 123456789012345678901234567890}', '{"k": -0}', '{"k": 1.5}', '{"k": 1e3}',
+        '{"k": 1.0}', '{"k": true}', '{"k": null}', '{"k": {"a": 1}}', '{"k": [1, "x"]}', '{"k": "a\\"b"}',
+        '{"k": "a\\u0041"}', '{"a": 1, "b": "x", "c": null, "d": true, "e": -1.5e-3, "k": "y"}',
+        '{"a": {"k": "inner"}, "k": "outer"}', '{"a": [1], "k": 7}', '{"a": "x\\"y", "k": "z"}',
+        '{"k": 5, "k": "second"}', '{"k": "first", "k": 6}', '{"K": "case", "k": "lower"}', '{"kk": 1, "k": 2}',
+        '{"x": 1}', '[{"k": "in a list"}]', '"k"', '{}',
+        '{' + ", ".join(f'"f{i}": {i}' for i in range(20)) + ', "k": "after 20"}',
+        '{"\\u006b": "escaped name", "k": "plain"}',
+    ]
+    rows = [(doc,) for doc in valid]
+    frame = spark.createDataFrame(rows, "value string")
+    for field in ("k", "a.b", "f3"):
+        got = frame.select("value", json_key("value", field).alias("ours"),
+                           F.get_json_object("value", f"$.{field}").alias("parsed")).collect()
+        assert [(r.value, r.ours) for r in got] == [(r.value, r.parsed) for r in got]
+    invalid = spark.createDataFrame([('{"k": "a", oops',), ('{"k": 3',), ('{"k": "a" "x"}',), ("not json",)],
+                                    "value string")
+    assert [r[0] for r in invalid.select(json_key("value", "k")).collect()] == ["a", None, None, None]
+
+
 def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, service, tmp_path, monkeypatch):
     """Records without a key all belong to one partition: its micro-batch is one task (the other partitions'
     tasks would scan the whole batch to keep nothing); with a key field, every partition runs."""

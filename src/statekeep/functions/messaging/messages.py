@@ -57,10 +57,12 @@ class Message:
 
     def to_json(self) -> dict[str, Any]:
         """The record written to a topic file (see the module docstring)."""
-        record: dict[str, Any] = ({"value": self.value} if isinstance(self.value, str)
-                                  else {"valueBase64": base64.b64encode(self.value).decode()})
-        if self.key is not None:
-            record["key"] = self.key
+        # the key first: a reader routing by key finds it without parsing the value (driver.spark.json_key)
+        record: dict[str, Any] = {} if self.key is None else {"key": self.key}
+        if isinstance(self.value, str):
+            record["value"] = self.value
+        else:
+            record["valueBase64"] = base64.b64encode(self.value).decode()
         if self.properties:
             record["properties"] = dict(self.properties)
         if self.event_time is not None:
