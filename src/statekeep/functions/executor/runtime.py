@@ -544,12 +544,23 @@ def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Itera
 
 def _stats_batch(stats: PartitionStats) -> Any:
     """The stats row of STATS_SCHEMA: the PartitionStats field of each column; errors, metrics and
-    exceptions as text."""
+    exceptions as text. Made by Arrow's JSON reader: ``pa.array`` of Python values imports pandas (0.3 s
+    on each new Python worker, which a per-record function otherwise never needs)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    row = {name: getattr(stats, name, None) for name, _ in STATS_COLUMNS}
+    row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
+               exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
+    options = pj.ParseOptions(explicit_schema=_stats_schema(), unexpected_field_behavior="error")
+    table = pj.read_json(pa.BufferReader(json.dumps(row).encode()), parse_options=options,
+                         read_options=pj.ReadOptions(use_threads=False))
+    return table.to_batches()[0]
+
+
+@functools.cache
+def _stats_schema() -> Any:
     import pyarrow as pa
 
     types = {"long": pa.int64(), "boolean": pa.bool_(), "string": pa.string(), "double": pa.float64()}
-    schema = pa.schema([(name, types[kind]) for name, kind in STATS_COLUMNS])
-    row = {name: getattr(stats, name, None) for name in schema.names}
-    row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
-               exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
-    return pa.RecordBatch.from_pylist([row], schema=schema)
+    return pa.schema([(name, types[kind]) for name, kind in STATS_COLUMNS])
