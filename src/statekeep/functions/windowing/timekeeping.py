@@ -57,6 +57,7 @@ class TimeState:
         self.ttl_used = ttl_used or ttl_ms is not None  # False: no key of this function can have a TTL
         self.now = clock()  # one processing time per batch
         self._entries: dict[str, dict[str, Any]] = {}  # time entries read (by state key), see _group, _map
+        self._places: dict[str, tuple[str, dict[str, Any], dict[str, Any], int]] = {}  # see _place
         self._dirty: set[str] = set()
         state.prefetch(group_key(g) for g in self.owned)
         state.prefetch(shard_key(g, i) for g in self.owned for i in range(self._group(g).get("s", 1))
@@ -104,10 +105,18 @@ class TimeState:
         return [(name, self._load(name)) for name in (shard_key(group, i) for i in range(shards))]
 
     def _of(self, key: str) -> tuple[str, dict[str, Any]]:
-        group = key_group(key, self.groups)
-        if group not in self._owned:  # routing sends a key's records to its group's owner: a bug if not
-            raise InvalidArgumentError(f"key {key!r} (group {group}) is not owned by this partition")
-        return self._map(group, key)
+        return self._place(key)[:2]
+
+    def _place(self, key: str) -> tuple[str, dict[str, Any], dict[str, Any], int]:
+        """(state key, entry) of the entry holding ``key``'s timers and expiry, its group's entry and the group;
+        kept for the batch (a function moving a key's timer at each record asks for it twice a record)."""
+        place = self._places.get(key)
+        if place is None:
+            group = key_group(key, self.groups)
+            if group not in self._owned:  # routing sends a key's records to its group's owner: a bug if not
+                raise InvalidArgumentError(f"key {key!r} (group {group}) is not owned by this partition")
+            place = self._places[key] = (*self._map(group, key), self._group(group), group)
+        return place
 
     # ---- event time ----------------------------------------------------------------------------
 
@@ -120,9 +129,12 @@ class TimeState:
             self.max_event = event_ms
 
     def next_watermark(self) -> int | None:
-        marks = [m for m in (self.watermark, None if self.max_event is None else self.max_event - self.lag_ms)
-                 if m is not None]
-        return max(marks) if marks else None
+        """The larger of the batch's watermark and its largest event time minus the lag (None: neither)."""
+        mark = self.watermark
+        if self.max_event is None:
+            return mark
+        event = self.max_event - self.lag_ms
+        return event if mark is None or event > mark else mark
 
     # ---- timers --------------------------------------------------------------------------------
 
@@ -142,25 +154,30 @@ class TimeState:
         return timestamp_ms
 
     def register(self, key: str, timestamp_ms: int, code: str) -> None:
-        name, entry = self._of(key)
-        timers = entry["t"].setdefault(key, [])
-        if [timestamp_ms, code] not in timers:
-            timers.append([timestamp_ms, code])
+        name, entry, header, group = self._place(key)
+        timer = [timestamp_ms, code]
+        timers = entry["t"].get(key)
+        if timers is None:
+            entry["t"][key] = [timer]
+        elif timer in timers:
+            return
+        else:
+            timers.append(timer)
             timers.sort()
-            self._dirty.add(name)
-            header = self._group(key_group(key, self.groups))
-            if header is not entry and (header.get("tn") is None or timestamp_ms < header["tn"]):
-                header["tn"] = timestamp_ms
-                self._dirty.add(group_key(key_group(key, self.groups)))
-            if self.state.journal is not None:
-                self.state.journal.append(lambda: self.delete(key, timestamp_ms, code))
+        self._dirty.add(name)
+        if header is not entry and (header.get("tn") is None or timestamp_ms < header["tn"]):
+            header["tn"] = timestamp_ms
+            self._dirty.add(group_key(group))
+        if self.state.journal is not None:
+            self.state.journal.append(lambda: self.delete(key, timestamp_ms, code))
 
     def delete(self, key: str, timestamp_ms: int, code: str) -> bool:
-        name, entry = self._of(key)
-        timers = entry["t"].get(key, [])
-        if [timestamp_ms, code] not in timers:
+        name, entry, _, _ = self._place(key)
+        timers = entry["t"].get(key)
+        timer = [timestamp_ms, code]
+        if timers is None or timer not in timers:
             return False
-        timers.remove([timestamp_ms, code])
+        timers.remove(timer)
         if not timers:
             del entry["t"][key]
         self._dirty.add(name)
@@ -350,6 +367,7 @@ class TimeState:
         shards = header.get("s", 1) * 2
         while size / shards > self.state.max_value_size // 4:
             shards *= 2
+        self._places.clear()  # the keys' entries move
         header.update(s=shards, t={}, x={},
                       tn=min((ts for ts_list in timers.values() for ts, _ in ts_list), default=None),
                       xn=min(expiries.values(), default=None))
