@@ -167,6 +167,27 @@ def test_only_an_int_event_time_field_moves_the_watermark(base_spec, clock):
     assert sorted((o["fired"], o["at"]) for o in outputs(spec) if "fired" in o) == [("x", 500), ("x", 600)]
 
 
+@pytest.mark.parametrize("base_spec", ["embedded-local"], indirect=True)
+def test_message_input_event_times_come_from_json_lines_and_message_metadata(base_spec, clock, monkeypatch):
+    """A message input's event time: a JSON file's line's ``eventTimeField`` (read from the value the function
+    gets, not parsed again), a topic message's ``eventTime``; a line holding no object has none."""
+    from statekeep.functions.executor.context import Context
+    from statekeep.functions.messaging.messages import JSON_LINE, Message
+
+    parsed = []
+    document = Context._document
+    monkeypatch.setattr(Context, "_document", lambda self: parsed.append(1) or document(self))
+    code = "def process(input, context):\n    context.register_timer(10_000)\n\ndef on_timer(key, ts, ctx):\n    pass\n"
+    spec = {**base_spec, "code": code, "input_format": "message", "source_format": "message",
+            "user_config": {"eventTimeField": "ts"}, "time": {"window": None, "ttl_ms": None}}
+    spec = dataclasses.replace(typed(spec), state_parallelism=1, time_groups=128)
+    lines = [JSON_LINE + json.dumps({"k": "x", "ts": 300, "at": 400}), JSON_LINE + "[1, 2]",
+             json.dumps(Message(json.dumps({"k": "y", "ts": 900, "at": 950}), "y", event_time=200).to_json())]
+    [stats] = [run_partition(spec, 0, 0, lines, record_keys=["x", None, "y"])]
+    assert stats.errors == [] and stats.watermark == 300  # the message's eventTime 200, not its payload's ts
+    assert len(parsed) == 1  # only the line holding a list, which has no event time either way
+
+
 BATCH_TIMERS = '''
 def process_batch(records, context):
     for key, at in zip(records["k"].to_pylist(), records["at"].to_pylist()):

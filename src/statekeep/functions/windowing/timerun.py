@@ -72,8 +72,11 @@ class TimedRun:
         self.user_process = process
         self.emit = emit
         self.event_field = spec.user_config.get("eventTimeField")
-        # a JSON record's decoded value is the document get_message_eventtime would parse again
-        self.event_in_value = bool(self.event_field) and spec.input_format == "json"
+        # get_message_eventtime parses the record again for what a dict value already holds: a JSON record's, or
+        # a message input's without a custom serde (only a JSON file's line decodes to a dict there)
+        self.event_in_value = bool(self.event_field) and (spec.input_format == "json" or (
+            spec.input_format == "message" and not spec.input_serdes and not spec.input_schemas))
+        self.json_input = spec.input_format == "json"
         self.on_timer = entry_of(process, "on_timer")
         self.late_topic = (window or {}).get("late_topic")
         self.windows: Windows | None = None
@@ -102,7 +105,8 @@ class TimedRun:
         return self._windowed
 
     def _observing(self, value: Any, context: Any) -> Any:
-        if self.event_in_value:  # context.get_message_eventtime()'s answer, from the record already decoded
+        if self.event_in_value and (value.__class__ is dict or self.json_input):
+            # context.get_message_eventtime()'s answer, from the record already decoded
             event = value.get(self.event_field) if value.__class__ is dict else None
             if event.__class__ is int:  # not a bool, as get_message_eventtime
                 self.time.observe(event)
