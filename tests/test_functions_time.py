@@ -183,7 +183,7 @@ def test_message_input_event_times_come_from_json_lines_and_message_metadata(bas
     spec = dataclasses.replace(typed(spec), state_parallelism=1, time_groups=128)
     lines = [JSON_LINE + json.dumps({"k": "x", "ts": 300, "at": 400}), JSON_LINE + "[1, 2]",
              json.dumps(Message(json.dumps({"k": "y", "ts": 900, "at": 950}), "y", event_time=200).to_json())]
-    [stats] = [run_partition(spec, 0, 0, lines, record_keys=["x", None, "y"])]
+    stats = run_partition(spec, 0, 0, lines, record_keys=["x", None, "y"])
     assert stats.errors == [] and stats.watermark == 300  # the message's eventTime 200, not its payload's ts
     assert len(parsed) == 1  # only the line holding a list, which has no event time either way
 
