@@ -237,14 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {args.events} events ({args.per_file} per micro-batch) generated in "
               f"{time.perf_counter() - began:.1f} s; local[{CORES}]")
         spark = spark_session(f"local[{CORES}]", conf={"spark.sql.session.timeZone": "UTC"})
-        # warm-up: a stateless and a stateful query of each engine, so the first query measured does not pay for
-        # the JVM's first compilations (after 2,000 events of q0 only, Spark SQL's q15 took 13.7 s measured first
-        # in one run, 8.3 s measured second in another)
+        # warm-up: a stateless and a stateful query of each engine and statekeep variant, so the first query
+        # measured does not pay for the JVM's first compilations (after 2,000 events of q0 only, Spark SQL's q15 took
+        # 13.7 s measured first in one run, 8.3 s measured second in another), nor the first process_batch run for
+        # its Python workers' first imports (pyarrow's compute imports pandas, 0.3-0.4 s a worker)
         warm = root / "warm"
         generator.write_jsonl(generator.NexmarkConfig(seed=1, num_events=args.warm_events), warm / "data",
                               max(1, args.warm_events // 2), per_stream=True)
         for query in ("q0", "q17"):
-            pipelines.run(spark, query, warm / "data", warm / f"sk-{query}")
+            for batch in (False, True):
+                pipelines.run(spark, query, warm / "data", warm / f"sk-{query}-{batch}", batch=batch)
             run_spark(spark, query, warm / "data", warm / f"spark-{query}", side)
 
         print(f"{'query':<6}{'variant':<18}{'exact':<10}{'seconds':>9}{'events/s':>11}{'per core':>10}"
