@@ -1,6 +1,6 @@
 """Latency of one message through a running stateful function, against Spark's own stateful queries, in one run.
 
-    PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/latency.py \\
+    SPARK_LOCAL_IP=127.0.0.1 python benchmarks/latency.py \\
         [--rates 10,100,1000] [--seconds 20] [--variants a,b,...] [--keys 100] [--linger-ms 10] \\
         [--profile] [--startup] [--spark-conf KEY=VALUE ...]
 
@@ -60,7 +60,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+from statekeep.functions.driver.sparkpython import spark_python  # noqa: E402
+
+os.environ.setdefault("PYSPARK_PYTHON", spark_python())  # see statekeep.functions.driver.sparkpython
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 PER_RECORD = b'''import json

@@ -1,8 +1,8 @@
 """Partition-owned state (``--state-dir``) on Spark: cold local copies, and a standalone cluster.
 
-    PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/partitioned_spark.py cold \\
+    SPARK_LOCAL_IP=127.0.0.1 python benchmarks/partitioned_spark.py cold \\
         [--keys 100000] [--events 250000]
-    PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/partitioned_spark.py cluster \\
+    SPARK_LOCAL_IP=127.0.0.1 python benchmarks/partitioned_spark.py cluster \\
         [--keys 40000] [--events 400000] [--state-dir URL]
 
 ``cold``: keyed counting (benchmarks/spark_state.py's function) on local[2], state in a shared directory. Its
@@ -30,7 +30,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+from statekeep.functions.driver.sparkpython import spark_python  # noqa: E402
+
+os.environ.setdefault("PYSPARK_PYTHON", spark_python())  # see statekeep.functions.driver.sparkpython
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from spark_state import COUNT_ONLY, batch_seconds, run_statekeep, write_input  # noqa: E402

@@ -1,6 +1,6 @@
 """Keyed counting on Spark: a statekeep function against Spark's own stateful operators, in one run.
 
-    PYSPARK_PYTHON=$VENV/bin/python SPARK_LOCAL_IP=127.0.0.1 python benchmarks/spark_state.py \\
+    SPARK_LOCAL_IP=127.0.0.1 python benchmarks/spark_state.py \\
         [--quick] [--events N] [--keys K] [--files F] [--variants a,b,...] [--store local,zk,etcd] [--profile]
 
 The same JSON-lines input ({"word": "w<k>"}, k uniform over K keys, seeded), one SparkSession
@@ -41,7 +41,9 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+from statekeep.functions.driver.sparkpython import spark_python  # noqa: E402
+
+os.environ.setdefault("PYSPARK_PYTHON", spark_python())  # see statekeep.functions.driver.sparkpython
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from statekeep.functions.driver import spark as sk_spark  # noqa: E402

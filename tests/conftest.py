@@ -324,7 +324,9 @@ def spark():
 def spark_env() -> dict[str, str]:
     """The environment a Spark driver process started by a test needs (``{**os.environ, **spark_env}``)."""
     need("pyspark")
-    return {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    from statekeep.functions.driver.sparkpython import spark_python
+
+    return {"PYSPARK_PYTHON": spark_python(), "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 @pytest.fixture(scope="session")

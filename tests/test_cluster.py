@@ -23,6 +23,7 @@ from support.spark import write_word_files, write_words
 from statekeep.cli import main
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import read_status
+from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.testing import wait_for
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "wordcount"
@@ -37,7 +38,7 @@ def process(input, context):
     context.incr_counter(word, 1)
     return {"word": word, "count": context.get_counter(word)}
 '''
-ENV_SPARK = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+ENV_SPARK = {"PYSPARK_PYTHON": spark_python(), "SPARK_LOCAL_IP": "127.0.0.1"}
 # small micro-batches: one input file each
 ONE_FILE_PER_BATCH = {"inputOptions": {"maxFilesPerTrigger": "1"}}
 

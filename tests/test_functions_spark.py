@@ -235,6 +235,40 @@ def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
     assert latency_conf("4.0.1")["spark.sql.streaming.pollingDelay"] == "50ms"  # an idle query's polls
 
 
+def test_spark_python_takes_only_the_installed_pysparks_own_zips_off_the_python_path(tmp_path):
+    """statekeep-spark-python runs this interpreter without the zipped copies of the installed PySpark and py4j
+    that Spark puts first on a Python process's path (compiled at every import); other entries stay, and so
+    do the zips of a Spark installed elsewhere."""
+    import pyspark
+
+    from statekeep.functions.driver.sparkpython import spark_python, without_own_zips
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    own = [str(lib / "pyspark.zip"), *map(str, lib.glob("py4j-*.zip"))]
+    assert len(own) == 2 and all(map(os.path.exists, own))
+    other = [str(tmp_path / "mine"), "/opt/spark/python/lib/pyspark.zip", "/opt/spark/python/lib/py4j-0.10.zip"]
+    path = os.pathsep.join([*own, *other])
+    assert without_own_zips(path) == os.pathsep.join(other)
+    assert without_own_zips(os.pathsep.join(other)) == os.pathsep.join(other)
+    assert without_own_zips("") == ""
+
+    launcher = spark_python()
+    assert launcher != sys.executable and os.path.basename(launcher) == "statekeep-spark-python"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "probe.py").write_text("import sys, pyspark, py4j\nprint(pyspark.__file__, py4j.__file__)\n")
+    ran = subprocess.run([launcher, "-m", "probe"], env={**os.environ, "PYTHONPATH": path}, capture_output=True,
+                         text=True, check=True)
+    assert ran.stdout.split() == [pyspark.__file__, __import__("py4j").__file__]  # from the package, not a zip
+
+
+def test_spark_starts_its_python_workers_with_spark_python(spark):
+    """The session's Python processes import PySpark from the installed package (statekeep-spark-python)."""
+    import pyspark
+
+    where = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
+    assert where == [pyspark.__file__]
+
+
 def test_bad_function_file_refused_before_spark(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def process(input, context)\n    return 1\n")

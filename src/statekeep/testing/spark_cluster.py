@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.testing.servers import ServerNotInstalled, free_port
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -106,7 +106,7 @@ class SparkCluster:
         self.memory = memory
         self.port = free_port()
         self.webui_port = free_port()
-        self.python = python or os.environ.get("PYSPARK_PYTHON") or sys.executable
+        self.python = python or os.environ.get("PYSPARK_PYTHON") or spark_python()
         conf_dir = directory / "conf"
         conf_dir.mkdir(parents=True, exist_ok=True)  # empty: no spark-env.sh or defaults from elsewhere
         self.env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_CONF_DIR": str(conf_dir),

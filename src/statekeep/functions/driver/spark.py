@@ -24,6 +24,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.messages import JSON_LINE
 from statekeep.functions.executor.runtime import STATS_COLUMNS, cached_state_store, arrow_partition_runner
 from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.functions.driver.stats import add_batch
 from statekeep.functions.messaging.topics import default_root, is_topic
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, routing, time_section,
@@ -80,7 +81,7 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
     ``conf``: more Spark settings (e.g. ``spark.cores.max`` when several drivers share a cluster),
     applied last, so they win over statekeep's own (``spark.python.unix.domain.socket.enabled=false``
     turns the socket off); they take effect only if this call creates the session."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", spark_python())  # see statekeep.functions.driver.sparkpython
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         from pyspark.sql import SparkSession
