@@ -335,14 +335,16 @@ def _timed(times: dict[str, float], phase: str, fn: Callable[..., Any]) -> Calla
 def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., Any]:
     """``arrow_partition_runner`` with timers in the Python worker (patched there for the task, and
     restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
-    def runner(spec: dict[str, Any], batch_id: int) -> Callable[..., Any]:
+    def runner(spec: dict[str, Any]) -> Callable[..., Any]:
         def run(batches: Any) -> Any:
             from pyspark import TaskContext
 
             from statekeep.functions.executor import runtime
 
             begun, times = time.time(), defaultdict(float)
-            inner = plain(spec, batch_id)
+            task = TaskContext.get()
+            batch_id = json.loads(task.getLocalProperty(runtime.BATCH_PROPERTY))["batch"] if task else 0
+            inner = plain(spec)
             patched: list[tuple[Any, str, Any]] = []
 
             def patch(owner: Any, name: str, phase: str) -> None:
@@ -387,7 +389,6 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
                 for owner, name, original in reversed(patched):
                     setattr(owner, name, original)
                 times["start"], times["end"] = begun, time.time()
-                task = TaskContext.get()
                 with open(os.path.join(directory, f"b{batch_id}-p{task.partitionId() if task else 0}.json"),
                           "w") as out:
                     json.dump(times, out)

@@ -176,12 +176,13 @@ PHASES = {"arrow_wait": "waiting for Arrow batches (shuffle read)",
 def profiled_runner(directory: str):
     """``arrow_partition_runner`` with timers around its phases (patched by name in the worker, and
     restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
-    def runner(spec: dict, batch_id: int):
+    def runner(spec: dict):
         def run(batches):
             from pyspark import TaskContext
 
             from statekeep.functions.executor import runtime
-            inner = runtime.arrow_partition_runner(spec, batch_id)  # built here: it sees the patches below
+            batch_id = json.loads(TaskContext.get().getLocalProperty(runtime.BATCH_PROPERTY))["batch"]
+            inner = runtime.arrow_partition_runner(spec)  # built here: it sees the patches below
             times: dict[str, float] = defaultdict(float)
 
             def timed(phase, fn):

@@ -21,7 +21,7 @@ import pytest
 
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.messaging import messages
-from statekeep.functions.executor.runtime import arrow_partition_runner
+from statekeep.functions.executor.runtime import BATCH_PROPERTY, arrow_partition_runner, batch_property
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import FunctionQuery, executor_spec
 from statekeep.functions.messaging.topics import directory
@@ -170,17 +170,24 @@ def function(request, tmp_path, monkeypatch):
 
 
 class _Task:
+    def __init__(self, batch: str) -> None:
+        self.batch = batch
+
     def partitionId(self) -> int:  # noqa: N802 - Spark's name
         return 0
+
+    def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
+        return self.batch if key == BATCH_PROPERTY else None
 
 
 def feed(registry, url, monkeypatch, records):
     """One micro-batch of the function with ``records`` in its one partition, as Spark runs it; its stats row."""
     import pyspark
 
-    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: _Task()))
     spec = executor_spec(registry, url, "t", "n", "f")[0]
     batch_spec, _ = FunctionQuery(None, spec, [], "", parallelism=1)._batch_spec(0)  # type: ignore[arg-type]
+    task = _Task(batch_property(0, batch_spec))
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
     lines = [json.dumps(r) for r in records]
     keys = [r["k"] for r in records]
     if spec.time is not None:  # timerun.with_ticks: a null record that makes the partition run
@@ -189,7 +196,7 @@ def feed(registry, url, monkeypatch, records):
     batches = [pa.RecordBatch.from_pydict({"__record": pa.array(lines[a:b], pa.string()),
                                            "__key": pa.array(keys[a:b], pa.string())})
                for a, b in ((0, half), (half, len(lines)))]
-    (stats,) = arrow_partition_runner(batch_spec, 0)(iter(batches))
+    (stats,) = arrow_partition_runner(spec)(iter(batches))
     return stats.to_pylist()[0]
 
 

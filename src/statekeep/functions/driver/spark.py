@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.messages import JSON_LINE
-from statekeep.functions.executor.runtime import STATS_COLUMNS, cached_state_store, arrow_partition_runner
+from statekeep.functions.executor.runtime import (BATCH_PROPERTY, STATS_COLUMNS, arrow_partition_runner,
+                                                 batch_property, cached_state_store)
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.functions.driver.stats import add_batch
@@ -257,12 +258,13 @@ def by_partition(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
     task that scans the micro-batch's input and keeps its own. A micro-batch is then one Spark stage instead
     of two, at the cost of each partition's task scanning the whole batch. Sets ``spark.sql.unionOutputPartitioning``
     to false in ``frame``'s session (a streaming query's own): where true (Spark 4.x), a union of single-partition
-    children is one partition, all of them in one task."""
-    from pyspark.sql import functions as F
-
+    children is one partition, all of them in one task. Built with few DataFrame operations, each a round
+    trip to the JVM and an analysis there (a micro-batch builds it anew): conditions as SQL text, none for one
+    partition."""
     frame.sparkSession.conf.set("spark.sql.unionOutputPartitioning", "false")
-    owner = F.pmod(F.hash(F.col(column)), F.lit(parallelism))
-    parts = [frame.where(owner == j).coalesce(1) for j in range(parallelism)]
+    if parallelism == 1:
+        return frame.coalesce(1)
+    parts = [frame.where(f"pmod(hash(`{column}`), {parallelism}) = {j}").coalesce(1) for j in range(parallelism)]
     return functools.reduce(lambda a, b: a.unionAll(b), parts)
 
 
@@ -330,6 +332,7 @@ class FunctionQuery:
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
         self._keyed = True  # whether the input frame's records have keys (set by start)
+        self._runner: Any = None  # the query's mapInArrow UDF (see _map_in_arrow)
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
@@ -344,11 +347,12 @@ class FunctionQuery:
             frame = frame.withColumn("__route", route_column(groups, parallelism))
         if spec.time is not None:
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
-        runner = arrow_partition_runner(spec, batch_id)
         by = "__route" if partitioning else "__key"
         frame = (by_partition(frame, by, parallelism) if parallelism <= SCAN_PER_PARTITION_UP_TO
                  else frame.repartition(parallelism, by))
-        rows = [r.asDict() for r in frame.mapInArrow(runner, _stats_type()).collect()]
+        # the job runs on this thread: its tasks get the batch from this thread's local property
+        frame.sparkSession.sparkContext.setLocalProperty(BATCH_PROPERTY, batch_property(batch_id, spec))
+        rows = [r.asDict() for r in self._map_in_arrow(frame).collect()]
         for row in rows:
             self.totals["processed"] += row["processed"]
             self.totals["skipped"] += row["skipped"]
@@ -360,6 +364,20 @@ class FunctionQuery:
         self.totals["last_batch"] = batch_id
         if self.on_batch is not None:
             self.on_batch(batch_id, rows)
+
+    def _map_in_arrow(self, frame: DataFrame) -> DataFrame:
+        """``frame.mapInArrow(arrow_partition_runner(self.spec), stats type)``, its UDF made once for the query
+        (``mapInArrow`` makes one each call: the function pickled and a JVM function built, about 8 ms a batch)."""
+        from pyspark.sql import DataFrame
+        from pyspark.sql.pandas.functions import pandas_udf
+        from pyspark.util import PythonEvalType
+
+        if self._runner is None:
+            self._runner = pandas_udf(arrow_partition_runner(self.spec), returnType=_stats_type(),  # type: ignore[call-overload]
+                                      functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+        column = self._runner(*[frame[name] for name in frame.columns])
+        # as DataFrame.mapInArrow does with its UDF (PySpark 4.x: column, barrier, resource profile)
+        return DataFrame(frame._jdf.mapInArrow(column._jc, False, None), frame.sparkSession)
 
     def _batch_spec(self, batch_id: int) -> tuple[ExecutorSpec, tuple[int, int] | None]:
         """The spec of micro-batch ``batch_id`` and the ``(key groups, parallelism)`` it runs with (None: records

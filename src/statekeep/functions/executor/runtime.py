@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
@@ -506,8 +506,24 @@ def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: i
     return stats
 
 
-def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function for one micro-batch: record batches in, one stats row out."""
+#: the Spark local property that carries a micro-batch to its tasks (:func:`batch_property`): the driver sets it on
+#: the thread that runs the batch's job, and Spark hands it to each task
+BATCH_PROPERTY = "statekeep.batch"
+#: the fields of an ExecutorSpec that change between micro-batches (set by the driver, see ExecutorSpec)
+BATCH_FIELDS = ("state_parallelism", "time_groups", "watermark_previous")
+
+
+def batch_property(batch_id: int, spec: ExecutorSpec) -> str:
+    """The value of :data:`BATCH_PROPERTY` for micro-batch ``batch_id`` run with ``spec``: its id and ``spec``'s
+    :data:`BATCH_FIELDS`."""
+    return json.dumps({"batch": batch_id, **{name: getattr(spec, name) for name in BATCH_FIELDS}})
+
+
+def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of a function's query: record batches in, one stats row out. Made once per
+    query (a new one each micro-batch would be pickled and built into a JVM function again, about 8 ms of the
+    driver's time per batch): each task takes its micro-batch's id and :data:`BATCH_FIELDS` from the task's
+    :data:`BATCH_PROPERTY`, the rest of its spec from ``spec``."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -515,28 +531,33 @@ def arrow_partition_runner(spec: ExecutorSpec, batch_id: int) -> Callable[[Itera
 
         task = TaskContext.get()
         assert task is not None  # mapInArrow runs this inside a Spark task
+        found = task.getLocalProperty(BATCH_PROPERTY)
+        assert found is not None, "the driver sets it on the thread that runs the batch's job"
+        fields = json.loads(found)
+        batch_id = fields.pop("batch")
+        batch_spec = replace(spec, **fields)
         partition = task.partitionId()
-        if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
+        if _cached_process(batch_spec)[1] == BATCH:  # the records stay in Arrow
             columns = [batch.column("__record") for batch in batches]
             records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
-            stats = run_partition(spec, batch_id, partition, records)
+            stats = run_partition(batch_spec, batch_id, partition, records)
             yield _stats_batch(stats)
             return
         values: list[Any] = []
         record_keys: list[Any] = []
-        topics: list[Any] | None = [] if spec.topic_column else None
+        topics: list[Any] | None = [] if batch_spec.topic_column else None
         for batch in batches:
             values.extend(batch.column("__record").to_pylist())
             record_keys.extend(batch.column("__key").to_pylist())
             if topics is not None:
                 topics.extend(batch.column("__topic").to_pylist())
-        if spec.time is not None and None in values:  # a partition's tick (timerun.with_ticks) is no record
+        if batch_spec.time is not None and None in values:  # a partition's tick (timerun.with_ticks) is no record
             kept = [i for i, value in enumerate(values) if value is not None]
             values, record_keys = [values[i] for i in kept], [record_keys[i] for i in kept]
             topics = None if topics is None else [topics[i] for i in kept]
         keys = set(record_keys)
         keys.discard(None)
-        stats = run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
+        stats = run_partition(batch_spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
         yield _stats_batch(stats)
 
     return run
