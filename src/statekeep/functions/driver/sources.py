@@ -315,6 +315,18 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InvalidArgumentError(f'option "maxFilesPerTrigger" must be a positive int, not {most!r}')
         self.max_files = int(most) if most is not None else None
         self._available: set[str] | None = None  # Trigger.AvailableNow: the files there when it started
+        # each name's sink.file_key, parsed once per query (a topic's directory keeps every file, and each
+        # micro-batch lists it)
+        self._keys: dict[str, tuple[int, str] | None] = {}
+
+    def _key(self, name: str) -> tuple[int, str] | None:
+        try:
+            return self._keys[name]
+        except KeyError:
+            from statekeep.functions.messaging import sink
+
+            key = self._keys[name] = sink.file_key(name)
+            return key
 
     def initialOffset(self) -> dict[str, Any]:
         return {"after": 0, "seen": []}
@@ -333,16 +345,17 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from statekeep.functions.messaging import sink
 
         after, seen = int(start["after"]), set(start["seen"])
-        keys = [k for k in map(sink.file_key, sink.data_files(self.directory)) if k is not None]
-        fresh = sorted(k for k in keys if k[0] >= after and k[1] not in seen
+        keys = (self._key(name) for name in sink.file_names(self.directory) if name not in seen)
+        fresh = sorted(k for k in keys if k is not None and k[0] >= after
                        and (self._available is None or k[1] in self._available))
         most = getattr(limit, "max_files", None)
         fresh = fresh[:most] if most else fresh
         if not fresh:
             return start
-        newest = max([k[0] for k in fresh] + [k[0] for k in map(sink.file_key, seen) if k is not None])
+        times = {name: (self._key(name) or (0, name))[0] for name in seen}
+        newest = max([k[0] for k in fresh] + list(times.values()))
         horizon = max(after, newest - LATENESS_MS)
-        kept = {n for n in seen if (sink.file_key(n) or (0, n))[0] >= horizon} | {name for _, name in fresh}
+        kept = {n for n, ms in times.items() if ms >= horizon} | {name for _, name in fresh}
         return {"after": horizon, "seen": sorted(kept)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:

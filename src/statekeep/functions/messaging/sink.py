@@ -84,17 +84,19 @@ def file_key(name: str) -> tuple[int, str] | None:
 def data_files(directory: str) -> list[str]:
     """The names of the record files in ``directory`` (a path or URL), in publish order (see the module
     docstring); ``[]`` if it does not exist."""
-    keyed = [key for key in map(file_key, _names(directory)) if key is not None]
+    keyed = [key for key in map(file_key, file_names(directory)) if key is not None]
     return [name for _, name in sorted(keyed)]
 
 
-def _names(directory: str, prefix: str = "") -> list[str]:
-    """The file names in ``directory`` starting with ``prefix`` (listed fresh: no cached listing)."""
+def file_names(directory: str, prefix: str = "") -> list[str]:
+    """The names in ``directory`` (a path or URL) starting with ``prefix``, record files or not, in no order
+    (listed fresh: no cached listing); ``[]`` if it does not exist."""
     if not is_url(directory):
         try:
-            return [e.name for e in os.scandir(directory) if e.name.startswith(prefix)]
+            listed = os.listdir(directory)  # plain names: no DirEntry object each, as os.scandir makes
         except (FileNotFoundError, NotADirectoryError):
             return []
+        return [n for n in listed if n.startswith(prefix)] if prefix else listed
     fs, path = filesystem(directory)
     fs.invalidate_cache(path)
     try:
@@ -205,7 +207,7 @@ class OutputSink:
         prefix = f"batch-{batch_id:012d}-part-{partition:05d}"
         stem = prefix + self.suffix
         legacy = {f"{stem}.{self.fmt}", f"{prefix}.{self.fmt}"}
-        for name in sorted(_names(self.directory, prefix)):  # the batch and partition: one prefix listing
+        for name in sorted(file_names(self.directory, prefix)):  # the batch and partition: one prefix listing
             match = _NEW.match(name)
             if match and match["stem"] == stem and match["fmt"] == self.fmt or name in legacy:
                 return name
