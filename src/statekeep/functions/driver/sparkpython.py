@@ -19,9 +19,9 @@ from importlib.machinery import PathFinder
 
 
 def without_own_zips(pythonpath: str, search: list[str] | None = None) -> str:
-    """``pythonpath`` without the entries that are the PySpark package's own zips (``<package>/python/lib/
-    pyspark.zip`` and ``<package>/python/lib/py4j-*.zip``) of the PySpark package (and py4j) found on ``search``
-    (default ``sys.path``) outside ``pythonpath``'s zips; unchanged where there is no such package."""
+    """``pythonpath`` without the installed PySpark package's own zips, ``<package>/python/lib/pyspark.zip`` and
+    ``<package>/python/lib/py4j-*.zip``, where ``<package>`` is the PySpark found on ``search`` (default
+    ``sys.path``) leaving out ``pythonpath``'s zips. Unchanged unless both PySpark and py4j are installed there."""
     entries = pythonpath.split(os.pathsep) if pythonpath else []
     zips = {e for e in entries if e.endswith(".zip")}
     elsewhere = [p for p in (sys.path if search is None else search) if p not in zips]
