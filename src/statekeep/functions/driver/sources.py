@@ -315,18 +315,6 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InvalidArgumentError(f'option "maxFilesPerTrigger" must be a positive int, not {most!r}')
         self.max_files = int(most) if most is not None else None
         self._available: set[str] | None = None  # Trigger.AvailableNow: the files there when it started
-        # each name's sink.file_key, parsed once per query (a topic's directory keeps every file, and each
-        # micro-batch lists it)
-        self._keys: dict[str, tuple[int, str] | None] = {}
-
-    def _key(self, name: str) -> tuple[int, str] | None:
-        try:
-            return self._keys[name]
-        except KeyError:
-            from statekeep.functions.messaging import sink
-
-            key = self._keys[name] = sink.file_key(name)
-            return key
 
     def initialOffset(self) -> dict[str, Any]:
         return {"after": 0, "seen": []}
@@ -345,14 +333,14 @@ class _TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from statekeep.functions.messaging import sink
 
         after, seen = int(start["after"]), set(start["seen"])
-        keys = (self._key(name) for name in sink.file_names(self.directory) if name not in seen)
+        keys = (sink.file_key(name) for name in sink.file_names(self.directory) if name not in seen)
         fresh = sorted(k for k in keys if k is not None and k[0] >= after
                        and (self._available is None or k[1] in self._available))
         most = getattr(limit, "max_files", None)
         fresh = fresh[:most] if most else fresh
         if not fresh:
             return start
-        times = {name: (self._key(name) or (0, name))[0] for name in seen}
+        times = {name: (sink.file_key(name) or (0, name))[0] for name in seen}
         newest = max([k[0] for k in fresh] + list(times.values()))
         horizon = max(after, newest - LATENESS_MS)
         kept = {n for n, ms in times.items() if ms >= horizon} | {name for _, name in fresh}

@@ -33,6 +33,7 @@ needed only for URLs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -72,6 +73,7 @@ def filesystem(url: str) -> tuple[Any, str]:
         return _filesystems[url]
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a topic's reader lists the same names at every micro-batch
 def file_key(name: str) -> tuple[int, str] | None:
     """Where a file of a sink directory comes in publish order: ``(MS, name)`` (0 for a file with no time);
     None for a file that holds no records (hidden, temporary)."""
