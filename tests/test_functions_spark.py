@@ -123,7 +123,8 @@ def test_failing_record_skipped_and_counted_when_configured(spark, service, tmp_
 
 def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(spark, service, tmp_path):
     """``triggerIntervalMs`` (``--trigger-interval``) is the running query's trigger, the function runs with
-    it, and the session spark_session built has its latency settings (Python workers on a unix socket)."""
+    it, and the session spark_session built has its latency settings (Python workers on a unix socket, no
+    ``.crc`` files beside its checkpoint's logs)."""
     from statekeep.functions.driver.spark import CHECKPOINT_MANAGER, latency_conf
 
     inputs = tmp_path / "in"
@@ -139,6 +140,9 @@ def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(
         # its logs are written through the FileSystem-based checkpoint manager (no chmod/readlink processes)
         log = query.query._jsq.streamingQuery().offsetLog()
         assert log.fileManager().getClass().getName() == CHECKPOINT_MANAGER[1]
+        # and without Hadoop's .crc side files
+        logs = [p.name for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()]
+        assert "0" in logs and not [name for name in logs if name.endswith(".crc")]
     finally:
         query.stop()
     conf = spark.sparkContext.getConf()
@@ -146,9 +150,38 @@ def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(
     assert latency_conf("4.3.0")["spark.python.unix.domain.socket.enabled"] == "true"
 
 
+def test_stopping_a_function_mid_batch_stops_its_query_quietly(spark, service, tmp_path):
+    """A query stopped while its micro-batch's job runs ends as a stop: before, Spark's check of the interrupted
+    job's error (a regular expression over the whole Java stack in its message) overflowed the stream thread's
+    stack, which died printing a StackOverflowError's thousand-line trace."""
+    jvm = spark.sparkContext._jvm
+    started = tmp_path / "started"
+    code = f"import time\n\ndef process(input, context):\n    open({str(started)!r}, 'w').close()\n    time.sleep(60)\n"
+    inputs = tmp_path / "in"
+    write_words(inputs, "a.jsonl", ["slow"])
+    register(service, "slow", inputs, code=code.encode())
+    errors = tmp_path / "jvm-stderr"
+    console = jvm.System.err
+    jvm.System.setErr(jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(str(errors)), True))
+    try:
+        query = run_registered(service, f"local://{tmp_path / 'data'}", "public", "default", "slow",
+                               checkpoint_root=str(tmp_path / "checkpoints"), spark=spark)
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the micro-batch's task never ran the function"
+        query.stop()
+    finally:
+        jvm.System.setErr(console)
+    assert "StackOverflowError" not in errors.read_text()
+    assert query.query.exception() is None and not query.query.isActive
+    assert counters(service, "slow") == {}  # the stopped batch committed nothing
+
+
 def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark):
     """``by_partition`` is ``repartition(n, column)``'s assignment (so a batch replayed after an upgrade
-    meets its partitions' markers where it left them), nulls included, with no shuffle."""
+    meets its partitions' markers where it left them), nulls included, with no shuffle; packed, the same
+    assignment in the ``__part`` column of one partition."""
     from pyspark.sql import functions as F
 
     from statekeep.functions.driver.spark import by_partition
@@ -165,6 +198,9 @@ def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark
         assert ours.rdd.getNumPartitions() == parallelism
         assert placed(ours) == placed(frame.repartition(parallelism, "__key"))
         assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
+        packed = by_partition(frame, "__key", parallelism, packed=True)  # one task, each row's partition named
+        assert packed.rdd.getNumPartitions() == 1
+        assert sorted((r["__part"], r["id"], r["__key"]) for r in packed.collect()) == placed(ours)
 
 
 def test_json_key_is_get_json_object_on_every_valid_document(spark):

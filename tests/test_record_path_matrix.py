@@ -170,11 +170,11 @@ def function(request, tmp_path, monkeypatch):
 
 
 class _Task:
-    def __init__(self, batch: str) -> None:
-        self.batch = batch
+    def __init__(self, batch: str, partition: int = 0) -> None:
+        self.batch, self.partition = batch, partition
 
     def partitionId(self) -> int:  # noqa: N802 - Spark's name
-        return 0
+        return self.partition
 
     def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
         return self.batch if key == BATCH_PROPERTY else None
@@ -248,6 +248,42 @@ def test_every_entry_point_gives_the_same_results_on_every_provider_and_output(f
         if failed:
             assert read_output(str(tmp_path / "dead"), "") == [r for r in RECORDS if r["v"] == BAD]
         assert feed(registry, url, monkeypatch, RECORDS)["applied"] is False  # a replay of the batch: skipped
+    assert user_state(registry) == expected_state
+
+
+@pytest.mark.parametrize("function", ["embedded-local"], indirect=True)
+@pytest.mark.parametrize("entry", ["record", "class", "process_batch"])
+def test_a_packed_task_runs_each_partition_as_its_own_task_would(function, entry, tmp_path, monkeypatch):
+    """A small micro-batch's partitions run in one task (``packed``), each record's partition in ``__part``:
+    each partition is run and committed as its own task runs it (its stats row, its marker), so the results are
+    the model's, and a replay of the batch with a task per partition (the next batch was larger) is skipped."""
+    import pyspark
+
+    registry, url, create = function
+    where = create(entry, "topic")
+    spec = executor_spec(registry, url, "t", "n", "f")[0]
+    owner = {"a": 1, "b": 0, "c": 1}  # as by_partition's pmod(hash(key), 2) might place them
+    parts = [owner[r["k"]] for r in RECORDS]
+
+    def run(task, columns):
+        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
+        batch = pa.RecordBatch.from_pydict(columns)
+        return [row for stats in arrow_partition_runner(spec)(iter([batch])) for row in stats.to_pylist()]
+
+    lines, keys = [json.dumps(r) for r in RECORDS], [r["k"] for r in RECORDS]
+    rows = run(_Task(batch_property(0, spec, packed=2), partition=0),
+               {"__record": pa.array(lines, pa.string()), "__key": pa.array(keys, pa.string()),
+                "__part": pa.array(parts, pa.int32())})
+    assert [(r["partition"], r["received"], r["applied"]) for r in rows] == [(0, 2, True), (1, 6, True)]
+    expected_outputs, expected_state = ENTRIES[entry][2](RECORDS)
+    assert canonical(read_output(where, str(tmp_path / "topics"))) == canonical(expected_outputs)
+    assert user_state(registry) == expected_state
+    for partition in (0, 1):  # the same batch again, a task per partition: each was applied already
+        mine = [i for i, p in enumerate(parts) if p == partition]
+        (row,) = run(_Task(batch_property(0, spec), partition=partition),
+                     {"__record": pa.array([lines[i] for i in mine], pa.string()),
+                      "__key": pa.array([keys[i] for i in mine], pa.string())})
+        assert row["applied"] is False
     assert user_state(registry) == expected_state
 
 

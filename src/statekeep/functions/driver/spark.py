@@ -77,8 +77,9 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession set up for statekeep (shared: Spark allows one per driver process).
     The default master retries a failed task up to 4 times (``local[*,4]``), so a killed Python
-    worker costs a retry, not the query. A session this call creates also gets :func:`latency_conf` and
-    :data:`CHECKPOINT_MANAGER` (where its Spark has that class).
+    worker costs a retry, not the query. A session this call creates also gets :func:`latency_conf`,
+    :data:`CHECKPOINT_MANAGER` (where its Spark has that class), and writes local files (its checkpoints) without
+    Hadoop's ``.crc`` side files, which Spark does not need (a file with one is still verified when read).
     ``conf``: more Spark settings (e.g. ``spark.cores.max`` when several drivers share a cluster),
     applied last, so they win over statekeep's own (``spark.python.unix.domain.socket.enabled=false``
     turns the socket off); they take effect only if this call creates the session."""
@@ -107,6 +108,8 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
     assert jvm is not None  # a live session's gateway
     if creating and key not in (conf or {}) and jvm.org.apache.spark.util.Utils.classIsLoadable(manager):
         spark.conf.set(key, manager)
+    if creating:  # no .crc side file per local file written (each checkpoint log file's: about 5 ms a micro-batch)
+        jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark.sparkContext._jsc.hadoopConfiguration()).setWriteChecksum(False)
     spark.sparkContext.setLogLevel("ERROR")
     from statekeep.functions.driver.sources import register_sources
 
@@ -247,25 +250,66 @@ def route_column(groups: int, parallelism: int) -> Column:
     return F.coalesce(route, F.lit(routes[0]))
 
 
+#: a micro-batch after one of fewer records runs its partitions in one task (:func:`by_partition` ``packed``): a
+#: task more costs a small batch about 25 ms (another Python worker's round trip, the whole input scanned again)
+PACK_BELOW = 1000
 #: up to this parallelism a micro-batch's records reach their partitions by :func:`by_partition` (one stage, each
 #: partition's task scanning the batch's input), above it by a shuffle (each record read once)
 SCAN_PER_PARTITION_UP_TO = 4
 
 
-def by_partition(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
+def by_partition(frame: DataFrame, column: str, parallelism: int, *, packed: bool = False) -> DataFrame:
     """``frame.repartition(parallelism, column)`` without a shuffle: partition ``j`` holds the same records
     (those whose ``pmod(hash(column), parallelism)`` is ``j``, Spark's own hash partitioning), read by one
     task that scans the micro-batch's input and keeps its own. A micro-batch is then one Spark stage instead
-    of two, at the cost of each partition's task scanning the whole batch. Sets ``spark.sql.unionOutputPartitioning``
-    to false in ``frame``'s session (a streaming query's own): where true (Spark 4.x), a union of single-partition
+    of two, at the cost of each partition's task scanning the whole batch. ``packed``: one Spark partition
+    holding every record, each with its partition ``j`` in an int column ``__part`` (one task runs them all,
+    partition after partition: for a small batch, a second task costs more than it saves). Unpacked, sets
+    ``spark.sql.unionOutputPartitioning`` to false in ``frame``'s session (a streaming query's own): where true
+    (Spark 4.x), a union of single-partition
     children is one partition, all of them in one task. Built with few DataFrame operations, each a round
     trip to the JVM and an analysis there (a micro-batch builds it anew): conditions as SQL text, none for one
     partition."""
+    from pyspark.sql import functions as F
+
+    if packed:
+        return frame.withColumn("__part", F.expr(f"pmod(hash(`{column}`), {parallelism})").cast("int")).coalesce(1)
     frame.sparkSession.conf.set("spark.sql.unionOutputPartitioning", "false")
     if parallelism == 1:
         return frame.coalesce(1)
     parts = [frame.where(f"pmod(hash(`{column}`), {parallelism}) = {j}").coalesce(1) for j in range(parallelism)]
     return functools.reduce(lambda a, b: a.unionAll(b), parts)
+
+
+#: the Java exceptions with which a micro-batch's job ends when its query is stopped (Spark's own list)
+_INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                  "java.nio.channels.ClosedByInterruptException")
+
+
+def collect_or_stop(frame: DataFrame) -> list[Any]:
+    """``frame.collect()`` in a ``foreachBatch`` handler. A job interrupted because its query is stopping raises
+    :class:`InterruptedError` whose message is short and names the interruption as Spark's stream thread
+    recognises it: the Py4J error's own message carries the whole Java stack, and Spark matches it with a
+    regular expression that recurses once per character, so the stream thread died of a StackOverflowError
+    (a thousand-line trace on the console) instead of stopping quietly. Any other error is raised as it is."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        return frame.collect()
+    except Py4JJavaError as e:
+        name = _java_class(e)
+        if name not in _INTERRUPTIONS:
+            raise
+        # the text Spark's StreamExecution.isInterruptionException looks for, without the stack
+        raise InterruptedError("py4j.protocol.Py4JJavaError: An error occurred while calling collect: "
+                               f"{name} (the query is stopping)") from None
+
+
+def _java_class(error: Any) -> str | None:
+    try:
+        return str(error.java_exception.getClass().getName())
+    except Exception:  # the JVM is going away: not an interruption this can name
+        return None
 
 
 def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
@@ -333,6 +377,7 @@ class FunctionQuery:
         self.status_saver: Callable[[], None] | None = None
         self._keyed = True  # whether the input frame's records have keys (set by start)
         self._runner: Any = None  # the query's mapInArrow UDF (see _map_in_arrow)
+        self._small = False  # whether the last micro-batch had fewer than PACK_BELOW records
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
@@ -348,11 +393,17 @@ class FunctionQuery:
         if spec.time is not None:
             frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
         by = "__route" if partitioning else "__key"
-        frame = (by_partition(frame, by, parallelism) if parallelism <= SCAN_PER_PARTITION_UP_TO
+        # a small batch's partitions in one task; partition-owned state keeps each partition in its own task,
+        # whose worker holds that partition's copy
+        packed = 1 < parallelism <= SCAN_PER_PARTITION_UP_TO and self._small and not (
+            partitioning is not None and spec.time is None)
+        frame = (by_partition(frame, by, parallelism, packed=packed) if parallelism <= SCAN_PER_PARTITION_UP_TO
                  else frame.repartition(parallelism, by))
         # the job runs on this thread: its tasks get the batch from this thread's local property
-        frame.sparkSession.sparkContext.setLocalProperty(BATCH_PROPERTY, batch_property(batch_id, spec))
-        rows = [r.asDict() for r in self._map_in_arrow(frame).collect()]
+        frame.sparkSession.sparkContext.setLocalProperty(
+            BATCH_PROPERTY, batch_property(batch_id, spec, parallelism if packed else 0))
+        rows = [r.asDict() for r in collect_or_stop(self._map_in_arrow(frame))]
+        self._small = sum(row["processed"] + row["skipped"] for row in rows) < PACK_BELOW
         for row in rows:
             self.totals["processed"] += row["processed"]
             self.totals["skipped"] += row["skipped"]

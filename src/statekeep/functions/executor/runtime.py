@@ -513,20 +513,22 @@ BATCH_PROPERTY = "statekeep.batch"
 BATCH_FIELDS = ("state_parallelism", "time_groups", "watermark_previous")
 
 
-def batch_property(batch_id: int, spec: ExecutorSpec) -> str:
-    """The value of :data:`BATCH_PROPERTY` for micro-batch ``batch_id`` run with ``spec``: its id and ``spec``'s
-    :data:`BATCH_FIELDS`."""
-    return json.dumps({"batch": batch_id, **{name: getattr(spec, name) for name in BATCH_FIELDS}})
+def batch_property(batch_id: int, spec: ExecutorSpec, packed: int = 0) -> str:
+    """The value of :data:`BATCH_PROPERTY` for micro-batch ``batch_id`` run with ``spec``: its id, ``spec``'s
+    :data:`BATCH_FIELDS` and ``packed``: 0 when each Spark partition is one of the batch's partitions, else the
+    number of partitions that one task runs in turn, each record's in its ``__part`` column (see
+    :func:`statekeep.functions.driver.spark.by_partition`)."""
+    return json.dumps({"batch": batch_id, "packed": packed, **{name: getattr(spec, name) for name in BATCH_FIELDS}})
 
 
 def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function of a function's query: record batches in, one stats row out. Made once per
+    """The ``mapInArrow`` function of a function's query: record batches in, a stats row per partition run out
+    (one, or each partition of a packed task's, see :func:`batch_property`). Made once per
     query (a new one each micro-batch would be pickled and built into a JVM function again, about 8 ms of the
     driver's time per batch): each task takes its micro-batch's id and :data:`BATCH_FIELDS` from the task's
     :data:`BATCH_PROPERTY`, the rest of its spec from ``spec``."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
         from pyspark import TaskContext
 
         task = TaskContext.get()
@@ -534,33 +536,55 @@ def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iter
         found = task.getLocalProperty(BATCH_PROPERTY)
         assert found is not None, "the driver sets it on the thread that runs the batch's job"
         fields = json.loads(found)
-        batch_id = fields.pop("batch")
+        batch_id, packed = fields.pop("batch"), fields.pop("packed", 0)
         batch_spec = replace(spec, **fields)
-        partition = task.partitionId()
-        if _cached_process(batch_spec)[1] == BATCH:  # the records stay in Arrow
-            columns = [batch.column("__record") for batch in batches]
-            records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
-            stats = run_partition(batch_spec, batch_id, partition, records)
-            yield _stats_batch(stats)
+        if not packed:
+            yield _stats_batch(_run_arrow(batch_spec, batch_id, task.partitionId(), batches))
             return
-        values: list[Any] = []
-        record_keys: list[Any] = []
-        topics: list[Any] | None = [] if batch_spec.topic_column else None
-        for batch in batches:
-            values.extend(batch.column("__record").to_pylist())
-            record_keys.extend(batch.column("__key").to_pylist())
-            if topics is not None:
-                topics.extend(batch.column("__topic").to_pylist())
-        if batch_spec.time is not None and None in values:  # a partition's tick (timerun.with_ticks) is no record
-            kept = [i for i, value in enumerate(values) if value is not None]
-            values, record_keys = [values[i] for i in kept], [record_keys[i] for i in kept]
-            topics = None if topics is None else [topics[i] for i in kept]
-        keys = set(record_keys)
-        keys.discard(None)
-        stats = run_partition(batch_spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
-        yield _stats_batch(stats)
+        for partition, part in _packed_parts(list(batches)):  # one after another, each its own commit
+            yield _stats_batch(_run_arrow(batch_spec, batch_id, partition, part))
 
     return run
+
+
+def _packed_parts(batches: list[Any]) -> Iterator[tuple[int, list[Any]]]:
+    """A packed task's record batches as ``(partition, its record batches)`` in partition order, for the
+    partitions with at least one row (as Spark runs no task for an empty partition)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    parts = table.column("__part")
+    for partition in sorted(pc.unique(parts).to_pylist()):
+        yield partition, table.filter(pc.equal(parts, partition)).to_batches()
+
+
+def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Iterable[Any]) -> PartitionStats:
+    """:func:`run_partition` of one partition's record batches (columns ``__record``, ``__key``, and
+    ``__topic`` where the spec asks for it)."""
+    import pyarrow as pa
+
+    if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
+        columns = [batch.column("__record") for batch in batches]
+        records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
+        return run_partition(spec, batch_id, partition, records)
+    values: list[Any] = []
+    record_keys: list[Any] = []
+    topics: list[Any] | None = [] if spec.topic_column else None
+    for batch in batches:
+        values.extend(batch.column("__record").to_pylist())
+        record_keys.extend(batch.column("__key").to_pylist())
+        if topics is not None:
+            topics.extend(batch.column("__topic").to_pylist())
+    if spec.time is not None and None in values:  # a partition's tick (timerun.with_ticks) is no record
+        kept = [i for i, value in enumerate(values) if value is not None]
+        values, record_keys = [values[i] for i in kept], [record_keys[i] for i in kept]
+        topics = None if topics is None else [topics[i] for i in kept]
+    keys = set(record_keys)
+    keys.discard(None)
+    return run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
 
 
 def _stats_batch(stats: PartitionStats) -> Any:
