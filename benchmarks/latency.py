@@ -592,6 +592,61 @@ def startup(work: str) -> None:
 
 # ---- the run ---------------------------------------------------------------------------------------------
 
+def compare_packing(spark: Any, work: str, topics_root: str, rates: list[float], seconds: float, keys: int) -> None:
+    """``--packing``: a small micro-batch's partitions in one task (``PACK_BELOW``) against a task each, in one
+    running per-record function per rate, the two alternated four times (``seconds`` each, in turns); prints the
+    medians of Spark's ``triggerExecution`` and ``addBatch`` over each turn's batches with input, and the ratio."""
+    import calendar
+
+    from statekeep.functions.driver import spark as sk_spark
+
+    packed_below = sk_spark.PACK_BELOW
+    print("\npacked (a small batch's partitions in one task) vs a task per partition; per record, medians of "
+          "each turn's micro-batches with input, ms")
+    for rate in rates:
+        where = f"{work}/packing-{rate:g}"
+        os.makedirs(where)
+        query, target, _ = start_statekeep(spark, "statekeep", where, topics_root, f"packing{int(rate)}")
+        stop, rng = threading.Event(), random.Random(7)
+
+        def produce() -> None:  # rate messages a second, one file each 10 ms at most
+            sent, start = 0, time.time()
+            while not stop.is_set():
+                due = int((time.time() - start) * rate) + 1
+                if due > sent:
+                    _write_messages(target, [(f"k{rng.randrange(keys)}", sent + i, time.time())
+                                             for i in range(due - sent)])
+                    sent = due
+                time.sleep(max(0.01, start + (sent + 1) / rate - time.time()))
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        turns: dict[str, list[tuple[float, float]]] = {"packed": [], "task each": []}
+        try:
+            time.sleep(15)  # Python workers started, the JIT warm
+            for turn in range(4):
+                for mode in ("task each", "packed") if turn % 2 == 0 else ("packed", "task each"):
+                    sk_spark.PACK_BELOW = packed_below if mode == "packed" else 0
+                    time.sleep(2)  # the batch running when it changed ends
+                    begun = time.time()
+                    time.sleep(seconds)
+                    batches = [p for p in (json.loads(p.json) for p in query.query.recentProgress)
+                               if p["numInputRows"] and begun <= calendar.timegm(
+                                   time.strptime(p["timestamp"][:19], "%Y-%m-%dT%H:%M:%S")) + 1]
+                    turns[mode].append((statistics.median(b["durationMs"]["triggerExecution"] for b in batches),
+                                        statistics.median(b["durationMs"].get("addBatch", 0) for b in batches)))
+        finally:
+            stop.set()
+            producer.join()
+            sk_spark.PACK_BELOW = packed_below
+            stop_query(query)
+        for mode, rows in turns.items():
+            print(f"  {rate:g} msgs/s {mode:<10} micro-batch " + " ".join(f"{t:.0f}" for t, _ in rows)
+                  + ", addBatch " + " ".join(f"{a:.0f}" for _, a in rows))
+        print(f"  {rate:g} msgs/s packed / task each, micro-batch: " + ratio(
+            statistics.median(t for t, _ in turns["packed"]), statistics.median(t for t, _ in turns["task each"])))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="10,100,1000", help="messages per second, comma-separated")
@@ -604,6 +659,8 @@ def main() -> None:
                         help="the session's warm-up queries run this long at 100 msgs/s before any measured one")
     parser.add_argument("--profile", action="store_true", help="time statekeep's micro-batch steps")
     parser.add_argument("--startup", action="store_true", help="also time a new localrun to its first output")
+    parser.add_argument("--packing", type=float, default=0.0, metavar="SECONDS",
+                        help="also compare packed micro-batches with a task per partition, turns of SECONDS")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session every variant runs in (repeatable)")
     args = parser.parse_args()
@@ -672,6 +729,8 @@ def main() -> None:
             print(f"  {variant}: first output {report['first_output']:.1f} s after start; "
                   + "; ".join(f"{r:g}/s p99 {row['p99'] * 1000:.0f} ms" for r, row in report["rates"].items()),
                   file=sys.stderr)
+        if args.packing:
+            compare_packing(spark, work, topics_root, [r for r in rates if r <= 100], args.packing, args.keys)
     finally:
         spark.stop()
     print(f"\nlatency from produce to readable output, ms; local[2], {args.keys} keys, {args.seconds:g} s per rate, "
