@@ -2,7 +2,7 @@
 
     SPARK_LOCAL_IP=127.0.0.1 python benchmarks/latency.py \\
         [--rates 10,100,1000] [--seconds 20] [--variants a,b,...] [--keys 100] [--linger-ms 10] \\
-        [--profile] [--startup] [--spark-conf KEY=VALUE ...]
+        [--profile] [--startup] [--packing SECONDS] [--spark-conf KEY=VALUE ...]
 
 One SparkSession (local[2], 2 shuffle partitions). Each variant is one running streaming query; a probe
 process (the user's producer and consumer, outside the driver) produces JSON messages ``{"k": KEY, "t":
@@ -35,6 +35,9 @@ spec, the Spark job, the status write) and Python workers (state store, marker, 
 output, state commit), by timers patched in for the run (a few ``perf_counter`` calls per task).
 ``--startup`` times a new ``functions localrun`` process from start to its first output, with the floor (a
 process starting a SparkSession, and one running a bare streaming query to its first output) beside it.
+``--packing SECONDS`` also runs the per-record function at each rate up to 100 msgs/s with a small micro-batch's
+partitions in one task and with a task each, alternated in turns of SECONDS in one running query (see
+``compare_packing``), and prints the ratio of their micro-batches' medians.
 ``--spark-conf`` tries a Spark setting on every variant alike (e.g. a lever the profile points at); the session
 is ``spark_session``'s, with its latency settings (``statekeep.functions.driver.spark.latency_conf``) for every
 variant, Spark's own included: ``--spark-conf spark.python.unix.domain.socket.enabled=false --spark-conf

@@ -31,6 +31,7 @@ from statekeep.functions.messaging.topics import default_root, is_topic
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, routing, time_section,
                                          with_batch_watermark, with_clock_source, with_ticks)
 from statekeep.retry import OUTAGE
+from statekeep.state.base import Capability
 from statekeep.state.catalog import function_provider
 from statekeep.state.partitioned.keygroups import spark_routes
 
@@ -266,10 +267,9 @@ def by_partition(frame: DataFrame, column: str, parallelism: int, *, packed: boo
     holding every record, each with its partition ``j`` in an int column ``__part`` (one task runs them all,
     partition after partition: for a small batch, a second task costs more than it saves). Unpacked, sets
     ``spark.sql.unionOutputPartitioning`` to false in ``frame``'s session (a streaming query's own): where true
-    (Spark 4.x), a union of single-partition
-    children is one partition, all of them in one task. Built with few DataFrame operations, each a round
-    trip to the JVM and an analysis there (a micro-batch builds it anew): conditions as SQL text, none for one
-    partition."""
+    (Spark 4.x), a union of single-partition children is one partition, all of them in one task. Built with few
+    DataFrame operations, each a round trip to the JVM and an analysis there (a micro-batch builds it anew):
+    conditions as SQL text, none for one partition."""
     from pyspark.sql import functions as F
 
     if packed:
@@ -395,8 +395,8 @@ class FunctionQuery:
         by = "__route" if partitioning else "__key"
         # a small batch's partitions in one task; partition-owned state keeps each partition in its own task,
         # whose worker holds that partition's copy
-        packed = 1 < parallelism <= SCAN_PER_PARTITION_UP_TO and self._small and not (
-            partitioning is not None and spec.time is None)
+        packed = (1 < parallelism <= SCAN_PER_PARTITION_UP_TO and self._small
+                  and Capability.PARTITIONED not in cached_state_store(spec).capabilities)
         frame = (by_partition(frame, by, parallelism, packed=packed) if parallelism <= SCAN_PER_PARTITION_UP_TO
                  else frame.repartition(parallelism, by))
         # the job runs on this thread: its tasks get the batch from this thread's local property
