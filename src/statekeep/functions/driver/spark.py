@@ -252,7 +252,8 @@ def route_column(groups: int, parallelism: int) -> Column:
 
 
 #: a micro-batch after one of fewer records runs its partitions in one task (:func:`by_partition` ``packed``): a
-#: task more costs a small batch about 25 ms (another Python worker's round trip, the whole input scanned again)
+#: second task costs a small batch another Python worker's round trip and a second scan of its input (packed, a
+#: micro-batch took 0.69-0.76x as long at 10 msgs/s, 0.79-0.83x at 100: ``benchmarks/latency.py --packing``)
 PACK_BELOW = 1000
 #: up to this parallelism a micro-batch's records reach their partitions by :func:`by_partition` (one stage, each
 #: partition's task scanning the batch's input), above it by a shuffle (each record read once)

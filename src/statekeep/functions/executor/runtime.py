@@ -536,7 +536,7 @@ def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iter
         found = task.getLocalProperty(BATCH_PROPERTY)
         assert found is not None, "the driver sets it on the thread that runs the batch's job"
         fields = json.loads(found)
-        batch_id, packed = fields.pop("batch"), fields.pop("packed", 0)
+        batch_id, packed = fields.pop("batch"), fields.pop("packed")
         batch_spec = replace(spec, **fields)
         if not packed:
             yield _stats_batch(_run_arrow(batch_spec, batch_id, task.partitionId(), batches))
