@@ -128,3 +128,35 @@ def test_child_forked_while_stores_are_busy_opens_its_own(url):
     with open_store(url) as check:
         assert check.get("/busy").value == b"%d" % (writes[0] - 1)
         assert wait_for(lambda: not check.exists("/eph"))  # the session ended with close(), not before
+
+
+def test_fork_proceeds_only_once_grpc_runs_no_thread(etcd_server):
+    """etcd:// only: gRPC's core threads (event engine, timer, lifeguard) end a little after the last channel
+    closes. A fork while one of them runs can leave the child a lock nothing will release (a child's new store
+    hung in gRPC), so the before-fork hook waits for all of them, native ones included, not just grpc.aio's
+    poller. The hooks are called here as fork() calls them, to see the state fork() proceeds in."""
+    from statekeep.metadata import etcd
+
+    url = f"etcd://{etcd_server.address}/fork-threads"
+    store, other = open_store(url), open_store(url)
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            other.put("/busy", b"")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(5):
+            assert wait_for(lambda: "event_engine" in etcd._grpc_threads())  # the core is busy...
+            etcd._before_fork()
+            try:
+                assert etcd._grpc_threads() == []  # ...and has ended when fork() would proceed
+            finally:
+                etcd._after_fork_in_parent()
+    finally:
+        stop.set()
+        writer.join()
+        other.close()
+        store.close()

@@ -97,20 +97,39 @@ _stores: weakref.WeakSet[EtcdStore] = weakref.WeakSet()
 _fork_lock = threading.Lock()
 
 
-def _grpc_poller_alive() -> bool:
-    """Is grpc.aio's completion queue poller thread running? It ends once no channel or call is left."""
-    return any("_poll_wrapper" in thread.name for thread in threading.enumerate())
+#: names (as the kernel shows them, cut to 15 characters) of the threads gRPC's core starts: its event engine's
+#: pool, timer, lifeguard and the thread that shuts it down once its last object is gone
+_GRPC_NATIVE_THREADS = ("event_engine", "grpc_global_tim", "lifeguard", "grpc_shutdown", "default-executo",
+                        "resolver-execut")
 
 
-def _release_grpc(wait: float = 2.0) -> None:
-    """Make sure gRPC's poller thread has ended once no store has a channel. It ends when the last gRPC object is
-    freed: objects in reference cycles (a call in an exception's traceback) wait for a collection, and a
-    cancelled call's last references go a few loop iterations after its channel closed, so wait up to ``wait``
-    seconds (only when the thread outlives the channels, which it does not if nothing else uses gRPC)."""
+def _grpc_threads(native: bool = True) -> list[str]:
+    """The names of gRPC's threads still running: grpc.aio's completion queue poller (a Python thread) and, with
+    ``native``, the core's own threads (seen only in ``/proc``). They end once no channel or call is left."""
+    names = [thread.name for thread in threading.enumerate() if "_poll_wrapper" in thread.name]
+    tasks: list[str] = []
+    if native:
+        with contextlib.suppress(OSError):  # no /proc: only the Python thread is seen
+            tasks = os.listdir("/proc/self/task")
+    for task in tasks:
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/comm") as comm:  # ended meanwhile
+            if (name := comm.read().strip()).startswith(_GRPC_NATIVE_THREADS):
+                names.append(name)
+    return names
+
+
+def _release_grpc(wait: float, native: bool = True) -> None:
+    """Make sure gRPC's threads have ended once no store has a channel: a fork while one runs can leave the child
+    a lock no thread will release (seen: a child's new store hung in gRPC). They end when the last gRPC object is
+    freed: objects in reference cycles (a call in an exception's traceback) wait for a collection, a cancelled
+    call's last references go a few loop iterations after its channel closed, and the core's threads then stop
+    on their own, so wait up to ``wait`` seconds (only while threads outlive the channels). ``native=False``
+    waits for the poller only: the core's threads run as long as any other gRPC user in the process has a
+    channel, which a store's close must not wait for; a fork waits for them (see _before_fork)."""
     if not all(store._channel is None for store in _stores):
         return
     deadline = time.monotonic() + wait
-    while _grpc_poller_alive() and time.monotonic() < deadline:
+    while _grpc_threads(native) and time.monotonic() < deadline:
         gc.collect()
         time.sleep(0.005)
 
@@ -120,10 +139,10 @@ def _before_fork() -> None:
     try:
         for store in list(_stores):
             store._pause_for_fork()
-        _release_grpc()
-        if _grpc_poller_alive():
-            log.warning("fork() while gRPC still runs a thread (a gRPC user other than statekeep's etcd:// stores?): "
-                        "a child process may fail to use gRPC")
+        _release_grpc(wait=10.0)
+        if running := _grpc_threads():
+            log.warning("fork() while gRPC still runs threads %s (a gRPC user other than statekeep's etcd:// "
+                        "stores?): a child process may fail to use gRPC", sorted(set(running)))
     except BaseException:
         _fork_lock.release()
         raise
@@ -861,7 +880,7 @@ class EtcdStore(MetadataStore):
                 self._thread.join(timeout=5)
             if not self._thread.is_alive():
                 self._loop.close()
-            _release_grpc()
+            _release_grpc(wait=2.0, native=False)
 
     async def _shutdown(self) -> None:
         tasks, self._tasks = self._tasks, []
