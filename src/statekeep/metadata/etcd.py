@@ -35,8 +35,9 @@ after errors from the last revision seen. An unreachable server raises :class:`S
 Processes: gRPC is not fork-safe while any of its threads runs. ``close()`` ends everything of the client (tasks,
 channel, the event loop thread and, with the last store, gRPC's poller thread), so a child forked afterwards can open
 ``etcd://`` again. ``os.fork()`` while stores are open (multiprocessing's fork start method) is made safe too: just
-before the fork every open store lets its in-flight requests finish (new ones wait), drops its channel so gRPC has no
-thread left, and reconnects right after in the parent (same lease, the watch resumes from the last revision seen). In
+before the fork every open store lets its in-flight requests finish (new ones wait), drops its channel, and the fork
+waits until gRPC has no thread left (its core's native threads end a little after the last channel), and each store
+reconnects right after in the parent (same lease, the watch resumes from the last revision seen). In
 the child, stores inherited from the parent raise :class:`StoreClosedError` (their threads are not there) and
 closing them touches nothing on the server; the child opens its own. Forks through ``subprocess`` never run these
 hooks (they exec at once) and cost nothing.
