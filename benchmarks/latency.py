@@ -2,7 +2,7 @@
 
     SPARK_LOCAL_IP=127.0.0.1 python benchmarks/latency.py \\
         [--rates 10,100,1000] [--seconds 20] [--variants a,b,...] [--keys 100] [--linger-ms 10] \\
-        [--profile] [--startup] [--packing SECONDS] [--spark-conf KEY=VALUE ...]
+        [--rounds N] [--profile] [--startup] [--packing SECONDS] [--spark-conf KEY=VALUE ...]
 
 One SparkSession (local[2], 2 shuffle partitions). Each variant is one running streaming query; a probe
 process (the user's producer and consumer, outside the driver) produces JSON messages ``{"k": KEY, "t":
@@ -26,8 +26,12 @@ JSON-lines files for Spark, renamed into place so no reader sees half a file.
 
 Before any measured query, a statekeep and a Spark query run ``--warm-seconds`` at 100 msgs/s (the JVM's
 code warm: without it the first variant measured paid for it, its p99 1.4x the same variant's measured
-later). Each query first gets warm-up messages (one every 200 ms until outputs flow: Python workers started);
-"first output" is the time from the query's start to its first output. Per rate it prints p50, p90, p99,
+later). Order still shows (the per-record function's micro-batch median at 10 msgs/s was 110 ms run first,
+88 ms run last, in two runs an hour apart): ``--rounds N`` runs the variants N times, every other round in
+reverse order, so each variant runs early and late alike; each percentile is over the messages of all
+rounds, the sustained rate the lowest of any round, the profile each step's median over rounds. Each query
+first gets warm-up messages (one every 200 ms until outputs flow: Python workers started); "first output"
+is the time from the query's start to its first output. Per rate it prints p50, p90, p99,
 max of the latency and the sustained rate (messages read / (last read - first produced)), then the ratios
 the issue's targets name. ``--profile`` times one statekeep micro-batch by step: Spark's own progress
 (``durationMs``) for every variant, and in statekeep's driver (``FunctionQuery._handle_batch``: the batch's
@@ -121,6 +125,27 @@ def summarize(latencies: Sequence[float], produced: int, first_produced: float, 
     for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100)):
         row[name] = percentile(latencies, q) if latencies else float("nan")
     return row
+
+
+def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's reports of several rounds as one: percentiles over every round's messages, the lowest
+    sustained rate, the median first output."""
+    rates: dict[float, dict[str, Any]] = {}
+    for rate in reports[0]["rates"]:
+        rows = [report["rates"][rate] for report in reports]
+        latencies = [x for row in rows for x in row["latencies"]]
+        rates[rate] = {**summarize(latencies, sum(row["produced"] for row in rows), 0.0, 1.0),
+                       "rate": min(row["rate"] for row in rows)}
+    return {"first_output": statistics.median(report["first_output"] for report in reports), "rates": rates}
+
+
+def median_rows(rounds: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Per step, the median over rounds of :func:`batch_profile`'s medians (steps as the first round has them)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for rows in rounds:
+        for label, value in rows:
+            values[label].append(value)
+    return [(label, statistics.median(values[label])) for label, _ in rounds[0]]
 
 
 def ratio(mine: float, theirs: float) -> str:
@@ -248,7 +273,7 @@ def probe(results: Any, target: tuple[str, str, str], output: str, rates: list[f
                 latencies = [consumer.read[m] for m in messages if m in consumer.read]
                 last = max((produced[m] + consumer.read[m] for m in messages if m in consumer.read), default=start)
             report["rates"][rate] = {**summarize(latencies, len(messages), produced[messages[0]], last),
-                                     "window": (start, time.time())}
+                                     "window": (start, time.time()), "latencies": latencies}
         results.put(report)
     finally:
         stop.set()
@@ -660,6 +685,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--warm-seconds", type=float, default=20.0,
                         help="the session's warm-up queries run this long at 100 msgs/s before any measured one")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the variants this many times, in reverse order every other round; the "
+                             "percentiles pool every round's messages")
     parser.add_argument("--profile", action="store_true", help="time statekeep's micro-batch steps")
     parser.add_argument("--startup", action="store_true", help="also time a new localrun to its first output")
     parser.add_argument("--packing", type=float, default=0.0, metavar="SECONDS",
@@ -700,16 +728,19 @@ def main() -> None:
             finally:
                 worker.join(timeout=30)
                 stop_query(query)
-        for variant in variants:
-            where = f"{work}/{variant}"
+        runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        batches: dict[str, dict[float, list[list[tuple[str, float]]]]] = defaultdict(lambda: defaultdict(list))
+        for round_, variant in ((r, v) for r in range(args.rounds) for v in (variants[::-1] if r % 2 else variants)):
+            name = variant if args.rounds == 1 else f"{variant}_r{round_}"
+            where = f"{work}/{name}"
             os.makedirs(where)
             timers = DriverTimers(f"{where}/times") if args.profile and variant in STATEKEEP else None
             if timers:
                 os.makedirs(timers.directory)
                 timers.__enter__()
             started = time.time()
-            query, target, output = (start_statekeep(spark, variant, where, topics_root) if variant in STATEKEEP
-                                     else start_spark(spark, variant, where))
+            query, target, output = (start_statekeep(spark, variant, where, topics_root, name)
+                                     if variant in STATEKEEP else start_spark(spark, variant, where))
             queue = context.Queue()
             worker = context.Process(target=probe, args=(queue, target, output, rates, args.seconds, args.keys,
                                                          args.linger_ms / 1000, started, 180.0,
@@ -722,16 +753,19 @@ def main() -> None:
                 progress = stop_query(query)
                 if timers:
                     timers.__exit__()
-            results[variant] = report
             if "error" in report:
-                print(f"  {variant}: {report['error']}", file=sys.stderr)
+                print(f"  {name}: {report['error']}", file=sys.stderr)
                 continue
+            runs[variant].append(report)
             if args.profile:
-                profiles[variant] = {rate: batch_profile(progress, row["window"], timers)
-                                     for rate, row in report["rates"].items()}
-            print(f"  {variant}: first output {report['first_output']:.1f} s after start; "
+                for rate, row in report["rates"].items():
+                    batches[variant][rate].append(batch_profile(progress, row["window"], timers))
+            print(f"  {name}: first output {report['first_output']:.1f} s after start; "
                   + "; ".join(f"{r:g}/s p99 {row['p99'] * 1000:.0f} ms" for r, row in report["rates"].items()),
                   file=sys.stderr)
+        results.update((variant, pooled(reports)) for variant, reports in runs.items())
+        profiles.update((variant, {rate: median_rows(rounds) for rate, rounds in by_rate.items()})
+                        for variant, by_rate in batches.items())
         if args.packing:
             compare_packing(spark, work, topics_root, [r for r in rates if r <= 100], args.packing, args.keys)
     finally:

@@ -61,3 +61,21 @@ def test_output_rows_of_a_topic_message_and_of_a_plain_row():
     assert latency.output_rows(json.dumps(message)) == ("k1", 3)
     assert latency.output_rows(json.dumps({"value": {"k": "k2", "n": 4}})) == ("k2", 4)
     assert latency.output_rows('{"k": "k3", "n": 5}') == ("k3", 5)
+
+
+def test_rounds_pool_every_messages_latency_and_keep_the_lowest_rate():
+    def report(latencies, rate, first):
+        row = {**latency.summarize(latencies, len(latencies) + 1, 0.0, len(latencies) / rate), "latencies": latencies}
+        return {"first_output": first, "rates": {10.0: row}}
+
+    one = latency.pooled([report([0.1, 0.2, 0.9], 3.0, 1.0), report([0.3, 0.4], 2.0, 3.0)])
+    row = one["rates"][10.0]
+    assert (row["produced"], row["read"], row["rate"]) == (7, 5, 2.0)  # produced and read add up; the lowest rate
+    assert (row["p50"], row["max"]) == (0.3, 0.9)  # over the five messages, not an average of two rounds' values
+    assert one["first_output"] == 2.0
+
+
+def test_rounds_profile_is_each_steps_median_over_rounds():
+    rounds = [[("latestOffset", 10.0), ("addBatch", 50.0)], [("latestOffset", 30.0), ("addBatch", 70.0)],
+              [("addBatch", 60.0), ("latestOffset", 20.0)]]
+    assert latency.median_rows(rounds) == [("latestOffset", 20.0), ("addBatch", 60.0)]
