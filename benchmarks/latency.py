@@ -135,7 +135,7 @@ def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
         rows = [report["rates"][rate] for report in reports]
         latencies = [x for row in rows for x in row["latencies"]]
         rates[rate] = {**summarize(latencies, sum(row["produced"] for row in rows), 0.0, 1.0),
-                       "rate": min(row["rate"] for row in rows)}
+                       "rate": min(row["rate"] for row in rows)}  # a rate is a round's own: no span spans rounds
     return {"first_output": statistics.median(report["first_output"] for report in reports), "rates": rates}
 
 
