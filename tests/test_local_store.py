@@ -230,3 +230,33 @@ def test_a_database_opened_while_another_thread_commits_does_not_hang_the_proces
     result = subprocess.run([sys.executable, "-c", OPEN_DB_DURING_A_COMMIT, f"local://{tmp_path / 'store'}"],
                             capture_output=True, text=True, timeout=60)  # a hang fails as TimeoutExpired
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_a_commit_that_trims_every_old_event_succeeds_and_notifications_go_on(tmp_path, monkeypatch):
+    """Every 64th commit trims the notification log of events older than a minute. When every event is that
+    old and the commit adds none (a write to the engine's own databases, as function state's are, or a dead
+    session's expiry with no key left), the trim must stop at the log's end, not read past it (seen: 'local
+    store commit failed: error(unpack_from requires a buffer of at least 9 bytes...)', the whole commit
+    refused), and keep the newest event: the next event's id follows it, and a watcher that saw it would miss
+    events numbered from 1 again."""
+    from statekeep.metadata import local
+    from statekeep.metadata.embedded import embedded_engine
+
+    store = open_store(f"local://{tmp_path / 'store'}")
+    events = []
+    store.add_listener(events.append)
+    for i in range(3):
+        store.put(f"/old/{i}", b"")
+    engine = embedded_engine(store)
+    db = engine.open_db(b"own")
+    monkeypatch.setattr(local, "EVENT_RETENTION_MS", -60_000)  # every event is now older than the retention
+    for i in range(130):  # two trims, each with nothing newer left in the log
+        engine.submit(lambda reader, now_ms, i=i: (reader.txn.put(b"%d" % i, b"v", db=db), None))
+    with engine.read(db) as txn:
+        assert [txn.get(b"%d" % i) for i in (0, 63, 64, 129)] == [b"v"] * 4
+    with engine.read(engine.events) as txn:
+        assert txn.stat(engine.events)["entries"] == 1  # the trims left only the newest event
+    monkeypatch.undo()
+    store.put("/new", b"")  # the log goes on from empty: the next change is written and notified
+    assert wait_for(lambda: any(e.path == "/new" for e in events))
+    store.close()

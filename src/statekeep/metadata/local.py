@@ -313,12 +313,16 @@ class _Engine:
         return next_event
 
     def _trim_events(self, txn: lmdb.Transaction, before_ms: int) -> None:
+        """Delete the events older than ``before_ms`` but the newest: event ids go on from the last one in the
+        log (:meth:`_last_event_in`), and a watcher delivers the ids after the last it saw, so an emptied log
+        would number the next events from 1 again, and every watcher would miss them."""
         cursor = txn.cursor(db=self.events)
-        if not cursor.first():
+        if not cursor.last():
             return
-        while _EVENT.unpack_from(cursor.value())[0] < before_ms:
-            if not cursor.delete():
-                break
+        newest = cursor.key()
+        cursor.first()
+        while cursor.key() != newest and _EVENT.unpack_from(cursor.value())[0] < before_ms:
+            cursor.delete()  # and on to the next event
 
     def open_db(self, name: bytes) -> Any:
         """A further named database in this environment (:meth:`EmbeddedEngine.open_db`)."""
