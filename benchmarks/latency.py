@@ -468,15 +468,17 @@ class DriverTimers:
         return found
 
 
+def batch_started(progress: dict[str, Any]) -> float:
+    """When a micro-batch started (epoch seconds), from its progress's ``timestamp``."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def batch_profile(progress: list[dict[str, Any]], window: tuple[float, float],
                   driver: DriverTimers | None) -> list[tuple[str, float]]:
     """Median milliseconds per step over the micro-batches with input that started in ``window``."""
-    from datetime import datetime
-
-    def started(p: dict[str, Any]) -> float:
-        return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-
-    chosen = [p for p in progress if p["numInputRows"] and window[0] <= started(p) <= window[1]]
+    chosen = [p for p in progress if p["numInputRows"] and window[0] <= batch_started(p) <= window[1]]
     rows = [(f"{phase} (Spark progress)", statistics.median(p["durationMs"].get(phase, 0) for p in chosen))
             for phase in PHASES] if chosen else []
     rows.append(("micro-batches with input", float(len(chosen))))
@@ -624,8 +626,6 @@ def compare_packing(spark: Any, work: str, topics_root: str, rates: list[float],
     """``--packing``: a small micro-batch's partitions in one task (``PACK_BELOW``) against a task each, in one
     running per-record function per rate, the two alternated four times (``seconds`` each, in turns); prints the
     medians of Spark's ``triggerExecution`` and ``addBatch`` over each turn's batches with input, and the ratio."""
-    import calendar
-
     from statekeep.functions.driver import spark as sk_spark
 
     packed_below = sk_spark.PACK_BELOW
@@ -659,8 +659,7 @@ def compare_packing(spark: Any, work: str, topics_root: str, rates: list[float],
                     begun = time.time()
                     time.sleep(seconds)
                     batches = [p for p in (json.loads(p.json) for p in query.query.recentProgress)
-                               if p["numInputRows"] and begun <= calendar.timegm(
-                                   time.strptime(p["timestamp"][:19], "%Y-%m-%dT%H:%M:%S")) + 1]
+                               if p["numInputRows"] and begun <= batch_started(p)]
                     turns[mode].append((statistics.median(b["durationMs"]["triggerExecution"] for b in batches),
                                         statistics.median(b["durationMs"].get("addBatch", 0) for b in batches)))
         finally:
