@@ -22,7 +22,11 @@ JSON-lines files for Spark, renamed into place so no reader sees half a file.
   function had before it was configurable;
 - spark_count: ``groupBy(k).count()`` (JVM state), update mode, ``foreachBatch`` writing the batch's rows as a
   file (as the output writer does);
-- applyInPandasWithState: ``groupBy(k)`` with a pandas function keeping the count in GroupState.
+- applyInPandasWithState: ``groupBy(k)`` with a pandas function keeping the count in GroupState;
+- python_stateless: the floor of any Python stage in Spark's micro-batch engine: no state and no shuffle, the
+  batch's records in one task of a Python streaming sink (``DataSourceStreamArrowWriter``, in the query's own plan:
+  no ``foreachBatch``) that writes ``{"k", "n": s}`` per message (its number ``s``, which the message carries) with
+  statekeep's file writer.
 
 Before any measured query, a statekeep and a Spark query run ``--warm-seconds`` at 100 msgs/s (the JVM's
 code warm: without it the first variant measured paid for it, its p99 1.4x the same variant's measured
@@ -97,7 +101,7 @@ STATEKEEP = {  # variant -> (code, partition-owned state, triggerIntervalMs: Non
     "statekeep_batch_state_dir": (PER_BATCH, True, None),
     "statekeep_1s": (PER_RECORD, False, 1000),
 }
-SPARK = ("spark_count", "applyInPandasWithState")
+SPARK = ("spark_count", "applyInPandasWithState", "python_stateless")
 VARIANTS = (*STATEKEEP, *SPARK)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
@@ -317,6 +321,12 @@ def start_spark(spark: Any, variant: str, work: str) -> tuple[Any, tuple[str, st
     os.makedirs(inputs)
     os.makedirs(output)
     frame = spark.readStream.schema("k string, t double, s long").json(inputs)
+    if variant == "python_stateless":
+        spark.dataSource.register(stateless_sink())
+        query = (frame.select("k", "s").coalesce(1).writeStream.format("latency-stateless").option("path", output)
+                 .trigger(processingTime="0 seconds").option("checkpointLocation", f"{work}/ckpt")
+                 .queryName(variant).start())
+        return query, ("files", inputs, ""), output
     if variant == "spark_count":
         frame = frame.groupBy("k").count().withColumnRenamed("count", "n")
     else:
@@ -334,6 +344,41 @@ def start_spark(spark: Any, variant: str, work: str) -> tuple[Any, tuple[str, st
     query = (frame.writeStream.outputMode("update").foreachBatch(write).trigger(processingTime="0 seconds")
              .option("checkpointLocation", f"{work}/ckpt").queryName(variant).start())
     return query, ("files", inputs, ""), output
+
+
+def stateless_sink() -> type:
+    """The python_stateless variant's sink: ``format("latency-stateless").option("path", DIR)``, each task's
+    messages written to DIR as one file of ``{"k", "n"}`` lines by statekeep's writer (``sink.write_file``)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+    class Writer(DataSourceStreamArrowWriter):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            from statekeep.functions.messaging.sink import OutputSink
+
+            rows = [{"k": k, "n": s} for batch in iterator
+                    for k, s in zip(batch.column("k").to_pylist(), batch.column("s").to_pylist())]
+            if rows:
+                OutputSink(self.path).write_new(rows, "stateless")
+            return WriterCommitMessage()
+
+        def commit(self, messages: Any, batchId: int) -> None:
+            """Nothing to commit: each task's file is whole when written."""
+
+        def abort(self, messages: Any, batchId: int) -> None:
+            """Nothing to undo."""
+
+    class Sink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "latency-stateless"
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Writer:
+            return Writer(self.options["path"])
+
+    return Sink
 
 
 def stop_query(query: Any) -> list[dict[str, Any]]:
@@ -788,6 +833,11 @@ def main() -> None:
             print(f"target {variant} at {rate:g}/s: p99 / spark_count p99 "
                   f"{ratio(p(variant, rate), p('spark_count', rate))} (<= 1.0x); / applyInPandasWithState p99 "
                   f"{ratio(p(variant, rate), p('applyInPandasWithState', rate))} (<= 0.5x)")
+            if "python_stateless" in results:
+                floor = p("python_stateless", rate)
+                print(f"  {variant} at {rate:g}/s: p99 / python_stateless p99 (no state, Spark's floor for a Python "
+                      f"stage) {ratio(p(variant, rate), floor)}; python_stateless p99 / applyInPandasWithState p99 "
+                      f"{ratio(floor, p('applyInPandasWithState', rate))}")
         if 10 in rates and 1000 in rates:
             print(f"target {variant}: p99 at 1000/s / p99 at 10/s {ratio(p(variant, 1000), p(variant, 10))} (< 2x)")
     if "statekeep" in results and "statekeep_1s" in results and 10 in rates:
