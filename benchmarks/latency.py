@@ -23,7 +23,7 @@ JSON-lines files for Spark, renamed into place so no reader sees half a file.
 - spark_count: ``groupBy(k).count()`` (JVM state), update mode, ``foreachBatch`` writing the batch's rows as a
   file (as the output writer does);
 - applyInPandasWithState: ``groupBy(k)`` with a pandas function keeping the count in GroupState;
-- python_stateless: the floor of any Python stage in Spark's micro-batch engine: no state and no shuffle, the
+- python_stateless: about the least a Python stage gets from Spark's micro-batch engine: no state, no shuffle, the
   batch's records in one task of a Python streaming sink (``DataSourceStreamArrowWriter``, in the query's own plan:
   no ``foreachBatch``) that writes ``{"k", "n": s}`` per message (its number ``s``, which the message carries) with
   statekeep's file writer.
@@ -348,7 +348,7 @@ def start_spark(spark: Any, variant: str, work: str) -> tuple[Any, tuple[str, st
 
 def stateless_sink() -> type:
     """The python_stateless variant's sink: ``format("latency-stateless").option("path", DIR)``, each task's
-    messages written to DIR as one file of ``{"k", "n"}`` lines by statekeep's writer (``sink.write_file``)."""
+    messages written to DIR as one file of ``{"k", "n"}`` lines by statekeep's writer (``OutputSink.write_new``)."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
     class Writer(DataSourceStreamArrowWriter):
