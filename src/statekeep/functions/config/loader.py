@@ -163,6 +163,31 @@ def cached_function(source: str, filename: str = "<function>",
         return found
 
 
+def entry_point(function: Any, vectorized: bool | None = None) -> tuple[Callable[..., Any], str]:
+    """``(callable, kind)`` of a function given as a Python object, as :func:`load_function` finds one in a file:
+    a class with ``process(self, input, context)`` (a ``pulsar.Function``; instantiated here, without arguments)
+    or an instance of one is :data:`RECORD`; a callable is :data:`BATCH` if ``vectorized`` (None: if it is named
+    ``process_batch``), else :data:`NATIVE` with one argument, else :data:`RECORD`. Raises
+    :class:`FunctionLoadError` for anything else, or a class that cannot be created."""
+    if isinstance(function, type):
+        if not callable(getattr(function, "process", None)):
+            raise FunctionLoadError(f"class {function.__name__} has no method process(self, input, context)")
+        try:
+            function = function()
+        except Exception as e:  # noqa: BLE001 - user code
+            raise FunctionLoadError(f"creating {function.__name__}() failed: {type(e).__name__}: {e}") from e
+    if not callable(function) and callable(getattr(function, "process", None)):
+        return function.process, RECORD
+    if not callable(function):
+        raise FunctionLoadError(f"a function must be a callable, a class with process(self, input, context) or a "
+                                f"file; not {type(function).__name__}")
+    if vectorized is None:
+        vectorized = getattr(function, "__name__", "") == "process_batch"
+    if vectorized:
+        return function, BATCH
+    return function, (NATIVE if _one_argument(function) else RECORD)
+
+
 def _one_argument(function: Callable[..., Any]) -> bool:
     """Whether ``function`` takes exactly one positional argument (Pulsar's native function)."""
     try:

@@ -66,6 +66,14 @@ class ExecutorSpec:
     state_parallelism: int = 1  # per micro-batch: partitions of partition-owned (or timed) state
     time_groups: int = KEY_GROUPS  # per micro-batch: key groups of timed state
     watermark_previous: int | None = None  # per micro-batch: the function's watermark before it
+    # the DataFrame operator's (statekeep.functions.driver.operator): the function as a Python object (a callable
+    # or a pulsar.Function class) instead of ``code``, with its kind (loader.RECORD, NATIVE or BATCH); the
+    # pyarrow.Schema of its output rows, kept with each (batch, partition)'s commit (None: the runner, whose
+    # tasks give stats rows); and a batch DataFrame's run, its batch id (None: Spark's micro-batch id)
+    entry: Any = None
+    entry_kind: str | None = None
+    rows_schema: Any = None
+    run_id: int | None = None
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:

@@ -30,11 +30,13 @@ from statekeep.errors import InvalidArgumentError, StateConflictError, Statekeep
 from statekeep.functions.windowing import timerun
 from statekeep.functions.executor.context import Context, RecordSource, is_valid_key
 from statekeep.functions.messaging.jsonscan import loads_at
-from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function
+from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function, entry_point
+from statekeep.lru import BoundedLRU
 from statekeep.functions.messaging.messages import (batch_lines, dead_letter_message, function_logger, message_decoder,
                                           output_sink, output_wrapper, published_targets,
                                                     write_targets)
 from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.messaging.sink import claim
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, StateStoreProvider, TaskState
@@ -81,6 +83,7 @@ class PartitionStats:
     watermark: int | None = None  # the partition's event-time watermark after the batch (timekeeping)
     next_event: int | None = None  # its earliest timer left in event time, and in processing time
     next_processing: int | None = None
+    rows: Any = None  # the DataFrame operator's output rows of the run (a pyarrow Table), or None
 
     def user_exception(self, message: str) -> None:
         self.user_exceptions += 1
@@ -93,10 +96,22 @@ _stores: dict[str, StateStore] = {}
 _providers: list[StateStoreProvider] = []  # the providers behind _stores, for close_cached_state_stores
 
 
+#: id of an operator's function object -> (the object, its entry point and kind): the function as it arrived with the
+#: task (a class is instantiated once per object, as the loader's cache does for a file's class)
+_objects: BoundedLRU[int, tuple[Any, tuple[Callable[..., Any], str]]] = BoundedLRU(64)
+
+
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
-    """(entry point, kind) of the spec's code, loaded once per executor process (the loader's cache)."""
+    """(entry point, kind) of the spec's code, loaded once per executor process (the loader's cache), or of its
+    ``entry`` object (the DataFrame operator's)."""
     try:
-        return cached_function(spec.code, spec.py_name, spec.class_name)
+        if spec.entry is None:
+            return cached_function(spec.code, spec.py_name, spec.class_name)
+        with _cache_lock:
+            found = _objects.get(id(spec.entry))
+            if found is None or found[0] is not spec.entry:
+                found = _objects.put(id(spec.entry), (spec.entry, entry_point(spec.entry, spec.entry_kind == BATCH)))
+            return found[1]
     except FunctionLoadError as e:
         raise FunctionRecordError(str(e)) from None
 
@@ -359,9 +374,12 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
 def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partition: int, records: Any,
                    keys: Iterable[str], record_keys: list[Any] | None, topics: list[Any] | None) -> PartitionStats:
     marker = f"{batch_id}-{partition}"
+    sink = output_sink(spec, spec.output)
     if store.has_marker(marker):
         stats = PartitionStats(partition)
         stats.applied = False  # a replay of a partition that was already applied
+        if spec.rows_schema is not None:  # the operator's replay gives the rows the first run kept
+            stats.rows = sink.read(batch_id, partition)
         return stats
     process, kind = _cached_process(spec)
     careful = spec.careful and kind != BATCH
@@ -377,7 +395,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
                           spec.user_config.get("eventTimeField"), spec.source_format)
     path = RecordPath(spec, batch_id, partition, state, source, process, kind)
-    stats, sink = path.stats, output_sink(spec, spec.output)
+    stats = path.stats
     table = None
     path.keep_time(spec, partition, keys)
     try:
@@ -389,6 +407,8 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         path.finish()
         stats.latency = time.perf_counter() - started
         output = path.output(table, topic=sink.topic)
+        if spec.rows_schema is not None:
+            output = stats.rows = _rows(path, output)
     except FunctionRecordError as e:
         if kind != BATCH or not spec.skip_errors:
             raise
@@ -413,11 +433,25 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         sink.discard(batch_id, partition)  # skipped: its outputs go too
         stats.processed = stats.outputs = 0
         return _skip_batch(store, marker, stats, len(records), error)
+    if spec.rows_schema is not None and spec.run_id is None and batch_id >= 2:
+        sink.discard(batch_id - 2, partition)  # Spark replays at most the batch after the last committed one
     if output is not None and spec.output == "console":
         rows = output if isinstance(output, list) else output.slice(0, 20).to_pylist()
         for record in rows[:20]:
             print(json.dumps(record, default=str))
     return stats
+
+
+def _rows(path: RecordPath, output: Any) -> Any:
+    """The operator's output rows (a pyarrow Table of its schema, None for none); a result that does not fit is
+    the run's :class:`FunctionRecordError`."""
+    from statekeep.functions.messaging.rows import rows_table
+
+    try:
+        return rows_table(output, path.spec.rows_schema)
+    except InvalidArgumentError as e:
+        raise FunctionRecordError(f"{path.spec.fqfn} batch {path.batch_id}, partition {path.partition}: {e}",
+                                  e) from None
 
 
 def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
@@ -533,6 +567,11 @@ def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iter
 
         task = TaskContext.get()
         assert task is not None  # mapInArrow runs this inside a Spark task
+        if spec.rows_schema is not None:  # the DataFrame operator: its output rows
+            rows = _run_arrow(spec, operator_batch(spec, task), task.partitionId(), batches).rows
+            if rows is not None:
+                yield from rows.to_batches()
+            return
         found = task.getLocalProperty(BATCH_PROPERTY)
         assert found is not None, "the driver sets it on the thread that runs the batch's job"
         fields = json.loads(found)
@@ -545,6 +584,26 @@ def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iter
             yield _stats_batch(_run_arrow(batch_spec, batch_id, partition, part))
 
     return run
+
+
+#: the Spark local properties a streaming query's tasks get: the micro-batch's id, and the query's id (kept in its
+#: checkpoint: the same after a restart)
+SPARK_BATCH_ID, SPARK_QUERY_ID = "streaming.sql.batchId", "sql.streaming.queryId"
+
+
+def operator_batch(spec: ExecutorSpec, task: Any) -> int:
+    """The batch id of a DataFrame operator's task: its batch DataFrame's run (``spec.run_id``) or Spark's
+    micro-batch id. A streaming query's first task in a process checks that the function's state belongs to this
+    query (:func:`statekeep.functions.messaging.sink.claim`): a query with another checkpoint would number its
+    micro-batches from 0 again, and find them applied."""
+    if spec.run_id is not None:
+        return spec.run_id
+    batch, query = task.getLocalProperty(SPARK_BATCH_ID), task.getLocalProperty(SPARK_QUERY_ID)
+    if batch is None or query is None:
+        raise InvalidArgumentError(f"{spec.fqfn}: a streaming operator's task has no micro-batch id from Spark")
+    assert spec.output is not None  # the operator's kept rows (see statekeep.functions.driver.operator)
+    claim(spec.output, query, spec.fqfn)
+    return int(batch)
 
 
 def _packed_parts(batches: list[Any]) -> Iterator[tuple[int, list[Any]]]:

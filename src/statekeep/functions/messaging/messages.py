@@ -291,11 +291,16 @@ def _plain(value: Any) -> Any:
 
 
 def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
-    """What a result becomes in the function's output: for a topic, a message record with the input
-    message's key, properties and event time (as Pulsar's runtime sets them); else the value,
-    through ``outputSerdeClassName`` if set."""
+    """What a result becomes in the function's output: for the DataFrame operator, a row of its output schema
+    (:mod:`statekeep.functions.messaging.rows`); for a topic, a message record with the input message's key,
+    properties and event time (as Pulsar's runtime sets them); else the value, through ``outputSerdeClassName``
+    if set."""
     from statekeep.functions.messaging.topics import is_topic
 
+    if spec.rows_schema is not None:  # the DataFrame operator's: a row of its output schema
+        from statekeep.functions.messaging.rows import row_maker
+
+        return row_maker(spec.rows_schema, context.get_message_key)
     name = spec.output_serde
     serde = load_serde(name, spec.code, spec.py_name) if name else None
     if is_topic(spec.output):

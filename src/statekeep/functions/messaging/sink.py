@@ -111,12 +111,17 @@ def file_names(directory: str, prefix: str = "") -> list[str]:
 
 def read_text(directory: str, name: str) -> str:
     """The text of file ``name`` of ``directory`` (a path or URL)."""
+    return read_bytes(directory, name).decode("utf-8")
+
+
+def read_bytes(directory: str, name: str) -> bytes:
+    """The bytes of file ``name`` of ``directory`` (a path or URL)."""
     if not is_url(directory):
-        with open(os.path.join(directory, name), encoding="utf-8") as f:
+        with open(os.path.join(directory, name), "rb") as f:
             return f.read()
     fs, path = filesystem(directory)
     data: bytes = fs.cat_file(f"{path}/{name}")
-    return data.decode("utf-8")
+    return data
 
 
 def read_records(directory: str, label: str = "") -> Iterator[dict[str, Any]]:
@@ -141,7 +146,16 @@ def file_records(directory: str, name: str, label: str = "") -> Iterator[dict[st
 
 
 def _encode(records: Any, fmt: str) -> bytes:
-    """Records (a list, or a pyarrow Table) as a file's bytes: JSON lines, or Parquet for ``fmt`` ``parquet``."""
+    """Records (a list, or a pyarrow Table) as a file's bytes: JSON lines, Parquet for ``fmt`` ``parquet``, or an
+    Arrow IPC stream of a Table for ``arrow`` (the DataFrame operator's kept rows, read back by
+    :meth:`OutputSink.read`)."""
+    if fmt == "arrow":
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, records.schema) as writer:
+            writer.write_table(records)
+        return bytes(sink.getvalue())
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -230,11 +244,43 @@ class OutputSink:
         name = f"{origin}-{uuid.uuid4().hex[:8]}{self.suffix}@{_now():013d}.{self.fmt}"
         return write_file(self.directory, name, records, self.fmt)
 
+    def read(self, batch_id: int, partition: int) -> Any:
+        """What :meth:`write` wrote for (batch, partition) in the ``arrow`` format, as a pyarrow Table; None if
+        nothing was written (a partition without output)."""
+        name = self.existing(batch_id, partition)
+        if name is None or self.directory is None:
+            return None
+        import pyarrow as pa
+
+        with pa.ipc.open_stream(read_bytes(self.directory, name)) as reader:
+            return reader.read_all()
+
     def discard(self, batch_id: int, partition: int) -> None:
         """Remove what :meth:`write` wrote for (batch, partition), if anything."""
         name = self.existing(batch_id, partition)
         if name is not None and self.directory is not None:
             _remove(self.directory, name)
+
+
+_claimed: set[tuple[str, str]] = set()
+
+
+def claim(directory: str, owner: str, what: str) -> None:
+    """Record ``owner`` (a streaming query's id) as the one writer of ``directory`` (a path or URL), once per
+    process: the first claim writes it, a later one by the same owner passes. :class:`InvalidArgumentError`
+    naming ``what`` if another owner claimed it."""
+    if (directory, owner) in _claimed:
+        return
+    names = file_names(directory, "_owner")
+    if "_owner" not in names:
+        write_file(directory, "_owner", [{"query": owner}])
+    found = json.loads(read_text(directory, "_owner"))["query"]
+    if found != owner:
+        raise InvalidArgumentError(
+            f"{what}'s state belongs to streaming query {found} (its checkpoint); this is query {owner}, with "
+            "another checkpoint, whose micro-batches would count as applied: restart the query from its "
+            "checkpoint, or give the function another name")
+    _claimed.add((directory, owner))
 
 
 def _now() -> int:

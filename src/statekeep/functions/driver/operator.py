@@ -1,0 +1,198 @@
+"""A statekeep function as an operator on any DataFrame: :func:`apply_function`.
+
+Spark's own stateful operators (``groupBy(key).transformWithState(...)``) take any DataFrame, batch or streaming,
+and give a DataFrame to any sink. This does the same with a statekeep function: its state is exactly-once through
+the (batch, partition) marker of :mod:`statekeep.functions.executor.runtime`, and its output rows are exactly-once
+through Spark's own sinks, because each (batch, partition)'s rows are kept (an Arrow file, written before the state
+commit) and a replay of a committed (batch, partition) gives them again instead of running the function.
+
+    from statekeep.spark import apply_function
+
+    counts = apply_function(events, count_words, name="public/default/wc", key="user")
+    counts.writeStream.format("parquet").option("checkpointLocation", ...).start(...)
+
+The function is registered under its name in the store's registry (created, or updated with this call's config),
+so ``functions querystate``, REST, the console, followers and the changelog find its state as they find a
+function the runner runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from statekeep.errors import InvalidArgumentError, NotFoundError
+from statekeep.functions.config.loader import entry_point, validate_function_source
+from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
+from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
+from statekeep.functions.messaging.sink import claim
+from statekeep.functions.windowing.timerun import routing
+from statekeep.metadata.registry import default_store_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+#: the columns that give a DataFrame Kafka's shape (``spark.readStream.format("kafka")``): its records are messages
+KAFKA_COLUMNS = frozenset({"key", "value", "timestamp"})
+#: where a function's kept output rows go, under its state directory or its ``local://`` store
+ROWS_DIR = "operator-rows"
+
+
+def _stub(fqfn: str) -> bytes:
+    """The registered code of a function given as a Python object: it runs only in its DataFrame's query."""
+    return (f"def process(input, context):\n    raise RuntimeError({fqfn!r} ' runs in a DataFrame query "
+            "(statekeep.spark.apply_function): it has no inputs of its own')\n").encode()
+
+
+def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column | None = None,
+                   store: str | None = None, state_dir: str | None = None,
+                   output_schema: str | StructType | None = None, parallelism: int = 2,
+                   config: Mapping[str, Any] | None = None, class_name: str | None = None,
+                   vectorized: bool | None = None, outputs_dir: str | None = None) -> DataFrame:
+    """``df`` (batch or streaming) through the function ``function`` named ``name`` (``tenant/namespace/name``):
+    a DataFrame of its output rows in ``output_schema`` (a DDL string or StructType; default
+    :data:`~statekeep.functions.messaging.rows.DEFAULT_SCHEMA`, ``key string, value string``: see
+    :mod:`statekeep.functions.messaging.rows` for what a result becomes).
+
+    - ``function``: a callable ``process(input, context)``, ``process(input)`` or ``process_batch(records,
+      context)`` (named so, or ``vectorized=True``), a ``pulsar.Function`` class (or instance), or the path of a
+      function file (``class_name`` as Pulsar's ``--classname``).
+    - A record reaches ``process`` as the row's dict (its columns as JSON gives them). A DataFrame of Kafka's
+      shape (``key``, ``value`` binary, ``timestamp``; ``headers`` and ``topic`` if present) gives each row as a
+      message: the value through the function's serde, the key, headers (as properties) and timestamp (as event
+      time) through the Context.
+    - ``key``: the column (name or Column) whose value is a record's key: one key's records reach one task in
+      order, and its state lives there. None: no key, every record in one partition.
+    - ``store``: the registry and state's metadata store URL (default ``$STATEKEEP_STORE`` or
+      ``local://./.statekeep-data``); ``state_dir``: partition-owned state there instead (a path or URL, as
+      ``--state-dir``). ``config``: more of the function's config, Pulsar's FunctionConfig fields
+      (``userConfig``, ``maxMessageRetries``, ``deadLetterTopic``, ``logTopic``, ``timeoutMs``, ...).
+    - ``outputs_dir``: where each (batch, partition)'s output rows are kept until Spark no longer replays it (a
+      path or URL every executor reaches); default under ``state_dir``, else under a ``local://`` store's
+      directory (another store needs it named).
+
+    A streaming query keeps the function's state for its checkpoint: a query with another checkpoint is refused
+    at its first task (its micro-batches, numbered from 0 again, would count as applied). A batch DataFrame is one
+    run, with its own batch id: a task Spark retries, or the DataFrame computed again, gives the same rows.
+    Raises :class:`InvalidArgumentError` (e.g. a malformed name, a function that cannot run, a state provider other
+    than the registered one, timers or windows, which the operator does not run yet), before anything runs.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from statekeep.functions.config.service import FunctionService
+    from statekeep.functions.driver.spark import SCAN_PER_PARTITION_UP_TO, by_partition, executor_spec, route_column
+    from statekeep.state.partitioned import state_storage
+
+    parts = name.split("/") if isinstance(name, str) else []
+    if len(parts) != 3:
+        raise InvalidArgumentError(f"name must be tenant/namespace/name, not {name!r}")
+    tenant, namespace, fname = parts
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+        raise InvalidArgumentError(f"parallelism must be an int >= 1, not {parallelism!r}")
+    entry, kind, code, py_name = None, None, b"", f"{fname}.py"
+    if isinstance(function, (str, os.PathLike)):
+        try:
+            with open(function, "rb") as f:
+                code = f.read()
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot read the function file {os.fspath(function)!r}: {e}") from None
+        py_name = os.path.basename(os.fspath(function))
+        validate_function_source(code, py_name, class_name)
+    else:
+        entry, kind = function, entry_point(function, vectorized)[1]
+    key_name = None if key is None else key if isinstance(key, str) else "key"
+    schema = (StructType.fromDDL(output_schema) if isinstance(output_schema, str)
+              else output_schema if output_schema is not None else StructType.fromDDL(DEFAULT_SCHEMA))
+    if not isinstance(schema, StructType):
+        raise InvalidArgumentError(f"output_schema must be a DDL string or a StructType, not {type(schema).__name__}")
+
+    url = store or default_store_url()
+    registered: dict[str, Any] = {**(config or {}), "tenant": tenant, "namespace": namespace, "name": fname,
+                                  "inputs": ["dataframe"], "parallelism": parallelism, "py": py_name,
+                                  "className": class_name}
+    if key_name is not None:
+        registered["keyField"] = key_name
+    if state_dir is not None:
+        registered["stateStorage"] = state_storage(state_dir)
+    with FunctionService.open(url) as service:
+        registry = service.registry
+        try:
+            registry.get(tenant, namespace, fname)
+            registry.update(tenant, namespace, fname, registered, code or _stub(name))
+        except NotFoundError:
+            registry.create(registered, code or _stub(name))
+        spec, _ = executor_spec(registry, url, tenant, namespace, fname)
+        incarnation = registry.incarnation(tenant, namespace, fname)
+    if entry is not None:
+        spec = dataclasses.replace(spec, code=_source_of(entry), entry=entry, entry_kind=kind)
+    if spec.time is not None:
+        raise InvalidArgumentError(f"{name}: timers, windows and state TTL do not run in the DataFrame operator yet "
+                                   "(run the function with localrun or a server)")
+    base = outputs_dir or (f"{state_dir.rstrip('/')}/{ROWS_DIR}" if state_dir else _local_dir(url))
+    if base is None:
+        raise InvalidArgumentError(f"a function on {url} needs outputs_dir=: where its output rows are kept, a "
+                                   "path or URL every executor reaches")
+
+    kafka = KAFKA_COLUMNS <= set(df.columns) and dict(df.dtypes).get("value") == "binary"
+    key_column = (F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)
+    columns = [_message(df) if kafka else F.to_json(F.struct(*[F.col(c) for c in df.columns])),
+               key_column.cast("string").alias("__key")]
+    topic = kafka and "topic" in df.columns
+    if topic:
+        columns.append(F.col("topic").cast("string").alias("__topic"))
+    frame = df.select(columns[0].alias("__record"), *columns[1:])
+    spec = dataclasses.replace(
+        spec, input_format="message" if kafka else "json", source_format="message" if kafka else "json",
+        topic_column=topic, output=f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{incarnation}",
+        output_format="arrow", rows_schema=to_arrow_schema(schema),
+        run_id=None if df.isStreaming else time.time_ns() // 1000)
+    partitions = parallelism if key is not None else 1
+    partitioning = routing(spec, cached_state_store(spec), partitions)
+    by = "__key"
+    if partitioning is not None:  # partition-owned state: each record to the partition owning its key's group
+        groups, partitions = partitioning
+        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
+        frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
+        if spec.run_id is not None:  # a partition applies batches in rising order: runs' ids outrank micro-batches'
+            assert spec.output is not None
+            claim(spec.output, "batch runs", name)
+    frame = (by_partition(frame, by, partitions) if partitions <= SCAN_PER_PARTITION_UP_TO
+             else frame.repartition(partitions, by))
+    return frame.mapInArrow(arrow_partition_runner(spec), schema)
+
+
+def _local_dir(url: str) -> str | None:
+    """The directory of a ``local://`` store URL (None for another store)."""
+    if not url.startswith("local://"):
+        return None
+    return os.path.abspath(url.removeprefix("local://").split("?")[0]) + f"/{ROWS_DIR}"
+
+
+def _source_of(entry: Any) -> str:
+    """The source text of a function object where Python has it ('' otherwise): the time section of its spec
+    looks in it for timers and TTL."""
+    try:
+        return inspect.getsource(entry if isinstance(entry, type) or callable(entry) else type(entry))
+    except (OSError, TypeError):
+        return ""
+
+
+def _message(df: DataFrame) -> Column:
+    """A Kafka-shaped row as the message record the runtime decodes (see
+    :mod:`statekeep.functions.messaging.messages`): key, the value's bytes, headers as properties, the timestamp
+    as event time."""
+    from pyspark.sql import functions as F
+
+    fields = [F.col("key").cast("string").alias("key"), F.base64(F.col("value")).alias("valueBase64"),
+              F.unix_millis(F.col("timestamp")).alias("eventTime")]
+    if "headers" in df.columns:
+        fields.append(F.map_from_entries(F.transform(F.col("headers"), lambda h: F.struct(
+            h["key"], h["value"].cast("string")))).alias("properties"))
+    return F.to_json(F.struct(*fields))

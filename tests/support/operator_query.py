@@ -1,0 +1,93 @@
+"""A streaming query of a user's own, with a statekeep function in it (``statekeep.spark.apply_function``), for the
+operator's fault tests: JSON-lines files in (one micro-batch per file), a word count whose output row per record is
+``(word, n)``, n the word's count after it, out to a file sink or to ``foreachBatch`` writing one file per batch id.
+
+    python operator_query.py --store URL --input DIR --out DIR --checkpoint DIR --flags DIR
+        [--sink file|foreach] [--pause function|before-sink|after-sink|kill-worker] [--master M] [--state-dir URL]
+
+``--pause`` arms one fault, once (the file ``FLAGS/armed`` exists until the fault takes it): ``function``: the
+function stops (sleeps) on partition 1 of micro-batch 1, writing ``FLAGS/paused``, so the test can SIGKILL the
+driver with partition 0's state committed and the sink not; ``before-sink`` / ``after-sink``: the ``foreachBatch``
+handler of batch 1 stops after the batch's rows were computed (state committed), before or after it wrote them;
+``kill-worker``: the function SIGKILLs its own Python worker on micro-batch 1's partition 0. At the end the driver
+writes what the sink holds, as JSON rows, to ``OUT.result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+
+
+def count(flags: str, pause: str):
+    def process(input, context):
+        word = input["word"]
+        context.incr_counter(word, 1)
+        batch, partition, _ = context.get_message_id().split(":")
+        armed = os.path.join(flags, "armed")
+        if batch == "1" and pause in ("function", "kill-worker") and os.path.exists(armed):
+            if pause == "function" and partition == "1":
+                os.remove(armed)
+                open(os.path.join(flags, "paused"), "w").close()
+                time.sleep(600)
+            if pause == "kill-worker" and partition == "0":
+                os.remove(armed)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return {"word": word, "n": context.get_counter(word)}
+    return process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("--store", "--input", "--out", "--checkpoint", "--flags"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--sink", choices=("file", "foreach"), default="file")
+    parser.add_argument("--pause", default="none")
+    parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--state-dir", default=None)
+    args = parser.parse_args()
+
+    from statekeep.functions.driver.spark import spark_session
+    from statekeep.spark import apply_function
+
+    spark = spark_session(args.master, "operator-test")
+    events = spark.readStream.schema("word string").option("maxFilesPerTrigger", 1).json(args.input)
+    out = apply_function(events, count(args.flags, args.pause), name="public/default/opcount", key="word",
+                         store=args.store, state_dir=args.state_dir, output_schema="word string, n long")
+    writer = out.writeStream.option("checkpointLocation", args.checkpoint).trigger(availableNow=True)
+    if args.sink == "file":
+        query = writer.format("json").option("path", args.out).start()
+    else:
+        def handle(frame, batch_id):
+            rows = [r.asDict() for r in frame.collect()]
+            armed = os.path.join(args.flags, "armed")
+
+            def pause_at(where):
+                if batch_id == 1 and args.pause == where and os.path.exists(armed):
+                    os.remove(armed)
+                    open(os.path.join(args.flags, "paused"), "w").close()
+                    time.sleep(600)
+            pause_at("before-sink")
+            os.makedirs(args.out, exist_ok=True)
+            target = os.path.join(args.out, f"batch-{batch_id}.json")
+            with open(target + ".tmp", "w") as f:  # by batch id: a replay replaces the batch's file
+                json.dump(rows, f)
+            os.replace(target + ".tmp", target)
+            pause_at("after-sink")
+        query = writer.foreachBatch(handle).start()
+    query.awaitTermination()
+    if args.sink == "file":
+        rows = [r.asDict() for r in spark.read.schema("word string, n long").json(args.out).collect()]
+    else:
+        rows = [row for name in sorted(os.listdir(args.out)) if name.endswith(".json")
+                for row in json.load(open(os.path.join(args.out, name)))]
+    with open(args.out.rstrip("/") + ".result.json", "w") as f:
+        json.dump(rows, f)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

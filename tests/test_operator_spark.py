@@ -1,0 +1,195 @@
+"""The DataFrame operator (``statekeep.spark.apply_function``) on local Spark: any DataFrame in, the function's
+rows out, state exactly-once and kept rows given again on a replay; the driver SIGKILLed between the state commit
+and the sink's, and after both, and a Python worker SIGKILLed, each ending exact on a file sink and on
+``foreachBatch``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.config.service import FunctionService
+from statekeep.testing import wait_for
+from support.spark import write_word_files
+
+QUERY = Path(__file__).parent / "support" / "operator_query.py"
+
+
+@pytest.fixture(autouse=True)
+def _functions_by_value(spark):
+    """This module's functions travel to Spark's Python workers by value (their module is not importable there),
+    as a user's functions do with PySpark's ``cloudpickle.register_pickle_by_value`` or ``addPyFile``."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def counting(input, context):
+    context.incr_counter(input["user"], 1)
+    return {"user": input["user"], "n": context.get_counter(input["user"])}
+
+
+def test_a_batch_dataframe_counts_once_and_gives_its_rows_again_when_computed_again(spark, tmp_path):
+    from statekeep.spark import apply_function
+
+    url = f"local://{tmp_path}/data"
+    df = spark.createDataFrame([("a", 1), ("b", 2), ("a", 3)], "user string, x int")
+    out = apply_function(df, counting, name="public/default/users", key="user", store=url)
+    first = sorted(map(tuple, out.collect()))
+    assert first == [("a", '{"user":"a","n":1}'), ("a", '{"user":"a","n":2}'), ("b", '{"user":"b","n":1}')]
+    assert sorted(map(tuple, out.collect())) == first  # the same run: its kept rows, state not counted again
+    typed = apply_function(df, counting, name="public/default/users", key="user", store=url,
+                           output_schema="user string, n long")
+    assert sorted(map(tuple, typed.collect())) == [("a", 3), ("a", 4), ("b", 2)]  # a second run counts on
+    with FunctionService.open(url) as service:  # registered: the CLI's and REST's reads find its state
+        assert service.query_state("public", "default", "users", "a")["numberValue"] == 4
+        assert service.registry.get("public", "default", "users").keyField == "user"
+
+
+class WordLength:
+    """A Pulsar-style class, its per-key state in bytes."""
+
+    def process(self, input, context):
+        seen = int(context.get_state(input["word"]) or b"0") + len(input["word"])
+        context.put_state(input["word"], str(seen).encode())
+        return seen
+
+
+def test_a_class_a_file_and_process_batch_run_as_operators(spark, tmp_path):
+    from statekeep.spark import apply_function
+
+    url = f"local://{tmp_path}/data"
+    df = spark.createDataFrame([("ab",), ("c",), ("ab",)], "word string")
+    out = apply_function(df, WordLength, name="public/default/lengths", key="word", store=url,
+                         output_schema="total long")
+    assert sorted(r.total for r in out.collect()) == [1, 2, 4]
+    py = tmp_path / "batch.py"
+    py.write_text("import pyarrow as pa\nimport pyarrow.compute as pc\n\n"
+                  "def process_batch(records, context):\n"
+                  "    counts = pc.value_counts(records['word'])\n"
+                  "    context.incr_counters(counts.field('values'), counts.field('counts'))\n"
+                  "    return pa.table({'word': counts.field('values'), 'seen': counts.field('counts')})\n")
+    out = apply_function(df, str(py), name="public/default/vector", key="word", store=url,
+                         output_schema="word string, seen long")
+    assert sorted(map(tuple, out.collect())) == [("ab", 2), ("c", 1)]
+    with FunctionService.open(url) as service:
+        assert service.query_state("public", "default", "vector", "ab")["numberValue"] == 2
+
+
+def test_a_kafka_shaped_dataframe_gives_messages_through_the_serde_and_context(spark, tmp_path):
+    from statekeep.spark import apply_function
+
+    def echo(value, context):
+        return {"value": value, "key": context.get_message_key(), "props": context.get_message_properties(),
+                "time": context.get_message_eventtime(), "topic": context.get_current_message_topic_name()}
+
+    when = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.timezone.utc)
+    df = spark.createDataFrame(
+        [(b"k1", b"hello", "events", when, [("h", b"x")])],
+        "key binary, value binary, topic string, timestamp timestamp, headers array<struct<key string, value binary>>")
+    out = apply_function(df, echo, name="public/default/kafka", key="key", store=f"local://{tmp_path}/data")
+    (row,) = out.collect()
+    assert row.key == "k1"
+    assert json.loads(row.value) == {"value": "hello", "key": "k1", "props": {"h": "x"},
+                                     "time": int(when.timestamp() * 1000), "topic": "events"}
+
+
+def test_bad_arguments_are_refused_before_anything_runs(spark, tmp_path):
+    from statekeep.spark import apply_function
+
+    url = f"local://{tmp_path}/data"
+    df = spark.createDataFrame([("a",)], "user string")
+    with pytest.raises(InvalidArgumentError, match="tenant/namespace/name"):
+        apply_function(df, counting, name="users", store=url)
+    with pytest.raises(InvalidArgumentError, match="cannot read the function file"):
+        apply_function(df, str(tmp_path / "missing.py"), name="public/default/x", store=url)
+    with pytest.raises(InvalidArgumentError, match="callable"):
+        apply_function(df, 42, name="public/default/x", store=url)
+    with pytest.raises(InvalidArgumentError, match="outputs_dir"):
+        apply_function(df, counting, name="public/default/x", store="memory://")
+    with pytest.raises(InvalidArgumentError, match="parallelism"):
+        apply_function(df, counting, name="public/default/x", store=url, parallelism=0)
+    wrong = apply_function(df, counting, name="public/default/wrong", key="user", store=url,
+                           output_schema="user string")
+    with pytest.raises(Exception, match="n.*output schema"):  # a result that does not fit: the job fails, named
+        wrong.collect()
+    with FunctionService.open(url) as service:  # and nothing of its run was committed
+        assert list(service.registry.state_store("public", "default", "wrong").scan_entries()) == []
+
+
+WORDS = [f"w{i % 37}" for i in range(900)]
+
+
+def expected_rows(words: list[str]) -> list[tuple[str, int]]:
+    """Every (word, n) a word count gives: n from 1 to the word's count, once each."""
+    return sorted((w, n) for w, c in Counter(words).items() for n in range(1, c + 1))
+
+
+def run_query(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str = "none", *,
+              master: str = "local[2,4]", store: str | None = None) -> subprocess.Popen:
+    command = [sys.executable, str(QUERY), "--store", store or f"local://{tmp_path}/data",
+               "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck"),
+               "--flags", str(tmp_path), "--sink", sink, "--pause", pause, "--master", master]
+    log = open(tmp_path / "driver.log", "a")
+    return subprocess.Popen(command, env={**os.environ, **spark_env}, stdout=log, stderr=log,
+                            start_new_session=True)  # its own process group: the JVM and workers die with it
+
+
+def finish(run: subprocess.Popen, tmp_path: Path) -> list[tuple[str, int]]:
+    assert run.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-4000:]
+    return sorted((r["word"], r["n"]) for r in json.loads((tmp_path / "out.result.json").read_text()))
+
+
+def state_counts(url: str) -> Counter:
+    with FunctionService.open(url) as service:
+        state = service.registry.state_store("public", "default", "opcount")
+        return Counter({e.key: e.counter for e in state.scan_entries()})
+
+
+@pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "before-sink"),
+                                        ("foreach", "after-sink"), ("file", "kill-worker"),
+                                        ("foreach", "kill-worker")])
+def test_faults_end_exact(sink, pause, tmp_path, spark_env):
+    """The driver SIGKILLed after micro-batch 1's state commit (of one partition, or of both) and before the
+    sink's commit, or after the sink's too; or a Python worker SIGKILLed: run again from the checkpoint, every
+    input is counted once and every output row is in the sink once."""
+    write_word_files(tmp_path / "in", WORDS, per_file=300)
+    url = f"local://{tmp_path}/data"
+    (tmp_path / "armed").touch()
+    run = run_query(tmp_path, spark_env, sink, pause)
+    if pause == "kill-worker":  # Spark retries the task; the run ends by itself
+        rows = finish(run, tmp_path)
+        assert not (tmp_path / "armed").exists(), "the fault never happened"
+    else:
+        assert wait_for(lambda: (tmp_path / "paused").exists() or run.poll() is not None, timeout=180)
+        assert run.poll() is None, (tmp_path / "driver.log").read_text()[-4000:]
+        if pause == "function":  # partition 0 of batch 1 committed; partition 1 is stopped in the function
+            with FunctionService.open(url) as service:
+                state = service.registry.state_store("public", "default", "opcount")
+                assert wait_for(lambda: state.has_marker("1-0"), timeout=60)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        rows = finish(run_query(tmp_path, spark_env, sink), tmp_path)
+    assert rows == expected_rows(WORDS)
+    assert state_counts(url) == Counter(WORDS)
+
+
+def test_a_query_with_another_checkpoint_is_refused(tmp_path, spark_env):
+    """A second query of the function, on a new checkpoint, would find its micro-batches applied: its first task
+    refuses to run, naming the query that owns the state."""
+    write_word_files(tmp_path / "in", WORDS[:300], per_file=300)
+    assert finish(run_query(tmp_path, spark_env, "foreach"), tmp_path) == expected_rows(WORDS[:300])
+    os.rename(tmp_path / "ck", tmp_path / "ck.first")
+    run = run_query(tmp_path, spark_env, "foreach")
+    assert run.wait(timeout=300) != 0
+    assert "belongs to streaming query" in (tmp_path / "driver.log").read_text()
+    assert state_counts(f"local://{tmp_path}/data") == Counter(WORDS[:300])
