@@ -13,7 +13,10 @@ micro-batch per file) and availableNow triggers for every variant:
   loopback through statekeep.testing.servers; there each (batch, partition) of 125k events touches ~50k
   keys, far more than one transaction, so it goes through the staged commit);
 - applyInPandasWithState: groupBy(word), a pandas function keeping a count in GroupState;
-- transformWithStateInPandas: a StatefulProcessor with a ValueState count;
+- transformWithStateInPandas: a StatefulProcessor with a ValueState count, and transformWithState: the same
+  processor on Row iterators (PySpark 4.1's Row-based API);
+- operator: the statekeep function of the statekeep variant on the Spark variants' own streaming DataFrame, as a
+  user puts it in their own query (``statekeep.spark.apply_function``, key ``word``, parallelism 2, a noop sink);
 - jvm_count: streaming groupBy(word).count(), no Python at all (the ceiling).
 
 Each query is timed from start to termination, right after a warm-up run of the same variant on a small
@@ -132,12 +135,50 @@ def transform_with_state(spark, inputs: str):
         CountProcessor(), "word string, count long", "Update", "None")
 
 
+def transform_with_state_rows(spark, inputs: str):
+    from pyspark.sql import Row
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class CountProcessor(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.count = handle.getValueState("count", "count long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            total = (self.count.get()[0] if self.count.exists() else 0) + sum(1 for _ in rows)
+            self.count.update((total,))
+            yield Row(word=key[0], count=total)
+
+    return words_stream(spark, inputs).groupBy("word").transformWithState(
+        CountProcessor(), "word string, count long", "Update", "None")
+
+
+def run_operator(spark, inputs: str, work: str, url: str, state_dir: str | None = None) -> tuple:
+    """The statekeep variant's function on ``words_stream``, through the DataFrame operator, to a noop sink."""
+    from statekeep.spark import apply_function
+
+    py = os.path.join(work, "count.py")
+    with open(py, "wb") as f:
+        f.write(COUNT_ONLY)
+    start = time.perf_counter()
+    out = apply_function(words_stream(spark, inputs), py, name="public/default/count", key="word", store=url,
+                         state_dir=state_dir, parallelism=2)
+    query = (out.writeStream.format("noop").option("checkpointLocation", f"{work}/ckpt")
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    with FunctionService.open(url) as service:
+        state = service.registry.state_store("public", "default", "count")
+        return elapsed, {e.key: e.counter for e in state.scan_entries()}, batch_seconds(query)
+
+
 VARIANTS = {  # name -> streaming frame of (word, count) updates; statekeep runs as a function instead
     "statekeep": None,
     "statekeep_vectorized": None,
     "applyInPandasWithState": lambda spark, inputs: words_stream(spark, inputs).groupBy("word").applyInPandasWithState(
         count_in_pandas, "word string, count long", "count long", "Update", "NoTimeout"),
     "transformWithStateInPandas": transform_with_state,
+    "transformWithState": transform_with_state_rows,
+    "operator": None,
     "jvm_count": lambda spark, inputs: words_stream(spark, inputs).groupBy("word").count(),
 }
 
@@ -148,7 +189,11 @@ def run_variant(spark, variant: str, inputs: str, work: str, tag: str, url: str 
     The statekeep variant keeps its state at ``url`` (default: a fresh local:// directory)."""
     name = f"{tag}_{len(os.listdir(work))}"
     os.makedirs(os.path.join(work, name))
-    if VARIANTS[variant] is None:
+    if variant == "operator":
+        result = run_operator(spark, inputs, os.path.join(work, name),
+                              url.rstrip("/") + f"/{name}" if url else f"local://{work}/{name}/data",
+                              state_dir and f"{state_dir.rstrip('/')}/{name}")
+    elif VARIANTS[variant] is None:
         where = url.rstrip("/") + f"/{name}" if url else f"local://{work}/{name}/data"
         result = run_statekeep(spark, inputs, os.path.join(work, name), where, FUNCTION_CODE[variant],
                                state_dir and f"{state_dir.rstrip('/')}/{name}")
@@ -345,6 +390,13 @@ def main() -> None:
         print("targets: statekeep_vectorized" + "".join(
             f" {label}: {vec / other:.2f}x ({'met' if vec >= goal * other else 'missed'});"
             for label, other, goal in ((">= 3x JVM count()", ceiling, 3), (">= 2x statekeep (per record)", sk, 2))
+            if other).rstrip(";"))
+    op, pandas_tws, rows_tws = (rates.get(v) for v in ("operator", "transformWithStateInPandas", "transformWithState"))
+    if op:
+        print("targets: operator" + "".join(
+            f" {label}: {op / other:.2f}x ({'met' if op >= goal * other else 'missed'});"
+            for label, other, goal in ((">= 10x transformWithStateInPandas", pandas_tws, 10),
+                                       (">= 5x transformWithState", rows_tws, 5), (">= 0.95x statekeep", sk, 0.95))
             if other).rstrip(";"))
     if sk and base and ceiling:
         print(f"targets: statekeep >= 5x applyInPandasWithState: {sk / base:.2f}x "

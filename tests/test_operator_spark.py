@@ -193,3 +193,45 @@ def test_a_query_with_another_checkpoint_is_refused(tmp_path, spark_env):
     assert run.wait(timeout=300) != 0
     assert "belongs to streaming query" in (tmp_path / "driver.log").read_text()
     assert state_counts(f"local://{tmp_path}/data") == Counter(WORDS[:300])
+
+
+class Timed:
+    """Event-time and processing-time timers, by record: ``{"k", "ts"}`` with ts the input's watermark column."""
+
+    def process(self, input, context):
+        assert context.get_message_eventtime() == input["ts"]  # the withWatermark column, in ms
+        context.register_timer(input["ts"] + 1000, "event")
+        context.register_timer(context.get_current_processing_time() + 1500, "processing")
+
+    def on_timer(self, key, timestamp_ms, context):
+        return {"k": key, "at": timestamp_ms}
+
+
+def test_timers_fire_on_the_inputs_watermark_and_while_the_input_is_idle(spark, tmp_path):
+    """The input's withWatermark gives the function's event time: a key's event-time timer fires once a later
+    record (another key's) moved the watermark past it; processing-time timers fire with no more input. Each
+    fires once."""
+    from statekeep.spark import apply_function
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.json").write_text('{"k": "a", "ts": "2020-01-01T12:00:00Z"}\n')
+    events = (spark.readStream.schema("k string, ts timestamp").json(str(source))
+              .withWatermark("ts", "0 seconds"))
+    out = apply_function(events, Timed, name="public/default/timed", key="k", store=f"local://{tmp_path}/data",
+                         output_schema="k string, at long")
+    fired: list[tuple[str, int]] = []
+    query = (out.writeStream.foreachBatch(lambda frame, _: fired.extend(map(tuple, frame.collect())))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="200 milliseconds").start())
+    try:
+        base = int(datetime.datetime(2020, 1, 1, 12, tzinfo=datetime.timezone.utc).timestamp() * 1000)
+        assert wait_for(lambda: len(fired) == 1, timeout=60), fired  # the processing-time timer, input idle
+        assert fired[0][0] == "a" and fired[0][1] > base + 10**9  # a clock time, not an event time
+        (source / "b.json").write_text('{"k": "b", "ts": "2020-01-01T12:00:05Z"}\n')
+        assert wait_for(lambda: len(fired) == 3, timeout=60), fired  # a's event timer, b's processing timer
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    # b's event-time timer (base + 6000) waits for a watermark past b's own time (base + 5000): it has not fired
+    assert sorted(f for f in fired if f[1] < base + 10**6) == [("a", base + 1000)]
+    assert sorted(k for k, _ in fired) == ["a", "a", "b"]

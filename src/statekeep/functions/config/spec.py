@@ -10,7 +10,9 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.partitioned.keygroups import KEY_GROUPS
 
-INPUT_FORMATS = ("json", "text", "message")  # how the runtime decodes a record (see runtime.RecordPath)
+#: how the runtime decodes a record (see runtime.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
+#: Arrow gives them (a dict per record; ``process_batch`` gets the Arrow table as it is)
+INPUT_FORMATS = ("json", "text", "message", "rows")
 
 
 @dataclass(frozen=True, slots=True)

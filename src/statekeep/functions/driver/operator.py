@@ -30,7 +30,7 @@ from statekeep.functions.config.loader import entry_point, validate_function_sou
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
 from statekeep.functions.messaging.sink import claim
-from statekeep.functions.windowing.timerun import routing
+from statekeep.functions.windowing.timerun import routing, time_section, with_clock_source
 from statekeep.metadata.registry import default_store_url
 
 if TYPE_CHECKING:
@@ -76,11 +76,16 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
       path or URL every executor reaches); default under ``state_dir``, else under a ``local://`` store's
       directory (another store needs it named).
 
+    Timers, windows and state TTL run as in the runner: event time from the function's ``eventTimeField``, or the
+    input's ``withWatermark`` column (its delay the watermark's lag, unless the function's config sets one; the
+    column reaches the function in ms since the epoch); processing-time timers fire while the input is idle (a
+    streaming query then runs a micro-batch each second).
+
     A streaming query keeps the function's state for its checkpoint: a query with another checkpoint is refused
     at its first task (its micro-batches, numbered from 0 again, would count as applied). A batch DataFrame is one
     run, with its own batch id: a task Spark retries, or the DataFrame computed again, gives the same rows.
     Raises :class:`InvalidArgumentError` (e.g. a malformed name, a function that cannot run, a state provider other
-    than the registered one, timers or windows, which the operator does not run yet), before anything runs.
+    than the registered one, a column named ``__...``), before anything runs.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -130,26 +135,34 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
             registry.create(registered, code or _stub(name))
         spec, _ = executor_spec(registry, url, tenant, namespace, fname)
         incarnation = registry.incarnation(tenant, namespace, fname)
-    if entry is not None:
-        spec = dataclasses.replace(spec, code=_source_of(entry), entry=entry, entry_kind=kind)
-    if spec.time is not None:
-        raise InvalidArgumentError(f"{name}: timers, windows and state TTL do not run in the DataFrame operator yet "
-                                   "(run the function with localrun or a server)")
+        cfg = registry.get(tenant, namespace, fname)
+    if entry is not None:  # its time section from its own source (the registered code is a stub)
+        source = _source_of(entry)
+        spec = dataclasses.replace(spec, code=source, entry=entry, entry_kind=kind, time=time_section(cfg, source))
+    event_column, delay = _watermark(df)
+    if spec.time is not None and event_column is not None:  # the input's withWatermark: its event time and delay
+        user_config = {"eventTimeField": event_column, **spec.user_config}
+        lag = spec.time.lag_ms if spec.time.lag_ms is not None or spec.time.window else delay
+        spec = dataclasses.replace(spec, user_config=user_config, time=dataclasses.replace(spec.time, lag_ms=lag))
     base = outputs_dir or (f"{state_dir.rstrip('/')}/{ROWS_DIR}" if state_dir else _local_dir(url))
     if base is None:
         raise InvalidArgumentError(f"a function on {url} needs outputs_dir=: where its output rows are kept, a "
                                    "path or URL every executor reaches")
 
+    reserved = [c for c in df.columns if c.startswith("__")]
+    if reserved:
+        raise InvalidArgumentError(f"columns starting with __ are statekeep's own: rename {reserved}")
     kafka = KAFKA_COLUMNS <= set(df.columns) and dict(df.dtypes).get("value") == "binary"
-    key_column = (F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)
-    columns = [_message(df) if kafka else F.to_json(F.struct(*[F.col(c) for c in df.columns])),
-               key_column.cast("string").alias("__key")]
+    key_column = ((F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)).cast("string")
     topic = kafka and "topic" in df.columns
-    if topic:
-        columns.append(F.col("topic").cast("string").alias("__topic"))
-    frame = df.select(columns[0].alias("__record"), *columns[1:])
+    if kafka:  # each row a message record: its key, value, headers and timestamp as a Pulsar message's
+        frame = df.select(_message(df).alias("__record"), key_column.alias("__key"),
+                          *([F.col("topic").cast("string").alias("__topic")] if topic else []))
+    else:  # the row's columns as they are (the event time column in ms): a dict per record, or a Table
+        frame = df.select(*[F.unix_millis(F.col(c)).alias(c) if c == event_column and spec.time is not None
+                            else F.col(c) for c in df.columns], key_column.alias("__key"))
     spec = dataclasses.replace(
-        spec, input_format="message" if kafka else "json", source_format="message" if kafka else "json",
+        spec, input_format="message" if kafka else "rows", source_format="message" if kafka else "rows",
         topic_column=topic, output=f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{incarnation}",
         output_format="arrow", rows_schema=to_arrow_schema(schema),
         run_id=None if df.isStreaming else time.time_ns() // 1000)
@@ -163,9 +176,20 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         if spec.run_id is not None:  # a partition applies batches in rising order: runs' ids outrank micro-batches'
             assert spec.output is not None
             claim(spec.output, "batch runs", name)
+    if spec.time is not None and df.isStreaming:  # a micro-batch each second while idle: processing-time timers
+        frame = with_clock_source(frame)
     frame = (by_partition(frame, by, partitions) if partitions <= SCAN_PER_PARTITION_UP_TO
              else frame.repartition(partitions, by))
     return frame.mapInArrow(arrow_partition_runner(spec), schema)
+
+
+def _watermark(df: DataFrame) -> tuple[str | None, int | None]:
+    """The event time column and delay (ms) of ``df``'s ``withWatermark``, (None, None) without one."""
+    for field in df.schema.fields:
+        delay = field.metadata.get("spark.watermarkDelayMs")
+        if delay is not None:
+            return field.name, int(delay)
+    return None, None
 
 
 def _local_dir(url: str) -> str | None:

@@ -470,6 +470,8 @@ def records_table(values: Any, input_format: str) -> Any:
     column. Raises :class:`FunctionRecordError` naming the first malformed record's position."""
     import pyarrow as pa
 
+    if input_format == "rows":  # the operator's: its DataFrame's columns, already a Table
+        return values if isinstance(values, pa.Table) else pa.table({})
     if input_format == "message":  # Pulsar messages: a JSON file's line as JSON, other payloads as a str
         values = batch_lines([v for v in (values.to_pylist() if hasattr(values, "to_pylist") else values)
                               if v is not None])
@@ -568,7 +570,10 @@ def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iter
         task = TaskContext.get()
         assert task is not None  # mapInArrow runs this inside a Spark task
         if spec.rows_schema is not None:  # the DataFrame operator: its output rows
-            rows = _run_arrow(spec, operator_batch(spec, task), task.partitionId(), batches).rows
+            batch_id = operator_batch(spec, task)
+            batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
+                spec, watermark_previous=timerun.stored_watermark(cached_state_store(spec), batch_id))
+            rows = _run_arrow(batch_spec, batch_id, task.partitionId(), batches).rows
             if rows is not None:
                 yield from rows.to_batches()
             return
@@ -625,6 +630,8 @@ def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Itera
     ``__topic`` where the spec asks for it)."""
     import pyarrow as pa
 
+    if spec.input_format == "rows":
+        return _run_rows(spec, batch_id, partition, list(batches))
     if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
         columns = [batch.column("__record") for batch in batches]
         records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
@@ -644,6 +651,24 @@ def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Itera
     keys = set(record_keys)
     keys.discard(None)
     return run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
+
+
+def _run_rows(spec: ExecutorSpec, batch_id: int, partition: int, batches: list[Any]) -> PartitionStats:
+    """:func:`run_partition` of one partition of the DataFrame operator's ``rows`` input: its record batches'
+    columns but statekeep's own (``__key``, ``__route``, ...) are the records, a dict per record (``process_batch``:
+    the Table of them)."""
+    import pyarrow as pa
+
+    if not batches:
+        return run_partition(spec, batch_id, partition, [])
+    table = pa.Table.from_batches(batches)
+    data = table.drop_columns([name for name in table.column_names if name.startswith("__")])
+    if _cached_process(spec)[1] == BATCH:
+        return run_partition(spec, batch_id, partition, data)
+    record_keys = table.column("__key").to_pylist()
+    keys = set(record_keys)
+    keys.discard(None)
+    return run_partition(spec, batch_id, partition, data.to_pylist(), keys, record_keys=record_keys)
 
 
 def _stats_batch(stats: PartitionStats) -> Any:

@@ -74,7 +74,7 @@ class TimedRun:
         self.event_field = spec.user_config.get("eventTimeField")
         # get_message_eventtime parses the record again for what a dict value already holds: a JSON record's, or
         # a message input's without a custom serde (only a JSON file's line decodes to a dict there)
-        self.event_in_value = bool(self.event_field) and (spec.input_format == "json" or (
+        self.event_in_value = bool(self.event_field) and (spec.input_format in ("json", "rows") or (
             spec.input_format == "message" and not spec.input_serdes and not spec.input_schemas))
         self.json_input = spec.input_format == "json"
         self.on_timer = entry_of(process, "on_timer")
