@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.admin.worker import function_status
 from statekeep.functions.config.service import FunctionService
 from statekeep.testing import wait_for
 from support.spark import write_word_files
@@ -53,6 +54,29 @@ def test_a_batch_dataframe_counts_once_and_gives_its_rows_again_when_computed_ag
     with FunctionService.open(url) as service:  # registered: the CLI's and REST's reads find its state
         assert service.query_state("public", "default", "users", "a")["numberValue"] == 4
         assert service.registry.get("public", "default", "users").keyField == "user"
+
+
+def picky(input, context):
+    if input["user"] == "bad":
+        raise ValueError("no bad users")
+    context.record_metric("seen", 1)
+    return context.incr_counter(input["user"], 1)
+
+
+def test_a_failing_record_goes_to_the_dead_letter_topic_and_the_others_count(spark, tmp_path):
+    """Pulsar's retries and dead letters, from the function's config: the bad record is retried, then written to
+    its dead-letter topic, with none of its state changes; the run goes on."""
+    from statekeep.functions.messaging.sink import read_records
+    from statekeep.spark import apply_function
+
+    url = f"local://{tmp_path}/data"
+    df = spark.createDataFrame([("a",), ("bad",), ("a",)], "user string")
+    out = apply_function(df, picky, name="public/default/picky", key="user", store=url,
+                         config={"maxMessageRetries": 1, "deadLetterTopic": str(tmp_path / "dead")})
+    assert sorted(r.value for r in out.collect()) == ["1", "2"]
+    assert list(read_records(str(tmp_path / "dead"))) == [{"user": "bad"}]
+    with FunctionService.open(url) as service:
+        assert [e.key for e in service.registry.state_store("public", "default", "picky").scan_entries()] == ["a"]
 
 
 class WordLength:
@@ -188,6 +212,9 @@ def test_a_query_with_another_checkpoint_is_refused(tmp_path, spark_env):
     refuses to run, naming the query that owns the state."""
     write_word_files(tmp_path / "in", WORDS[:300], per_file=300)
     assert finish(run_query(tmp_path, spark_env, "foreach"), tmp_path) == expected_rows(WORDS[:300])
+    with FunctionService.open(f"local://{tmp_path}/data") as service:  # its status, as functions status reads it
+        status = function_status(service.registry.store, "public", "default", "opcount")
+    assert (status["running"], status["processed"], status["error"]) == (False, 300, None)
     os.rename(tmp_path / "ck", tmp_path / "ck.first")
     run = run_query(tmp_path, spark_env, "foreach")
     assert run.wait(timeout=300) != 0
@@ -230,6 +257,10 @@ def test_timers_fire_on_the_inputs_watermark_and_while_the_input_is_idle(spark, 
         (source / "b.json").write_text('{"k": "b", "ts": "2020-01-01T12:00:05Z"}\n')
         assert wait_for(lambda: len(fired) == 3, timeout=60), fired  # a's event timer, b's processing timer
         query.processAllAvailable()
+        with FunctionService.open(f"local://{tmp_path}/data") as service:  # running, as functions status says
+            assert wait_for(lambda: function_status(service.registry.store, "public", "default", "timed")[
+                "processed"] == 2, timeout=30)
+            assert function_status(service.registry.store, "public", "default", "timed")["running"]
     finally:
         query.stop()
     # b's event-time timer (base + 6000) waits for a watermark past b's own time (base + 5000): it has not fired

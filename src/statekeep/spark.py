@@ -4,10 +4,10 @@
 
     out = apply_function(df, process, name="public/default/counts", key="user")
 
-See :func:`statekeep.functions.driver.operator.apply_function`.
+See :func:`statekeep.functions.admin.operator.apply_function`.
 """
 
-from statekeep.functions.driver.operator import apply_function
+from statekeep.functions.admin.operator import apply_function
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 
 __all__ = ["DEFAULT_SCHEMA", "apply_function"]

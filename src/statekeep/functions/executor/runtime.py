@@ -557,12 +557,15 @@ def batch_property(batch_id: int, spec: ExecutorSpec, packed: int = 0) -> str:
     return json.dumps({"batch": batch_id, "packed": packed, **{name: getattr(spec, name) for name in BATCH_FIELDS}})
 
 
-def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]], None] | None = None
+                           ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function of a function's query: record batches in, a stats row per partition run out
     (one, or each partition of a packed task's, see :func:`batch_property`). Made once per
     query (a new one each micro-batch would be pickled and built into a JVM function again, about 8 ms of the
     driver's time per batch): each task takes its micro-batch's id and :data:`BATCH_FIELDS` from the task's
-    :data:`BATCH_PROPERTY`, the rest of its spec from ``spec``."""
+    :data:`BATCH_PROPERTY`, the rest of its spec from ``spec``. The DataFrame operator's (``spec.rows_schema``)
+    gives its output rows instead, and hands each run's stats row, with its streaming query's id (``query``), to
+    ``report`` (an accumulator's ``add``)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
@@ -573,7 +576,10 @@ def arrow_partition_runner(spec: ExecutorSpec) -> Callable[[Iterator[Any]], Iter
             batch_id = operator_batch(spec, task)
             batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
                 spec, watermark_previous=timerun.stored_watermark(cached_state_store(spec), batch_id))
-            rows = _run_arrow(batch_spec, batch_id, task.partitionId(), batches).rows
+            stats = _run_arrow(batch_spec, batch_id, task.partitionId(), batches)
+            if report is not None:
+                report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID)})
+            rows = stats.rows
             if rows is not None:
                 yield from rows.to_batches()
             return
@@ -606,7 +612,7 @@ def operator_batch(spec: ExecutorSpec, task: Any) -> int:
     batch, query = task.getLocalProperty(SPARK_BATCH_ID), task.getLocalProperty(SPARK_QUERY_ID)
     if batch is None or query is None:
         raise InvalidArgumentError(f"{spec.fqfn}: a streaming operator's task has no micro-batch id from Spark")
-    assert spec.output is not None  # the operator's kept rows (see statekeep.functions.driver.operator)
+    assert spec.output is not None  # the operator's kept rows (see statekeep.functions.admin.operator)
     claim(spec.output, query, spec.fqfn)
     return int(batch)
 
@@ -671,6 +677,15 @@ def _run_rows(spec: ExecutorSpec, batch_id: int, partition: int, batches: list[A
     return run_partition(spec, batch_id, partition, data.to_pylist(), keys, record_keys=record_keys)
 
 
+def _stats_row(stats: PartitionStats) -> dict[str, Any]:
+    """The stats row of STATS_SCHEMA as a dict: the PartitionStats field of each column; errors, metrics and
+    exceptions as text."""
+    row = {name: getattr(stats, name, None) for name, _ in STATS_COLUMNS}
+    row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
+               exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
+    return row
+
+
 def _stats_batch(stats: PartitionStats) -> Any:
     """The stats row of STATS_SCHEMA: the PartitionStats field of each column; errors, metrics and
     exceptions as text. Made by Arrow's JSON reader: ``pa.array`` of Python values imports pandas (0.3 s
@@ -678,9 +693,7 @@ def _stats_batch(stats: PartitionStats) -> Any:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    row = {name: getattr(stats, name, None) for name, _ in STATS_COLUMNS}
-    row.update(error="\n".join(stats.errors) or None, metrics=json.dumps(stats.metrics) if stats.metrics else None,
-               exceptions=json.dumps(stats.exceptions) if stats.exceptions else None)
+    row = _stats_row(stats)
     options = pj.ParseOptions(explicit_schema=_stats_schema(), unexpected_field_behavior="error")
     table = pj.read_json(pa.BufferReader(json.dumps(row).encode()), parse_options=options,
                          read_options=pj.ReadOptions(use_threads=False))

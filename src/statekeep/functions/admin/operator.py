@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import os
+import socket
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.functions.config.loader import entry_point, validate_function_source
@@ -31,7 +36,10 @@ from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
 from statekeep.functions.messaging.sink import claim
 from statekeep.functions.windowing.timerun import routing, time_section, with_clock_source
+from statekeep.functions.driver.stats import add_batch
 from statekeep.metadata.registry import default_store_url
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -180,7 +188,12 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         frame = with_clock_source(frame)
     frame = (by_partition(frame, by, partitions) if partitions <= SCAN_PER_PARTITION_UP_TO
              else frame.repartition(partitions, by))
-    return frame.mapInArrow(arrow_partition_runner(spec), schema)
+    report = None
+    if df.isStreaming:  # its status and stats, as a function the runner runs has them
+        stats = df.sparkSession.sparkContext.accumulator(StatsParam().zero(None), StatsParam())
+        df.sparkSession.streams.addListener(OperatorStatus(url, tenant, namespace, fname, stats))
+        report = stats.add
+    return frame.mapInArrow(arrow_partition_runner(spec, report), schema)
 
 
 def _watermark(df: DataFrame) -> tuple[str | None, int | None]:
@@ -220,3 +233,82 @@ def _message(df: DataFrame) -> Column:
         fields.append(F.map_from_entries(F.transform(F.col("headers"), lambda h: F.struct(
             h["key"], h["value"].cast("string")))).alias("properties"))
     return F.to_json(F.struct(*fields))
+
+
+class StatsParam(AccumulatorParam[dict[str, Any]]):
+    """The accumulator of an operator's stats (a ``pyspark.AccumulatorParam``): a task adds its runs' stats rows
+    (``runtime.STATS_SCHEMA`` with the ``query`` id), the driver sums them into the status shape of
+    :mod:`statekeep.functions.driver.stats`: ``queries`` seen, ``processed``, ``skipped``, ``outputs``,
+    ``instances``."""
+
+    def zero(self, value: Any) -> dict[str, Any]:
+        return {"rows": [], "queries": [], "processed": 0, "skipped": 0, "outputs": 0, "instances": {}}
+
+    def addInPlace(self, value: dict[str, Any], term: dict[str, Any]) -> dict[str, Any]:
+        if "partition" in term:  # a task's run
+            value["rows"].append(term)
+            return value
+        rows = term["rows"]  # a task's whole value, merged on the driver
+        add_batch(value["instances"], rows)
+        for name in ("processed", "skipped", "outputs"):
+            value[name] += sum(int(row[name] or 0) for row in rows)
+        value["queries"] = sorted({*value["queries"], *(row["query"] for row in rows if row.get("query"))})
+        return value
+
+
+class OperatorStatus(StreamingQueryListener):
+    """A ``StreamingQueryListener`` keeping a streaming operator's status where ``functions status`` and
+    ``stats`` read a function's (:func:`statekeep.functions.driver.spark.status_saver`'s path): from the first
+    progress of the query whose tasks ran the function (their stats name it), it holds the function's run lock
+    (as a runner does, so no worker runs it meanwhile) and saves the status after each micro-batch; at the
+    query's end it saves it stopped, with its error, and releases the lock. A store write that fails is logged,
+    never raised into Spark's listener bus."""
+
+    def __init__(self, url: str, tenant: str, namespace: str, name: str, stats: Any) -> None:
+        self.where = (tenant, namespace, name)
+        self.url, self.stats = url, stats
+        self.query: str | None = None
+        self.worker_id = f"operator:{socket.gethostname()}:{os.getpid()}"
+        self._store: Any = None
+        self._lock: Any = None
+
+    def _save(self, running: bool, error: str | None = None, batch: int | None = None) -> None:
+        from statekeep.coordination import CoordinationService
+        from statekeep.functions.admin.worker import acquire_function_lock
+        from statekeep.functions.driver.spark import STATUS_ROOT, status_json
+        from statekeep.metadata import open_store
+
+        value = self.stats.value
+        try:
+            if self._store is None:
+                self._store = open_store(self.url)
+                self._lock = acquire_function_lock(CoordinationService(self._store), *self.where, self.worker_id)
+            status = {"running": running, "error": error, "workerId": self.worker_id,
+                      "updated_ms": int(time.time() * 1000), "batches": (batch + 1) if batch is not None else None,
+                      "last_batch": batch, **{k: value[k] for k in ("processed", "skipped", "outputs", "instances")}}
+            self._store.put(f"{STATUS_ROOT}/{'/'.join(self.where)}", status_json(status))
+        except Exception:  # noqa: BLE001 - Spark's listener bus must go on; the next batch tries again
+            log.exception("statekeep: saving the status of %s failed", "/".join(self.where))
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        query = str(event.progress.id)
+        if self.query is None and query in self.stats.value["queries"]:
+            self.query = query
+        if query == self.query:
+            self._save(True, batch=event.progress.batchId)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.id) != self.query:
+            return
+        self._save(False, event.exception)
+        lock, store, self._lock, self._store = self._lock, self._store, None, None
+        if lock is not None:
+            lock.release()
+        if store is not None:
+            store.close()
