@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +27,7 @@ QUERY = Path(__file__).parent / "support" / "operator_query.py"
 
 
 @pytest.fixture(autouse=True)
-def _functions_by_value(spark):
+def _functions_by_value():
     """This module's functions travel to Spark's Python workers by value (their module is not importable there),
     as a user's functions do with PySpark's ``cloudpickle.register_pickle_by_value`` or ``addPyFile``."""
     from pyspark import cloudpickle
@@ -159,10 +160,10 @@ def expected_rows(words: list[str]) -> list[tuple[str, int]]:
 
 
 def run_query(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str = "none", *,
-              master: str = "local[2,4]", store: str | None = None) -> subprocess.Popen:
+              master: str = "local[2,4]", store: str | None = None, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     command = [sys.executable, str(QUERY), "--store", store or f"local://{tmp_path}/data",
                "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck"),
-               "--flags", str(tmp_path), "--sink", sink, "--pause", pause, "--master", master]
+               "--flags", str(tmp_path), "--sink", sink, "--pause", pause, "--master", master, *extra]
     log = open(tmp_path / "driver.log", "a")
     return subprocess.Popen(command, env={**os.environ, **spark_env}, stdout=log, stderr=log,
                             start_new_session=True)  # its own process group: the JVM and workers die with it
@@ -179,17 +180,16 @@ def state_counts(url: str) -> Counter:
         return Counter({e.key: e.counter for e in state.scan_entries()})
 
 
-@pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "before-sink"),
-                                        ("foreach", "after-sink"), ("file", "kill-worker"),
-                                        ("foreach", "kill-worker")])
-def test_faults_end_exact(sink, pause, tmp_path, spark_env):
-    """The driver SIGKILLed after micro-batch 1's state commit (of one partition, or of both) and before the
-    sink's commit, or after the sink's too; or a Python worker SIGKILLed: run again from the checkpoint, every
-    input is counted once and every output row is in the sink once."""
+def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str, *,
+                     master: str = "local[2,4]", store: str | None = None, extra: tuple[str, ...] = ()) -> None:
+    """Arm the fault ``pause`` (see support/operator_query.py), run the query; unless the fault was a killed
+    Python worker (which Spark retries), SIGKILL the driver where the query stopped (for ``function``: once
+    partition 0 of micro-batch 1 committed its state) and run it again from its checkpoint. Then every input is
+    counted once, and every output row is in the sink once."""
     write_word_files(tmp_path / "in", WORDS, per_file=300)
-    url = f"local://{tmp_path}/data"
+    url = store or f"local://{tmp_path}/data"
     (tmp_path / "armed").touch()
-    run = run_query(tmp_path, spark_env, sink, pause)
+    run = run_query(tmp_path, spark_env, sink, pause, master=master, store=url, extra=extra)
     if pause == "kill-worker":  # Spark retries the task; the run ends by itself
         rows = finish(run, tmp_path)
         assert not (tmp_path / "armed").exists(), "the fault never happened"
@@ -199,12 +199,36 @@ def test_faults_end_exact(sink, pause, tmp_path, spark_env):
         if pause == "function":  # partition 0 of batch 1 committed; partition 1 is stopped in the function
             with FunctionService.open(url) as service:
                 state = service.registry.state_store("public", "default", "opcount")
-                assert wait_for(lambda: state.has_marker("1-0"), timeout=60)
+                assert wait_for(lambda: state.task(1, 0, 2).has_marker("1-0"), timeout=60)
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
-        rows = finish(run_query(tmp_path, spark_env, sink), tmp_path)
+        rows = finish(run_query(tmp_path, spark_env, sink, master=master, store=url, extra=extra), tmp_path)
     assert rows == expected_rows(WORDS)
     assert state_counts(url) == Counter(WORDS)
+
+
+@pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "before-sink"),
+                                        ("foreach", "after-sink"), ("file", "kill-worker"),
+                                        ("foreach", "kill-worker")])
+def test_faults_end_exact(sink, pause, tmp_path, spark_env):
+    """The driver SIGKILLed after micro-batch 1's state commit (of one partition, or of both) and before the
+    sink's commit, or after the sink's too; or a Python worker SIGKILLed: exact (see fault_ends_exact)."""
+    fault_ends_exact(tmp_path, spark_env, sink, pause)
+
+
+def test_faults_end_exact_with_partition_owned_state(tmp_path, spark_env):
+    """The same with the state partition-owned (``state_dir``): the driver killed between the commits."""
+    fault_ends_exact(tmp_path, spark_env, "file", "function", extra=("--state-dir", str(tmp_path / "shared")))
+
+
+@pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "after-sink")])
+def test_faults_on_the_cluster_end_exact(sink, pause, tmp_path, spark_env, spark_cluster, request):
+    """On the standalone cluster (executors in other JVMs and Python workers), with the state in etcd and the
+    kept rows in a directory every executor reaches: the driver killed between the commits, and after both."""
+    etcd = request.getfixturevalue("etcd_server")
+    fault_ends_exact(tmp_path, spark_env, sink, pause, master=spark_cluster.master_url,
+                     store=f"etcd://{etcd.address}/op{uuid.uuid4().hex[:12]}",
+                     extra=("--outputs-dir", str(tmp_path / "rows")))
 
 
 def test_a_query_with_another_checkpoint_is_refused(tmp_path, spark_env):
@@ -266,3 +290,36 @@ def test_timers_fire_on_the_inputs_watermark_and_while_the_input_is_idle(spark, 
     # b's event-time timer (base + 6000) waits for a watermark past b's own time (base + 5000): it has not fired
     assert sorted(f for f in fired if f[1] < base + 10**6) == [("a", base + 1000)]
     assert sorted(k for k, _ in fired) == ["a", "a", "b"]
+
+
+def test_the_kafka_example_writes_parquet_from_a_kafka_shaped_stream(spark, tmp_path):
+    """examples/kafka_to_parquet.py's pipeline on a stream of Kafka's shape (no broker here: read from files and
+    cast as Kafka's source gives it), to its Parquet sink: one row per click, each user's clicks counted once."""
+    from pyspark.sql import functions as F
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
+    try:
+        import kafka_to_parquet
+    finally:
+        sys.path.pop(0)
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(kafka_to_parquet)  # as a script, its function is __main__'s: by value
+    source = tmp_path / "kafka"
+    source.mkdir()
+    clicks = [("u1", "home"), ("u2", "cart"), ("u1", "cart")]
+    (source / "0.json").write_text("".join(
+        json.dumps({"key": u, "value": json.dumps({"page": p}), "timestamp": f"2026-11-28T12:00:0{i}Z"}) + "\n"
+        for i, (u, p) in enumerate(clicks)))
+    events = (spark.readStream.schema("key string, value string, timestamp timestamp").json(str(source))
+              .select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
+                      F.lit("clicks").alias("topic"), "timestamp"))
+    query = (kafka_to_parquet.pipeline(events, f"local://{tmp_path}/data").writeStream.format("parquet")
+             .option("path", str(tmp_path / "out")).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    rows = spark.read.schema(kafka_to_parquet.OUTPUT).parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.user, r.page, r.clicks) for r in rows) == [("u1", "cart", 2), ("u1", "home", 1),
+                                                                 ("u2", "cart", 1)]
+    assert {r.at for r in rows} == {int(datetime.datetime(2026, 11, 28, 12, 0, s, tzinfo=datetime.timezone.utc)
+                                        .timestamp() * 1000) for s in range(3)}

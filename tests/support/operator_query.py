@@ -3,7 +3,8 @@ operator's fault tests: JSON-lines files in (one micro-batch per file), a word c
 ``(word, n)``, n the word's count after it, out to a file sink or to ``foreachBatch`` writing one file per batch id.
 
     python operator_query.py --store URL --input DIR --out DIR --checkpoint DIR --flags DIR
-        [--sink file|foreach] [--pause function|before-sink|after-sink|kill-worker] [--master M] [--state-dir URL]
+        [--sink file|foreach] [--pause function|before-sink|after-sink|kill-worker] [--master M]
+        [--state-dir URL] [--outputs-dir DIR]
 
 ``--pause`` arms one fault, once (the file ``FLAGS/armed`` exists until the fault takes it): ``function``: the
 function stops (sleeps) on partition 1 of micro-batch 1, writing ``FLAGS/paused``, so the test can SIGKILL the
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--pause", default="none")
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--outputs-dir", default=None)
     args = parser.parse_args()
 
     from statekeep.functions.driver.spark import spark_session
@@ -56,7 +58,8 @@ def main() -> None:
     spark = spark_session(args.master, "operator-test")
     events = spark.readStream.schema("word string").option("maxFilesPerTrigger", 1).json(args.input)
     out = apply_function(events, count(args.flags, args.pause), name="public/default/opcount", key="word",
-                         store=args.store, state_dir=args.state_dir, output_schema="word string, n long")
+                         store=args.store, state_dir=args.state_dir, output_schema="word string, n long",
+                         outputs_dir=args.outputs_dir)
     writer = out.writeStream.option("checkpointLocation", args.checkpoint).trigger(availableNow=True)
     if args.sink == "file":
         query = writer.format("json").option("path", args.out).start()
