@@ -26,7 +26,10 @@ JSON-lines files for Spark, renamed into place so no reader sees half a file.
 - python_stateless: about the least a Python stage gets from Spark's micro-batch engine: no state, no shuffle, the
   batch's records in one task of a Python streaming sink (``DataSourceStreamArrowWriter``, in the query's own plan:
   no ``foreachBatch``) that writes ``{"k", "n": s}`` per message (its number ``s``, which the message carries) with
-  statekeep's file writer.
+  statekeep's file writer;
+- operator: the ``statekeep`` variant's count as the DataFrame operator (``statekeep.spark.apply_function``, key
+  ``k``, parallelism 2) on the Spark variants' input, its rows ``(k, n)`` to python_stateless's sink (statekeep's
+  writer, in the query's plan).
 
 Before any measured query, a statekeep and a Spark query run ``--warm-seconds`` at 100 msgs/s (the JVM's
 code warm: without it the first variant measured paid for it, its p99 1.4x the same variant's measured
@@ -101,7 +104,7 @@ STATEKEEP = {  # variant -> (code, partition-owned state, triggerIntervalMs: Non
     "statekeep_batch_state_dir": (PER_BATCH, True, None),
     "statekeep_1s": (PER_RECORD, False, 1000),
 }
-SPARK = ("spark_count", "applyInPandasWithState", "python_stateless")
+SPARK = ("spark_count", "applyInPandasWithState", "python_stateless", "operator")
 VARIANTS = (*STATEKEEP, *SPARK)
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
@@ -308,6 +311,12 @@ def start_statekeep(spark: Any, variant: str, work: str, topics_root: str, name:
     return query, ("topic", topics_root, inputs), directory(topics_root, output)
 
 
+def count_row(input: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The operator variant's function: the statekeep variant's count, its row in the stateless sink's shape."""
+    k = input["k"]
+    return {"k": k, "s": context.incr_counter(k, 1)}
+
+
 def count_in_pandas(key: Any, pdfs: Any, state: Any) -> Any:
     import pandas as pd
 
@@ -321,9 +330,15 @@ def start_spark(spark: Any, variant: str, work: str) -> tuple[Any, tuple[str, st
     os.makedirs(inputs)
     os.makedirs(output)
     frame = spark.readStream.schema("k string, t double, s long").json(inputs)
-    if variant == "python_stateless":
+    if variant == "operator":  # the count's row (k, its count) goes out as python_stateless's (k, s)
+        from statekeep.spark import apply_function
+
+        frame = apply_function(frame, count_row, name="public/default/operator", key="k", store=f"local://{work}/data",
+                               output_schema="k string, s long")
+    if variant in ("python_stateless", "operator"):
         spark.dataSource.register(stateless_sink())
-        query = (frame.select("k", "s").coalesce(1).writeStream.format("latency-stateless").option("path", output)
+        stage = frame.select("k", "s") if variant == "operator" else frame.select("k", "s").coalesce(1)
+        query = (stage.writeStream.format("latency-stateless").option("path", output)
                  .trigger(processingTime="0 seconds").option("checkpointLocation", f"{work}/ckpt")
                  .queryName(variant).start())
         return query, ("files", inputs, ""), output
@@ -840,6 +855,10 @@ def main() -> None:
                       f"{ratio(floor, p('applyInPandasWithState', rate))}")
         if 10 in rates and 1000 in rates:
             print(f"target {variant}: p99 at 1000/s / p99 at 10/s {ratio(p(variant, 1000), p(variant, 10))} (< 2x)")
+    if "statekeep" in results and "operator" in results:
+        for rate in rates:
+            print(f"target operator at {rate:g}/s: p99 / statekeep p99 "
+                  f"{ratio(p('operator', rate), p('statekeep', rate))} (<= 1.1x)")
     if "statekeep" in results and "statekeep_1s" in results and 10 in rates:
         print(f"target statekeep p50 at 10/s / statekeep_1s's (the 1 s trigger functions had before) "
               f"{ratio(p('statekeep', 10, 'p50'), p('statekeep_1s', 10, 'p50'))} (<= 0.3x)")

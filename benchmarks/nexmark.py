@@ -6,6 +6,8 @@ For each query (``--queries``, default all 18 of examples/nexmark/), the same ge
 - ``record local``: the statekeep functions, per record, state on ``local://`` (the embedded default);
 - ``record state-dir``: the same with partition-owned state (``--state-dir``, a local directory);
 - ``batch local``: the ``process_batch`` variant, where there is one;
+- ``operator local``: the per-record functions through the DataFrame operator (``statekeep.spark.apply_function``)
+  on streaming DataFrames of the same files, each step's rows to Spark's text file sink, read by the next step;
 - ``spark sql``: the query's reference SQL adapted to Spark (``window``, ``session_window``,
   ``withWatermark``, chained windowed aggregations in append mode, update mode for updating aggregates),
   run with ``availableNow`` from the same files.
@@ -252,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'query':<6}{'variant':<18}{'exact':<10}{'seconds':>9}{'events/s':>11}{'per core':>10}"
               f"{'vs Spark':>9}{'Flink/core':>11}  note")
         ratios: dict[str, list[tuple[float, float]]] = {}
+        operator_rates: dict[str, dict[str, float]] = {}
         for query in queries:
             expected = reference.expected(query, events, side_values)
             runs: list[tuple[str, Callable[[Path], tuple[float, list[Any]]]]] = []
@@ -260,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                 spark, q, root / "data", w, side_input=side)))
             runs.append(("record state-dir", lambda w, q=query: pipelines.run(
                 spark, q, root / "data", w, state_dir=True, side_input=side)))
+            runs.append(("operator local", lambda w, q=query: pipelines.run_operator(
+                spark, q, root / "data", w, side_input=side)))
             if pipelines.PIPELINES[query].batch:
                 runs.append(("batch local", lambda w, q=query: pipelines.run(
                     spark, q, root / "data", w, batch=True, side_input=side)))
@@ -279,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as error:  # a failing run is a row saying so, not the end of the table
                     seconds, exact, note = math.nan, False, f"failed: {type(error).__name__}: {str(error)[:120]}"
                 rate = args.events / seconds if seconds == seconds else math.nan
+                if exact and variant in ("operator local", "record local"):
+                    operator_rates.setdefault(query, {})[variant] = rate
                 if variant == "spark sql":
                     spark_rate = rate if exact else None
                     note = note or ("adapted: " + ADAPTED[query] if query in ADAPTED else "")
@@ -291,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_fmt(rate):>11}{_fmt(rate / CORES):>10}{f'{vs:.2f}x' if vs else '-':>9}"
                       f"{_fmt(flink) if flink else '-':>11}  {note}", flush=True)
                 shutil.rmtree(work, ignore_errors=True)
+        for query, rates in operator_rates.items():
+            if "operator local" in rates and "record local" in rates:
+                print(f"# {query}: operator local vs record local (the runner): "
+                      f"{rates['operator local'] / rates['record local']:.2f}x")
         for variant, values in ratios.items():
             for label, stateless in (("stateful", 0.0), ("stateless", 1.0)):
                 chosen = [v for v, s in values if s == stateless]

@@ -143,6 +143,12 @@ def test_bad_arguments_are_refused_before_anything_runs(spark, tmp_path):
         apply_function(df, counting, name="public/default/x", store="memory://")
     with pytest.raises(InvalidArgumentError, match="parallelism"):
         apply_function(df, counting, name="public/default/x", store=url, parallelism=0)
+    with pytest.raises(InvalidArgumentError, match="not a DDL schema"):
+        apply_function(df, counting, name="public/default/x", store=url, output_schema="user strin g,")
+    with pytest.raises(InvalidArgumentError, match="__ are statekeep's own"):
+        apply_function(df.withColumnRenamed("user", "__user"), counting, name="public/default/x", store=url)
+    with FunctionService.open(url) as service:  # none of the refused calls registered anything
+        assert service.registry.list("public", "default") == []
     wrong = apply_function(df, counting, name="public/default/wrong", key="user", store=url,
                            output_schema="user string")
     with pytest.raises(Exception, match="n.*output schema"):  # a result that does not fit: the job fails, named

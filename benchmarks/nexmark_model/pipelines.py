@@ -124,3 +124,53 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
             seconds += time.perf_counter() - began
             inputs = output
     return seconds, read_outputs(inputs)
+
+
+def sink_files(directory: Path) -> list[Path]:
+    """The files a Spark file sink committed to ``directory``, in micro-batch order (its ``_spark_metadata`` log)."""
+    log = directory / "_spark_metadata"
+    batches = sorted((int(p.name) for p in log.glob("*") if p.name.isdigit()), key=int) if log.exists() else []
+    files = []
+    for batch in batches:
+        for line in (log / str(batch)).read_text().splitlines()[1:]:
+            files.append(Path(json.loads(line)["path"].removeprefix("file:")))
+    return files
+
+
+def run_operator(spark: Any, query: str, data: Path, work: Path, *, parallelism: int = 2,
+                 side_input: Path | None = None) -> tuple[float, list[Any]]:
+    """``query``'s per-record functions as :func:`run` runs them, each through the DataFrame operator
+    (``statekeep.spark.apply_function``) in a query of its own: the step's input read as a streaming JSON
+    DataFrame (the first step one generator file per micro-batch), its output rows' JSON values written by Spark's
+    text file sink, which the next step reads. Returns the seconds the steps took and the last step's output."""
+    from statekeep.spark import apply_function
+
+    steps = PIPELINES[query].steps
+    url = f"local://{work / 'store'}"
+    seconds = 0.0
+    inputs = data / PIPELINES[query].source
+    outputs: list[Any] = []
+    for index, step in enumerate(steps):
+        files = sorted(inputs.glob("part-*.jsonl")) if index == 0 else sink_files(inputs)
+        if not files:
+            return seconds, []
+        user_config = dict(step.user_config)
+        if step.py.startswith("q13"):
+            user_config["sideInput"] = str(side_input)
+        output = work / "out" / f"{query}-{index}"
+        began = time.perf_counter()
+        schema = spark.read.json([str(f) for f in (files[:1] if index == 0 else files)]).schema
+        reader = spark.readStream.schema(schema)
+        if index == 0:
+            reader = reader.option("maxFilesPerTrigger", 1)
+        out = apply_function(reader.json(str(inputs)), str(EXAMPLES / step.py), name=f"public/default/{query}-{index}",
+                             key=step.key_field, store=url, parallelism=parallelism,
+                             config={"userConfig": user_config})
+        running = (out.select("value").writeStream.format("text").option("path", str(output))
+                   .option("checkpointLocation", str(work / "checkpoints" / str(index)))
+                   .trigger(availableNow=True).start())
+        running.awaitTermination()
+        seconds += time.perf_counter() - began
+        outputs = [json.loads(line) for path in sink_files(output) for line in path.read_text().splitlines() if line]
+        inputs = output
+    return seconds, outputs

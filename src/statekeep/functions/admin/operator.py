@@ -70,7 +70,8 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     - ``function``: a callable ``process(input, context)``, ``process(input)`` or ``process_batch(records,
       context)`` (named so, or ``vectorized=True``), a ``pulsar.Function`` class (or instance), or the path of a
       function file (``class_name`` as Pulsar's ``--classname``).
-    - A record reaches ``process`` as the row's dict (its columns as JSON gives them). A DataFrame of Kafka's
+    - A record reaches ``process`` as the row's dict (its columns as Python values, as ``Row.asDict`` gives
+      them); ``process_batch`` gets the partition's rows as a ``pyarrow.Table``. A DataFrame of Kafka's
       shape (``key``, ``value`` binary, ``timestamp``; ``headers`` and ``topic`` if present) gives each row as a
       message: the value through the function's serde, the key, headers (as properties) and timestamp (as event
       time) through the Context.
@@ -121,12 +122,23 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     else:
         entry, kind = function, entry_point(function, vectorized)[1]
     key_name = None if key is None else key if isinstance(key, str) else "key"
-    schema = (StructType.fromDDL(output_schema) if isinstance(output_schema, str)
-              else output_schema if output_schema is not None else StructType.fromDDL(DEFAULT_SCHEMA))
+    try:
+        schema = (StructType.fromDDL(output_schema) if isinstance(output_schema, str)
+                  else output_schema if output_schema is not None else StructType.fromDDL(DEFAULT_SCHEMA))
+    except Exception as e:  # noqa: BLE001 - Spark's parse error, whatever its class
+        raise InvalidArgumentError(f"output_schema {output_schema!r} is not a DDL schema: "
+                                   f"{str(e).splitlines()[0]}") from None
     if not isinstance(schema, StructType):
         raise InvalidArgumentError(f"output_schema must be a DDL string or a StructType, not {type(schema).__name__}")
-
+    reserved = [c for c in df.columns if c.startswith("__")]
+    if reserved:
+        raise InvalidArgumentError(f"columns starting with __ are statekeep's own: rename {reserved}")
     url = store or default_store_url()
+    base = outputs_dir or (f"{state_dir.rstrip('/')}/{ROWS_DIR}" if state_dir else _local_dir(url))
+    if base is None:
+        raise InvalidArgumentError(f"a function on {url} needs outputs_dir=: where its output rows are kept, a "
+                                   "path or URL every executor reaches")
+
     registered: dict[str, Any] = {**(config or {}), "tenant": tenant, "namespace": namespace, "name": fname,
                                   "inputs": ["dataframe"], "parallelism": parallelism, "py": py_name,
                                   "className": class_name}
@@ -152,14 +164,6 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         user_config = {"eventTimeField": event_column, **spec.user_config}
         lag = spec.time.lag_ms if spec.time.lag_ms is not None or spec.time.window else delay
         spec = dataclasses.replace(spec, user_config=user_config, time=dataclasses.replace(spec.time, lag_ms=lag))
-    base = outputs_dir or (f"{state_dir.rstrip('/')}/{ROWS_DIR}" if state_dir else _local_dir(url))
-    if base is None:
-        raise InvalidArgumentError(f"a function on {url} needs outputs_dir=: where its output rows are kept, a "
-                                   "path or URL every executor reaches")
-
-    reserved = [c for c in df.columns if c.startswith("__")]
-    if reserved:
-        raise InvalidArgumentError(f"columns starting with __ are statekeep's own: rename {reserved}")
     kafka = KAFKA_COLUMNS <= set(df.columns) and dict(df.dtypes).get("value") == "binary"
     key_column = ((F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)).cast("string")
     topic = kafka and "topic" in df.columns
