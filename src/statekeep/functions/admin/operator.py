@@ -101,7 +101,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     from pyspark.sql.types import StructType
 
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import SCAN_PER_PARTITION_UP_TO, by_partition, executor_spec, route_column
+    from statekeep.functions.driver.spark import executor_spec, route_column, to_partitions
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []
@@ -190,8 +190,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
             claim(spec.output, "batch runs", name)
     if spec.time is not None and df.isStreaming:  # a micro-batch each second while idle: processing-time timers
         frame = with_clock_source(frame)
-    frame = (by_partition(frame, by, partitions) if partitions <= SCAN_PER_PARTITION_UP_TO
-             else frame.repartition(partitions, by))
+    frame = to_partitions(frame, by, partitions)
     report = None
     if df.isStreaming:  # its status and stats, as a function the runner runs has them
         stats = df.sparkSession.sparkContext.accumulator(StatsParam().zero(None), StatsParam())

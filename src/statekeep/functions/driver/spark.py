@@ -282,6 +282,15 @@ def by_partition(frame: DataFrame, column: str, parallelism: int, *, packed: boo
     return functools.reduce(lambda a, b: a.unionAll(b), parts)
 
 
+def to_partitions(frame: DataFrame, column: str, parallelism: int, *, packed: bool = False) -> DataFrame:
+    """``frame``'s records in ``parallelism`` partitions by ``column`` (``__key`` or ``__route``), as a function's
+    micro-batch (the runner's) or plan (the DataFrame operator's) reads them: :func:`by_partition` up to
+    :data:`SCAN_PER_PARTITION_UP_TO` partitions (``packed`` as there), a shuffle above."""
+    if parallelism <= SCAN_PER_PARTITION_UP_TO:
+        return by_partition(frame, column, parallelism, packed=packed)
+    return frame.repartition(parallelism, column)
+
+
 #: the Java exceptions with which a micro-batch's job ends when its query is stopped (Spark's own list)
 _INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                   "java.nio.channels.ClosedByInterruptException")
@@ -398,8 +407,7 @@ class FunctionQuery:
         # whose worker holds that partition's copy
         packed = (1 < parallelism <= SCAN_PER_PARTITION_UP_TO and self._small
                   and Capability.PARTITIONED not in cached_state_store(spec).capabilities)
-        frame = (by_partition(frame, by, parallelism, packed=packed) if parallelism <= SCAN_PER_PARTITION_UP_TO
-                 else frame.repartition(parallelism, by))
+        frame = to_partitions(frame, by, parallelism, packed=packed)
         # the job runs on this thread: its tasks get the batch from this thread's local property
         frame.sparkSession.sparkContext.setLocalProperty(
             BATCH_PROPERTY, batch_property(batch_id, spec, parallelism if packed else 0))
