@@ -2,7 +2,7 @@
 
     SPARK_LOCAL_IP=127.0.0.1 python benchmarks/latency.py \\
         [--rates 10,100,1000] [--seconds 20] [--variants a,b,...] [--keys 100] [--linger-ms 10] \\
-        [--rounds N] [--profile] [--startup] [--packing SECONDS] [--spark-conf KEY=VALUE ...]
+        [--rounds N] [--profile] [--startup] [--spark-conf KEY=VALUE ...]
 
 One SparkSession (local[2], 2 shuffle partitions). Each variant is one running streaming query; a probe
 process (the user's producer and consumer, outside the driver) produces JSON messages ``{"k": KEY, "t":
@@ -41,14 +41,11 @@ first gets warm-up messages (one every 200 ms until outputs flow: Python workers
 is the time from the query's start to its first output. Per rate it prints p50, p90, p99,
 max of the latency and the sustained rate (messages read / (last read - first produced)), then the ratios
 the issue's targets name. ``--profile`` times one statekeep micro-batch by step: Spark's own progress
-(``durationMs``) for every variant, and in statekeep's driver (``FunctionQuery._handle_batch``: the batch's
-spec, the Spark job, the status write) and Python workers (state store, marker, state reads, the function,
-output, state commit), by timers patched in for the run (a few ``perf_counter`` calls per task).
+(``durationMs``) for every variant, and in statekeep's Python workers (from the batch's start to the first task,
+state store, marker, state reads, the function, output, state commit, from the last task's end to the batch's),
+by timers patched in for the run (a few ``perf_counter`` calls per task).
 ``--startup`` times a new ``functions localrun`` process from start to its first output, with the floor (a
 process starting a SparkSession, and one running a bare streaming query to its first output) beside it.
-``--packing SECONDS`` also runs the per-record function at each rate up to 100 msgs/s with a small micro-batch's
-partitions in one task and with a task each, alternated in turns of SECONDS in one running query (see
-``compare_packing``), and prints the ratio of their micro-batches' medians.
 ``--spark-conf`` tries a Spark setting on every variant alike (e.g. a lever the profile points at); the session
 is ``spark_session``'s, with its latency settings (``statekeep.functions.driver.spark.latency_conf``) for every
 variant, Spark's own included: ``--spark-conf spark.python.unix.domain.socket.enabled=false --spark-conf
@@ -423,7 +420,7 @@ def _timed(times: dict[str, float], phase: str, fn: Callable[..., Any]) -> Calla
 def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., Any]:
     """``arrow_partition_runner`` with timers in the Python worker (patched there for the task, and
     restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
-    def runner(spec: dict[str, Any]) -> Callable[..., Any]:
+    def runner(spec: dict[str, Any], report: Any = None) -> Callable[..., Any]:
         def run(batches: Any) -> Any:
             from pyspark import TaskContext
 
@@ -432,8 +429,8 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
 
             begun, times = time.time(), defaultdict(float)
             task = TaskContext.get()
-            batch_id = json.loads(task.getLocalProperty(runtime.BATCH_PROPERTY))["batch"] if task else 0
-            inner = plain(spec)
+            batch_id = int(task.getLocalProperty(runtime.SPARK_BATCH_ID)) if task else 0
+            inner = plain(spec, report)
             patched: list[tuple[Any, str, Any]] = []
 
             def patch(owner: Any, name: str, phase: str) -> None:  # AttributeError if renamed: no silent 0 ms row
@@ -484,41 +481,22 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
     return runner
 
 
-class DriverTimers:
-    """Timers around ``FunctionQuery``'s batch steps in the driver (patched on the class for a run)."""
+class WorkerTimers:
+    """Timers in the Python workers of the functions started while it is entered (the plan's runner patched)."""
 
     def __init__(self, directory: str) -> None:
-        from statekeep.functions.driver import spark as sk_spark
+        from statekeep.functions.driver import plan
 
-        self.sk_spark, self.directory = sk_spark, directory
-        self.batches: dict[int, dict[str, float]] = {}
-        self.saved: list[tuple[Any, str, Any]] = []
+        self.plan, self.directory = plan, directory
+        self.saved: Any = None
 
-    def __enter__(self) -> DriverTimers:
-        sk, timers = self.sk_spark, self
-        cls = sk.FunctionQuery
-        handle, spec, save = cls._handle_batch, cls._batch_spec, cls.save_status
-        current: dict[str, float] = defaultdict(float)
-
-        def _handle_batch(query: Any, frame: Any, batch_id: int) -> None:
-            current.clear()
-            start = time.time()
-            try:
-                handle(query, frame, batch_id)
-            finally:
-                timers.batches[batch_id] = {**current, "start": start, "end": time.time()}
-
-        self.saved = [(cls, "_handle_batch", handle), (cls, "_batch_spec", spec), (cls, "save_status", save),
-                      (sk, "arrow_partition_runner", sk.arrow_partition_runner)]
-        cls._handle_batch = _handle_batch
-        cls._batch_spec = _timed(current, "batch_spec", spec)
-        cls.save_status = _timed(current, "status_write", save)
-        sk.arrow_partition_runner = profiled_runner(self.directory, sk.arrow_partition_runner)
+    def __enter__(self) -> WorkerTimers:
+        self.saved = self.plan.arrow_partition_runner
+        self.plan.arrow_partition_runner = profiled_runner(self.directory, self.saved)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for owner, name, original in self.saved:
-            setattr(owner, name, original)
+        self.plan.arrow_partition_runner = self.saved
 
     def workers(self) -> dict[int, list[dict[str, float]]]:
         found: dict[int, list[dict[str, float]]] = defaultdict(list)
@@ -536,39 +514,32 @@ def batch_started(progress: dict[str, Any]) -> float:
 
 
 def batch_profile(progress: list[dict[str, Any]], window: tuple[float, float],
-                  driver: DriverTimers | None) -> list[tuple[str, float]]:
+                  workers: WorkerTimers | None) -> list[tuple[str, float]]:
     """Median milliseconds per step over the micro-batches with input that started in ``window``."""
     chosen = [p for p in progress if p["numInputRows"] and window[0] <= batch_started(p) <= window[1]]
     rows = [(f"{phase} (Spark progress)", statistics.median(p["durationMs"].get(phase, 0) for p in chosen))
             for phase in PHASES] if chosen else []
     rows.append(("micro-batches with input", float(len(chosen))))
-    if driver is None or not chosen:
+    if workers is None or not chosen:
         return rows
     steps: dict[str, list[float]] = defaultdict(list)
-    workers = driver.workers()
+    tasks_of = workers.workers()
     for p in chosen:
-        b = driver.batches.get(p["batchId"])
-        tasks = workers.get(p["batchId"], [])
-        if b is None or not tasks:
+        tasks = tasks_of.get(p["batchId"], [])
+        if not tasks:
             continue
-        handle = b["end"] - b["start"]
-        job = handle - b.get("batch_spec", 0) - b.get("status_write", 0)
-        steps["addBatch: FunctionQuery._handle_batch"].append(handle)
-        steps["  _batch_spec (routing, watermark)"].append(b.get("batch_spec", 0))
-        steps["  Spark job (records to partitions, mapInArrow, collect)"].append(job)
-        steps["    job start -> first Python task starts"].append(min(t["start"] for t in tasks) - b["start"]
-                                                                  - b.get("batch_spec", 0))
+        start = batch_started(p)
+        steps["batch start -> first Python task starts"].append(min(t["start"] for t in tasks) - start)
         slowest = max(tasks, key=lambda t: t["end"] - t["start"])
-        steps["    Python task (slowest partition)"].append(slowest["end"] - slowest["start"])
+        steps["Python task (slowest partition)"].append(slowest["end"] - slowest["start"])
         for phase, label in (("arrow_wait", "waiting for Arrow batches"), ("task_open", "state store task"),
                              ("marker", "applied-marker check"), ("state_read", "state reads"),
                              ("output", "output write (fsync, rename)"), ("state_commit", "state commit")):
-            steps[f"      {label}"].append(slowest.get(phase, 0.0))
+            steps[f"  {label}"].append(slowest.get(phase, 0.0))
         inner = sum(slowest.get(k, 0.0) for k in ("task_open", "marker", "state_read", "output", "state_commit"))
-        steps["      the function + record path"].append(slowest.get("run_partition", 0.0) - inner)
-        steps["    last Python task ends -> job returns"].append(b["end"] - b.get("status_write", 0)
-                                                               - max(t["end"] for t in tasks))
-        steps["  status write (save_status)"].append(b.get("status_write", 0))
+        steps["  the function + record path"].append(slowest.get("run_partition", 0.0) - inner)
+        steps["last Python task ends -> batch ends"].append(
+            start + p["durationMs"]["triggerExecution"] / 1000 - max(t["end"] for t in tasks))
     rows += [(label, statistics.median(values) * 1000) for label, values in steps.items()]
     return rows
 
@@ -620,7 +591,7 @@ def wrap(owner, name, label):
 wrap(sk, "spark_session", "spark_session")
 wrap(sk, "executor_spec", "executor_spec")
 wrap(sk.FunctionQuery, "start", "query start")
-wrap(sk.FunctionQuery, "_handle_batch", "micro-batch")
+wrap(sk.FunctionQuery, "_progress", "first micro-batch's progress")
 import statekeep.cli.run as run
 wrap(run, "_run_locked", "registered and running")
 sys.exit(main(sys.argv[2:]))
@@ -682,58 +653,6 @@ def startup(work: str) -> None:
 
 # ---- the run ---------------------------------------------------------------------------------------------
 
-def compare_packing(spark: Any, work: str, topics_root: str, rates: list[float], seconds: float, keys: int) -> None:
-    """``--packing``: a small micro-batch's partitions in one task (``PACK_BELOW``) against a task each, in one
-    running per-record function per rate, the two alternated four times (``seconds`` each, in turns); prints the
-    medians of Spark's ``triggerExecution`` and ``addBatch`` over each turn's batches with input, and the ratio."""
-    from statekeep.functions.driver import spark as sk_spark
-
-    packed_below = sk_spark.PACK_BELOW
-    print("\npacked (a small batch's partitions in one task) vs a task per partition; per record, medians of "
-          "each turn's micro-batches with input, ms")
-    for rate in rates:
-        where = f"{work}/packing-{rate:g}"
-        os.makedirs(where)
-        query, target, _ = start_statekeep(spark, "statekeep", where, topics_root, f"packing{int(rate)}")
-        stop, rng = threading.Event(), random.Random(7)
-
-        def produce() -> None:  # rate messages a second, one file each 10 ms at most
-            sent, start = 0, time.time()
-            while not stop.is_set():
-                due = int((time.time() - start) * rate) + 1
-                if due > sent:
-                    _write_messages(target, [(f"k{rng.randrange(keys)}", sent + i, time.time())
-                                             for i in range(due - sent)])
-                    sent = due
-                time.sleep(max(0.01, start + (sent + 1) / rate - time.time()))
-
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
-        turns: dict[str, list[tuple[float, float]]] = {"packed": [], "task each": []}
-        try:
-            time.sleep(15)  # Python workers started, the JIT warm
-            for turn in range(4):
-                for mode in ("task each", "packed") if turn % 2 == 0 else ("packed", "task each"):
-                    sk_spark.PACK_BELOW = packed_below if mode == "packed" else 0
-                    time.sleep(2)  # the batch running when it changed ends
-                    begun = time.time()
-                    time.sleep(seconds)
-                    batches = [p for p in (json.loads(p.json) for p in query.query.recentProgress)
-                               if p["numInputRows"] and begun <= batch_started(p)]
-                    turns[mode].append((statistics.median(b["durationMs"]["triggerExecution"] for b in batches),
-                                        statistics.median(b["durationMs"].get("addBatch", 0) for b in batches)))
-        finally:
-            stop.set()
-            producer.join()
-            sk_spark.PACK_BELOW = packed_below
-            stop_query(query)
-        for mode, rows in turns.items():
-            print(f"  {rate:g} msgs/s {mode:<10} micro-batch " + " ".join(f"{t:.0f}" for t, _ in rows)
-                  + ", addBatch " + " ".join(f"{a:.0f}" for _, a in rows))
-        print(f"  {rate:g} msgs/s packed / task each, micro-batch: " + ratio(
-            statistics.median(t for t, _ in turns["packed"]), statistics.median(t for t, _ in turns["task each"])))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="10,100,1000", help="messages per second, comma-separated")
@@ -749,8 +668,6 @@ def main() -> None:
                              "percentiles pool every round's messages")
     parser.add_argument("--profile", action="store_true", help="time statekeep's micro-batch steps")
     parser.add_argument("--startup", action="store_true", help="also time a new localrun to its first output")
-    parser.add_argument("--packing", type=float, default=0.0, metavar="SECONDS",
-                        help="also compare packed micro-batches with a task per partition, turns of SECONDS")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session every variant runs in (repeatable)")
     args = parser.parse_args()
@@ -793,7 +710,7 @@ def main() -> None:
             name = variant if args.rounds == 1 else f"{variant}_r{round_}"
             where = f"{work}/{name}"
             os.makedirs(where)
-            timers = DriverTimers(f"{where}/times") if args.profile and variant in STATEKEEP else None
+            timers = WorkerTimers(f"{where}/times") if args.profile and variant in STATEKEEP else None
             if timers:
                 os.makedirs(timers.directory)
                 timers.__enter__()
@@ -825,8 +742,6 @@ def main() -> None:
         results.update((variant, pooled(reports)) for variant, reports in runs.items())
         profiles.update((variant, {rate: median_rows(rounds) for rate, rounds in by_rate.items()})
                         for variant, by_rate in batches.items())
-        if args.packing:
-            compare_packing(spark, work, topics_root, [r for r in rates if r <= 100], args.packing, args.keys)
     finally:
         spark.stop()
     print(f"\nlatency from produce to readable output, ms; local[2], {args.keys} keys, {args.seconds:g} s per rate, "

@@ -49,6 +49,7 @@ from statekeep.functions.driver.sparkpython import spark_python  # noqa: E402
 os.environ.setdefault("PYSPARK_PYTHON", spark_python())  # see statekeep.functions.driver.sparkpython
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+from statekeep.functions.driver import plan as sk_plan  # noqa: E402
 from statekeep.functions.driver import spark as sk_spark  # noqa: E402
 from statekeep.functions.config.service import FunctionService  # noqa: E402
 from statekeep.state.partitioned import state_storage  # noqa: E402
@@ -221,13 +222,13 @@ PHASES = {"arrow_wait": "waiting for Arrow batches (shuffle read)",
 def profiled_runner(directory: str):
     """``arrow_partition_runner`` with timers around its phases (patched by name in the worker, and
     restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
-    def runner(spec: dict):
+    def runner(spec: dict, report=None):
         def run(batches):
             from pyspark import TaskContext
 
             from statekeep.functions.executor import runtime
-            batch_id = json.loads(TaskContext.get().getLocalProperty(runtime.BATCH_PROPERTY))["batch"]
-            inner = runtime.arrow_partition_runner(spec)  # built here: it sees the patches below
+            batch_id = TaskContext.get().getLocalProperty(runtime.SPARK_BATCH_ID)
+            inner = runtime.arrow_partition_runner(spec, report)  # built here: it sees the patches below
             times: dict[str, float] = defaultdict(float)
 
             def timed(phase, fn):
@@ -287,23 +288,23 @@ def drain(batches):
 def profile_statekeep(spark, inputs: str, work: str, variants: list[str]) -> None:
     """Each function variant again (after its warm-up), with timers in its Python workers; then the
     same Spark job whose Python side only drains the Arrow batches (the floor of Spark's part)."""
-    plain, triggers, parts = sk_spark.arrow_partition_runner, {}, {}
+    plain, triggers, parts = sk_plan.arrow_partition_runner, {}, {}
     try:
         for variant in variants:
             for tag, data in ((f"profile_warm_{variant}", os.path.join(work, "warm")), (f"profile_{variant}", inputs)):
                 directory = os.path.join(work, tag + "_times")
                 os.makedirs(directory)
-                sk_spark.arrow_partition_runner = profiled_runner(directory)
+                sk_plan.arrow_partition_runner = profiled_runner(directory)
                 triggers[variant] = run_variant(spark, variant, data, work, tag)[2]
             parts[variant] = {}
             for name in os.listdir(directory):
                 with open(os.path.join(directory, name)) as f:
                     parts[variant][name] = json.load(f)
     finally:
-        sk_spark.arrow_partition_runner = plain
+        sk_plan.arrow_partition_runner = plain
     frame = sk_spark.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
     floor = (frame.writeStream.trigger(availableNow=True).option("checkpointLocation", f"{work}/ckpt-floor")
-             .foreachBatch(lambda df, _: sk_spark.by_partition(df, "__key", 2).mapInArrow(drain, "n long").collect())
+             .foreachBatch(lambda df, _: sk_plan.by_partition(df, "__key", 2).mapInArrow(drain, "n long").collect())
              .start())
     floor.awaitTermination()
     floor_times = [t for _, t in batch_seconds(floor, "addBatch")]

@@ -180,11 +180,10 @@ def test_stopping_a_function_mid_batch_stops_its_query_quietly(spark, service, t
 
 def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark):
     """``by_partition`` is ``repartition(n, column)``'s assignment (so a batch replayed after an upgrade
-    meets its partitions' markers where it left them), nulls included, with no shuffle; packed, the same
-    assignment in the ``__part`` column of one partition."""
+    meets its partitions' markers where it left them), nulls included, with no shuffle."""
     from pyspark.sql import functions as F
 
-    from statekeep.functions.driver.spark import by_partition
+    from statekeep.functions.driver.plan import by_partition
 
     ids = spark.range(500, numPartitions=3)  # keys spread over 3 input splits
     frame = ids.select(F.when(F.col("id") % 11 == 0, None).otherwise(F.concat(F.lit("k"), F.col("id") % 37))
@@ -198,9 +197,6 @@ def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark
         assert ours.rdd.getNumPartitions() == parallelism
         assert placed(ours) == placed(frame.repartition(parallelism, "__key"))
         assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
-        packed = by_partition(frame, "__key", parallelism, packed=True)  # one task, each row's partition named
-        assert packed.rdd.getNumPartitions() == 1
-        assert sorted((r["__part"], r["id"], r["__key"]) for r in packed.collect()) == placed(ours)
 
 
 def test_json_key_is_get_json_object_on_every_valid_document(spark):
@@ -234,24 +230,18 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
     assert [r[0] for r in invalid.select(json_key("value", "k")).collect()] == ["a", None, None, None]
 
 
-def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, service, tmp_path, monkeypatch):
+def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, service, tmp_path):
     """Records without a key all belong to one partition: its micro-batch is one task (the other partitions'
     tasks would scan the whole batch to keep nothing); with a key field, every partition runs."""
-    from statekeep.functions.driver import spark as driver
-
-    ran: list[list[int]] = []  # each micro-batch's partitions, from its stats rows
-    add_batch = driver.add_batch
-    monkeypatch.setattr(driver, "add_batch", lambda totals, rows: (
-        ran.append(sorted(row["partition"] for row in rows)), add_batch(totals, rows)))
     inputs = tmp_path / "in"
     write_words(inputs, "a.jsonl", ["x", "y", "x", "z"])
     code = b"def process(input, context):\n    context.incr_counter('seen', 1)\n"
     register(service, "keyless", inputs, code=code, keyField=None)
     register(service, "keyed", inputs)
     for name, partitions, expected in (("keyless", [0], {"seen": 4}), ("keyed", [0, 1], {"x": 2, "y": 1, "z": 1})):
-        ran.clear()
-        run_once(service, spark, tmp_path, name)
-        assert ran == [partitions] and counters(service, name) == expected
+        query = run_once(service, spark, tmp_path, name)
+        ran = sorted(row["partition"] for row in query._stats.value["last"])  # the tasks' stats rows of the batch
+        assert ran == partitions and counters(service, name) == expected
 
 
 def test_stats_type_is_the_stats_schema_as_spark_parses_it(spark):

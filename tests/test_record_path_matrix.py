@@ -3,14 +3,15 @@ memory://, ZooKeeper and etcd, partitioned on a file URL) x output to a topic an
 same results, those of a plain-Python model of the function.
 
 Each cell registers the function, builds its executor spec as the driver does (``executor_spec``, then the
-micro-batch's spec from ``FunctionQuery._batch_spec``) and feeds one partition's records to
-``arrow_partition_runner`` as Spark hands them (Arrow record batches of ``__record``/``__key``, plus the tick
-row a function keeping time gets), with no Spark session; ``trigger`` runs the same function one record
+query's layout as ``function_plan`` sets it) and feeds one partition's records to ``arrow_partition_runner``
+as Spark hands them (Arrow record batches of ``__record``/``__key``, the micro-batch's id a task property), with
+no Spark session; ``trigger`` runs the same function one record
 at a time. What comes out (the output's records, the function's user state, dead letters and the stats row)
 is compared with the model."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -21,9 +22,11 @@ import pytest
 
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.messaging import messages
-from statekeep.functions.executor.runtime import BATCH_PROPERTY, arrow_partition_runner, batch_property
+from statekeep.functions.executor.runtime import (SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner,
+                                                  cached_state_store)
+from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import FunctionQuery, executor_spec
+from statekeep.functions.driver.spark import executor_spec
 from statekeep.functions.messaging.topics import directory
 from statekeep.state.partitioned import state_storage
 from conftest import BACKENDS
@@ -170,14 +173,16 @@ def function(request, tmp_path, monkeypatch):
 
 
 class _Task:
-    def __init__(self, batch: str, partition: int = 0) -> None:
+    """What a Spark task of micro-batch ``batch`` of a streaming query shows its function."""
+
+    def __init__(self, batch: int, partition: int = 0) -> None:
         self.batch, self.partition = batch, partition
 
     def partitionId(self) -> int:  # noqa: N802 - Spark's name
         return self.partition
 
     def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
-        return self.batch if key == BATCH_PROPERTY else None
+        return {SPARK_BATCH_ID: str(self.batch), SPARK_QUERY_ID: "query"}.get(key)
 
 
 def feed(registry, url, monkeypatch, records):
@@ -185,13 +190,13 @@ def feed(registry, url, monkeypatch, records):
     import pyspark
 
     spec = executor_spec(registry, url, "t", "n", "f")[0]
-    batch_spec, _ = FunctionQuery(None, spec, [], "", parallelism=1)._batch_spec(0)  # type: ignore[arg-type]
-    task = _Task(batch_property(0, batch_spec))
+    partitioning = routing(spec, cached_state_store(spec), 1)  # as function_plan lays the query out
+    if partitioning is not None:
+        spec = dataclasses.replace(spec, time_groups=partitioning[0], state_parallelism=partitioning[1])
+    task = _Task(0)
     monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
     lines = [json.dumps(r) for r in records]
     keys = [r["k"] for r in records]
-    if spec.time is not None:  # timerun.with_ticks: a null record that makes the partition run
-        lines, keys = lines + [None], keys + [None]
     half = len(lines) // 2  # two Arrow batches, as Spark sends a partition's rows
     batches = [pa.RecordBatch.from_pydict({"__record": pa.array(lines[a:b], pa.string()),
                                            "__key": pa.array(keys[a:b], pa.string())})
@@ -248,42 +253,6 @@ def test_every_entry_point_gives_the_same_results_on_every_provider_and_output(f
         if failed:
             assert read_output(str(tmp_path / "dead"), "") == [r for r in RECORDS if r["v"] == BAD]
         assert feed(registry, url, monkeypatch, RECORDS)["applied"] is False  # a replay of the batch: skipped
-    assert user_state(registry) == expected_state
-
-
-@pytest.mark.parametrize("function", ["embedded-local"], indirect=True)
-@pytest.mark.parametrize("entry", ["record", "class", "process_batch"])
-def test_a_packed_task_runs_each_partition_as_its_own_task_would(function, entry, tmp_path, monkeypatch):
-    """A small micro-batch's partitions run in one task (``packed``), each record's partition in ``__part``:
-    each partition is run and committed as its own task runs it (its stats row, its marker), so the results are
-    the model's, and a replay of the batch with a task per partition (the next batch was larger) is skipped."""
-    import pyspark
-
-    registry, url, create = function
-    where = create(entry, "topic")
-    spec = executor_spec(registry, url, "t", "n", "f")[0]
-    owner = {"a": 1, "b": 0, "c": 1}  # as by_partition's pmod(hash(key), 2) might place them
-    parts = [owner[r["k"]] for r in RECORDS]
-
-    def run(task, columns):
-        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
-        batch = pa.RecordBatch.from_pydict(columns)
-        return [row for stats in arrow_partition_runner(spec)(iter([batch])) for row in stats.to_pylist()]
-
-    lines, keys = [json.dumps(r) for r in RECORDS], [r["k"] for r in RECORDS]
-    rows = run(_Task(batch_property(0, spec, packed=2), partition=0),
-               {"__record": pa.array(lines, pa.string()), "__key": pa.array(keys, pa.string()),
-                "__part": pa.array(parts, pa.int32())})
-    assert [(r["partition"], r["received"], r["applied"]) for r in rows] == [(0, 2, True), (1, 6, True)]
-    expected_outputs, expected_state = ENTRIES[entry][2](RECORDS)
-    assert canonical(read_output(where, str(tmp_path / "topics"))) == canonical(expected_outputs)
-    assert user_state(registry) == expected_state
-    for partition in (0, 1):  # the same batch again, a task per partition: each was applied already
-        mine = [i for i, p in enumerate(parts) if p == partition]
-        (row,) = run(_Task(batch_property(0, spec), partition=partition),
-                     {"__record": pa.array([lines[i] for i in mine], pa.string()),
-                      "__key": pa.array([keys[i] for i in mine], pa.string())})
-        assert row["applied"] is False
     assert user_state(registry) == expected_state
 
 

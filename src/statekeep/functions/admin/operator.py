@@ -27,16 +27,14 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pyspark.accumulators import AccumulatorParam
-from pyspark.sql.streaming.listener import StreamingQueryListener
-
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.functions.config.loader import entry_point, validate_function_source
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
-from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
+from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
+from statekeep.functions.executor.runtime import cached_state_store
 from statekeep.functions.messaging.sink import claim
-from statekeep.functions.windowing.timerun import routing, time_section, with_clock_source
-from statekeep.functions.driver.stats import add_batch
+from statekeep.functions.windowing.timerun import time_section, with_clock_source
+from statekeep.state.base import Capability
 from statekeep.metadata.registry import default_store_url
 
 log = logging.getLogger(__name__)
@@ -101,7 +99,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     from pyspark.sql.types import StructType
 
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec, route_column, to_partitions
+    from statekeep.functions.driver.spark import executor_spec
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []
@@ -178,25 +176,18 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         topic_column=topic, output=f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{incarnation}",
         output_format="arrow", rows_schema=to_arrow_schema(schema),
         run_id=None if df.isStreaming else time.time_ns() // 1000)
-    partitions = parallelism if key is not None else 1
-    partitioning = routing(spec, cached_state_store(spec), partitions)
-    by = "__key"
-    if partitioning is not None:  # partition-owned state: each record to the partition owning its key's group
-        groups, partitions = partitioning
-        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
-        frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
-        if spec.run_id is not None:  # a partition applies batches in rising order: runs' ids outrank micro-batches'
-            assert spec.output is not None
-            claim(spec.output, "batch runs", name)
     if spec.time is not None and df.isStreaming:  # a micro-batch each second while idle: processing-time timers
         frame = with_clock_source(frame)
-    frame = to_partitions(frame, by, partitions)
+    if spec.run_id is not None and Capability.PARTITIONED in cached_state_store(spec).capabilities:
+        # a partition applies batches in rising order: a run's id outranks any micro-batch's
+        claim(str(spec.output), "batch runs", name)
     report = None
     if df.isStreaming:  # its status and stats, as a function the runner runs has them
-        stats = df.sparkSession.sparkContext.accumulator(StatsParam().zero(None), StatsParam())
-        df.sparkSession.streams.addListener(OperatorStatus(url, tenant, namespace, fname, stats))
+        stats = new_stats(df.sparkSession)
+        status = OperatorStatus(url, (tenant, namespace, fname), stats)
+        df.sparkSession.streams.addListener(StatusListener(stats, status.progress, status.end))
         report = stats.add
-    return frame.mapInArrow(arrow_partition_runner(spec, report), schema)
+    return function_plan(frame, spec, parallelism if key is not None else 1, schema=schema, report=report)[0]
 
 
 def _watermark(df: DataFrame) -> tuple[str | None, int | None]:
@@ -238,39 +229,15 @@ def _message(df: DataFrame) -> Column:
     return F.to_json(F.struct(*fields))
 
 
-class StatsParam(AccumulatorParam[dict[str, Any]]):
-    """The accumulator of an operator's stats (a ``pyspark.AccumulatorParam``): a task adds its runs' stats rows
-    (``runtime.STATS_SCHEMA`` with the ``query`` id), the driver sums them into the status shape of
-    :mod:`statekeep.functions.driver.stats`: ``queries`` seen, ``processed``, ``skipped``, ``outputs``,
-    ``instances``."""
+class OperatorStatus:
+    """A streaming operator's status, where ``functions status`` and ``stats`` read a function's
+    (:func:`statekeep.functions.driver.spark.status_saver`'s path), saved by its query's
+    :class:`~statekeep.functions.driver.plan.StatusListener`: from its first micro-batch it holds the function's
+    run lock (as a runner does, so no worker runs it meanwhile) and saves the status after each micro-batch; at
+    the query's end it saves it stopped, with its error, and releases the lock."""
 
-    def zero(self, value: Any) -> dict[str, Any]:
-        return {"rows": [], "queries": [], "processed": 0, "skipped": 0, "outputs": 0, "instances": {}}
-
-    def addInPlace(self, value: dict[str, Any], term: dict[str, Any]) -> dict[str, Any]:
-        if "partition" in term:  # a task's run
-            value["rows"].append(term)
-            return value
-        rows = term["rows"]  # a task's whole value, merged on the driver
-        add_batch(value["instances"], rows)
-        for name in ("processed", "skipped", "outputs"):
-            value[name] += sum(int(row[name] or 0) for row in rows)
-        value["queries"] = sorted({*value["queries"], *(row["query"] for row in rows if row.get("query"))})
-        return value
-
-
-class OperatorStatus(StreamingQueryListener):
-    """A ``StreamingQueryListener`` keeping a streaming operator's status where ``functions status`` and
-    ``stats`` read a function's (:func:`statekeep.functions.driver.spark.status_saver`'s path): from the first
-    progress of the query whose tasks ran the function (their stats name it), it holds the function's run lock
-    (as a runner does, so no worker runs it meanwhile) and saves the status after each micro-batch; at the
-    query's end it saves it stopped, with its error, and releases the lock. A store write that fails is logged,
-    never raised into Spark's listener bus."""
-
-    def __init__(self, url: str, tenant: str, namespace: str, name: str, stats: Any) -> None:
-        self.where = (tenant, namespace, name)
-        self.url, self.stats = url, stats
-        self.query: str | None = None
+    def __init__(self, url: str, where: tuple[str, str, str], stats: Any) -> None:
+        self.url, self.where, self.stats = url, where, stats
         self.worker_id = f"operator:{socket.gethostname()}:{os.getpid()}"
         self._store: Any = None
         self._lock: Any = None
@@ -282,36 +249,25 @@ class OperatorStatus(StreamingQueryListener):
         from statekeep.metadata import open_store
 
         value = self.stats.value
+        if self._store is None:
+            self._store = open_store(self.url)
+            self._lock = acquire_function_lock(CoordinationService(self._store), *self.where, self.worker_id)
+        batches = value["batches"]
+        status = {"running": running, "error": error, "workerId": self.worker_id,
+                  "updated_ms": int(time.time() * 1000), "batches": len(batches),
+                  "last_batch": max(batches) if batches else None,
+                  **{k: value[k] for k in ("processed", "skipped", "outputs", "instances")}}
+        self._store.put(f"{STATUS_ROOT}/{'/'.join(self.where)}", status_json(status))
+
+    def progress(self, batch: int) -> None:
+        self._save(True, batch=batch)
+
+    def end(self, error: str | None) -> None:
         try:
-            if self._store is None:
-                self._store = open_store(self.url)
-                self._lock = acquire_function_lock(CoordinationService(self._store), *self.where, self.worker_id)
-            status = {"running": running, "error": error, "workerId": self.worker_id,
-                      "updated_ms": int(time.time() * 1000), "batches": (batch + 1) if batch is not None else None,
-                      "last_batch": batch, **{k: value[k] for k in ("processed", "skipped", "outputs", "instances")}}
-            self._store.put(f"{STATUS_ROOT}/{'/'.join(self.where)}", status_json(status))
-        except Exception:  # noqa: BLE001 - Spark's listener bus must go on; the next batch tries again
-            log.exception("statekeep: saving the status of %s failed", "/".join(self.where))
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        query = str(event.progress.id)
-        if self.query is None and query in self.stats.value["queries"]:
-            self.query = query
-        if query == self.query:
-            self._save(True, batch=event.progress.batchId)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        if str(event.id) != self.query:
-            return
-        self._save(False, event.exception)
-        lock, store, self._lock, self._store = self._lock, self._store, None, None
-        if lock is not None:
-            lock.release()
-        if store is not None:
-            store.close()
+            self._save(False, error)
+        finally:
+            lock, store, self._lock, self._store = self._lock, self._store, None, None
+            if lock is not None:
+                lock.release()
+            if store is not None:
+                store.close()

@@ -8,7 +8,6 @@ state stays exactly-once.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -22,18 +21,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.messages import JSON_LINE
-from statekeep.functions.executor.runtime import (BATCH_PROPERTY, STATS_COLUMNS, arrow_partition_runner,
-                                                 batch_property, cached_state_store)
+from statekeep.functions.executor.runtime import (STATS_COLUMNS)
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.sparkpython import spark_python
-from statekeep.functions.driver.stats import add_batch
 from statekeep.functions.messaging.topics import default_root, is_topic
-from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, routing, time_section,
-                                         with_batch_watermark, with_clock_source, with_ticks)
+from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, time_section,
+                                         with_clock_source)
 from statekeep.retry import OUTAGE
-from statekeep.state.base import Capability
 from statekeep.state.catalog import function_provider
-from statekeep.state.partitioned.keygroups import spark_routes
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -238,90 +233,6 @@ def json_key(value: str, field: str) -> Column:
     return F.when(found == "", parsed).when(found.startswith('"'), unquoted).otherwise(found)
 
 
-def route_column(groups: int, parallelism: int) -> Column:
-    """The column ``repartition(parallelism, column)`` sends each record to the partition owning its key's
-    group by (see :mod:`statekeep.state.partitioned.keygroups`; a record without a key goes to 0)."""
-    from pyspark.sql import functions as F
-
-    routes = spark_routes(parallelism)
-    # keygroups.key_group as a Spark expression (a record's key is a user key, never an internal one)
-    group = F.pmod(F.crc32(F.col("__key").cast("binary")), F.lit(groups))
-    owner = F.floor(group * parallelism / groups).cast("int")
-    route = F.element_at(F.array(*[F.lit(v) for v in routes]), owner + 1)
-    return F.coalesce(route, F.lit(routes[0]))
-
-
-#: a micro-batch after one of fewer records runs its partitions in one task (:func:`by_partition` ``packed``): a
-#: second task costs a small batch another Python worker's round trip and a second scan of its input (packed, a
-#: micro-batch took 0.69-0.76x as long at 10 msgs/s, 0.79-0.83x at 100: ``benchmarks/latency.py --packing``)
-PACK_BELOW = 1000
-#: up to this parallelism a micro-batch's records reach their partitions by :func:`by_partition` (one stage, each
-#: partition's task scanning the batch's input), above it by a shuffle (each record read once)
-SCAN_PER_PARTITION_UP_TO = 4
-
-
-def by_partition(frame: DataFrame, column: str, parallelism: int, *, packed: bool = False) -> DataFrame:
-    """``frame.repartition(parallelism, column)`` without a shuffle: partition ``j`` holds the same records
-    (those whose ``pmod(hash(column), parallelism)`` is ``j``, Spark's own hash partitioning), read by one
-    task that scans the micro-batch's input and keeps its own. A micro-batch is then one Spark stage instead
-    of two, at the cost of each partition's task scanning the whole batch. ``packed``: one Spark partition
-    holding every record, each with its partition ``j`` in an int column ``__part`` (one task runs them all,
-    partition after partition: for a small batch, a second task costs more than it saves). Unpacked, sets
-    ``spark.sql.unionOutputPartitioning`` to false in ``frame``'s session (a streaming query's own): where true
-    (Spark 4.x), a union of single-partition children is one partition, all of them in one task. Built with few
-    DataFrame operations, each a round trip to the JVM and an analysis there (a micro-batch builds it anew):
-    conditions as SQL text, none for one partition."""
-    from pyspark.sql import functions as F
-
-    if packed:
-        return frame.withColumn("__part", F.expr(f"pmod(hash(`{column}`), {parallelism})").cast("int")).coalesce(1)
-    frame.sparkSession.conf.set("spark.sql.unionOutputPartitioning", "false")
-    if parallelism == 1:
-        return frame.coalesce(1)
-    parts = [frame.where(f"pmod(hash(`{column}`), {parallelism}) = {j}").coalesce(1) for j in range(parallelism)]
-    return functools.reduce(lambda a, b: a.unionAll(b), parts)
-
-
-def to_partitions(frame: DataFrame, column: str, parallelism: int, *, packed: bool = False) -> DataFrame:
-    """``frame``'s records in ``parallelism`` partitions by ``column`` (``__key`` or ``__route``), as a function's
-    micro-batch (the runner's) or plan (the DataFrame operator's) reads them: :func:`by_partition` up to
-    :data:`SCAN_PER_PARTITION_UP_TO` partitions (``packed`` as there), a shuffle above."""
-    if parallelism <= SCAN_PER_PARTITION_UP_TO:
-        return by_partition(frame, column, parallelism, packed=packed)
-    return frame.repartition(parallelism, column)
-
-
-#: the Java exceptions with which a micro-batch's job ends when its query is stopped (Spark's own list)
-_INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
-                  "java.nio.channels.ClosedByInterruptException")
-
-
-def collect_or_stop(frame: DataFrame) -> list[Any]:
-    """``frame.collect()`` in a ``foreachBatch`` handler. A job interrupted because its query is stopping raises
-    :class:`InterruptedError` whose message is short and names the interruption as Spark's stream thread
-    recognises it: the Py4J error's own message carries the whole Java stack, and Spark matches it with a
-    regular expression that recurses once per character, so the stream thread died of a StackOverflowError
-    (a thousand-line trace on the console) instead of stopping quietly. Any other error is raised as it is."""
-    from py4j.protocol import Py4JJavaError
-
-    try:
-        return frame.collect()
-    except Py4JJavaError as e:
-        name = _java_class(e)
-        if name not in _INTERRUPTIONS:
-            raise
-        # the text Spark's StreamExecution.isInterruptionException looks for, without the stack
-        raise InterruptedError("py4j.protocol.Py4JJavaError: An error occurred while calling collect: "
-                               f"{name} (the query is stopping)") from None
-
-
-def _java_class(error: Any) -> str | None:
-    try:
-        return str(error.java_exception.getClass().getName())
-    except Exception:  # the JVM is going away: not an interruption this can name
-        return None
-
-
 def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
     """How many sources the query whose checkpoint is at ``checkpoint`` had: the lines after the
     version and metadata lines of its latest offsets file (one offset per source), or None if it has
@@ -365,9 +276,12 @@ class QueryTotals(TypedDict):
 
 
 class FunctionQuery:
-    """One function running as a streaming query. ``spec`` is the executor-side description
-    (see :func:`statekeep.functions.executor.runtime.run_partition`); its ``trigger_interval_ms`` is the query's
-    trigger (0: each micro-batch starts as soon as the previous one ends and there is input)."""
+    """One function running as a streaming query, the DataFrame operator's way (:mod:`statekeep.functions.driver.plan`):
+    its inputs' DataFrame (:func:`input_frame`) through the function, each task writing the function's outputs with
+    the one writer before it commits, into Spark's ``noop`` sink. ``spec`` is the executor-side description (see
+    :func:`statekeep.functions.executor.runtime.run_partition`); its ``trigger_interval_ms`` is the query's
+    trigger (0: each micro-batch starts as soon as the previous one ends and there is input). Its totals come
+    from its tasks' stats rows (an accumulator); after each micro-batch ``on_batch(batch id, its stats rows)``."""
 
     def __init__(self, spark: SparkSession, spec: ExecutorSpec, inputs: list[str], checkpoint: str, *,
                  parallelism: int = 2, once: bool = False,
@@ -380,94 +294,51 @@ class FunctionQuery:
         self.once = once
         self.on_batch = on_batch
         self.query: StreamingQuery | None = None
-        self._time: dict[str, Any] = {}  # the watermark between batches (statekeep.functions.windowing.timerun)
+        self._time: dict[str, Any] = {}  # the last batch's time, for a --once run's end (windowing.timerun)
         self._clock = False  # whether the query reads the clock source (a function keeping time)
         self._ticked = False  # a --once run's last batch started (await_termination)
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
-        self._keyed = True  # whether the input frame's records have keys (set by start)
-        self._runner: Any = None  # the query's mapInArrow UDF (see _map_in_arrow)
-        self._small = False  # whether the last micro-batch had fewer than PACK_BELOW records
+        self._stats: Any = None  # the accumulator of the tasks' stats rows (plan.StatsParam)
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
 
-    def _handle_batch(self, frame: DataFrame, batch_id: int) -> None:
-        # the driver's reads of the function's state ride out a leader change of its store, as its status write does
-        spec, partitioning = OUTAGE.repeat(lambda: self._batch_spec(batch_id))
-        # records without a key all go to one partition: one task, not one more per partition scanning for nothing
-        parallelism = self.parallelism if self._keyed else 1
-        if partitioning is not None:  # each record routed to the partition owning its key's group
-            groups, parallelism = partitioning
-            frame = frame.withColumn("__route", route_column(groups, parallelism))
-        if spec.time is not None:
-            frame = with_ticks(frame, parallelism)  # every partition runs: its due timers fire
-        by = "__route" if partitioning else "__key"
-        # a small batch's partitions in one task; partition-owned state keeps each partition in its own task,
-        # whose worker holds that partition's copy
-        packed = (1 < parallelism <= SCAN_PER_PARTITION_UP_TO and self._small
-                  and Capability.PARTITIONED not in cached_state_store(spec).capabilities)
-        frame = to_partitions(frame, by, parallelism, packed=packed)
-        # the job runs on this thread: its tasks get the batch from this thread's local property
-        frame.sparkSession.sparkContext.setLocalProperty(
-            BATCH_PROPERTY, batch_property(batch_id, spec, parallelism if packed else 0))
-        rows = [r.asDict() for r in collect_or_stop(self._map_in_arrow(frame))]
-        self._small = sum(row["processed"] + row["skipped"] for row in rows) < PACK_BELOW
-        for row in rows:
-            self.totals["processed"] += row["processed"]
-            self.totals["skipped"] += row["skipped"]
-            self.totals["outputs"] += row["outputs"]
-        if spec.time is not None:
-            advance_watermark(self._time, rows, parallelism)
-        add_batch(self.totals["instances"], rows)
-        self.totals["batches"] += 1
-        self.totals["last_batch"] = batch_id
-        if self.on_batch is not None:
-            self.on_batch(batch_id, rows)
+    def _take_stats(self) -> dict[str, Any] | None:
+        """Copy the accumulated stats into :attr:`totals`; the accumulator's value (None before the start)."""
+        if self._stats is None:
+            return None
+        value: dict[str, Any] = self._stats.value
+        batches = value["batches"]
+        self.totals.update({"processed": value["processed"], "skipped": value["skipped"], "outputs": value["outputs"],
+                            "batches": len(batches), "last_batch": max(batches) if batches else None,
+                            "instances": value["instances"]})
+        return value
 
-    def _map_in_arrow(self, frame: DataFrame) -> DataFrame:
-        """``frame.mapInArrow(arrow_partition_runner(self.spec), stats type)``, its UDF made once for the query
-        (``mapInArrow`` makes one each call: the function pickled and a JVM function built, about 8 ms a batch)."""
-        from pyspark.sql import DataFrame
-        from pyspark.sql.pandas.functions import pandas_udf
-        from pyspark.util import PythonEvalType
-
-        if self._runner is None:
-            self._runner = pandas_udf(arrow_partition_runner(self.spec), returnType=_stats_type(),  # type: ignore[call-overload]
-                                      functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-        column = self._runner(*[frame[name] for name in frame.columns])
-        # as DataFrame.mapInArrow does with its UDF (PySpark 4.x: column, barrier, resource profile)
-        return DataFrame(frame._jdf.mapInArrow(column._jc, False, None), frame.sparkSession)
-
-    def _batch_spec(self, batch_id: int) -> tuple[ExecutorSpec, tuple[int, int] | None]:
-        """The spec of micro-batch ``batch_id`` and the ``(key groups, parallelism)`` it runs with (None: records
-        go by key), from the function's state as the driver finds it: with partition-owned state or time, its
-        layout (created, or rescaled between batches: see
-        :func:`~statekeep.functions.windowing.timerun.routing`); when it keeps time, its watermark before the
-        batch. Safe to repeat after a :class:`StoreUnavailableError`: it reads before it writes, and its only
-        writes are compare-and-set steps taken on what it read, so a repeat reads whether a write whose outcome
-        was unknown applied and never applies one twice."""
-        spec = self.spec
-        partitioning = routing(spec, cached_state_store(spec), self.parallelism)
-        if partitioning is not None:  # this batch's parallelism (a rescale happens between batches)
-            spec = dataclasses.replace(spec, time_groups=partitioning[0], state_parallelism=partitioning[1])
-        if spec.time is not None:  # the function's watermark before this batch
-            spec = with_batch_watermark(spec, cached_state_store(spec), self._time, batch_id)
-        return spec, partitioning
+    def _progress(self, batch_id: int) -> None:
+        value = self._take_stats()
+        if self.on_batch is not None and value is not None:
+            self.on_batch(batch_id, [row for row in value["last"] if row["batch"] == batch_id])
 
     def start(self, *, tick: bool = False) -> FunctionQuery:
         """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
         :meth:`await_termination`)."""
+        from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
+
         spec = self.spec
-        # a key field's, or a topic message's own key (see input_frame)
-        self._keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, self.inputs)))
+        # a key field's, or a topic message's own key (see input_frame); records without one go to one partition
+        keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, self.inputs)))
         frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
         self._clock = spec.time is not None and self._clocked(len(self.inputs))
         if self._clock:
             frame = with_clock_source(frame, tick=tick)
-        writer = (frame.writeStream.foreachBatch(self._handle_batch)
-                  .option("checkpointLocation", self.checkpoint)
+        if self._stats is None:
+            self._stats = new_stats(self.spark)
+            self.spark.streams.addListener(StatusListener(self._stats, self._progress, lambda error: None))
+        plan, _ = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism if keyed else 1,
+                                                      schema=_stats_type(), report=self._stats.add))
+        writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
         writer = (writer.trigger(availableNow=True) if self.once
                   else writer.trigger(processingTime=f"{spec.trigger_interval_ms} milliseconds"))
@@ -498,6 +369,9 @@ class FunctionQuery:
         try:
             # PySpark annotates int seconds but takes float ones (it converts to milliseconds)
             ended = self.query.awaitTermination(timeout)  # type: ignore[arg-type]
+            value = self._take_stats()
+            if self.once and self._clock and value is not None and not self.query.isActive:
+                advance_watermark(self._time, value["last"], self.parallelism)
             if (self.once and self._clock and not self._ticked and not self.query.isActive
                     and last_batch_needed(self._time)):
                 self._ticked = True
@@ -522,6 +396,7 @@ class FunctionQuery:
             OUTAGE.repeat(self.status_saver)
 
     def status(self) -> dict[str, Any]:
+        self._take_stats()
         active = self.query is not None and self.query.isActive
         exception = self.query.exception() if self.query is not None and not active else None
         return {"running": active, "error": str(exception) if exception else None, **self.totals,

@@ -542,93 +542,53 @@ def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: i
     return stats
 
 
-#: the Spark local property that carries a micro-batch to its tasks (:func:`batch_property`): the driver sets it on
-#: the thread that runs the batch's job, and Spark hands it to each task
-BATCH_PROPERTY = "statekeep.batch"
-#: the fields of an ExecutorSpec that change between micro-batches (set by the driver, see ExecutorSpec)
-BATCH_FIELDS = ("state_parallelism", "time_groups", "watermark_previous")
-
-
-def batch_property(batch_id: int, spec: ExecutorSpec, packed: int = 0) -> str:
-    """The value of :data:`BATCH_PROPERTY` for micro-batch ``batch_id`` run with ``spec``: its id, ``spec``'s
-    :data:`BATCH_FIELDS` and ``packed``: 0 when each Spark partition is one of the batch's partitions, else the
-    number of partitions that one task runs in turn, each record's in its ``__part`` column (see
-    :func:`statekeep.functions.driver.spark.by_partition`)."""
-    return json.dumps({"batch": batch_id, "packed": packed, **{name: getattr(spec, name) for name in BATCH_FIELDS}})
+#: the Spark local properties a streaming query's tasks get: the micro-batch's id, and the query's id (kept in its
+#: checkpoint: the same after a restart)
+SPARK_BATCH_ID, SPARK_QUERY_ID = "streaming.sql.batchId", "sql.streaming.queryId"
 
 
 def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]], None] | None = None
                            ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function of a function's query: record batches in, a stats row per partition run out
-    (one, or each partition of a packed task's, see :func:`batch_property`). Made once per
-    query (a new one each micro-batch would be pickled and built into a JVM function again, about 8 ms of the
-    driver's time per batch): each task takes its micro-batch's id and :data:`BATCH_FIELDS` from the task's
-    :data:`BATCH_PROPERTY`, the rest of its spec from ``spec``. The DataFrame operator's (``spec.rows_schema``)
-    gives its output rows instead, and hands each run's stats row, with its streaming query's id (``query``), to
-    ``report`` (an accumulator's ``add``)."""
+    """The ``mapInArrow`` function of a function's query (see :mod:`statekeep.functions.driver.plan`): one
+    partition's record batches of one micro-batch in; out, the runner's stats row of the run, or the DataFrame
+    operator's output rows (``spec.rows_schema``). A task takes its micro-batch's id from Spark (a batch
+    DataFrame's: ``spec.run_id``), and a function keeping time its watermark before the batch from the committed
+    state. ``report`` (an accumulator's ``add``) takes each run's stats row with its query's id (``query``) and
+    batch (``batch``)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
         task = TaskContext.get()
         assert task is not None  # mapInArrow runs this inside a Spark task
-        if spec.rows_schema is not None:  # the DataFrame operator: its output rows
-            batch_id = operator_batch(spec, task)
-            batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
-                spec, watermark_previous=timerun.stored_watermark(cached_state_store(spec), batch_id))
-            stats = _run_arrow(batch_spec, batch_id, task.partitionId(), batches)
-            if report is not None:
-                report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID)})
-            rows = stats.rows
-            if rows is not None:
-                yield from rows.to_batches()
-            return
-        found = task.getLocalProperty(BATCH_PROPERTY)
-        assert found is not None, "the driver sets it on the thread that runs the batch's job"
-        fields = json.loads(found)
-        batch_id, packed = fields.pop("batch"), fields.pop("packed")
-        batch_spec = replace(spec, **fields)
-        if not packed:
-            yield _stats_batch(_run_arrow(batch_spec, batch_id, task.partitionId(), batches))
-            return
-        for partition, part in _packed_parts(list(batches)):  # one after another, each its own commit
-            yield _stats_batch(_run_arrow(batch_spec, batch_id, partition, part))
+        batch_id = task_batch(spec, task)
+        batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
+            spec, watermark_previous=timerun.stored_watermark(cached_state_store(spec), batch_id))
+        stats = _run_arrow(batch_spec, batch_id, task.partitionId(), batches)
+        if report is not None:
+            report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID), "batch": batch_id})
+        if spec.rows_schema is None:
+            yield _stats_batch(stats)
+        elif stats.rows is not None:
+            yield from stats.rows.to_batches()
 
     return run
 
 
-#: the Spark local properties a streaming query's tasks get: the micro-batch's id, and the query's id (kept in its
-#: checkpoint: the same after a restart)
-SPARK_BATCH_ID, SPARK_QUERY_ID = "streaming.sql.batchId", "sql.streaming.queryId"
-
-
-def operator_batch(spec: ExecutorSpec, task: Any) -> int:
-    """The batch id of a DataFrame operator's task: its batch DataFrame's run (``spec.run_id``) or Spark's
-    micro-batch id. A streaming query's first task in a process checks that the function's state belongs to this
+def task_batch(spec: ExecutorSpec, task: Any) -> int:
+    """The batch id of a function's task: its batch DataFrame's run (``spec.run_id``) or Spark's micro-batch id.
+    An operator's streaming query's first task in a process checks that the function's state belongs to this
     query (:func:`statekeep.functions.messaging.sink.claim`): a query with another checkpoint would number its
-    micro-batches from 0 again, and find them applied."""
+    micro-batches from 0 again, and find them applied (the runner keeps a checkpoint per function incarnation)."""
     if spec.run_id is not None:
         return spec.run_id
     batch, query = task.getLocalProperty(SPARK_BATCH_ID), task.getLocalProperty(SPARK_QUERY_ID)
     if batch is None or query is None:
-        raise InvalidArgumentError(f"{spec.fqfn}: a streaming operator's task has no micro-batch id from Spark")
-    assert spec.output is not None  # the operator's kept rows (see statekeep.functions.admin.operator)
-    claim(spec.output, query, spec.fqfn)
+        raise InvalidArgumentError(f"{spec.fqfn}: a streaming function's task has no micro-batch id from Spark")
+    if spec.rows_schema is not None:
+        assert spec.output is not None  # the operator's kept rows (see statekeep.functions.admin.operator)
+        claim(spec.output, query, spec.fqfn)
     return int(batch)
-
-
-def _packed_parts(batches: list[Any]) -> Iterator[tuple[int, list[Any]]]:
-    """A packed task's record batches as ``(partition, its record batches)`` in partition order, for the
-    partitions with at least one row (as Spark runs no task for an empty partition)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not batches:
-        return
-    table = pa.Table.from_batches(batches)
-    parts = table.column("__part")
-    for partition in sorted(pc.unique(parts).to_pylist()):
-        yield partition, table.filter(pc.equal(parts, partition)).to_batches()
 
 
 def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Iterable[Any]) -> PartitionStats:
@@ -650,10 +610,6 @@ def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Itera
         record_keys.extend(batch.column("__key").to_pylist())
         if topics is not None:
             topics.extend(batch.column("__topic").to_pylist())
-    if spec.time is not None and None in values:  # a partition's tick (timerun.with_ticks) is no record
-        kept = [i for i, value in enumerate(values) if value is not None]
-        values, record_keys = [values[i] for i in kept], [record_keys[i] for i in kept]
-        topics = None if topics is None else [topics[i] for i in kept]
     keys = set(record_keys)
     keys.discard(None)
     return run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)

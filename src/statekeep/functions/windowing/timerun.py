@@ -20,7 +20,7 @@ from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.config.windowconfig import user_lag_ms
 from statekeep.functions.windowing.windows import Window, Windows
-from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, key_group, owner, spark_routes
+from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
 #: the clock of every run in this process (tests replace it to move time without waiting)
@@ -218,23 +218,13 @@ def stored_watermark(store: Any, batch: int) -> int | None:
     return max(found) if found else None
 
 
-def with_batch_watermark(spec: ExecutorSpec, store: Any, known: dict[str, Any], batch: int) -> ExecutorSpec:
-    """The driver's part: ``spec`` for micro-batch ``batch`` with the function's watermark before it.
-    ``known`` carries it between batches of one query (:func:`advance_watermark`); a query's first
-    batch, or a replay, reads it from the committed state."""
-    if known.get("batch") != batch - 1:
-        known["watermark"] = stored_watermark(store, batch)
-    known["batch"] = batch
-    return dataclasses.replace(spec, watermark_previous=known["watermark"])
-
-
 def advance_watermark(known: dict[str, Any], rows: Iterable[Mapping[str, Any]], parallelism: int) -> None:
     """After a micro-batch: the function's watermark is the largest of its partitions' (their stats
     rows' ``watermark``) and the one before; ``known`` also keeps what :func:`last_batch_needed` needs."""
     rows = list(rows)
     marks = [m for m in [known.get("watermark"), *(row.get("watermark") for row in rows)] if m is not None]
     known["watermark"] = max(marks) if marks else None
-    # every partition reports (ticks make each run); a replayed partition (already applied) reports nothing
+    # every partition's task runs and reports; a replayed partition (already applied) reports nothing
     known["unreported"] = parallelism - (len(rows) if all(row.get("applied") for row in rows) else 0)
     for name in ("next_event", "next_processing"):
         known[name] = min((row[name] for row in rows if row.get(name) is not None), default=None)
@@ -250,26 +240,12 @@ def last_batch_needed(known: dict[str, Any]) -> bool:
         processing is not None and processing <= CLOCK())
 
 
-def with_ticks(frame: Any, parallelism: int) -> Any:
-    """``frame`` (routed by its ``__route`` column) with one row of null ``__record`` per partition, so
-    every partition runs in every micro-batch (Spark runs no task for an empty partition) and fires its
-    due timers and windows; the runtime drops these rows before the function sees its records."""
-    from pyspark.sql import functions as F
-
-    routes = [F.lit(v) for v in spark_routes(parallelism)]
-    types = dict(frame.dtypes)
-    ticks = frame.sparkSession.range(parallelism).select(
-        *[F.lit(None).cast(types[c]).alias(c) for c in frame.columns if c != "__route"],
-        F.element_at(F.array(*routes), (F.col("id") + 1).cast("int")).alias("__route"))
-    return frame.unionByName(ticks)
-
-
 def with_clock_source(frame: Any, *, tick: bool = False) -> Any:
     """``frame`` unioned with the ``statekeep-clock`` source (see :mod:`statekeep.functions.driver.sources`),
     which has new data every second and never a row: a streaming query runs a micro-batch each second
     even while its inputs are idle (Spark runs none for sources without new data), so processing-time
-    timers fire and expired keys are deleted without waiting for input (:func:`with_ticks` makes every
-    partition run in each). With ``Trigger.AvailableNow`` it adds no batch, or exactly one with ``tick``."""
+    timers fire and expired keys are deleted without waiting for input (every partition's task runs in each).
+    With ``Trigger.AvailableNow`` it adds no batch, or exactly one with ``tick``."""
     from pyspark.sql import functions as F
 
     clock = frame.sparkSession.readStream.format("statekeep-clock").option("tick", str(tick).lower()).load()

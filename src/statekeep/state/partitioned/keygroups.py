@@ -9,7 +9,7 @@ whole groups between partitions, so a partition's state is always the union of w
 new partition finds its keys by filtering its predecessors' state by group.
 
 The Spark plan routes each record to its owner with the same function (``crc32`` is a Spark SQL
-function; :func:`statekeep.functions.driver.spark.route_column` writes it as a column expression):
+function; :func:`statekeep.functions.driver.plan.route_column` writes it as a column expression):
 :func:`spark_routes` gives, per partition, an integer whose Spark hash partitioning lands exactly in
 that partition, so ``repartition(P, route)`` puts partition ``p``'s key groups in Spark partition ``p``.
 """

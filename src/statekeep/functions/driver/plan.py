@@ -1,0 +1,161 @@
+"""A function in a query's plan: the one shape of every statekeep query, the runner's and the DataFrame operator's.
+
+:func:`function_plan` takes a DataFrame of a function's records (the runner's ``__record``, ``__key`` and
+``__topic`` columns, or the operator's own columns and ``__key``) and gives the DataFrame that runs the function
+on them: records routed to their partitions (by key, or by key group for partition-owned or timed state: a
+layout decided once, when the query starts), then one ``mapInArrow`` task per partition and micro-batch
+(:func:`statekeep.functions.executor.runtime.arrow_partition_runner`), which takes its micro-batch's id from
+Spark and its function's watermark from the committed state. No ``foreachBatch``: a micro-batch is the query's
+own plan, whatever sink the query writes to.
+
+What the driver learns of each micro-batch comes through an accumulator (:class:`StatsParam`), which each task
+adds its stats row to, and a ``StreamingQueryListener`` (:class:`StatusListener`), which hands the function's
+totals to a callback after each micro-batch of its query and at the query's end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.driver.stats import add_batch
+from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
+from statekeep.functions.windowing.timerun import routing
+from statekeep.state.partitioned.keygroups import spark_routes
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+
+def route_column(groups: int, parallelism: int) -> Column:
+    """The column ``repartition(parallelism, column)`` sends each record to the partition owning its key's
+    group by (see :mod:`statekeep.state.partitioned.keygroups`; a record without a key goes to 0)."""
+    from pyspark.sql import functions as F
+
+    routes = spark_routes(parallelism)
+    # keygroups.key_group as a Spark expression (a record's key is a user key, never an internal one)
+    group = F.pmod(F.crc32(F.col("__key").cast("binary")), F.lit(groups))
+    owner = F.floor(group * parallelism / groups).cast("int")
+    route = F.element_at(F.array(*[F.lit(v) for v in routes]), owner + 1)
+    return F.coalesce(route, F.lit(routes[0]))
+
+
+#: up to this parallelism a micro-batch's records reach their partitions by :func:`by_partition` (one stage, each
+#: partition's task scanning the batch's input), above it by a shuffle (each record read once)
+SCAN_PER_PARTITION_UP_TO = 4
+
+
+def by_partition(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
+    """``frame.repartition(parallelism, column)`` without a shuffle: partition ``j`` holds the same records
+    (those whose ``pmod(hash(column), parallelism)`` is ``j``, Spark's own hash partitioning), read by one
+    task that scans the micro-batch's input and keeps its own. A micro-batch is then one Spark stage instead
+    of two, at the cost of each partition's task scanning the whole batch. Sets
+    ``spark.sql.unionOutputPartitioning`` to false in ``frame``'s session (before a streaming query starts: its
+    session's): where true (Spark 4.x), a union of single-partition children is one partition, all of them in one
+    task. Conditions as SQL text, none for one partition."""
+    frame.sparkSession.conf.set("spark.sql.unionOutputPartitioning", "false")
+    if parallelism == 1:
+        return frame.coalesce(1)
+    parts = [frame.where(f"pmod(hash(`{column}`), {parallelism}) = {j}").coalesce(1) for j in range(parallelism)]
+    return functools.reduce(lambda a, b: a.unionAll(b), parts)
+
+
+def to_partitions(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
+    """``frame``'s records in ``parallelism`` partitions by ``column`` (``__key`` or ``__route``), as a function's
+    plan reads them (:func:`function_plan`): :func:`by_partition` up to
+    :data:`SCAN_PER_PARTITION_UP_TO` partitions, a shuffle above."""
+    if parallelism <= SCAN_PER_PARTITION_UP_TO:
+        return by_partition(frame, column, parallelism)
+    return frame.repartition(parallelism, column)
+
+
+def function_plan(frame: DataFrame, spec: ExecutorSpec, partitions: int, *, schema: Any,
+                  report: Callable[[dict[str, Any]], None] | None = None) -> tuple[DataFrame, ExecutorSpec]:
+    """``frame`` (with a ``__key`` column) through the function of ``spec`` in ``partitions`` partitions (1 for
+    records without keys): ``(the DataFrame of what its tasks give, in ``schema``, the spec they run)``. With
+    partition-owned state (its layout created, or rescaled to ``partitions``, here) or time state, records go to
+    the partition owning their key's group. ``report`` takes each task's stats row."""
+    partitioning = routing(spec, cached_state_store(spec), partitions)
+    by = "__key"
+    if partitioning is not None:  # each record to the partition owning its key's group
+        groups, partitions = partitioning
+        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
+        frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
+    return to_partitions(frame, by, partitions).mapInArrow(arrow_partition_runner(spec, report), schema), spec
+
+
+class StatsParam(AccumulatorParam[dict[str, Any]]):
+    """The accumulator of a function query's stats: a task adds its run's stats row (``runtime.STATS_SCHEMA``
+    with ``query`` and ``batch``); the driver sums them in the shape of its status
+    (:mod:`statekeep.functions.driver.stats`): ``queries`` seen, ``processed``, ``skipped``, ``outputs``,
+    ``instances``, ``batches`` (their ids) and ``last`` (the rows of the newest micro-batch)."""
+
+    def zero(self, value: Any) -> dict[str, Any]:
+        return {"rows": [], "queries": [], "processed": 0, "skipped": 0, "outputs": 0, "instances": {},
+                "batches": [], "last": []}
+
+    def addInPlace(self, value: dict[str, Any], term: dict[str, Any]) -> dict[str, Any]:
+        if "partition" in term:  # a task's run
+            value["rows"].append(term)
+            return value
+        rows = term["rows"]  # a task's whole value, merged on the driver
+        add_batch(value["instances"], rows)
+        for name in ("processed", "skipped", "outputs"):
+            value[name] += sum(int(row[name] or 0) for row in rows)
+        value["queries"] = sorted({*value["queries"], *(row["query"] for row in rows if row.get("query"))})
+        for row in rows:
+            batch = row["batch"]
+            if batch not in value["batches"]:
+                value["batches"].append(batch)
+            newest = max(value["batches"])
+            if batch == newest:
+                value["last"] = [r for r in value["last"] if r["batch"] == newest] + [row]
+        return value
+
+
+def new_stats(spark: Any) -> Any:
+    """A new stats accumulator (:class:`StatsParam`) in ``spark``'s context."""
+    return spark.sparkContext.accumulator(StatsParam().zero(None), StatsParam())
+
+
+class StatusListener(StreamingQueryListener):
+    """Follows the streaming query whose tasks add to ``stats`` (their rows name it): after each of its
+    micro-batches ``on_progress(batch id)``, at its end ``on_end(error or None)``. A callback that raises is
+    logged, never raised into Spark's listener bus."""
+
+    def __init__(self, stats: Any, on_progress: Callable[[int], None],
+                 on_end: Callable[[str | None], None]) -> None:
+        self.stats, self.on_progress, self.on_end = stats, on_progress, on_end
+        self.query: str | None = None
+
+    def _call(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception:  # noqa: BLE001 - Spark's listener bus must go on
+            log.exception("statekeep: a function query's listener failed")
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        query = str(event.progress.id)
+        if self.query is None and query in self.stats.value["queries"]:
+            self.query = query
+        if query == self.query:
+            self._call(self.on_progress, event.progress.batchId)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.id) == self.query:
+            self._call(self.on_end, event.exception)
