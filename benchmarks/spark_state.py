@@ -304,7 +304,7 @@ def profile_statekeep(spark, inputs: str, work: str, variants: list[str]) -> Non
         sk_plan.arrow_partition_runner = plain
     frame = sk_spark.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
     floor = (frame.writeStream.trigger(availableNow=True).option("checkpointLocation", f"{work}/ckpt-floor")
-             .foreachBatch(lambda df, _: sk_plan.by_partition(df, "__key", 2).mapInArrow(drain, "n long").collect())
+             .foreachBatch(lambda df, _: df.repartition(2, "__key").mapInArrow(drain, "n long").collect())
              .start())
     floor.awaitTermination()
     floor_times = [t for _, t in batch_seconds(floor, "addBatch")]

@@ -178,27 +178,6 @@ def test_stopping_a_function_mid_batch_stops_its_query_quietly(spark, service, t
     assert counters(service, "slow") == {}  # the stopped batch committed nothing
 
 
-def test_by_partition_puts_each_record_where_repartition_does_in_one_stage(spark):
-    """``by_partition`` is ``repartition(n, column)``'s assignment (so a batch replayed after an upgrade
-    meets its partitions' markers where it left them), nulls included, with no shuffle."""
-    from pyspark.sql import functions as F
-
-    from statekeep.functions.driver.plan import by_partition
-
-    ids = spark.range(500, numPartitions=3)  # keys spread over 3 input splits
-    frame = ids.select(F.when(F.col("id") % 11 == 0, None).otherwise(F.concat(F.lit("k"), F.col("id") % 37))
-                       .alias("__key"), "id")
-
-    def placed(df):
-        return sorted(df.rdd.mapPartitionsWithIndex(lambda p, rows: [(p, r["id"], r["__key"]) for r in rows]).collect())
-
-    for parallelism in (1, 2, 5):
-        ours = by_partition(frame, "__key", parallelism)
-        assert ours.rdd.getNumPartitions() == parallelism
-        assert placed(ours) == placed(frame.repartition(parallelism, "__key"))
-        assert "Exchange" not in ours._jdf.queryExecution().executedPlan().toString()
-
-
 def test_json_key_is_get_json_object_on_every_valid_document(spark):
     """The key a record gets from its JSON document is ``get_json_object``'s, whichever way it is found: the
     quick match of the usual layouts, or the parser for everything else (escapes, nesting, floats, a field

@@ -16,7 +16,6 @@ totals to a callback after each micro-batch of its query and at the query's end.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -49,35 +48,6 @@ def route_column(groups: int, parallelism: int) -> Column:
     return F.coalesce(route, F.lit(routes[0]))
 
 
-#: up to this parallelism a micro-batch's records reach their partitions by :func:`by_partition` (one stage, each
-#: partition's task scanning the batch's input), above it by a shuffle (each record read once)
-SCAN_PER_PARTITION_UP_TO = 4
-
-
-def by_partition(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
-    """``frame.repartition(parallelism, column)`` without a shuffle: partition ``j`` holds the same records
-    (those whose ``pmod(hash(column), parallelism)`` is ``j``, Spark's own hash partitioning), read by one
-    task that scans the micro-batch's input and keeps its own. A micro-batch is then one Spark stage instead
-    of two, at the cost of each partition's task scanning the whole batch. Sets
-    ``spark.sql.unionOutputPartitioning`` to false in ``frame``'s session (before a streaming query starts: its
-    session's): where true (Spark 4.x), a union of single-partition children is one partition, all of them in one
-    task. Conditions as SQL text, none for one partition."""
-    frame.sparkSession.conf.set("spark.sql.unionOutputPartitioning", "false")
-    if parallelism == 1:
-        return frame.coalesce(1)
-    parts = [frame.where(f"pmod(hash(`{column}`), {parallelism}) = {j}").coalesce(1) for j in range(parallelism)]
-    return functools.reduce(lambda a, b: a.unionAll(b), parts)
-
-
-def to_partitions(frame: DataFrame, column: str, parallelism: int) -> DataFrame:
-    """``frame``'s records in ``parallelism`` partitions by ``column`` (``__key`` or ``__route``), as a function's
-    plan reads them (:func:`function_plan`): :func:`by_partition` up to
-    :data:`SCAN_PER_PARTITION_UP_TO` partitions, a shuffle above."""
-    if parallelism <= SCAN_PER_PARTITION_UP_TO:
-        return by_partition(frame, column, parallelism)
-    return frame.repartition(parallelism, column)
-
-
 def function_plan(frame: DataFrame, spec: ExecutorSpec, partitions: int, *, schema: Any,
                   report: Callable[[dict[str, Any]], None] | None = None) -> tuple[DataFrame, ExecutorSpec]:
     """``frame`` (with a ``__key`` column) through the function of ``spec`` in ``partitions`` partitions (1 for
@@ -90,7 +60,10 @@ def function_plan(frame: DataFrame, spec: ExecutorSpec, partitions: int, *, sche
         groups, partitions = partitioning
         spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
         frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
-    return to_partitions(frame, by, partitions).mapInArrow(arrow_partition_runner(spec, report), schema), spec
+    # one key's records to one partition by Spark's hash partitioning: a shuffle of the input read once (a union of
+    # filtered copies would make each copy a source of its own in a streaming query)
+    frame = frame.coalesce(1) if partitions == 1 else frame.repartition(partitions, by)
+    return frame.mapInArrow(arrow_partition_runner(spec, report), schema), spec
 
 
 class StatsParam(AccumulatorParam[dict[str, Any]]):
