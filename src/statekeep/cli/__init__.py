@@ -9,11 +9,27 @@ from collections.abc import Sequence
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
 
+#: what ``statekeep --help`` says before the list of commands
+DESCRIPTION = """\
+statekeep: stateful Python functions on Apache Spark with exactly-once state, and the pluggable
+metadata store under them (local:// embedded by default; memory://, zk://, etcd://).
+The functions commands are shaped like pulsar-admin functions."""
+#: what ``statekeep --help`` says after it
+EPILOG = """first steps:
+  statekeep functions localrun --name wc --py FILE --inputs DIR --key-field word --once --data-dir ./data
+  statekeep functions querystate --name wc --key KEY --data-dir ./data
+  statekeep standalone --data-dir ./data          REST API, console at /ui, a worker running created functions
+
+Each command has its own --help (statekeep functions localrun --help). Without --data-dir or --store,
+store commands use $STATEKEEP_STORE, else local://./.statekeep-data; functions commands without them
+talk to a server (--url, $STATEKEEP_URL, else http://localhost:8080)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from statekeep.cli import followers, functions, handles, metadata, migrate, standalone, topics
 
-    parser = argparse.ArgumentParser(prog="statekeep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="statekeep", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     for group in (metadata, functions, standalone, handles, followers, migrate, topics):
         group.register(groups)
@@ -21,8 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``statekeep ARGV`` and return its exit code: 0 on success (and for ``--help``), 2 for a usage error
+    or invalid input, 1 for other statekeep errors (one line on stderr, no traceback), 130 on Ctrl-C."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0), or a usage error argparse has printed (2): an exit code like any other
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
     try:
         return int(args.run(args) or 0)
     except (InvalidPathError, InvalidArgumentError) as e:
