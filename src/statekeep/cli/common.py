@@ -123,14 +123,20 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--input-format", help="json, text, csv, parquet, rate or statekeep-changelog (default: "
                      "from the first input's name; else Pulsar messages)")
     sub.add_argument("--output-format", help="jsonl or parquet, for a directory output (default: jsonl)")
-    pulsar = sub.add_argument_group("pulsar-admin's other flags (taken; the config check says what statekeep does "
-                                    "with them: see the docs' guide 'Coming from Pulsar Functions')")
+    pulsar = sub.add_argument_group(
+        "pulsar-admin's other flags", "Taken as pulsar-admin takes them. Most need a Pulsar broker or another runtime "
+        "and are refused with the reason; boolean ones accept only the value statekeep always behaves as. The docs' "
+        "guide 'Coming from Pulsar Functions' has the table.")
     for flag, (field, kind) in PULSAR_FLAGS.items():
+        # what statekeep does with each is FunctionConfig's to say (REFUSED, FIXED), not imported here: the
+        # model costs every command a tenth of a second
+        what = f"sets FunctionConfig's {field}"
         if kind == "bool":  # pulsar-admin's boolean flags: alone (true) or with true/false
-            pulsar.add_argument(flag, nargs="?", const=True, type=_bool, default=None, metavar="true|false")
+            pulsar.add_argument(flag, nargs="?", const=True, type=_bool, default=None, metavar="true|false",
+                                help=what)
         else:
             pulsar.add_argument(flag, type={"int": int, "float": float}.get(kind, str), default=None,
-                                metavar="JSON" if kind == "json" else kind.upper())
+                                metavar="JSON" if kind == "json" else kind.upper(), help=what)
     sub.add_argument("--trigger-interval", type=interval_ms, metavar="DURATION", help="time between the starts of "
                      "micro-batches, e.g. 500ms or 2s (triggerIntervalMs; default 0: as soon as possible)")
     sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "

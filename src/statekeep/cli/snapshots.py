@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from statekeep.cli import common
 from statekeep.cli.common import CommandAdder, print_json, utc_time
-from statekeep.errors import InvalidArgumentError, NotFoundError
+from statekeep.errors import NotFoundError
 
 if TYPE_CHECKING:
     from statekeep.changelog import SnapshotStore

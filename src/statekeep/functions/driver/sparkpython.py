@@ -21,6 +21,7 @@ on the console, where Spark copies its daemon's stderr.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from importlib.machinery import PathFinder
 
@@ -74,7 +75,7 @@ def daemon() -> None:
 
     run_worker = pyspark_daemon.worker
 
-    def worker(sock: object, authenticated: bool) -> int:
+    def worker(sock: socket.socket, authenticated: bool) -> int:
         try:
             return int(run_worker(sock, authenticated))
         except (BrokenPipeError, ConnectionResetError):
