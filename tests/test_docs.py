@@ -42,7 +42,7 @@ MARKER = re.compile(r"^<!--\s*(not run|run|file)\s*:\s*(.*?)\s*-->$")
 #: flags the docs name that belong to other programs than ``statekeep`` (its scripts, its benchmarks)
 OTHER_PROGRAMS_FLAGS = {
     "scripts/test": {"--fast"},
-    "scripts/docs": {"--serve"},
+    "scripts/docs": {"--serve", "--no-install"},
     "benchmarks": {"--rounds", "--profile", "--startup", "--packing", "--rates", "--seconds", "--events", "--files",
                    "--sessions", "--variants", "--warm-events", "--queries", "--backends", "--keys"},
 }

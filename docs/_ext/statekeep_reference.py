@@ -25,6 +25,9 @@ from typing import Any
 from sphinx.application import Sphinx
 
 METHODS = ("get", "post", "put", "delete", "patch")
+#: the OpenAPI tags of the app's routers, as the page's section titles
+TAG_TITLES = {"functions": "Functions", "state": "Function state", "followers": "Followers",
+              "ops": "Metrics and health"}
 
 
 def _cell(text: object) -> str:
@@ -52,12 +55,16 @@ def rest_markdown(spec: dict[str, Any]) -> str:
     from level 1: the page includes it with a heading offset)."""
     lines = [f"Generated from the server's OpenAPI {spec['openapi']} document; a running server serves it at "
              "`/openapi.json`, and an interactive form of it at `/docs`.", ""]
+    by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for path, operations in spec["paths"].items():
         for method in METHODS:
-            op = operations.get(method)
-            if op is None:
-                continue
-            lines += [f"# {method.upper()} `{path}`", "", op.get("summary", ""), ""]
+            if method in operations:
+                op = operations[method]
+                by_tag.setdefault((op.get("tags") or ["other"])[0], []).append((method, path, op))
+    for tag, ops in by_tag.items():
+        lines += [f"# {TAG_TITLES.get(tag, tag.capitalize())}", ""]
+        for method, path, op in ops:
+            lines += [f"## {method.upper()} {path}", "", op.get("summary", ""), ""]
             if op.get("description"):
                 lines += [op["description"].strip(), ""]
             params = op.get("parameters", [])
