@@ -183,12 +183,14 @@ def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dic
     return found
 
 
-COMMANDS = commands(build_parser())
-ALL_FLAGS = {flag for parser in COMMANDS.values() for action in parser._actions for flag in action.option_strings}
-
-
 def flags_of(parser: argparse.ArgumentParser) -> set[str]:
-    return {flag for action in parser._actions for flag in action.option_strings}
+    """The flags a command offers (those its help hides, only to refuse them, are not offered)."""
+    return {flag for action in parser._actions if action.help is not argparse.SUPPRESS
+            for flag in action.option_strings}
+
+
+COMMANDS = commands(build_parser())
+ALL_FLAGS = {flag for parser in COMMANDS.values() for flag in flags_of(parser)}
 
 
 def command_lines(block: Block) -> list[list[str]]:

@@ -37,13 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``statekeep ARGV`` and return its exit code: 0 on success (and for ``--help``), 2 for a usage error
-    or invalid input, 1 for other statekeep errors (one line on stderr, no traceback), 130 on Ctrl-C."""
+    """Run ``statekeep ARGV`` and return its exit code: 0 on success, 2 for invalid input, 1 for other statekeep
+    errors (one line on stderr, no traceback), 130 on Ctrl-C. ``--help`` and usage errors exit through argparse
+    (``SystemExit`` 0 and 2)."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help (0), or a usage error argparse has printed (2): an exit code like any other
-        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except (InvalidPathError, InvalidArgumentError) as e:

@@ -38,7 +38,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     def command(name: str, run: Handler, help: str, *, named: bool = True,
                 direct: bool = False) -> argparse.ArgumentParser:
         """A subcommand with the naming flags and where it goes. ``direct``: it works on a store only
-        (localrun, snapshots), so it offers no ``--url``/``--token`` that it would have to refuse."""
+        (localrun, snapshots), so its help offers no ``--url`` or ``--token``; a ``--url`` given anyway is
+        refused by the command, saying to use ``--data-dir`` or ``--store``."""
         sub: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help[:1].upper() + help[1:]
                                                            + ".")
         if named:
@@ -52,6 +53,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         if direct:
             where.add_argument("--data-dir", default=None,
                                help="the store local://DIR (default: $STATEKEEP_STORE, else local://./.statekeep-data)")
+            where.add_argument("--url", default=None, help=argparse.SUPPRESS)  # refused with a reason, not offered
         else:
             where.add_argument("--url", default=None,
                                help="the server (default: $STATEKEEP_URL, $STATEKEEP_STORE, client.conf's "

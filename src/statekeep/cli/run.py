@@ -62,6 +62,8 @@ def _localrun(args: argparse.Namespace) -> int:
     config, code, path = common.config_from_args(args), common.read_py(args), common.code_path(args)
     if code is None or path is None or not config.get("inputs"):
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC (flags or --function-config-file)")
+    if args.url:
+        raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not a server's --url")
     if args.lock_wait < 0:
         raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
     args.spark_conf = spark_conf(args.spark_conf)

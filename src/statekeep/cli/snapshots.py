@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from statekeep.cli import common
 from statekeep.cli.common import CommandAdder, print_json, utc_time
-from statekeep.errors import NotFoundError
+from statekeep.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
     from statekeep.changelog import SnapshotStore
@@ -49,6 +49,8 @@ def register(command: CommandAdder) -> None:
 def _open(args: argparse.Namespace) -> tuple[FunctionService, StateStore, SnapshotStore]:
     from statekeep.changelog import SnapshotStore
 
+    if args.url:
+        raise InvalidArgumentError(f"{args.command} works on the store directly: use --data-dir or --store, not --url")
     service = common.direct(args)
     try:
         state = service.registry.state_store(args.tenant, args.namespace, args.name)
