@@ -21,8 +21,9 @@ EPILOG = """first steps:
   statekeep standalone --data-dir ./data          REST API, console at /ui, a worker running created functions
 
 Each command has its own --help (statekeep functions localrun --help). Without --data-dir or --store,
-store commands use $STATEKEEP_STORE, else local://./.statekeep-data; functions commands without them
-talk to a server (--url, $STATEKEEP_URL, else http://localhost:8080)."""
+commands work on $STATEKEEP_STORE, else local://./.statekeep-data; but the functions commands talk to a
+server unless $STATEKEEP_STORE is set: --url, else $STATEKEEP_URL, else client.conf's webServiceUrl,
+else http://localhost:8080 (localrun and the snapshot commands always work on a store)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

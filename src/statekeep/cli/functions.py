@@ -56,8 +56,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             where.add_argument("--url", default=None, help=argparse.SUPPRESS)  # refused with a reason, not offered
         else:
             where.add_argument("--url", default=None,
-                               help="the server (default: $STATEKEEP_URL, $STATEKEEP_STORE, client.conf's "
-                                    "webServiceUrl, else http://localhost:8080)")
+                               help="the server (default: $STATEKEEP_URL, else client.conf's webServiceUrl, else "
+                                    "http://localhost:8080; with only $STATEKEEP_STORE set, that store directly)")
             where.add_argument("--data-dir", default=None, help="work directly on the store local://DIR, not a server")
         where.add_argument("--store", default=None, metavar="URL",
                            help="work directly on this metadata store URL" + ("" if direct else ", not a server"))
