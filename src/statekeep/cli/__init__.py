@@ -21,8 +21,8 @@ EPILOG = """first steps:
   statekeep standalone --data-dir ./data          REST API, console at /ui, a worker running created functions
 
 Each command has its own --help (statekeep functions localrun --help). Without --data-dir or --store,
-commands work on $STATEKEEP_STORE, else local://./.statekeep-data; but the functions commands talk to a
-server unless $STATEKEEP_STORE is set: --url, else $STATEKEEP_URL, else client.conf's webServiceUrl,
+commands work on $STATEKEEP_STORE, else local://./.statekeep-data; the functions commands go to the
+server --url, else $STATEKEEP_URL, else the store $STATEKEEP_STORE, else client.conf's webServiceUrl,
 else http://localhost:8080 (localrun and the snapshot commands always work on a store)."""
 
 
