@@ -87,8 +87,9 @@ def test_store_only_commands_do_not_offer_url(command, capsys, tmp_path):
 
 
 def test_launcher_runs_pysparks_daemon_through_its_own_entry():
+    # Spark's arguments stay visible on the command line (tests find the workers by "pyspark.daemon pyspark.worker")
     assert sparkpython.python_args(["-m", "pyspark.daemon", "pyspark.worker"]) == [
-        "-c", sparkpython.DAEMON_CODE, "pyspark.worker"]
+        "-c", sparkpython.DAEMON_CODE, "-m", "pyspark.daemon", "pyspark.worker"]
     assert sparkpython.python_args(["-m", "pyspark.worker"]) == ["-m", "pyspark.worker"]
     assert sparkpython.python_args(["-c", "pass"]) == ["-c", "pass"]
 

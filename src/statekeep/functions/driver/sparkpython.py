@@ -60,9 +60,11 @@ DAEMON_CODE = "from statekeep.functions.driver.sparkpython import daemon; daemon
 
 def python_args(args: list[str]) -> list[str]:
     """The interpreter's arguments for the ones Spark passed: the same, but PySpark's daemon is run through
-    :func:`daemon` (with the arguments after the module name, such as the worker module, kept)."""
+    :func:`daemon`. Spark's own arguments stay on the command line after the code (``-c CODE -m pyspark.daemon
+    pyspark.worker``), so the process still shows what it is to ``ps`` and to tools that find Spark's workers by
+    their command line; :func:`daemon` takes them off ``sys.argv`` again."""
     if tuple(args[:2]) == DAEMON_ARGS:
-        return ["-c", DAEMON_CODE, *args[2:]]
+        return ["-c", DAEMON_CODE, *args]
     return list(args)
 
 
@@ -73,6 +75,8 @@ def daemon() -> None:
     non-zero code, instead of with a traceback on stderr. Every other exception is PySpark's to report."""
     import pyspark.daemon as pyspark_daemon
 
+    if tuple(sys.argv[1:3]) == DAEMON_ARGS:  # as python -m pyspark.daemon sees them: sys.argv[1] is the worker module
+        del sys.argv[1:3]
     run_worker = pyspark_daemon.worker
 
     def worker(sock: socket.socket, authenticated: bool) -> int:
