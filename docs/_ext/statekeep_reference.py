@@ -102,24 +102,48 @@ def rest_markdown(spec: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: what each backend option means; an option a backend class takes that is missing here fails the build
+OPTION_MEANINGS = {
+    "max_value_size": "largest value in bytes (never above the backend's own limit)",
+    "map_size": "address space reserved for the LMDB file, in bytes (it grows only as data does)",
+    "poll_interval": "seconds between checks for other processes' notifications",
+    "reap_interval": "seconds between checks for sessions of dead processes",
+    "session_timeout": "seconds a session (ZooKeeper) or lease (etcd) outlives its last contact; its ephemeral "
+                       "keys (locks, leadership) go then",
+    "timeout": "seconds after which an unreachable server gives `StoreUnavailableError`",
+}
+
+
 def backends_markdown() -> str:
-    """The metadata store backends: URL scheme, class, extra, and the options their class takes."""
+    """The metadata store backends (URL scheme, class, extra), then every option their classes take (the keyword
+    arguments with defaults of the class and its bases), with its default per backend and its meaning."""
+    from sphinx.errors import ExtensionError
+
     from statekeep.metadata.registry import BUILTIN_BACKENDS, backend_class
 
-    lines = ["| scheme | class | install | options (URL query or keyword) and defaults |", "|---|---|---|---|"]
+    lines = ["| scheme | class | install |", "|---|---|---|"]
+    options: dict[str, dict[str, object]] = {}  # option -> scheme -> default
     for scheme, (target, extra) in BUILTIN_BACKENDS.items():
         cls = backend_class(scheme)
-        options = []
         for klass in (cls, *cls.__mro__[1:]):
             if "__init__" not in vars(klass):
                 continue
             for param in inspect.signature(klass.__init__).parameters.values():  # type: ignore[misc]
                 if param.kind is param.KEYWORD_ONLY and param.default is not param.empty:
-                    option = f"`{param.name}={param.default!r}`"
-                    if not any(o.startswith(f"`{param.name}=") for o in options):
-                        options.append(option)
+                    options.setdefault(param.name, {}).setdefault(scheme, param.default)
         install = f"`pip install '{extra.split()[0]}'`" if extra else "core"
-        lines.append(f"| `{scheme}://` | `{target.replace(':', '.')}` | {install} | {', '.join(options)} |")
+        lines.append(f"| `{scheme}://` | `{target.replace(':', '.')}` | {install} |")
+    unknown = sorted(set(options) - set(OPTION_MEANINGS))
+    if unknown:
+        raise ExtensionError(f"backend options without a meaning in OPTION_MEANINGS: {', '.join(unknown)}")
+    lines += ["", "| option | default | meaning |", "|---|---|---|"]
+    for name, defaults in options.items():
+        values = {repr(value) for value in defaults.values()}
+        if len(values) == 1:  # one default on every backend that takes it
+            default = f"{values.pop()} ({', '.join(f'`{scheme}://`' for scheme in defaults)})"
+        else:
+            default = ", ".join(f"{value!r} (`{scheme}://`)" for scheme, value in defaults.items())
+        lines.append(f"| `{name}` | {_cell(default)} | {_cell(OPTION_MEANINGS[name])} |")
     return "\n".join(lines) + "\n"
 
 
