@@ -124,6 +124,10 @@ def test_every_example_block_is_run_or_says_why_not():
                 problems.append(f"{block}: unknown tier {block.argument!r} (only 'run: spark')")
             elif block.marker == "file" and (block.language not in PYTHON or not block.argument):
                 problems.append(f"{block}: 'file: NAME' is for Python blocks, with a file name")
+            elif block.marker == "file":  # it runs through a later block that is run, or not at all
+                later = [b for b in examples(page) if b.line > block.line and b.marker in (None, "run")]
+                if not any(block.argument in b.text for b in later):
+                    problems.append(f"{block}: no block run after it uses {block.argument}")
     assert problems == []
 
 
