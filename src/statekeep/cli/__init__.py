@@ -9,11 +9,28 @@ from collections.abc import Sequence
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError, NotFoundError, StatekeepError
 
+#: what ``statekeep --help`` says before the list of commands
+DESCRIPTION = """\
+statekeep: stateful Python functions on Apache Spark with exactly-once state, and the pluggable
+metadata store under them (local:// embedded by default; memory://, zk://, etcd://).
+The functions commands are shaped like pulsar-admin functions."""
+#: what ``statekeep --help`` says after it
+EPILOG = """first steps:
+  statekeep functions localrun --name wc --py FILE --inputs DIR --key-field word --once --data-dir ./data
+  statekeep functions querystate --name wc --key KEY --data-dir ./data
+  statekeep standalone --data-dir ./data          REST API, console at /ui, a worker running created functions
+
+Each command has its own --help (statekeep functions localrun --help). Without --data-dir or --store,
+commands work on $STATEKEEP_STORE, else local://./.statekeep-data; the functions commands go to the
+server --url, else $STATEKEEP_URL, else the store $STATEKEEP_STORE, else client.conf's webServiceUrl,
+else http://localhost:8080 (localrun and the snapshot commands always work on a store)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from statekeep.cli import followers, functions, handles, metadata, migrate, standalone, topics
 
-    parser = argparse.ArgumentParser(prog="statekeep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="statekeep", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     for group in (metadata, functions, standalone, handles, followers, migrate, topics):
         group.register(groups)
@@ -21,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``statekeep ARGV`` and return its exit code: 0 on success, 2 for invalid input, 1 for other statekeep
+    errors (one line on stderr, no traceback), 130 on Ctrl-C. ``--help`` and usage errors exit through argparse
+    (``SystemExit`` 0 and 2)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

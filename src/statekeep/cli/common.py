@@ -94,11 +94,16 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     """The function config flags of ``create``, ``update`` and ``localrun`` (pulsar-admin's names)."""
     sub.add_argument("--function-config-file", default=None, metavar="YAML",
                      help="a YAML file of FunctionConfig fields (flags override it)")
-    sub.add_argument("--py", help="the function's Python file (defines process(input, context))")
-    sub.add_argument("-i", "--inputs", help="comma-separated input sources")
-    sub.add_argument("-o", "--output", help="output destination (a directory, or 'console')")
+    sub.add_argument("--py", help="the function's Python file: process(input, context), process(input), "
+                     "process_batch(records, context) or a pulsar.Function class (see --classname)")
+    sub.add_argument("-i", "--inputs", help="comma-separated inputs: Pulsar topics (persistent://T/N/TOPIC), "
+                     "files or directories (JSON lines, text, CSV, Parquet), rate, or statekeep://T/N/F (a "
+                     "function's changelog)")
+    sub.add_argument("-o", "--output", help="where results go: a Pulsar topic (persistent://T/N/TOPIC), a "
+                     "directory or fsspec URL (JSON lines, or Parquet with --output-format parquet), or 'console' "
+                     "(default: none)")
     sub.add_argument("--classname", help="entry point: process, module.process or module.Class (default: process)")
-    sub.add_argument("--parallelism", type=int, help="number of partitions")
+    sub.add_argument("--parallelism", type=int, help="Spark partitions (Pulsar's instances) of the function's query")
     sub.add_argument("--user-config", help="JSON object passed to the function")
     sub.add_argument("--secrets", help="JSON object: secret name -> how the secrets provider finds it")
     sub.add_argument("--custom-serde-inputs", metavar="JSON",
@@ -114,17 +119,24 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--timeout-ms", type=int, help="a record taking longer than this fails (a user exception)")
     sub.add_argument("--processing-guarantees", choices=PROCESSING_GUARANTEES, default=None,
                      help="delivery semantics (statekeep's state is exactly-once: EFFECTIVELY_ONCE)")
-    sub.add_argument("--key-field", help="input field that partitions records")
-    sub.add_argument("--input-format", help="format of the inputs (e.g. json, text)")
-    sub.add_argument("--output-format", help="format of the output")
-    pulsar = sub.add_argument_group("pulsar-admin's other flags (taken; the config check says what statekeep does "
-                                    "with them, see the README)")
+    sub.add_argument("--key-field", help="input field that partitions records (one key's records reach one task)")
+    sub.add_argument("--input-format", help="json, text, csv, parquet, rate or statekeep-changelog (default: "
+                     "from the first input's name; else Pulsar messages)")
+    sub.add_argument("--output-format", help="jsonl or parquet, for a directory output (default: jsonl)")
+    pulsar = sub.add_argument_group(
+        "pulsar-admin's other flags", "Taken as pulsar-admin takes them. Most need a Pulsar broker or another runtime "
+        "and are refused with the reason; boolean ones accept only the value statekeep always behaves as. The docs' "
+        "guide 'Coming from Pulsar Functions' has the table.")
     for flag, (field, kind) in PULSAR_FLAGS.items():
+        # what statekeep does with each is FunctionConfig's to say (REFUSED, FIXED), not imported here: the
+        # model costs every command a tenth of a second
+        what = f"sets FunctionConfig's {field}"
         if kind == "bool":  # pulsar-admin's boolean flags: alone (true) or with true/false
-            pulsar.add_argument(flag, nargs="?", const=True, type=_bool, default=None, metavar="true|false")
+            pulsar.add_argument(flag, nargs="?", const=True, type=_bool, default=None, metavar="true|false",
+                                help=what)
         else:
             pulsar.add_argument(flag, type={"int": int, "float": float}.get(kind, str), default=None,
-                                metavar="JSON" if kind == "json" else kind.upper())
+                                metavar="JSON" if kind == "json" else kind.upper(), help=what)
     sub.add_argument("--trigger-interval", type=interval_ms, metavar="DURATION", help="time between the starts of "
                      "micro-batches, e.g. 500ms or 2s (triggerIntervalMs; default 0: as soon as possible)")
     sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "

@@ -35,8 +35,13 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     parser = groups.add_parser("functions", help="manage functions and their state (like pulsar-admin functions)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run: Handler, help: str, *, named: bool = True) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = commands.add_parser(name, help=help)
+    def command(name: str, run: Handler, help: str, *, named: bool = True,
+                direct: bool = False) -> argparse.ArgumentParser:
+        """A subcommand with the naming flags and where it goes. ``direct``: it works on a store only
+        (localrun, snapshots), so its help offers no ``--url`` or ``--token``; a ``--url`` given anyway is
+        refused by the command, saying to use ``--data-dir`` or ``--store``."""
+        sub: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help[:1].upper() + help[1:]
+                                                           + ".")
         if named:
             sub.add_argument("--fqfn", default=None, metavar="TENANT/NAMESPACE/NAME",
                              help="the fully qualified function name (instead of --tenant, --namespace, --name)")
@@ -45,13 +50,20 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         if named:
             sub.add_argument("--name", default=None, help="function name")
         where = sub.add_mutually_exclusive_group()
-        where.add_argument("--url", default=None,
-                           help="the server (default: $STATEKEEP_URL, client.conf's webServiceUrl, "
-                                "else http://localhost:8080)")
-        where.add_argument("--data-dir", default=None, help="work directly on the store local://DIR")
-        where.add_argument("--store", default=None, help="work directly on this metadata store URL")
-        sub.add_argument("--token", default=None,
-                         help="bearer token for the server (default: $STATEKEEP_TOKEN, client.conf's authParams)")
+        if direct:
+            where.add_argument("--data-dir", default=None,
+                               help="the store local://DIR (default: $STATEKEEP_STORE, else local://./.statekeep-data)")
+            where.add_argument("--url", default=None, help=argparse.SUPPRESS)  # refused with a reason, not offered
+        else:
+            where.add_argument("--url", default=None,
+                               help="the server (default: $STATEKEEP_URL, else client.conf's webServiceUrl, else "
+                                    "http://localhost:8080; with only $STATEKEEP_STORE set, that store directly)")
+            where.add_argument("--data-dir", default=None, help="work directly on the store local://DIR, not a server")
+        where.add_argument("--store", default=None, metavar="URL",
+                           help="work directly on this metadata store URL" + ("" if direct else ", not a server"))
+        if not direct:
+            sub.add_argument("--token", default=None,
+                             help="bearer token for the server (default: $STATEKEEP_TOKEN, client.conf's authParams)")
         sub.set_defaults(run=functools.partial(common.identified, run, named))
         return sub
 

@@ -34,9 +34,12 @@ def register(command: CommandAdder) -> None:
     """Add ``localrun`` through the functions group's ``command`` helper."""
     from statekeep.cli.standalone import add_spark_conf_option
 
-    run = command("localrun", _localrun, "run a function on Spark against local inputs")
+    run = command("localrun", _localrun, "run a function on Spark in this process, on a store (not a server)",
+                  direct=True)
     common.add_config_flags(run)
-    run.add_argument("--once", action="store_true", help="process what is there now, then exit")
+    run.add_argument("--once", action="store_true",
+                     help="process every record there at start, print the function's status as JSON, then exit "
+                          "(Spark's availableNow trigger; default: run until interrupted)")
     run.add_argument("--spark-master", default="local[*,4]",
                      help="Spark master, e.g. spark://HOST:7077 (default: %(default)s)")
     add_spark_conf_option(run)
@@ -60,7 +63,7 @@ def _localrun(args: argparse.Namespace) -> int:
     if code is None or path is None or not config.get("inputs"):
         raise InvalidArgumentError("localrun needs --py FILE and --inputs SRC (flags or --function-config-file)")
     if args.url:
-        raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not --url")
+        raise InvalidArgumentError("localrun works on a store (--data-dir or --store), not a server's --url")
     if args.lock_wait < 0:
         raise InvalidArgumentError("--lock-wait takes a number of seconds >= 0")
     args.spark_conf = spark_conf(args.spark_conf)

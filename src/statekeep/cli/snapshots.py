@@ -34,13 +34,14 @@ def register(command: CommandAdder) -> None:
     for name, run, help in (("snapshot", _snapshot, "snapshot a function's state into blob storage"),
                             ("snapshots", _snapshots, "list a function's snapshots"),
                             ("restore", _restore, "replace a function's state by a snapshot's")):
-        sub = command(name, run, help)
+        sub = command(name, run, help, direct=True)
         sub.add_argument("--blobs", default=None, help="blob storage URL (default: DATA_DIR/blobs on local://)")
         if name == "snapshots":
             sub.add_argument("--json", action="store_true", help="print JSON")
         if name == "restore":
             sub.add_argument("--snapshot", type=int, default=None, help="snapshot number (default: the newest)")
-    compact = command("compact", _compact, "compact a function's changelog once (newest record per key)")
+    compact = command("compact", _compact, "compact a function's changelog once (newest record per key)",
+                      direct=True)
     compact.add_argument("--tombstone-retention", type=float, default=None, metavar="SECONDS",
                          help="drop tombstones older than this (default: 24 hours)")
 

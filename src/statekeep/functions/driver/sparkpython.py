@@ -9,11 +9,19 @@ planners) spends about 0.6 s more importing PySpark than it would from the insta
 0.3 s here). Where ``SPARK_HOME`` is the installed PySpark package itself (a ``pip install pyspark``), those
 zips are the same code as the package, so this launcher takes them off ``PYTHONPATH`` and runs this
 interpreter with the same arguments; every other entry, and the zips of a Spark installed elsewhere, stay.
+
+Spark's Python worker daemon (``-m pyspark.daemon``) runs through :func:`daemon`: PySpark's own daemon, except
+that a forked worker whose socket the JVM has already closed exits quietly. When a SparkContext stops (every
+``statekeep functions localrun --once`` at its end), Spark closes its idle workers' sockets; such a worker reads
+the end of its input, tries to send back an error nobody reads, and PySpark's daemon (which kills a worker whose
+final flush fails, ``spark.python.daemon.killWorkerOnFlushFailure``) printed that ``BrokenPipeError``'s traceback
+on the console, where Spark copies its daemon's stderr.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from importlib.machinery import PathFinder
 
@@ -45,8 +53,45 @@ def spark_python() -> str:
     return launcher if os.access(launcher, os.X_OK) else sys.executable
 
 
+#: how Spark starts its Python worker daemon (``spark.python.daemon.module``'s default), and what runs instead
+DAEMON_ARGS = ("-m", "pyspark.daemon")
+DAEMON_CODE = "from statekeep.functions.driver.sparkpython import daemon; daemon()"
+
+
+def python_args(args: list[str]) -> list[str]:
+    """The interpreter's arguments for the ones Spark passed: the same, but PySpark's daemon is run through
+    :func:`daemon`. Spark's own arguments stay on the command line after the code (``-c CODE -m pyspark.daemon
+    pyspark.worker``), so the process still shows what it is to ``ps`` and to tools that find Spark's workers by
+    their command line; :func:`daemon` takes them off ``sys.argv`` again."""
+    if tuple(args[:2]) == DAEMON_ARGS:
+        return ["-c", DAEMON_CODE, *args]
+    return list(args)
+
+
+def daemon() -> None:
+    """PySpark's worker daemon (``pyspark.daemon.manager``), with each forked worker's run wrapped so that a
+    ``BrokenPipeError`` or ``ConnectionResetError`` raised by it (its socket closed by the JVM: the worker was
+    stopped, and no one reads what it still had to send) ends that worker quietly, as a worker exiting with a
+    non-zero code, instead of with a traceback on stderr. Every other exception is PySpark's to report."""
+    import pyspark.daemon as pyspark_daemon
+
+    if tuple(sys.argv[1:3]) == DAEMON_ARGS:  # as python -m pyspark.daemon sees them: sys.argv[1] is the worker module
+        del sys.argv[1:3]
+    run_worker = pyspark_daemon.worker
+
+    def worker(sock: socket.socket, authenticated: bool) -> int:
+        try:
+            return int(run_worker(sock, authenticated))
+        except (BrokenPipeError, ConnectionResetError):
+            return 1  # the daemon's child then waits for the socket's close (already done) and exits
+
+    pyspark_daemon.worker = worker  # manager() looks its worker function up in the module when it forks
+    pyspark_daemon.manager()
+
+
 def main() -> None:
-    """Run this interpreter with this process's arguments, the PySpark package's own zips off ``PYTHONPATH``."""
+    """Run this interpreter with this process's arguments (:func:`python_args`), the PySpark package's own zips
+    off ``PYTHONPATH``."""
     if "PYTHONPATH" in os.environ:
         os.environ["PYTHONPATH"] = without_own_zips(os.environ["PYTHONPATH"])
-    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, *python_args(sys.argv[1:])])
