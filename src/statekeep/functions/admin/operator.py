@@ -185,7 +185,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     if df.isStreaming:  # its status and stats, as a function the runner runs has them
         stats = new_stats(df.sparkSession)
         status = OperatorStatus(url, (tenant, namespace, fname), stats)
-        df.sparkSession.streams.addListener(StatusListener(stats, status.progress, status.end))
+        df.sparkSession.streams.addListener(StatusListener(stats, status.progress, status.end, df.sparkSession.streams))
         report = stats.add
     return function_plan(frame, spec, parallelism if key is not None else 1, schema=schema, report=report)[0]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -101,13 +102,15 @@ def new_stats(spark: Any) -> Any:
 
 
 class StatusListener(StreamingQueryListener):
-    """Follows the streaming query whose tasks add to ``stats`` (their rows name it): after each of its
-    micro-batches ``on_progress(batch id)``, at its end ``on_end(error or None)``. A callback that raises is
-    logged, never raised into Spark's listener bus."""
+    """Follows the streaming query whose tasks add to ``stats`` (their rows name it; :attr:`query` may also be set
+    at its start): after each of its micro-batches ``on_progress(batch id)``, at its end ``on_end(error or None)``,
+    after which it removes itself from ``streams`` (the session's ``spark.streams``), so that a session running
+    query after query does not collect listeners, each called at every event of every query. A callback that
+    raises is logged, never raised into Spark's listener bus."""
 
-    def __init__(self, stats: Any, on_progress: Callable[[int], None],
-                 on_end: Callable[[str | None], None]) -> None:
-        self.stats, self.on_progress, self.on_end = stats, on_progress, on_end
+    def __init__(self, stats: Any, on_progress: Callable[[int], None], on_end: Callable[[str | None], None],
+                 streams: Any) -> None:
+        self.stats, self.on_progress, self.on_end, self.streams = stats, on_progress, on_end, streams
         self.query: str | None = None
 
     def _call(self, callback: Callable[..., None], *args: Any) -> None:
@@ -116,19 +119,23 @@ class StatusListener(StreamingQueryListener):
         except Exception:  # noqa: BLE001 - Spark's listener bus must go on
             log.exception("statekeep: a function query's listener failed")
 
+    def _ours(self, query: str) -> bool:
+        if self.query is None and query in self.stats.value["queries"]:
+            self.query = query
+        return query == self.query
+
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
-        query = str(event.progress.id)
-        if self.query is None and query in self.stats.value["queries"]:
-            self.query = query
-        if query == self.query:
+        if self._ours(str(event.progress.id)):
             self._call(self.on_progress, event.progress.batchId)
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        if str(event.id) == self.query:
+        if self._ours(str(event.id)):
             self._call(self.on_end, event.exception)
+            # not from the listener bus's own call: Spark removes it once this call returns
+            threading.Thread(target=self._call, args=(self.streams.removeListener, self), daemon=True).start()

@@ -1,9 +1,10 @@
 """Functions as Spark Structured Streaming queries: one query per function.
 
-The driver reads the inputs with Spark's own sources, sends each record to a partition by its key
-field, and in ``foreachBatch`` runs :func:`statekeep.functions.executor.runtime.arrow_partition_runner` on
-every partition (records travel as Arrow batches, not pickled rows). See runtime.py for how
-state stays exactly-once.
+The driver reads the inputs with Spark's own sources (:func:`input_frame`) and runs the function on them in the
+query's own plan, as the DataFrame operator does (:mod:`statekeep.functions.driver.plan`): each record to a
+partition by its key, :func:`statekeep.functions.executor.runtime.arrow_partition_runner` on every partition
+(records travel as Arrow batches, not pickled rows), into Spark's ``noop`` sink. See runtime.py for how state
+stays exactly-once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.messages import JSON_LINE
-from statekeep.functions.executor.runtime import (STATS_COLUMNS)
+from statekeep.functions.executor.runtime import STATS_COLUMNS
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.functions.messaging.topics import default_root, is_topic
@@ -300,6 +301,7 @@ class FunctionQuery:
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
         self._stats: Any = None  # the accumulator of the tasks' stats rows (plan.StatsParam)
+        self._partitions = 1  # the partitions of a function keeping time (set by start)
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
@@ -335,14 +337,21 @@ class FunctionQuery:
             frame = with_clock_source(frame, tick=tick)
         if self._stats is None:
             self._stats = new_stats(self.spark)
-            self.spark.streams.addListener(StatusListener(self._stats, self._progress, lambda error: None))
-        plan, _ = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism if keyed else 1,
-                                                      schema=_stats_type(), report=self._stats.add))
+        listener = StatusListener(self._stats, self._progress, lambda error: None, self.spark.streams)
+        self.spark.streams.addListener(listener)
+        plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism if keyed else 1,
+                                                            schema=_stats_type(), report=self._stats.add))
+        self._partitions = running.state_parallelism  # a function keeping time is laid out by key group
         writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
         writer = (writer.trigger(availableNow=True) if self.once
                   else writer.trigger(processingTime=f"{spec.trigger_interval_ms} milliseconds"))
-        self.query = writer.start()
+        try:
+            self.query = writer.start()
+        except BaseException:
+            self.spark.streams.removeListener(listener)
+            raise
+        listener.query = str(self.query.id)
         return self
 
     def _clocked(self, inputs: int) -> bool:
@@ -371,7 +380,7 @@ class FunctionQuery:
             ended = self.query.awaitTermination(timeout)  # type: ignore[arg-type]
             value = self._take_stats()
             if self.once and self._clock and value is not None and not self.query.isActive:
-                advance_watermark(self._time, value["last"], self.parallelism)
+                advance_watermark(self._time, value["last"], self._partitions)
             if (self.once and self._clock and not self._ticked and not self.query.isActive
                     and last_batch_needed(self._time)):
                 self._ticked = True
