@@ -29,6 +29,9 @@ pytestmark = pytest.mark.slow
 #: modules that are themselves an optional integration -> the extra they need
 OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etcd": "etcd",
             "statekeep.server": "server", "statekeep.functions.driver.sources": "spark",
+            # the Spark plan of a function, and the DataFrame operator on it
+            "statekeep.functions.driver.plan": "spark", "statekeep.functions.admin.operator": "spark",
+            "statekeep.spark": "spark",
             "statekeep.testing.contract": "test"}
 
 

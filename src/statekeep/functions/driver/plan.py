@@ -21,9 +21,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pyspark.accumulators import AccumulatorParam
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from statekeep.errors import MissingDependencyError
 
+try:  # the plan of a function's query: Spark itself
+    from pyspark.accumulators import AccumulatorParam
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+except ImportError as e:
+    raise MissingDependencyError(f"running functions needs PySpark: pip install 'statekeep[spark]' ({e})") from e
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.stats import add_batch
 from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
