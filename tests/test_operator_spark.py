@@ -214,8 +214,7 @@ def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pause
 
 
 @pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "before-sink"),
-                                        ("foreach", "after-sink"), ("file", "kill-worker"),
-                                        ("foreach", "kill-worker")])
+                                        ("foreach", "after-sink"), ("foreach", "kill-worker")])
 def test_faults_end_exact(sink, pause, tmp_path, spark_env):
     """The driver SIGKILLed after micro-batch 1's state commit (of one partition, or of both) and before the
     sink's commit, or after the sink's too; or a Python worker SIGKILLed: exact (see fault_ends_exact)."""
