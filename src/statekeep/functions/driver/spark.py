@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep import jsonrecords
-from statekeep.errors import InvalidArgumentError
+from statekeep.errors import InvalidArgumentError, StoreClosedError
 from statekeep.functions.messaging.messages import JSON_LINE
 from statekeep.functions.executor.runtime import STATS_COLUMNS
 from statekeep.functions.config.spec import ExecutorSpec
@@ -320,7 +320,10 @@ class FunctionQuery:
     def _progress(self, batch_id: int) -> None:
         value = self._take_stats()
         if self.on_batch is not None and value is not None:
-            self.on_batch(batch_id, [row for row in value["last"] if row["batch"] == batch_id])
+            try:
+                self.on_batch(batch_id, [row for row in value["last"] if row["batch"] == batch_id])
+            except StoreClosedError:
+                pass  # a batch's report after the runner stopped and closed its store: nothing to keep
 
     def start(self, *, tick: bool = False) -> FunctionQuery:
         """Start the query. ``tick``: a ``--once`` run's last micro-batch, with no input (see
