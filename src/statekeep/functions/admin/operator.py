@@ -252,11 +252,9 @@ class OperatorStatus:
         if self._store is None:
             self._store = open_store(self.url)
             self._lock = acquire_function_lock(CoordinationService(self._store), *self.where, self.worker_id)
-        batches = value["batches"]
         status = {"running": running, "error": error, "workerId": self.worker_id,
-                  "updated_ms": int(time.time() * 1000), "batches": len(batches),
-                  "last_batch": max(batches) if batches else None,
-                  **{k: value[k] for k in ("processed", "skipped", "outputs", "instances")}}
+                  "updated_ms": int(time.time() * 1000),
+                  **{k: value[k] for k in ("processed", "skipped", "outputs", "batches", "last_batch", "instances")}}
         self._store.put(f"{STATUS_ROOT}/{'/'.join(self.where)}", status_json(status))
 
     def progress(self, batch: int) -> None:

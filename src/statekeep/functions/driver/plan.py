@@ -75,11 +75,11 @@ class StatsParam(AccumulatorParam[dict[str, Any]]):
     """The accumulator of a function query's stats: a task adds its run's stats row (``runtime.STATS_SCHEMA``
     with ``query`` and ``batch``); the driver sums them in the shape of its status
     (:mod:`statekeep.functions.driver.stats`): ``queries`` seen, ``processed``, ``skipped``, ``outputs``,
-    ``instances``, ``batches`` (their ids) and ``last`` (the rows of the newest micro-batch)."""
+    ``instances``, ``batches`` (how many ran), ``last_batch`` and ``last`` (the newest one's rows)."""
 
     def zero(self, value: Any) -> dict[str, Any]:
         return {"rows": [], "queries": [], "processed": 0, "skipped": 0, "outputs": 0, "instances": {},
-                "batches": [], "last": []}
+                "batches": 0, "last_batch": None, "last": []}
 
     def addInPlace(self, value: dict[str, Any], term: dict[str, Any]) -> dict[str, Any]:
         if "partition" in term:  # a task's run
@@ -90,13 +90,13 @@ class StatsParam(AccumulatorParam[dict[str, Any]]):
         for name in ("processed", "skipped", "outputs"):
             value[name] += sum(int(row[name] or 0) for row in rows)
         value["queries"] = sorted({*value["queries"], *(row["query"] for row in rows if row.get("query"))})
-        for row in rows:
-            batch = row["batch"]
-            if batch not in value["batches"]:
-                value["batches"].append(batch)
-            newest = max(value["batches"])
-            if batch == newest:
-                value["last"] = [r for r in value["last"] if r["batch"] == newest] + [row]
+        for row in rows:  # micro-batches run one after another: a task's batch is the newest, or a new one
+            batch, newest = row["batch"], value["last_batch"]
+            if newest is None or batch > newest:
+                value["batches"] += 1
+                value["last_batch"], value["last"] = batch, []
+            if batch == value["last_batch"]:
+                value["last"].append(row)
         return value
 
 

@@ -311,9 +311,8 @@ class FunctionQuery:
         if self._stats is None:
             return None
         value: dict[str, Any] = self._stats.value
-        batches = value["batches"]
         self.totals.update({"processed": value["processed"], "skipped": value["skipped"], "outputs": value["outputs"],
-                            "batches": len(batches), "last_batch": max(batches) if batches else None,
+                            "batches": value["batches"], "last_batch": value["last_batch"],
                             "instances": value["instances"]})
         return value
 
