@@ -127,12 +127,17 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
 
 
 def sink_files(directory: Path) -> list[Path]:
-    """The files a Spark file sink committed to ``directory``, in micro-batch order (its ``_spark_metadata`` log)."""
+    """The files a Spark file sink committed to ``directory``, in micro-batch order, from its ``_spark_metadata``
+    log: the newest compacted file (``N.compact``, every batch up to N, written every tenth batch) and the batches
+    after it."""
     log = directory / "_spark_metadata"
-    batches = sorted((int(p.name) for p in log.glob("*") if p.name.isdigit()), key=int) if log.exists() else []
+    entries = {int(p.name.split(".")[0]): p for p in log.glob("*") if p.name.split(".")[0].isdigit()} \
+        if log.exists() else {}
+    compacted = [batch for batch, p in entries.items() if p.name.endswith(".compact")]
+    first = max(compacted, default=0)
     files = []
-    for batch in batches:
-        for line in (log / str(batch)).read_text().splitlines()[1:]:
+    for batch in sorted(b for b in entries if b >= first):
+        for line in entries[batch].read_text().splitlines()[1:]:
             files.append(Path(json.loads(line)["path"].removeprefix("file:")))
     return files
 
