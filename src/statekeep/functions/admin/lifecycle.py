@@ -104,8 +104,8 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions.messaging import messages
-    from statekeep.functions.executor.runtime import FunctionRecordError, RecordPath
-    from statekeep.functions.messaging.messages import output_sink, published_targets, write_targets
+    from statekeep.functions.executor.runtime import FunctionRecordError, RecordPath, commit_run
+    from statekeep.functions.messaging.messages import output_sink, published_targets
     from statekeep.functions.driver.spark import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
@@ -184,10 +184,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
         raise InvalidArgumentError(f"serializing the output of {spec.fqfn} failed: "
                                    f"{type(e).__name__}: {e}") from None
-    write_targets(spec, targets)
-    if written:
-        sink.write_new(written, "trigger")
-    store.apply_batch(state.puts, state.counter_deltas)
+    commit_run(path, store, written or None, targets)
     return result
 
 

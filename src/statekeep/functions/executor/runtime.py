@@ -415,14 +415,9 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         return _skip_batch(store, marker, stats, stats.received or len(records), e)  # process_batch: one unit
     stats.outputs = len(output) if output is not None else 0
     stats.metrics = path.context.metrics
-    if output is not None:
-        sink.write(batch_id, partition, output)
-    write_targets(spec, published_targets(spec, path.context.published, path.context.get_logger()), batch_id,
-                  partition)
-    if path.dead:
-        output_sink(spec, spec.dead_letter, "dead").write(batch_id, partition, path.dead)
     try:
-        stats.applied = store.apply_batch(state.puts, state.counter_deltas, marker=marker)
+        stats.applied = commit_run(path, store, output, published_targets(spec, path.context.published,
+                                                                          path.context.get_logger()))
     except InvalidArgumentError as e:  # process_batch's incr_counters read nothing: a key holding bytes, an overflow
         if kind != BATCH:
             raise
@@ -440,6 +435,36 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         for record in rows[:20]:
             print(json.dumps(record, default=str))
     return stats
+
+
+def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
+               targets: dict[tuple[str, str], list[Any]]) -> bool:
+    """End a run of ``path`` (a micro-batch's partition, or a trigger's one record when its batch id is not an
+    int): its ``output`` (records or a pyarrow Table; None for none), published and log ``targets`` and dead
+    letters are written, then its state changes are applied in one atomic write with the marker
+    ``"{batch}-{partition}"``. The files go first and a replay of a partition rewrites the same files, so a crash
+    between the two leaves nothing twice; a trigger's files are new, and it has no marker. Returns False, having
+    applied nothing, when the marker was already applied; raises as
+    :meth:`~statekeep.state.base.StateStore.apply_batch` does (the files then stay, to be rewritten by a replay)."""
+    spec = path.spec
+    batch = (path.batch_id, path.partition) if isinstance(path.batch_id, int) else None
+
+    def write(sink: Any, records: Any) -> None:
+        if batch is None:
+            sink.write_new(records, str(path.batch_id))
+        else:
+            sink.write(*batch, records)
+
+    if output is not None:
+        write(output_sink(spec, spec.output), output)
+    if batch is None:
+        write_targets(spec, targets, origin=str(path.batch_id))
+    else:
+        write_targets(spec, targets, *batch)
+    if path.dead:
+        write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
+    return store.apply_batch(path.state.puts, path.state.counter_deltas,
+                             marker=None if batch is None else f"{batch[0]}-{batch[1]}")
 
 
 def _rows(path: RecordPath, output: Any) -> Any:
