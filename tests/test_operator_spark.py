@@ -165,7 +165,7 @@ def expected_rows(words: list[str]) -> list[tuple[str, int]]:
     return sorted((w, n) for w, c in Counter(words).items() for n in range(1, c + 1))
 
 
-def run_query(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str = "none", *,
+def run_query(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str, *,
               master: str = "local[2,4]", store: str | None = None, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     command = [sys.executable, str(QUERY), "--store", store or f"local://{tmp_path}/data",
                "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck"),
@@ -186,55 +186,62 @@ def state_counts(url: str) -> Counter:
         return Counter({e.key: e.counter for e in state.scan_entries()})
 
 
-def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str, *,
+def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pauses: tuple[str, ...], *,
                      master: str = "local[2,4]", store: str | None = None, extra: tuple[str, ...] = ()) -> None:
-    """Arm the fault ``pause`` (see support/operator_query.py), run the query; unless the fault was a killed
-    Python worker (which Spark retries), SIGKILL the driver where the query stopped (for ``function``: once
-    partition 0 of micro-batch 1 committed its state) and run it again from its checkpoint. Then every input is
-    counted once, and every output row is in the sink once."""
+    """Arm the faults ``pauses`` (``WHERE@BATCH``, see support/operator_query.py) and run the query; at each fault
+    but a killed Python worker (which Spark retries), SIGKILL the driver where the query stopped (for ``function``:
+    once partition 0 of the batch committed its state) and run it again from its checkpoint. At the end every
+    input is counted once, every output row is in the sink once, and every fault happened."""
     write_word_files(tmp_path / "in", WORDS, per_file=300)
     url = store or f"local://{tmp_path}/data"
-    (tmp_path / "armed").touch()
-    run = run_query(tmp_path, spark_env, sink, pause, master=master, store=url, extra=extra)
-    if pause == "kill-worker":  # Spark retries the task; the run ends by itself
-        rows = finish(run, tmp_path)
-        assert not (tmp_path / "armed").exists(), "the fault never happened"
-        with FunctionService.open(url) as service:  # its status, as functions status reads it: the retry counted
-            status = function_status(service.registry.store, "public", "default", "opcount")
-        assert (status["running"], status["processed"], status["error"]) == (False, len(WORDS), None)
-    else:
-        assert wait_for(lambda: (tmp_path / "paused").exists() or run.poll() is not None, timeout=180)
+    for pause in pauses:
+        (tmp_path / f"armed-{pause.split('@')[0]}").touch()
+    run = run_query(tmp_path, spark_env, sink, ",".join(pauses), master=master, store=url, extra=extra)
+    for where, batch in (pause.split("@") for pause in pauses):
+        if where == "kill-worker":  # Spark retries the task; the run goes on by itself
+            continue
+        assert wait_for(lambda: (tmp_path / f"paused-{where}").exists() or run.poll() is not None, timeout=180)
         assert run.poll() is None, (tmp_path / "driver.log").read_text()[-4000:]
-        if pause == "function":  # partition 0 of batch 1 committed; partition 1 is stopped in the function
+        if where == "function":  # partition 0 of the batch committed; partition 1 is stopped in the function
             with FunctionService.open(url) as service:
                 state = service.registry.state_store("public", "default", "opcount")
-                assert wait_for(lambda: state.task(1, 0, 2).has_marker("1-0"), timeout=60)
+                assert wait_for(lambda: state.task(int(batch), 0, 2).has_marker(f"{batch}-0"), timeout=60)
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
-        rows = finish(run_query(tmp_path, spark_env, sink, master=master, store=url, extra=extra), tmp_path)
+        run = run_query(tmp_path, spark_env, sink, ",".join(pauses), master=master, store=url, extra=extra)
+    rows = finish(run, tmp_path)
+    assert not list(tmp_path.glob("armed-*")), "a fault never happened"
     assert rows == expected_rows(WORDS)
     assert state_counts(url) == Counter(WORDS)
+    if "kill-worker@0" in pauses:
+        with FunctionService.open(url) as service:  # its status, as functions status reads it: the retry counted once
+            status = function_status(service.registry.store, "public", "default", "opcount")
+        assert (status["running"], status["processed"], status["error"]) == (False, len(WORDS), None)
 
 
-@pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "before-sink"),
-                                        ("foreach", "after-sink"), ("foreach", "kill-worker")])
-def test_faults_end_exact(sink, pause, tmp_path, spark_env):
-    """The driver SIGKILLed after micro-batch 1's state commit (of one partition, or of both) and before the
-    sink's commit, or after the sink's too; or a Python worker SIGKILLed: exact (see fault_ends_exact)."""
-    fault_ends_exact(tmp_path, spark_env, sink, pause)
+def test_faults_end_exact_with_a_file_sink(tmp_path, spark_env):
+    """The driver SIGKILLed after one partition of micro-batch 1 committed its state and before the file sink's
+    commit: the replay gives the kept rows of the committed partition (see fault_ends_exact)."""
+    fault_ends_exact(tmp_path, spark_env, "file", ("function@1",))
+
+
+def test_faults_end_exact_with_foreach_batch(tmp_path, spark_env):
+    """One run through three faults: a Python worker SIGKILLed in micro-batch 0; the driver SIGKILLed in batch 1
+    after the state commit and before ``foreachBatch`` wrote; again in batch 2 after it wrote."""
+    fault_ends_exact(tmp_path, spark_env, "foreach", ("kill-worker@0", "before-sink@1", "after-sink@2"))
 
 
 def test_faults_end_exact_with_partition_owned_state(tmp_path, spark_env):
     """The same with the state partition-owned (``state_dir``): the driver killed between the commits."""
-    fault_ends_exact(tmp_path, spark_env, "file", "function", extra=("--state-dir", str(tmp_path / "shared")))
+    fault_ends_exact(tmp_path, spark_env, "file", ("function@1",), extra=("--state-dir", str(tmp_path / "shared")))
 
 
-@pytest.mark.parametrize("sink,pause", [("file", "function"), ("foreach", "after-sink")])
-def test_faults_on_the_cluster_end_exact(sink, pause, tmp_path, spark_env, spark_cluster, request):
+@pytest.mark.parametrize("sink,pauses", [("file", ("function@1",)), ("foreach", ("after-sink@1",))])
+def test_faults_on_the_cluster_end_exact(sink, pauses, tmp_path, spark_env, spark_cluster, request):
     """On the standalone cluster (executors in other JVMs and Python workers), with the state in etcd and the
     kept rows in a directory every executor reaches: the driver killed between the commits, and after both."""
     etcd = request.getfixturevalue("etcd_server")
-    fault_ends_exact(tmp_path, spark_env, sink, pause, master=spark_cluster.master_url,
+    fault_ends_exact(tmp_path, spark_env, sink, pauses, master=spark_cluster.master_url,
                      store=f"etcd://{etcd.address}/op{uuid.uuid4().hex[:12]}",
                      extra=("--outputs-dir", str(tmp_path / "rows")))
 

@@ -3,15 +3,16 @@ operator's fault tests: JSON-lines files in (one micro-batch per file), a word c
 ``(word, n)``, n the word's count after it, out to a file sink or to ``foreachBatch`` writing one file per batch id.
 
     python operator_query.py --store URL --input DIR --out DIR --checkpoint DIR --flags DIR
-        [--sink file|foreach] [--pause function|before-sink|after-sink|kill-worker] [--master M]
+        [--sink file|foreach] [--pause WHERE@BATCH,...] [--master M]
         [--state-dir URL] [--outputs-dir DIR]
 
-``--pause`` arms one fault, once (the file ``FLAGS/armed`` exists until the fault takes it): ``function``: the
-function stops (sleeps) on partition 1 of micro-batch 1, writing ``FLAGS/paused``, so the test can SIGKILL the
-driver with partition 0's state committed and the sink not; ``before-sink`` / ``after-sink``: the ``foreachBatch``
-handler of batch 1 stops after the batch's rows were computed (state committed), before or after it wrote them;
-``kill-worker``: the function SIGKILLs its own Python worker on micro-batch 1's partition 0. At the end the driver
-writes what the sink holds, as JSON rows, to ``OUT.result.json``.
+``--pause`` arms faults, each ``WHERE@BATCH`` and each once (the file ``FLAGS/armed-WHERE`` exists until the fault
+takes it): ``function``: the function stops (sleeps) on partition 1 of micro-batch BATCH, writing
+``FLAGS/paused-function``, so the test can SIGKILL the driver with partition 0's state committed and the sink not;
+``before-sink`` / ``after-sink``: the ``foreachBatch`` handler of batch BATCH stops after the batch's rows were
+computed (state committed), before or after it wrote them; ``kill-worker``: the function SIGKILLs its own Python
+worker on micro-batch BATCH's partition 0. At the end the driver writes what the sink holds, as JSON rows, to
+``OUT.result.json``.
 """
 
 from __future__ import annotations
@@ -23,20 +24,36 @@ import signal
 import time
 
 
+def faults(pause: str) -> dict[str, str]:
+    """``--pause`` as {where: batch id}."""
+    return dict(item.split("@") for item in pause.split(",") if item and item != "none")
+
+
+def take(flags: str, where: str) -> bool:
+    """Whether the fault ``where`` is still armed; it is disarmed by this call."""
+    try:
+        os.remove(os.path.join(flags, f"armed-{where}"))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def stop(flags: str, where: str) -> None:
+    open(os.path.join(flags, f"paused-{where}"), "w").close()
+    time.sleep(600)
+
+
 def count(flags: str, pause: str):
+    armed = faults(pause)
+
     def process(input, context):
         word = input["word"]
         context.incr_counter(word, 1)
         batch, partition, _ = context.get_message_id().split(":")
-        armed = os.path.join(flags, "armed")
-        if batch == "1" and pause in ("function", "kill-worker") and os.path.exists(armed):
-            if pause == "function" and partition == "1":
-                os.remove(armed)
-                open(os.path.join(flags, "paused"), "w").close()
-                time.sleep(600)
-            if pause == "kill-worker" and partition == "0":
-                os.remove(armed)
-                os.kill(os.getpid(), signal.SIGKILL)
+        if armed.get("function") == batch and partition == "1" and take(flags, "function"):
+            stop(flags, "function")
+        if armed.get("kill-worker") == batch and partition == "0" and take(flags, "kill-worker"):
+            os.kill(os.getpid(), signal.SIGKILL)
         return {"word": word, "n": context.get_counter(word)}
     return process
 
@@ -66,13 +83,11 @@ def main() -> None:
     else:
         def handle(frame, batch_id):
             rows = [r.asDict() for r in frame.collect()]
-            armed = os.path.join(args.flags, "armed")
+            armed = faults(args.pause)
 
             def pause_at(where):
-                if batch_id == 1 and args.pause == where and os.path.exists(armed):
-                    os.remove(armed)
-                    open(os.path.join(args.flags, "paused"), "w").close()
-                    time.sleep(600)
+                if armed.get(where) == str(batch_id) and take(args.flags, where):
+                    stop(args.flags, where)
             pause_at("before-sink")
             os.makedirs(args.out, exist_ok=True)
             target = os.path.join(args.out, f"batch-{batch_id}.json")

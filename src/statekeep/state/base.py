@@ -293,6 +293,8 @@ class TaskState(Protocol):
 
     - ``fetch_many``: read many keys at once (``{key: (value or None, counter or None)}``).
     - ``has_marker(marker)``: whether this (batch, partition) was applied.
+    - ``scan(prefix)``: ``(key, value)`` of the keys starting with ``prefix``, in key order (of the task's own
+      key groups: typed variables' maps, whose entries are all in their record key's group).
     - ``apply_batch(puts, counters, marker)``: commit the changes, their changelog records and the
       marker in one atomic write: True (applied), False (already applied: nothing written), or
       :class:`StateConflictError` (state the task read changed since: nothing written, run it again)."""
@@ -302,6 +304,8 @@ class TaskState(Protocol):
     def has_marker(self, marker: str) -> bool: ...
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]: ...
+
+    def scan(self, prefix: str = "") -> Iterator[tuple[str, bytes]]: ...
 
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool: ...

@@ -25,8 +25,10 @@ class BufferedState:
     """
 
     def __init__(self, fetch: Callable[[Iterable[str]], Mapping[str, tuple[bytes | None, int | None]]],
-                 max_value_size: int = 1 << 20) -> None:
+                 max_value_size: int = 1 << 20,
+                 scan: Callable[[str], Iterable[tuple[str, bytes]]] | None = None) -> None:
         self._fetch = fetch
+        self._scan = scan
         self.max_value_size = max_value_size
         self._base: dict[str, tuple[bytes | None, int | None]] = {}
         self.puts: dict[str, bytes | None] = {}
@@ -58,6 +60,25 @@ class BufferedState:
     def put(self, key: str, value: bytes | None) -> None:
         self.puts[key] = value
         self.counter_deltas.pop(key, None)
+
+    def scan(self, prefix: str) -> list[tuple[str, bytes]]:
+        """``(key, value)`` of every key starting with ``prefix`` in key order, as this batch sees them: the
+        stored keys (the task's prefix scan) with this batch's puts over them. Counters are not scanned (the typed
+        variables that scan hold bytes). :class:`InvalidArgumentError` where the store gave no scan."""
+        if self._scan is None:
+            raise InvalidArgumentError("this state offers no prefix scan")
+        found: dict[str, bytes] = {}
+        base = self._base
+        for key, value in self._scan(prefix):
+            base.setdefault(key, (value, None))
+            found[key] = value
+        for key, put in self.puts.items():
+            if key.startswith(prefix):
+                if put is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = put
+        return sorted(found.items())
 
     def _stored_counter(self, key: str, entry: tuple[bytes | None, int | None]) -> int:
         value, counter = entry

@@ -17,6 +17,8 @@ or the CLI can never write (:func:`check_user_key`) and which user-visible reads
     a key's open windows (JSON).
 ``\\0x\\0<key>`` (:func:`expiry_key`)
     a key's expiry in ms since the epoch (ASCII digits), so a read of one key needs one more key only.
+``\\0v<length>:<key>...``
+    a key's typed state variables (:mod:`statekeep.state.typed`).
 
 Every internal key is in a key group (:func:`statekeep.state.partitioned.keygroups.key_group`): a
 per-key entry in the group of the user key it embeds, a group entry in the group it names
@@ -34,13 +36,14 @@ from typing import Any
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.base import Capability
+from statekeep.state import typed
 from statekeep.state.keys import encode_key
 from statekeep.state.records import ChangelogRecord
 
 #: The first character of every internal key.
 RESERVED = "\x00"
 _GROUP, _BUFFER, _EXPIRY = "\x00g", "\x00w\x00", "\x00x\x00"
-#: sorts after every internal key (their second character is g, w or x) and before every user key
+#: sorts after every internal key (their second character is g, v, w or x) and before every user key
 _PAST_INTERNAL = "\x00\U0010ffff"
 #: the prefix of every key group's time entry (a scan of it lists them all)
 GROUP_PREFIX = _GROUP
@@ -110,6 +113,8 @@ def internal_owner(key: str) -> int | str:
     reserved prefix is its own owner."""
     if key.startswith(_GROUP):
         return int(key[len(_GROUP):].partition("/")[0])
+    if key.startswith(typed.PREFIX):  # a typed variable's entry (statekeep.state.typed)
+        return typed.owner(key) or key
     return key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
 
 

@@ -123,7 +123,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     except FunctionLoadError as e:
         raise InvalidArgumentError(f"the function cannot run: {e}") from None
     store = registry.state_store(tenant, namespace, name)
-    state = BufferedState(store.fetch_many, store.max_value_size)
+    state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
     value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
     record: Any = messages.Message(messages.text_or_bytes(raw)).to_json() if message else value
     # the record's key is known once it is decoded (below): the source reads it only when asked

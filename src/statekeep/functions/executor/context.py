@@ -12,15 +12,19 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.windowing.timecontext import TimeMethods
 from statekeep.state.base import validate_value
 from statekeep.state.buffer import BufferedState
 from statekeep.state.keys import encode_key
-from statekeep.state.timestate import check_user_key
+from statekeep.state.timestate import check_user_key, wall_clock_ms
+from statekeep.state.typed import StateSchemaError, check_evolution, variable
+from statekeep.state.variables import ListState, MapState, Scope, ValueState
 from statekeep.validate import check_int
+
+H = TypeVar("H", bound="ValueState[Any] | ListState[Any] | MapState[Any, Any]")
 
 
 def _key(key: object) -> str:
@@ -136,6 +140,12 @@ class Context(TimeMethods):
         self.position = -1
         self.metrics: dict[str, list[float]] = {}  # name -> [sum, count, last] of record_metric values
         self.published: list[tuple[str, Any]] = []  # (topic, message) from publish, written with the batch
+        #: the typed variables' schemas as the function's state recorded them (name -> schema), checked at each
+        #: open; and those this run opened, to be recorded
+        self.recorded_schemas: dict[str, dict[str, Any]] = {}
+        self.state_schemas: dict[str, dict[str, Any]] = {}
+        self._variables: dict[tuple[Any, ...], Any] = {}  # the handles opened, by their arguments
+        self._scope: Scope | None = None
 
     # the record being processed
     def _at(self, column: str) -> Any:
@@ -435,6 +445,49 @@ class Context(TimeMethods):
             put(key, None)
             if self._time is not None:
                 self._time.deleted(key)
+
+    # typed state variables (statekeep.state.typed): scoped to the record's key (inside on_timer, the timer's)
+    def value_state(self, name: str, type: Any, *, ttl: float | None = None) -> ValueState[Any]:
+        """The value state ``name`` of the current record's key, holding ``type`` (int, float, str, bytes,
+        bool, a dataclass or msgspec.Struct); each write expires ``ttl`` seconds later (default never).
+        :class:`StateSchemaError` if the function's recorded schema of ``name`` cannot evolve into this one."""
+        return self._variable(name, "value", type, None, ttl, ValueState)
+
+    def list_state(self, name: str, type: Any, *, ttl: float | None = None) -> ListState[Any]:
+        """The list state ``name`` of the current record's key: elements of ``type``, each expiring ``ttl``
+        seconds after its append (see :meth:`value_state`)."""
+        return self._variable(name, "list", type, None, ttl, ListState)
+
+    def map_state(self, name: str, key_type: Any, value_type: Any, *, ttl: float | None = None) -> MapState[Any, Any]:
+        """The map state ``name`` of the current record's key: ``key_type`` (str, int, bool or bytes) to
+        ``value_type``, each entry expiring ``ttl`` seconds after its write (see :meth:`value_state`)."""
+        return self._variable(name, "map", value_type, key_type, ttl, MapState)
+
+    def _variable(self, name: str, kind: str, value_type: Any, key_type: Any, ttl: Any, handle: type[H]) -> H:
+        opened = self._variables.get((name, kind, value_type, key_type, ttl))
+        if opened is None:
+            var = variable(name, kind, value_type, key_type, ttl)
+            schema = var.schema()
+            seen = self.state_schemas.get(name)
+            if seen is not None and seen != schema:
+                raise StateSchemaError(f"state variable {name!r} is opened with two schemas in one run: {seen} and "
+                                       f"{schema}", name)
+            recorded = self.recorded_schemas.get(name)
+            if recorded is not None:
+                check_evolution(name, recorded, schema)
+            self.state_schemas[name] = schema
+            if self._scope is None:
+                self._scope = Scope(self._state, self._variable_key, self._clock)
+            opened = self._variables[(name, kind, value_type, key_type, ttl)] = handle(self._scope, var)
+        return opened
+
+    def _variable_key(self) -> str | None:
+        if self._time is not None and self._time.current_key is not None:
+            return self._time.current_key or None  # "" is the timers of records without a key
+        return self._key()
+
+    def _clock(self) -> int:
+        return self._time.now if self._time is not None else wall_clock_ms()
 
 
 def environment_secret(secret_name: str, path: Any = None) -> str | None:

@@ -383,7 +383,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         return stats
     process, kind = _cached_process(spec)
     careful = spec.careful and kind != BATCH
-    state = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size)
+    state = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size, store.scan)
     if kind != BATCH:
         if record_keys is not None and not keys:
             keys = {k for k in record_keys if k is not None}

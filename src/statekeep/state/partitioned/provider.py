@@ -440,6 +440,17 @@ class PartitionTask:
             out[key] = (None, None) if entry is None else (entry.value, entry.counter)
         return out
 
+    def scan(self, prefix: str = "") -> Iterator[tuple[str, bytes]]:
+        """The partition's keys starting with ``prefix``, in key order (each recorded as read, as
+        :meth:`fetch_many` records them)."""
+        check_scan(prefix, None, None)
+        self.partition.sync(self.manifest)
+        for raw_key, raw in self.partition.scan(prefix.encode(), prefix.encode()):
+            self._read.setdefault(raw_key, raw[:8])
+            entry = records.decode_entry(raw_key.decode(), raw)
+            if entry is not None:
+                yield entry.key, entry.value
+
     def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
                     marker: str | None = None) -> bool:
         """Commit the batch's changes; False if the partition had applied the batch already.
