@@ -57,6 +57,37 @@ def test_a_batch_dataframe_counts_once_and_gives_its_rows_again_when_computed_ag
         assert service.registry.get("public", "default", "users").keyField == "user"
 
 
+def bidding(input, context):
+    """Typed state per user: a count, the prices bid in order, the highest price per item."""
+    count, prices, best = (context.value_state("count", int), context.list_state("prices", int),
+                           context.map_state("best", str, int))
+    count.update(count.get(0) + 1)
+    prices.append(input["price"])
+    best.put(input["item"], max(input["price"], best.get(input["item"], 0)))
+    return {"user": input["user"], "n": count.get(), "prices": prices.get()}
+
+
+def test_typed_state_in_the_operator_is_read_back_by_the_data_source(spark, tmp_path):
+    from statekeep.spark import apply_function
+
+    url = f"local://{tmp_path}/data"
+    df = spark.createDataFrame([("a", "x", 5), ("b", "x", 7), ("a", "y", 2), ("a", "x", 9)],
+                               "user string, item string, price int")
+    out = apply_function(df, bidding, name="public/default/bids", key="user", store=url,
+                         output_schema="user string, n long, prices array<long>")
+    assert sorted((r.user, r.n, r.prices) for r in out.collect()) == [
+        ("a", 1, [5]), ("a", 2, [5, 2]), ("a", 3, [5, 2, 9]), ("b", 1, [7])]
+
+    def variable(name: str) -> dict:
+        rows = (spark.read.format("statekeep").option("function", "public/default/bids").option("store", url)
+                .option("variable", name).load().collect())
+        return {r.key: json.loads(r.value) for r in rows}
+
+    assert variable("count") == {"a": 3, "b": 1}
+    assert variable("prices") == {"a": [5, 2, 9], "b": [7]}
+    assert variable("best") == {"a": {"x": 9, "y": 2}, "b": {"x": 7}}
+
+
 def picky(input, context):
     if input["user"] == "bad":
         raise ValueError("no bad users")
@@ -158,6 +189,7 @@ def test_bad_arguments_are_refused_before_anything_runs(spark, tmp_path):
 
 
 WORDS = [f"w{i % 37}" for i in range(900)]
+PER_FILE = 225  # micro-batches 0 to 3
 
 
 def expected_rows(words: list[str]) -> list[tuple[str, int]]:
@@ -192,7 +224,7 @@ def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pause
     but a killed Python worker (which Spark retries), SIGKILL the driver where the query stopped (for ``function``:
     once partition 0 of the batch committed its state) and run it again from its checkpoint. At the end every
     input is counted once, every output row is in the sink once, and every fault happened."""
-    write_word_files(tmp_path / "in", WORDS, per_file=300)
+    write_word_files(tmp_path / "in", WORDS, per_file=PER_FILE)
     url = store or f"local://{tmp_path}/data"
     for pause in pauses:
         (tmp_path / f"armed-{pause.split('@')[0]}").touch()
@@ -213,10 +245,10 @@ def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pause
     assert not list(tmp_path.glob("armed-*")), "a fault never happened"
     assert rows == expected_rows(WORDS)
     assert state_counts(url) == Counter(WORDS)
-    if "kill-worker@0" in pauses:
-        with FunctionService.open(url) as service:  # its status, as functions status reads it: the retry counted once
+    if "kill-worker@3" in pauses:  # the last run's status, as functions status reads it: the retried batch 3 once
+        with FunctionService.open(url) as service:
             status = function_status(service.registry.store, "public", "default", "opcount")
-        assert (status["running"], status["processed"], status["error"]) == (False, len(WORDS), None)
+        assert (status["running"], status["processed"], status["error"]) == (False, PER_FILE, None)
 
 
 def test_faults_end_exact_with_a_file_sink(tmp_path, spark_env):
@@ -226,9 +258,9 @@ def test_faults_end_exact_with_a_file_sink(tmp_path, spark_env):
 
 
 def test_faults_end_exact_with_foreach_batch(tmp_path, spark_env):
-    """One run through three faults: a Python worker SIGKILLed in micro-batch 0; the driver SIGKILLed in batch 1
-    after the state commit and before ``foreachBatch`` wrote; again in batch 2 after it wrote."""
-    fault_ends_exact(tmp_path, spark_env, "foreach", ("kill-worker@0", "before-sink@1", "after-sink@2"))
+    """One query through three faults: the driver SIGKILLed in micro-batch 1 after the state commit and before
+    ``foreachBatch`` wrote, again in batch 2 after it wrote; then a Python worker SIGKILLed in batch 3."""
+    fault_ends_exact(tmp_path, spark_env, "foreach", ("before-sink@1", "after-sink@2", "kill-worker@3"))
 
 
 def test_faults_end_exact_with_partition_owned_state(tmp_path, spark_env):

@@ -9,6 +9,7 @@ import dataclasses
 import zlib
 
 import msgspec
+from fastapi.testclient import TestClient
 import pyarrow as pa
 import pyspark
 import pytest
@@ -17,11 +18,13 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import executor_spec
 from statekeep.functions.executor import context as context_module
+from statekeep.server import create_app
 from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, FunctionRecordError, \
     arrow_partition_runner
 from statekeep.state import typed
 from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.schemas import read_schemas, schemas_path
 
 
 @dataclasses.dataclass
@@ -191,7 +194,7 @@ def runner(request, tmp_path, monkeypatch):
             out += [r for b in arrow_partition_runner(spec)(iter([records])) for r in b.to_pylist()]
         return out
 
-    task.service, task.clock, task.provider = service, clock, provider
+    task.service, task.clock, task.provider, task.url = service, clock, provider, url
     yield task
     service.close()
 
@@ -209,6 +212,18 @@ def test_value_list_and_map_state_count_once_over_batches_and_replays(runner):
     assert runner(0, rows) == first  # a replay: the kept rows, nothing counted again
     again = runner(1, bids("ann", (2, 8)))
     assert again == [{"user": "ann", "n": 4, "bids": 4, "best": [[1, 10], [2, 8]]}]
+    app = create_app({"metadata_url": runner.url})  # and over REST, decoded to JSON
+    try:
+        with TestClient(app) as client:
+            base = "/admin/v3/functions/public/default/typed/variables/"
+            assert client.get(base + "ann").json() == {"key": "ann", "variables": {
+                "count": 4, "best": {"1": 10, "2": 8},
+                "bids": [{"auction": a, "price": p} for a, p in ((1, 10), (2, 5), (1, 7), (2, 8))]}}
+            assert client.get(base + "nobody").status_code == 404
+            bad = client.get(base + "%00x")
+            assert bad.status_code == 400 and "reserved" in bad.json()["reason"]
+    finally:
+        app.state.service.close()
 
 
 def test_a_list_appends_without_reading_it_and_a_map_entry_is_one_entry(runner):
@@ -227,7 +242,7 @@ def test_a_list_appends_without_reading_it_and_a_map_entry_is_one_entry(runner):
     state = runner.service.registry.state_store("public", "default", "typed")
     prefix = typed.variable_prefix("big", "items")
     assert typed.list_bounds(state.get(prefix + "#")) == (0, size)
-    assert state.get(typed.element_key(prefix, size - 1))[1:] == msgspec.msgpack.encode(size - 1)
+    assert state.get(typed.element_key(prefix, size - 1)) == msgspec.msgpack.encode(size - 1)
     assert len(list(state.scan(typed.variable_prefix("big", "seen") + "m"))) == size
 
     def read(input, context):
@@ -278,3 +293,34 @@ def test_a_wrong_value_type_or_an_incompatible_schema_fails_the_batch_and_change
         with pytest.raises(FunctionRecordError, match=match):
             runner(1, bids("ann", (1, 11)), function=function)
         assert list(state.scan()) == before
+
+
+def test_schemas_are_recorded_with_the_function_and_evolve_only_compatibly(runner):
+    def v1(input, context):
+        best = context.value_state("best", Bid)
+        best.update(Bid(input["auction"], input["price"]))
+        return {"user": input["user"], "n": best.get().price}
+
+    def v2(input, context):  # Bid -> BidV2: a field with a default added, price widened to float
+        best = context.value_state("best", BidV2)
+        old = best.get()
+        best.update(BidV2(input["auction"], old.price + 0.5, old.currency))
+        return {"user": input["user"], "n": int(best.get().price * 10)}
+
+    def narrowed(input, context):
+        context.value_state("best", Bid).get()  # float back to int: refused
+
+    registry = runner.service.registry
+    one = pa.schema([("user", pa.string()), ("n", pa.int64())])
+    runner(0, bids("ann", (1, 10)), function=v1, schema=one)
+    assert read_schemas(registry.store, "public", "default", "typed") == {"best": schema("value", Bid)}
+    assert runner(1, bids("ann", (1, 0)), function=v2, schema=one) == [{"user": "ann", "n": 105}]
+    assert read_schemas(registry.store, "public", "default", "typed")["best"] == schema("value", BidV2)
+    state = registry.state_store("public", "default", "typed")
+    before = list(state.scan())
+    with pytest.raises(FunctionRecordError, match="'best': field 'price' was float, cannot become int"):
+        runner(2, bids("ann", (1, 0)), function=narrowed, schema=one)
+    assert list(state.scan()) == before
+    assert read_schemas(registry.store, "public", "default", "typed")["best"] == schema("value", BidV2)
+    registry.delete("public", "default", "typed")  # the schemas go with the function
+    assert not registry.store.exists(schemas_path(registry.store, "public", "default", "typed"))

@@ -19,18 +19,19 @@ scoped to the key of the record being processed. This module holds what does not
   ``P=`` a value; ``P#`` a list's bounds and ``Pl<16 hex digits>`` its elements in append order; ``Pm<code>``
   a map's entries (:func:`map_key_code`). A list or map is one entry per element, read by a prefix scan in
   key order, so one element is written without reading the others.
-- **TTL** (:func:`encode_entry`): each entry carries its own expiry (ms since the epoch, or none), set at its
-  write; a read at or after it finds the entry absent, entry by entry for lists and maps.
+- **TTL** (:func:`encode_entry`): an entry written with a TTL carries its own expiry (ms since the epoch) before
+  its value; a read at or after it finds the entry absent, entry by entry for lists and maps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import struct
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -147,6 +148,7 @@ def check_evolution(variable: str, old: Mapping[str, Any], new: Mapping[str, Any
 
 
 _encoder = msgspec.msgpack.Encoder()
+_encode = _encoder.encode
 
 
 class StateType:
@@ -156,15 +158,20 @@ class StateType:
     def __init__(self, tp: Any, where: str = "") -> None:
         self.type, self.schema = tp, type_schema(tp, where)
         self._decoder = msgspec.msgpack.Decoder(tp)
+        self.decode = self._decoder.decode  # type: ignore[method-assign,assignment]  # the decoder's own: no call between
         self._where = where
+        self._scalar = tp in _SCALARS
 
     def encode(self, value: Any) -> bytes:
-        self.check(value)
-        return _encoder.encode(value)
+        if not (self._scalar and value.__class__ is self.type):  # the common case needs no other check
+            self.check(value)
+        return _encode(value)
 
     def check(self, value: Any) -> None:
         """:class:`InvalidArgumentError` unless ``value`` is of this type."""
         tp = self.type
+        if self._scalar and value.__class__ is tp:
+            return
         ok = (isinstance(value, tp) and not (tp is int and isinstance(value, bool))) if isinstance(tp, type) \
             else True  # a generic type: msgspec checks it by decoding what it encoded
         if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -279,28 +286,25 @@ def checked_key(state_key: str, what: str) -> str:
     return state_key
 
 
-# ---- entries: an expiry, then the value ---------------------------------------------------------------
+# ---- entries: the value, or a mark, an expiry and the value -------------------------------------------
 
 _EXPIRY = struct.Struct(">q")
-NEVER = b"\x00"
+#: 0xc1 is the one byte MessagePack never uses: an entry starting with it carries an expiry
+EXPIRING = 0xC1
 
 
 def encode_entry(payload: bytes, expires_ms: int | None) -> bytes:
-    """An entry as stored: ``\\0`` and the value, or ``\\1``, its expiry (8 bytes, ms) and the value."""
-    return NEVER + payload if expires_ms is None else b"\x01" + _EXPIRY.pack(expires_ms) + payload
+    """An entry as stored: the value's MessagePack as it is, or ``0xc1``, its expiry (8 bytes, ms) and the value."""
+    return payload if expires_ms is None else b"\xc1" + _EXPIRY.pack(expires_ms) + payload
 
 
-def entry_payload(raw: bytes, now_ms: int) -> memoryview | None:
+def entry_payload(raw: bytes, now_ms: int) -> bytes | memoryview | None:
     """The value of a stored entry, or None if it expired at ``now_ms``."""
-    if raw[:1] == NEVER:
-        return memoryview(raw)[1:]
+    if raw[0] != EXPIRING:
+        return raw
     if _EXPIRY.unpack_from(raw, 1)[0] <= now_ms:
         return None
     return memoryview(raw)[9:]
-
-
-def entry_expiry(raw: bytes) -> int | None:
-    return None if raw[:1] == NEVER else int(_EXPIRY.unpack_from(raw, 1)[0])
 
 
 def list_bounds(raw: bytes | None) -> tuple[int, int]:
@@ -317,3 +321,45 @@ def encode_bounds(first: int, end: int) -> bytes:
 
 def element_key(prefix: str, number: int) -> str:
     return f"{prefix}l{number:016x}"
+
+
+# ---- reading them back, decoded to JSON -----------------------------------------------------------------
+
+def json_value(payload: bytes | memoryview) -> Any:
+    """An entry's value as JSON data, decoded without its type (a class as an object of its fields, bytes as
+    base64 text)."""
+    return msgspec.to_builtins(msgspec.msgpack.decode(payload))
+
+
+def decoded_variables(entries: Iterable[tuple[str, bytes]], now_ms: int) -> Iterator[tuple[str, str, Any]]:
+    """``(record key, variable, value)`` per variable from typed entries in key order (``(state key, value)``, as
+    a scan of :data:`PREFIX` or :func:`variables_prefix` gives them), decoded to JSON: a value state's value, a
+    list's elements in order, a map as an object (keys as text: a str as it is, others in their JSON form).
+    Expired entries are left out, and a variable with none live is not given."""
+    current: tuple[str, str] | None = None
+    value: Any = None
+    for state_key, raw in entries:
+        key = owner(state_key)
+        if key is None:
+            continue
+        name, _, rest = state_key[len(variables_prefix(key)):].partition("\x00")
+        if (key, name) != current:
+            if current is not None and value is not None:
+                yield (*current, value)
+            current, value = (key, name), None
+        tag = rest[:1]
+        payload = None if tag == "#" else entry_payload(raw, now_ms)
+        if payload is None:
+            continue
+        if tag == "=":
+            value = json_value(payload)
+        elif tag == "l":
+            value = [] if value is None else value
+            value.append(json_value(payload))
+        elif tag == "m":
+            map_key = decode_map_key(rest[1:])
+            value = {} if value is None else value
+            value[map_key if isinstance(map_key, str) else json.dumps(msgspec.to_builtins(map_key))] = \
+                json_value(payload)
+    if current is not None and value is not None:
+        yield (*current, value)

@@ -11,13 +11,14 @@ too long; nothing is buffered by a call that raises.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.buffer import BufferedState
-from statekeep.state.typed import (Variable, checked_key, decode_map_key, element_key, encode_bounds, encode_entry,
-                                   entry_payload, list_bounds, map_key_code, variable_prefix)
+from statekeep.state.typed import (EXPIRING, Variable, checked_key, decode_map_key, element_key, encode_bounds,
+                                   encode_entry, entry_payload, list_bounds, map_key_code, variable_prefix)
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -28,14 +29,46 @@ class Scope:
     """What the handles share: the batch's ``state``, the current record's key (``key_of``) and the batch's
     time in ms (``now``, one per batch, so that expiry is the same for every record of it)."""
 
-    def __init__(self, state: BufferedState, key_of: Callable[[], str | None], now: Callable[[], int]) -> None:
-        self.state, self.key_of, self._now = state, key_of, now
+    def __init__(self, state: BufferedState, key_of: Callable[[], str | None], now: Callable[[], int],
+                 batch_keys: Callable[[], Iterable[Any]] = tuple) -> None:
+        self.state, self.key_of, self._now, self._batch_keys = state, key_of, now, batch_keys
         self._time: int | None = None
+        self._at: dict[tuple[str, str, str], str] = {}
+        self._prefetched: set[tuple[str, str]] = set()
 
     def now(self) -> int:
         if self._time is None:
             self._time = self._now()
         return self._time
+
+    def at(self, bound: str | None, var: Variable, suffix: str) -> str:
+        """The state key of ``var``'s entry ``suffix`` (``=``: a value, ``#``: a list's bounds) of the record key
+        (``bound``, else the current record's), checked once per batch."""
+        key = bound if bound is not None else self.key_of()
+        if key is None:
+            key = self.key(None, var)  # raises: no key
+        cached = self._at.get((var.name, key, suffix))
+        if cached is None and (var.name, suffix) not in self._prefetched:
+            self._prefetch(var, suffix)
+            cached = self._at.get((var.name, key, suffix))
+        if cached is None:
+            if len(self._at) > 100_000:
+                self._at.clear()
+            cached = self._at[(var.name, key, suffix)] = checked_key(variable_prefix(key, var.name) + suffix,
+                                                                    f"state variable {var.name!r}")
+        return cached
+
+    def _prefetch(self, var: Variable, suffix: str) -> None:
+        """At the first read of ``var``'s entry ``suffix`` in the batch: that entry of every record key of the
+        batch, in one bulk read (as the runtime prefetches the keys themselves)."""
+        self._prefetched.add((var.name, suffix))
+        at = {}
+        for key in dict.fromkeys(self._batch_keys()):
+            if isinstance(key, str) and key:
+                with contextlib.suppress(InvalidArgumentError):  # too long: its own read says so
+                    at[(var.name, key, suffix)] = checked_key(variable_prefix(key, var.name) + suffix, var.name)
+        self._at.update(at)
+        self.state.prefetch(at.values())
 
     def key(self, bound: str | None, var: Variable) -> str:
         key = bound if bound is not None else self.key_of()
@@ -48,11 +81,11 @@ class Scope:
     def expires(self, var: Variable) -> int | None:
         return None if var.ttl_ms is None else self.now() + var.ttl_ms
 
-    def read(self, state_key: str) -> memoryview | None:
+    def read(self, state_key: str) -> bytes | memoryview | None:
         """An entry's value; None if absent or expired (an expired one is deleted with the batch)."""
         raw = self.state.get(state_key)
-        if raw is None:
-            return None
+        if raw is None or raw[0] != EXPIRING:
+            return raw
         payload = entry_payload(raw, self.now())
         if payload is None:
             self.state.put(state_key, None)
@@ -76,12 +109,24 @@ class _Handle(Generic[T]):
 class ValueState(_Handle[T]):
     """One value of the record's key."""
 
+    _memo: tuple[str | None, str] = (None, "")  # (record key, its state key): a record's get, then update
+
     def _at(self) -> str:
-        return checked_key(self._prefix() + "=", f"state variable {self._var.name!r}")
+        key = self._bound if self._bound is not None else self._scope.key_of()
+        memo = self._memo
+        if key is not None and key is memo[0]:
+            return memo[1]
+        at = self._scope.at(key, self._var, "=")
+        self._memo = (key, at)
+        return at
 
     def get(self, default: T | None = None) -> T | None:
         """The value, or ``default`` if there is none (never written, cleared or expired)."""
-        payload = self._scope.read(self._at())
+        at = self._at()
+        raw = self._scope.state.get(at)  # Scope.read inlined: once per record in counting functions
+        if raw is None:
+            return default
+        payload = raw if raw[0] != EXPIRING else self._scope.read(at)
         return default if payload is None else self._var.value.decode(payload)
 
     def exists(self) -> bool:
@@ -89,7 +134,10 @@ class ValueState(_Handle[T]):
 
     def update(self, value: T) -> None:
         """Set the value (its TTL starts again)."""
-        raw = encode_entry(self._var.value.encode(value), self._scope.expires(self._var))
+        var = self._var
+        raw = var.value.encode(value)
+        if var.ttl_ms is not None:
+            raw = encode_entry(raw, self._scope.expires(var))
         self._scope.state.put(self._at(), raw)
 
     def clear(self) -> None:
@@ -118,7 +166,7 @@ class ListState(_Handle[T]):
     reads only the bounds, never the elements."""
 
     def _bounds(self, prefix: str) -> tuple[str, int, int]:
-        at = checked_key(prefix + "#", f"state variable {self._var.name!r}")
+        at = self._scope.at(self._bound, self._var, "#")
         first, end = list_bounds(self._scope.state.get(at))
         return at, first, end
 

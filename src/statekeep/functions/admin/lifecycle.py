@@ -131,6 +131,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
                           spec.user_config.get("eventTimeField"), spec.source_format)
     # the Spark runtime's path; results kept as returned: they are the answer
     path = RecordPath(spec, "trigger", 0, state, source, process, kind, wrap=False)
+    path.registry = lambda: registry.store  # typed variables' schemas: checked and recorded as a run's
     path.context.position = 0
     keyed = value
     if kind != BATCH:

@@ -1,7 +1,8 @@
 """Spark data sources on PySpark's Python data source API.
 
 - ``spark.read.format("statekeep").option("function", "T/N/F").load()``: a function's state as a
-  DataFrame (key, kind, value, number, version).
+  DataFrame (key, kind, value, number, version); with option ``variable``, one typed state variable
+  (:mod:`statekeep.state.typed`) as (key, value as JSON text) per key holding it.
 - ``spark.readStream.format("statekeep-changelog").option("function", "T/N/F").load()``: its
   changelog as a stream (offset, key, kind, value, number, version, tombstone); the stream's offset
   is the changelog offset, so a query restarted from its checkpoint resumes exactly where it was.
@@ -45,13 +46,15 @@ read with :class:`NotFoundError`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
 from statekeep.state.base import Capability
-from statekeep.state.timestate import visible_entries, visible_records
+from statekeep.state import typed
+from statekeep.state.timestate import visible_entries, visible_records, wall_clock_ms
 
 try:  # this module is the Spark integration itself: without PySpark it is not importable at all
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -69,6 +72,7 @@ if TYPE_CHECKING:
     from statekeep.state.base import StateStore
 
 STATE_SCHEMA = "key string, kind string, value binary, number long, version long"
+VARIABLE_SCHEMA = "key string, value string"  # option "variable": a typed state variable, its value as JSON text
 CHANGELOG_SCHEMA = "offset long, key string, kind string, value binary, number long, version long, tombstone boolean"
 MAX_RECORDS_PER_BATCH = 100_000
 
@@ -109,6 +113,13 @@ class _StateReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         service, state = _open_state(self.options)
         with service:
+            variable = self.options.get("variable")
+            if variable is not None:  # one typed variable: (key, its value as JSON text) per key holding it
+                entries = state.scan(typed.PREFIX + _prefix(self.options))
+                for key, name, value in typed.decoded_variables(entries, wall_clock_ms()):
+                    if name == variable:
+                        yield key, json.dumps(value, separators=(",", ":"))
+                return
             for entry in visible_entries(state, prefix=_prefix(self.options)):
                 yield entry.key, entry.kind, entry.value, entry.counter, entry.version
 
@@ -119,7 +130,7 @@ class StatekeepStateSource(DataSource):
         return "statekeep"
 
     def schema(self) -> str:
-        return STATE_SCHEMA
+        return VARIABLE_SCHEMA if "variable" in self.options else STATE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _StateReader(self.options)

@@ -140,9 +140,10 @@ class Context(TimeMethods):
         self.position = -1
         self.metrics: dict[str, list[float]] = {}  # name -> [sum, count, last] of record_metric values
         self.published: list[tuple[str, Any]] = []  # (topic, message) from publish, written with the batch
-        #: the typed variables' schemas as the function's state recorded them (name -> schema), checked at each
-        #: open; and those this run opened, to be recorded
-        self.recorded_schemas: dict[str, dict[str, Any]] = {}
+        #: the typed variables' schemas as recorded with the function (name -> schema; read by ``load_schemas``
+        #: when a variable is first opened), checked at each open; and those this run opened, to be recorded
+        self.load_schemas: Callable[[], dict[str, dict[str, Any]]] = dict
+        self.recorded_schemas: dict[str, dict[str, Any]] | None = None
         self.state_schemas: dict[str, dict[str, Any]] = {}
         self._variables: dict[tuple[Any, ...], Any] = {}  # the handles opened, by their arguments
         self._scope: Scope | None = None
@@ -472,19 +473,30 @@ class Context(TimeMethods):
             if seen is not None and seen != schema:
                 raise StateSchemaError(f"state variable {name!r} is opened with two schemas in one run: {seen} and "
                                        f"{schema}", name)
+            if self.recorded_schemas is None:
+                self.recorded_schemas = self.load_schemas()
             recorded = self.recorded_schemas.get(name)
             if recorded is not None:
                 check_evolution(name, recorded, schema)
             self.state_schemas[name] = schema
             if self._scope is None:
-                self._scope = Scope(self._state, self._variable_key, self._clock)
+                self._scope = Scope(self._state, self._variable_key, self._clock, self._batch_keys)
             opened = self._variables[(name, kind, value_type, key_type, ttl)] = handle(self._scope, var)
         return opened
 
     def _variable_key(self) -> str | None:
         if self._time is not None and self._time.current_key is not None:
             return self._time.current_key or None  # "" is the timers of records without a key
+        source, position = self._source, self.position
+        keys = source.keys if source is not None else None
+        if keys is not None and 0 <= position < len(keys) and keys[position] is not None:
+            return keys[position]  # type: ignore[no-any-return]  # the key column: str or None
         return self._key()
+
+    def _batch_keys(self) -> list[Any]:
+        """The record keys of the batch (for typed variables' prefetch)."""
+        source = self._source
+        return list(source.keys) if source is not None and source.keys is not None else []
 
     def _clock(self) -> int:
         return self._time.now if self._time is not None else wall_clock_ms()

@@ -38,6 +38,8 @@ from statekeep.functions.messaging.messages import (batch_lines, dead_letter_mes
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.messaging.sink import claim
 from statekeep.state.buffer import BufferedState, JournaledState
+from statekeep.state.schemas import read_schemas, record_schemas, registry_store
+from statekeep.metadata import MetadataStore
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, StateStoreProvider, TaskState
 
@@ -130,7 +132,7 @@ class RecordPath:
     """
 
     __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
-                 "decode", "wrap", "timed", "outputs", "fired", "dead", "stats")
+                 "decode", "wrap", "timed", "outputs", "fired", "dead", "stats", "registry")
 
     def __init__(self, spec: ExecutorSpec, batch_id: int | str, partition: int, state: BufferedState,
                  source: RecordSource | None, process: Callable[..., Any], kind: str, *, wrap: bool = True) -> None:
@@ -140,6 +142,10 @@ class RecordPath:
             function_id=spec.function_id, function_version=spec.function_version, instance_id=partition,
             inputs=list(spec.inputs), output=spec.output, secrets=spec.secrets, source=source,
             output_serde=spec.output_serde)
+        #: the function registry's store, where typed variables' schemas are recorded (None: none to check)
+        self.registry: Callable[[], MetadataStore] | None = (
+            functools.partial(registry_store, spec.store_url) if spec.store_url else None)
+        context.load_schemas = self._recorded_schemas
         if kind == NATIVE:  # Pulsar's native function: process(input)
             process = functools.partial(_native, process)
         self.user_process = self.process = process
@@ -153,6 +159,11 @@ class RecordPath:
         self.fired: list[Any] = []
         self.dead: list[Any] = []
         self.stats = PartitionStats(partition)
+
+
+    def _recorded_schemas(self) -> dict[str, dict[str, Any]]:
+        spec = self.spec
+        return {} if self.registry is None else read_schemas(self.registry(), spec.tenant, spec.namespace, spec.name)
 
     def keep_time(self, spec: ExecutorSpec, partition: int, keys: Iterable[Any] = ()) -> None:
         """Wire the function's time in, if it keeps any (``spec.time``): ``spec`` carries the batch's time
@@ -448,6 +459,11 @@ def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
     :meth:`~statekeep.state.base.StateStore.apply_batch` does (the files then stay, to be rewritten by a replay)."""
     spec = path.spec
     batch = (path.batch_id, path.partition) if isinstance(path.batch_id, int) else None
+    context = path.context
+    recorded = context.recorded_schemas or {}
+    if path.registry is not None and any(recorded.get(k) != v for k, v in context.state_schemas.items()):
+        # before the values: none is stored under a schema not recorded
+        record_schemas(path.registry(), spec.tenant, spec.namespace, spec.name, context.state_schemas)
 
     def write(sink: Any, records: Any) -> None:
         if batch is None:

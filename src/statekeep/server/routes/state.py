@@ -89,6 +89,20 @@ async def list_timers(tenant: str, namespace: str, name: str, ctx: ServerContext
     return JSONResponse(await ctx.call(ctx.service.list_timers, tenant, namespace, name, read=True))
 
 
+class KeyVariables(BaseModel):
+    key: str
+    variables: dict[str, Any] = Field(description="each typed state variable of the key (value, list or map state) "
+                                                  "by name, decoded to JSON: a value, a list, or an object")
+
+
+@router.get(FN + "/variables/{key:path}", responses=schemas.errors(400, 404), response_model=KeyVariables,
+            summary="A key's typed state variables, decoded to JSON")
+async def key_variables(tenant: str, namespace: str, name: str, key: str,
+                        ctx: ServerContext = Depends(get_context)) -> Response:
+    ctx.metrics.state_op("get")
+    return JSONResponse(await ctx.call(ctx.service.key_variables, tenant, namespace, name, key, read=True))
+
+
 @router.post(FN + "/state/{key:path}", responses=schemas.errors(400, 404, 409, 413), openapi_extra=schemas.STATE_BODY,
              response_model=schemas.FunctionState, summary="Put a state key (Pulsar: putstate)")
 async def put_state(tenant: str, namespace: str, name: str, key: str, request: Request,
