@@ -160,7 +160,6 @@ class RecordPath:
         self.dead: list[Any] = []
         self.stats = PartitionStats(partition)
 
-
     def _recorded_schemas(self) -> dict[str, dict[str, Any]]:
         spec = self.spec
         return {} if self.registry is None else read_schemas(self.registry(), spec.tenant, spec.namespace, spec.name)
