@@ -287,7 +287,7 @@ def test_extractor_and_reserved_keys(base_spec, clock):
     store = cached_state_store(spec)
     internal = [e.key for e in store.scan_entries("\x00")]
     assert buffer_key("a") in internal and all(key_group(k, 128) == key_group("a", 128) for k in internal
-                                                if k.startswith("\x00w"))
+                                                if k.startswith(("\x00w", "\x00v")))
     assert group_key(key_group("a", 128)) in internal
     assert [e.key for e in visible_entries(store)] == []  # none of it is user-visible
     bad = {**spec, "code": "def process(input, context):\n    context.put_state('\\x00g1', 'x')\n",
@@ -588,10 +588,55 @@ def test_a_skipped_record_takes_back_its_windows_timers_and_ttl(base_spec, clock
     assert outputs(spec) == [{"key": "a", "at": 110}]
 
 
-def test_a_window_over_the_value_limit_fails_its_batch_saying_why(base_spec, clock):
-    """A key's open windows are one state entry: over the store's value limit, the batch fails naming
-    the key and the limit, and nothing of it is written."""
+def test_a_time_windows_records_are_a_list_with_no_value_limit(base_spec, clock):
+    """A time window's records are one entry each: a window of four times the store's value limit fires whole,
+    once, and leaves nothing behind."""
     spec = windowed(base_spec, windowLengthDurationMs=1000)
+    limit = cached_state_store(spec).max_value_size
+    big = "x" * (limit // 2)
+    run(spec, 0, [{"k": "a", "ts": t, "pad": big} for t in range(4)])
+    run(spec, 1, [{"k": "a", "ts": t, "pad": big} for t in range(4, 8)])
+    assert outputs(spec) == []
+    run(spec, 2, [{"k": "b", "ts": 5000}])  # the watermark passes a's window
+    assert [o["ts"] for o in outputs(spec)] == [list(range(8))]
+    store = cached_state_store(spec)
+    assert [e.key for e in store.scan_entries("\x00v")] == [] and store.get_entry(buffer_key("a")) is None
+
+
+AGGREGATE = '''
+def create_accumulator():
+    return {"n": 0, "top": None}
+
+def add_to_accumulator(acc, record):
+    return {"n": acc["n"] + 1, "top": record["ts"] if acc["top"] is None else max(acc["top"], record["ts"])}
+
+def get_result(acc):
+    return acc
+
+def process(result, context):
+    w = context.get_window()
+    return {"key": w.key, "start": w.start, "n": result["n"], "top": result["top"], "size": w.size}
+'''
+
+
+def test_an_aggregate_keeps_an_accumulator_per_window_instead_of_records(base_spec, clock):
+    spec = {**windowed(base_spec, windowLengthDurationMs=100), "code": AGGREGATE}
+    run(spec, 0, [{"k": "a", "ts": 5}, {"k": "a", "ts": 70}, {"k": "b", "ts": 20}, {"k": "a", "ts": 130}],
+        parallelism=2)
+    run(spec, 1, [{"k": "a", "ts": 40}, {"k": "c", "ts": 400}], parallelism=2)  # 40: its window is still open
+    store = cached_state_store(spec)
+    assert [e.key for e in store.scan_entries("\x00v")] == []  # no records kept
+    assert sorted((o["key"], o["start"], o["n"], o["top"], o["size"]) for o in outputs(spec)) == [
+        ("a", 0, 3, 70, 3), ("a", 100, 1, 130, 1), ("b", 0, 1, 20, 1)]
+    session = {**windowed(base_spec, sessionGapMs=30), "code": AGGREGATE, "name": base_spec["name"] + "s"}
+    with pytest.raises(InvalidArgumentError, match="works with time windows, not session windows"):
+        run(session, 0, [{"k": "a", "ts": 1}])
+
+
+def test_a_session_window_over_the_value_limit_fails_its_batch_saying_why(base_spec, clock):
+    """A key's session windows are one state entry: over the store's value limit, the batch fails naming
+    the key and the limit, and nothing of it is written."""
+    spec = windowed(base_spec, sessionGapMs=1000)
     limit = cached_state_store(spec).max_value_size
     big = "x" * (limit // 4)
     with pytest.raises(FunctionRecordError, match=r"key 'a''s open windows take \d+ bytes, over the state store's "

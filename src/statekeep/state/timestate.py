@@ -113,8 +113,9 @@ def internal_owner(key: str) -> int | str:
     reserved prefix is its own owner."""
     if key.startswith(_GROUP):
         return int(key[len(_GROUP):].partition("/")[0])
-    if key.startswith(typed.PREFIX):  # a typed variable's entry (statekeep.state.typed)
-        return typed.owner(key) or key
+    if key.startswith(typed.PREFIX):  # a typed variable's entry (statekeep.state.typed), or a window's records
+        owner = typed.owner(key)
+        return key if owner is None else owner
     return key[3:] if key[:3] in (_BUFFER, _EXPIRY) else key
 
 

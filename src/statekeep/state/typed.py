@@ -343,6 +343,8 @@ def decoded_variables(entries: Iterable[tuple[str, bytes]], now_ms: int) -> Iter
         if key is None:
             continue
         name, _, rest = state_key[len(variables_prefix(key)):].partition("\x00")
+        if not _NAME.fullmatch(name):
+            continue  # statekeep's own (a time window's records), not a user's variable
         if (key, name) != current:
             if current is not None and value is not None:
                 yield (*current, value)

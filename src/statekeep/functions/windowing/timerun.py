@@ -19,7 +19,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.config.windowconfig import user_lag_ms
-from statekeep.functions.windowing.windows import Window, Windows
+from statekeep.functions.windowing.windows import Aggregate, Window, Windows
 from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
@@ -87,7 +87,15 @@ class TimedRun:
                 if extractor is None:
                     raise InvalidArgumentError(f"timestampExtractorClassName {window['extractor']!r}: no such "
                                                "callable in the function's file")
-            self.windows = Windows(dict(window), self.time, extractor, self.event_field)
+            aggregate = None
+            create = entry_of(process, "create_accumulator")
+            if create is not None:
+                add, result = entry_of(process, "add_to_accumulator"), entry_of(process, "get_result")
+                if add is None or result is None:
+                    raise InvalidArgumentError("create_accumulator needs add_to_accumulator(accumulator, record) and "
+                                               "get_result(accumulator) beside it in the function's file or class")
+                aggregate = Aggregate(create, add, result)
+            self.windows = Windows(dict(window), self.time, extractor, self.event_field, aggregate)
         context.keep_time(self.time)
 
     def prefetch(self, keys: Iterable[str]) -> None:

@@ -1,9 +1,12 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
-A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`) holding their
-records; a time or session window registers a window timer at its end, and fires (the function is
-called once with the window's records) when the watermark reaches it, in the batch whose write also
-deletes its buffer: so it fires exactly once, with exactly its records, across crashes and replays.
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). A time window's
+records are a list of their own (:func:`window_list`: one entry per record, appended without reading the
+others, so a window has no size limit but the store's); the key's entry holds only its windows' starts and
+record counts. Session and count windows keep their records in the key's entry. A time or session window
+registers a window timer at its end, and fires (the function is called once with the window's records) when
+the watermark reaches it, in the batch whose write also deletes its records: so it fires exactly once, with
+exactly its records, across crashes and replays.
 Count windows fire as their count is reached, in arrival order. A record whose every window the
 watermark has already passed is late: it enters no window.
 """
@@ -14,10 +17,13 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import msgspec
+
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
+from statekeep.state.typed import element_key, encode_bounds, list_bounds, variable_prefix
 
 
 class Window(NamedTuple):
@@ -31,21 +37,45 @@ class Window(NamedTuple):
     size: int
 
 
-Fired = list[tuple[Window, list[Any]]]
+Fired = list[tuple[Window, Any]]  # a window and its records (or its aggregate's result)
 _encode = json.JSONEncoder(separators=(",", ":")).encode
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder().decode
+
+
+def window_list(key: str, start: int) -> str:
+    """The prefix of the records of ``key``'s time window starting at ``start``: a list as typed state keeps one
+    (:mod:`statekeep.state.typed`) under the key, named so that no user variable can be (it starts with a digit)."""
+    return variable_prefix(key, f"{start}w")
+
+
+class Aggregate(NamedTuple):
+    """A time window's incremental aggregate (after Flink's ``AggregateFunction``), from the function's file or
+    class: ``create_accumulator()``, ``add_to_accumulator(accumulator, record) -> accumulator`` and
+    ``get_result(accumulator)``, which the function's ``process`` receives instead of the window's records. The
+    accumulator (JSON data) is kept in place of the records."""
+
+    create: Callable[[], Any]
+    add: Callable[[Any, Any], Any]
+    result: Callable[[Any], Any]
 
 
 class Windows:
     """The windows of one (batch, partition); ``spec`` is :meth:`WindowConfig.to_spec`'s dict."""
 
     def __init__(self, spec: dict[str, Any], time: TimeState,
-                 extractor: Callable[[Any], Any] | None = None, event_field: str | None = None) -> None:
+                 extractor: Callable[[Any], Any] | None = None, event_field: str | None = None,
+                 aggregate: Aggregate | None = None) -> None:
         self.kind: str = spec["kind"]
         self.length: int = spec["length"]
         self.slide: int = spec["slide"]
         self.time = time
         self.extractor = extractor
         self.event_field = event_field
+        if aggregate is not None and self.kind != "time":
+            raise InvalidArgumentError(f"windowConfig: create_accumulator (an aggregate) works with time windows, not "
+                                       f"{self.kind} windows")
+        self.aggregate = aggregate
         self._open: dict[str, Any] = {}
         #: tumbling time windows: :meth:`add_tumbling` applies
         self.tumbling = self.kind == "time" and self.slide == self.length
@@ -112,19 +142,39 @@ class Windows:
         buffer = self._open.get(key)
         if buffer is None:
             buffer = self._buffer(key)
-        slot = str(start)
-        records = buffer.get(slot)
+        self._append(key, buffer, str(start), start, ts, record)
+        self._dirty.add(key)
+        return []
+
+    def _append(self, key: str, buffer: dict[str, Any], slot: str, start: int, ts: int, record: Any) -> None:
+        """Add ``[ts, record]`` to the time window ``slot`` of ``key`` (opening it: its timer): to its list, or to
+        the records the key's entry holds for a window opened before windows had lists."""
         journal = self.time.state.journal
-        if records is None:
-            records = buffer[slot] = []
+        held: Any = buffer.get(slot)
+        if held is None:
+            held = buffer[slot] = 0
             self.time.register(key, start + self.length, "w")
             if journal is not None:
                 journal.append(lambda: buffer.pop(slot, None))
-        records.append([ts, record])
-        if journal is not None:
-            journal.append(records.pop)
-        self._dirty.add(key)
-        return []
+        if held.__class__ is list:  # written by an earlier version: it stays in the entry until it fires
+            held.append([ts, record])
+            if journal is not None:
+                journal.append(held.pop)
+            return
+        if self.aggregate is not None:  # {"a": accumulator, "n": records}, in place of the records
+            acc = held["a"] if held else self.aggregate.create()
+            buffer[slot] = {"a": self.aggregate.add(acc, record), "n": (held["n"] if held else 0) + 1}
+            if journal is not None:
+                journal.append(lambda: buffer.__setitem__(slot, held))
+            return
+        prefix = window_list(key, start)
+        state = self.time.state
+        first, end = list_bounds(state.get(prefix + "#")) if held else (0, 0)
+        state.put(element_key(prefix, end), _pack([ts, record]))
+        state.put(prefix + "#", encode_bounds(first, end + 1))
+        buffer[slot] = held + 1
+        if journal is not None:  # the list's entries are the state buffer's own (taken back by it)
+            journal.append(lambda: buffer.__setitem__(slot, held))
 
     @property
     def bulk(self) -> bool:
@@ -169,17 +219,8 @@ class Windows:
             if not starts:
                 return None
             buffer = self._buffer(key)
-            journal = self.time.state.journal
             for start in starts:
-                slot = str(start)
-                if slot not in buffer:
-                    buffer[slot] = []
-                    self.time.register(key, start + self.length, "w")
-                    if journal is not None:
-                        journal.append(lambda slot=slot: buffer.pop(slot, None))
-                buffer[slot].append([ts, record])
-                if journal is not None:
-                    journal.append(buffer[slot].pop)
+                self._append(key, buffer, str(start), start, ts, record)
             self._touch(key)
             return []
         return self._add_session(key, record, ts, watermark)
@@ -238,13 +279,32 @@ class Windows:
 
     # ---- firing --------------------------------------------------------------------------------
 
+    def _take(self, key: str, start: int) -> list[Any]:
+        """A time window's ``[ts, record]`` list, in arrival order, deleted with the batch."""
+        prefix = window_list(key, start)
+        state = self.time.state
+        first, end = list_bounds(state.get(prefix + "#"))
+        names = [element_key(prefix, n) for n in range(first, end)]
+        state.prefetch(names)
+        records = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
+        for name in names:
+            state.put(name, None)
+        state.put(prefix + "#", None)
+        return records
+
     def due(self, key: str, at: int) -> Fired:
         """The windows of ``key`` ending at or before ``at`` (their window timer fired), removed."""
         buffer = self._buffer(key)
         fired: Fired = []
         if self.kind == "time":
             for slot in sorted((s for s in buffer if int(s) + self.length <= at), key=int):
-                records = buffer.pop(slot)
+                held = buffer.pop(slot)
+                if held.__class__ is dict:  # an aggregate: its result
+                    assert self.aggregate is not None  # only an aggregate writes one
+                    window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
+                    fired.append((window, self.aggregate.result(held["a"])))
+                    continue
+                records = held if held.__class__ is list else self._take(key, int(slot))
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
