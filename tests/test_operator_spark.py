@@ -251,20 +251,16 @@ def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pause
         assert (status["running"], status["processed"], status["error"]) == (False, PER_FILE, None)
 
 
-def test_faults_end_exact_with_a_file_sink(tmp_path, spark_env):
-    """The driver SIGKILLed after one partition of micro-batch 1 committed its state and before the file sink's
-    commit: the replay gives the kept rows of the committed partition (see fault_ends_exact)."""
-    fault_ends_exact(tmp_path, spark_env, "file", ("function@1",))
-
-
 def test_faults_end_exact_with_foreach_batch(tmp_path, spark_env):
     """One query through three faults: the driver SIGKILLed in micro-batch 1 after the state commit and before
     ``foreachBatch`` wrote, again in batch 2 after it wrote; then a Python worker SIGKILLed in batch 3."""
     fault_ends_exact(tmp_path, spark_env, "foreach", ("before-sink@1", "after-sink@2", "kill-worker@3"))
 
 
-def test_faults_end_exact_with_partition_owned_state(tmp_path, spark_env):
-    """The same with the state partition-owned (``state_dir``): the driver killed between the commits."""
+def test_faults_end_exact_with_a_file_sink_and_partition_owned_state(tmp_path, spark_env):
+    """The driver SIGKILLed after one partition of micro-batch 1 committed its state and before the file sink's
+    commit, the state partition-owned (``state_dir``): the replay gives the kept rows of the committed partition
+    (see fault_ends_exact). The file sink on a per-key store is the cluster's test (etcd)."""
     fault_ends_exact(tmp_path, spark_env, "file", ("function@1",), extra=("--state-dir", str(tmp_path / "shared")))
 
 
