@@ -57,37 +57,6 @@ def test_a_batch_dataframe_counts_once_and_gives_its_rows_again_when_computed_ag
         assert service.registry.get("public", "default", "users").keyField == "user"
 
 
-def bidding(input, context):
-    """Typed state per user: a count, the prices bid in order, the highest price per item."""
-    count, prices, best = (context.value_state("count", int), context.list_state("prices", int),
-                           context.map_state("best", str, int))
-    count.update(count.get(0) + 1)
-    prices.append(input["price"])
-    best.put(input["item"], max(input["price"], best.get(input["item"], 0)))
-    return {"user": input["user"], "n": count.get(), "prices": prices.get()}
-
-
-def test_typed_state_in_the_operator_is_read_back_by_the_data_source(spark, tmp_path):
-    from statekeep.spark import apply_function
-
-    url = f"local://{tmp_path}/data"
-    df = spark.createDataFrame([("a", "x", 5), ("b", "x", 7), ("a", "y", 2), ("a", "x", 9)],
-                               "user string, item string, price int")
-    out = apply_function(df, bidding, name="public/default/bids", key="user", store=url,
-                         output_schema="user string, n long, prices array<long>")
-    assert sorted((r.user, r.n, r.prices) for r in out.collect()) == [
-        ("a", 1, [5]), ("a", 2, [5, 2]), ("a", 3, [5, 2, 9]), ("b", 1, [7])]
-
-    def variable(name: str) -> dict:
-        rows = (spark.read.format("statekeep").option("function", "public/default/bids").option("store", url)
-                .option("variable", name).load().collect())
-        return {r.key: json.loads(r.value) for r in rows}
-
-    assert variable("count") == {"a": 3, "b": 1}
-    assert variable("prices") == {"a": [5, 2, 9], "b": [7]}
-    assert variable("best") == {"a": {"x": 9, "y": 2}, "b": {"x": 7}}
-
-
 def picky(input, context):
     if input["user"] == "bad":
         raise ValueError("no bad users")

@@ -17,11 +17,14 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.driver.sources import StatekeepStateSource
 from statekeep.functions.executor import context as context_module
+from statekeep.functions.executor.context import Context
 from statekeep.server import create_app
 from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, FunctionRecordError, \
     arrow_partition_runner
 from statekeep.state import typed
+from statekeep.state.buffer import BufferedState
 from statekeep.state.partitioned import state_storage
 from statekeep.state.partitioned.keygroups import key_group
 from statekeep.state.schemas import read_schemas, schemas_path
@@ -224,6 +227,11 @@ def test_value_list_and_map_state_count_once_over_batches_and_replays(runner):
             assert bad.status_code == 400 and "reserved" in bad.json()["reason"]
     finally:
         app.state.service.close()
+    # and as Spark's statekeep data source reads it (its reader, run here as an executor runs it)
+    options = {"function": "public/default/typed", "store": runner.url, "variable": "best"}
+    assert StatekeepStateSource(options).schema() == "key string, value string"
+    assert sorted(StatekeepStateSource(options).reader(None).read(None)) == [
+        ("ann", '{"1":10,"2":8}'), ("bob", '{"1":3}')]
 
 
 def test_a_list_appends_without_reading_it_and_a_map_entry_is_one_entry(runner):
@@ -324,3 +332,32 @@ def test_schemas_are_recorded_with_the_function_and_evolve_only_compatibly(runne
     assert read_schemas(registry.store, "public", "default", "typed")["best"] == schema("value", BidV2)
     registry.delete("public", "default", "typed")  # the schemas go with the function
     assert not registry.store.exists(schemas_path(registry.store, "public", "default", "typed"))
+
+
+def test_bulk_forms_read_many_keys_in_one_read_and_write_all_or_nothing(tmp_path):
+    """``get_many`` and ``update_many`` (for process_batch) on a Context outside any record."""
+    with FunctionService.open(f"local://{tmp_path}") as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "bulk", "inputs": ["x"]},
+                                b"def process(input, context):\n    pass\n")
+        store = service.registry.state_store("public", "default", "bulk")
+        reads: list[list[str]] = []
+
+        def fetch(keys):
+            reads.append(list(keys))
+            return store.fetch_many(reads[-1])
+
+        state = BufferedState(fetch, store.max_value_size, store.scan)
+        count = Context("public", "default", "bulk", state).value_state("count", int)
+        count.update_many(["a", "b"], [1, 2])
+        with pytest.raises(InvalidArgumentError, match="holds int, not str"):
+            count.update_many(["c", "d"], [3, "four"])  # checked before any is buffered
+        with pytest.raises(InvalidArgumentError, match="2 keys but 1 values"):
+            count.update_many(["c", "d"], [3])
+        with pytest.raises(InvalidArgumentError, match="this record has none"):
+            count.get()  # no current record: no key
+        store.apply_batch(state.puts, state.counter_deltas)
+        state = BufferedState(fetch, store.max_value_size, store.scan)
+        reads.clear()
+        assert Context("public", "default", "bulk", state).value_state("count", int).get_many(
+            ["a", "b", "c"], 0) == [1, 2, 0]
+        assert len(reads) == 1  # one bulk read

@@ -44,7 +44,6 @@ PREFIX = "\x00v"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _SCALARS: dict[Any, str] = {int: "int", float: "float", str: "str", bytes: "bytes", bool: "bool"}
 MAP_KEY_TYPES = (str, int, bool, bytes)
-KINDS = ("value", "list", "map")
 
 
 class StateSchemaError(InvalidArgumentError):

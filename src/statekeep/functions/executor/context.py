@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from statekeep.errors import InvalidArgumentError
@@ -493,10 +493,10 @@ class Context(TimeMethods):
             return keys[position]  # type: ignore[no-any-return]  # the key column: str or None
         return self._key()
 
-    def _batch_keys(self) -> list[Any]:
+    def _batch_keys(self) -> Iterable[Any]:
         """The record keys of the batch (for typed variables' prefetch)."""
         source = self._source
-        return list(source.keys) if source is not None and source.keys is not None else []
+        return source.keys if source is not None and source.keys is not None else ()
 
     def _clock(self) -> int:
         return self._time.now if self._time is not None else wall_clock_ms()
