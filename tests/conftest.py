@@ -27,6 +27,14 @@ from statekeep.testing.contract.plugin import open_url, provider, store  # noqa:
 IN_CI = os.environ.get("CI") == "true"
 T = TypeVar("T")
 
+# Every Spark JVM a test starts (drivers in this process or in processes it starts, a cluster's daemons and
+# executors) compiles with C1 only: test queries are short, and C2's compiler threads cost the two cores more
+# than its code gives back (a README example's test: 68-93 s with C2, 40-42 s without). Benchmarks keep C2.
+_C1 = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {_C1} "
+                                             f"--conf spark.executor.extraJavaOptions={_C1} pyspark-shell")
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _C1)
+
 #: fixtures that start something outside the test process -> the tier marker of the tests using them
 RESOURCES = {
     "spark": "spark", "spark_env": "spark", "spark_cluster": "cluster", "server_process": "server",
