@@ -635,17 +635,40 @@ def test_an_aggregate_keeps_an_accumulator_per_window_instead_of_records(base_sp
         run(session, 0, [{"k": "a", "ts": 1}])
 
 
-def test_a_session_window_over_the_value_limit_fails_its_batch_saying_why(base_spec, clock):
-    """A key's session windows are one state entry: over the store's value limit, the batch fails naming
-    the key and the limit, and nothing of it is written."""
-    spec = windowed(base_spec, sessionGapMs=1000)
+def test_session_and_count_windows_records_are_lists_with_no_value_limit(base_spec, clock, tmp_path):
+    """A session's and a count window's records are one entry each, like a time window's: sessions of twice the
+    store's value limit, two of them joined by a record between them, fire whole, once, sorted by event time;
+    count windows of 1.5 times the limit too; nothing is left behind."""
+    spec = windowed(base_spec, sessionGapMs=1000, maxLagMs=5000)
     limit = cached_state_store(spec).max_value_size
-    big = "x" * (limit // 4)
-    with pytest.raises(FunctionRecordError, match=r"key 'a''s open windows take \d+ bytes, over the state store's "
-                                                  rf"limit of {limit}"):
-        run(spec, 0, [{"k": "a", "ts": t, "pad": big} for t in range(5)])
+    big = "x" * (limit // 2)
+    run(spec, 0, [{"k": "a", "ts": 0, "pad": big}, {"k": "a", "ts": 1800, "pad": big}])
+    run(spec, 1, [{"k": "a", "ts": 950, "pad": big}, {"k": "a", "ts": 900, "pad": big}])  # 900 joins both
+    assert outputs(spec) == []
+    run(spec, 2, [{"k": "b", "ts": 10_000}])  # the watermark (5000) passes a's session
+    assert [(o["start"], o["end"], o["ts"]) for o in outputs(spec)] == [(0, 2800, [0, 900, 950, 1800])]
     store = cached_state_store(spec)
-    assert store.get_entry(buffer_key("a")) is None and timers_of(store) == []
+    assert [e.key for e in store.scan_entries(variables_prefix("a"))] == []
+    assert store.get_entry(buffer_key("a")) is None
+
+    spec = windowed({**base_spec, "name": base_spec["name"] + "c", "output": str(tmp_path / "c")},
+                    windowLengthCount=3)
+    run(spec, 0, [{"k": "a", "ts": t, "pad": big} for t in range(4)])
+    run(spec, 1, [{"k": "a", "ts": t, "pad": big} for t in range(4, 7)])
+    assert [o["ts"] for o in outputs(spec)] == [[0, 1, 2], [3, 4, 5]]
+    store = cached_state_store(spec)
+    assert len(list(store.scan_entries(variables_prefix("a")))) == 2  # 6's element and the list's bounds
+
+
+def test_count_windows_kept_in_the_keys_entry_by_an_earlier_version_continue_on_a_list(base_spec, clock):
+    """A count buffer as versions before lists wrote it (its records in the key's entry) is moved onto the list
+    at its first use: the window it had begun completes with its records, in order."""
+    spec = windowed(base_spec, windowLengthCount=3)
+    old = {"r": [[1, {"k": "a", "ts": 1}], [2, {"k": "a", "ts": 2}]], "n": 2}
+    cached_state_store(spec).apply_batch({buffer_key("a"): json.dumps(old).encode()}, {})
+    run(spec, 0, [{"k": "a", "ts": t} for t in (3, 4, 5, 6)])
+    assert [o["ts"] for o in outputs(spec)] == [[1, 2, 3], [4, 5, 6]]
+    assert cached_state_store(spec).get_entry(buffer_key("a")) is None
 
 
 SHARDED = '''

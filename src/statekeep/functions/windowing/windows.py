@@ -1,9 +1,11 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
-A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). A time window's
-records are a list of their own (:func:`window_list`: one entry per record, appended without reading the
-others, so a window has no size limit but the store's); the key's entry holds only its windows' starts and
-record counts. Session and count windows keep their records in the key's entry. A time or session window
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's
+records are lists of their own under the key (one entry per record, appended without reading the others, so a
+window has no size limit but the store's), and the key's entry holds only its windows' bounds and record
+counts: a time window's start and count (its list :func:`window_list`), a session's first and last event time
+and its lists (one per session merged into it, so a merge moves no record), a count window's list bounds. A
+time or session window
 registers a window timer at its end, and fires (the function is called once with the window's records) when
 the watermark reaches it, in the batch whose write also deletes its records: so it fires exactly once, with
 exactly its records, across crashes and replays.
@@ -47,6 +49,12 @@ def window_list(key: str, start: int) -> str:
     """The prefix of the records of ``key``'s time window starting at ``start``: a list as typed state keeps one
     (:mod:`statekeep.state.typed`) under the key, named so that no user variable can be (it starts with a digit)."""
     return variable_prefix(key, f"{start}w")
+
+
+def _list(key: str, name: str) -> str:
+    """The prefix of a window list of ``key``: ``{start}w`` a time window's, ``{n}s`` a session's n-th, ``c`` the
+    count windows'."""
+    return variable_prefix(key, name)
 
 
 class Aggregate(NamedTuple):
@@ -108,9 +116,53 @@ class Windows:
         buffer = self._open.get(key)
         if buffer is None:
             raw = self.time.state.get(buffer_key(key))
-            buffer = loads_at(raw.decode()) if raw else ({"r": [], "n": 0} if self.kind == "count" else {})
-            self._open[key] = buffer
+            buffer = self._open[key] = loads_at(raw.decode()) if raw else {}
+            if "r" in buffer or any(len(s) == 3 for s in buffer.get("s", ())):
+                self._relist(key, buffer)
         return buffer
+
+    def _relist(self, key: str, buffer: dict[str, Any]) -> None:
+        """Move the records an earlier version kept in the key's entry (a count buffer's ``r``, a session's third
+        item) into lists, as this version keeps them."""
+        if self.time.state.journal is not None:  # taken back: the entry is read again, as stored
+            self.time.state.journal.append(lambda: self._open.pop(key, None))
+        if "r" in buffer:
+            records = buffer.pop("r")
+            for n, item in enumerate(records):
+                self._push(key, "c", 0, n, item)
+            buffer.update(f=0, e=len(records))
+        for i, session in enumerate(buffer.get("s", ())):
+            if len(session) == 3:
+                number = buffer["i"] = buffer.get("i", 0) + 1
+                for n, item in enumerate(session[2]):
+                    self._push(key, f"{number}s", 0, n, item)
+                buffer["s"][i] = [session[0], session[1], [[number, len(session[2])]], len(session[2])]
+        self._touch(key)
+
+    def _push(self, key: str, name: str, first: int, end: int, item: Any) -> None:
+        """Append ``item`` to the list ``name`` of ``key``, which holds elements ``first`` to ``end`` - 1."""
+        prefix = _list(key, name)
+        self.time.state.put(element_key(prefix, end), _pack(item))
+        self.time.state.put(prefix + "#", encode_bounds(first, end + 1))
+
+    def _items(self, key: str, name: str, first: int, end: int, *, drop: int = 0) -> list[Any]:
+        """Elements ``first`` to ``end`` - 1 of the list ``name`` of ``key``, in order; the first ``drop`` of them
+        (all: the whole list, its bounds too) deleted with the batch."""
+        prefix = _list(key, name)
+        state = self.time.state
+        names = [element_key(prefix, n) for n in range(first, end)]
+        state.prefetch(names)
+        items = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
+        for name in names[:drop]:
+            state.put(name, None)
+        if drop >= len(names):
+            state.put(prefix + "#", None)
+        return items
+
+    def _take(self, key: str, name: str) -> list[Any]:
+        """The whole list ``name`` of ``key``, deleted with the batch."""
+        first, end = list_bounds(self.time.state.get(_list(key, name) + "#"))
+        return self._items(key, name, first, end, drop=end - first)
 
     def prefetch(self, keys: list[str]) -> None:
         self.time.state.prefetch([buffer_key(k) for k in keys if has_buffer_key(k)])
@@ -122,7 +174,7 @@ class Windows:
         """Write the changed buffers (an empty one is deleted) into the batch's buffer."""
         for key in sorted(self._dirty):
             buffer = self._open[key]
-            empty = not buffer["r"] if self.kind == "count" else not buffer
+            empty = buffer.get("e") == buffer.get("f") if self.kind == "count" else not buffer.keys() - {"i"}
             encoded = None if empty else _encode(buffer).encode()
             if encoded is not None and len(encoded) > self.time.state.max_value_size:
                 raise InvalidArgumentError(f"key {key!r}'s open windows take {len(encoded)} bytes, over the state "
@@ -167,11 +219,7 @@ class Windows:
             if journal is not None:
                 journal.append(lambda: buffer.__setitem__(slot, held))
             return
-        prefix = window_list(key, start)
-        state = self.time.state
-        first, end = list_bounds(state.get(prefix + "#")) if held else (0, 0)
-        state.put(element_key(prefix, end), _pack([ts, record]))
-        state.put(prefix + "#", encode_bounds(first, end + 1))
+        self._push(key, f"{start}w", 0, held, [ts, record])  # a time window's list is never cut: held is its end
         buffer[slot] = held + 1
         if journal is not None:  # the list's entries are the state buffer's own (taken back by it)
             journal.append(lambda: buffer.__setitem__(slot, held))
@@ -226,71 +274,68 @@ class Windows:
         return self._add_session(key, record, ts, watermark)
 
     def _add_count(self, key: str, record: Any, ts: int) -> Fired:
+        """A key's last ``length`` records are its list ``c`` (bounds ``f``, ``e`` in its entry; ``n``: records
+        since the last window fired)."""
         buffer = self._buffer(key)
-        if self.time.state.journal is not None:  # a count window's records are few (its length)
-            self.time.state.journal.append(lambda old=dict(buffer, r=list(buffer["r"])): buffer.update(old))
-        buffer["r"].append([ts, record])
-        buffer["n"] += 1
-        del buffer["r"][:-self.length]
+        if self.time.state.journal is not None:
+            self.time.state.journal.append(lambda old=dict(buffer): (buffer.clear(), buffer.update(old)))
+        first, end = buffer.get("f", 0), buffer.get("e", 0)
+        keep = max(first, end + 1 - self.length)
+        self._push(key, "c", keep, end, [ts, record])
+        for n in range(first, keep):  # out of every window to come
+            self.time.state.put(element_key(_list(key, "c"), n), None)
+        end += 1
+        buffer.update(f=keep, e=end, n=buffer.get("n", 0) + 1)
         self._touch(key)
         if buffer["n"] < self.slide:
             return []
         buffer["n"] = 0
-        records = list(buffer["r"])
-        if self.slide == self.length:  # tumbling: the next window starts empty
-            buffer["r"] = []
+        tumbling = self.slide == self.length  # the next window starts empty
+        records = self._items(key, "c", keep, end, drop=end - keep if tumbling else 0)
+        if tumbling:
+            buffer["f"] = end
         window = Window(key or None, records[0][0], records[-1][0], len(records))
         return [(window, [r for _, r in records])]
 
     def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
         gap = self.length
         buffer = self._buffer(key)
-        sessions = buffer.setdefault("s", [])  # [first ts, last ts, [[ts, record]...]], disjoint, by start
-        journal = self.time.state.journal
+        # sessions: [first ts, last ts, [[list number, records]...], records], disjoint, by start; "i": the last
+        # list number taken (a session's records are its lists', sorted at firing)
+        sessions = buffer.setdefault("s", [])
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
         if not touching and watermark is not None and ts + gap <= watermark:
             return None  # would open a session the watermark has already closed
-        if len(touching) == 1:  # the usual case: the record extends one session (records sorted at firing)
+        if self.time.state.journal is not None:  # a key's sessions are few, their entries small: copied whole
+            old = {"i": buffer.get("i", 0), "s": [[s[0], s[1], [p[:] for p in s[2]], s[3]] for s in sessions]}
+            self.time.state.journal.append(lambda: (buffer.clear(), buffer.update(old)))
+        if len(touching) == 1:  # the usual case: the record extends one session
             session = touching[0]
-            if journal is not None:
-                journal.append(lambda old=session[:2]: session.__setitem__(slice(0, 2), old))
-                journal.append(session[2].pop)
-            session[2].append([ts, record])
-            if ts < session[0]:
-                session[0] = ts
             if ts > session[1]:
                 self.time.delete(key, session[1] + gap, "w")
-                session[1] = ts
                 self.time.register(key, ts + gap, "w")
-            self._touch(key)
-            return []
-        merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
-                  [r for s in touching for r in s[2]] + [[ts, record]]]
-        if journal is not None:  # the touched sessions are replaced, not changed: put them back
-            journal.append(lambda old=list(sessions): sessions.__setitem__(slice(None), old))
-        for old in touching:
-            sessions.remove(old)
-            self.time.delete(key, old[1] + gap, "w")
-        sessions.append(merged)
-        sessions.sort(key=lambda s: s[0])
-        self.time.register(key, merged[1] + gap, "w")
+        else:  # opens a session, or joins several into one: their lists become its lists
+            session = [ts, ts, [p for s in touching for p in s[2]], sum(s[3] for s in touching)]
+            for old_session in touching:
+                sessions.remove(old_session)
+                self.time.delete(key, old_session[1] + gap, "w")
+            sessions.append(session)
+            sessions.sort(key=lambda s: s[0])
+            self.time.register(key, max([ts] + [s[1] for s in touching]) + gap, "w")
+        session[0], session[1] = min([session[0], ts] + [s[0] for s in touching]), max(
+            [session[1], ts] + [s[1] for s in touching])
+        parts = session[2]
+        if not parts:
+            parts.append([buffer.setdefault("i", 0) + 1, 0])
+            buffer["i"] += 1
+        number, held = parts[-1]
+        self._push(key, f"{number}s", 0, held, [ts, record])
+        parts[-1][1] += 1
+        session[3] += 1
         self._touch(key)
         return []
 
     # ---- firing --------------------------------------------------------------------------------
-
-    def _take(self, key: str, start: int) -> list[Any]:
-        """A time window's ``[ts, record]`` list, in arrival order, deleted with the batch."""
-        prefix = window_list(key, start)
-        state = self.time.state
-        first, end = list_bounds(state.get(prefix + "#"))
-        names = [element_key(prefix, n) for n in range(first, end)]
-        state.prefetch(names)
-        records = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
-        for name in names:
-            state.put(name, None)
-        state.put(prefix + "#", None)
-        return records
 
     def due(self, key: str, at: int) -> Fired:
         """The windows of ``key`` ending at or before ``at`` (their window timer fired), removed."""
@@ -304,16 +349,18 @@ class Windows:
                     window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
                     fired.append((window, self.aggregate.result(held["a"])))
                     continue
-                records = held if held.__class__ is list else self._take(key, int(slot))
+                records = held if held.__class__ is list else self._take(key, f"{slot}w")
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
             for session in [s for s in buffer.get("s", []) if s[1] + self.length <= at]:
                 buffer["s"].remove(session)
-                window = Window(key or None, session[0], session[1] + self.length, len(session[2]))
-                fired.append((window, [r for _, r in sorted(session[2], key=lambda r: r[0])]))
+                records = [r for number, _ in session[2] for r in self._take(key, f"{number}s")]
+                window = Window(key or None, session[0], session[1] + self.length, len(records))
+                fired.append((window, [r for _, r in sorted(records, key=lambda r: r[0])]))
             if not buffer.get("s"):
                 buffer.pop("s", None)
+                buffer.pop("i", None)
         if fired:
             self._touch(key)
         return fired
