@@ -29,7 +29,7 @@ from statekeep.functions.config.loader import check_named_classes, validate_func
 from statekeep.functions.config.model import FunctionConfig
 from statekeep.functions.config.schemacheck import check_code_update
 from statekeep.lru import BoundedLRU
-from statekeep.metadata import Delete, MetadataStore, Put
+from statekeep.metadata import Delete, MetadataStore, Op, Put
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import ProviderPool, StateStore, StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, function_provider
@@ -139,7 +139,7 @@ class FunctionRegistry:
             if cfg.stateStorage != current.stateStorage:
                 raise InvalidArgumentError("the state provider of an existing function cannot be changed; "
                                            "delete and create it again")
-            ops = [Put(path, _encode(cfg), version)]
+            ops: list[Op] = [Put(path, _encode(cfg), version)]
             if code is None and cfg.className != current.className:  # the stored code must have the new entry
                 validate_function_source(self.get_code(tenant, namespace, name), _filename(cfg), cfg.className)
             if code is not None:

@@ -16,9 +16,10 @@ of what can be seen in the code to the update, so an incompatible new version is
 
 Not seen here, so checked only when a run first opens the variable (the run fails then, its state untouched): a
 name or type computed at run time or held in a variable, a class imported from another module, a class with a
-base, decorator or annotation not listed above. A variable opened with two different schemas in one file is not
-checked here either (which one a run opens depends on the run). Every matching call in the file counts, whether
-or not it runs.
+base, decorator or annotation not listed above, a class with an annotation written as text or in a file with
+``from __future__ import annotations`` (a function file's classes cannot resolve those when it runs). A variable
+opened with two different schemas in one file is not checked here either (which one a run opens depends on the
+run). Every matching call in the file counts, whether or not it runs.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class _Module:
         self.imports: dict[str, str] = {}
         bound: dict[str, int] = {}
         self.star = False
+        #: annotations kept as text: a function file's classes then do not resolve them (it is not in sys.modules)
+        self.text_annotations = any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+                                    and any(a.name == "annotations" for a in n.names) for n in tree.body)
         for node in tree.body:
             for name in _bound_names(node):
                 bound[name] = bound.get(name, 0) + 1
@@ -78,9 +82,9 @@ class _Module:
                 for alias in node.names:
                     self.star |= alias.name == "*"
                     self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Global):
-                for name in node.names:
+        for each in ast.walk(tree):
+            if isinstance(each, ast.Global):
+                for name in each.names:
                     bound[name] = bound.get(name, 0) + 2
         self.ambiguous = {name for name, count in bound.items() if count > 1}
         self.bound = set(bound)
@@ -105,11 +109,6 @@ class _Module:
         """The Python type ``node`` names, rebuilt from the source; :class:`_Unresolved` if it cannot be."""
         if isinstance(node, ast.Constant) and node.value is None:
             return type(None)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # an annotation written as text
-            try:
-                return self.type_of(ast.parse(node.value, mode="eval").body, local)
-            except SyntaxError:
-                raise _Unresolved from None
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             left, right = self.type_of(node.left, local), self.type_of(node.right, local)
             return left | right
@@ -146,15 +145,17 @@ class _Module:
 
     def _build(self, node: ast.ClassDef) -> Any:
         """A dataclass or Struct with ``node``'s name and fields (each default None: only its presence matters)."""
+        if self.text_annotations:
+            raise _Unresolved
         bases = [self.qualified(b, set()) for b in node.bases]
         struct = "msgspec.Struct" in bases
         if struct:
             if len(node.decorator_list) or len(bases) != 1:
                 raise _Unresolved
-            options = {k.arg: k.value.value for k in node.keywords
-                       if k.arg == "kw_only" and isinstance(k.value, ast.Constant)}
-            if any(k.arg == "kw_only" for k in node.keywords) and not options:
+            kw_only = [k.value for k in node.keywords if k.arg == "kw_only"]  # the one option that orders fields
+            if kw_only and not (isinstance(kw_only[0], ast.Constant) and isinstance(kw_only[0].value, bool)):
                 raise _Unresolved
+            keyword_only = bool(kw_only and kw_only[0].value)  # type: ignore[attr-defined]  # a Constant: checked
         else:
             if len(node.decorator_list) != 1 or node.keywords:
                 raise _Unresolved
@@ -187,7 +188,7 @@ class _Module:
                 fields.append((statement.target.id, tp, dataclasses.field(default=None)))
         try:
             if struct:
-                return msgspec.defstruct(node.name, fields, **options)
+                return msgspec.defstruct(node.name, fields, kw_only=keyword_only)
             return dataclasses.make_dataclass(node.name, fields, bases=tuple(parents), kw_only=True)
         except (TypeError, ValueError):  # the class itself does not build: its file fails when it is run
             raise _Unresolved from None
