@@ -73,7 +73,9 @@ def _execute(source: str, filename: str) -> dict[str, Any]:
     install()
     namespace: dict[str, Any] = {"__name__": "statekeep_function", "__file__": filename}
     try:
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - running user code is the point
+        # dont_inherit: not this module's own "from __future__ import annotations" (a dataclass with text
+        # annotations fails when its module is not in sys.modules)
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - user code is the point
     except SyntaxError as e:
         raise FunctionLoadError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from e
     except ImportError as e:

@@ -27,8 +27,9 @@ from typing import Any
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError, StatekeepError
 from statekeep.functions.config.loader import check_named_classes, validate_function_source
 from statekeep.functions.config.model import FunctionConfig
+from statekeep.functions.config.schemacheck import check_code_update
 from statekeep.lru import BoundedLRU
-from statekeep.metadata import Delete, MetadataStore, Put
+from statekeep.metadata import Delete, MetadataStore, Op, Put
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import ProviderPool, StateStore, StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT, FunctionCatalog, function_provider
@@ -121,7 +122,10 @@ class FunctionRegistry:
                code: bytes | None = None) -> FunctionConfig:
         """Merge ``changes`` (fields present and not None replace the stored ones, as pulsar-admin's
         update does) and replace the code if given. Identity fields must match; the state provider
-        cannot change (its state would be orphaned). :class:`NotFoundError` if absent."""
+        cannot change (its state would be orphaned). New code is checked against the state schemas its
+        runs recorded (:mod:`statekeep.functions.config.schemacheck`): a variable it opens that cannot
+        evolve is a :class:`~statekeep.state.typed.StateSchemaError` naming the variable and field, and
+        nothing is written. :class:`NotFoundError` if absent."""
         changes = dict(changes or {})
         for what, value in zip(IDENTITY, (tenant, namespace, name)):
             if changes.get(what) not in (None, value):
@@ -135,12 +139,14 @@ class FunctionRegistry:
             if cfg.stateStorage != current.stateStorage:
                 raise InvalidArgumentError("the state provider of an existing function cannot be changed; "
                                            "delete and create it again")
-            ops = [Put(path, _encode(cfg), version)]
+            ops: list[Op] = [Put(path, _encode(cfg), version)]
             if code is None and cfg.className != current.className:  # the stored code must have the new entry
                 validate_function_source(self.get_code(tenant, namespace, name), _filename(cfg), cfg.className)
             if code is not None:
                 validate_function_source(code, _filename(cfg), cfg.className)
-                ops.append(Put(path + "/code", bytes(code)))
+                # its state schemas as far as the code shows them; a run recording others meanwhile fails the multi
+                ops += [check_code_update(self.store, tenant, namespace, name, code, _filename(cfg)),
+                        Put(path + "/code", bytes(code))]
             if _named_classes(cfg) != _named_classes(current) or code is not None:  # the classes it names exist
                 check_named_classes(code if code is not None else self.get_code(tenant, namespace, name),
                                     _filename(cfg), _named_classes(cfg))
