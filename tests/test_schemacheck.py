@@ -181,7 +181,7 @@ def test_what_cannot_be_seen_without_running_the_code_is_left_to_the_run():
     assert list(static_variables(LEFT_TO_THE_RUN)) == ["plain"]
     assert static_variables("from os import *\ndef process(i, context):\n    context.value_state('x', str)\n") == {}
     future = "from __future__ import annotations\n" + LEFT_TO_THE_RUN.replace("int = float", "")
-    assert list(static_variables(future)) == ["shadowed"]  # builtins only: its classes are left to the run
+    assert list(static_variables(future)) == ["plain", "shadowed"]  # its classes resolve as without it
 
 
 # ---- the check at functions update, after a real first run -------------------------------------------------------
@@ -374,3 +374,13 @@ def test_a_run_recording_schemas_during_the_update_makes_it_check_again(fn, monk
                            b'    context.value_state("extra", int)\n')
     assert recorded_meanwhile and fn.registry.get_code("public", "default", "f") == V1.encode()
     assert read_schemas(store, "public", "default", "f")["extra"]["type"] == "str"
+
+
+def test_a_function_file_with_text_annotations_loads_and_its_classes_have_schemas():
+    """A file with ``from __future__ import annotations`` (its classes' annotations kept as text) runs as a module
+    of its own, so dataclasses and typed state resolve them as in a file without it."""
+    body = ("import dataclasses\n\n@dataclasses.dataclass\nclass Bid:\n    price: int\n"
+            "    tags: list[str] | None = None\n")
+    text = execute_file("from __future__ import annotations\n" + body, "text.py")
+    plain = execute_file(body, "plain.py")
+    assert typed.StateType(text["Bid"]).schema == typed.StateType(plain["Bid"]).schema

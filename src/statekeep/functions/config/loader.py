@@ -22,9 +22,11 @@ installed (:func:`statekeep.pulsar_compat.install`).
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +65,7 @@ def execute_file(source: str, filename: str = "<function>") -> dict[str, Any]:
         if (source, filename) not in _modules:
             _modules[(source, filename)] = _execute(source, filename)
             while len(_modules) > 64:
-                _modules.pop(next(iter(_modules)))
+                sys.modules.pop(_modules.pop(next(iter(_modules)))["__name__"], None)
         return _modules[(source, filename)]
 
 
@@ -71,10 +73,23 @@ def _execute(source: str, filename: str) -> dict[str, Any]:
     from statekeep.pulsar_compat import install
 
     install()
-    namespace: dict[str, Any] = {"__name__": "statekeep_function", "__file__": filename}
+    # a module of its own in sys.modules while cached: what dataclasses and typing look up to resolve annotations
+    # written as text (a file with "from __future__ import annotations"); not this module's own future import
+    digest = hashlib.sha1(filename.encode() + b"\0" + source.encode(), usedforsecurity=False).hexdigest()[:16]
+    module = types.ModuleType(f"statekeep_function_{digest}")
+    module.__file__ = filename
+    namespace: dict[str, Any] = module.__dict__
+    sys.modules[module.__name__] = module
     try:
-        # dont_inherit: not this module's own "from __future__ import annotations" (a dataclass with text
-        # annotations fails when its module is not in sys.modules)
+        _run(source, filename, namespace)
+    except BaseException:
+        sys.modules.pop(module.__name__, None)
+        raise
+    return namespace
+
+
+def _run(source: str, filename: str, namespace: dict[str, Any]) -> None:
+    try:
         exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - user code is the point
     except SyntaxError as e:
         raise FunctionLoadError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from e
@@ -84,7 +99,6 @@ def _execute(source: str, filename: str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - user code: its error is the answer
         raise FunctionLoadError(f"{filename}{_line_of(e, filename)}: importing it raised "
                                 f"{type(e).__name__}: {e}") from e
-    return namespace
 
 
 def _line_of(error: BaseException, filename: str) -> str:

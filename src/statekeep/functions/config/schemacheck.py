@@ -16,8 +16,7 @@ of what can be seen in the code to the update, so an incompatible new version is
 
 Not seen here, so checked only when a run first opens the variable (the run fails then, its state untouched): a
 name or type computed at run time or held in a variable, a class imported from another module, a class with a
-base, decorator or annotation not listed above, a class with an annotation written as text or in a file with
-``from __future__ import annotations`` (a function file's classes cannot resolve those when it runs). A variable
+base, decorator or annotation not listed above, an annotation written as a string. A variable
 opened with two different schemas in one file is not checked here either (which one a run opens depends on the
 run). Every matching call in the file counts, whether or not it runs.
 """
@@ -66,9 +65,6 @@ class _Module:
         self.imports: dict[str, str] = {}
         bound: dict[str, int] = {}
         self.star = False
-        #: annotations kept as text: a function file's classes then do not resolve them (it is not in sys.modules)
-        self.text_annotations = any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
-                                    and any(a.name == "annotations" for a in n.names) for n in tree.body)
         for node in tree.body:
             for name in _bound_names(node):
                 bound[name] = bound.get(name, 0) + 1
@@ -145,8 +141,6 @@ class _Module:
 
     def _build(self, node: ast.ClassDef) -> Any:
         """A dataclass or Struct with ``node``'s name and fields (each default None: only its presence matters)."""
-        if self.text_annotations:
-            raise _Unresolved
         bases = [self.qualified(b, set()) for b in node.bases]
         struct = "msgspec.Struct" in bases
         if struct:
