@@ -102,9 +102,8 @@ def _start(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace) -> int:
     from statekeep.state import typed
     from statekeep.state.shape import function_state_json
-    from statekeep.state.timestate import check_user_key, visible_entry
+    from statekeep.state.timestate import visible_entry
 
-    check_user_key(args.key)
     with _open(args) as follower:
         if not follower.wait_until_caught_up(args.timeout):
             raise StatekeepError(f"the follower did not catch up within {args.timeout:g} s (lag {follower.lag})")

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import re
 import struct
+import time
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -401,9 +402,7 @@ def read_variables(store: Any, *, key: str | None = None, prefix: str = "",
     ``store`` (any readable state: a leader's, a follower's), for one record ``key`` (one prefix scan of its
     entries) or for every key starting with ``prefix`` (a scan of all typed entries; others' are skipped
     undecoded). ``now_ms`` (default: the wall clock) decides what has expired."""
-    from statekeep.state.timestate import wall_clock_ms
-
-    now = wall_clock_ms() if now_ms is None else now_ms
+    now = int(time.time() * 1000) if now_ms is None else now_ms  # timestate's clock: it imports this module
     if key is not None:
         return decoded_variables(store.scan(variables_prefix(key)), now)
     entries = store.scan(PREFIX)
