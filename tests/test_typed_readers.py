@@ -5,75 +5,31 @@ Context as a function's records write it; an entry whose TTL ran out shows nowhe
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 from fastapi.testclient import TestClient
 
 from support.cli import run
+from support.typed_state import ANN, FN, write_state
 from statekeep.changelog import FollowerStore
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.sources import StatekeepStateSource
-from statekeep.functions.executor import context as context_module
-from statekeep.functions.executor.context import Context
 from statekeep.migrate import migrate
 from statekeep.migrate.verify import shown_key
 from statekeep.server import create_app
 from statekeep.server.ui.api import record_json
 from statekeep.state import typed
-from statekeep.state.buffer import BufferedState
-from statekeep.state.timestate import recent_records, visible_records, wall_clock_ms
-
-FN = ("public", "default", "typed")
-
-
-@dataclasses.dataclass
-class Bid:
-    auction: int
-    price: int
-
-
-ANN = {"count": 2, "bids": [{"auction": 1, "price": 10}, {"auction": 2, "price": 5}], "best": {"1": 10, "2": 5}}
-
-
-def write_state(service: FunctionService, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Value, list and map state of "ann" and "bob" (and a user's bytes key), committed as a batch commits it;
-    then a list of "ann" whose one element expired a minute ago, and a value of "bob" that did too."""
-    store = service.registry.state_store(*FN)
-
-    def batch(write) -> None:
-        state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
-        write(Context(*FN, state))
-        store.apply_batch(state.puts, state.counter_deltas)
-
-    def first(context: Context) -> None:
-        context.value_state("count", int).of("ann").update(2)
-        context.list_state("bids", Bid).of("ann").extend([Bid(1, 10), Bid(2, 5)])
-        context.map_state("best", int, int).of("ann").put_all({1: 10, 2: 5})
-        context.value_state("count", int).of("bob").update(1)
-
-    batch(first)
-    store.put("plain", b"bytes")
-    now = wall_clock_ms()
-    monkeypatch.setattr(context_module, "wall_clock_ms", lambda: now - 60_000)  # written with a 1 s TTL, 60 s ago
-
-    def expiring(context: Context) -> None:
-        context.list_state("old", int, ttl=1).of("ann").append(7)
-        context.value_state("gone", str, ttl=1).of("bob").update("x")
-
-    batch(expiring)
-    monkeypatch.undo()
-
+from statekeep.state.timestate import recent_records, visible_records
 
 @pytest.fixture
-def leader(tmp_path, monkeypatch):
+def leader(tmp_path):
     """The leader's store URL, holding the function and its state (:func:`write_state`)."""
     url = f"local://{tmp_path}/leader"
     with FunctionService.open(url) as service:
         service.registry.create({"tenant": FN[0], "namespace": FN[1], "name": FN[2], "inputs": ["x"]},
                                 b"def process(input, context):\n    pass\n")
-        write_state(service, monkeypatch)
+        write_state(service)
     return url
 
 
