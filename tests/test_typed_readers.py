@@ -1,7 +1,8 @@
 """Typed state variables as every reader of a function's state shows them, decoded to JSON (fast tier): the
-changelog (the console's tail and its event stream), the console's state page API, followers (Python, REST,
-CLI), migrate, and the data source's ``variable`` option with a prefix. The state is written through a
-Context as a function's records write it; an entry whose TTL ran out shows nowhere."""
+changelog (the console's tail; its live stream: tests/test_console.py), the console's state page API, followers
+(Python, REST, CLI; of partition-owned state too), migrate, and the data source's ``variable`` option with a
+prefix. The state is written through a Context as a function's records write it; an entry whose TTL ran out
+shows nowhere."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from support.cli import run
-from support.typed_state import ANN, FN, write_state
+from support.typed_state import ANN, FN, commit, write_state
 from statekeep.changelog import FollowerStore
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.sources import StatekeepStateSource
@@ -20,6 +21,8 @@ from statekeep.migrate.verify import shown_key
 from statekeep.server import create_app
 from statekeep.server.ui.api import record_json
 from statekeep.state import typed
+from statekeep.state.partitioned import state_storage
+from statekeep.state.partitioned.keygroups import key_group, owner
 from statekeep.state.timestate import recent_records, visible_records
 
 @pytest.fixture
@@ -121,3 +124,21 @@ def test_migrate_carries_typed_entries_raw_so_the_target_reads_the_same_variable
     assert read_back(url, "ann") == ANN and read_back(url, "bob") == {"count": 1}
     assert shown_key(typed.element_key(typed.variable_prefix("ann", "bids"), 1)) == "ann (variable bids[1])"
     assert shown_key(typed.variable_prefix("ann", "bids") + "#") == repr(typed.variable_prefix("ann", "bids") + "#")
+
+
+def test_a_follower_of_partition_owned_state_reads_variables_too(tmp_path, monkeypatch):
+    """Each partition's task writes its own keys' variables; the follower applies the partitions' segments."""
+    monkeypatch.setenv("STATEKEEP_STATE_CACHE", str(tmp_path / "cache"))
+    url = f"local://{tmp_path}/leader"
+    with FunctionService.open(url, default_storage=state_storage(str(tmp_path / "shared"))) as service:
+        service.registry.create({"tenant": FN[0], "namespace": FN[1], "name": FN[2], "inputs": ["x"]},
+                                b"def process(input, context):\n    pass\n")
+        state = service.registry.state_store(*FN)
+        for p in range(2):
+            mine = [k for k in ("ann", "bob", "cy") if owner(key_group(k, 128), 2, 128) == p]
+            commit(state.task(0, p, 2), lambda c, mine=mine: [
+                c.map_state("best", int, int).of(k).put_all({1: 10, 2: 5}) for k in mine])
+        with FollowerStore.open(url, *FN, local_dir=str(tmp_path / "follower")) as follower:
+            assert follower.wait_until_caught_up(30)
+            assert {k: typed.key_variables(follower, k) for k in ("ann", "bob", "cy")} == dict.fromkeys(
+                ("ann", "bob", "cy"), {"best": ANN["best"]})
