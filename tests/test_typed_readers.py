@@ -41,7 +41,7 @@ def read_back(url: str, key: str) -> dict:
         return typed.key_variables(service.registry.state_store(*FN), key)
 
 
-def test_one_decoder_for_every_reader_and_expired_entries_left_out(leader):
+def test_one_decoder_for_every_reader_and_expired_entries_left_out(leader, capsys):
     with FunctionService.open(leader) as service:
         store = service.registry.state_store(*FN)
         assert typed.key_variables(store, "ann") == ANN
@@ -52,6 +52,11 @@ def test_one_decoder_for_every_reader_and_expired_entries_left_out(leader):
     # the data source's variable option with a prefix: the keys starting with it (it found none before)
     options = {"function": "/".join(FN), "store": leader, "variable": "count", "prefix": "b"}
     assert list(StatekeepStateSource(options).reader(None).read(None)) == [("bob", "1")]
+    # the CLI, on the store (over a server it prints the REST answer)
+    where = ["--fqfn", "/".join(FN), "--store", leader]
+    code, out, _ = run(capsys, "functions", "variables", *where, "--key", "ann")
+    assert code == 0 and json.loads(out) == {"key": "ann", "variables": ANN}
+    assert run(capsys, "functions", "variables", *where, "--key", "plain")[0] == 1  # bytes, no variables
 
 
 def test_the_changelog_shows_typed_entries_decoded_and_the_console_lists_variables(leader):
