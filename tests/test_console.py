@@ -599,3 +599,43 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     finally:
         browser.get("about:blank")  # close the page's streams before their server goes
         srv.stop()
+
+
+def test_state_and_changelog_pages_show_typed_variables_decoded(server_process, browser, tmp_path):
+    """A function's value, list and map state (and entries whose TTL ran out) written as its records write
+    them: its state page lists each key's variables decoded to JSON beside its one bytes key, and follows a
+    new batch live; its changelog page's tail shows each change of a variable by key, variable and element."""
+    from statekeep.functions.config.service import FunctionService
+    from support.typed_state import ANN, FN, commit, write_state
+
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": FN[0], "namespace": FN[1], "name": FN[2], "inputs": ["x"]},
+                                b"def process(input, context):\n    pass\n")
+        write_state(service)
+    srv = server_process(tmp_path / "data")
+    shown = """return [...document.querySelectorAll("#variables tbody tr[data-variable]")].map(
+        tr => [tr.dataset.key, tr.dataset.variable, JSON.parse(tr.querySelector("pre").textContent)])"""
+    try:
+        browser.get(srv.url + "/ui/functions/public/default/typed")
+        wait(browser, lambda d: text_of(d, "#live") == "live", "the live stream")
+        wait(browser, lambda d: d.execute_script(shown), "the variables")
+        assert browser.execute_script(shown) == [["ann", name, ANN[name]] for name in ("best", "bids", "count")] + [
+            ["bob", "count", 1]]  # "old" and "gone" expired
+        assert [r.get_attribute("data-key") for r in browser.find_elements(By.CSS_SELECTOR, "#state tbody tr")] == [
+            "plain"]
+        screenshot(browser, "state-variables")
+        with FunctionService.open(url) as service:  # a new batch while the page is open
+            commit(service.registry.state_store(*FN), lambda c: c.map_state("seen", str, bool).of("bob").put("x", True))
+        wait(browser, lambda d: ["bob", "seen", {"x": True}] in d.execute_script(shown), "the new variable, live")
+        browser.get(srv.url + "/ui/functions/public/default/typed/changelog")
+        # (.kind is shown upper case)
+        wait(browser, lambda d: 'variable seen["x"]' in text_of(d, "#tail tbody tr:first-child").lower(),
+             "the newest change: a map entry")
+        tail = [tr.text.lower() for tr in browser.find_elements(By.CSS_SELECTOR, "#tail tbody tr")]
+        assert any("ann" in t and "variable bids[1]" in t and '"price": 5' in t for t in tail), tail
+        assert not any("\x00" in t or "variable old" in t for t in tail), tail
+        assert console_errors(browser) == []
+    finally:
+        browser.get("about:blank")
+        srv.stop()

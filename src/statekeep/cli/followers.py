@@ -7,7 +7,9 @@ A follower materializes a leader's function state in its own directory (``--loca
 ``local://./.statekeep-data``); the function must be registered there (under ``--functions-root``).
 
 - ``start``: follow until interrupted, printing the follower's status (and lag) every ``--interval``.
-- ``get --key K``: catch up (at most ``--timeout`` seconds), then print the key as FunctionState JSON.
+- ``get --key K``: catch up (at most ``--timeout`` seconds), then print the key as FunctionState JSON, with
+  ``variables``: its typed state variables decoded to JSON, when it has some (a key with only variables
+  prints ``{"key", "variables"}``).
 - ``status``: every function followed in ``--local-dir``: applied offset, epoch and, with the
   leader reachable, the lag.
 
@@ -62,7 +64,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     start = command("start", _start, "follow a function until interrupted, printing status")
     start.add_argument("--interval", type=float, default=1.0, help="seconds between status lines (default: 1)")
-    get = command("get", _get, "catch up, then print one key as FunctionState JSON")
+    get = command("get", _get, "catch up, then print one key as FunctionState JSON (and its typed variables)")
     get.add_argument("--key", required=True, help="state key")
     get.add_argument("--timeout", type=float, default=60.0, help="seconds to catch up (default: %(default)s)")
     status = command("status", _status, "the functions followed in a directory", named=False)
@@ -98,6 +100,7 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
+    from statekeep.state import typed
     from statekeep.state.shape import function_state_json
     from statekeep.state.timestate import visible_entry
 
@@ -105,9 +108,13 @@ def _get(args: argparse.Namespace) -> int:
         if not follower.wait_until_caught_up(args.timeout):
             raise StatekeepError(f"the follower did not catch up within {args.timeout:g} s (lag {follower.lag})")
         entry = visible_entry(follower, args.key)  # as a user sees it: no internal or expired key
-    if entry is None:
+        variables = typed.key_variables(follower, args.key)
+    if entry is None and not variables:
         raise NotFoundError(f"key {args.key!r} not found in {args.tenant}/{args.namespace}/{args.name}")
-    print_json(function_state_json(entry))
+    out = function_state_json(entry) if entry is not None else {"key": args.key}
+    if variables:
+        out["variables"] = variables
+    print_json(out)
     return 0
 
 

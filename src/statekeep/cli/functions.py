@@ -77,6 +77,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     query.add_argument("-k", "--key", required=True, help="state key")
     query.add_argument("-w", "--watch", action="store_true",
                        help="keep watching the key: print it (one JSON object per line) each time it changes")
+    variables = command("variables", _variables, "print a key's typed state variables decoded to JSON")
+    variables.add_argument("-k", "--key", required=True, help="the record key")
     command("timers", common.print_answer, "print a function's timers and watermark (JSON)")
     put = command("putstate", _putstate, "write a state key from FunctionState JSON")
     put.add_argument("-k", "--key", help="state key (default: the key in --state)")
@@ -139,6 +141,12 @@ def _querystate(args: argparse.Namespace) -> int:
                     print(json.dumps(state), flush=True)
             last = state
             time.sleep(WATCH_INTERVAL_S)
+
+
+def _variables(args: argparse.Namespace) -> int:
+    with common.functions_client(args) as client:
+        print_json(client.key_variables(args.tenant, args.namespace, args.name, args.key))
+    return 0
 
 
 def _putstate(args: argparse.Namespace) -> int:

@@ -72,6 +72,11 @@ class FunctionsClient(Closing):
         """State ``key`` as FunctionState JSON; :class:`NotFoundError` if there is none."""
 
     @abstractmethod
+    def key_variables(self, tenant: str, namespace: str, name: str, key: str) -> Any:
+        """Record key ``key``'s typed state variables decoded to JSON, ``{"key", "variables"}``;
+        :class:`NotFoundError` if it has none."""
+
+    @abstractmethod
     def put_state(self, tenant: str, namespace: str, name: str, key: str, state: Any) -> Any:
         """Write state ``key`` from FunctionState JSON ``state``; the answer (JSON)."""
 
@@ -139,6 +144,9 @@ class RemoteFunctions(FunctionsClient):
 
     def query_state(self, tenant: str, namespace: str, name: str, key: str) -> Any:
         return self.http.request("GET", [tenant, namespace, name, "state", key])
+
+    def key_variables(self, tenant: str, namespace: str, name: str, key: str) -> Any:
+        return self.http.request("GET", [tenant, namespace, name, "variables", key])
 
     def put_state(self, tenant: str, namespace: str, name: str, key: str, state: Any) -> Any:
         return self.http.request("POST", [tenant, namespace, name, "state", key],
@@ -208,6 +216,9 @@ class DirectFunctions(FunctionsClient):
 
     def query_state(self, tenant: str, namespace: str, name: str, key: str) -> Any:
         return self.service.query_state(tenant, namespace, name, key)
+
+    def key_variables(self, tenant: str, namespace: str, name: str, key: str) -> Any:
+        return self.service.key_variables(tenant, namespace, name, key)
 
     def put_state(self, tenant: str, namespace: str, name: str, key: str, state: Any) -> Any:
         return self.service.put_state(tenant, namespace, name, key, state)

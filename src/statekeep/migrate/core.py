@@ -32,13 +32,15 @@ from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, S
 from statekeep.migrate.sink import MigrationError, StoreSink, check_target, read_journal
 from statekeep.migrate.source import StoreSource
 from statekeep.migrate.verify import Check, verify
+from statekeep.state import typed
 from statekeep.validate import check_int
 
 
 @dataclass
 class Report:
     """What a run found and did. ``counts``: records of the source by kind; ``skipped``: paths not copied
-    (ephemeral); ``functions``: each function, its state mode and provider on each side; ``checks``:
+    (ephemeral); ``functions``: each function, its state mode and provider on each side, its state keys
+    (``entries``) and how many of them are typed variables' entries (``variables``); ``checks``:
     verification per kind (empty for a dry run or an export)."""
 
     operation: str
@@ -83,7 +85,8 @@ class Report:
                 where = "partition-owned state: manifests copied with the keys, blobs kept in its state dir"
             else:
                 where = f"state kept by its own provider {f['from']!r} (not copied)"
-            lines.append(f"    function {f['fqfn']}: {f['entries']} state keys, {where}")
+            typed_entries = f" ({f['variables']} of typed state variables)" if f.get("variables") else ""
+            lines.append(f"    function {f['fqfn']}: {f['entries']} state keys{typed_entries}, {where}")
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped)} ephemeral keys: {', '.join(self.skipped[:10])}"
                          + (" ..." if len(self.skipped) > 10 else ""))
@@ -124,11 +127,13 @@ def _plan(records: Iterator[Record], report: Report, target_provider: str) -> No
         counts[kinds[type(record)]] += 1
         if isinstance(record, Entry) and current is not None:
             current["entries"] += 1
+            current["variables"] += typed.entry_variable(record.key) is not None
         elif isinstance(record, Skipped):
             report.skipped.append(record.path)
         elif isinstance(record, Function):
             current = {"fqfn": record.fqfn, "state": record.state, "from": record.provider,
-                       "to": target_provider if record.state == "copied" else record.provider, "entries": 0}
+                       "to": target_provider if record.state == "copied" else record.provider, "entries": 0,
+                       "variables": 0}
             report.functions.append(current)
     report.counts = counts
 

@@ -3,7 +3,8 @@
 The source's records are read again and compared with what the target holds now: each node's value
 (read in batches), each sequence counter (the target's must be at least the source's), each copied
 function's state (both sides in key order). Each side gets a checksum over what it holds for the
-source's keys, so two equal checksums mean an exact copy; a difference is listed (first ten).
+source's keys, so two equal checksums mean an exact copy; a difference is listed (first ten; a typed
+variable's entry named by its record key and variable: :func:`shown_key`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.migrate.records import Function, Node, Peekable, Record, Sequence, Skipped
 from statekeep.state.catalog import default_provider
 from statekeep.state.registry import open_provider
+from statekeep.state import typed
 from statekeep.state.base import StateStoreProvider, merge_entries
+from statekeep.state.timestate import is_internal
 
 _CHUNK = 500
 
@@ -104,7 +107,7 @@ def _compare_state(provider: StateStoreProvider, function: Function, it: Peekabl
     """Compare the entries that follow ``function`` in ``it`` with its state on the target, both in key order."""
     state = provider.get_state_store(function.tenant, function.namespace, function.name)
     for key, want, have in merge_entries(it.entries(), state.scan_entries()):
-        name = f"{function.fqfn}:{key}"
+        name = f"{function.fqfn}:{shown_key(key)}"
         if want is None:  # a key the source does not have: the copy is not exact
             mismatch(check, f"{name} (only on the target)")
             digest.target.update(b"extra:" + name.encode())
@@ -117,3 +120,13 @@ def _compare_state(provider: StateStoreProvider, function: Function, it: Peekabl
             check.matched += 1
         else:
             mismatch(check, name)
+
+
+def shown_key(key: str) -> str:
+    """A state key as a report names it: a typed variable's entry by its record key and variable (its list
+    element or map key), another internal key quoted (it starts with NUL), a user's key as it is."""
+    entry = typed.decoded_entry(key, None, 0)
+    if entry is None:
+        return repr(key) if is_internal(key) else key
+    part = f"[{entry['element']}]" if "element" in entry else f"[{entry['mapKey']!r}]" if "mapKey" in entry else ""
+    return f"{entry['key']} (variable {entry['variable']}{part})"

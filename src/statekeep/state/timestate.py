@@ -186,13 +186,14 @@ def visible_entries(store: Any, prefix: str = "", start_after: str | None = None
 
 
 def visible_records(store: Any, after: int = -1, last: int | None = None, prefix: str = "",
-                    page: int = 10_000, *, partition: int = 0) -> Iterator[ChangelogRecord]:
+                    page: int = 10_000, *, partition: int = 0, variables: bool = False) -> Iterator[ChangelogRecord]:
     """``store.read_partition_changelog(partition, ...)`` as a user reads it: the records after offset
     ``after`` up to ``last`` (included; None: to the end), in offset order, of the keys starting with
-    ``prefix``, never one of an internal key. Offsets stay the changelog's (a reader resumes after the
-    last one it saw). Per-key stores have one partition, 0."""
+    ``prefix``, never one of an internal key but, with ``variables``, those of typed variables' entries
+    (:func:`statekeep.state.typed.decoded_entry` shows them). Offsets stay the changelog's (a reader resumes
+    after the last one it saw). Per-key stores have one partition, 0."""
     while last is None or after < last:
-        shown, read_to = visible_page(store, after, page, prefix, partition=partition)
+        shown, read_to = visible_page(store, after, page, prefix, partition=partition, variables=variables)
         if read_to == after:
             return
         for r in shown:
@@ -203,17 +204,25 @@ def visible_records(store: Any, after: int = -1, last: int | None = None, prefix
 
 
 def visible_page(store: Any, after: int, limit: int, prefix: str = "", *,
-                 partition: int = 0) -> tuple[list[ChangelogRecord], int]:
+                 partition: int = 0, variables: bool = False) -> tuple[list[ChangelogRecord], int]:
     """One page of :func:`visible_records`: the user-visible records among the next ``limit`` of
     ``partition`` after ``after``, and the offset the page read to (``after``: nothing new)."""
     records = store.read_partition_changelog(partition, after, limit)
-    shown = [r for r in records if r.key[:1] != RESERVED and (not prefix or r.key.startswith(prefix))]
+    shown = [r for r in records if _user_record(r.key, prefix, variables)]
     return shown, records[-1].offset if records else after
 
 
-def recent_records(store: Any, limit: int) -> list[tuple[int, ChangelogRecord]]:
-    """The newest ``limit`` user-visible records of each changelog partition, as ``(partition,
-    record)``, partition by partition, each oldest first (the console's changelog page)."""
+def _user_record(key: str, prefix: str, variables: bool) -> bool:
+    if key[:1] != RESERVED:
+        return key.startswith(prefix)
+    found = typed.entry_variable(key) if variables else None  # a variable's entry: its record key decides
+    return found is not None and found[0].startswith(prefix)
+
+
+def recent_records(store: Any, limit: int, *, variables: bool = False) -> list[tuple[int, ChangelogRecord]]:
+    """The newest ``limit`` user-visible records (``variables``: with typed variables' entries, as
+    :func:`visible_records`) of each changelog partition, as ``(partition, record)``, partition by partition,
+    each oldest first (the console's changelog page)."""
     out: list[tuple[int, ChangelogRecord]] = []
     for p in range(store.changelog_partitions()):
         pos = store.partition_position(p)
@@ -221,7 +230,8 @@ def recent_records(store: Any, limit: int) -> list[tuple[int, ChangelogRecord]]:
         # sparse (seq << 32 | index): its records since the snapshot, a bounded read
         after = (pos.purged_offset if Capability.PARTITIONED in store.capabilities
                  else max(-1, pos.last_offset - 4 * limit))
-        out += [(p, r) for r in list(visible_records(store, after, pos.last_offset, partition=p))[-limit:]]
+        out += [(p, r) for r in list(visible_records(store, after, pos.last_offset, partition=p,
+                                                      variables=variables))[-limit:]]
     return out
 
 

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import re
 import struct
+import time
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -330,6 +331,44 @@ def json_value(payload: bytes | memoryview) -> Any:
     return msgspec.to_builtins(msgspec.msgpack.decode(payload))
 
 
+def entry_variable(state_key: str) -> tuple[str, str, str] | None:
+    """``(record key, variable, rest)`` of a user variable's entry (``rest``: ``=`` a value, ``#`` a list's
+    bounds, ``l...`` an element, ``m...`` a map entry); None for any other key (statekeep's own, such as a
+    time window's records, or not a variable's at all)."""
+    key = owner(state_key)
+    if key is None:
+        return None
+    name, _, rest = state_key[len(variables_prefix(key)):].partition("\x00")
+    return (key, name, rest) if _NAME.fullmatch(name) and rest[:1] in ("=", "#", "l", "m") else None
+
+
+def _map_key_text(code: str) -> str:
+    map_key = decode_map_key(code)
+    return map_key if isinstance(map_key, str) else json.dumps(msgspec.to_builtins(map_key))
+
+
+def decoded_entry(state_key: str, raw: bytes | None, now_ms: int) -> dict[str, Any] | None:
+    """One typed entry (or a changelog record of one: ``raw`` None for a delete) as JSON data: ``{"key",
+    "variable"}``, with ``"element"`` (its number) for a list's element or ``"mapKey"`` (as text, as
+    :func:`decoded_variables` gives map keys) for a map's entry, and ``"value"`` decoded unless deleted.
+    None for a key no user variable's, a list's bounds, or an entry expired at ``now_ms``."""
+    found = entry_variable(state_key)
+    if found is None or found[2][:1] == "#":
+        return None
+    key, name, rest = found
+    out: dict[str, Any] = {"key": key, "variable": name}
+    if rest[:1] == "l":
+        out["element"] = int(rest[1:], 16)
+    elif rest[:1] == "m":
+        out["mapKey"] = _map_key_text(rest[1:])
+    if raw is not None:
+        payload = entry_payload(raw, now_ms)
+        if payload is None:
+            return None
+        out["value"] = json_value(payload)
+    return out
+
+
 def decoded_variables(entries: Iterable[tuple[str, bytes]], now_ms: int) -> Iterator[tuple[str, str, Any]]:
     """``(record key, variable, value)`` per variable from typed entries in key order (``(state key, value)``, as
     a scan of :data:`PREFIX` or :func:`variables_prefix` gives them), decoded to JSON: a value state's value, a
@@ -338,29 +377,40 @@ def decoded_variables(entries: Iterable[tuple[str, bytes]], now_ms: int) -> Iter
     current: tuple[str, str] | None = None
     value: Any = None
     for state_key, raw in entries:
-        key = owner(state_key)
-        if key is None:
+        entry = decoded_entry(state_key, raw, now_ms)
+        if entry is None:
             continue
-        name, _, rest = state_key[len(variables_prefix(key)):].partition("\x00")
-        if not _NAME.fullmatch(name):
-            continue  # statekeep's own (a time window's records), not a user's variable
-        if (key, name) != current:
+        if (entry["key"], entry["variable"]) != current:
             if current is not None and value is not None:
                 yield (*current, value)
-            current, value = (key, name), None
-        tag = rest[:1]
-        payload = None if tag == "#" else entry_payload(raw, now_ms)
-        if payload is None:
-            continue
-        if tag == "=":
-            value = json_value(payload)
-        elif tag == "l":
+            current, value = (entry["key"], entry["variable"]), None
+        if "element" in entry:
             value = [] if value is None else value
-            value.append(json_value(payload))
-        elif tag == "m":
-            map_key = decode_map_key(rest[1:])
+            value.append(entry["value"])
+        elif "mapKey" in entry:
             value = {} if value is None else value
-            value[map_key if isinstance(map_key, str) else json.dumps(msgspec.to_builtins(map_key))] = \
-                json_value(payload)
+            value[entry["mapKey"]] = entry["value"]
+        else:
+            value = entry["value"]
     if current is not None and value is not None:
         yield (*current, value)
+
+
+def read_variables(store: Any, *, key: str | None = None, prefix: str = "",
+                   now_ms: int | None = None) -> Iterator[tuple[str, str, Any]]:
+    """What every reader of a function's state shows of its typed variables: :func:`decoded_variables` of
+    ``store`` (any readable state: a leader's, a follower's), for one record ``key`` (one prefix scan of its
+    entries) or for every key starting with ``prefix`` (a scan of all typed entries; others' are skipped
+    undecoded). ``now_ms`` (default: the wall clock) decides what has expired."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms  # timestate's clock: it imports this module
+    if key is not None:
+        return decoded_variables(store.scan(variables_prefix(key)), now)
+    entries = store.scan(PREFIX)
+    if prefix:
+        entries = ((k, v) for k, v in entries if (o := owner(k)) is not None and o.startswith(prefix))
+    return decoded_variables(entries, now)
+
+
+def key_variables(store: Any, key: str, now_ms: int | None = None) -> dict[str, Any]:
+    """``{variable: value}`` of the record key ``key`` in ``store`` (:func:`read_variables`); empty if none."""
+    return {name: value for _, name, value in read_variables(store, key=key, now_ms=now_ms)}

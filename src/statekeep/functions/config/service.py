@@ -23,7 +23,7 @@ from statekeep.state.keys import encode_key
 from statekeep.state.records import counter_bytes
 from statekeep.state.shape import function_state_json, parse_function_state
 from statekeep.state.timestate import (check_user_key, is_internal, stored_watermark_of, timers_of, visible_entries,
-                                       visible_entry, wall_clock_ms)
+                                       visible_entry)
 from statekeep.validate import check_int
 
 MAX_PAGE = 1000
@@ -99,14 +99,13 @@ class FunctionService(Closing):
         return {"watermark": stored_watermark_of(store), "timers": timers_of(store)}
 
     def key_variables(self, tenant: str, namespace: str, name: str, key: str) -> dict[str, Any]:
-        """A key's typed state variables decoded to JSON (:func:`statekeep.state.typed.decoded_variables`):
+        """A key's typed state variables decoded to JSON (:func:`statekeep.state.typed.read_variables`):
         ``{"key", "variables": {name: value, list or object}}``; NotFoundError if no function, or no variable of the
         key holds anything."""
         store = self.registry.state_store(tenant, namespace, name)
         encode_key(key)
         check_user_key(key)
-        entries = store.scan(typed.variables_prefix(key))
-        variables = {name: value for _, name, value in typed.decoded_variables(entries, wall_clock_ms())}
+        variables = typed.key_variables(store, key)
         if not variables:
             raise NotFoundError(f"key {key!r} of {tenant}/{namespace}/{name} has no state variables")
         return {"key": key, "variables": variables}

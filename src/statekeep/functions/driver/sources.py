@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
 from statekeep.state.base import Capability
 from statekeep.state import typed
-from statekeep.state.timestate import visible_entries, visible_records, wall_clock_ms
+from statekeep.state.timestate import visible_entries, visible_records
 
 try:  # this module is the Spark integration itself: without PySpark it is not importable at all
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -115,8 +115,7 @@ class _StateReader(DataSourceReader):
         with service:
             variable = self.options.get("variable")
             if variable is not None:  # one typed variable: (key, its value as JSON text) per key holding it
-                entries = state.scan(typed.PREFIX + _prefix(self.options))
-                for key, name, value in typed.decoded_variables(entries, wall_clock_ms()):
+                for key, name, value in typed.read_variables(state, prefix=_prefix(self.options)):
                     if name == variable:
                         yield key, json.dumps(value, separators=(",", ":"))
                 return

@@ -5,8 +5,10 @@
 - ``GET FOL/state/{key}``: a key as FunctionState JSON, from the follower's local copy, and
   ``GET FOL/state?prefix=&startAfter=&limit=``: a page of keys (user keys only, as the leader's routes:
   statekeep's internal and expired keys are not there);
-- any write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``FOL/state...``: 405 with a JSON ``reason``
-  and ``Allow: GET``; nothing is written."""
+- ``GET FOL/variables/{key}``: the key's typed state variables decoded to JSON, as the leader's
+  ``.../variables/{key}`` gives them (``{"key", "variables"}``; 404 if it has none);
+- any write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) on ``FOL/state...`` or ``FOL/variables...``: 405 with a
+  JSON ``reason`` and ``Allow: GET``; nothing is written."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ from statekeep.errors import NotFoundError, StatekeepError
 from statekeep.server import schemas
 from statekeep.server.auth import authorize
 from statekeep.server.context import ServerContext, get_context
+from statekeep.server.routes.state import KeyVariables
+from statekeep.state import typed
+from statekeep.state.keys import encode_key
 from statekeep.state.shape import function_state_json
-from statekeep.state.timestate import visible_entries, visible_entry
+from statekeep.state.timestate import check_user_key, visible_entries, visible_entry
 
 FOL = "/admin/v3/followers/{tenant}/{namespace}/{name}"
 
@@ -62,7 +67,19 @@ async def query_follower_state(tenant: str, namespace: str, name: str, key: str,
     return JSONResponse(function_state_json(entry), headers={"ETag": f'"{entry.version}"'})
 
 
-for _path in (FOL + "/state", FOL + "/state/{key:path}"):
+@router.get(FOL + "/variables/{key:path}", responses=schemas.errors(400, 404), response_model=KeyVariables,
+            summary="A key's typed state variables on a follower, decoded to JSON (read-only)")
+async def follower_key_variables(tenant: str, namespace: str, name: str, key: str,
+                                 ctx: ServerContext = Depends(get_context)) -> Response:
+    encode_key(key)
+    check_user_key(key)
+    variables = await ctx.call(typed.key_variables, ctx.followers.get(tenant, namespace, name), key)
+    if not variables:
+        raise NotFoundError(f"key {key!r} of follower {tenant}/{namespace}/{name} has no state variables")
+    return JSONResponse({"key": key, "variables": variables})
+
+
+for _path in (FOL + "/state", FOL + "/state/{key:path}", FOL + "/variables/{key:path}"):
     # OPTIONS too: the generic 405 would list these refusing methods in Allow
     @router.api_route(_path, methods=["POST", "PUT", "PATCH", "DELETE", "OPTIONS"], status_code=405,
                       include_in_schema=False)

@@ -7,7 +7,10 @@ Every route here needs a valid token when auth is on (:data:`statekeep.server.au
   stopped, and ``lifecycle``: true (the console's start/stop buttons; every server has the lifecycle routes).
 - ``GET /ui/api/functions/T/N/F/batches``: the records-per-micro-batch history (:mod:`.batches`).
 - ``GET /ui/api/functions/T/N/F/changelog?limit=``: the changelog position (compaction point), the
-  newest records and the snapshots.
+  newest records (typed variables' entries decoded: :func:`record_json`) and the snapshots.
+- ``GET /ui/api/functions/T/N/F/variables?prefix=&limit=``: the typed state variables of the keys starting
+  with ``prefix``, decoded to JSON (:func:`statekeep.state.typed.read_variables`): ``{"items": [{"key",
+  "variable", "value"}...], "more": bool}``, at most ``limit`` variables.
 - ``GET /ui/api/tree?path=``: a node's children (names, sorted); ``GET|PUT|DELETE /ui/api/node?path=``:
   a node's value and Stat (GET of a missing node: ``{"exists": false}``, with its children count);
   PUT takes ``{"stringValue"|"byteValue", "version"}`` (``version`` -1: create,
@@ -22,6 +25,7 @@ statuses (404, 409 on a version conflict, 401/403).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -42,7 +46,8 @@ from statekeep.server.ui.batches import batch_history
 from statekeep.state.base import Capability, StateEntry
 from statekeep.state.records import ChangelogRecord
 from statekeep.state.shape import function_state_json
-from statekeep.state.timestate import recent_records
+from statekeep.state import typed
+from statekeep.state.timestate import is_internal, recent_records, wall_clock_ms
 from statekeep.validate import check_int
 
 if TYPE_CHECKING:
@@ -117,8 +122,9 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
             pos = state.changelog_position()
             out["position"] = {"epoch": pos.epoch, "lastOffset": pos.last_offset,
                                "compactedOffset": pos.compacted_offset, "purgedOffset": pos.purged_offset}
-            # per partition (one but for partition-owned state); never statekeep's time state
-            out["records"] = [{**record_json(r), "partition": p} for p, r in recent_records(state, limit)]
+            # per partition (one but for partition-owned state); typed variables decoded, never statekeep's time state
+            out["records"] = [{**shown, "partition": p} for p, r in recent_records(state, limit, variables=True)
+                              if (shown := record_json(r)) is not None]
         else:
             out["position"], out["reason"] = None, f"the {state.provider_name!r} provider keeps no readable changelog"
         try:
@@ -126,6 +132,20 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
         except StatekeepError as e:
             out["snapshotsReason"] = str(e)
         return out
+
+    return JSONResponse(await run_in_threadpool(read))
+
+
+@router.get(FN + "/variables")
+async def variables(tenant: str, namespace: str, name: str, request: Request, prefix: str = "",
+                    limit: int = Query(100, ge=1, le=1000)) -> Response:
+    _, registry = store_registry(request)
+
+    def read() -> dict[str, Any]:
+        state = registry.state_store(tenant, namespace, name)
+        found = list(itertools.islice(typed.read_variables(state, prefix=prefix), limit + 1))
+        return {"items": [{"key": key, "variable": variable, "value": value}
+                          for key, variable, value in found[:limit]], "more": len(found) > limit}
 
     return JSONResponse(await run_in_threadpool(read))
 
@@ -206,9 +226,17 @@ def handles_json(store: MetadataStore, root: str, blobs: str | None, grace: floa
     return out
 
 
-def record_json(r: ChangelogRecord) -> dict[str, Any]:
+def record_json(r: ChangelogRecord, now_ms: int | None = None) -> dict[str, Any] | None:
+    """A changelog record as the console shows it; a typed variable's entry as its record key, ``variable``,
+    ``element`` or ``mapKey`` and its ``value`` decoded to JSON (:func:`statekeep.state.typed.decoded_entry`).
+    None for a record not shown (a list's bounds, an entry expired at ``now_ms``, default now)."""
     out: dict[str, Any] = {"offset": r.offset, "key": r.key, "version": r.version, "tombstone": r.tombstone}
-    if r.value is not None:  # the value fields of FunctionState JSON (numberValue, stringValue or byteValue)
+    if is_internal(r.key):
+        entry = typed.decoded_entry(r.key, r.value, wall_clock_ms() if now_ms is None else now_ms)
+        if entry is None:
+            return None
+        out.update(entry)
+    elif r.value is not None:  # the value fields of FunctionState JSON (numberValue, stringValue or byteValue)
         assert r.kind is not None  # a record with a value has its kind
         value = function_state_json(StateEntry(r.key, r.value, r.kind, r.version))
         out.update({k: v for k, v in value.items() if k not in ("key", "version")})

@@ -1,7 +1,8 @@
 """Server-sent event streams of the console (``text/event-stream``; each event's data is JSON).
 
 - ``GET /ui/api/events/functions/T/N/F/state?after=OFFSET``: the function's changelog, tailed: one
-  ``record`` event per change (key, FunctionState value or tombstone, version, offset), from after
+  ``record`` event per change (key, FunctionState value or tombstone, version, offset; a typed variable's
+  entry with its ``variable``, ``element`` or ``mapKey`` and ``value`` decoded to JSON), from after
   ``after`` (default: from now). The tail wakes on the store's notifications and otherwise reads the
   changelog again every ``IDLE_S`` (embedded state on ``local://`` notifies nothing); it never reads keys.
   A ``reset`` event says the changelog was compacted past the reader (reload the page of keys).
@@ -137,10 +138,12 @@ async def state_events(tenant: str, namespace: str, name: str, request: Request,
             while await live(request, started):
                 moved = False
                 for p, offset in enumerate(offsets):  # statekeep's time state (timers, windows, TTL) is not shown
-                    shown, offsets[p] = await run_in_threadpool(visible_page, state, offset, PAGE, partition=p)
+                    shown, offsets[p] = await run_in_threadpool(visible_page, state, offset, PAGE, partition=p,
+                                                                variables=True)
                     moved = moved or offsets[p] != offset
                     for r in shown:
-                        yield sse("record", {**record_json(r), "partition": p}, r.offset if single else None)
+                        if (data := record_json(r)) is not None:
+                            yield sse("record", {**data, "partition": p}, r.offset if single else None)
                 if moved:
                     idle = 0.0
                     continue

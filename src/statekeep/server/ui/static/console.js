@@ -64,6 +64,12 @@ function decode(v) {
   return { kind: "none", text: "" };
 }
 function valueCell(v) { const d = decode(v); return [h("div", { class: "kind", text: d.kind }), h("pre", { text: d.text })]; }
+// a typed variable's value or changelog record (decoded to JSON by the server): its name and the JSON
+function variableCell(r) {
+  const part = r.element !== undefined ? `[${r.element}]` : r.mapKey !== undefined ? `[${JSON.stringify(r.mapKey)}]` : "";
+  return [h("div", { class: "kind", text: `variable ${r.variable}${part}` }),
+    r.value === undefined ? h("span", { class: "muted", text: "deleted" }) : h("pre", { text: JSON.stringify(r.value, null, 2) })];
+}
 // editor text + kind -> the JSON body the REST API takes
 function encodeValue(kind, text) {
   if (kind === "counter") {
@@ -324,6 +330,18 @@ async function statePage() {
   if (!page.items.length) tbody.append(h("tr", { class: "empty" }, h("td", { colspan: 4, class: "muted", text: "No keys" + (prefix ? ` starting with “${prefix}”` : "") + "." })));
   if (startAfter) pager.append(h("a", { href: `?${new URLSearchParams({ prefix })}` }, "« first page"));
   if (page.nextStartAfter) pager.append(h("a", { id: "next-page", href: `?${new URLSearchParams({ prefix, startAfter: page.nextStartAfter })}` }, "next page »"));
+  // typed state variables (value, list and map state) of the keys with this prefix, decoded to JSON
+  const varsBody = h("tbody", {}, h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text: "Loading variables…" })));
+  content.append(h("h3", { id: "variables-title", text: "State variables" }), h("table", { id: "variables" },
+    h("thead", {}, h("tr", {}, ["Key", "Variable", "Value"].map(x => h("th", { text: x })))), varsBody));
+  let varsPending = null;
+  const loadVariables = () => api("GET", `/ui/api/functions/${fnPath(P.tenant, P.namespace, P.name)}/variables?${new URLSearchParams({ prefix, limit: 100 })}`).then(v => {
+    const rows = v.items.map(x => h("tr", { "data-key": x.key, "data-variable": x.variable }, h("td", { class: "mono", text: x.key }),
+      h("td", { class: "mono", text: x.variable }), h("td", { class: "value" }, h("pre", { text: JSON.stringify(x.value, null, 2) }))));
+    if (v.more) rows.push(h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text: "More variables: narrow the key prefix." })));
+    varsBody.replaceChildren(...(rows.length ? rows : [h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text: "No state variables." }))]));
+  }).catch(e => varsBody.replaceChildren(h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text: `Variables could not be read: ${e.message}` }))));
+  loadVariables();
   const timersBody = h("tbody", {}, h("tr", { class: "empty" }, h("td", { colspan: 3, class: "muted", text: "Loading timers…" })));
   const timersTitle = h("h3", { id: "timers-title", text: "Timers" });
   content.append(timersTitle, h("table", { id: "timers" },
@@ -414,6 +432,10 @@ async function statePage() {
   const from = position ? `?after=${position.lastOffset}` : "";
   const es = events(`/ui/api/events/functions/${fnPath(P.tenant, P.namespace, P.name)}/state${from}`, {
     record: r => {
+      if (r.variable !== undefined) {  // a variable's entry changed: read the variables again, once per burst
+        if (r.key.startsWith(prefix) && !varsPending) varsPending = setTimeout(() => { varsPending = null; loadVariables(); }, 300);
+        return;
+      }
       if (r.tombstone) {
         const old = rows.get(r.key);
         if (old) { old.tr.className = "deleted"; old.tr.querySelector(".version").textContent = "deleted"; }
@@ -454,7 +476,8 @@ async function changelogPage() {
     h("h2", {}, "Live tail ", h("span", { id: "live", class: "muted", style: "font-weight:normal" }, "connecting…")), tail);
   const addRecord = (r, flash) => {
     const tr = h("tr", { class: flash ? "flash" : null, "data-offset": r.offset }, h("td", { class: "num", text: r.offset }), h("td", { class: "mono", text: r.key }),
-      h("td", { class: "num", text: r.version }), h("td", {}, r.tombstone ? h("span", { class: "muted", text: "deleted" + (r.deletedMs ? " " + when(r.deletedMs) : "") }) : valueCell(r)));
+      h("td", { class: "num", text: r.version }), h("td", {}, r.variable !== undefined ? variableCell(r)
+        : r.tombstone ? h("span", { class: "muted", text: "deleted" + (r.deletedMs ? " " + when(r.deletedMs) : "") }) : valueCell(r)));
     tail.tBodies[0].prepend(tr);
     while (tail.tBodies[0].rows.length > 200) tail.tBodies[0].lastChild.remove();
   };
