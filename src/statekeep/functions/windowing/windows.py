@@ -3,7 +3,8 @@
 A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). A time window's
 records are a list of their own (:func:`window_list`: one entry per record, appended without reading the
 others, so a window has no size limit but the store's); the key's entry holds only its windows' starts and
-record counts. Session and count windows keep their records in the key's entry. A time or session window
+record counts. Session and count windows keep their records in the key's entry. A time or session window of a
+function with an aggregate (:class:`Aggregate`) keeps its accumulator in the key's entry instead of records. A time or session window
 registers a window timer at its end, and fires (the function is called once with the window's records) when
 the watermark reaches it, in the batch whose write also deletes its records: so it fires exactly once, with
 exactly its records, across crashes and replays.
@@ -50,14 +51,16 @@ def window_list(key: str, start: int) -> str:
 
 
 class Aggregate(NamedTuple):
-    """A time window's incremental aggregate (after Flink's ``AggregateFunction``), from the function's file or
-    class: ``create_accumulator()``, ``add_to_accumulator(accumulator, record) -> accumulator`` and
-    ``get_result(accumulator)``, which the function's ``process`` receives instead of the window's records. The
-    accumulator (JSON data) is kept in place of the records."""
+    """A time or session window's incremental aggregate (after Flink's ``AggregateFunction``), from the function's
+    file or class: ``create_accumulator()``, ``add_to_accumulator(accumulator, record) -> accumulator``,
+    ``get_result(accumulator)``, which the function's ``process`` receives instead of the window's records, and
+    ``merge_accumulators(a, b) -> accumulator`` (``merge``; required by session windows: a record bridging two
+    sessions joins them). The accumulator (JSON data) is kept in place of the records."""
 
     create: Callable[[], Any]
     add: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
+    merge: Callable[[Any, Any], Any] | None = None
 
 
 class Windows:
@@ -72,9 +75,12 @@ class Windows:
         self.time = time
         self.extractor = extractor
         self.event_field = event_field
-        if aggregate is not None and self.kind != "time":
-            raise InvalidArgumentError(f"windowConfig: create_accumulator (an aggregate) works with time windows, not "
-                                       f"{self.kind} windows")
+        if aggregate is not None and self.kind == "count":
+            raise InvalidArgumentError("windowConfig: create_accumulator (an aggregate) works with time and session "
+                                       "windows, not count windows")
+        if aggregate is not None and self.kind == "session" and aggregate.merge is None:
+            raise InvalidArgumentError("windowConfig: an aggregate over session windows needs merge_accumulators(a, b) "
+                                       "beside create_accumulator (a record bridging two sessions joins them)")
         self.aggregate = aggregate
         self._open: dict[str, Any] = {}
         #: tumbling time windows: :meth:`add_tumbling` applies
@@ -245,17 +251,24 @@ class Windows:
     def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
         gap = self.length
         buffer = self._buffer(key)
-        sessions = buffer.setdefault("s", [])  # [first ts, last ts, [[ts, record]...]], disjoint, by start
+        # [first ts, last ts, [[ts, record]...] or an aggregate's {"a": accumulator, "n": records}], disjoint, by start
+        sessions = buffer.setdefault("s", [])
         journal = self.time.state.journal
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
         if not touching and watermark is not None and ts + gap <= watermark:
             return None  # would open a session the watermark has already closed
+        aggregate = self.aggregate
         if len(touching) == 1:  # the usual case: the record extends one session (records sorted at firing)
             session = touching[0]
             if journal is not None:
-                journal.append(lambda old=session[:2]: session.__setitem__(slice(0, 2), old))
-                journal.append(session[2].pop)
-            session[2].append([ts, record])
+                journal.append(lambda old=session[:]: session.__setitem__(slice(None), old))
+                if aggregate is None:
+                    journal.append(session[2].pop)
+            if aggregate is not None:
+                held = session[2]
+                session[2] = {"a": aggregate.add(held["a"], record), "n": held["n"] + 1}
+            else:
+                session[2].append([ts, record])
             if ts < session[0]:
                 session[0] = ts
             if ts > session[1]:
@@ -264,8 +277,15 @@ class Windows:
                 self.time.register(key, ts + gap, "w")
             self._touch(key)
             return []
-        merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
-                  [r for s in touching for r in s[2]] + [[ts, record]]]
+        first, last = min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching])
+        if aggregate is not None:
+            assert aggregate.merge is not None  # checked at __init__
+            acc = aggregate.create()
+            for s in touching:
+                acc = aggregate.merge(acc, s[2]["a"])
+            merged = [first, last, {"a": aggregate.add(acc, record), "n": sum(s[2]["n"] for s in touching) + 1}]
+        else:
+            merged = [first, last, [r for s in touching for r in s[2]] + [[ts, record]]]
         if journal is not None:  # the touched sessions are replaced, not changed: put them back
             journal.append(lambda old=list(sessions): sessions.__setitem__(slice(None), old))
         for old in touching:
@@ -310,8 +330,14 @@ class Windows:
         elif self.kind == "session":
             for session in [s for s in buffer.get("s", []) if s[1] + self.length <= at]:
                 buffer["s"].remove(session)
-                window = Window(key or None, session[0], session[1] + self.length, len(session[2]))
-                fired.append((window, [r for _, r in sorted(session[2], key=lambda r: r[0])]))
+                held = session[2]
+                if held.__class__ is dict:  # an aggregate: its result
+                    assert self.aggregate is not None  # only an aggregate writes one
+                    window = Window(key or None, session[0], session[1] + self.length, held["n"])
+                    fired.append((window, self.aggregate.result(held["a"])))
+                    continue
+                window = Window(key or None, session[0], session[1] + self.length, len(held))
+                fired.append((window, [r for _, r in sorted(held, key=lambda r: r[0])]))
             if not buffer.get("s"):
                 buffer.pop("s", None)
         if fired:
