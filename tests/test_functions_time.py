@@ -631,8 +631,30 @@ def test_an_aggregate_keeps_an_accumulator_per_window_instead_of_records(base_sp
     assert sorted((o["key"], o["start"], o["n"], o["top"], o["size"]) for o in outputs(spec)) == [
         ("a", 0, 2, 70, 2), ("a", 100, 1, 130, 1), ("b", 0, 1, 20, 1)]
     session = {**windowed(base_spec, sessionGapMs=30), "code": AGGREGATE, "name": base_spec["name"] + "s"}
-    with pytest.raises(InvalidArgumentError, match="works with time windows, not session windows"):
+    with pytest.raises(InvalidArgumentError, match="session windows needs merge_accumulators"):
         run(session, 0, [{"k": "a", "ts": 1}])
+    count = {**windowed(base_spec, windowLengthCount=2), "code": AGGREGATE, "name": base_spec["name"] + "c"}
+    with pytest.raises(InvalidArgumentError, match="not count windows"):
+        run(count, 0, [{"k": "a", "ts": 1}])
+
+
+MERGING = AGGREGATE + '''
+def merge_accumulators(a, b):
+    tops = [t for t in (a["top"], b["top"]) if t is not None]
+    return {"n": a["n"] + b["n"], "top": max(tops) if tops else None}
+'''
+
+
+def test_an_aggregate_over_session_windows_merges_the_sessions_a_record_bridges(base_spec, clock):
+    spec = {**windowed(base_spec, sessionGapMs=30), "code": MERGING}
+    # a: 0 and 50 open two sessions, 25 bridges them (merged), 200 opens a third; b: one session of one
+    run(spec, 0, [{"k": "a", "ts": 0}, {"k": "a", "ts": 50}, {"k": "b", "ts": 10}, {"k": "a", "ts": 25},
+                  {"k": "a", "ts": 200}], parallelism=2)
+    run(spec, 1, [{"k": "a", "ts": 20}, {"k": "c", "ts": 400}], parallelism=2)  # 20: late, [0, 80) fired
+    store = cached_state_store(spec)
+    assert [e.key for e in store.scan_entries("\x00v")] == []  # no records kept
+    assert sorted((o["key"], o["start"], o["n"], o["top"], o["size"]) for o in outputs(spec)) == [
+        ("a", 0, 3, 50, 3), ("a", 200, 1, 200, 1), ("b", 10, 1, 10, 1)]
 
 
 def test_session_and_count_windows_records_are_lists_with_no_value_limit(base_spec, clock, tmp_path):

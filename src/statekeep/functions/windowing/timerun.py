@@ -94,7 +94,7 @@ class TimedRun:
                 if add is None or result is None:
                     raise InvalidArgumentError("create_accumulator needs add_to_accumulator(accumulator, record) and "
                                                "get_result(accumulator) beside it in the function's file or class")
-                aggregate = Aggregate(create, add, result)
+                aggregate = Aggregate(create, add, result, entry_of(process, "merge_accumulators"))
             self.windows = Windows(dict(window), self.time, extractor, self.event_field, aggregate)
         context.keep_time(self.time)
 

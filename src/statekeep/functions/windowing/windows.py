@@ -4,11 +4,11 @@ A key's open windows are one state entry (:func:`statekeep.state.timestate.buffe
 records are lists of their own under the key (one entry per record, appended without reading the others, so a
 window has no size limit but the store's), and the key's entry holds only its windows' bounds and record
 counts: a time window's start and count (its list :func:`window_list`), a session's first and last event time
-and its lists (one per session merged into it, so a merge moves no record), a count window's list bounds. A
-time or session window
-registers a window timer at its end, and fires (the function is called once with the window's records) when
-the watermark reaches it, in the batch whose write also deletes its records: so it fires exactly once, with
-exactly its records, across crashes and replays.
+and its lists (one per session merged into it, so a merge moves no record), a count window's list bounds. With
+an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there instead of records. A
+time or session window registers a window timer at its end, and fires (the function is called once with the
+window's records) when the watermark reaches it, in the batch whose write also deletes its records: so it fires
+exactly once, with exactly its records, across crashes and replays.
 Count windows fire as their count is reached, in arrival order. A record whose every window the
 watermark has already passed is late: it enters no window.
 """
@@ -58,14 +58,16 @@ def _list(key: str, name: str) -> str:
 
 
 class Aggregate(NamedTuple):
-    """A time window's incremental aggregate (after Flink's ``AggregateFunction``), from the function's file or
-    class: ``create_accumulator()``, ``add_to_accumulator(accumulator, record) -> accumulator`` and
-    ``get_result(accumulator)``, which the function's ``process`` receives instead of the window's records. The
-    accumulator (JSON data) is kept in place of the records."""
+    """A time or session window's incremental aggregate (after Flink's ``AggregateFunction``), from the function's
+    file or class: ``create_accumulator()``, ``add_to_accumulator(accumulator, record) -> accumulator``,
+    ``get_result(accumulator)``, which the function's ``process`` receives instead of the window's records, and
+    ``merge_accumulators(a, b) -> accumulator`` (``merge``; required by session windows: a record bridging two
+    sessions joins them). The accumulator (JSON data) is kept in place of the records."""
 
     create: Callable[[], Any]
     add: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
+    merge: Callable[[Any, Any], Any] | None = None
 
 
 class Windows:
@@ -80,9 +82,12 @@ class Windows:
         self.time = time
         self.extractor = extractor
         self.event_field = event_field
-        if aggregate is not None and self.kind != "time":
-            raise InvalidArgumentError(f"windowConfig: create_accumulator (an aggregate) works with time windows, not "
-                                       f"{self.kind} windows")
+        if aggregate is not None and self.kind == "count":
+            raise InvalidArgumentError("windowConfig: create_accumulator (an aggregate) works with time and session "
+                                       "windows, not count windows")
+        if aggregate is not None and self.kind == "session" and aggregate.merge is None:
+            raise InvalidArgumentError("windowConfig: an aggregate over session windows needs merge_accumulators(a, b) "
+                                       "beside create_accumulator (a record bridging two sessions joins them)")
         self.aggregate = aggregate
         self._open: dict[str, Any] = {}
         #: tumbling time windows: :meth:`add_tumbling` applies
@@ -117,7 +122,7 @@ class Windows:
         if buffer is None:
             raw = self.time.state.get(buffer_key(key))
             buffer = self._open[key] = loads_at(raw.decode()) if raw else {}
-            if "r" in buffer or any(len(s) == 3 for s in buffer.get("s", ())):
+            if "r" in buffer or any(len(s) == 3 and s[2].__class__ is list for s in buffer.get("s", ())):
                 self._relist(key, buffer)
         return buffer
 
@@ -132,7 +137,7 @@ class Windows:
                 self._push(key, "c", 0, n, item)
             buffer.update(f=0, e=len(records))
         for i, session in enumerate(buffer.get("s", ())):
-            if len(session) == 3:
+            if len(session) == 3 and session[2].__class__ is list:
                 number = buffer["i"] = buffer.get("i", 0) + 1
                 for n, item in enumerate(session[2]):
                     self._push(key, f"{number}s", 0, n, item)
@@ -300,22 +305,23 @@ class Windows:
     def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
         gap = self.length
         buffer = self._buffer(key)
-        # sessions: [first ts, last ts, [[list number, records]...], records], disjoint, by start; "i": the last
-        # list number taken (a session's records are its lists', sorted at firing)
+        # sessions: [first ts, last ts, [[list number, records]...] or an aggregate's {"a": accumulator}, records],
+        # disjoint, by start; "i": the last list number taken (a session's records are its lists', sorted at firing)
         sessions = buffer.setdefault("s", [])
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
         if not touching and watermark is not None and ts + gap <= watermark:
             return None  # would open a session the watermark has already closed
         if self.time.state.journal is not None:  # a key's sessions are few, their entries small: copied whole
-            old = {"i": buffer.get("i", 0), "s": [[s[0], s[1], [p[:] for p in s[2]], s[3]] for s in sessions]}
+            old = {"i": buffer.get("i", 0), "s": [[s[0], s[1], dict(s[2]) if s[2].__class__ is dict else
+                                                   [p[:] for p in s[2]], s[3]] for s in sessions]}
             self.time.state.journal.append(lambda: (buffer.clear(), buffer.update(old)))
         if len(touching) == 1:  # the usual case: the record extends one session
             session = touching[0]
             if ts > session[1]:
                 self.time.delete(key, session[1] + gap, "w")
                 self.time.register(key, ts + gap, "w")
-        else:  # opens a session, or joins several into one: their lists become its lists
-            session = [ts, ts, [p for s in touching for p in s[2]], sum(s[3] for s in touching)]
+        else:  # opens a session, or joins several into one: their lists become its lists (their accumulators merged)
+            session = [ts, ts, self._joined(touching), sum(s[3] for s in touching)]
             for old_session in touching:
                 sessions.remove(old_session)
                 self.time.delete(key, old_session[1] + gap, "w")
@@ -325,15 +331,29 @@ class Windows:
         session[0], session[1] = min([session[0], ts] + [s[0] for s in touching]), max(
             [session[1], ts] + [s[1] for s in touching])
         parts = session[2]
-        if not parts:
-            parts.append([buffer.setdefault("i", 0) + 1, 0])
-            buffer["i"] += 1
-        number, held = parts[-1]
-        self._push(key, f"{number}s", 0, held, [ts, record])
-        parts[-1][1] += 1
+        if self.aggregate is not None:
+            session[2] = {"a": self.aggregate.add(parts["a"], record)}
+        else:
+            if not parts:
+                parts.append([buffer.setdefault("i", 0) + 1, 0])
+                buffer["i"] += 1
+            number, held = parts[-1]
+            self._push(key, f"{number}s", 0, held, [ts, record])
+            parts[-1][1] += 1
         session[3] += 1
         self._touch(key)
         return []
+
+    def _joined(self, sessions: list[Any]) -> Any:
+        """The records of a session joining ``sessions`` (none: a new session): their lists, or an aggregate's
+        accumulator merged from theirs."""
+        if self.aggregate is None:
+            return [p for s in sessions for p in s[2]]
+        acc = self.aggregate.create()
+        for s in sessions:
+            assert self.aggregate.merge is not None  # checked at __init__
+            acc = self.aggregate.merge(acc, s[2]["a"])
+        return {"a": acc}
 
     # ---- firing --------------------------------------------------------------------------------
 
@@ -355,8 +375,14 @@ class Windows:
         elif self.kind == "session":
             for session in [s for s in buffer.get("s", []) if s[1] + self.length <= at]:
                 buffer["s"].remove(session)
+                end = session[1] + self.length
+                if session[2].__class__ is dict:  # an aggregate: its result
+                    assert self.aggregate is not None  # only an aggregate writes one
+                    fired.append((Window(key or None, session[0], end, session[3]),
+                                  self.aggregate.result(session[2]["a"])))
+                    continue
                 records = [r for number, _ in session[2] for r in self._take(key, f"{number}s")]
-                window = Window(key or None, session[0], session[1] + self.length, len(records))
+                window = Window(key or None, session[0], end, len(records))
                 fired.append((window, [r for _, r in sorted(records, key=lambda r: r[0])]))
             if not buffer.get("s"):
                 buffer.pop("s", None)
