@@ -57,7 +57,7 @@ def server_writes(url: str) -> int:
 
 def writes_per_batch_partition(url: str, work: str, keys: int, batches: int) -> tuple[float, float]:
     """(coordination writes per (batch, partition), seconds) for ``batches`` batches changing ``keys`` keys."""
-    from statekeep.state.partitioned.keygroups import key_group, owner
+    from statekeep.state.keygroups import key_group, owner
 
     name = f"k{keys}"
     provider = open_provider("partitioned", {"state_dir": f"file://{work}/shared", "metadata_url": url,

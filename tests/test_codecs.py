@@ -18,7 +18,7 @@ from statekeep.metadata import open_store
 from statekeep.state import open_provider, records
 from statekeep.state.catalog import FunctionCatalog
 from statekeep.state.partitioned import entries
-from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Lineage, Manifest
 from statekeep.state.partitioned.restore import restore
 from statekeep.state.timestate import decode_group, encode_group

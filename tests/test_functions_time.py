@@ -19,7 +19,7 @@ from statekeep.functions.config.model import FunctionConfig
 from statekeep.functions.windowing.timerun import stored_watermark, time_section
 from statekeep.functions.config.windowconfig import WindowConfig
 from statekeep.state import timestate
-from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.keygroups import key_group
 from statekeep.state.typed import variables_prefix
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry, visible_records)

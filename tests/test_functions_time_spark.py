@@ -179,7 +179,7 @@ def test_a_once_run_fires_what_only_the_functions_watermark_passed(tmp_path, spa
     by its own watermark but is by the function's (10000), so the run ends with a batch without input that
     fires it (and a run where nothing is left needs none)."""
     from statekeep.functions.driver.spark import run_registered
-    from statekeep.state.partitioned.keygroups import key_group
+    from statekeep.state.keygroups import key_group
 
     ahead = next(k for k in NAMES if key_group(k, 128) < 64)  # partition 0 of 2
     behind = next(k for k in NAMES if key_group(k, 128) >= 64)  # partition 1

@@ -1,4 +1,4 @@
-"""Batches larger than one atomic write of ZooKeeper or etcd (:mod:`statekeep.state.staged`): a batch
+"""Batches larger than one atomic write of ZooKeeper or etcd (:mod:`statekeep.state.metadata.staged`): a batch
 of realistic size commits exactly once, and a process killed with SIGKILL while staging or while
 applying leaves a state that the replay of the same batch completes exactly."""
 

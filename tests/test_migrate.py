@@ -18,7 +18,7 @@ from statekeep.metadata import open_store
 from statekeep.metadata.types import join
 from statekeep.migrate import CorruptFileError, TargetNotEmptyError, export_store, import_file, migrate
 from statekeep.migrate.source import JOURNAL_PATH
-from statekeep.state.catalog import default_provider
+from statekeep.state.catalog import function_provider
 from statekeep.state.registry import open_provider
 
 CODE = b"def process(input, context):\n    return input\n"
@@ -76,7 +76,7 @@ def dump(url: str) -> dict:
                 walk(child)
 
         walk("/")
-        name, config = default_provider(store)
+        name, config = function_provider(None, store)
         provider = open_provider(name, config)
         try:
             state = {f"{t}/{n}/{f}": [(e.key, e.kind, e.value) for e in
@@ -280,7 +280,7 @@ def test_verification_detects_a_different_target(source_url, etcd_server):
     assert migrate(source_url, target, progress=False).ok
     with open_store(target) as store:
         store.put("/app/nested/a/sibling", b"changed")
-        provider = open_provider(*default_provider(store))
+        provider = open_provider(*function_provider(None, store))
         provider.get_state_store("public", "default", "wc").incr("wc/k00000", 1)
         provider.get_state_store("public", "default", "wc").put("zz-extra", b"x")
         provider.close()
@@ -300,7 +300,7 @@ def test_partition_owned_state_moves_with_its_manifests(zk_server, tmp_path, mon
     (the coordination store's part); its blobs stay in the state dir, from which the function on the target
     restores a new local copy: the same entries, and it keeps committing there."""
     from statekeep.state.partitioned import state_storage
-    from statekeep.state.partitioned.keygroups import key_group, owner
+    from statekeep.state.keygroups import key_group, owner
 
     monkeypatch.setenv("STATEKEEP_STATE_CACHE", str(tmp_path / "cache-source"))
     source, target = f"local://{tmp_path / 'source'}", _zk(zk_server)

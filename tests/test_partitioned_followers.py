@@ -19,7 +19,7 @@ from statekeep.functions.config.service import FunctionService
 from statekeep.handles.blobs import BlobStore
 from statekeep.state.partitioned import partition as partition_module
 from statekeep.state.partitioned import state_storage
-from statekeep.state.partitioned.keygroups import key_group, owner
+from statekeep.state.keygroups import key_group, owner
 from statekeep.testing import wait_for
 
 from support.followers import CODE, Follower
@@ -270,7 +270,8 @@ def test_deleted_state_without_a_registry_is_not_found(leader, tmp_path):
     deleted function."""
     url, service, state = leader
     run_batch(state, 0, 2)
-    with FollowerStore.open(state.provider, "t", "n", "f", local_dir=str(tmp_path / "fol"),
+    provider = service.registry.provider_for(service.registry.get("t", "n", "f"))
+    with FollowerStore.open(provider, "t", "n", "f", local_dir=str(tmp_path / "fol"),
                             poll_interval=0.01) as follower:
         assert follower.wait_until_caught_up(60)
         state.cleanup()

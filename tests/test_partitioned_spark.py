@@ -14,7 +14,7 @@ import pytest
 
 from statekeep.functions.config.service import FunctionService
 from statekeep.state.partitioned import state_storage
-from statekeep.state.partitioned.keygroups import spark_hash_int
+from statekeep.state.keygroups import spark_hash_int
 from statekeep.testing import wait_for
 from support.server_process import create_function
 from support.spark import (EXAMPLE, MIRROR, WORDCOUNT, counters, expected_counts, kill_driver_then_rerun, register,

@@ -18,7 +18,7 @@ from statekeep.handles.blobs import BlobStore
 from statekeep.testing import wait_for
 from statekeep.state import open_provider
 from statekeep.state.partitioned import partition as partition_module
-from statekeep.state.partitioned.keygroups import (group_range, key_group, owner, spark_hash_int, spark_routes,
+from statekeep.state.keygroups import (group_range, key_group, owner, spark_hash_int, spark_routes,
                                                    validate_layout)
 from statekeep.state.partitioned.partition import PartitionMovedError
 

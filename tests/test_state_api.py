@@ -9,7 +9,7 @@ from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverfl
                               InvalidPathError, NotEmptyError, NotFoundError, StatekeepError, StoreClosedError,
                               ValueTooLargeError)
 from statekeep.state import StateStoreProvider, decode_key, encode_key, open_provider, provider_names, register_provider
-from statekeep.state.metadata_provider import MetadataStateStoreProvider
+from statekeep.state.metadata import MetadataStateStoreProvider
 from statekeep.testing.contract.state import KEYS, utf8_order
 
 

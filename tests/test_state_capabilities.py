@@ -12,7 +12,7 @@ from statekeep.errors import InvalidArgumentError, UnsupportedCapabilityError
 from statekeep.metadata import open_store
 from statekeep.state import open_provider
 from statekeep.state.base import PER_KEY, Capability
-from statekeep.state.catalog import default_provider, function_provider
+from statekeep.state.catalog import function_provider
 from statekeep.state.partitioned import PartitionedStateProvider
 from statekeep.state.timestate import buffer_key, recent_records, visible_records
 
@@ -90,9 +90,12 @@ def test_readers_never_see_internal_keys_of_partition_owned_state(partitioned):
 def test_function_provider_is_one_rule(tmp_path):
     url = f"local://{tmp_path / 'm'}"
     with open_store(url) as store:
-        assert function_provider(None, store) == default_provider(store) == ("embedded", {"store": store})
+        assert function_provider(None, store) == ("embedded", {"store": store})
         assert function_provider(None, url) == ("embedded", {"metadata_url": url})  # nothing opened
         assert function_provider(None, url, ("metadata", {"x": 1})) == ("metadata", {"x": 1})
+        # a server's default for another process (the Spark driver's executors): its open store by URL
+        assert function_provider(None, url, ("embedded", {"store": store})) == ("embedded", {"metadata_url": url})
+        assert function_provider(None, store, ("other", None)) == ("other", {})
         storage = {"provider": "partitioned", "config": {"state_dir": "file:///s"}}
         assert function_provider(storage, store) == ("partitioned", {"state_dir": "file:///s", "store": store})
         assert function_provider(storage, url)[1] == {"state_dir": "file:///s", "metadata_url": url}
@@ -100,7 +103,7 @@ def test_function_provider_is_one_rule(tmp_path):
         assert function_provider(named, store) == ("metadata", {"metadata_url": "zk://h/x"})
         with pytest.raises(InvalidArgumentError, match="stateStorage"):
             function_provider({"provider": 1}, store)
-    assert default_provider("zk://h:2181/x")[0] == "metadata"
+    assert function_provider(None, "zk://h:2181/x")[0] == "metadata"
 
 
 def test_changelog_source_offsets_per_partition():

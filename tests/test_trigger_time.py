@@ -20,7 +20,7 @@ from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import executor_spec
 from statekeep.state import timestate
 from statekeep.state.partitioned import state_storage
-from statekeep.state.partitioned.keygroups import KEY_GROUPS, key_group
+from statekeep.state.keygroups import KEY_GROUPS, key_group
 from statekeep.state.timestate import decode_group, stored_watermark_of, timers_of
 from test_functions_time import WINDOW, run
 

@@ -26,7 +26,7 @@ from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID,
 from statekeep.state import typed
 from statekeep.state.buffer import BufferedState
 from statekeep.state.partitioned import state_storage
-from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.keygroups import key_group
 from statekeep.state.schemas import read_schemas, schemas_path
 
 

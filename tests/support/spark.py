@@ -65,7 +65,7 @@ def register(service, name, inputs, output=None, code=WORDCOUNT, **extra):
 
 # Per backend: distinct keys per input file (one file per micro-batch, two partitions), so that on
 # ZooKeeper (1000 keys per transaction) and etcd (27) each (batch, partition) needs several
-# transactions and goes through the staged commit of statekeep.state.staged.
+# transactions and goes through the staged commit of statekeep.state.metadata.staged.
 KEYS_PER_FILE = {"local": 100, "etcd": 240, "zk": 2_400}
 
 

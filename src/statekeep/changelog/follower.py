@@ -85,14 +85,14 @@ class FollowerStore(ReadableStateStore):
 
     #: the local copy's class (a subclass may keep more in it)
     replica_type: ClassVar[type[LocalReplica]] = LocalReplica
-    #: leader store class -> the follower class :meth:`open` builds for it (see :meth:`follow_with`)
-    _kinds: ClassVar[list[tuple[type[StateStore], type[FollowerStore]]]] = []
+    #: a capability of the leader -> the follower class :meth:`open` builds for it (see :meth:`follow_with`)
+    _kinds: ClassVar[dict[Capability, type[FollowerStore]]] = {}
 
     @classmethod
-    def follow_with(cls, leader_type: type[StateStore]) -> None:
-        """Make :meth:`open` build this class for leaders of ``leader_type`` (a state whose changelog is
-        read another way, e.g. partition-owned state's manifests and segments)."""
-        FollowerStore._kinds.append((leader_type, cls))
+    def follow_with(cls, capability: Capability) -> None:
+        """Make :meth:`open` build this class for leaders declaring ``capability`` (a state whose changelog
+        is read another way, e.g. partition-owned state's manifests and segments)."""
+        FollowerStore._kinds[capability] = cls
 
     def __init__(self, leader: StateStore, replica: LocalReplica, *, snapshots: SnapshotStore | None = None,
                  registry: FunctionCatalog | None = None, poll_interval: float = 0.005, batch_size: int = 10_000,
@@ -157,11 +157,11 @@ class FollowerStore(ReadableStateStore):
             if isinstance(leader, str):
                 store = open_store(leader)
                 owned.append(store)
-                storage = {"provider": provider, "config": dict(provider_config or {})} if provider else None
-                entry = FunctionCatalog(store, functions_root).get(tenant, namespace, name)
-                if entry is not None and provider is None:  # the registry's entry names the provider
-                    storage = FunctionCatalog.decode(entry.value).get("stateStorage")
-                opened = open_provider(*function_provider(storage, store))
+                if provider is None:  # the registry's rule, from its entry
+                    chosen = FunctionCatalog(store, functions_root).state_provider(tenant, namespace, name)
+                else:
+                    chosen = function_provider({"provider": provider, "config": dict(provider_config or {})}, store)
+                opened = open_provider(*chosen)
                 owned.append(opened)
                 state = opened.get_state_store(tenant, namespace, name)
                 check_registry = True if check_registry is None else check_registry
@@ -183,8 +183,8 @@ class FollowerStore(ReadableStateStore):
             snapshot_store: SnapshotStore | None = snapshots if isinstance(snapshots, SnapshotStore) else None
             if snapshots is True and store is not None:
                 snapshot_store = SnapshotStore(store, blobs)
-            follower_type = next((kind for leader_type, kind in FollowerStore._kinds if isinstance(state, leader_type)),
-                                 cls)
+            follower_type = next((kind for capability, kind in FollowerStore._kinds.items()
+                                  if capability in state.capabilities), cls)
             if local_dir is None:
                 local_dir = temporary = tempfile.mkdtemp(prefix=f"statekeep-follower-{name}-")
             replica = follower_type.replica_type(local_dir, tenant, namespace, name)

@@ -56,7 +56,7 @@ import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from statekeep import jsonrecords
 from statekeep.changelog.follower import FollowerStore
@@ -64,11 +64,11 @@ from statekeep.changelog.replica import LocalReplica, Op, write_ops
 from statekeep.errors import CorruptRecordError, CorruptStateError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.embedded import transaction
 from statekeep.state import records
-from statekeep.state.base import ChangelogPosition, StateStore
-from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.base import Capability, ChangelogPosition, StateStore
+from statekeep.state.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Layout, Manifest, manifest_name
 from statekeep.state.partitioned.partition import PartitionMovedError, read_blob
-from statekeep.state.partitioned.provider import PartitionedStateStore, epoch_of, partition_position
+from statekeep.state.partitioned.changelog import PartitionedChangelog, epoch_of, partition_position
 from statekeep.state.partitioned.restore import restore
 
 log = logging.getLogger(__name__)
@@ -160,12 +160,13 @@ class PartitionedFollowerStore(FollowerStore):
     replica: PartitionedReplica
 
     def __init__(self, leader: StateStore, replica: LocalReplica, **options: Any) -> None:
-        if not isinstance(leader, PartitionedStateStore) or not isinstance(replica, PartitionedReplica):
-            raise InvalidArgumentError("a follower of partition-owned state needs a PartitionedStateStore leader "
-                                       "and a PartitionedReplica")
+        leader.require(Capability.PARTITIONED, "a follower of partition-owned state reads its partitions' manifests")
+        if not isinstance(replica, PartitionedReplica):
+            raise InvalidArgumentError("a follower of partition-owned state keeps a PartitionedReplica")
         options.pop("snapshots", None)  # partition-owned state keeps its snapshots in its manifests
         super().__init__(leader, replica, **options)
-        self.state = leader
+        #: the leader's partitions, as a store declaring Capability.PARTITIONED offers them
+        self.state = cast(PartitionedChangelog, leader)
         self._positions = self._load_positions()
         self._blob_error: CorruptStateError | None = None  # of the last poll, and when that poll started
         self._blob_error_at = float("-inf")
@@ -376,7 +377,7 @@ class PartitionedFollowerStore(FollowerStore):
         return out
 
 
-def lag(state: PartitionedStateStore, positions: Positions | None) -> int:
+def lag(state: PartitionedChangelog, positions: Positions | None) -> int:
     """Entries of ``state``'s blobs a copy at ``positions`` has not applied (see
     :attr:`PartitionedFollowerStore.lag`). :class:`NotFoundError` if the state is gone since."""
     layout = state.layout(refresh=True)
@@ -399,4 +400,4 @@ def lag(state: PartitionedStateStore, positions: Positions | None) -> int:
     return total
 
 
-PartitionedFollowerStore.follow_with(PartitionedStateStore)  # no single changelog: its manifests and segments
+PartitionedFollowerStore.follow_with(Capability.PARTITIONED)  # no single changelog: its manifests and segments

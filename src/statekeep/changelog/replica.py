@@ -32,7 +32,7 @@ from statekeep.metadata.embedded import embedded_engine, prefixed, transaction
 from statekeep.state import records
 from statekeep.state.base import StateEntry
 from statekeep.state.embedded import EmbeddedStateProvider
-from statekeep.state.embedded_changelog import read_entries, scan_in
+from statekeep.state.embedded.changelog import read_entries, scan_in
 from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")

@@ -25,7 +25,7 @@ from typing import Any
 
 from statekeep.metadata import open_store
 from statekeep.metadata.base import MetadataStore
-from statekeep.state.catalog import default_provider
+from statekeep.state.catalog import function_provider
 from statekeep.migrate import portable
 from statekeep.migrate.progress import Progress
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
@@ -142,7 +142,7 @@ def _copy(report: Report, records: Callable[[], Iterator[Record]], source_id: st
           dry_run: bool, force: bool, batch_keys: int | None, progress: bool) -> Report:
     """The part shared by migrate and import: plan, check the target, copy, verify."""
     t0 = time.monotonic()
-    _plan(records(), report, default_provider(target_url)[0])  # known from the URL: nothing opened
+    _plan(records(), report, function_provider(None, target_url)[0])  # known from the URL: nothing opened
     report.seconds["plan"] = time.monotonic() - t0
     directory = _local_dir(target_url)
     if dry_run and directory is not None and not (directory / "data").is_dir():

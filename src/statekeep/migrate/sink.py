@@ -29,7 +29,7 @@ from statekeep.metadata.base import Closing, MetadataStore
 from statekeep.migrate.records import Entry, Function, Node, Peekable, Record, Sequence
 from statekeep.migrate.source import JOURNAL_PATH, SUFFIX
 from statekeep.state.base import StateEntry
-from statekeep.state.catalog import default_provider
+from statekeep.state.catalog import function_provider
 from statekeep.state.registry import open_provider
 from statekeep.validate import check_int
 
@@ -94,7 +94,7 @@ class StoreSink(Closing):
         self.batch_keys, self.batch_bytes = (batch_keys or keys), size
         self.on_progress = on_progress
         self.started_ms = int(time.time() * 1000)
-        self.provider_name, config = default_provider(store)
+        self.provider_name, config = function_provider(None, store)
         self._provider = open_provider(self.provider_name, config)
         self.counts = {"nodes": 0, "sequences": 0, "functions": 0, "entries": 0, "skipped": 0}
 

@@ -23,8 +23,8 @@ from statekeep.metadata.types import join
 from statekeep.migrate.records import Entry, Function, Node, Record, Sequence, Skipped
 from statekeep.state.base import StateStoreProvider
 from statekeep.state.catalog import DEFAULT_ROOT as FUNCTIONS_ROOT
-from statekeep.state.catalog import FunctionCatalog, default_provider
-from statekeep.state.metadata_provider import DEFAULT_ROOT as STATE_ROOT
+from statekeep.state.catalog import FunctionCatalog, function_provider
+from statekeep.state.metadata.store import DEFAULT_ROOT as STATE_ROOT
 from statekeep.state.registry import open_provider
 
 JOURNAL_PATH = "/statekeep/migration"
@@ -38,7 +38,7 @@ class StoreSource(Closing):
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
         self.catalog = FunctionCatalog(store, FUNCTIONS_ROOT)
-        self.provider_name, provider_config = default_provider(store)
+        self.provider_name, provider_config = function_provider(None, store)
         self._provider_config = provider_config
         self._provider: StateStoreProvider | None = None
 
@@ -56,10 +56,9 @@ class StoreSource(Closing):
                     if result is None:
                         continue
                     config = self.catalog.decode(result.value, self.catalog.path(tenant, namespace, name))
-                    external = config.get("stateStorage") is not None
-                    out.append(Function(tenant, namespace, name, "external" if external else "copied",
-                                        str(config["stateStorage"].get("provider")) if external
-                                        else self.provider_name))
+                    storage = config.get("stateStorage")  # named: its state is elsewhere, not copied
+                    out.append(Function(tenant, namespace, name, "copied" if storage is None else "external",
+                                        function_provider(storage, self.store)[0]))
         return out
 
     def records(self) -> Iterator[Record]:

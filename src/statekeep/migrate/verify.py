@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from statekeep.metadata.base import MetadataStore
 from statekeep.migrate.records import Function, Node, Peekable, Record, Sequence, Skipped
-from statekeep.state.catalog import default_provider
+from statekeep.state.catalog import function_provider
 from statekeep.state.registry import open_provider
 from statekeep.state import typed
 from statekeep.state.base import StateStoreProvider, merge_entries
@@ -54,7 +54,7 @@ def verify(records: Iterator[Record], store: MetadataStore) -> dict[str, Check]:
     ``state`` (every function's entries) and ``skipped`` (ephemeral keys: counted, never compared)."""
     checks = {name: Check() for name in ("nodes", "sequences", "state", "skipped")}
     digests = {name: _Digest() for name in ("nodes", "sequences", "state")}
-    provider_name, config = default_provider(store)
+    provider_name, config = function_provider(None, store)
     pending: list[Node] = []
 
     def mismatch(check: Check, what: str) -> None:

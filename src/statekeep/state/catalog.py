@@ -13,6 +13,7 @@ directly, so they never parse the registry's JSON themselves nor import ``statek
     catalog = FunctionCatalog(store)                      # root=... where the registry keeps functions
     catalog.get("public", "default", "wc")                # GetResult | None
     catalog.config("public", "default", "wc")             # its JSON; NotFoundError if no such function
+    catalog.state_provider("public", "default", "wc")     # (provider name, config): function_provider's rule
 """
 
 from __future__ import annotations
@@ -48,30 +49,45 @@ def parse_state_storage(storage: object) -> tuple[str, dict[str, Any]] | None:
     return storage["provider"], dict(storage.get("config", {}))
 
 
-def default_provider(store: MetadataStore | str) -> tuple[str, dict[str, Any]]:
-    """The state provider of a function that names none, with its state on ``store`` itself (an open
-    store, or its URL: nothing is opened): ``embedded`` (the fast one) where the store has an embedded
-    engine (:func:`has_embedded_engine`: ``local://``), ``metadata`` elsewhere."""
-    return ("embedded" if has_embedded_engine(store) else "metadata"), _on(store)
+#: the default of a function's state provider, as a server is configured: ``(name, config)``, either None
+#: for the rule's own choice (see :func:`function_provider`)
+Default = tuple[str | None, Mapping[str, Any] | None]
+
+
+def function_provider(storage: object, store: MetadataStore | str,
+                      default: Default | None = None) -> tuple[str, dict[str, Any]]:
+    """THE rule of which provider, with which config, keeps a function's state; every caller asks here.
+
+    - A function naming its ``stateStorage`` gets that provider and config; a config naming no
+      coordination store (``store`` or ``metadata_url``) gets ``store``, the registry's: the open store,
+      or its URL for another process (nothing is opened).
+    - One naming none gets ``default`` (the server's configured provider and config, either None for
+      the rule's own), else the provider on ``store`` itself: ``embedded`` (the fast one) where the store
+      has an embedded engine (:func:`has_embedded_engine`: ``local://``), ``metadata`` elsewhere, with
+      ``store`` as its config (a configured provider of another name gets an empty one). Given a URL, a
+      default config naming the open store names it by that URL instead (an open store cannot travel).
+
+    ``storage`` is the ``stateStorage`` value of a function's configuration (None: absent).
+    :class:`InvalidArgumentError` for a malformed ``stateStorage``."""
+    parsed = parse_state_storage(storage)
+    if parsed is not None:
+        name, config = parsed
+        if "store" not in config and "metadata_url" not in config:
+            config.update(_on(store))
+        return name, config
+    configured, wanted = default if default is not None else (None, None)
+    name = configured or ("embedded" if has_embedded_engine(store) else "metadata")
+    if wanted is None:
+        return name, _on(store) if name in ("metadata", "embedded") else {}
+    config = dict(wanted)
+    if isinstance(store, str) and "store" in config:
+        del config["store"]
+        config["metadata_url"] = store
+    return name, config
 
 
 def _on(store: MetadataStore | str) -> dict[str, Any]:
     return {"metadata_url": store} if isinstance(store, str) else {"store": store}
-
-
-def function_provider(storage: object, store: MetadataStore | str,
-                      default: tuple[str, Mapping[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
-    """THE rule of which provider, with which config, keeps a function's state: the ``stateStorage`` it
-    names (a config naming no coordination store gets the registry's ``store``: the open store, or
-    its URL for another process), else ``default`` (the server's configured one), else
-    :func:`default_provider`. :class:`InvalidArgumentError` for a malformed ``stateStorage``."""
-    parsed = parse_state_storage(storage)
-    if parsed is None:
-        return (default[0], dict(default[1])) if default is not None else default_provider(store)
-    name, config = parsed
-    if "store" not in config and "metadata_url" not in config:
-        config.update(_on(store))
-    return name, config
 
 
 class FunctionCatalog:
@@ -121,6 +137,13 @@ class FunctionCatalog:
         :class:`CorruptStateError`) if it is not one."""
         config: dict[str, Any] = jsonrecords.decode(raw, key, "registry entry")
         return config
+
+    def state_provider(self, tenant: str, namespace: str, name: str) -> tuple[str, dict[str, Any]]:
+        """:func:`function_provider` of a function as registered here (the default while it is not).
+        :class:`CorruptRecordError` or :class:`InvalidArgumentError` for an entry that is not a configuration."""
+        entry = self.get(tenant, namespace, name)
+        config = {} if entry is None else self.decode(entry.value, self.path(tenant, namespace, name))
+        return function_provider(config.get("stateStorage"), self.store)
 
     def list(self, tenant: str, namespace: str) -> list[str]:
         """Names of the functions in a namespace, sorted; ``[]`` for an unknown namespace."""

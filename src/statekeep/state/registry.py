@@ -19,9 +19,9 @@ from statekeep.state.base import StateStoreProvider
 
 ENTRY_POINT_GROUP = "statekeep.state_providers"
 BUILTIN_PROVIDERS: dict[str, str] = {
-    "metadata": "statekeep.state.metadata_provider:MetadataStateStoreProvider",
-    "embedded": "statekeep.state.embedded:EmbeddedStateProvider",
-    "partitioned": "statekeep.state.partitioned:PartitionedStateProvider",
+    "metadata": "statekeep.state.metadata.provider:MetadataStateStoreProvider",
+    "embedded": "statekeep.state.embedded.provider:EmbeddedStateProvider",
+    "partitioned": "statekeep.state.partitioned.provider:PartitionedStateProvider",
 }
 _registered: dict[str, type[StateStoreProvider]] = {}
 
@@ -80,6 +80,11 @@ class ProviderPool:
         self._lock = threading.Lock()
         self._open: dict[str, StateStoreProvider] = {}
         self._default: StateStoreProvider | None = None
+
+    @property
+    def default(self) -> tuple[str, dict[str, Any]]:
+        """``(name, config)`` of the provider of functions that name none."""
+        return self.default_name, self.default_config
 
     def get(self, name: str | None = None, config: Mapping[str, Any] | None = None) -> StateStoreProvider:
         if name is None:

@@ -20,7 +20,7 @@ or the CLI can never write (:func:`check_user_key`) and which user-visible reads
 ``\\0v<length>:<key>...``
     a key's typed state variables (:mod:`statekeep.state.typed`).
 
-Every internal key is in a key group (:func:`statekeep.state.partitioned.keygroups.key_group`): a
+Every internal key is in a key group (:func:`statekeep.state.keygroups.key_group`): a
 per-key entry in the group of the user key it embeds, a group entry in the group it names
 (:func:`internal_owner`), so partition-owned state moves them with their groups when it rescales.
 """

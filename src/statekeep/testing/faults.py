@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from statekeep.coordination import CoordinationService
     from statekeep.metadata import MetadataStore, SessionEvent
-    from statekeep.state.embedded import EmbeddedStateStore
+    from statekeep.state.embedded.store import EmbeddedStateStore
 
 __all__ = ["fail", "hold", "inject_session_event", "mute_notifications", "stall_event_loop", "write_raw_state"]
 

@@ -175,10 +175,15 @@ class FunctionRegistry:
 
     # ---- state -------------------------------------------------------------------------------
 
+    def state_provider(self, cfg: FunctionConfig, store_url: str | None = None) -> tuple[str, dict[str, Any]]:
+        """``(name, config)`` of the provider keeping ``cfg``'s state, by
+        :func:`~statekeep.state.catalog.function_provider` with this registry's default; ``store_url``: the
+        registry's store by URL, for another process."""
+        return function_provider(cfg.stateStorage, self.store if store_url is None else store_url,
+                                 self.providers.default)
+
     def provider_for(self, cfg: FunctionConfig) -> StateStoreProvider:
-        if cfg.stateStorage is None:
-            return self.providers.get()
-        return self.providers.get(*function_provider(cfg.stateStorage, self.store))
+        return self.providers.get(*self.state_provider(cfg))
 
     def state_store(self, tenant: str, namespace: str, name: str) -> StateStore:
         """The state of an existing function; :class:`NotFoundError` if the function does not exist."""

@@ -18,7 +18,7 @@ from statekeep.metadata.base import Closing
 from statekeep.state import ProviderPool
 from statekeep.state import typed
 from statekeep.state.base import StateEntry
-from statekeep.state.catalog import default_provider
+from statekeep.state.catalog import function_provider
 from statekeep.state.keys import encode_key
 from statekeep.state.records import counter_bytes
 from statekeep.state.shape import function_state_json, parse_function_state
@@ -40,16 +40,13 @@ class FunctionService(Closing):
              functions_root: str = DEFAULT_ROOT, default_storage: Mapping[str, Any] | None = None
              ) -> FunctionService:
         """Open the metadata store at ``metadata_url`` with a registry on it. The default state provider
-        lives on that same store: ``embedded`` on ``local://`` (the fast one), ``metadata`` elsewhere,
-        unless another is configured; ``default_storage``: the ``stateStorage`` functions created without one
-        get (see :class:`FunctionRegistry`). ``close()`` releases all."""
+        (``state_provider`` and its config as configured, completed by
+        :func:`~statekeep.state.catalog.function_provider`: ``embedded`` on ``local://``, ``metadata``
+        elsewhere, on that same store); ``default_storage``: the ``stateStorage`` functions created without
+        one get (see :class:`FunctionRegistry`). ``close()`` releases all."""
         store = open_store(metadata_url)
         try:
-            if state_provider is None:
-                state_provider = default_provider(store)[0]
-            if state_provider_config is None:
-                state_provider_config = {"store": store} if state_provider in ("metadata", "embedded") else {}
-            pool = ProviderPool(state_provider, state_provider_config)
+            pool = ProviderPool(*function_provider(None, store, (state_provider, state_provider_config)))
             pool.get()  # a bad default provider fails here, not at the first request
         except BaseException:
             store.close()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.state.partitioned.keygroups import KEY_GROUPS
+from statekeep.state.keygroups import KEY_GROUPS
 
 #: how the runtime decodes a record (see runtime.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
 #: Arrow gives them (a dict per record; ``process_batch`` gets the Arrow table as it is)

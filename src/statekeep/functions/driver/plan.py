@@ -32,7 +32,7 @@ from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.stats import add_batch
 from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
 from statekeep.functions.windowing.timerun import routing
-from statekeep.state.partitioned.keygroups import spark_routes
+from statekeep.state.keygroups import spark_routes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def route_column(groups: int, parallelism: int) -> Column:
     """The column ``repartition(parallelism, column)`` sends each record to the partition owning its key's
-    group by (see :mod:`statekeep.state.partitioned.keygroups`; a record without a key goes to 0)."""
+    group by (see :mod:`statekeep.state.keygroups`; a record without a key goes to 0)."""
     from pyspark.sql import functions as F
 
     routes = spark_routes(parallelism)

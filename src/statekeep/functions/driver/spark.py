@@ -29,7 +29,6 @@ from statekeep.functions.messaging.topics import default_root, is_topic
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, time_section,
                                          with_clock_source)
 from statekeep.retry import OUTAGE
-from statekeep.state.catalog import function_provider
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -442,8 +441,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     entry = registry.catalog.get(tenant, namespace, name)
     version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
     code = registry.get_code(tenant, namespace, name).decode()
-    provider, provider_config = function_provider(cfg.stateStorage, metadata_url,
-                                                  (registry.providers.default_name, {"metadata_url": metadata_url}))
+    provider, provider_config = registry.state_provider(cfg, metadata_url)
     input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
     if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
         input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages

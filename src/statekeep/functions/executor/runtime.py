@@ -124,11 +124,12 @@ class RecordPath:
     and of :func:`statekeep.functions.admin.lifecycle.trigger` (a one-record run). Its steps, each here once:
     decode (:attr:`decode`: JSON as ``json.loads``, a message through its input's serde, text as it is;
     :func:`records_table` for ``process_batch``), state (``state``, the batch's buffer, which the caller
-    prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records`, :meth:`run_table`,
-    then :meth:`finish`), outputs (:attr:`outputs` as the output holds them, :attr:`fired` by timers and
-    windows, :attr:`dead` letters; :meth:`output`) and errors (:class:`FunctionRecordError` naming the
-    record, or the spec's retries, skips and dead letters). ``wrap=False`` keeps results as returned (the
-    trigger's answer). :class:`FunctionLoadError` if a ``message`` input's serde cannot be loaded.
+    prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records` through the one
+    per-record :meth:`loop`, :meth:`run_table`, then :meth:`finish`), outputs (:attr:`outputs` as the output
+    holds them, :attr:`fired` by timers and windows, :attr:`dead` letters; :meth:`output`) and errors
+    (:class:`FunctionRecordError` naming the record, or the spec's retries, skips and dead letters).
+    ``wrap=False`` keeps results as returned (the trigger's answer). :class:`FunctionLoadError` if a
+    ``message`` input's serde cannot be loaded.
     """
 
     __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
@@ -181,51 +182,52 @@ class RecordPath:
             self.process = timed.process
 
     def run_records(self, records: list[Any], record_keys: list[Any] | None = None, *, careful: bool = False) -> None:
-        """Run the function on each record, in order. Not ``careful``: the first failing record (its decode
-        too) raises :class:`FunctionRecordError`. ``careful`` (the spec's ``skip_errors``, ``max_retries``,
-        ``dead_letter`` or ``timeout_ms``; ``state`` a :class:`JournaledState`): a record that raises, or
-        takes longer than ``timeout_ms``, is a user exception whose state changes and published messages
-        are taken back; it is retried up to ``max_retries`` times, then written to ``dead`` if the spec
-        has a dead letter, else skipped (``max_retries`` set or ``skip_errors``), else it raises."""
-        context, process, decode, append, wrap = (self.context, self.process, self.decode, self.outputs.append,
-                                                   self.wrap)
-        self.stats.received += len(records)
-        timed = self.timed
+        """Run the function on each record, in order, through :meth:`loop`. Not ``careful``: the first failing
+        record (its decode too) raises :class:`FunctionRecordError`. ``careful`` (the spec's ``skip_errors``,
+        ``max_retries``, ``dead_letter`` or ``timeout_ms``; ``state`` a :class:`JournaledState`): a record that
+        raises, or takes longer than ``timeout_ms``, is a user exception whose state changes and published
+        messages are taken back; it is retried up to ``max_retries`` times, then written to ``dead`` if the spec
+        has a dead letter, else skipped (``max_retries`` set or ``skip_errors``), else it raises. A
+        :attr:`~statekeep.functions.windowing.windows.Windows.bulk` windowed function (``record_keys`` given)
+        adds each record to its window in the loop itself (:meth:`Windows.bulk_process`)."""
+        stats, timed = self.stats, self.timed
+        stats.received += len(records)
+        given_up = stats.skipped + stats.dead_letters
         if careful:
-            self._run_careful(records)
+            self.loop(records, self._careful(), _identity)  # the careful call decodes: a malformed record fails in it
         elif timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
-            def one(position: int, record: Any) -> None:  # the loop's body below, for add_all's records off its path
-                context.position = position
-                try:
-                    result = process(decode(record), context)
-                except Exception as e:
-                    raise self._record_error(position, e) from None
-                if result is not None:
-                    append(wrap(result))
-
-            timed.windows.add_all(records, record_keys, decode, one)  # tumbling windows: one loop
-            self.stats.processed += len(records)
+            process, observe = timed.windows.bulk_process(record_keys, self.process)
+            self.loop(records, process, self.decode)
+            observe()
         else:
-            for position, record in enumerate(records):  # written out: no call per record beyond the function's
-                context.position = position
-                try:  # a malformed record is a failing record too
-                    result = process(decode(record), context)
-                except Exception as e:
-                    raise self._record_error(position, e) from None
-                if result is not None:
-                    append(wrap(result))
-            self.stats.processed += len(records)
-        context.position = -1
+            self.loop(records, self.process, self.decode)
+        stats.processed += len(records) - (stats.skipped + stats.dead_letters - given_up)
+        self.context.position = -1
 
-    def _run_careful(self, records: list[Any]) -> None:
-        spec, stats, context, state, process, decode = (self.spec, self.stats, self.context, self.state,
-                                                        self.process, self.decode)
+    def loop(self, records: list[Any], process: Callable[[Any, Any], Any], decode: Callable[[Any], Any]) -> None:
+        """THE per-record loop: ``process(decode(record), context)`` for each record, in order, with
+        ``context.position`` its position; a result that is not None is an output record. The first record
+        whose decode or call raises fails the run: :class:`FunctionRecordError` naming it."""
+        context, append, wrap = self.context, self.outputs.append, self.wrap
+        for position, record in enumerate(records):  # written out: no call per record beyond the function's
+            context.position = position
+            try:  # a malformed record is a failing record too
+                result = process(decode(record), context)
+            except Exception as e:
+                raise self._record_error(position, e) from None
+            if result is not None:
+                append(wrap(result))
+
+    def _careful(self) -> Callable[[Any, Any], Any]:
+        """The per-record call of a careful run (see :meth:`run_records`), given the record undecoded: a user
+        exception is rolled back and retried, then dead-lettered or skipped (None: no output), or raised."""
+        spec, stats, state, process, decode = self.spec, self.stats, self.state, self.process, self.decode
         assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
         retries, timeout = spec.max_retries or 0, spec.timeout_ms or 0
         skips = spec.skip_errors or spec.max_retries is not None
         clock = time.perf_counter
-        for position, record in enumerate(records):
-            context.position = position
+
+        def careful(record: Any, context: Any) -> Any:
             attempt = 0
             while True:
                 state.begin()
@@ -235,10 +237,11 @@ class RecordPath:
                     result = process(decode(record), context)
                     if timeout and (clock() - start) * 1000 > timeout:
                         raise ProcessingTimeout(f"processing took longer than timeoutMs={timeout}")
+                    return result
                 except Exception as e:
                     state.rollback()
                     del context.published[mark:]
-                    message = f"batch {self.batch_id}, partition {self.partition}, record {position}: " \
+                    message = f"batch {self.batch_id}, partition {self.partition}, record {context.position}: " \
                               f"{type(e).__name__}: {e}"
                     stats.user_exception(message)
                     if attempt < retries:
@@ -253,12 +256,10 @@ class RecordPath:
                         if len(stats.errors) < MAX_EXCEPTIONS:
                             stats.errors.append(message)
                     else:
-                        raise self._record_error(position, e) from None
-                    break
-                stats.processed += 1
-                if result is not None:
-                    self.outputs.append(self.wrap(result))
-                break
+                        raise  # the loop fails the run on it
+                    return None
+
+        return careful
 
     def _record_error(self, position: int, error: Exception) -> FunctionRecordError:
         """The error failing the run on the record at ``position`` (made inside its ``except``)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.validate import check_int
-from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.keygroups import key_group
 from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_key,
                                        group_key, has_expiry_key, shard_key, shard_of, wall_clock_ms)
 

@@ -20,7 +20,7 @@ from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.config.windowconfig import user_lag_ms
 from statekeep.functions.windowing.windows import Aggregate, Window, Windows
-from statekeep.state.partitioned.keygroups import KEY_GROUPS, group_range, key_group, owner
+from statekeep.state.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
 #: the clock of every run in this process (tests replace it to move time without waiting)

@@ -231,30 +231,38 @@ class Windows:
 
     @property
     def bulk(self) -> bool:
-        """Whether :meth:`add_all` applies: tumbling time windows on an ``eventTimeField`` (no extractor)."""
+        """Whether :meth:`bulk_process` applies: tumbling time windows on an ``eventTimeField`` (no extractor)."""
         return self.tumbling and bool(self.event_field) and self.extractor is None
 
-    def add_all(self, records: list[Any], keys: list[Any], decode: Callable[[Any], Any],
-                general: Callable[[int, Any], None]) -> None:
-        """:meth:`add_tumbling` for a partition's records (each decoded by ``decode``, its key in ``keys``)
-        in one loop, the record loop of a :attr:`bulk` windowed function. A record off the common path
-        (no key, malformed, no int event time, late) goes to ``general(position, record)``, the runtime's
-        per-record path, which does for it what it does for any record (and raises its error)."""
+    def bulk_process(self, keys: list[Any], general: Callable[[Any, Any], Any]
+                     ) -> tuple[Callable[[Any, Any], Any], Callable[[], None]]:
+        """The per-record call of a :attr:`bulk` windowed function in the runtime's record loop, and what to
+        call after the loop: :meth:`add_tumbling` of each decoded record (its key the next of ``keys``),
+        the event times observed once, the largest, after the loop. A record off the common path (no key, no
+        int event time, late) goes to ``general(value, context)``, the runtime's per-record call, which does
+        for it what it does for any record (and raises its error)."""
         field, add = self.event_field, self.add_tumbling
-        largest = None
-        for position, record in enumerate(records):
-            key = keys[position]
+        next_key = iter(keys).__next__  # the loop calls once per record, in order
+        largest: int | None = None
+
+        def process(value: Any, context: Any) -> Any:
+            nonlocal largest
+            key = next_key()
             try:
-                ts = (value := decode(record))[field]
+                ts = value[field]
             except Exception:  # noqa: BLE001 - the general path reports it
                 ts = None
             if key is None or ts.__class__ is not int or add(key, value, ts) is None:  # None: late, not added
-                general(position, record)
-                continue
+                return general(value, context)
             if largest is None or ts > largest:
                 largest = ts
-        if largest is not None:
-            self.time.observe(largest)
+            return None
+
+        def observe() -> None:
+            if largest is not None:
+                self.time.observe(largest)
+
+        return process, observe
 
     def add(self, key: str, record: Any, ts: int) -> Fired | None:
         """Put ``record`` (event time ``ts``) into its windows; returns the count windows it completes

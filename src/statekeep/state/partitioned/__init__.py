@@ -5,13 +5,18 @@
 
 Per-key providers write every changed key into the coordination store, which caps a cluster at that
 store's write rate and memory. Here, as in Spark's, Flink's and Kafka Streams' state stores, a
-function's keys hash to a fixed number of key groups (:mod:`.keygroups`), each partition of the running
-function owns a range of them, and a partition's state lives in an embedded LMDB on the local disk of
-the machine that runs its task (a cache, :mod:`.partition`). Its truth is in shared storage under
-``state_dir`` (any fsspec URL: a shared directory, ``s3://``, ``hdfs://``): one segment blob per
-commit and snapshots. The coordination store holds only each partition's small manifest
-(:mod:`.manifest`), compare-and-set once per commit: the number of writes per (batch, partition) is
-constant, whatever the number of keys.
+function's keys hash to a fixed number of key groups (:mod:`statekeep.state.keygroups`), each
+partition of the running function owns a range of them, and a partition's state lives in an embedded
+LMDB on the local disk of the machine that runs its task (a cache, :mod:`.partition`). Its truth is in
+shared storage under ``state_dir`` (any fsspec URL: a shared directory, ``s3://``, ``hdfs://``): one
+segment blob per commit and snapshots (:mod:`.entries`). The coordination store holds only each
+partition's small manifest (:mod:`.manifest`), compare-and-set once per commit: the number of writes
+per (batch, partition) is constant, whatever the number of keys.
+
+The files, as every provider's: :mod:`.provider` (the provider), :mod:`.store` (a function's state as
+REST, the CLI and followers see it), :mod:`.changelog` (its per-partition changelog); and its own:
+:mod:`.task` (what a Spark task sees: its partition), :mod:`.partition` (the local copy and the commit),
+:mod:`.manifest`, :mod:`.entries` and :mod:`.restore` (the one restore path of tasks and followers).
 
 Config: ``state_dir`` (required), ``metadata_url`` or ``store`` (the coordination store),
 ``key_groups`` (default 128; fixed once the function's state exists), ``cache_dir`` (the local
@@ -22,7 +27,9 @@ copies; default ``$STATEKEEP_STATE_CACHE`` or a directory under the system's tem
 import os
 from typing import Any
 
-from statekeep.state.partitioned.provider import PartitionedStateProvider, PartitionedStateStore, PartitionTask
+from statekeep.state.partitioned.provider import PartitionedStateProvider
+from statekeep.state.partitioned.store import PartitionedStateStore
+from statekeep.state.partitioned.task import PartitionTask
 
 __all__ = ["PartitionTask", "PartitionedStateProvider", "PartitionedStateStore", "state_storage"]
 

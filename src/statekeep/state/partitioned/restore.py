@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from statekeep.state.partitioned.entries import SEGMENT, SNAPSHOT, Source, decode
-from statekeep.state.partitioned.keygroups import key_group
+from statekeep.state.keygroups import key_group
 from statekeep.state.partitioned.manifest import Blob, Manifest
 
 Pairs = Iterator[tuple[bytes, bytes]]

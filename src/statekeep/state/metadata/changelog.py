@@ -1,5 +1,5 @@
 """The changelog side of the ``metadata`` provider (KIP-813): position, counting and compaction over
-the ``log/r<offset>`` nodes. Mixed into :class:`~statekeep.state.metadata_provider.MetadataStateStore`.
+the ``log/r<offset>`` nodes. Mixed into :class:`~statekeep.state.metadata.store.MetadataStateStore`.
 
 - The epoch is ``"<creation ms of the log node>:<its token>"``; both go with ``cleanup``. The log node
   is created before the first write of each incarnation holding a random token, so the epoch changes

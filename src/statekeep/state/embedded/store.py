@@ -1,24 +1,5 @@
-"""The ``embedded`` state provider: function state in the ``local://`` store's own LMDB file.
-
-    provider = open_provider("embedded", {"metadata_url": "local:///var/lib/statekeep"})
-
-Why it exists: the ``metadata`` provider stores each key as a metadata node and each write as a
-compare-and-set ``multi`` with a sequential changelog node, which is portable but costs tens of
-microseconds of bookkeeping per key. A Spark micro-batch writes tens of thousands of keys per task;
-here a whole batch is one LMDB transaction of plain puts (``benchmarks/state.py`` has the figures).
-It needs a store with an embedded engine (:mod:`statekeep.metadata.embedded`: the ``embedded_state``
-capability, e.g. ``local://``; several processes may share it: LMDB serializes writers), and writes
-share the store's group commit, so every write is durable when it returns.
-
-Layout, in three databases of the store's environment; ``F`` is ``tenant \\0 namespace \\0 name \\0``:
-
-- ``state``: ``F + key (UTF-8)`` -> ``version (8 bytes) + tagged value`` (:mod:`statekeep.state.records`);
-- ``changelog``: ``F + offset (8 bytes)`` -> a changelog record; offsets rise by one per record;
-- ``state_meta``: ``F + b"m" + marker`` for applied batches, ``F + b"o"`` the next offset, and the
-  changelog's epoch, compaction point and purge point (:mod:`statekeep.state.embedded_changelog`).
-
-Keys follow the same rules as every provider (:func:`statekeep.state.keys.encode_key`).
-"""
+"""A function's state in the ``local://`` store's LMDB file: :class:`EmbeddedStateStore` (see the
+package docstring for the layout)."""
 
 from __future__ import annotations
 
@@ -27,13 +8,13 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from statekeep.errors import InvalidArgumentError
 from statekeep.lru import remember
-from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, has_embedded_engine, transaction,
+from statekeep.metadata.base import MetadataStore
+from statekeep.metadata.embedded import (FORK_GATE, embedded_engine, transaction,
                                          uncounted_read)
 from statekeep.state import records
-from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, StoreBackedProvider, validate_batch
-from statekeep.state.embedded_changelog import EmbeddedChangelog, read_entries, scan_in
+from statekeep.state.base import BatchLimits, EntryStateStore, StateEntry, validate_batch
+from statekeep.state.embedded.changelog import EmbeddedChangelog, read_entries, scan_in
 from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
@@ -92,10 +73,10 @@ DATABASES = (b"state", b"changelog", b"state_meta")
 class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
     provider_name = "embedded"
 
-    def __init__(self, provider: EmbeddedStateProvider, tenant: str, namespace: str, name: str) -> None:
+    def __init__(self, store: MetadataStore, tenant: str, namespace: str, name: str) -> None:
+        """The state of ``tenant/namespace/name`` in the LMDB file of ``store`` (a store with an embedded engine)."""
         super().__init__(tenant, namespace, name)
-        assert provider.store is not None  # handles come from an initialized provider
-        engine = embedded_engine(provider.store)
+        engine = embedded_engine(store)
         self._engine, self._env = engine, engine.env
         self._state, self._changelog, self._meta = (engine.open_db(name) for name in DATABASES)
         self._prefix = f"{tenant}\0{namespace}\0{name}\0".encode()
@@ -104,7 +85,7 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
         self._hot_values: dict[str, tuple[bytes, bytes, bytes | None]] = {}
         self._hot_counters: dict[str, tuple[bytes, bytes, int]] = {}
         self._begin = self._env.begin
-        self.max_value_size = provider.store.max_value_size
+        self.max_value_size = store.max_value_size
 
     @property
     def batch_limits(self) -> BatchLimits:
@@ -271,35 +252,3 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
                     found = cursor.delete()  # moves to the next key
 
         self._write(work)
-
-
-class EmbeddedStateProvider(StoreBackedProvider):
-    """State in the LMDB file of a store with an embedded engine (``local://``); see the module docstring.
-
-    Config: ``metadata_url`` (the URL of such a store, opened and closed by the provider) or ``store``
-    (an open one shared with the caller)."""
-
-    name = "embedded"
-    nonblocking_reads = True
-
-    def init(self, config: Mapping[str, Any]) -> None:
-        if not isinstance(config, Mapping) or set(config) - {"metadata_url", "store"}:
-            raise InvalidArgumentError("the embedded provider takes 'metadata_url' (local://...) or 'store'")
-        missing = "the embedded provider needs the 'metadata_url' of a store with an embedded engine (local://...)"
-        url = config.get("metadata_url")
-        if config.get("store") is None and isinstance(url, str) and not has_embedded_engine(url):
-            raise InvalidArgumentError(missing)  # the backend's capability, before opening
-        self.store = self._config_store(config, missing)
-        try:
-            engine = embedded_engine(self.store)  # InvalidArgumentError for a store without one
-            for db in DATABASES:  # now, not on a first read (a server's may come on its event loop)
-                engine.open_db(db)
-        except BaseException:
-            self.close()
-            raise
-
-    def get_state_store(self, tenant: str, namespace: str, name: str) -> EmbeddedStateStore:
-        return EmbeddedStateStore(self, *self._names(tenant, namespace, name))
-
-    def cleanup(self, tenant: str, namespace: str, name: str) -> None:
-        self.get_state_store(tenant, namespace, name).cleanup()

@@ -145,7 +145,7 @@ def _overlapped(fn: Callable[[int], object], n: int) -> None:
 
 class StagingTarget(Protocol):
     """What staged batches need of the state store they commit for (the ``metadata`` provider's
-    :class:`~statekeep.state.metadata_provider.MetadataStateStore`): where it keeps things, and its
+    :class:`~statekeep.state.metadata.store.MetadataStateStore`): where it keeps things, and its
     one-write apply of a group of items (which retries lost races and calls ``done()`` to tell a group
     another applier already applied)."""
 

@@ -1,4 +1,4 @@
-"""The function state contract (after Pulsar PIP-312): :class:`StateStore` and :class:`StateStoreProvider`.
+"""A function's state store, the contract (after Pulsar PIP-312): :class:`ReadableStateStore` and :class:`StateStore`.
 
 Every provider guarantees, and ``tests/contract/test_state_contract.py`` checks:
 
@@ -35,20 +35,16 @@ Every provider guarantees, and ``tests/contract/test_state_contract.py`` checks:
 from __future__ import annotations
 
 import abc
-import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import NamedTuple
 
-from statekeep.errors import (AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError,
-                              UnsupportedCapabilityError)
-from statekeep.metadata import MetadataStore, open_store
+from statekeep.errors import InvalidArgumentError, UnsupportedCapabilityError
 from statekeep.metadata.base import Closing
-from statekeep.metadata.types import validate_value as validate_value  # one rule for metadata and state values
-from statekeep.metadata.types import validate_version
-from statekeep.state.keys import check_keys, encode_key, validate_name
-from statekeep.state.records import (COUNTER_MAX, COUNTER_MIN, ChangelogRecord, decode_counter, encode_bytes,
-                                     encode_counter, entry_counter, entry_version, plan_batch)
+from statekeep.state.base.capabilities import PER_KEY, Capability
+from statekeep.state.base.task import TaskState
+from statekeep.state.keys import check_keys
+from statekeep.state.records import ChangelogRecord, decode_counter
 from statekeep.state.records import StateEntry as StateEntry  # defined with its codec; imported from here too
 from statekeep.validate import check_int
 
@@ -95,71 +91,6 @@ class BatchLimits:
 
     max_keys: int
     max_bytes: int
-
-
-def validate_amount(amount: object, what: str = "counter amount") -> int:
-    amount = check_int(amount, what)
-    if not COUNTER_MIN <= amount <= COUNTER_MAX:
-        raise InvalidArgumentError(f"a {what} must fit a signed 64-bit integer, got {amount}")
-    return amount
-
-
-def validate_amounts(amounts: Mapping[str, object], what: str = "counter delta") -> dict[str, int]:
-    """:func:`validate_amount` of every value of ``amounts``, as a new dict. The common case (plain
-    ints within 64 bits) is checked in bulk; otherwise each is checked, raising for the first bad one."""
-    values: Any = amounts.values()
-    if all(a.__class__ is int for a in values) and (
-            not values or (COUNTER_MIN <= min(values) and max(values) <= COUNTER_MAX)):
-        return dict(amounts)  # type: ignore[arg-type]  # every value is an int, just checked
-    return {k: validate_amount(a, what) for k, a in amounts.items()}
-
-
-def validate_batch(puts: object, counters: object, max_size: int) -> tuple[dict[str, bytes | None], dict[str, int]]:
-    """The arguments of ``apply_batch``, checked before anything is written: ``(values, deltas)``, the
-    values as stored values (None: delete). :class:`InvalidArgumentError` for an argument that is not
-    a mapping or a bad key, as :func:`validate_value` and :func:`validate_amounts` for the rest."""
-    if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
-        raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
-    check_keys([*puts, *counters])
-    values = {k: None if v is None else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
-    return values, validate_amounts(counters)
-
-
-def check_expected_version(key: str, current: int | None, expected: int | None) -> None:
-    """The condition of a write with ``expected_version``, for a key now at version ``current`` (None:
-    absent); every provider checks it here. ``expected`` None: none; -1: the key must be absent
-    (:class:`AlreadyExistsError`); N: it must be at version N (:class:`NotFoundError` if absent,
-    :class:`BadVersionError` otherwise)."""
-    if expected is None:
-        return
-    if expected == -1:
-        if current is not None:
-            raise AlreadyExistsError(f"state key {key!r} exists (expected it absent)")
-    elif current is None:
-        raise NotFoundError(f"state key {key!r} does not exist (expected version {expected})")
-    elif current != expected:
-        raise BadVersionError(f"state key {key!r} is at version {current}, not {expected}")
-
-
-class Capability(str, enum.Enum):
-    """What a state provider can do beyond reading and writing keys (after tooz's ``Characteristics``):
-    declared in ``capabilities`` by the provider and its stores, checked by callers (``Capability.X in
-    state.capabilities``) instead of catching an error; a call to an absent one raises
-    :class:`UnsupportedCapabilityError` (:meth:`ReadableStateStore.require`)."""
-
-    #: ``read_changelog`` / ``read_partition_changelog`` return the records (KIP-813)
-    CHANGELOG_READ = "changelog_read"
-    #: ``apply_batch(marker=)`` and ``has_marker`` on the store itself (otherwise only through ``task``)
-    MARKERS = "markers"
-    #: ``compact_changelog`` removes superseded records (otherwise the provider compacts on its own)
-    COMPACTION = "compaction"
-    #: partitions own key groups: ``partitioning`` decides the micro-batch's layout and the changelog
-    #: has one position per partition
-    PARTITIONED = "partitioned"
-
-
-#: What the per-key providers (``metadata``, ``embedded``) offer.
-PER_KEY = frozenset({Capability.CHANGELOG_READ, Capability.MARKERS, Capability.COMPACTION})
 
 
 class ReadableStateStore(Closing):
@@ -286,31 +217,6 @@ def check_partition(partition: object, partitions: int) -> int:
     return check_int(partition, "changelog partition", minimum=0, maximum=partitions - 1)
 
 
-class TaskState(Protocol):
-    """All the runtime sees of a function's state: that of one Spark task, the (batch, partition)
-    :meth:`StateStore.task` returns. Per-key stores are their own one-partition task (any key);
-    partition-owned state gives each partition its own (its key groups' keys only).
-
-    - ``fetch_many``: read many keys at once (``{key: (value or None, counter or None)}``).
-    - ``has_marker(marker)``: whether this (batch, partition) was applied.
-    - ``scan(prefix)``: ``(key, value)`` of the keys starting with ``prefix``, in key order (of the task's own
-      key groups: typed variables' maps, whose entries are all in their record key's group).
-    - ``apply_batch(puts, counters, marker)``: commit the changes, their changelog records and the
-      marker in one atomic write: True (applied), False (already applied: nothing written), or
-      :class:`StateConflictError` (state the task read changed since: nothing written, run it again)."""
-
-    max_value_size: int
-
-    def has_marker(self, marker: str) -> bool: ...
-
-    def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]: ...
-
-    def scan(self, prefix: str = "") -> Iterator[tuple[str, bytes]]: ...
-
-    def apply_batch(self, puts: Mapping[str, bytes | None], counters: Mapping[str, int],
-                    marker: str | None = None) -> bool: ...
-
-
 class StateStore(ReadableStateStore):
     """One function's state, read and written (the leader's). Thread-safe; see the module docstring."""
 
@@ -407,51 +313,6 @@ class StateStore(ReadableStateStore):
         return changed
 
 
-class EntryStateStore(StateStore):
-    """A store keeping every key as a stored entry (:mod:`statekeep.state.records`; the embedded and
-    partitioned providers): each single-key write is planned by :func:`records.plan_batch` inside the
-    store's own atomic write, :meth:`_write_key`."""
-
-    @abc.abstractmethod
-    def _write_key(self, key: str, expected: int | None, values: Mapping[str, bytes | None],
-                   deltas: Mapping[str, int]) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
-        """In one write: :meth:`_plan_key` over the current stored entries, then write the changes;
-        returns what :meth:`_plan_key` did."""
-
-    @staticmethod
-    def _plan_key(get: Callable[[bytes], bytes | None], key: str, expected: int | None,
-                  values: Mapping[str, bytes | None], deltas: Mapping[str, int],
-                  now_ms: int) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
-        """``key``'s stored entry before (:func:`check_expected_version` of ``expected`` on it) and the
-        changes of ``values`` and ``deltas`` (:func:`records.plan_batch`), raising before any write."""
-        raw = get(key.encode())
-        check_expected_version(key, None if raw is None else entry_version(raw), expected)
-        return raw, plan_batch(get, values, deltas, now_ms)
-
-    def put(self, key: str, value: bytes, *, expected_version: int | None = None) -> int:
-        return self._set(key, encode_bytes(validate_value(value, self.max_value_size)), expected_version)
-
-    def set_counter(self, key: str, value: int, *, expected_version: int | None = None) -> int:
-        return self._set(key, encode_counter(validate_amount(value, "counter value")), expected_version)
-
-    def _set(self, key: str, stored: bytes, expected_version: int | None) -> int:
-        encode_key(key)
-        changes = self._write_key(key, validate_version(expected_version), {key: stored}, {})[1]
-        return entry_version(changes[0][1])
-
-    def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        encode_key(key)
-        expected = validate_version(expected_version)
-        if expected == -1:
-            raise InvalidArgumentError("delete takes expected_version None or >= 0")
-        return self._write_key(key, expected, {key: None}, {})[0] is not None
-
-    def incr(self, key: str, amount: int = 1) -> int:
-        encode_key(key)
-        changes = self._write_key(key, None, {}, {key: validate_amount(amount)})[1]
-        return entry_counter(key, changes[0][1])
-
-
 def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
                   ) -> Iterator[tuple[str, StateEntry | None, StateEntry | None]]:
     """Join two key-ordered entry streams: ``(key, wanted entry or None, current entry or None)``.
@@ -474,67 +335,3 @@ def merge_entries(wanted: Iterable[StateEntry], current: Iterable[StateEntry]
         else:
             yield want.key, want, have
             last, want, have = raw, next(want_iter, None), next(have_iter, None)
-
-
-class StateStoreProvider(Closing):
-    """Creates each function's :class:`StateStore` (Pulsar's ``StateStoreProvider``).
-
-    ``init(config)`` is called once before anything else (``open_provider`` calls it); ``cleanup``
-    deletes all of a function's state (called when the function is deleted; a no-op if there is none);
-    ``close`` releases the provider's resources. Providers register by name: see
-    :mod:`statekeep.state.registry`.
-    """
-
-    #: Registered name, e.g. "metadata".
-    name: ClassVar[str] = ""
-    #: True when reads are local and never block on the network (the REST server then reads inline).
-    nonblocking_reads: bool = False
-    #: what its stores can do (see :class:`Capability`)
-    capabilities: ClassVar[frozenset[Capability]] = PER_KEY
-
-    @abc.abstractmethod
-    def init(self, config: Mapping[str, Any]) -> None: ...
-
-    @abc.abstractmethod
-    def get_state_store(self, tenant: str, namespace: str, name: str) -> StateStore: ...
-
-    @abc.abstractmethod
-    def cleanup(self, tenant: str, namespace: str, name: str) -> None: ...
-
-    def close(self) -> None:
-        """Release resources; stores obtained from this provider stop working."""
-
-
-class StoreBackedProvider(StateStoreProvider):
-    """A provider keeping its state in a metadata store: the config's open ``store`` (the caller's,
-    left open) or the one its ``metadata_url`` names (opened by :meth:`_config_store`, closed by
-    :meth:`close`)."""
-
-    def __init__(self) -> None:
-        self.store: MetadataStore | None = None
-        self._owns_store = False
-
-    def _config_store(self, config: Mapping[str, Any], missing: str) -> MetadataStore:
-        """``config``'s ``store``, else the store its ``metadata_url`` names, opened here;
-        :class:`InvalidArgumentError` (``missing``) without either, or for a ``store`` that is not one."""
-        store = config.get("store")
-        if store is None:
-            url = config.get("metadata_url")
-            if not isinstance(url, str):
-                raise InvalidArgumentError(missing)
-            store, self._owns_store = open_store(url), True
-        elif not isinstance(store, MetadataStore):
-            raise InvalidArgumentError(f"'store' must be an open statekeep MetadataStore, not {type(store).__name__}")
-        return store
-
-    def _names(self, tenant: str, namespace: str, name: str) -> tuple[str, str, str]:
-        """A function's names, validated; :class:`InvalidArgumentError` before :meth:`init`."""
-        if self.store is None:
-            raise InvalidArgumentError("the provider was not initialized: call init(config) first")
-        return (validate_name(tenant, "tenant"), validate_name(namespace, "namespace"),
-                validate_name(name, "function name"))
-
-    def close(self) -> None:
-        if self._owns_store and self.store is not None:
-            self.store.close()
-        self.store = None

@@ -1,32 +1,5 @@
-"""The ``metadata`` state provider: each function's state in its own subtree of any metadata store.
-
-    provider = open_provider("metadata", {"metadata_url": "etcd://127.0.0.1:2379/sk"})
-
-Config: ``metadata_url`` (a store URL; the provider opens and closes it) or ``store`` (an open
-:class:`MetadataStore` shared with the caller, who closes it); ``root`` (default ``/statekeep/state``);
-``max_value_size`` (only lowers the backend-derived limit); ``retry_seconds`` (default 30: how long a
-write keeps retrying lost compare-and-set races before raising :class:`BadVersionError`).
-
-Layout, under ``ROOT/TENANT/NAMESPACE/NAME`` (``cleanup`` removes exactly this subtree):
-
-- ``kv/<segment>``: one key (``segment`` from :func:`statekeep.state.keys.encode_key`), its value in
-  the tagged form of :mod:`statekeep.state.records`; the key's version is the metadata version.
-- ``log/r<10 digits>``: changelog records, created by sequential puts in the same ``multi`` as the
-  change, so offsets rise with commit order (gaps possible; ZooKeeper numbers restart after cleanup).
-- ``applied/<segment>``: one empty key per applied ``apply_batch`` marker (kept until cleanup).
-- ``compaction``: the changelog's compaction and purge points (:mod:`statekeep.state.metadata_changelog`).
-
-Every write is a compare-and-set on the key's version, retried on a lost race, so ``incr`` is exact
-across processes and each changelog record carries the version its change produced.
-
-Batch limits (``batch_limits``), conservative for the backends' defaults: etcd at most 27 keys
-(``--max-txn-ops`` 128: a created key costs two operations, its record two more, plus the marker
-and missing parents) and 1.5 MiB; ZooKeeper 1000 keys and ``jute.maxbuffer`` (1 MiB) for the whole
-request; memory and local 10000 keys and 64 MiB. A value and its changelog copy travel in one
-request, so ``max_value_size`` is about half the request limit on ZooKeeper and etcd. A batch
-within them is one ``multi``; a larger one is staged, committed by one write and applied in
-groups within them (:mod:`statekeep.state.staged`), with the same exactly-once guarantee.
-"""
+"""A function's state in a metadata store subtree: :class:`MetadataStateStore` (see the package
+docstring for the layout)."""
 
 from __future__ import annotations
 
@@ -39,15 +12,14 @@ from typing import Any
 from statekeep.errors import (AlreadyExistsError, BadVersionError, CounterOverflowError, InvalidArgumentError,
                               NotFoundError)
 from statekeep.metadata import Delete, GetResult, MetadataStore, Op, Put
-from statekeep.metadata.types import validate_path, validate_version
-from statekeep.lru import BoundedLRU
+from statekeep.metadata.types import validate_version
 from statekeep.retry import DEFAULT as RETRY
-from statekeep.state import records, staged
-from statekeep.state.base import (BatchLimits, StateEntry, StateStore, StoreBackedProvider, check_expected_version,
+from statekeep.state import records
+from statekeep.state.metadata import staged
+from statekeep.state.base import (BatchLimits, StateEntry, StateStore, check_expected_version,
                                   validate_amount, validate_amounts, validate_value)
-from statekeep.state.keys import MAX_SEGMENT, check_scan, decode_key, encode_key, encode_prefix
-from statekeep.state.metadata_changelog import MetadataChangelog
-from statekeep.validate import check_int
+from statekeep.state.keys import check_scan, decode_key, encode_key, encode_prefix
+from statekeep.state.metadata.changelog import MetadataChangelog
 
 DEFAULT_ROOT = "/statekeep/state"
 #: keys (or changelog records) a scan reads per get_many: one round trip per page on a server store
@@ -65,18 +37,20 @@ class MetadataStateStore(MetadataChangelog, StateStore):
 
     provider_name = "metadata"
 
-    def __init__(self, provider: MetadataStateStoreProvider, tenant: str, namespace: str, name: str) -> None:
+    def __init__(self, store: MetadataStore, root: str, tenant: str, namespace: str, name: str, *,
+                 retry_seconds: float, max_value_size: int, limits: BatchLimits) -> None:
+        """The state of ``tenant/namespace/name`` under ``root`` of ``store``, with the provider's settings
+        (see :class:`~statekeep.state.metadata.provider.MetadataStateStoreProvider`)."""
         super().__init__(tenant, namespace, name)
-        assert provider.store is not None  # handles come from an initialized provider
-        self._store = provider.store
-        self._retry_seconds = provider.retry_seconds
-        self._retry = RETRY.bounded(seconds=provider.retry_seconds)
-        self.base = f"{provider.root}/{tenant}/{namespace}/{name}"
+        self._store = store
+        self._retry_seconds = retry_seconds
+        self._retry = RETRY.bounded(seconds=retry_seconds)
+        self.base = f"{root}/{tenant}/{namespace}/{name}"
         self._kv = self.base + "/kv/"
         self._log = self.base + "/log/r"
         self.applied_root = self.base + "/applied/"
-        self.max_value_size = provider.max_value_size
-        self._limits = provider.limits
+        self.max_value_size = max_value_size
+        self._limits = limits
         self._log_ready = False  # the changelog's parent exists, with this incarnation's token
 
     def _ensure_log(self) -> None:
@@ -255,7 +229,7 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                     marker: str | None = None) -> bool:
         """As :meth:`StateStore.apply_batch`, for a batch of any size: one that fits one write of the
         backend (:attr:`batch_limits`) goes in one ``multi``; a larger one is staged, committed by one
-        write and rolled forward (:mod:`statekeep.state.staged`), exactly once either way."""
+        write and rolled forward (:mod:`statekeep.state.metadata.staged`), exactly once either way."""
         if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
             raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
         values = {k: None if v is None else validate_value(v, self.max_value_size) for k, v in puts.items()}
@@ -333,50 +307,3 @@ class MetadataStateStore(MetadataChangelog, StateStore):
                     return False
                 currents = None
         raise self._gave_up(f"a batch of {len(items)} keys")
-
-
-class MetadataStateStoreProvider(StoreBackedProvider):
-    """State in a metadata store (any backend); see the module docstring."""
-
-    name = "metadata"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._handles: BoundedLRU[tuple[str, str, str], MetadataStateStore] = BoundedLRU(10_000)
-
-    def init(self, config: Mapping[str, Any]) -> None:
-        if not isinstance(config, Mapping):
-            raise InvalidArgumentError("the metadata state provider's config must be a mapping")
-        unknown = set(config) - {"metadata_url", "store", "root", "max_value_size", "retry_seconds"}
-        if unknown:
-            raise InvalidArgumentError(f"unknown metadata state provider options: {', '.join(sorted(unknown))}")
-        self.root = validate_path(config.get("root", DEFAULT_ROOT), allow_root=False)
-        self.retry_seconds = float(config.get("retry_seconds", 30.0))
-        self.store = store = self._config_store(config, "the metadata state provider needs 'metadata_url' (or 'store')")
-        # the backend's declared capabilities and limits, not its scheme: a third-party backend opts in
-        self.nonblocking_reads = "nonblocking_reads" in store.capabilities
-        max_keys = max(1, (store.max_multi_ops - _EXTRA_OPS) // _OPS_PER_KEY)
-        self.limits = BatchLimits(max_keys, store.max_request_bytes - 8192)
-        fits_store = store.max_value_size - records.RECORD_HEADER_SIZE - MAX_SEGMENT
-        fits_request = (self.limits.max_bytes - _PER_KEY_OVERHEAD) // 2
-        self.max_value_size = min(fits_store, fits_request)
-        wanted = config.get("max_value_size")
-        if wanted is not None:
-            check_int(wanted, "max_value_size", minimum=1)
-            self.max_value_size = min(self.max_value_size, wanted)
-
-    def get_state_store(self, tenant: str, namespace: str, name: str) -> MetadataStateStore:
-        # handles hold no state of their own (only paths), so one per function is shared
-        store = self._handles.get((tenant, namespace, name))  # None also for an unhashable name
-        if store is None:
-            self._names(tenant, namespace, name)  # says what is wrong with a bad name
-            store = self._handles.put((tenant, namespace, name), MetadataStateStore(self, tenant, namespace, name))
-        return store
-
-    def cleanup(self, tenant: str, namespace: str, name: str) -> None:
-        names = self._names(tenant, namespace, name)  # raises unless initialized
-        assert self.store is not None
-        self.store.delete_recursive(f"{self.root}/{'/'.join(names)}")
-        handle = self._handles.get((tenant, namespace, name))
-        if handle is not None:
-            handle._log_ready = False  # its next write starts a new incarnation, with a new token
