@@ -22,7 +22,7 @@ from statekeep.server import create_app
 from statekeep.server.ui.api import record_json
 from statekeep.state import typed
 from statekeep.state.partitioned import state_storage
-from statekeep.state.partitioned.keygroups import key_group, owner
+from statekeep.state.keygroups import key_group, owner
 from statekeep.state.timestate import recent_records, visible_records
 
 @pytest.fixture
