@@ -3,11 +3,11 @@
 A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). A time window's
 records are a list of their own (:func:`window_list`: one entry per record, appended without reading the
 others, so a window has no size limit but the store's); the key's entry holds only its windows' starts and
-record counts. Session and count windows keep their records in the key's entry. A time or session window of a
-function with an aggregate (:class:`Aggregate`) keeps its accumulator in the key's entry instead of records. A time or session window
-registers a window timer at its end, and fires (the function is called once with the window's records) when
-the watermark reaches it, in the batch whose write also deletes its records: so it fires exactly once, with
-exactly its records, across crashes and replays.
+record counts. Session and count windows keep their records in the key's entry. With an aggregate
+(:class:`Aggregate`), a time or session window keeps its accumulator in the key's entry instead of records.
+A time or session window registers a window timer at its end, and fires (the function is called once with
+the window's records) when the watermark reaches it, in the batch whose write also deletes its records: so it
+fires exactly once, with exactly its records, across crashes and replays.
 Count windows fire as their count is reached, in arrival order. A record whose every window the
 watermark has already passed is late: it enters no window.
 """
