@@ -55,8 +55,7 @@ PIPELINES: dict[str, Pipeline] = {
     "q0": Pipeline("bid", _one("q0.py"), ("q0_batch.py",)),
     "q1": Pipeline("bid", _one("q1.py"), ("q1_batch.py",)),
     "q2": Pipeline("bid", _one("q2.py"), ("q2_batch.py",)),
-    "q3": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS), Step("q3.py", "k")),
-                   ("rekey_batch.py", "q3_batch.py")),
+    "q3": Pipeline("events", _one("q3.py"), ("q3_batch.py",)),
     "q4": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q4_max.py", "k"),
                               Step("q4_avg.py", "category"))),
     "q5": Pipeline("bid", (Step("q5_count.py", "auction", user_config=ON_TIME), Step("q5_hot.py", "start")),
@@ -74,7 +73,7 @@ PIPELINES: dict[str, Pipeline] = {
     "q14": Pipeline("bid", _one("q14.py"), ("q14_batch.py",)),
     "q15": Pipeline("bid", _one("q15.py"), ("q15_batch.py",)),
     "q17": Pipeline("bid", _one("q17.py", "auction"), ("q17_batch.py",)),
-    "q18": Pipeline("bid", _one("q18.py"), ("q18_batch.py",)),
+    "q18": Pipeline("bid", _one("q18.py", "bidder"), ("q18_batch.py",)),
     "q21": Pipeline("bid", _one("q21.py"), ("q21_batch.py",)),
     "q22": Pipeline("bid", _one("q22.py"), ("q22_batch.py",)),
 }

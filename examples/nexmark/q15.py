@@ -15,11 +15,16 @@ bid reads its bidder's and auction's entries only, never the whole set. Output: 
 
 import datetime
 
+DAY_MS = 86_400_000
+DAYS = {}  # a day's number since the epoch -> its name (UTC)
 NAMES = [f"{rank}_{what}" for what in ("bids", "bidders", "auctions") for rank in ("total", "rank1", "rank2", "rank3")]
 
 
 def process(bid, context):
-    day = datetime.datetime.fromtimestamp(bid["dateTime"] / 1000, datetime.timezone.utc).strftime("%Y-%m-%d")
+    number = bid["dateTime"] // DAY_MS
+    day = DAYS.get(number)
+    if day is None:
+        day = DAYS[number] = (datetime.date(1970, 1, 1) + datetime.timedelta(days=number)).isoformat()
     price = bid["price"]
     rank = 1 if price < 10_000 else 2 if price < 1_000_000 else 3
     sets = 1 | 1 << rank  # overall and the rank's

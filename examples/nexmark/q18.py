@@ -3,16 +3,19 @@
     SELECT auction, bidder, price, channel, url, dateTime, extra FROM (SELECT *, ROW_NUMBER() OVER
         (PARTITION BY bidder, auction ORDER BY dateTime DESC) AS rank_number FROM bid) WHERE rank_number <= 1
 
-Input: ``bid/``, no key field. State per (bidder, auction) pair, under the key ``bidder-auction``: the time
-of its latest bid. Output: a bid each time it becomes the pair's latest (an updating result: the last
-record per pair is its latest bid; of bids at the same time, the later one).
+Keyed by ``bidder``; typed state of the bidder: ``latest``, a map from an auction to the time of the bidder's
+latest bid on it, so a bid reads and writes its auction's entry only (not the bidder's other auctions), and the
+pairs need no composite key or re-keying step. Output: a bid each time it becomes the pair's latest (an
+updating result: the last record per pair is its latest bid; of bids at the same time, the later one).
 """
+
+FIELDS = ("auction", "bidder", "price", "channel", "url", "dateTime", "extra")
 
 
 def process(bid, context):
-    key = f"{bid['bidder']}-{bid['auction']}"
-    latest = context.get_state(key)
-    if latest is not None and int(latest) > bid["dateTime"]:
+    latest = context.map_state("latest", int, int)
+    auction, when = bid["auction"], bid["dateTime"]
+    if latest.get(auction, when) > when:
         return None
-    context.put_state(key, str(bid["dateTime"]))
-    return {f: bid[f] for f in ("auction", "bidder", "price", "channel", "url", "dateTime", "extra")}
+    latest.put(auction, when)
+    return {f: bid[f] for f in FIELDS}
