@@ -73,7 +73,7 @@ PIPELINES: dict[str, Pipeline] = {
     "q14": Pipeline("bid", _one("q14.py"), ("q14_batch.py",)),
     "q15": Pipeline("bid", _one("q15.py"), ("q15_batch.py",)),
     "q17": Pipeline("bid", _one("q17.py", "auction"), ("q17_batch.py",)),
-    "q18": Pipeline("bid", _one("q18.py", "bidder"), ("q18_batch.py",)),
+    "q18": Pipeline("bid", _one("q18.py"), ("q18_batch.py",)),
     "q21": Pipeline("bid", _one("q21.py"), ("q21_batch.py",)),
     "q22": Pipeline("bid", _one("q22.py"), ("q22_batch.py",)),
 }

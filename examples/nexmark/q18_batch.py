@@ -1,12 +1,13 @@
 """Nexmark q18, vectorized: each bidder's latest bid on each auction.
 
-The same function as ``q18.py`` (keyed by ``bidder``, the same typed state: each bidder's ``latest`` map from an
-auction to its latest bid's time): the batch's latest bid per pair (of bids at the same time, the later one)
-found in Arrow, then each pair's entry read and, where the batch's bid is the latest, written
-(``.of(bidder)``), and that bid output once.
+The same function as ``q18.py`` (``bid/``, no key field; the same typed state: each pair's ``latest`` under the
+key ``bidder-auction``): the batch's latest bid per pair (of bids at the same time, the later one) found in
+Arrow, the pairs' stored times read at once (``get_many``), and each pair whose latest bid is in the batch
+written (``update_many``) and output once.
 """
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 FIELDS = ["auction", "bidder", "price", "channel", "url", "dateTime", "extra"]
 
@@ -18,13 +19,11 @@ def process_batch(bids, context):
                                                                             ("at", "ascending")])
     picked = ordered.group_by(["bidder", "auction"], use_threads=False).aggregate([("at", "last")])
     latest = bids.take(picked["at_last"]).sort_by("at")
-    state = context.map_state("latest", int, int)
-    newer = []
-    for bidder, auction, when in zip(latest["bidder"].to_pylist(), latest["auction"].to_pylist(),
-                                     latest["dateTime"].to_pylist()):
-        entries = state.of(str(bidder))
-        fresh = entries.get(auction, when) <= when
-        if fresh:
-            entries.put(auction, when)
-        newer.append(fresh)
+    keys = pc.binary_join_element_wise(pc.cast(latest["bidder"], pa.string()), pc.cast(latest["auction"], pa.string()),
+                                       "-").to_pylist()
+    times = latest["dateTime"].to_pylist()
+    state = context.value_state("latest", int)
+    newer = [stored is None or stored <= when for stored, when in zip(state.get_many(keys), times)]
+    state.update_many([k for k, fresh in zip(keys, newer) if fresh],
+                      [when for when, fresh in zip(times, newer) if fresh])
     return latest.filter(pa.array(newer, pa.bool_())).select(FIELDS)
