@@ -1,8 +1,9 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
 A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). A time window's
-records are a list of their own (:func:`window_list`: one entry per record, appended without reading the
-others, so a window has no size limit but the store's); the key's entry holds only its windows' starts and
+records are a list of their own (:func:`window_list`: one entry per record, numbered by the window's count in the
+key's entry, appended without reading the others, so a window has no size limit but the store's; read in one
+bulk read with the other windows firing in the batch); the key's entry holds only its windows' starts and
 record counts. Session and count windows keep their records in the key's entry. With an aggregate
 (:class:`Aggregate`), a time or session window keeps its accumulator in the key's entry instead of records.
 A time or session window registers a window timer at its end, and fires (the function is called once with
@@ -24,7 +25,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
-from statekeep.state.typed import element_key, encode_bounds, list_bounds, variable_prefix
+from statekeep.state.typed import element_key, variable_prefix
 
 
 class Window(NamedTuple):
@@ -173,11 +174,9 @@ class Windows:
             if journal is not None:
                 journal.append(lambda: buffer.__setitem__(slot, held))
             return
-        prefix = window_list(key, start)
-        state = self.time.state
-        first, end = list_bounds(state.get(prefix + "#")) if held else (0, 0)
-        state.put(element_key(prefix, end), _pack([ts, record]))
-        state.put(prefix + "#", encode_bounds(first, end + 1))
+        # the key's entry counts the window's records, so the list's elements are numbered from it (0 up, never
+        # trimmed) and the list keeps no bounds entry: one write per record
+        self.time.state.put(element_key(window_list(key, start), held), _pack([ts, record]))
         buffer[slot] = held + 1
         if journal is not None:  # the list's entries are the state buffer's own (taken back by it)
             journal.append(lambda: buffer.__setitem__(slot, held))
@@ -299,17 +298,40 @@ class Windows:
 
     # ---- firing --------------------------------------------------------------------------------
 
-    def _take(self, key: str, start: int) -> list[Any]:
-        """A time window's ``[ts, record]`` list, in arrival order, deleted with the batch."""
+    def _names(self, key: str, start: int, count: int) -> list[str]:
+        """The entries of the list of ``key``'s time window at ``start`` holding ``count`` records: its elements,
+        then the bounds entry an earlier version wrote beside them."""
         prefix = window_list(key, start)
+        return [element_key(prefix, n) for n in range(count)] + [prefix + "#"]
+
+    def prefetch_due(self, due: list[tuple[int, str, str]]) -> None:
+        """Before timers ``(ms, key, code)`` fire: the records of every time window they close, in one bulk read
+        (a window's own read would be one per window)."""
+        if self.kind != "time" or self.aggregate is not None:
+            return
+        latest: dict[str, int] = {}  # key -> its latest window timer due
+        for at, key, code in due:
+            if code == "w" and at > latest.get(key, at - 1):
+                latest[key] = at
+        names = []
+        for key, at in latest.items():
+            for slot, held in self._buffer(key).items():
+                if held.__class__ is int and int(slot) + self.length <= at:
+                    names += self._names(key, int(slot), held)
+        if names:
+            self.time.state.prefetch(names)
+
+    def _take(self, key: str, start: int, count: int) -> list[Any]:
+        """A time window's ``[ts, record]`` list (``count`` records), in arrival order, deleted with the batch."""
         state = self.time.state
-        first, end = list_bounds(state.get(prefix + "#"))
-        names = [element_key(prefix, n) for n in range(first, end)]
+        names = self._names(key, start, count)
         state.prefetch(names)
+        bounds = names.pop()
         records = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
         for name in names:
             state.put(name, None)
-        state.put(prefix + "#", None)
+        if state.get(bounds) is not None:
+            state.put(bounds, None)
         return records
 
     def due(self, key: str, at: int) -> Fired:
@@ -324,7 +346,7 @@ class Windows:
                     window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
                     fired.append((window, self.aggregate.result(held["a"])))
                     continue
-                records = held if held.__class__ is list else self._take(key, int(slot))
+                records = held if held.__class__ is list else self._take(key, int(slot), held)
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
