@@ -1,8 +1,8 @@
 """The Nexmark queries of examples/nexmark/ run as statekeep functions on Spark (each step once to the end of
 its input, as ``localrun --once``) over a small generated stream, each output equal to the plain-Python
-reference of benchmarks/nexmark_model/reference.py; the ``process_batch`` variants too, and a few queries
-with partition-owned state (``--state-dir``); and the benchmark's Spark SQL variants adapted furthest from the
-reference SQL, and its report of a query Spark refuses."""
+reference of benchmarks/nexmark_model/reference.py; the ``process_batch`` and ``windowConfig`` variants too, and
+a few queries with partition-owned state (``--state-dir``); and the benchmark's Spark SQL variants adapted
+furthest from the reference SQL, and its report of a query Spark refuses."""
 
 from __future__ import annotations
 
@@ -46,6 +46,11 @@ def test_query_equals_the_reference(spark, stream, tmp_path, query):
 @pytest.mark.parametrize("query", [q for q, p in pipelines.PIPELINES.items() if p.batch])
 def test_process_batch_variant_equals_the_reference(spark, stream, tmp_path, query):
     check(spark, stream, tmp_path, query, batch=True)
+
+
+@pytest.mark.parametrize("query", [q for q, p in pipelines.PIPELINES.items() if p.windowed])
+def test_window_config_variant_equals_the_reference(spark, stream, tmp_path, query):
+    check(spark, stream, tmp_path, query, windowed=True)
 
 
 @pytest.mark.parametrize("query", ["q3", "q11", "q15"])  # a join, session windows, state without a key field

@@ -20,25 +20,31 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nexmark"
 ON_TIME = {"eventTimeField": "dateTime"}
 PEOPLE_AND_SELLERS = {"keys": {"person": ["id"], "auction": ["seller"]}}
 AUCTIONS_AND_BIDS = {"keys": {"auction": ["id"], "bid": ["auction"]}}
+HOP = {"windowLengthDurationMs": 10_000, "slidingIntervalDurationMs": 2_000}
+TUMBLE = {"windowLengthDurationMs": 10_000}
+SESSION = {"sessionGapMs": 10_000}
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One function: its file under examples/nexmark/, key field and userConfig."""
+    """One function: its file under examples/nexmark/, key field, userConfig and windowConfig (None: none)."""
 
     py: str
     key_field: str | None = None
     user_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    window_config: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Pipeline:
-    """A query's steps, the generator file set its first step reads, and its ``process_batch`` variant, if
-    any: the files its first steps run instead (the steps after them stay as they are)."""
+    """A query's steps, the generator file set its first step reads, its ``process_batch`` variant, if
+    any: the files its first steps run instead (the steps after them stay as they are), and its ``windowConfig``
+    variant, if any: the steps its first steps are replaced by (the aggregate form of windows instead of timers)."""
 
     source: str
     steps: tuple[Step, ...]
     batch: tuple[str, ...] = ()
+    windowed: tuple[Step, ...] = ()
 
 
 def _one(py: str, key: str | None = None, **extra: Any) -> tuple[Step, ...]:
@@ -49,17 +55,19 @@ PIPELINES: dict[str, Pipeline] = {
     "q0": Pipeline("bid", _one("q0.py"), ("q0_batch.py",)),
     "q1": Pipeline("bid", _one("q1.py"), ("q1_batch.py",)),
     "q2": Pipeline("bid", _one("q2.py"), ("q2_batch.py",)),
-    "q3": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS), Step("q3.py", "k")),
-                   ("rekey_batch.py", "q3_batch.py")),
+    "q3": Pipeline("events", _one("q3.py"), ("q3_batch.py",)),
     "q4": Pipeline("events", (Step("rekey.py", user_config=AUCTIONS_AND_BIDS), Step("q4_max.py", "k"),
                               Step("q4_avg.py", "category"))),
     "q5": Pipeline("bid", (Step("q5_count.py", "auction", user_config=ON_TIME), Step("q5_hot.py", "start")),
-                   ("q5_count_batch.py", "q5_hot_batch.py")),
-    "q7": Pipeline("bid", _one("q7.py", None, user_config=ON_TIME), ("q7_batch.py",)),
+                   ("q5_count_batch.py", "q5_hot_batch.py"),
+                   _one("q5_window.py", "auction", user_config=ON_TIME, window_config=HOP)),
+    "q7": Pipeline("bid", _one("q7.py", None, user_config=ON_TIME), ("q7_batch.py",),
+                   _one("q7_window.py", None, user_config=ON_TIME, window_config=TUMBLE)),
     "q8": Pipeline("events", (Step("rekey.py", user_config=PEOPLE_AND_SELLERS),
                               Step("q8.py", "k", user_config=ON_TIME)), ("rekey_batch.py", "q8_batch.py")),
     "q9": Pipeline("events", _one("q9.py"), ("q9_batch.py",)),
-    "q11": Pipeline("bid", _one("q11.py", "bidder", user_config=ON_TIME), ("q11_batch.py",)),
+    "q11": Pipeline("bid", _one("q11.py", "bidder", user_config=ON_TIME), ("q11_batch.py",),
+                    _one("q11_window.py", "bidder", user_config=ON_TIME, window_config=SESSION)),
     "q12": Pipeline("bid", _one("q12.py", "bidder"), ("q12_batch.py",)),
     "q13": Pipeline("bid", _one("q13.py"), ("q13_batch.py",)),
     "q14": Pipeline("bid", _one("q14.py"), ("q14_batch.py",)),
@@ -78,9 +86,10 @@ def read_outputs(directory: Path) -> list[Any]:
             for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, state_dir: bool = False,
-        parallelism: int = 2, side_input: Path | None = None) -> tuple[float, list[Any]]:
-    """Run ``query`` (its ``process_batch`` variant with ``batch``) over the generated events under ``data``,
+def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, windowed: bool = False,
+        state_dir: bool = False, parallelism: int = 2, side_input: Path | None = None) -> tuple[float, list[Any]]:
+    """Run ``query`` (its ``process_batch`` variant with ``batch``, its ``windowConfig`` one with ``windowed``) over
+    the generated events under ``data``,
     every step once to the end of its input (Spark's availableNow), in ``work`` (a fresh directory: store,
     checkpoints, outputs). State on ``local://`` under ``work``, or partition-owned under ``work/state`` with
     ``state_dir``. Returns the seconds the steps took (from start to end of each run, added) and the last
@@ -96,6 +105,10 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
             raise ValueError(f"{query} has no process_batch variant")
         steps = tuple(dataclasses.replace(step, py=py) for step, py in zip(steps, pipeline.batch)) + \
             steps[len(pipeline.batch):]
+    if windowed:
+        if not pipeline.windowed:
+            raise ValueError(f"{query} has no windowConfig variant")
+        steps = pipeline.windowed + steps[len(pipeline.windowed):]
     url = f"local://{work / 'store'}"
     seconds = 0.0
     inputs = data / pipeline.source
@@ -113,6 +126,8 @@ def run(spark: Any, query: str, data: Path, work: Path, *, batch: bool = False, 
                                       "userConfig": user_config}
             if step.key_field:
                 config["keyField"] = step.key_field
+            if step.window_config:
+                config["windowConfig"] = dict(step.window_config)
             if state_dir:
                 config["stateStorage"] = state_storage(str(work / "state"))
             service.registry.create(config, (EXAMPLES / step.py).read_bytes())

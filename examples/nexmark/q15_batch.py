@@ -1,9 +1,10 @@
 """Nexmark q15, vectorized: bidding statistics per day, overall and per price rank.
 
-The same function as ``q15.py`` (the same counters): the batch's bids counted per (day, rank) and its
-distinct (day, rank, bidder) and (day, rank, auction) found in Arrow; one ``get_counters`` per set says
-which members are new to it, and one ``incr_counters`` adds the bids, the sets' new members and marks those.
-Output: each day's row once per batch, after the batch's bids.
+The same function as ``q15.py`` (the same typed state under each day's key: its ``counts`` and its ``bidders``
+and ``auctions`` maps): the batch's bids counted per (day, rank) and each distinct (day, bidder) and (day,
+auction) with the sets the batch puts it in found in Arrow; each member's map entry is read once and written
+only if the batch adds it to a set, and each day's counts are read and written once (``get_many``,
+``update_many``). Output: each day's row once per batch, after the batch's bids.
 """
 
 import datetime
@@ -11,7 +12,7 @@ import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-RANKS = ("total", "rank1", "rank2", "rank3")
+NAMES = [f"{rank}_{what}" for what in ("bids", "bidders", "auctions") for rank in ("total", "rank1", "rank2", "rank3")]
 DAY_MS = 86_400_000
 
 
@@ -21,36 +22,29 @@ def _day(number):
 
 def process_batch(bids, context):
     price = bids["price"]
-    rank = pc.if_else(pc.less(price, 10_000), "rank1", pc.if_else(pc.less(price, 1_000_000), "rank2", "rank3"))
-    number = pc.divide(bids["dateTime"], DAY_MS)  # the UTC day, as whole days since the epoch
-    days = {n: _day(n) for n in pc.unique(number).to_pylist()}
-    day = pc.take(pa.array(list(days.values()), pa.string()),
-                  pc.index_in(number, value_set=pa.array(list(days), pa.int64())))
-    both = pa.table({"day": pa.chunked_array([day, day]), "rank": pa.chunked_array(
-        [pa.chunked_array([pa.array(["total"] * len(bids), pa.string())]), rank]),
-        "bidder": pa.chunked_array([bids["bidder"], bids["bidder"]]),
-        "auction": pa.chunked_array([bids["auction"], bids["auction"]])})
-    prefix = pc.binary_join_element_wise(both["day"], both["rank"], "/")
-    counts = pa.table({"prefix": prefix}).group_by("prefix").aggregate([([], "count_all")])
-    keys, amounts = [], []
-    for p, n in zip(counts["prefix"].to_pylist(), counts["count_all"].to_pylist()):
-        keys.append(f"{p}_bids")
-        amounts.append(n)
-    for what in ("bidder", "auction"):
-        members = pa.table({"prefix": prefix, "member": pc.cast(both[what], pa.string())}).group_by(
-            ["prefix", "member"]).aggregate([([], "count_all")])
-        names = pc.binary_join_element_wise(members["prefix"], f"_{what}/", members["member"], "")
-        fresh = pc.equal(pa.array(context.get_counters(names), pa.int64()), 0)  # new to its set
-        new_sets = pa.table({"prefix": members["prefix"].filter(fresh)}).group_by("prefix").aggregate(
-            [([], "count_all")])
-        keys.extend(f"{p}_{what}s" for p in new_sets["prefix"].to_pylist())
-        amounts.extend(new_sets["count_all"].to_pylist())
-        joined = names.filter(fresh).to_pylist()  # marked once: a member already in its set is not written
-        keys.extend(joined)
-        amounts.extend([1] * len(joined))
-    context.incr_counters(keys, amounts)
-    rows = []
-    for name in days.values():
-        names = [f"{name}/{r}_{w}" for r in RANKS for w in ("bids", "bidders", "auctions")]
-        rows.append({"day": name, **dict(zip((n.split("/", 1)[1] for n in names), context.get_counters(names)))})
-    return rows
+    rank = pc.if_else(pc.less(price, 10_000), 1, pc.if_else(pc.less(price, 1_000_000), 2, 3))
+    table = pa.table({"day": pc.divide(bids["dateTime"], DAY_MS), "rank": rank, "bidder": bids["bidder"],
+                      "auction": bids["auction"], "sets": pc.shift_left(1, rank)})  # the rank's bit
+    per_rank = table.group_by(["day", "rank"]).aggregate([([], "count_all")]).to_pydict()
+    numbers = sorted(set(per_rank["day"]))
+    days = [_day(n) for n in numbers]
+    counts = context.value_state("counts", list[int])
+    stats = {n: s or [0] * 12 for n, s in zip(numbers, counts.get_many(days))}
+    for number, r, n in zip(per_rank["day"], per_rank["rank"], per_rank["count_all"]):
+        stats[number][0] += n
+        stats[number][r] += n
+    for base, name, column in ((4, "bidders", "bidder"), (8, "auctions", "auction")):
+        # per (day, member): the sets the batch puts it in (bit 0 always; a rank's bit if one of its bids has it)
+        members = table.group_by(["day", column]).aggregate([("sets", "distinct")]).to_pydict()
+        maps = {n: context.map_state(name, int, int).of(day) for n, day in zip(numbers, days)}
+        for number, member, ranks in zip(members["day"], members[column], members["sets_distinct"]):
+            entries, day_stats = maps[number], stats[number]
+            seen = entries.get(member, 0)
+            new = (1 | sum(ranks)) & ~seen
+            if new:
+                entries.put(member, seen | new)
+                for bit in range(4):
+                    if new & 1 << bit:
+                        day_stats[base + bit] += 1
+    counts.update_many(days, [stats[n] for n in numbers])
+    return [{"day": day, **dict(zip(NAMES, stats[n]))} for n, day in zip(numbers, days)]

@@ -5,25 +5,36 @@
         max(price) AS max_price, avg(price) AS avg_price, sum(price) AS sum_price
     FROM bid GROUP BY auction, DATE_FORMAT(dateTime, 'yyyy-MM-dd')
 
-Keyed by ``auction``; state per auction: its statistics per day. ``avg_price`` is integer division, as
-Flink's AVG of a BIGINT. Output: the (auction, day) row after each bid (an updating result).
+Keyed by ``auction``; typed state of the auction: ``days``, a map from a day to its statistics
+(``[total, rank1, rank2, rank3, min, max, sum]``), so a bid reads and writes its day's entry only. ``avg_price``
+is integer division, as Flink's AVG of a BIGINT. Output: the (auction, day) row after each bid (an updating
+result).
 """
 
 import datetime
-import json
+
+DAY_MS = 86_400_000
+DAYS = {}  # a day's number since the epoch -> its name (UTC)
 
 
 def process(bid, context):
-    key = str(bid["auction"])
-    day = datetime.datetime.fromtimestamp(bid["dateTime"] / 1000, datetime.timezone.utc).strftime("%Y-%m-%d")
-    raw = context.get_state(key)
-    days = json.loads(raw) if raw else {}
+    number = bid["dateTime"] // DAY_MS
+    day = DAYS.get(number)
+    if day is None:
+        day = DAYS[number] = (datetime.date(1970, 1, 1) + datetime.timedelta(days=number)).isoformat()
+    days = context.map_state("days", str, list[int])
     price = bid["price"]
-    total, r1, r2, r3, low, high, amount = days.get(day) or (0, 0, 0, 0, price, price, 0)
-    stats = [total + 1, r1 + (price < 10_000), r2 + (10_000 <= price < 1_000_000), r3 + (price >= 1_000_000),
-             min(low, price), max(high, price), amount + price]
-    days[day] = stats
-    context.put_state(key, json.dumps(days).encode())
+    stats = days.get(day)
+    if stats is None:
+        stats = [0, 0, 0, 0, price, price, 0]
+    stats[0] += 1
+    stats[1 if price < 10_000 else 2 if price < 1_000_000 else 3] += 1
+    if price < stats[4]:
+        stats[4] = price
+    if price > stats[5]:
+        stats[5] = price
+    stats[6] += price
+    days.put(day, stats)
     return {"auction": bid["auction"], "day": day, "total_bids": stats[0], "rank1_bids": stats[1],
             "rank2_bids": stats[2], "rank3_bids": stats[3], "min_price": stats[4], "max_price": stats[5],
             "avg_price": stats[6] // stats[0], "sum_price": stats[6]}

@@ -1,10 +1,9 @@
 """Nexmark q18, vectorized: each bidder's latest bid on each auction.
 
-The same state as ``q18.py`` (a pair's key ``bidder-auction``, its latest bid's time), in one step: the bids
-read directly (``bid/``, no key field: the pairs' keys need no re-keying step, since the batch makes them in
-Arrow), the batch's latest bid per pair (of bids at the same time, the later one) found in Arrow, the pairs'
-stored times read at once (``get_states``), and each pair whose latest bid is in the batch written
-(``put_states``) and output once.
+The same function as ``q18.py`` (``bid/``, no key field; the same typed state: each pair's ``latest`` under the
+key ``bidder-auction``): the batch's latest bid per pair (of bids at the same time, the later one) found in
+Arrow, the pairs' stored times read at once (``get_many``), and each pair whose latest bid is in the batch
+written (``update_many``) and output once.
 """
 
 import pyarrow as pa
@@ -23,7 +22,8 @@ def process_batch(bids, context):
     keys = pc.binary_join_element_wise(pc.cast(latest["bidder"], pa.string()), pc.cast(latest["auction"], pa.string()),
                                        "-").to_pylist()
     times = latest["dateTime"].to_pylist()
-    newer = [raw is None or int(raw) <= when for raw, when in zip(context.get_states(keys), times)]
-    context.put_states([k for k, fresh in zip(keys, newer) if fresh],
-                       [str(when) for when, fresh in zip(times, newer) if fresh])
+    state = context.value_state("latest", int)
+    newer = [stored is None or stored <= when for stored, when in zip(state.get_many(keys), times)]
+    state.update_many([k for k, fresh in zip(keys, newer) if fresh],
+                      [when for when, fresh in zip(times, newer) if fresh])
     return latest.filter(pa.array(newer, pa.bool_())).select(FIELDS)

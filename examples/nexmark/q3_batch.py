@@ -1,45 +1,67 @@
 """Nexmark q3, vectorized: sellers in Oregon, Idaho or California and their auctions in category 10.
 
-The same function as ``q3.py`` (input ``rekey_batch.py``'s or ``rekey.py``'s output keyed by ``k``, the same
-state per person): auctions outside category 10 dropped in Arrow, the rest grouped by person in their order,
-each person's state read once (``get_states``) and written once where it changed (``put_states``).
+The same function as ``q3.py`` (input the combined stream, no key field; the same typed state under each
+person's id): the batch's persons and category-10 auctions taken out in Arrow and grouped by person in their
+order, every person's ``person`` read at once (``get_many``) and the new ones written at once (``update_many``),
+the auctions of sellers not seen yet appended to their ``waiting`` lists.
 """
 
-import json
-
+import msgspec
+import pyarrow as pa
 import pyarrow.compute as pc
 
 STATES = {"OR", "ID", "CA"}
 
 
-def process_batch(records, context):
-    is_person = pc.equal(records["kind"], "person")
-    if "category" in records.column_names:
-        records = records.filter(pc.or_kleene(is_person, pc.equal(records["category"], 10)))
-    columns = [records[c].to_pylist() if c in records.column_names else [None] * records.num_rows
-               for c in ("k", "kind", "name", "city", "state", "id")]
+class Person(msgspec.Struct):
+    name: str
+    city: str
+    state: str
+
+
+def process_batch(events, context):
+    kind = events["event_type"]
+    people = auctions = None
+    if "person" in events.column_names:
+        chosen = events["person"].filter(pc.equal(kind, 0)).combine_chunks()
+        people = pa.Table.from_struct_array(chosen) if len(chosen) else None
+    if "auction" in events.column_names:
+        mask = pc.and_(pc.equal(kind, 1), pc.equal(pc.struct_field(events["auction"], "category"), 10))
+        chosen = events["auction"].filter(mask).combine_chunks()
+        auctions = pa.Table.from_struct_array(chosen) if len(chosen) else None
+        kind = kind.filter(pc.or_kleene(pc.not_equal(kind, 1), mask))  # the event types of what is kept, in order
+    persons = iter(zip(*(people[f].to_pylist() for f in ("id", "name", "city", "state")))) if people else iter(())
+    sold = iter(zip(auctions["seller"].to_pylist(), auctions["id"].to_pylist())) if auctions else iter(())
     per_person = {}
-    for key, kind, name, city, state, id_ in zip(*columns):
-        per_person.setdefault(key, []).append(
-            ([name, city, state] if state in STATES else False) if kind == "person" else id_)
+    for k in kind.to_pylist():
+        if k == 0:
+            id_, name, city, state = next(persons)
+            per_person.setdefault(str(id_), []).append(Person(name, city, state))
+        elif k == 1:
+            seller, id_ = next(sold)
+            per_person.setdefault(str(seller), []).append(id_)
     keys = list(per_person)
-    changed, documents, rows = [], [], []
-    for key, raw in zip(keys, context.get_states(keys)):
-        side = json.loads(raw) if raw else {"p": None, "a": []}
-        dirty = False
+    known = context.value_state("person", Person)
+    new_keys, new_people, rows = [], [], []
+    for key, person in zip(keys, known.get_many(keys)):
+        waiting = []
         for item in per_person[key]:
-            if item.__class__ is not int:  # the person (False: none of their auctions can match)
-                if item:
-                    rows.extend({"name": item[0], "city": item[1], "state": item[2], "id": a} for a in side["a"])
-                side, dirty = {"p": item, "a": []}, True
-            elif side["p"] is None:  # the seller is not known yet: keep the auction until they arrive
-                side["a"].append(item)
-                dirty = True
-            elif side["p"]:
-                name, city, state = side["p"]
-                rows.append({"name": name, "city": city, "state": state, "id": item})
-        if dirty:
-            changed.append(key)
-            documents.append(json.dumps(side))
-    context.put_states(changed, documents)
+            if item.__class__ is Person:  # the person: the auctions that came before them are matched now
+                person = item
+                new_keys.append(key)
+                new_people.append(item)
+                stored = context.list_state("waiting", int).of(key)
+                waiting = stored.get() + waiting
+                stored.clear()
+                if person.state in STATES:
+                    rows.extend({"name": person.name, "city": person.city, "state": person.state, "id": a}
+                                for a in waiting)
+                waiting = []
+            elif person is None:  # the seller is not known yet: keep the auction until they arrive
+                waiting.append(item)
+            elif person.state in STATES:
+                rows.append({"name": person.name, "city": person.city, "state": person.state, "id": item})
+        if waiting:
+            context.list_state("waiting", int).of(key).extend(waiting)
+    known.update_many(new_keys, new_people)
     return rows or None

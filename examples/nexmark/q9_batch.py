@@ -1,18 +1,30 @@
 """Nexmark q9, vectorized: each auction with its highest bid placed while it was open (the earliest of equal
 highest bids).
 
-The same function as ``q9.py`` (input the combined stream, no key field; the same state per auction): the
-batch's auctions and bids taken out in Arrow and grouped by auction in their order, each auction's state
-read and written once (``get_states``, ``put_states``), and an auction's row output once per batch when its
-winner changed in it.
+The same function as ``q9.py`` (input the combined stream, no key field; the same typed state under each
+auction's id): the batch's auctions and bids taken out in Arrow and grouped by auction in their order, every
+auction's ``auction`` and ``win`` read at once (``get_many``) and written once where they changed
+(``update_many``), the bids of auctions not seen yet appended to their ``early`` lists, and an auction's row output
+once per batch when its winner changed in it.
 """
 
-import json
-
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-AUCTION_FIELDS = ("id", "itemName", "initialBid", "reserve", "dateTime", "expires", "seller", "category")
+
+class Auction(msgspec.Struct):
+    id: int
+    itemName: str  # noqa: N815 - Nexmark's field names
+    initialBid: int  # noqa: N815
+    reserve: int
+    dateTime: int  # noqa: N815
+    expires: int
+    seller: int
+    category: int
+
+
+FIELDS = Auction.__struct_fields__
 
 
 def rows_of(events, kind, index, fields):
@@ -25,42 +37,53 @@ def rows_of(events, kind, index, fields):
 
 
 def process_batch(events, context):
-    auctions = iter(zip(*rows_of(events, "auction", 1, AUCTION_FIELDS)))
+    auctions = iter(zip(*rows_of(events, "auction", 1, FIELDS)))
     bids = iter(zip(*rows_of(events, "bid", 2, ("auction", "price", "dateTime", "bidder"))))
     per_auction = {}
     for kind in events["event_type"].to_pylist():
         if kind == 1:
-            auction = dict(zip(AUCTION_FIELDS, next(auctions)))
-            per_auction.setdefault(str(auction["id"]), []).append(auction)
+            auction = Auction(*next(auctions))
+            per_auction.setdefault(str(auction.id), []).append(auction)
         elif kind == 2:
             key, price, when, bidder = next(bids)
-            per_auction.setdefault(str(key), []).append((price, when, bidder))
+            per_auction.setdefault(str(key), []).append([price, when, bidder])
     keys = list(per_auction)
-    changed, documents, rows = [], [], []
-    for key, raw in zip(keys, context.get_states(keys)):
-        side = json.loads(raw) if raw else {"a": None, "win": None, "pend": []}
-        old, dirty = side["win"], False
+    known, wins = context.value_state("auction", Auction), context.value_state("win", list[int])
+    new_keys, new_auctions, changed, winners, rows = [], [], [], [], []
+    for key, auction, old in zip(keys, known.get_many(keys), wins.get_many(keys)):
+        best, waiting = old, []
         for item in per_auction[key]:
-            if item.__class__ is dict:  # the auction: its waiting bids are judged now
-                side["a"], bids_now, side["pend"], dirty = item, side["pend"], [], True
-            elif side["a"] is None:  # the auction is not known yet: keep the bid until it arrives
-                side["pend"].append(list(item))
-                dirty = True
-                continue
+            if item.__class__ is Auction:  # the auction: the bids that came before it are judged now
+                auction = item
+                new_keys.append(key)
+                new_auctions.append(item)
+                early = context.list_state("early", list[int]).of(key)
+                waiting = early.get() + waiting
+                early.clear()
+                best = _wins(auction, best, waiting)
+                waiting = []
+            elif auction is None:  # the auction is not known yet: keep the bid until it arrives
+                waiting.append(item)
             else:
-                bids_now = [item]
-            auction = side["a"]
-            for price, when, bidder in bids_now:
-                best = side["win"]
-                if auction["dateTime"] <= when <= auction["expires"] and (
-                        best is None or price > best[0] or (price == best[0] and when < best[1])):
-                    side["win"] = [price, when, bidder]
-        if side["win"] != old:
-            price, when, bidder = side["win"]
-            rows.append({**side["a"], "bidder": bidder, "price": price, "bidDateTime": when})
-        elif not dirty:
-            continue
-        changed.append(key)
-        documents.append(json.dumps(side))
-    context.put_states(changed, documents)
+                best = _wins(auction, best, (item,))
+        if waiting:
+            context.list_state("early", list[int]).of(key).extend(waiting)
+        if best is not old:
+            changed.append(key)
+            winners.append(best)
+            price, when, bidder = best
+            rows.append({**{f: getattr(auction, f) for f in FIELDS}, "bidder": bidder, "price": price,
+                         "bidDateTime": when})
+    known.update_many(new_keys, new_auctions)
+    wins.update_many(changed, winners)
     return rows or None
+
+
+def _wins(auction, best, bids):
+    """The winner among ``best`` (None: none yet) and ``bids`` placed while ``auction`` was open."""
+    for bid in bids:
+        price, when = bid[0], bid[1]
+        if auction.dateTime <= when <= auction.expires and (
+                best is None or price > best[0] or (price == best[0] and when < best[1])):
+            best = bid
+    return best

@@ -1,11 +1,11 @@
-"""Nexmark, step one of the joins (q3, q4, q8, q9): the combined event stream re-keyed.
+"""Nexmark, step one of the joins q4 and q8: the combined event stream re-keyed.
 
 Reads the combined stream (``{"event_type": 0|1|2, "person": ..., "auction": ..., "bid": ...}``) and
 returns each event of a kind named in ``userConfig.keys`` as its flat record plus ``kind`` and ``k``, the
 join key: the named fields' values joined by ``-``. The next function runs with ``--key-field k``, so both
 sides of a join reach the same task and the same state key. Stateless.
 
-    userConfig: {"keys": {"person": ["id"], "auction": ["seller"]}}       # q3, q8: person.id = auction.seller
+    userConfig: {"keys": {"person": ["id"], "auction": ["seller"]}}       # q8: person.id = auction.seller
 """
 
 KINDS = ("person", "auction", "bid")

@@ -17,8 +17,9 @@ from typing import Any, Generic, TypeVar
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.buffer import BufferedState
-from statekeep.state.typed import (EXPIRING, Variable, checked_key, decode_map_key, element_key, encode_bounds,
-                                   encode_entry, entry_payload, list_bounds, map_key_code, variable_prefix)
+from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, decode_map_key, element_key,
+                                   encode_bounds, encode_entry, entry_payload, list_bounds, map_key_code,
+                                   variable_prefix)
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -35,6 +36,8 @@ class Scope:
         self._time: int | None = None
         self._at: dict[tuple[str, str, str], str] = {}
         self._prefetched: set[tuple[str, str]] = set()
+        #: (variable prefix, map key's class, map key) -> its entry's state key, checked: a map's get then put
+        self.map_entries: dict[tuple[str, type, Any], str] = {}
 
     def now(self) -> int:
         if self._time is None:
@@ -234,9 +237,18 @@ class MapState(_Handle[V], Generic[K, V]):
     ``keys``/``values``/``items`` read the map by a prefix scan, in the order of the keys' codes."""
 
     def _entry(self, prefix: str, key: K) -> str:
-        assert self._var.key is not None  # a map variable has a key type
-        self._var.key.check(key)
-        return checked_key(prefix + "m" + map_key_code(key), f"state variable {self._var.name!r}, map key {key!r}")
+        entries = self._scope.map_entries
+        memo = (prefix, key.__class__, key) if key.__class__ in MAP_KEY_TYPES else None  # else unhashable maybe
+        at = entries.get(memo) if memo is not None else None
+        if at is None:
+            assert self._var.key is not None  # a map variable has a key type
+            self._var.key.check(key)
+            at = checked_key(prefix + "m" + map_key_code(key), f"state variable {self._var.name!r}, map key {key!r}")
+            if memo is not None:
+                if len(entries) > 100_000:
+                    entries.clear()
+                entries[memo] = at
+        return at
 
     def get(self, key: K, default: V | None = None) -> V | None:
         payload = self._scope.read(self._entry(self._prefix(), key))

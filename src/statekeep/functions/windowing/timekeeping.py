@@ -188,10 +188,12 @@ class TimeState:
     def timers(self, key: str) -> list[tuple[int, str]]:
         return [(ts, _NAMES[code]) for ts, code in self._of(key)[1]["t"].get(key, [])]
 
-    def fire(self, callback: Callable[[str, int, str], None]) -> int:
+    def fire(self, callback: Callable[[str, int, str], None],
+             before: Callable[[list[tuple[int, str, str]]], None] | None = None) -> int:
         """Fire every due timer, oldest first, removing each before ``callback(key, ms, code)`` runs
         (which may register more; those due fire too, up to :data:`MAX_FIRING_ROUNDS` rounds), then
-        advance the watermark of the owned groups. Returns the number fired."""
+        advance the watermark of the owned groups. ``before(due)`` is called with each round's due
+        ``(ms, key, code)`` before any of them fires (to read what they need at once). Returns the number fired."""
         mark = self.next_watermark()
         fired = 0
         for _ in range(MAX_FIRING_ROUNDS):
@@ -223,6 +225,8 @@ class TimeState:
             self.next_event, self.next_processing = left.get("e"), left.get("p")
             if not due:
                 break
+            if before is not None:
+                before(due)
             for ts, key, code in sorted(due):
                 if self.delete(key, ts, code):
                     self.current_key = key

@@ -181,7 +181,7 @@ class TimedRun:
 
     def finish(self) -> None:
         """Fire due timers, delete expired keys, write the time state into the batch's buffer."""
-        self.time.fire(self._fired)
+        self.time.fire(self._fired, self.windows.prefetch_due if self.windows is not None else None)
         self.time.sweep()
         if self.windows is not None:
             self.windows.flush()

@@ -2,8 +2,9 @@
 
 A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's
 records are lists of their own under the key (one entry per record, appended without reading the others, so a
-window has no size limit but the store's), and the key's entry holds only its windows' bounds and record
-counts: a time window's start and count (its list :func:`window_list`), a session's first and last event time
+window has no size limit but the store's; numbered from the counts in the key's entry, so a list keeps no bounds
+entry; a batch's firing windows read in one bulk read), and the key's entry holds only its windows' bounds and
+record counts: a time window's start and count (its list :func:`window_list`), a session's first and last event time
 and its lists (one per session merged into it, so a merge moves no record), a count window's list bounds. With
 an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there instead of records. A
 time or session window registers a window timer at its end, and fires (the function is called once with the
@@ -25,7 +26,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
-from statekeep.state.typed import element_key, encode_bounds, list_bounds, variable_prefix
+from statekeep.state.typed import element_key, variable_prefix
 
 
 class Window(NamedTuple):
@@ -134,25 +135,23 @@ class Windows:
         if "r" in buffer:
             records = buffer.pop("r")
             for n, item in enumerate(records):
-                self._push(key, "c", 0, n, item)
+                self._push(key, "c", n, item)
             buffer.update(f=0, e=len(records))
         for i, session in enumerate(buffer.get("s", ())):
             if len(session) == 3 and session[2].__class__ is list:
                 number = buffer["i"] = buffer.get("i", 0) + 1
                 for n, item in enumerate(session[2]):
-                    self._push(key, f"{number}s", 0, n, item)
+                    self._push(key, f"{number}s", n, item)
                 buffer["s"][i] = [session[0], session[1], [[number, len(session[2])]], len(session[2])]
         self._touch(key)
 
-    def _push(self, key: str, name: str, first: int, end: int, item: Any) -> None:
-        """Append ``item`` to the list ``name`` of ``key``, which holds elements ``first`` to ``end`` - 1."""
-        prefix = _list(key, name)
-        self.time.state.put(element_key(prefix, end), _pack(item))
-        self.time.state.put(prefix + "#", encode_bounds(first, end + 1))
+    def _push(self, key: str, name: str, n: int, item: Any) -> None:
+        """Write ``item`` as element ``n`` of the list ``name`` of ``key`` (its bounds are the key entry's)."""
+        self.time.state.put(element_key(_list(key, name), n), _pack(item))
 
     def _items(self, key: str, name: str, first: int, end: int, *, drop: int = 0) -> list[Any]:
         """Elements ``first`` to ``end`` - 1 of the list ``name`` of ``key``, in order; the first ``drop`` of them
-        (all: the whole list, its bounds too) deleted with the batch."""
+        deleted with the batch."""
         prefix = _list(key, name)
         state = self.time.state
         names = [element_key(prefix, n) for n in range(first, end)]
@@ -160,14 +159,7 @@ class Windows:
         items = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
         for name in names[:drop]:
             state.put(name, None)
-        if drop >= len(names):
-            state.put(prefix + "#", None)
         return items
-
-    def _take(self, key: str, name: str) -> list[Any]:
-        """The whole list ``name`` of ``key``, deleted with the batch."""
-        first, end = list_bounds(self.time.state.get(_list(key, name) + "#"))
-        return self._items(key, name, first, end, drop=end - first)
 
     def prefetch(self, keys: list[str]) -> None:
         self.time.state.prefetch([buffer_key(k) for k in keys if has_buffer_key(k)])
@@ -224,7 +216,7 @@ class Windows:
             if journal is not None:
                 journal.append(lambda: buffer.__setitem__(slot, held))
             return
-        self._push(key, f"{start}w", 0, held, [ts, record])  # a time window's list is never cut: held is its end
+        self._push(key, f"{start}w", held, [ts, record])  # numbered by the window's count: 0 up, never cut
         buffer[slot] = held + 1
         if journal is not None:  # the list's entries are the state buffer's own (taken back by it)
             journal.append(lambda: buffer.__setitem__(slot, held))
@@ -294,7 +286,7 @@ class Windows:
             self.time.state.journal.append(lambda old=dict(buffer): (buffer.clear(), buffer.update(old)))
         first, end = buffer.get("f", 0), buffer.get("e", 0)
         keep = max(first, end + 1 - self.length)
-        self._push(key, "c", keep, end, [ts, record])
+        self._push(key, "c", end, [ts, record])
         for n in range(first, keep):  # out of every window to come
             self.time.state.put(element_key(_list(key, "c"), n), None)
         end += 1
@@ -346,7 +338,7 @@ class Windows:
                 parts.append([buffer.setdefault("i", 0) + 1, 0])
                 buffer["i"] += 1
             number, held = parts[-1]
-            self._push(key, f"{number}s", 0, held, [ts, record])
+            self._push(key, f"{number}s", held, [ts, record])
             parts[-1][1] += 1
         session[3] += 1
         self._touch(key)
@@ -365,6 +357,43 @@ class Windows:
 
     # ---- firing --------------------------------------------------------------------------------
 
+    def _names(self, key: str, name: str, count: int) -> list[str]:
+        """The entries of the list ``name`` of ``key`` holding ``count`` elements: its elements, then the bounds
+        entry an earlier version wrote beside a time window's."""
+        prefix = _list(key, name)
+        return [element_key(prefix, n) for n in range(count)] + [prefix + "#"]
+
+    def prefetch_due(self, due: list[tuple[int, str, str]]) -> None:
+        """Before timers ``(ms, key, code)`` fire: the records of every time window they close, in one bulk read
+        (a window's own read would be one per window)."""
+        if self.kind != "time" or self.aggregate is not None:
+            return
+        latest: dict[str, int] = {}  # key -> its latest window timer due
+        for at, key, code in due:
+            if code == "w" and at > latest.get(key, at - 1):
+                latest[key] = at
+        names = []
+        for key, at in latest.items():
+            for slot, held in self._buffer(key).items():
+                if held.__class__ is int and int(slot) + self.length <= at:
+                    names += self._names(key, f"{slot}w", held)
+        if names:
+            self.time.state.prefetch(names)
+
+    def _take(self, key: str, name: str, count: int) -> list[Any]:
+        """The list ``name`` of ``key`` (``count`` ``[ts, record]`` elements), in arrival order, deleted with the
+        batch."""
+        state = self.time.state
+        names = self._names(key, name, count)
+        state.prefetch(names)
+        bounds = names.pop()
+        records = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
+        for name in names:
+            state.put(name, None)
+        if state.get(bounds) is not None:
+            state.put(bounds, None)
+        return records
+
     def due(self, key: str, at: int) -> Fired:
         """The windows of ``key`` ending at or before ``at`` (their window timer fired), removed."""
         buffer = self._buffer(key)
@@ -377,7 +406,7 @@ class Windows:
                     window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
                     fired.append((window, self.aggregate.result(held["a"])))
                     continue
-                records = held if held.__class__ is list else self._take(key, f"{slot}w")
+                records = held if held.__class__ is list else self._take(key, f"{slot}w", held)
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
@@ -389,7 +418,7 @@ class Windows:
                     fired.append((Window(key or None, session[0], end, session[3]),
                                   self.aggregate.result(session[2]["a"])))
                     continue
-                records = [r for number, _ in session[2] for r in self._take(key, f"{number}s")]
+                records = [r for number, held in session[2] for r in self._take(key, f"{number}s", held)]
                 window = Window(key or None, session[0], end, len(records))
                 fired.append((window, [r for _, r in sorted(records, key=lambda r: r[0])]))
             if not buffer.get("s"):
