@@ -27,12 +27,12 @@ else http://localhost:8080 (localrun and the snapshot commands always work on a 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from statekeep.cli import followers, functions, handles, metadata, migrate, standalone, topics
+    from statekeep.cli import followers, functions, handles, jars, metadata, migrate, standalone, topics
 
     parser = argparse.ArgumentParser(prog="statekeep", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
-    for group in (metadata, functions, standalone, handles, followers, migrate, topics):
+    for group in (metadata, functions, standalone, handles, followers, migrate, topics, jars):
         group.register(groups)
     return parser
 
