@@ -73,6 +73,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def _produce(args: argparse.Namespace) -> int:
     from statekeep.functions.messaging import topics
+    from statekeep.functions.messaging.kafka import is_kafka, produce
     from statekeep.functions.messaging.messages import Message
 
     properties = {}
@@ -81,18 +82,24 @@ def _produce(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise InvalidArgumentError(f"--property must be NAME=VALUE, not {item!r}")
         properties[name] = value
-    name = topics.complete(args.topic)
-    topics.write(topics_root(args, args.data_dir), name, [Message(m, args.key, properties, args.event_time).to_json()
-                                     for m in args.messages])
+    records = [Message(m, args.key, properties, args.event_time).to_json() for m in args.messages]
+    if is_kafka(args.topic):  # one transaction of the Kafka topic's
+        name = args.topic
+        produce(name, records)
+    else:
+        name = topics.complete(args.topic)
+        topics.write(topics_root(args, args.data_dir), name, records)
     print(f"{len(args.messages)} messages successfully produced to {name}")
     return 0
 
 
 def _consume(args: argparse.Namespace) -> int:
     from statekeep.functions.messaging import topics
+    from statekeep.functions.messaging.kafka import consume, is_kafka
 
-    name = topics.complete(args.topic)
-    for count, record in enumerate(topics.read(topics_root(args, args.data_dir), name), 1):
+    found = (consume(args.topic) if is_kafka(args.topic)
+             else topics.read(topics_root(args, args.data_dir), topics.complete(args.topic)))
+    for count, record in enumerate(found, 1):
         sys.stdout.write(json.dumps(record) + "\n")
         if args.num_messages and count >= args.num_messages:
             break

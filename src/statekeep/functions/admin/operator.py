@@ -99,7 +99,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     from pyspark.sql.types import StructType
 
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.driver.spark import executor_spec, kafka_message
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []
@@ -166,7 +166,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     key_column = ((F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)).cast("string")
     topic = kafka and "topic" in df.columns
     if kafka:  # each row a message record: its key, value, headers and timestamp as a Pulsar message's
-        frame = df.select(_message(df).alias("__record"), key_column.alias("__key"),
+        frame = df.select(kafka_message(df).alias("__record"), key_column.alias("__key"),
                           *([F.col("topic").cast("string").alias("__topic")] if topic else []))
     else:  # the row's columns as they are (the event time column in ms): a dict per record, or a Table
         frame = df.select(*[F.unix_millis(F.col(c)).alias(c) if c == event_column and spec.time is not None
@@ -213,20 +213,6 @@ def _source_of(entry: Any) -> str:
         return inspect.getsource(entry if isinstance(entry, type) or callable(entry) else type(entry))
     except (OSError, TypeError):
         return ""
-
-
-def _message(df: DataFrame) -> Column:
-    """A Kafka-shaped row as the message record the runtime decodes (see
-    :mod:`statekeep.functions.messaging.messages`): key, the value's bytes, headers as properties, the timestamp
-    as event time."""
-    from pyspark.sql import functions as F
-
-    fields = [F.col("key").cast("string").alias("key"), F.base64(F.col("value")).alias("valueBase64"),
-              F.unix_millis(F.col("timestamp")).alias("eventTime")]
-    if "headers" in df.columns:
-        fields.append(F.map_from_entries(F.transform(F.col("headers"), lambda h: F.struct(
-            h["key"], h["value"].cast("string")))).alias("properties"))
-    return F.to_json(F.struct(*fields))
 
 
 class OperatorStatus:

@@ -391,6 +391,9 @@ class StatekeepTopicSource(DataSource):
 
 
 def register_sources(spark: SparkSession) -> None:
+    from statekeep.functions.driver.kafka_sink import StatekeepKafkaSink
+
+    spark.dataSource.register(StatekeepKafkaSink)
     spark.dataSource.register(StatekeepStateSource)
     spark.dataSource.register(StatekeepChangelogSource)
     spark.dataSource.register(StatekeepTopicSource)

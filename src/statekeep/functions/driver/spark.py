@@ -25,6 +25,7 @@ from statekeep.functions.messaging.messages import JSON_LINE
 from statekeep.functions.executor.runtime import STATS_COLUMNS
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.sparkpython import spark_python
+from statekeep.functions.messaging.kafka import is_kafka
 from statekeep.functions.messaging.topics import default_root, is_topic
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, time_section,
                                          with_clock_source)
@@ -95,6 +96,10 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
     creating = SparkContext._active_spark_context is None
     if creating:  # the latency settings, unless in conf
         settings.update(latency_conf(__version__))
+        connector = kafka_connector_jars()
+        if connector:  # Spark's Kafka source and sink, where `statekeep jars install` resolved them
+            given = (conf or {}).get("spark.jars")
+            settings["spark.jars"] = ",".join([*connector, *([given] if given else [])])
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
@@ -111,6 +116,37 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
 
     register_sources(spark)
     return spark
+
+
+def kafka_connector_jars() -> list[str]:
+    """The jars of Spark's Kafka connector as ``statekeep jars install`` resolved them (``[]`` if it did not)."""
+    from statekeep import jars
+    from statekeep.errors import MissingDependencyError
+
+    try:
+        return jars.spark_jars()
+    except MissingDependencyError:
+        return []
+
+
+def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
+    """Before a query with Kafka topics starts: Spark has the Kafka connector (for an input), and every Kafka
+    topic named exists and answers. :class:`MissingDependencyError`, :class:`NotFoundError` or
+    :class:`StoreUnavailableError` naming what is missing."""
+    from statekeep.errors import MissingDependencyError
+    from statekeep.functions.messaging.kafka import check_topics
+
+    named = [*inputs, spec.output, spec.log_topic, spec.dead_letter]
+    if not any(map(is_kafka, named)):
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session's gateway
+    if any(map(is_kafka, inputs)) and not jvm.org.apache.spark.util.Utils.classIsLoadable(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider"):
+        raise MissingDependencyError("a Kafka input needs Spark's Kafka connector: run `statekeep jars install "
+                                     "spark-kafka` before the Spark session starts (or give Spark the "
+                                     "spark-sql-kafka-0-10 package yourself)")
+    check_topics(named)
 
 
 def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,
@@ -173,6 +209,8 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
     key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
     from pyspark.sql import functions as F
 
+    from statekeep.functions.messaging.kafka import is_kafka
+    from statekeep.functions.messaging.kafka import parse as parse_kafka
     from statekeep.functions.messaging.sink import is_url
     from statekeep.functions.messaging.topics import default_root, directory, is_topic
 
@@ -182,7 +220,13 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
     selected: DataFrame | None = None
     root = topics_dir or default_root()
     for name in inputs:
-        if is_topic(name) and is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
+        if is_kafka(name):  # Spark's Kafka source: offsets in the query's checkpoint, committed records only
+            topic = parse_kafka(name)
+            frame = (reader.format("kafka").option("kafka.bootstrap.servers", topic.bootstrap)
+                     .option("subscribe", topic.topic).option("startingOffsets", "earliest")
+                     .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+            record, key = kafka_message(frame), F.col("key").cast("string")
+        elif is_topic(name) and is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
             frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
                      .option("topicsDir", root).load())
             record, key = F.col("value"), json_key("value", "key")
@@ -205,6 +249,27 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
         selected = frame if selected is None else selected.unionByName(frame)
     assert selected is not None  # a function has at least one input
     return selected
+
+
+def carries_messages(name: str) -> bool:
+    """Whether an input is a topic of messages, each with its own key: a statekeep topic or a Kafka topic."""
+    return is_topic(name) or is_kafka(name)
+
+
+def kafka_message(frame: DataFrame) -> Column:
+    """A row of Spark's Kafka source (``key``, ``value``, ``timestamp``, ``headers`` if included) as the message
+    record the runtime decodes (see :mod:`statekeep.functions.messaging.messages`): the key, the value as text
+    where it is UTF-8 (else base64), the headers as properties, the timestamp as the event time (ms)."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    text = F.is_valid_utf8(value)
+    fields = [F.col("key").cast("string").alias("key"), F.when(text, value.cast("string")).alias("value"),
+              F.when(~text, F.base64(value)).alias("valueBase64"), F.unix_millis(F.col("timestamp")).alias("eventTime")]
+    if "headers" in frame.columns:
+        fields.append(F.when(F.size(F.col("headers")) > 0, F.map_from_entries(F.transform(
+            F.col("headers"), lambda h: F.struct(h["key"], h["value"].cast("string"))))).alias("properties"))
+    return F.to_json(F.struct(*fields))
 
 
 _WS = "[ \\t\\n\\r]*"  # JSON's whitespace (Java's \s has more)
@@ -330,7 +395,9 @@ class FunctionQuery:
 
         spec = self.spec
         # a key field's, or a topic message's own key (see input_frame); records without one go to one partition
-        keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, self.inputs)))
+        keyed = spec.key_field is not None or (spec.source_format == MESSAGE
+                                               and any(map(carries_messages, self.inputs)))
+        check_kafka(self.spark, spec, self.inputs)
         frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
         self._clock = spec.time is not None and self._clocked(len(self.inputs))
@@ -443,7 +510,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     code = registry.get_code(tenant, namespace, name).decode()
     provider, provider_config = registry.state_provider(cfg, metadata_url)
     input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
-    if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
+    if cfg.input_serdes() or cfg.customSchemaInputs or any(carries_messages(i) for i in cfg.inputs):
         input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
     user_config = dict(cfg.userConfig)
     spec = ExecutorSpec(

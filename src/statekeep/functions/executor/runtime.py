@@ -36,6 +36,7 @@ from statekeep.functions.messaging.messages import (batch_lines, dead_letter_mes
                                           output_sink, output_wrapper, published_targets,
                                                     write_targets)
 from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.messaging.kafka import BatchOutputs, deliver_kept, is_kafka
 from statekeep.functions.messaging.sink import claim
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import read_schemas, record_schemas, registry_store
@@ -391,6 +392,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
         stats.applied = False  # a replay of a partition that was already applied
         if spec.rows_schema is not None:  # the operator's replay gives the rows the first run kept
             stats.rows = sink.read(batch_id, partition)
+        deliver_kept(spec, batch_id, partition)  # its Kafka records, unless Kafka has them already
         return stats
     process, kind = _cached_process(spec)
     careful = spec.careful and kind != BATCH
@@ -471,16 +473,32 @@ def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
         else:
             sink.write(*batch, records)
 
+    kafka = BatchOutputs(spec, batch)  # Kafka's records: kept now, delivered after the state commit
     if output is not None:
-        write(output_sink(spec, spec.output), output)
+        if is_kafka(spec.output):
+            kafka.add(str(spec.output), output)
+        else:
+            write(output_sink(spec, spec.output), output)
+    files = {}
+    for (name, kind), records in targets.items():
+        if is_kafka(name):
+            kafka.add(name, records)
+        else:
+            files[(name, kind)] = records
     if batch is None:
-        write_targets(spec, targets, origin=str(path.batch_id))
+        write_targets(spec, files, origin=str(path.batch_id))
     else:
-        write_targets(spec, targets, *batch)
+        write_targets(spec, files, *batch)
     if path.dead:
-        write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
-    return store.apply_batch(path.state.puts, path.state.counter_deltas,
-                             marker=None if batch is None else f"{batch[0]}-{batch[1]}")
+        if is_kafka(spec.dead_letter):
+            kafka.add(str(spec.dead_letter), path.dead)
+        else:
+            write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
+    kafka.keep()
+    applied = store.apply_batch(path.state.puts, path.state.counter_deltas,
+                                marker=None if batch is None else f"{batch[0]}-{batch[1]}")
+    kafka.deliver(applied)
+    return applied
 
 
 def _rows(path: RecordPath, output: Any) -> Any:

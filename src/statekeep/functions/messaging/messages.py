@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
+from statekeep.functions.messaging.kafka import is_kafka
 from statekeep.functions.config.loader import FunctionLoadError, execute_file
 from statekeep.functions.messaging.sink import OutputSink
 
@@ -271,7 +272,8 @@ def published_by_target(published: list[tuple[str, Any]], spec: ExecutorSpec) ->
         if isinstance(item, Published):
             custom = item.serde_class_name not in (DEFAULT_SERDE, "pulsar.functions.serde.IdentitySerDe")
             serde = load_serde(item.serde_class_name, spec.code, spec.py_name) if custom else None
-            if is_topic(topic) or item.key is not None or item.properties or item.event_time is not None:
+            message_target = is_topic(topic) or is_kafka(topic)
+            if message_target or item.key is not None or item.properties or item.event_time is not None:
                 record = Message(serialize(item.message, serde), item.key, item.properties, item.event_time).to_json()
             elif serde is not None:
                 record = _plain(serialize(item.message, serde))
@@ -303,7 +305,7 @@ def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
         return row_maker(spec.rows_schema, context.get_message_key)
     name = spec.output_serde
     serde = load_serde(name, spec.code, spec.py_name) if name else None
-    if is_topic(spec.output):
+    if is_topic(spec.output) or is_kafka(spec.output):
         def message(result: Any) -> Any:
             return Message(serialize(result, serde), context.get_message_key(),
                            dict(context.get_message_properties() or {}), context.get_message_eventtime()).to_json()
@@ -358,6 +360,8 @@ def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> Outp
 
     if not name or name == "console":
         return OutputSink(None)
+    if is_kafka(name):  # no file: the commit hands its records to Kafka (statekeep.functions.messaging.kafka)
+        return OutputSink(None, topic=True)
     topic = is_topic(name)
     fmt = spec.output_format if kind == "out" and not topic else "jsonl"
     suffix = f"-{kind}-{spec.tenant}.{spec.namespace}.{spec.name}"

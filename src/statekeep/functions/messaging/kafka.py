@@ -1,0 +1,513 @@
+"""Kafka topics as statekeep topics: ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC``.
+
+A function's input, output, log topic, dead-letter topic or ``publish`` target may be a Kafka topic, named by its
+bootstrap servers and its Kafka name. A Kafka message is a Pulsar message to the function (see
+:mod:`statekeep.functions.messaging.messages`): its key is the message key, its value the payload (through the
+input's serde), its headers the properties (UTF-8 text), its timestamp the event time (ms). What a function
+writes to a Kafka topic is written the same way back: key, value (the serde's bytes), properties as headers, the
+event time as the record's timestamp.
+
+**Exactly once into Kafka** (:class:`KafkaDelivery`), in the way of Kafka Streams' EOS and Flink's ``KafkaSink``,
+tied to the (batch, partition) state commit of :mod:`statekeep.functions.executor.runtime`:
+
+1. Before the state commit, a (batch, partition)'s Kafka records are checked (topics exist, sizes within the
+   topic's ``max.message.bytes``) and kept in a file of their own (:func:`keep`), which a replay reads again.
+2. The state commit (state, changelog and the (batch, partition) marker, one atomic write).
+3. Delivery: one Kafka transaction per (batch, partition), by a transactional producer whose
+   ``transactional.id`` is the function's (tenant, namespace, name, incarnation) and partition. It writes the kept
+   records and commits, in the same transaction, the offset ``batch + 1`` of the consumer group of that id (on
+   partition 0 of each topic written): the record that (batch, partition) was delivered.
+
+A replay of a (batch, partition) whose state was committed first fences the id (``init_transactions``: an earlier
+producer's open transaction is aborted, and that producer can commit nothing more), then reads the group's
+committed offset: delivered, or the kept records are delivered now. So a ``read_committed`` consumer sees each
+record once, whichever process died where; a ``read_uncommitted`` one may also see the records of an aborted
+attempt (a replayed batch's first try), as Kafka's own transactions allow.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statekeep.errors import (InvalidArgumentError, MissingDependencyError, NotFoundError, StatekeepError,
+                              StoreUnavailableError)
+
+if TYPE_CHECKING:
+    from statekeep.functions.config.spec import ExecutorSpec
+
+SCHEME = "kafka://"
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HOST = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
+#: how long a client waits for an unreachable cluster before the error (s): bounded, librdkafka's own retries are not
+TIMEOUT = 15.0
+#: a transaction left open by a killed producer holds ``read_committed`` readers back at most this long (unless the
+#: next attempt's ``init_transactions`` aborts it first, which it does at once)
+TRANSACTION_TIMEOUT_MS = 60_000
+#: a Kafka broker's default ``message.max.bytes`` (1 MiB + 12), the limit where a topic states none
+DEFAULT_MAX_MESSAGE = 1_048_588
+
+
+class KafkaDeliveryError(StatekeepError):
+    """A (batch, partition)'s records could not be committed to Kafka (the broker refused or was unreachable);
+    the state commit stands and a replay of the batch delivers its kept records."""
+
+
+#: librdkafka logs to a logger of statekeep's, not to stderr: what fails is raised, with its reason; what it retries
+#: (a broker restarting) is no error (set the logger's level and a handler to see them)
+_LOG = logging.getLogger("statekeep.kafka.client")
+_LOG.addHandler(logging.NullHandler())
+_QUIET = {"logger": _LOG}
+
+
+def is_kafka(name: object) -> bool:
+    """Whether ``name`` names a Kafka topic (``kafka://...``)."""
+    return isinstance(name, str) and name.startswith(SCHEME)
+
+
+@dataclass(frozen=True)
+class KafkaTopic:
+    """A Kafka topic as a statekeep name gives it: its cluster's bootstrap servers and its Kafka name."""
+
+    bootstrap: str
+    topic: str
+
+    @property
+    def name(self) -> str:
+        return f"{SCHEME}{self.bootstrap}/{self.topic}"
+
+
+def parse(name: str) -> KafkaTopic:
+    """The Kafka topic ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` names. :class:`InvalidArgumentError` naming
+    ``name`` for any other form (no servers, a port that is not a number, a topic name Kafka refuses)."""
+    if not is_kafka(name):
+        raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT/TOPIC)")
+    servers, _, topic = name[len(SCHEME):].partition("/")
+    hosts = servers.split(",")
+    if not all(_HOST.match(h) and 0 < int(h.rsplit(":", 1)[1]) < 65536 for h in hosts):
+        raise InvalidArgumentError(f"{name!r}: the bootstrap servers must be HOST:PORT[,HOST:PORT...], not "
+                                   f"{servers!r}")
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        raise InvalidArgumentError(f"{name!r}: {topic!r} is not a Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)")
+    return KafkaTopic(servers, topic)
+
+
+def one_cluster(names: Iterable[str]) -> str | None:
+    """The bootstrap servers every Kafka name in ``names`` shares (None: no Kafka name). A transaction is one
+    cluster's: :class:`InvalidArgumentError` if they name two."""
+    clusters = {parse(n).bootstrap for n in names if is_kafka(n)}
+    if len(clusters) > 1:
+        raise InvalidArgumentError(f"a function writes to Kafka in one transaction, so on one cluster: "
+                                   f"{sorted(clusters)} are several")
+    return next(iter(clusters), None)
+
+
+def _client() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError as e:
+        raise MissingDependencyError(f"Kafka topics need confluent-kafka: pip install 'statekeep[kafka]' ({e})") from e
+    return confluent_kafka
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    _client()
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(TIMEOUT * 1000), **_QUIET})
+
+
+_limits: dict[tuple[str, str], int] = {}
+_limits_lock = threading.Lock()
+
+
+def topic_limit(topic: KafkaTopic) -> int:
+    """The largest record ``topic`` takes (its ``max.message.bytes``), asked once per process. Raises
+    :class:`NotFoundError` if the cluster has no such topic, :class:`StoreUnavailableError` if the cluster does not
+    answer within :data:`TIMEOUT`."""
+    key = (topic.bootstrap, topic.topic)
+    with _limits_lock:
+        if key in _limits:
+            return _limits[key]
+    kafka = _client()
+    admin = _admin(topic.bootstrap)
+    try:
+        metadata = admin.list_topics(topic.topic, timeout=TIMEOUT)
+    except kafka.KafkaException as e:
+        raise StoreUnavailableError(f"{topic.name}: the Kafka cluster at {topic.bootstrap} did not answer within "
+                                    f"{TIMEOUT:.0f} s: {e}") from e
+    found = metadata.topics.get(topic.topic)
+    if found is None or found.error is not None and found.error.code() == kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
+        raise NotFoundError(f"{topic.name}: no topic {topic.topic!r} on the Kafka cluster at {topic.bootstrap} "
+                            "(create it: statekeep topics create NAME --partitions N)")
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+    limit = DEFAULT_MAX_MESSAGE
+    try:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic.topic)
+        configs = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
+        entry = configs.get("max.message.bytes")
+        if entry is not None and entry.value is not None:
+            limit = int(entry.value)
+    except kafka.KafkaException as e:
+        raise StoreUnavailableError(f"{topic.name}: reading its config failed: {e}") from e
+    with _limits_lock:
+        _limits[key] = limit
+    return limit
+
+
+def check_topics(names: Iterable[str | None]) -> None:
+    """Check that every Kafka topic ``names`` holds exists (an input's, an output's), before a query starts:
+    :class:`NotFoundError` or :class:`StoreUnavailableError` naming the first that is not there or not reached."""
+    for name in names:
+        if is_kafka(name):
+            assert name is not None
+            topic_limit(parse(name))
+
+
+# -- records -----------------------------------------------------------------------------------------------------
+
+#: a (batch, partition)'s Kafka records as kept and delivered: one row per record (timestamp 0: the broker's time)
+COLUMNS = ("topic", "key", "value", "headers", "timestamp")
+
+
+def records_table(records: Iterable[tuple[str, Any]]) -> Any:
+    """``(Kafka topic, message record)`` pairs as a pyarrow Table of :data:`COLUMNS`. A message record is
+    :meth:`~statekeep.functions.messaging.messages.Message.to_json`'s shape; any other value is written as its text
+    (a str) or JSON."""
+    import json
+
+    import pyarrow as pa
+
+    from statekeep.functions.messaging.messages import payload
+
+    topics: list[str] = []
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    headers: list[list[tuple[str, bytes]] | None] = []
+    times: list[int] = []
+    for topic, message in records:
+        if not isinstance(message, Mapping) or not ({"value", "valueBase64"} & message.keys()):
+            message = {"value": message if isinstance(message, str) else json.dumps(message, default=str)}
+        key = message.get("key")
+        properties = message.get("properties")
+        event_time = message.get("eventTime")
+        topics.append(topic)
+        keys.append(None if key is None else str(key).encode("utf-8"))
+        values.append(payload(message))
+        headers.append([(str(k), str(v).encode("utf-8")) for k, v in properties.items()] if properties else None)
+        times.append(event_time if isinstance(event_time, int) and not isinstance(event_time, bool) else 0)
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.table({"topic": pa.array(topics, pa.string()), "key": pa.array(keys, pa.binary()),
+                     "value": pa.array(values, pa.binary()), "headers": pa.array(headers, header),
+                     "timestamp": pa.array(times, pa.int64())})
+
+
+def message_of(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None,
+               timestamp: int | None) -> dict[str, Any]:
+    """A Kafka record as the message record a function's input decodes (key as text, value as text when it is
+    UTF-8, else base64; headers as properties; the timestamp as event time)."""
+    record: dict[str, Any] = {}
+    if key is not None:
+        record["key"] = key.decode("utf-8", "replace")
+    data = value or b""
+    try:
+        record["value"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        record["valueBase64"] = base64.b64encode(data).decode()
+    if headers:
+        record["properties"] = {k: (v or b"").decode("utf-8", "replace") for k, v in headers}
+    if timestamp is not None and timestamp >= 0:
+        record["eventTime"] = timestamp
+    return record
+
+
+def check_sizes(table: Any, bootstrap: str) -> None:
+    """:class:`InvalidArgumentError` naming the largest record of ``table`` (:data:`COLUMNS`) over its topic's
+    ``max.message.bytes``, and :class:`NotFoundError` for a topic the cluster does not have: checked before anything
+    is written."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(table):
+        return
+    # a record as the broker counts it, near enough: key, value, headers and ~70 bytes of framing
+    sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(table["key"]), 0), pc.binary_length(table["value"])), 70)
+    if table["headers"].null_count < len(table):
+        extra = [sum(len(h["key"].encode()) + len(h["value"]) for h in hs or ()) for hs in table["headers"].to_pylist()]
+        sizes = pc.add(sizes, pa.array(extra, pa.int64()))
+    for topic in sorted(set(table["topic"].to_pylist())):
+        limit = topic_limit(KafkaTopic(bootstrap, topic))
+        biggest = pc.max(pc.filter(sizes, pc.equal(table["topic"], topic))).as_py()
+        if biggest > limit:
+            raise InvalidArgumentError(f"a message of {biggest} bytes for {SCHEME}{bootstrap}/{topic} is over the "
+                                       f"topic's max.message.bytes ({limit}): nothing was written")
+
+
+# -- transactions -------------------------------------------------------------------------------------------------
+
+
+_producers: dict[tuple[str, str], Any] = {}
+_delivered: dict[tuple[str, str], int] = {}  # the last batch this process's producer of an id committed
+_groups: dict[tuple[str, str], Any] = {}  # a consumer group's metadata, which a transaction's offsets name
+_producers_lock = threading.Lock()
+
+
+class KafkaDelivery:
+    """The transactional delivery of one writer's (batch, partition) records (see the module docstring):
+    ``transactional_id`` names the writer, one per (function incarnation, partition), stable across processes."""
+
+    def __init__(self, bootstrap: str, transactional_id: str) -> None:
+        self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        self.group = f"statekeep.{transactional_id}"
+
+    def _producer(self, fresh: bool) -> Any:
+        """This process's producer of the id; ``fresh``: a new one, whose ``init_transactions`` fences every
+        earlier producer of the id and aborts its open transaction."""
+        kafka = _client()
+        key = (self.bootstrap, self.transactional_id)
+        with _producers_lock:
+            producer = None if fresh else _producers.get(key)
+            if producer is None:
+                producer = kafka.Producer({"bootstrap.servers": self.bootstrap,
+                                           "transactional.id": self.transactional_id,
+                                           "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                                           "linger.ms": 5, "socket.timeout.ms": int(TIMEOUT * 1000),
+                                           **_QUIET,
+                                           "message.max.bytes": 1 << 29})  # each topic's own limit is checked first
+                try:
+                    producer.init_transactions(TIMEOUT)
+                except kafka.KafkaException as e:
+                    raise KafkaDeliveryError(f"{self.transactional_id}: the Kafka cluster at {self.bootstrap} did not "
+                                             f"start a transaction within {TIMEOUT:.0f} s: {e}") from e
+                _producers[key] = producer
+            return producer
+
+    def _group_metadata(self) -> Any:
+        kafka = _client()
+        key = (self.bootstrap, self.group)
+        with _producers_lock:
+            if key not in _groups:
+                consumer = kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                           **_QUIET})
+                try:
+                    _groups[key] = consumer.consumer_group_metadata()
+                finally:
+                    consumer.close()
+            return _groups[key]
+
+    def _forget(self) -> None:
+        with _producers_lock:
+            _producers.pop((self.bootstrap, self.transactional_id), None)
+            _delivered.pop((self.bootstrap, self.transactional_id), None)
+
+    def continues(self, batch: int) -> bool:
+        """Whether this process's producer of the id committed ``batch - 1`` last: then no other process has
+        delivered ``batch`` (it would have fenced that producer first, and its commit would fail), and
+        :meth:`deliver` needs no ``replay`` look-up."""
+        with _producers_lock:
+            return _delivered.get((self.bootstrap, self.transactional_id)) == batch - 1
+
+    def delivered(self, batch: int, topics: Iterable[str]) -> bool:
+        """Whether this writer's ``batch`` was committed to Kafka: its group's committed offset on partition 0 of
+        the first of ``topics`` is past it. Call after :meth:`fence`, so that no earlier producer still commits."""
+        kafka = _client()
+        first = sorted(set(topics))[0]
+        consumer = kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "socket.timeout.ms": int(TIMEOUT * 1000), **_QUIET})
+        try:
+            found = consumer.committed([kafka.TopicPartition(first, 0)], timeout=TIMEOUT)
+        except kafka.KafkaException as e:
+            raise KafkaDeliveryError(f"{self.transactional_id}: reading what Kafka committed failed: {e}") from e
+        finally:
+            consumer.close()
+        return bool(found) and found[0].offset > batch
+
+    def deliver(self, batch: int | None, table: Any, *, replay: bool = False) -> bool:
+        """Write ``table``'s records (:data:`COLUMNS`) as ``batch``'s one transaction, unless a ``replay`` finds
+        ``batch`` delivered already (it fences the id first). ``batch`` None: a one-off transaction that records
+        no batch. Returns whether this call wrote them. :class:`KafkaDeliveryError` if Kafka refused or did not
+        answer (the transaction is aborted; a replay delivers again)."""
+        if table is None or not len(table):
+            return False
+        kafka = _client()
+        topics = sorted(set(table["topic"].to_pylist()))
+        if replay:
+            self._producer(fresh=True)
+            if batch is not None and self.delivered(batch, topics):
+                return False
+        producer = self._producer(fresh=False)
+        try:
+            producer.begin_transaction()
+            produce, poll = producer.produce, producer.poll
+            columns = [table[c].to_pylist() for c in COLUMNS]
+            for topic, key, value, headers, timestamp in zip(*columns):
+                while True:
+                    try:
+                        produce(topic, value, key, headers=[(h["key"], h["value"]) for h in headers]
+                                if headers else None, timestamp=timestamp)
+                        break
+                    except BufferError:  # the local queue is full: let it drain
+                        poll(0.05)
+            if batch is not None:
+                producer.send_offsets_to_transaction([kafka.TopicPartition(t, 0, batch + 1) for t in topics],
+                                                     self._group_metadata(), TIMEOUT)
+            producer.commit_transaction(TIMEOUT * 2)
+            if batch is not None:
+                with _producers_lock:
+                    _delivered[(self.bootstrap, self.transactional_id)] = batch
+        except kafka.KafkaException as e:
+            self._forget()  # fenced, or in a state unknown: the next attempt starts with a fresh producer
+            try:
+                producer.abort_transaction(TIMEOUT)
+            except kafka.KafkaException:
+                pass  # the next init_transactions of the id aborts it
+            raise KafkaDeliveryError(f"{self.transactional_id}: batch {batch}'s {len(table)} records were not "
+                                     f"committed to Kafka at {self.bootstrap}: {e}") from e
+        return True
+
+
+def transactional_id(tenant: str, namespace: str, name: str, incarnation: str, partition: int) -> str:
+    """The ``transactional.id`` of a function incarnation's partition: one writer, whichever process runs it."""
+    return f"statekeep-{tenant}.{namespace}.{name}-{incarnation}-{partition}"
+
+
+# -- a function's (batch, partition) ----------------------------------------------------------------------------
+
+
+def kept_directory(spec: ExecutorSpec) -> str:
+    """Where a function keeps each (batch, partition)'s Kafka records until Spark no longer replays it: under its
+    topics root (``--topics-dir``, which on a cluster is one every worker reaches), per function incarnation."""
+    from statekeep.functions.messaging.topics import default_root
+
+    root = (spec.topics_dir or default_root()).rstrip("/")
+    return f"{root}/_kafka/{spec.tenant}/{spec.namespace}/{spec.name}/{spec.function_id or 'none'}"
+
+
+def _kept(spec: ExecutorSpec) -> Any:
+    from statekeep.functions.messaging.sink import OutputSink
+
+    return OutputSink(kept_directory(spec), "arrow", f"-kafka-{spec.tenant}.{spec.namespace}.{spec.name}")
+
+
+class BatchOutputs:
+    """A function's records for Kafka of one (batch, partition) (``batch`` None: a trigger's one record), from its
+    output, ``publish`` targets, log topic and dead letters: :meth:`add` them, :meth:`keep` them before the state
+    commit, :meth:`deliver` them after it."""
+
+    def __init__(self, spec: ExecutorSpec, batch: tuple[int, int] | None) -> None:
+        self.spec, self.batch = spec, batch
+        self.names: set[str] = set()
+        self.pairs: list[tuple[str, Any]] = []
+        self.table: Any = None
+
+    def add(self, name: str, records: Any) -> None:
+        """Records (message records, a list or a pyarrow Table of rows) for the Kafka topic ``name``."""
+        topic = parse(name).topic
+        self.names.add(name)
+        rows = records if isinstance(records, list) else records.to_pylist()
+        self.pairs.extend((topic, r) for r in rows)
+
+    def keep(self) -> None:
+        """Check the records (one cluster, topics that exist, sizes within their limits: else the error, nothing
+        written) and keep them for a replay."""
+        if not self.pairs:
+            return
+        bootstrap = one_cluster(self.names)
+        assert bootstrap is not None  # names holds a Kafka name for each pair
+        table = records_table(self.pairs)
+        check_sizes(table, bootstrap)
+        self.table = table.replace_schema_metadata({"bootstrap": bootstrap})
+        if self.batch is not None:
+            _kept(self.spec).write(*self.batch, self.table)
+
+    def deliver(self, applied: bool) -> None:
+        """After the state commit: the kept records in one transaction. ``applied`` False: the state commit found
+        the batch applied already (an earlier attempt's), whose records may have been delivered: looked up."""
+        if self.table is None:
+            return
+        if self.batch is None:  # a trigger's: a transaction of its own, no batch to record
+            import uuid
+
+            KafkaDelivery(self.table.schema.metadata[b"bootstrap"].decode(),
+                          f"statekeep-trigger-{uuid.uuid4().hex}").deliver(None, self.table)
+            return
+        deliver_kept(self.spec, *self.batch, self.table, replay=not applied)
+
+
+def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = None, *, replay: bool = True) -> None:
+    """Deliver what (batch, partition) kept for Kafka (``table``, else read back; nothing kept: nothing to do), then
+    forget what batch - 2 kept (Spark replays at most the batch after its last committed one)."""
+    kept = _kept(spec)
+    if table is None:
+        table = kept.read(batch, partition)
+        if table is None:
+            return
+    bootstrap = table.schema.metadata[b"bootstrap"].decode()
+    ident = transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id, partition)
+    KafkaDelivery(bootstrap, ident).deliver(batch, table, replay=replay)
+    if batch >= 2:
+        kept.discard(batch - 2, partition)
+
+
+# -- statekeep topics produce / consume ---------------------------------------------------------------------------
+
+
+def produce(name: str, messages: list[dict[str, Any]]) -> None:
+    """Write message records to the Kafka topic ``name``, all or none (one transaction). Raises as
+    :func:`check_sizes` and :meth:`KafkaDelivery.deliver` do."""
+    import uuid
+
+    topic = parse(name)
+    table = records_table((topic.topic, m) for m in messages)
+    check_sizes(table, topic.bootstrap)
+    KafkaDelivery(topic.bootstrap, f"statekeep-produce-{uuid.uuid4().hex}").deliver(None, table)
+
+
+def consume(name: str, limit: int = 0) -> Iterator[dict[str, Any]]:
+    """The committed messages of the Kafka topic ``name`` from its beginning to its end when called (``limit`` >
+    0: at most that many), partition after partition, each as a message record with ``partition`` and ``offset``
+    (a ``read_committed`` reader of its own, in no consumer group). Raises :class:`NotFoundError` for a topic
+    the cluster does not have, :class:`StoreUnavailableError` for a cluster that does not answer."""
+    kafka = _client()
+    topic = parse(name)
+    topic_limit(topic)  # it exists
+    consumer = kafka.Consumer({"bootstrap.servers": topic.bootstrap, "group.id": "statekeep-consume",
+                               "enable.auto.commit": False, "isolation.level": "read_committed",
+                               "socket.timeout.ms": int(TIMEOUT * 1000), **_QUIET,
+                               "enable.partition.eof": True, "allow.auto.create.topics": False})
+    try:
+        partitions = sorted(consumer.list_topics(topic.topic, timeout=TIMEOUT).topics[topic.topic].partitions)
+        given = 0
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(kafka.TopicPartition(topic.topic, p), timeout=TIMEOUT)
+            if high <= low:
+                continue
+            consumer.assign([kafka.TopicPartition(topic.topic, p, low)])
+            while True:
+                message = consumer.poll(TIMEOUT)
+                if message is None:
+                    break  # the rest of the partition is an open transaction's, or aborted
+                if message.error():
+                    if message.error().code() == kafka.KafkaError._PARTITION_EOF:
+                        break
+                    raise StoreUnavailableError(f"{name}: reading partition {p} failed: {message.error()}")
+                stamp = message.timestamp()
+                record = message_of(message.key(), message.value(), message.headers(),
+                                    stamp[1] if stamp[0] != kafka.TIMESTAMP_NOT_AVAILABLE else None)
+                yield {**record, "partition": p, "offset": message.offset()}
+                given += 1
+                if limit and given >= limit:
+                    return
+                if message.offset() >= high - 1:
+                    break
+    except kafka.KafkaException as e:
+        raise StoreUnavailableError(f"{name}: the Kafka cluster at {topic.bootstrap} failed: {e}") from e
+    finally:
+        consumer.close()
