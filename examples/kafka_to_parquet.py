@@ -6,9 +6,12 @@
 Each Kafka message is a click: its key the user, its value JSON ``{"page": ...}``. The function counts each user's
 clicks in statekeep's state (exactly once, readable with ``statekeep functions querystate --name clicks --key U``
 and over REST while the query runs) and gives one row per click. Spark's Kafka source is a separate package:
-run this with ``spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<your Spark version>`` or put
-the jar on the classpath (``spark.jars.packages``). No Kafka broker runs in statekeep's tests: they run
-:func:`pipeline` on a stream of the same shape read from files (tests/test_operator_spark.py).
+``statekeep jars install`` resolves it from Maven Central, and the Spark session statekeep creates
+(``spark_session``) has it on its classpath (or run this with ``spark-submit --packages
+org.apache.spark:spark-sql-kafka-0-10_2.13:<your Spark version>``). The source starts at the latest offsets: the
+clicks produced after the query started. statekeep's tests run this file as it is against a real Kafka broker
+(tests/test_kafka_functions.py). For exactly-once output into Kafka instead of Parquet, write to
+``format("statekeep-kafka")`` (docs/guides/kafka.md).
 """
 
 from __future__ import annotations

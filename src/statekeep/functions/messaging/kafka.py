@@ -62,7 +62,7 @@ class KafkaDeliveryError(StatekeepError):
 #: (a broker restarting) is no error (set the logger's level and a handler to see them)
 _LOG = logging.getLogger("statekeep.kafka.client")
 _LOG.addHandler(logging.NullHandler())
-_QUIET = {"logger": _LOG}
+_QUIET: dict[str, Any] = {"logger": _LOG, "log_level": 3}
 
 
 def is_kafka(name: object) -> bool:
@@ -145,6 +145,9 @@ def topic_limit(topic: KafkaTopic) -> int:
     if found is None or found.error is not None and found.error.code() == kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
         raise NotFoundError(f"{topic.name}: no topic {topic.topic!r} on the Kafka cluster at {topic.bootstrap} "
                             "(create it: statekeep topics create NAME --partitions N)")
+    if found.error is not None:
+        raise StoreUnavailableError(f"{topic.name}: the Kafka cluster at {topic.bootstrap} cannot serve it now: "
+                                    f"{found.error}")
     from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
     limit = DEFAULT_MAX_MESSAGE

@@ -1,0 +1,59 @@
+"""A function file for the Kafka tests: a per-key count, one output per message ``KEY:N`` (its key's count after
+it) to the function's Kafka output, with the message's key, properties and event time kept.
+
+Faults, armed by the environment of the driver (which its Python workers inherit): ``SK_FLAGS`` a directory,
+``SK_PAUSE`` ``WHERE@BATCH,...``, each fault once (the file ``FLAGS/armed-WHERE`` exists until the fault takes it):
+``before-commit``: partition 0's Kafka delivery of micro-batch BATCH stops after its state commit and before its
+Kafka transaction (writing ``FLAGS/paused-before-commit``), so the test can SIGKILL the driver between the two;
+``kill-worker``: the function SIGKILLs its own Python worker on micro-batch BATCH's partition 0; ``function``
+(or any name starting so, e.g. ``function2``): the function stops on micro-batch BATCH's partition 0 (writing
+``FLAGS/paused-WHERE``) until ``FLAGS/go-WHERE`` exists (the test kills brokers meanwhile).
+"""
+
+import os
+import signal
+import time
+
+FLAGS = os.environ.get("SK_FLAGS", "")
+ARMED = dict(item.split("@") for item in os.environ.get("SK_PAUSE", "").split(",") if "@" in item)
+
+
+def take(where):
+    """Whether the fault ``where`` is still armed; this call disarms it."""
+    try:
+        os.remove(os.path.join(FLAGS, f"armed-{where}"))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def pause(where, until=None):
+    open(os.path.join(FLAGS, f"paused-{where}"), "w").close()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not (until and os.path.exists(os.path.join(FLAGS, until))):
+        time.sleep(0.1)
+
+
+if "before-commit" in ARMED:  # in this worker: partition 0's delivery of the batch waits (to be killed)
+    from statekeep.functions.messaging import kafka
+
+    _deliver = kafka.KafkaDelivery.deliver
+
+    def _paused(self, batch, table, *, replay=False):
+        if batch == int(ARMED["before-commit"]) and self.transactional_id.endswith("-0") and take("before-commit"):
+            pause("before-commit")
+        return _deliver(self, batch, table, replay=replay)
+
+    kafka.KafkaDelivery.deliver = _paused
+
+
+def process(value, context):
+    key = context.get_message_key()
+    n = context.incr_counter(key, 1)
+    batch, partition, _ = context.get_message_id().split(":")
+    if ARMED.get("kill-worker") == batch and partition == "0" and take("kill-worker"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    for where, at in ARMED.items():
+        if where.startswith("function") and at == batch and partition == "0" and take(where):
+            pause(where, until=f"go-{where}")
+    return f"{key}:{n}"

@@ -1,0 +1,341 @@
+"""Functions on a real Kafka broker: Kafka topics as inputs, outputs, publish, log and dead-letter targets, exactly
+once into Kafka through transactions tied to the state commit, and bad input refused with nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailableError
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import run_registered
+from statekeep.functions.messaging import kafka as sk_kafka
+from statekeep.testing import wait_for
+
+SUPPORT = Path(__file__).parent / "support"
+
+
+def topic(server, partitions: int = 2, **config) -> str:
+    """A new topic on ``server`` (the kafka fixture), as statekeep names it."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    server.create_topic(name, partitions=partitions, config=config or None)
+    return f"kafka://{server.address}/{name}"
+
+
+def produce(name: str, messages: list[dict]) -> None:
+    sk_kafka.produce(name, messages)
+
+
+def values(name: str) -> list[str]:
+    """What a read_committed consumer reads of the topic, every partition."""
+    return [m["value"] for m in sk_kafka.consume(name)]
+
+
+def run(service, url, tmp_path, name, spark):
+    query = run_registered(service, url, "public", "default", name, checkpoint_root=str(tmp_path / "ck" / name),
+                           once=True, spark=spark)
+    try:
+        query.await_termination()
+    except Exception:  # noqa: BLE001 - a failed query: its status says why
+        pass
+    return query.status()
+
+
+ECHO = b'''
+def process(value, context):
+    n = context.incr_counter(context.get_message_key(), 1)
+    context.publish(context.get_user_config_value("side"), f"side-{value}",
+                    properties={"from": context.get_current_message_topic_name()})
+    if value == "log-me":
+        context.get_logger().info("logged %s", value)
+    return {"value": value, "n": n, "props": context.get_message_properties(),
+            "time": context.get_message_eventtime()}
+'''
+
+
+def test_kafka_in_and_out_with_keys_headers_times_publish_and_log(kafka, spark, tmp_path):
+    """Kafka in, Kafka out through the runner: each message's key, headers and timestamp reach the function as a
+    Pulsar message's and go on with its output; ``publish`` and the log topic go to Kafka too; a second run
+    resumes from its checkpoint and writes nothing twice."""
+    source, out, side, logs = topic(kafka), topic(kafka), topic(kafka, 1), topic(kafka, 1)
+    produce(source, [{"key": f"k{i % 3}", "value": "log-me" if i == 4 else f"v{i}", "properties": {"h": str(i)},
+                      "eventTime": 1_700_000_000_000 + i} for i in range(12)])
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "echo", "inputs": [source],
+                                 "output": out, "logTopic": logs, "parallelism": 2, "userConfig": {"side": side}},
+                                ECHO)
+        status = run(service, url, tmp_path, "echo", spark)
+        assert (status["error"], status["processed"]) == (None, 12)
+        got = list(sk_kafka.consume(out))
+        assert len(got) == 12
+        for message in got:
+            result = json.loads(message["value"])
+            i = int(result["props"]["h"])
+            assert message["key"] == f"k{i % 3}"  # the input's key, properties and event time go on with the output
+            assert message["properties"] == {"h": str(i)} and message["eventTime"] == 1_700_000_000_000 + i
+            assert result["time"] == 1_700_000_000_000 + i
+        assert Counter(json.loads(m["value"])["n"] for m in got) == Counter({1: 3, 2: 3, 3: 3, 4: 3})
+        published = list(sk_kafka.consume(side))
+        assert sorted(m["value"] for m in published) == sorted(f"side-{'log-me' if i == 4 else f'v{i}'}"
+                                                                for i in range(12))
+        assert {m["properties"]["from"] for m in published} == {source}
+        assert [m["value"] for m in sk_kafka.consume(logs)] == ["logged log-me"]
+        assert run(service, url, tmp_path, "echo", spark)["processed"] == 0  # resumed: nothing again
+        assert len(values(out)) == 12
+        counters = {e.key: e.counter for e in service.registry.state_store("public", "default", "echo").scan_entries()}
+        assert counters == {"k0": 4, "k1": 4, "k2": 4}
+
+
+def test_topics_produce_and_consume_on_kafka(kafka, capsys):
+    from statekeep.cli import main
+
+    name = topic(kafka, 1)
+    assert main(["topics", "produce", name, "-m", "a", "-m", "b", "-k", "K", "-p", "x=1", "--event-time", "5"]) == 0
+    capsys.readouterr()
+    assert main(["topics", "consume", name]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(m["value"], m["key"], m["properties"], m["eventTime"]) for m in lines] == [
+        ("a", "K", {"x": "1"}, 5), ("b", "K", {"x": "1"}, 5)]
+    assert main(["topics", "consume", name, "-n", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_bad_kafka_names_and_topics_are_refused_before_anything_runs(kafka, spark, tmp_path, monkeypatch):
+    """A malformed name, a topic the broker does not have, and an unreachable cluster: each refused with an error
+    naming it, before the query starts (nothing written)."""
+    monkeypatch.setattr(kafka_module(), "TIMEOUT", 2.0)
+    for bad in ("kafka://nohost/t", "kafka://h:99999/t", "kafka://h:1/bad name"):
+        with pytest.raises(InvalidArgumentError, match="kafka://"):
+            kafka_module().parse(bad)
+    out = topic(kafka)
+    url = f"local://{tmp_path / 'data'}"
+    missing = f"kafka://{kafka.address}/no-such-topic-{uuid.uuid4().hex[:8]}"
+    unreachable = "kafka://127.0.0.1:9/t"
+    with FunctionService.open(url) as service:
+        for name, inputs, output, error in (("a", [missing], out, NotFoundError), ("b", [out], missing, NotFoundError),
+                                            ("c", [unreachable], out, StoreUnavailableError)):
+            service.registry.create({"tenant": "public", "namespace": "default", "name": name, "inputs": inputs,
+                                     "output": output}, ECHO)
+            with pytest.raises(error, match="no-such-topic|127.0.0.1:9"):
+                run(service, url, tmp_path, name, spark)
+    assert values(out) == []
+
+
+def kafka_module():
+    return sk_kafka
+
+
+BIG = b'''
+def process(value, context):
+    context.incr_counter("seen", 1)
+    return "x" * int(value)
+'''
+
+STRICT = b'''
+def process(value, context):
+    context.incr_counter("seen", 1)
+    return value
+'''
+
+
+def test_a_message_over_the_topics_limit_fails_the_batch_with_nothing_written(kafka, spark, tmp_path):
+    source, out = topic(kafka, 1), topic(kafka, 1, **{"max.message.bytes": "2000"})
+    produce(source, [{"value": "10"}, {"value": "5000"}])
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "big", "inputs": [source],
+                                 "output": out}, BIG)
+        status = run(service, url, tmp_path, "big", spark)
+        assert "over the topic's max.message.bytes (2000)" in status["error"] and out in status["error"]
+        assert values(out) == []  # nothing half-written: neither the small output nor the state
+        assert service.registry.state_store("public", "default", "big").get_counter("seen") == 0
+
+
+def test_a_value_that_is_not_utf8_under_a_string_serde_fails_or_goes_to_the_dead_letter(kafka, spark, tmp_path):
+    """Under ``statekeep.serde.StringSerDe`` a value that is not UTF-8 is the record's error, naming it; with a
+    dead-letter topic (on Kafka) it goes there as it came and the others count."""
+    source, out, dead = topic(kafka, 1), topic(kafka, 1), topic(kafka, 1)
+    sk_kafka.KafkaDelivery(kafka_address(source), f"t-{uuid.uuid4().hex}").deliver(None, sk_kafka.records_table(
+        [(source.rsplit("/", 1)[1], {"value": "ok"}), (source.rsplit("/", 1)[1], {"valueBase64": "/w=="})]))
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        serde = {source: {"serdeClassName": "statekeep.serde.StringSerDe"}}
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "strict", "inputs": [source],
+                                 "output": out, "inputSpecs": serde}, STRICT)
+        status = run(service, url, tmp_path, "strict", spark)
+        assert "record 1" in status["error"] and "UTF-8" in status["error"]
+        assert values(out) == []
+        assert service.registry.state_store("public", "default", "strict").get_counter("seen") == 0
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "lenient", "inputs": [source],
+                                 "output": out, "inputSpecs": serde, "deadLetterTopic": dead}, STRICT)
+        status = run(service, url, tmp_path, "lenient", spark)
+        assert (status["error"], status["processed"]) == (None, 1)
+        assert values(out) == ["ok"]
+        assert [m.get("valueBase64") for m in sk_kafka.consume(dead)] == ["/w=="]
+
+
+def kafka_address(name: str) -> str:
+    return sk_kafka.parse(name).bootstrap
+
+
+def test_the_operator_into_kafka_exactly_once_with_the_statekeep_kafka_sink(kafka, spark, tmp_path):
+    """``apply_function`` on Spark's Kafka source, its rows to the ``statekeep-kafka`` sink: each row once in the
+    output topic; a second query run from the checkpoint adds nothing."""
+    from statekeep.spark import apply_function
+
+    source, out = topic(kafka), topic(kafka)
+    produce(source, [{"key": f"u{i % 4}", "value": json.dumps({"page": f"p{i}"})} for i in range(20)])
+
+    def count(value, context):
+        return {"key": context.get_message_key(), "value": str(context.incr_counter(context.get_message_key(), 1))}
+
+    def start():
+        events = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.address)
+                  .option("subscribe", sk_kafka.parse(source).topic).option("startingOffsets", "earliest").load())
+        rows = apply_function(events, count, name="public/default/opk", key="key", store=f"local://{tmp_path}/data",
+                              output_schema="key string, value string")
+        query = (rows.writeStream.format("statekeep-kafka").option("kafka.bootstrap.servers", kafka.address)
+                 .option("topic", sk_kafka.parse(out).topic).option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+
+    start()
+    got = list(sk_kafka.consume(out))
+    assert sorted((m["key"], int(m["value"])) for m in got) == sorted((f"u{k}", n) for k in range(4)
+                                                                       for n in range(1, 6))
+    start()
+    assert len(values(out)) == 20
+
+
+def test_the_kafka_example_runs_as_it_is_against_the_broker(kafka, spark_env, tmp_path):
+    """examples/kafka_to_parquet.py unchanged: Spark's Kafka source through apply_function into Parquet."""
+    source = topic(kafka)
+    example = Path(__file__).parent.parent / "examples" / "kafka_to_parquet.py"
+    command = [sys.executable, str(example), "--bootstrap-servers", kafka.address, "--topic",
+               sk_kafka.parse(source).topic, "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck"),
+               "--store", f"local://{tmp_path / 'data'}"]
+    log = open(tmp_path / "example.log", "wb")
+    process = subprocess.Popen(command, env={**os.environ, **spark_env}, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+
+    def rows():  # of the files the file sink committed (its _spark_metadata log), not those being written
+        import pyarrow.parquet as pq
+
+        log = tmp_path / "out" / "_spark_metadata"
+        entries = [json.loads(line) for f in (log.glob("[0-9]*") if log.exists() else [])
+                   for line in f.read_text().splitlines()[1:]]
+        return [r for e in entries for r in pq.read_table(e["path"].removeprefix("file://")).to_pylist()]
+
+    try:  # it reads what comes after it started (Spark's Kafka source starts at the latest offsets)
+        assert wait_for(lambda: (tmp_path / "ck" / "commits" / "0").exists() or process.poll() is not None,
+                        timeout=240), (tmp_path / "example.log").read_text()[-3000:]
+        produce(source, [{"key": f"u{i % 2}", "value": json.dumps({"page": f"p{i}"}), "eventTime": 1000 + i}
+                         for i in range(6)])
+        assert wait_for(lambda: len(rows()) >= 6 or process.poll() is not None, timeout=240), \
+            (tmp_path / "example.log").read_text()[-3000:]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert sorted((r["user"], r["clicks"], r["page"], r["at"]) for r in rows()) == sorted(
+        (f"u{i % 2}", i // 2 + 1, f"p{i}", 1000 + i) for i in range(6))
+
+
+# -- faults -------------------------------------------------------------------------------------------------------
+
+
+def start_run(tmp_path, spark_env, url, source, out, pauses):
+    env = {**os.environ, **spark_env, "SK_FLAGS": str(tmp_path), "SK_PAUSE": ",".join(pauses)}
+    log = open(tmp_path / "driver.log", "ab")
+    return subprocess.Popen([sys.executable, str(SUPPORT / "kafka_run.py"), "--store", url, "--checkpoints",
+                             str(tmp_path / "ck"), "--input", source, "--output", out, "--per-batch", "60"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def expected(keys: list[str]) -> Counter:
+    seen: Counter = Counter()
+    want: Counter = Counter()
+    for key in keys:
+        seen[key] += 1
+        want[f"{key}:{seen[key]}"] += 1
+    return want
+
+
+def test_exactly_once_into_kafka_through_driver_worker_and_broker_kills(start_kafka, spark_env, tmp_path):
+    """One function's run through its faults, each a driver lifetime at most: the driver SIGKILLed after
+    partition 0 of micro-batch 1 committed its state and before its Kafka transaction; a Python worker SIGKILLed
+    in micro-batch 2 (Spark retries the task); the broker SIGKILLed and restarted while micro-batch 3 runs. At
+    the end a read_committed consumer has each output once and the state counts each input once."""
+    kafka = start_kafka
+    source, out = topic(kafka), topic(kafka)
+    keys = [f"k{i % 17}" for i in range(360)]  # micro-batches of 60 messages per input partition
+    produce(source, [{"key": k, "value": str(i)} for i, k in enumerate(keys)])
+    url = f"local://{tmp_path / 'data'}"
+    pauses = ("before-commit@1", "kill-worker@2", "function@3")
+    for pause in pauses:
+        (tmp_path / f"armed-{pause.split('@')[0]}").touch()
+    first = start_run(tmp_path, spark_env, url, source, out, pauses)
+    assert wait_for(lambda: (tmp_path / "paused-before-commit").exists() or first.poll() is not None, timeout=240), \
+        (tmp_path / "driver.log").read_text()[-3000:]
+    with FunctionService.open(url) as service:  # partition 0's state of batch 1 is committed, its Kafka records not
+        state = service.registry.state_store("public", "default", "kcount")
+        assert state.task(1, 0, 1).has_marker("1-0")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    second = start_run(tmp_path, spark_env, url, source, out, pauses)
+    assert wait_for(lambda: (tmp_path / "paused-function").exists() or second.poll() is not None, timeout=240), \
+        (tmp_path / "driver.log").read_text()[-3000:]
+    kafka.kill()
+    kafka.restart()
+    (tmp_path / "go-function").touch()
+    assert second.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-4000:]
+    assert not list(tmp_path.glob("armed-*")), "a fault never happened"
+    assert Counter(values(out)) == expected(keys)
+    with FunctionService.open(url) as service:
+        state = service.registry.state_store("public", "default", "kcount")
+        assert {e.key: e.counter for e in state.scan_entries()} == dict(Counter(keys))
+
+
+def test_on_a_three_broker_cluster_leader_kills_and_a_full_outage_end_exact(kafka_cluster, spark_env, tmp_path):
+    """Input and output replicated 3 times (min ISR 2): the leader of input partition 0 and of output partition 0
+    SIGKILLed while micro-batch 2 runs, then every broker down for 8 s while micro-batch 4 runs. The run goes on, or
+    fails with its error and a rerun from the checkpoint ends it: either way each output once."""
+    cluster = kafka_cluster
+    names = [f"t{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    for name in names:
+        cluster.create_topic(name, partitions=2, replication=3)
+    source, out = (f"kafka://{cluster.bootstrap}/{name}" for name in names)
+    keys = [f"k{i % 13}" for i in range(360)]
+    produce(source, [{"key": k, "value": str(i)} for i, k in enumerate(keys)])
+    url = f"local://{tmp_path / 'data'}"
+    pauses = ("function@2", "function2@4")
+    for pause in pauses:
+        (tmp_path / f"armed-{pause.split('@')[0]}").touch()
+    run = start_run(tmp_path, spark_env, url, source, out, pauses)
+    log = tmp_path / "driver.log"
+    assert wait_for(lambda: (tmp_path / "paused-function").exists() or run.poll() is not None, timeout=240), \
+        log.read_text()[-3000:]
+    killed = {cluster.leader(names[0], 0), cluster.leader(names[1], 0)}
+    for i in killed:
+        cluster.kill(i)
+    (tmp_path / "go-function").touch()
+    assert wait_for(lambda: (tmp_path / "paused-function2").exists() or run.poll() is not None, timeout=300), \
+        log.read_text()[-3000:]
+    for i in killed:
+        cluster.restart(i)
+    cluster.stop_all_for(8)
+    (tmp_path / "go-function2").touch()
+    if run.wait(timeout=400) != 0:  # failed with its error: a rerun from the checkpoint ends it
+        assert "Error" in log.read_text()
+        rerun = start_run(tmp_path, spark_env, url, source, out, ())
+        assert rerun.wait(timeout=400) == 0, log.read_text()[-4000:]
+    assert not list(tmp_path.glob("armed-*")), "a fault never happened"
+    assert Counter(values(out)) == expected(keys)
