@@ -1,7 +1,7 @@
-"""Start real servers on loopback, on free ports, with temporary data dirs: ZooKeeper and etcd, a
-3-node ZooKeeper ensemble and a 3-node etcd cluster, and moto's S3 API.
+"""Start real servers on loopback, on free ports, with temporary data dirs: ZooKeeper, etcd and Kafka, a
+3-node ZooKeeper ensemble, a 3-node etcd cluster and a 3-node Kafka cluster, and moto's S3 API.
 
-    server = start("zookeeper")      # or "etcd", "moto_s3"
+    server = start("zookeeper")      # or "etcd", "kafka", "moto_s3"
     server.address                   # "127.0.0.1:PORT"
     server.kill(); server.restart()  # SIGKILL, then start again on the same port and data dir
     server.stop()
@@ -10,11 +10,18 @@
     ensemble.url("/chroot")          # "zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/chroot" ("etcd://..." for etcd)
     ensemble.kill(ensemble.leader()); ensemble.restart(i); ensemble.stop_all_for(8); ensemble.stop()
 
+    kafka = start("kafka")           # kafka(data_dir, port): one KRaft node; kafka.address is the bootstrap
+    kafka.create_topic("t", partitions=3)
+    cluster = start_kafka_cluster(3) # kafka_cluster(base_dir, n): a controller quorum of all n, replication 3
+    cluster.bootstrap; cluster.leader("t", 0); cluster.kill(i); cluster.restart(i); cluster.stop_all_for(8)
+
     s3 = start_s3(["bucket"])        # moto_s3(data_dir, port) + create_bucket(endpoint, bucket)
     s3.endpoint, s3.env, s3.storage_options, s3.url("prefix"); s3.stop()
 
-ZooKeeper and etcd come from Debian's packages (``zookeeper``; ``etcd-server``), moto and s3fs from the
-``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is stopped by its own PID.
+ZooKeeper and etcd come from Debian's packages (``zookeeper``; ``etcd-server``), Kafka's jars from Maven Central
+(``scripts/kafka-jars``: :mod:`statekeep.jars`) with confluent-kafka (the ``kafka`` extra) for its readiness
+probe, moto and s3fs from the ``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is
+stopped by its own PID.
 """
 
 from __future__ import annotations
