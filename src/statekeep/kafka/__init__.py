@@ -26,6 +26,7 @@ from statekeep.errors import (AlreadyExistsError, InvalidArgumentError, MissingD
 
 #: the logger librdkafka's log lines go to (its connection errors would otherwise go to stderr)
 LOG = logging.getLogger("statekeep.kafka")
+LOG.addHandler(logging.NullHandler())  # a library's logger: shown only where the application configures logging
 
 #: a client's socket timeout (ms): a request to a broker that does not answer fails after this
 SOCKET_TIMEOUT_MS = 10_000
