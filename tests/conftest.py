@@ -6,7 +6,7 @@ outside this process (and each test parameter naming a server backend, RESOURCE_
 that use it; a test using none of them is marked ``fast`` (``scripts/test --fast`` runs those). A fast
 test that starts one anyway, without its fixture, fails saying which fixture to ask for, so the fast tier
 cannot quietly grow slow. Tests sharing a heavy fixture wider than one test (a module's server or
-browser, the Spark cluster, the ZooKeeper ensemble, the etcd cluster) run on one pytest-xdist worker
+browser, the Spark cluster, the ZooKeeper ensemble, the etcd cluster, the Kafka cluster) run on one pytest-xdist worker
 (``xdist_group``), so each is started once per run."""
 
 from __future__ import annotations
@@ -40,14 +40,16 @@ RESOURCES = {
     "spark": "spark", "spark_env": "spark", "spark_cluster": "cluster", "server_process": "server",
     "zk_server": "zookeeper", "zk_ensemble": "zookeeper", "start_zookeeper": "zookeeper",
     "etcd_server": "etcd", "etcd_cluster": "etcd", "start_etcd": "etcd", "s3_server": "s3",
+    "kafka": "kafka", "kafka_cluster": "kafka", "start_kafka": "kafka",
     "browser": "chromium", "fresh_copy": "venv",
 }
 #: a test parameter naming a server backend (e.g. ``backend="etcd"``) marks the test as using it
-RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3"}
+RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3", "kafka": "kafka"}
 #: tier markers from the longest-running tests to the shortest, the order modules are handed to workers in
-HEAVIEST_FIRST = ["cluster", "venv", "spark", "server", "chromium", "zookeeper", "etcd", "s3"]
+HEAVIEST_FIRST = ["cluster", "venv", "spark", "kafka", "server", "chromium", "zookeeper", "etcd", "s3"]
 #: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
-SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble", "etcd_cluster": "etcd-cluster"}
+SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble", "etcd_cluster": "etcd-cluster",
+                 "kafka_cluster": "kafka-cluster"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -139,8 +141,10 @@ def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 
     from statekeep.testing import servers
 
-    monkeypatch.setattr(servers.Server, "launch", refuse("a server (ZooKeeper, etcd or S3)",
-                                                             "zk_server, etcd_server, start_zookeeper or start_etcd"))
+    for cls in (servers.Server, servers.KafkaServer):  # a Kafka node's launch formats its storage first
+        monkeypatch.setattr(cls, "launch", refuse("a server (ZooKeeper, etcd, Kafka or S3)",
+                                                  "zk_server, etcd_server, kafka, start_zookeeper, start_etcd, "
+                                                  "start_kafka or kafka_cluster"))
     monkeypatch.setattr("support.server_process.ServerProcess.__init__", refuse("statekeep standalone",
                                                                                  "server_process"))
     # Spark in this process, and in any process it starts (no spark-submit under this SPARK_HOME)
@@ -241,6 +245,10 @@ def _server_fixture(kind: str):
 
 zk_server = _server_fixture("zookeeper")
 etcd_server = _server_fixture("etcd")
+#: one Kafka broker (KRaft, combined broker and controller) per xdist worker, shared by every test that asks
+#: for it: ``kafka.address`` is the bootstrap address; each test makes topics of its own (uuid names) with
+#: ``kafka.create_topic(name, partitions)``; a test that kills a broker asks for ``start_kafka`` instead
+kafka = _server_fixture("kafka")
 
 
 def _dedicated_server_fixture(kind: str):
@@ -256,6 +264,7 @@ def _dedicated_server_fixture(kind: str):
 
 start_zookeeper = _dedicated_server_fixture("zookeeper")
 start_etcd = _dedicated_server_fixture("etcd")
+start_kafka = _dedicated_server_fixture("kafka")
 
 
 S3_BUCKETS = ("statekeep", "statekeep-other")
@@ -313,6 +322,20 @@ def etcd_cluster():
     from statekeep.testing import servers
 
     cluster = _start_or_skip("etcd", lambda: servers.start_etcd_cluster(3))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster():
+    """Three combined Kafka nodes in one cluster on loopback (statekeep.testing.servers.KafkaCluster: a
+    controller quorum of all three, replication 3, min ISR 2), started when a test first asks for it, shared
+    by the run (its tests go to one worker), stopped at the end. ``kafka_cluster.bootstrap`` lists all three;
+    ``leader(topic, partition)``, ``kill(i)``, ``restart(i)``, ``stop_all_for(s)``. A test that kills nodes
+    starts them again before it ends (``restart(i)``, ``start_all()``)."""
+    from statekeep.testing import servers
+
+    cluster = _start_or_skip("kafka", lambda: servers.start_kafka_cluster(3))
     yield cluster
     cluster.stop()
 

@@ -83,7 +83,7 @@ for directory, _, files in os.walk(root):
         except BaseException as e:
             results[module] = ["error", repr(e)]
 optional = {}
-for package in ("fsspec", "kazoo", "aetcd", "pyspark", "fastapi", "uvicorn", "pandas", "pyarrow"):
+for package in ("fsspec", "kazoo", "aetcd", "pyspark", "fastapi", "uvicorn", "pandas", "pyarrow", "confluent_kafka"):
     try:
         importlib.import_module(package)
         optional[package] = True

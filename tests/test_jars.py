@@ -88,6 +88,17 @@ def test_maven_missing_or_failing_leaves_no_bundle(cache, tmp_path, monkeypatch)
         jars.path("kafka")
 
 
+def test_a_kafka_server_without_its_jars_names_the_script_that_installs_them(cache, tmp_path):
+    need("confluent_kafka")
+    from statekeep.testing import servers
+
+    with pytest.raises(servers.ServerNotInstalled, match="scripts/kafka-jars"):
+        servers.kafka(tmp_path / "kafka", servers.free_port())
+    with pytest.raises(servers.ServerNotInstalled, match="scripts/kafka-jars"):
+        servers.start_kafka_cluster(3)
+    assert not (tmp_path / "kafka").exists() and not cache.exists()  # nothing formatted, nothing started
+
+
 def test_the_connector_version_follows_pyspark():
     assert jars.connector_version("4.3.0") == jars.connector_version("4.3.1") == "4.2.0"  # 4.3 is not served
     assert jars.connector_version("4.2.0") == "4.2.0"

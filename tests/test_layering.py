@@ -1,11 +1,12 @@
 """docs/ARCHITECTURE.md's layering, checked on the source: each layer imports only layers below it (at module
 level and inside functions alike), nothing below ``functions`` imports PySpark, nothing below
-``server`` the web framework. ``errors`` and ``testing`` are outside the layers (every layer may
-use ``errors``; ``testing`` is for tests and benchmarks)."""
+``server`` the web framework. ``errors``, ``jars`` and ``testing`` are outside the layers (every layer may
+use ``errors`` and ``jars``, which import nothing else of statekeep; ``testing`` is for tests and benchmarks)."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,14 @@ import pytest
 import statekeep
 
 ROOT = Path(statekeep.__file__).parent
-LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "functions", "migrate", "server",
-          "cli"]
+LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "kafka", "functions", "migrate",
+          "server", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # package -> the lowest layer that may import it. pydantic is the one schema of the REST bodies since
 # issue 15 (state/shape.py, functions/config/model.py: a core dependency), so the state layer may use it; the
 # web framework stays in server.
 THIRD_PARTY = {"pyspark": "functions", "fastapi": "server", "starlette": "server", "uvicorn": "server",
-               "pydantic": "state"}
+               "pydantic": "state", "confluent_kafka": "kafka"}
 
 
 def _layer(module: str) -> str | None:
@@ -87,6 +88,16 @@ def test_function_rooms_import_only_rooms_below(path, module):
     wrong = [f"line {line}: {name}" for line, name in _imports(path, module)
              if _room(name) in FUNCTION_ROOMS and FUNCTION_ROOMS.index(str(_room(name))) > rank]
     assert not wrong, f"{module} imports from a room above it: " + "; ".join(wrong)
+
+
+def test_jars_imports_only_errors():
+    """statekeep.jars is below every layer (the Kafka tests' servers and Spark's session use it): it imports
+    nothing of statekeep but ``errors``, and no third-party package."""
+    path = ROOT / "jars" / "__init__.py"
+    names = {name for _, name in _imports(path, "statekeep.jars")}
+    ours = {name for name in names if name.split(".")[0] == "statekeep"}
+    assert ours == {"statekeep.errors"}
+    assert {name.split(".")[0] for name in names} - {"statekeep", "__future__"} <= sys.stdlib_module_names
 
 
 SCHEME_FREE = ["coordination", "cache", "handles", "state", "changelog"]

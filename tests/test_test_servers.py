@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
+from conftest import need
 
 from statekeep.errors import PossibleInconsistentStateError, StoreUnavailableError
 from statekeep.handles.blobs import BlobStore
@@ -213,3 +214,165 @@ def test_a_store_on_the_etcd_cluster_survives_a_leader_crash(etcd_cluster):
         if killed is not None:
             cluster.restart(killed)  # leave the shared cluster whole for the next test
         store.close()
+
+
+# ---- Kafka: a broker, a 3-node cluster ----------------------------------------------------------------------
+
+
+def _producer(bootstrap: str, **settings):
+    confluent = need("confluent_kafka")
+    from statekeep.kafka import client_config
+
+    return confluent.Producer(client_config(bootstrap, **{"acks": "all", "enable.idempotence": True, **settings}))
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], **settings) -> None:
+    """Send ``records`` (key, value), keyed to partitions by the default partitioner, and wait until each
+    is acknowledged by every in-sync replica; any delivery error fails."""
+    producer, failed = _producer(bootstrap, **settings), []
+    for key, value in records:
+        producer.produce(topic, value, key, on_delivery=lambda err, msg: err and failed.append(err))
+    assert producer.flush(60) == 0 and failed == []
+
+
+def _consume(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple]:
+    """Every record of ``topic`` from its start to its end now (each partition's high watermark),
+    ``(partition, key, value)`` sorted, read with ``isolation`` by a consumer of no group."""
+    confluent = need("confluent_kafka")
+    from statekeep.kafka import admin, client_config
+
+    consumer = confluent.Consumer(client_config(bootstrap, **{
+        "group.id": "unused", "enable.auto.commit": False, "isolation.level": isolation}))
+    partitions = sorted(admin.describe(bootstrap, topic))
+    marks = {p: consumer.get_watermark_offsets(confluent.TopicPartition(topic, p), timeout=30) for p in partitions}
+    ends = {p: high for p, (low, high) in marks.items() if high > low}  # an empty partition has no position
+    consumer.assign([confluent.TopicPartition(topic, p, confluent.OFFSET_BEGINNING) for p in partitions])
+    got: list[tuple] = []
+    deadline = time.monotonic() + 60
+    try:
+        # the position passes aborted records and transaction markers too: at the end it is the watermark
+        while any(tp.offset < ends[tp.partition] for tp in consumer.position(
+                [confluent.TopicPartition(topic, p) for p in ends])):
+            assert time.monotonic() < deadline, f"{topic} not read to {ends} in time"
+            message = consumer.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append((message.partition(), message.key(), message.value()))
+    finally:
+        consumer.close()
+    return sorted(got)
+
+
+def _records(prefix: str, n: int) -> list[tuple[bytes, bytes]]:
+    return [(f"k{i % 7}".encode(), f"{prefix}-{i}".encode()) for i in range(n)]
+
+
+def _values(consumed: list[tuple]) -> list[bytes]:
+    return sorted(value for _, _, value in consumed)
+
+
+def test_a_kafka_broker_serves_records_and_transactions(kafka):
+    """The session broker: records in, the same records out; a committed transaction is read by
+    read_committed consumers and an aborted one is not (read_uncommitted sees both)."""
+    from statekeep.kafka import admin
+
+    assert kafka.address == f"127.0.0.1:{kafka.port}" and admin.wait_reachable(kafka.address) == [1]
+    topic = f"t-{uuid.uuid4().hex[:12]}"
+    kafka.create_topic(topic, partitions=3)
+    assert sorted(admin.describe(kafka.address, topic)) == [0, 1, 2]
+    plain = _records("plain", 30)
+    _produce(kafka.address, topic, plain)
+    consumed = _consume(kafka.address, topic)
+    assert _values(consumed) == sorted(v for _, v in plain)
+    assert {p for p, _, _ in consumed} == {0, 1, 2}  # keys spread over the partitions
+    by_key = {key: {p for p, k, _ in consumed if k == key} for key, _ in plain}
+    assert all(len(partitions) == 1 for partitions in by_key.values())  # one key, one partition
+
+    producer = _producer(kafka.address, **{"transactional.id": f"tx-{uuid.uuid4().hex[:8]}",
+                                           "transaction.timeout.ms": 10_000})
+    producer.init_transactions(30)
+    for outcome in ("committed", "aborted"):
+        producer.begin_transaction()
+        for key, value in _records(outcome, 10):
+            producer.produce(topic, value, key)
+        producer.flush(30)
+        (producer.commit_transaction if outcome == "committed" else producer.abort_transaction)(30)
+    committed = sorted(v for _, v in plain + _records("committed", 10))
+    assert _values(_consume(kafka.address, topic, "read_committed")) == committed
+    assert _values(_consume(kafka.address, topic, "read_uncommitted")) == sorted(
+        committed + [v for _, v in _records("aborted", 10)])
+
+
+@pytest.mark.slow
+def test_a_killed_kafka_broker_restarts_with_its_topics_and_records(start_kafka):
+    """SIGKILL, then a start on the same data dir and ports: the topic, its committed records and its
+    committed transaction are all there, and it takes new ones."""
+    from statekeep.kafka import admin
+
+    server = start_kafka()
+    try:
+        topic, port = "kept", server.port
+        server.create_topic(topic, partitions=2)
+        _produce(server.address, topic, _records("before", 20))
+        producer = _producer(server.address, **{"transactional.id": "tx-kept"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        _ = [producer.produce(topic, value, key) for key, value in _records("tx", 5)]
+        producer.commit_transaction(30)
+        server.kill()
+        assert not server.running
+        with pytest.raises(StoreUnavailableError):
+            admin.wait_reachable(server.address, timeout=1.0)
+        server.restart()
+        assert server.port == port and sorted(admin.describe(server.address, topic)) == [0, 1]
+        _produce(server.address, topic, _records("after", 5))
+        assert _values(_consume(server.address, topic)) == sorted(
+            v for _, v in _records("before", 20) + _records("tx", 5) + _records("after", 5))
+    finally:
+        server.stop()
+    assert not server.data_dir.exists()
+
+
+@pytest.mark.slow
+def test_a_kafka_cluster_elects_new_leaders_and_survives_a_full_outage(kafka_cluster):
+    """Three nodes, a topic of 3 partitions at replication 3 (min ISR 2): its leader's SIGKILL moves the
+    leadership to a live node and acks=all writes and reads go on; the node restarts and rejoins the ISR;
+    after all three are down for 8 s everything works again, and no acknowledged record is lost."""
+    from statekeep.kafka import admin
+
+    cluster = kafka_cluster
+    assert cluster.bootstrap == ",".join(s.address for s in cluster.servers) and cluster.bootstrap.count(",") == 2
+    topic = f"t-{uuid.uuid4().hex[:12]}"
+    cluster.create_topic(topic, partitions=3)  # replication 3 by default
+    described = admin.describe(cluster.bootstrap, topic)
+    assert sorted(described) == [0, 1, 2]
+    assert all(sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] for _, replicas, isr in described.values())
+    sent = _records("first", 30)
+    _produce(cluster.bootstrap, topic, sent)
+
+    killed = cluster.leader(topic, 0)
+    assert described[0][0] == killed + 1  # the index is the node id less one
+    try:
+        cluster.kill(killed)
+        moved = cluster.leader(topic, 0)
+        assert moved != killed and cluster.servers[moved].running
+        isr = admin.describe(cluster.bootstrap, topic)[0][2]
+        assert killed + 1 not in isr and len(isr) == 2
+        sent += _records("one-down", 30)
+        _produce(cluster.bootstrap, topic, _records("one-down", 30))  # min ISR 2 of the 2 left
+        assert _values(_consume(cluster.bootstrap, topic)) == sorted(v for _, v in sent)
+        cluster.restart(killed)
+        killed = None
+        assert wait_for(lambda: all(sorted(isr) == [1, 2, 3] for _, _, isr in admin.describe(
+            cluster.bootstrap, topic).values()), timeout=60, interval=0.2)  # caught up, back in every ISR
+
+        cluster.stop_all_for(8)
+        assert all(server.running for server in cluster.servers)
+        assert all(cluster.leader(topic, p) in range(3) for p in range(3))
+        sent += _records("after-outage", 30)
+        _produce(cluster.bootstrap, topic, _records("after-outage", 30))
+        assert _values(_consume(cluster.bootstrap, topic)) == sorted(v for _, v in sent)
+    finally:
+        if killed is not None:
+            cluster.restart(killed)  # leave the shared cluster whole for the next test
+        cluster.start_all()

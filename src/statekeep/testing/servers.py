@@ -1,7 +1,7 @@
-"""Start real servers on loopback, on free ports, with temporary data dirs: ZooKeeper and etcd, a
-3-node ZooKeeper ensemble and a 3-node etcd cluster, and moto's S3 API.
+"""Start real servers on loopback, on free ports, with temporary data dirs: ZooKeeper, etcd and Kafka, a
+3-node ZooKeeper ensemble, a 3-node etcd cluster and a 3-node Kafka cluster, and moto's S3 API.
 
-    server = start("zookeeper")      # or "etcd", "moto_s3"
+    server = start("zookeeper")      # or "etcd", "kafka", "moto_s3"
     server.address                   # "127.0.0.1:PORT"
     server.kill(); server.restart()  # SIGKILL, then start again on the same port and data dir
     server.stop()
@@ -10,15 +10,23 @@
     ensemble.url("/chroot")          # "zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/chroot" ("etcd://..." for etcd)
     ensemble.kill(ensemble.leader()); ensemble.restart(i); ensemble.stop_all_for(8); ensemble.stop()
 
+    kafka = start("kafka")           # kafka(data_dir, port): one KRaft node; kafka.address is the bootstrap
+    kafka.create_topic("t", partitions=3)
+    cluster = start_kafka_cluster(3) # kafka_cluster(base_dir, n): a controller quorum of all n, replication 3
+    cluster.bootstrap; cluster.leader("t", 0); cluster.kill(i); cluster.restart(i); cluster.stop_all_for(8)
+
     s3 = start_s3(["bucket"])        # moto_s3(data_dir, port) + create_bucket(endpoint, bucket)
     s3.endpoint, s3.env, s3.storage_options, s3.url("prefix"); s3.stop()
 
-ZooKeeper and etcd come from Debian's packages (``zookeeper``; ``etcd-server``), moto and s3fs from the
-``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is stopped by its own PID.
+ZooKeeper and etcd come from Debian's packages (``zookeeper``; ``etcd-server``), Kafka's jars from Maven Central
+(``scripts/kafka-jars``: :mod:`statekeep.jars`) with confluent-kafka (the ``kafka`` extra) for its readiness
+probe, moto and s3fs from the ``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is
+stopped by its own PID.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib.util
 import json
@@ -482,9 +490,220 @@ def start_etcd_cluster(n: int = 3) -> EtcdCluster:
     return etcd_cluster(Path(tempfile.mkdtemp(prefix="statekeep-etcd-cluster-")), n)
 
 
+# ---- Apache Kafka (KRaft: combined broker and controller nodes) -------------------------------------------
+
+#: the JVM options of a Kafka node: a small heap (a test broker holds little), C1 only (short runs: see
+#: tests/conftest.py's _C1), the serial collector (no GC threads competing for the two cores), and
+#: slf4j-simple's log (on stderr, into the node's log file) with times
+KAFKA_JVM = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+             "-Dorg.slf4j.simpleLogger.showDateTime=true",
+             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"]
+
+#: settings every test node has: explicit topics only (an unknown topic is an error, not a new topic),
+#: groups that start at once, internal topics of few partitions (created at the first group or
+#: transaction: 50 each by default), fewer threads, transactions up to 15 minutes long, a killed producer's
+#: expired transaction aborted within a second of its timeout, and a killed broker fenced (its partitions'
+#: leadership moved) within 3 s rather than 9
+KAFKA_SETTINGS = {
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.num.partitions": "4",
+    "num.network.threads": "2", "num.io.threads": "2", "background.threads": "2",
+    "num.recovery.threads.per.data.dir": "1", "log.cleaner.threads": "1",
+    "transaction.max.timeout.ms": "900000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+}
+
+
+def _kafka_classpath() -> str:
+    from statekeep import jars
+    from statekeep.errors import MissingDependencyError
+
+    if shutil.which("java") is None:
+        raise ServerNotInstalled("Kafka needs a JVM (Debian's default-jre-headless)")
+    if importlib.util.find_spec("confluent_kafka") is None:  # the readiness probe's client
+        raise ServerNotInstalled("Kafka's tests need confluent-kafka: pip install 'statekeep[kafka]'")
+    try:
+        return jars.classpath("kafka")
+    except MissingDependencyError as e:
+        raise ServerNotInstalled(f"Kafka's jars are not installed: run scripts/kafka-jars ({e})") from e
+
+
+def kafka_cluster_id() -> str:
+    """A new KRaft cluster id, as ``kafka-storage random-uuid`` makes one (16 random bytes, URL-safe base64
+    without padding, never starting with ``-``), without a JVM start."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _kafka_ready(port: int, node_id: int) -> bool:
+    """Node ``node_id``, serving clients on ``port``, answers a metadata request that lists it among the
+    brokers (a broker is listed once it has caught up with the metadata log and is unfenced: it serves)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    from statekeep.errors import StoreUnavailableError
+    from statekeep.kafka import admin
+
+    try:
+        return node_id in admin.wait_reachable(f"127.0.0.1:{port}", timeout=2.0)
+    except StoreUnavailableError:
+        return False
+
+
+class KafkaServer(Server):
+    """One combined Kafka broker and controller (KRaft, no ZooKeeper) serving clients on ``127.0.0.1:port``
+    (:attr:`address`: the bootstrap address) and its controller quorum on ``controller_port``. Its storage
+    (``data_dir/logs``) is formatted at its first launch (``kafka.tools.StorageTool format``), so
+    :meth:`restart` keeps the topics and every committed record. See :func:`kafka`."""
+
+    def __init__(self, name: str, data_dir: Path, port: int, controller_port: int, node_id: int,
+                 voters: str, cluster_id: str, settings: dict[str, str]) -> None:
+        classpath = _kafka_classpath()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.node_id = node_id
+        self.controller_port = controller_port
+        self.cluster_id = cluster_id
+        self.config_path = data_dir / "server.properties"
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data_dir / "logs"),
+            **KAFKA_SETTINGS,
+            **settings,
+        }
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        self._format_command = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath,
+                                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_path)]
+        command = ["java", *KAFKA_JVM, "-cp", classpath, "kafka.Kafka", str(self.config_path)]
+        super().__init__(name, command, port, data_dir, lambda p: _kafka_ready(p, node_id))
+
+    def launch(self) -> None:
+        """Format the storage (the first time only), then start the node without waiting."""
+        if not (self.data_dir / "logs" / "meta.properties").exists():
+            with open(self.log_path, "ab") as log:
+                done = subprocess.run(self._format_command, stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=self.data_dir, timeout=120)
+            if done.returncode != 0:
+                raise RuntimeError(f"formatting {self.kind}'s storage failed ({done.returncode}); see {self.log_path}")
+        super().launch()
+
+    def create_topic(self, name: str, partitions: int = 1, replication: int = 1,
+                     config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
+        """:func:`statekeep.kafka.admin.create_topic` on this node."""
+        from statekeep.kafka import admin
+
+        admin.create_topic(self.address, name, partitions, replication, config, timeout)
+
+    def stop(self) -> None:
+        """SIGKILL the node and delete its data dir: a graceful shutdown (seconds, longer in a cluster
+        losing its quorum) would only save data that is deleted anyway."""
+        self.kill()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def kafka(data_dir: Path, port: int) -> KafkaServer:
+    """A single Kafka node (broker and its own one-voter controller quorum, node id 1) serving clients on
+    ``127.0.0.1:port``, data in ``data_dir``: internal topics at replication 1, min ISR 1. Ready when a
+    metadata request answers and lists it (about 2 s). ServerNotInstalled when its jars are not installed
+    (``scripts/kafka-jars``)."""
+    controller = free_port()
+    return KafkaServer("kafka", data_dir, port, controller, 1, f"1@127.0.0.1:{controller}", kafka_cluster_id(), {
+        "num.partitions": "1", "default.replication.factor": "1", "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1"})
+
+
+class KafkaCluster(Ensemble):
+    """N combined Kafka nodes (node ids 1..N, indexes 0..N-1) of one cluster whose controller quorum is all
+    N (static ``controller.quorum.voters``). :attr:`bootstrap` lists every node; topics default to
+    replication 3 (min ISR 2). A node keeps its data across :meth:`kill` and :meth:`restart`. See
+    :func:`kafka_cluster`."""
+
+    scheme = "kafka"
+    servers: list[KafkaServer]  # type: ignore[assignment]  # narrower than Ensemble's, set by kafka_cluster
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:p1,127.0.0.1:p2,...``: every node's client address (Kafka's ``bootstrap.servers``)."""
+        return self.hosts
+
+    def _running_bootstrap(self) -> str:
+        running = [server.address for server in self.servers if server.running]
+        if not running:
+            raise RuntimeError("no Kafka node of the cluster is running")
+        return ",".join(running)
+
+    def leader(self, topic: str, partition: int = 0,  # type: ignore[override]  # one leader per partition
+               timeout: float = 30.0) -> int:
+        """The index of the node leading ``topic``'s ``partition``, waiting up to ``timeout`` seconds for one
+        that runs (after a leader's SIGKILL the metadata names it until it is fenced, then a new one)."""
+        from statekeep.errors import StoreUnavailableError
+        from statekeep.kafka import admin
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                found = admin.describe(self._running_bootstrap(), topic, timeout=5.0).get(partition)
+            except StoreUnavailableError:
+                found = None
+            if found is not None and found[0] >= 1:
+                index = found[0] - 1
+                if index < len(self.servers) and self.servers[index].running:
+                    return index
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no running leader of {topic}[{partition}] after {timeout}s (last: {found})")
+            time.sleep(0.1)
+
+    def create_topic(self, name: str, partitions: int = 1, replication: int = 3,
+                     config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
+        """:func:`statekeep.kafka.admin.create_topic` on the cluster (default replication 3)."""
+        from statekeep.kafka import admin
+
+        admin.create_topic(self._running_bootstrap(), name, partitions, replication, config, timeout)
+
+
+def kafka_cluster(base_dir: Path, n: int = 3, timeout: float = 90.0) -> KafkaCluster:
+    """Start ``n`` combined Kafka nodes forming one cluster on loopback (one cluster id, a controller quorum of
+    all ``n``), on free ports, each with its data dir under ``base_dir``: topics and internal topics at
+    replication ``min(3, n)``, min ISR ``min(2, n)``; wait until every node serves."""
+    ports = _free_ports(2 * n)
+    client, controller = ports[0::2], ports[1::2]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{controller[i]}" for i in range(n))
+    replication, isr = str(min(3, n)), str(min(2, n))
+    settings = {"num.partitions": "1", "default.replication.factor": replication, "min.insync.replicas": isr,
+                "offsets.topic.replication.factor": replication, "transaction.state.log.replication.factor":
+                replication, "transaction.state.log.min.isr": isr}
+    cluster_id = kafka_cluster_id()
+    servers = [KafkaServer(f"kafka{i + 1}", base_dir / f"kafka{i + 1}", client[i], controller[i], i + 1, voters,
+                           cluster_id, settings) for i in range(n)]
+    cluster = KafkaCluster(base_dir, list(servers))
+    cluster._started(timeout)
+    return cluster
+
+
+def start_kafka_cluster(n: int = 3) -> KafkaCluster:
+    """A fresh Kafka cluster of ``n`` nodes in a new temp dir."""
+    _kafka_classpath()  # ServerNotInstalled before a temp dir is made
+    return kafka_cluster(Path(tempfile.mkdtemp(prefix="statekeep-kafka-cluster-")), n)
+
+
 def start(kind: str) -> Server:
-    """Start a fresh server of ``kind`` ("zookeeper", "etcd" or "moto_s3") and wait until it is ready."""
-    factory = {"zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "moto_s3": moto_s3}[kind]
+    """Start a fresh server of ``kind`` ("zookeeper", "etcd", "kafka" or "moto_s3") and wait until it is ready."""
+    factories: dict[str, Callable[[Path, int], Server]] = {
+        "zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "kafka": kafka, "moto_s3": moto_s3}
+    factory = factories[kind]
     data_dir = Path(tempfile.mkdtemp(prefix=f"statekeep-{kind}-"))
     server = factory(data_dir, free_port())
     server.start()
