@@ -95,10 +95,13 @@ def test_kafka_in_and_out_with_keys_headers_times_publish_and_log(kafka, spark, 
         assert counters == {"k0": 4, "k1": 4, "k2": 4}
 
 
-def test_topics_produce_and_consume_on_kafka(kafka, capsys):
+def test_topics_create_produce_and_consume_on_kafka(kafka, capsys):
     from statekeep.cli import main
 
-    name = topic(kafka, 1)
+    name = f"kafka://{kafka.address}/t{uuid.uuid4().hex[:10]}"
+    assert main(["topics", "create", name, "--partitions", "2", "--config", "cleanup.policy=compact"]) == 0
+    assert len(__import__("statekeep.kafka.admin", fromlist=["describe"]).describe(kafka.address,
+                                                                                  sk_kafka.parse(name).topic)) == 2
     assert main(["topics", "produce", name, "-m", "a", "-m", "b", "-k", "K", "-p", "x=1", "--event-time", "5"]) == 0
     capsys.readouterr()
     assert main(["topics", "consume", name]) == 0
@@ -274,7 +277,7 @@ def test_exactly_once_into_kafka_through_driver_worker_and_broker_kills(start_ka
     partition 0 of micro-batch 1 committed its state and before its Kafka transaction; a Python worker SIGKILLed
     in micro-batch 2 (Spark retries the task); the broker SIGKILLed and restarted while micro-batch 3 runs. At
     the end a read_committed consumer has each output once and the state counts each input once."""
-    kafka = start_kafka
+    kafka = start_kafka()
     source, out = topic(kafka), topic(kafka)
     keys = [f"k{i % 17}" for i in range(360)]  # micro-batches of 60 messages per input partition
     produce(source, [{"key": k, "value": str(i)} for i, k in enumerate(keys)])

@@ -1,11 +1,14 @@
-"""``statekeep topics produce|consume|ls``: statekeep's Pulsar topics (see :mod:`statekeep.functions.messaging.topics`),
-shaped after ``pulsar-client produce|consume``.
+"""``statekeep topics produce|consume|ls|create``: statekeep's Pulsar topics (see
+:mod:`statekeep.functions.messaging.topics`) and Kafka topics, shaped after ``pulsar-client produce|consume``.
 
 ``produce TOPIC -m MESSAGE [-m ...] [-k KEY] [-p NAME=VALUE ...] [--event-time MS]`` appends the messages as
 one new file of the topic (each ``-m`` one message, a str payload as Pulsar's default serde reads it);
 ``consume TOPIC [-n N]`` prints the topic's messages (every message from the first; statekeep keeps
 them all and has no subscriptions), one JSON object per line (``value`` or ``valueBase64``, ``key``,
-``properties``, ``eventTime``, ``publishTime``); ``ls`` lists the topics. Topic names are Pulsar's,
+``properties``, ``eventTime``, ``publishTime``); ``ls`` lists the topics. A Kafka topic
+(``kafka://HOST:PORT/TOPIC``, see :mod:`statekeep.functions.messaging.kafka`) is produced to in one transaction
+and consumed ``read_committed`` from its beginning to its end (``partition`` and ``offset`` added);
+``create`` makes one (``--partitions``, ``--replication-factor``, ``--config NAME=VALUE``). Topic names are Pulsar's,
 short names completed (``in`` is ``persistent://public/default/in``). The topics root is ``--topics-dir``,
 else ``DATA_DIR/topics`` of ``--data-dir``, else ``$STATEKEEP_TOPICS_DIR``, else ``./.statekeep-data/topics``.
 """
@@ -69,6 +72,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     consume.add_argument("topic")
     consume.add_argument("-n", "--num-messages", type=int, default=0, help="at most this many (0: all)")
     command("ls", _ls, "list the topics")
+    create = commands.add_parser("create", help="create a Kafka topic (kafka://HOST:PORT/TOPIC); a statekeep "
+                                                "topic is made by its first message")
+    create.set_defaults(run=_create)
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, default=1, help="its partitions (default 1)")
+    create.add_argument("--replication-factor", type=int, default=1, help="its replicas (default 1)")
+    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                        help="a topic config, e.g. cleanup.policy=compact (repeat for more)")
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -76,12 +87,7 @@ def _produce(args: argparse.Namespace) -> int:
     from statekeep.functions.messaging.kafka import is_kafka, produce
     from statekeep.functions.messaging.messages import Message
 
-    properties = {}
-    for item in args.property:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise InvalidArgumentError(f"--property must be NAME=VALUE, not {item!r}")
-        properties[name] = value
+    properties = _pairs(args.property, "--property")
     records = [Message(m, args.key, properties, args.event_time).to_json() for m in args.messages]
     if is_kafka(args.topic):  # one transaction of the Kafka topic's
         name = args.topic
@@ -103,6 +109,30 @@ def _consume(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(record) + "\n")
         if args.num_messages and count >= args.num_messages:
             break
+    return 0
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    found = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidArgumentError(f"{flag} must be NAME=VALUE, not {item!r}")
+        found[name] = value
+    return found
+
+
+def _create(args: argparse.Namespace) -> int:
+    from statekeep.functions.messaging.kafka import is_kafka, parse
+    from statekeep.kafka.admin import create_topic
+
+    if not is_kafka(args.topic):
+        raise InvalidArgumentError(f"{args.topic!r}: only Kafka topics (kafka://HOST:PORT/TOPIC) are created; a "
+                                   "statekeep topic is made by its first message")
+    topic = parse(args.topic)
+    create_topic(topic.bootstrap, topic.topic, partitions=args.partitions, replication=args.replication_factor,
+                 config=_pairs(args.config, "--config") or None)
+    print(f"created {args.topic} ({args.partitions} partitions, replication {args.replication_factor})")
     return 0
 
 

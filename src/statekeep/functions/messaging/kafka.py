@@ -28,27 +28,26 @@ attempt (a replayed batch's first try), as Kafka's own transactions allow.
 from __future__ import annotations
 
 import base64
-import logging
-import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from statekeep.errors import (InvalidArgumentError, MissingDependencyError, NotFoundError, StatekeepError,
-                              StoreUnavailableError)
+from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError, StoreUnavailableError
+from statekeep.retry import OUTAGE
 
 if TYPE_CHECKING:
     from statekeep.functions.config.spec import ExecutorSpec
 
 SCHEME = "kafka://"
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_HOST = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 #: how long a client waits for an unreachable cluster before the error (s): bounded, librdkafka's own retries are not
 TIMEOUT = 15.0
 #: a transaction left open by a killed producer holds ``read_committed`` readers back at most this long (unless the
 #: next attempt's ``init_transactions`` aborts it first, which it does at once)
 TRANSACTION_TIMEOUT_MS = 60_000
+#: the longest a (batch, partition)'s delivery may take before it fails (and its batch is replayed): a bound on
+#: librdkafka calls whose own timeouts were seen not to hold after a broker restart
+DEADLINE = 90.0
 #: a Kafka broker's default ``message.max.bytes`` (1 MiB + 12), the limit where a topic states none
 DEFAULT_MAX_MESSAGE = 1_048_588
 
@@ -56,13 +55,6 @@ DEFAULT_MAX_MESSAGE = 1_048_588
 class KafkaDeliveryError(StatekeepError):
     """A (batch, partition)'s records could not be committed to Kafka (the broker refused or was unreachable);
     the state commit stands and a replay of the batch delivers its kept records."""
-
-
-#: librdkafka logs to a logger of statekeep's, not to stderr: what fails is raised, with its reason; what it retries
-#: (a broker restarting) is no error (set the logger's level and a handler to see them)
-_LOG = logging.getLogger("statekeep.kafka.client")
-_LOG.addHandler(logging.NullHandler())
-_QUIET: dict[str, Any] = {"logger": _LOG, "log_level": 3}
 
 
 def is_kafka(name: object) -> bool:
@@ -85,15 +77,20 @@ class KafkaTopic:
 def parse(name: str) -> KafkaTopic:
     """The Kafka topic ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` names. :class:`InvalidArgumentError` naming
     ``name`` for any other form (no servers, a port that is not a number, a topic name Kafka refuses)."""
+    from statekeep.kafka import check_bootstrap
+    from statekeep.kafka.admin import check_topic
+
     if not is_kafka(name):
         raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT/TOPIC)")
     servers, _, topic = name[len(SCHEME):].partition("/")
-    hosts = servers.split(",")
-    if not all(_HOST.match(h) and 0 < int(h.rsplit(":", 1)[1]) < 65536 for h in hosts):
-        raise InvalidArgumentError(f"{name!r}: the bootstrap servers must be HOST:PORT[,HOST:PORT...], not "
-                                   f"{servers!r}")
-    if not _TOPIC.match(topic) or topic in (".", ".."):
-        raise InvalidArgumentError(f"{name!r}: {topic!r} is not a Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)")
+    try:
+        check_bootstrap(servers)
+        if not all(0 < int(h.rsplit(":", 1)[1]) < 65536 for h in servers.split(",")):
+            raise InvalidArgumentError(f"a port is out of range in {servers!r}")
+        check_topic(topic)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT[,HOST:PORT...]/TOPIC): "
+                                   f"{e}") from None
     return KafkaTopic(servers, topic)
 
 
@@ -108,18 +105,15 @@ def one_cluster(names: Iterable[str]) -> str | None:
 
 
 def _client() -> Any:
-    try:
-        import confluent_kafka
-    except ImportError as e:
-        raise MissingDependencyError(f"Kafka topics need confluent-kafka: pip install 'statekeep[kafka]' ({e})") from e
-    return confluent_kafka
+    from statekeep.kafka import confluent
+
+    return confluent()
 
 
-def _admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
+def _config(bootstrap: str, **settings: Any) -> dict[str, Any]:
+    from statekeep.kafka import client_config
 
-    _client()
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(TIMEOUT * 1000), **_QUIET})
+    return client_config(bootstrap, **settings)
 
 
 _limits: dict[tuple[str, str], int] = {}
@@ -134,31 +128,28 @@ def topic_limit(topic: KafkaTopic) -> int:
     with _limits_lock:
         if key in _limits:
             return _limits[key]
-    kafka = _client()
-    admin = _admin(topic.bootstrap)
+    from statekeep.kafka import translate
+    from statekeep.kafka.admin import admin_client, describe
+
     try:
-        metadata = admin.list_topics(topic.topic, timeout=TIMEOUT)
-    except kafka.KafkaException as e:
+        describe(topic.bootstrap, topic.topic, timeout=TIMEOUT)
+    except NotFoundError:
+        raise NotFoundError(f"{topic.name}: no topic {topic.topic!r} on the Kafka cluster at {topic.bootstrap} "
+                            "(create it: statekeep topics create NAME --partitions N)") from None
+    except StoreUnavailableError as e:
         raise StoreUnavailableError(f"{topic.name}: the Kafka cluster at {topic.bootstrap} did not answer within "
                                     f"{TIMEOUT:.0f} s: {e}") from e
-    found = metadata.topics.get(topic.topic)
-    if found is None or found.error is not None and found.error.code() == kafka.KafkaError.UNKNOWN_TOPIC_OR_PART:
-        raise NotFoundError(f"{topic.name}: no topic {topic.topic!r} on the Kafka cluster at {topic.bootstrap} "
-                            "(create it: statekeep topics create NAME --partitions N)")
-    if found.error is not None:
-        raise StoreUnavailableError(f"{topic.name}: the Kafka cluster at {topic.bootstrap} cannot serve it now: "
-                                    f"{found.error}")
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-
+    kafka = _client()
     limit = DEFAULT_MAX_MESSAGE
     try:
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic.topic)
-        configs = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
-        entry = configs.get("max.message.bytes")
+        resource = kafka.admin.ConfigResource(kafka.admin.ConfigResource.Type.TOPIC, topic.topic)
+        admin = admin_client(topic.bootstrap)
+        entry = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT).get(
+            "max.message.bytes")
         if entry is not None and entry.value is not None:
             limit = int(entry.value)
     except kafka.KafkaException as e:
-        raise StoreUnavailableError(f"{topic.name}: reading its config failed: {e}") from e
+        raise translate(e, f"reading the config of {topic.name}") from e
     with _limits_lock:
         _limits[key] = limit
     return limit
@@ -255,7 +246,15 @@ def check_sizes(table: Any, bootstrap: str) -> None:
 # -- transactions -------------------------------------------------------------------------------------------------
 
 
-_producers: dict[tuple[str, str], Any] = {}
+@dataclass
+class _Kept:
+    """A producer this process keeps for a transactional id, and whether it lost a connection since."""
+
+    producer: Any
+    troubled: bool = False
+
+
+_producers: dict[tuple[str, str], _Kept] = {}
 _delivered: dict[tuple[str, str], int] = {}  # the last batch this process's producer of an id committed
 _groups: dict[tuple[str, str], Any] = {}  # a consumer group's metadata, which a transaction's offsets name
 _producers_lock = threading.Lock()
@@ -271,33 +270,43 @@ class KafkaDelivery:
 
     def _producer(self, fresh: bool) -> Any:
         """This process's producer of the id; ``fresh``: a new one, whose ``init_transactions`` fences every
-        earlier producer of the id and aborts its open transaction."""
+        earlier producer of the id and aborts its open transaction. A kept producer that lost a connection since
+        its last transaction (a broker restarted) is replaced too: librdkafka's next transaction on it was seen to
+        hang in ``send_offsets_to_transaction``."""
         kafka = _client()
         key = (self.bootstrap, self.transactional_id)
         with _producers_lock:
-            producer = None if fresh else _producers.get(key)
-            if producer is None:
-                producer = kafka.Producer({"bootstrap.servers": self.bootstrap,
-                                           "transactional.id": self.transactional_id,
-                                           "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                                           "linger.ms": 5, "socket.timeout.ms": int(TIMEOUT * 1000),
-                                           **_QUIET,
-                                           "message.max.bytes": 1 << 29})  # each topic's own limit is checked first
+            kept = None if fresh else _producers.get(key)
+            if kept is not None:
+                kept.producer.poll(0)  # its error callbacks since its last transaction
+                if kept.troubled:
+                    kept = None
+            if kept is None:
+                holder = _Kept(None)
+
+                def trouble(error: Any) -> None:
+                    holder.troubled = True
+
+                producer = kafka.Producer(_config(self.bootstrap, **{
+                    "transactional.id": self.transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    "linger.ms": 5, "message.max.bytes": 1 << 29,  # each topic's own limit is checked before
+                    "error_cb": trouble}))
                 try:
                     producer.init_transactions(TIMEOUT)
                 except kafka.KafkaException as e:
                     raise KafkaDeliveryError(f"{self.transactional_id}: the Kafka cluster at {self.bootstrap} did not "
                                              f"start a transaction within {TIMEOUT:.0f} s: {e}") from e
-                _producers[key] = producer
-            return producer
+                producer.poll(0)
+                holder.producer, holder.troubled = producer, False
+                kept = _producers[key] = holder
+            return kept.producer
 
     def _group_metadata(self) -> Any:
         kafka = _client()
         key = (self.bootstrap, self.group)
         with _producers_lock:
             if key not in _groups:
-                consumer = kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                                           **_QUIET})
+                consumer = kafka.Consumer(_config(self.bootstrap, **{"group.id": self.group}))
                 try:
                     _groups[key] = consumer.consumer_group_metadata()
                 finally:
@@ -318,16 +327,21 @@ class KafkaDelivery:
 
     def delivered(self, batch: int, topics: Iterable[str]) -> bool:
         """Whether this writer's ``batch`` was committed to Kafka: its group's committed offset on partition 0 of
-        the first of ``topics`` is past it. Call after :meth:`fence`, so that no earlier producer still commits."""
+        the first of ``topics`` is past it. Call after fencing, so that no earlier producer still commits."""
         kafka = _client()
         first = sorted(set(topics))[0]
-        consumer = kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                                   "socket.timeout.ms": int(TIMEOUT * 1000), **_QUIET})
+        consumer = kafka.Consumer(_config(self.bootstrap, **{
+            "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
+        from statekeep.kafka import translate
+
+        def read() -> Any:
+            try:
+                return consumer.committed([kafka.TopicPartition(first, 0)], timeout=TIMEOUT)
+            except kafka.KafkaException as e:  # a coordinator still loading (a broker just started): unavailable
+                raise translate(e, f"{self.transactional_id}: reading what Kafka committed") from e
+
         try:
-            found = consumer.committed([kafka.TopicPartition(first, 0)], timeout=TIMEOUT)
-        except kafka.KafkaException as e:
-            raise KafkaDeliveryError(f"{self.transactional_id}: reading what Kafka committed failed: {e}") from e
+            found = OUTAGE.bounded(seconds=TIMEOUT).repeat(read)
         finally:
             consumer.close()
         return bool(found) and found[0].offset > batch
@@ -336,11 +350,32 @@ class KafkaDelivery:
         """Write ``table``'s records (:data:`COLUMNS`) as ``batch``'s one transaction, unless a ``replay`` finds
         ``batch`` delivered already (it fences the id first). ``batch`` None: a one-off transaction that records
         no batch. Returns whether this call wrote them. :class:`KafkaDeliveryError` if Kafka refused or did not
-        answer (the transaction is aborted; a replay delivers again)."""
+        answer within :data:`DEADLINE` (the transaction is aborted, or left to the next producer of the id to
+        abort; a replay delivers again)."""
         if table is None or not len(table):
             return False
-        kafka = _client()
         topics = sorted(set(table["topic"].to_pylist()))
+        outcome: list[BaseException | bool] = []
+
+        def attempt() -> None:
+            try:
+                outcome.append(self._transaction(batch, table, topics, replay))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                outcome.append(e)
+
+        worker = threading.Thread(target=attempt, name=f"statekeep-kafka-{self.transactional_id}", daemon=True)
+        worker.start()
+        worker.join(DEADLINE)
+        if not outcome:  # a librdkafka call that does not return: this producer is given up (the next fences it)
+            self._forget()
+            raise KafkaDeliveryError(f"{self.transactional_id}: batch {batch}'s {len(table)} records were not "
+                                     f"committed to Kafka at {self.bootstrap} within {DEADLINE:.0f} s")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _transaction(self, batch: int | None, table: Any, topics: list[str], replay: bool) -> bool:
+        kafka = _client()
         if replay:
             self._producer(fresh=True)
             if batch is not None and self.delivered(batch, topics):
@@ -481,10 +516,9 @@ def consume(name: str, limit: int = 0) -> Iterator[dict[str, Any]]:
     kafka = _client()
     topic = parse(name)
     topic_limit(topic)  # it exists
-    consumer = kafka.Consumer({"bootstrap.servers": topic.bootstrap, "group.id": "statekeep-consume",
-                               "enable.auto.commit": False, "isolation.level": "read_committed",
-                               "socket.timeout.ms": int(TIMEOUT * 1000), **_QUIET,
-                               "enable.partition.eof": True, "allow.auto.create.topics": False})
+    consumer = kafka.Consumer(_config(topic.bootstrap, **{
+        "group.id": "statekeep-consume", "enable.auto.commit": False, "isolation.level": "read_committed",
+        "enable.partition.eof": True, "allow.auto.create.topics": False}))
     try:
         partitions = sorted(consumer.list_topics(topic.topic, timeout=TIMEOUT).topics[topic.topic].partitions)
         given = 0
