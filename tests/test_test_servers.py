@@ -246,16 +246,25 @@ def _consume(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
         return confluent.Consumer(client_config(bootstrap, **{
             "group.id": "unused", "enable.auto.commit": False, "isolation.level": isolation}))
 
+    deadline = time.monotonic() + 60
     partitions = sorted(admin.describe(bootstrap, topic))
     marks = consumer_of("read_uncommitted")  # its watermarks are the high ones (read_committed's: the stable ones)
-    ends = {p: high for p, (low, high) in ((p, marks.get_watermark_offsets(confluent.TopicPartition(topic, p),
-                                                                           timeout=30)) for p in partitions)
+
+    def watermarks(partition: int) -> tuple[int, int]:
+        while True:  # a leader just elected or restarted answers "not available" for a moment
+            try:
+                return marks.get_watermark_offsets(confluent.TopicPartition(topic, partition), timeout=5)
+            except confluent.KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    ends = {p: high for p, (low, high) in ((p, watermarks(p)) for p in partitions)
             if high > low}  # an empty partition has no position to wait for
     marks.close()
     consumer = consumer_of(isolation)
     consumer.assign([confluent.TopicPartition(topic, p, confluent.OFFSET_BEGINNING) for p in partitions])
     got: list[tuple] = []
-    deadline = time.monotonic() + 60
     try:
         # the position passes aborted records and transaction markers too: at the end it is the watermark
         while any(tp.offset < ends[tp.partition] for tp in consumer.position(
