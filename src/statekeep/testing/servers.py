@@ -92,15 +92,20 @@ class Server:
         log.close()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until the readiness probe answers; kill the server and raise if it exits or times out."""
+        """Wait until the readiness probe answers; kill the server and raise if it exits or times out (or the
+        probe itself fails: no server outlives a start that raised)."""
         assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.process.returncode}; see {self.log_path}")
-            if self._ready(self.port):
-                return
-            time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"{self.kind} exited with {self.process.returncode}; see {self.log_path}")
+                if self._ready(self.port):
+                    return
+                time.sleep(0.05)
+        except BaseException:
+            self.kill()
+            raise
         self.kill()
         raise RuntimeError(f"{self.kind} not ready after {timeout}s; see {self.log_path}")
 
