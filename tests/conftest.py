@@ -264,7 +264,15 @@ def _dedicated_server_fixture(kind: str):
 
 start_zookeeper = _dedicated_server_fixture("zookeeper")
 start_etcd = _dedicated_server_fixture("etcd")
-start_kafka = _dedicated_server_fixture("kafka")
+
+
+@pytest.fixture(scope="session")
+def start_kafka():
+    """``start_kafka(settings=None)`` starts a Kafka broker of its own (``settings``: server.properties entries,
+    e.g. a small ``message.max.bytes``), for a test that kills it or needs other settings; the caller stops it."""
+    from statekeep.testing import servers
+
+    return lambda settings=None: _start_or_skip("kafka", lambda: servers.start_kafka(settings))
 
 
 S3_BUCKETS = ("statekeep", "statekeep-other")

@@ -237,18 +237,34 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], **s
 
 def _consume(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple]:
     """Every record of ``topic`` from its start to its end now (each partition's high watermark),
-    ``(partition, key, value)`` sorted, read with ``isolation`` by a consumer of no group."""
+    ``(partition, key, value)`` sorted, read with ``isolation`` by a consumer of no group. A read_committed
+    read waits for every transaction open there to end (its position passes the markers)."""
     confluent = need("confluent_kafka")
     from statekeep.kafka import admin, client_config
 
-    consumer = confluent.Consumer(client_config(bootstrap, **{
-        "group.id": "unused", "enable.auto.commit": False, "isolation.level": isolation}))
+    def consumer_of(isolation: str):
+        return confluent.Consumer(client_config(bootstrap, **{
+            "group.id": "unused", "enable.auto.commit": False, "isolation.level": isolation}))
+
+    deadline = time.monotonic() + 60
     partitions = sorted(admin.describe(bootstrap, topic))
-    marks = {p: consumer.get_watermark_offsets(confluent.TopicPartition(topic, p), timeout=30) for p in partitions}
-    ends = {p: high for p, (low, high) in marks.items() if high > low}  # an empty partition has no position
+    marks = consumer_of("read_uncommitted")  # its watermarks are the high ones (read_committed's: the stable ones)
+
+    def watermarks(partition: int) -> tuple[int, int]:
+        while True:  # a leader just elected or restarted answers "not available" for a moment
+            try:
+                return marks.get_watermark_offsets(confluent.TopicPartition(topic, partition), timeout=5)
+            except confluent.KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    ends = {p: high for p, (low, high) in ((p, watermarks(p)) for p in partitions)
+            if high > low}  # an empty partition has no position to wait for
+    marks.close()
+    consumer = consumer_of(isolation)
     consumer.assign([confluent.TopicPartition(topic, p, confluent.OFFSET_BEGINNING) for p in partitions])
     got: list[tuple] = []
-    deadline = time.monotonic() + 60
     try:
         # the position passes aborted records and transaction markers too: at the end it is the watermark
         while any(tp.offset < ends[tp.partition] for tp in consumer.position(
@@ -306,11 +322,16 @@ def test_a_kafka_broker_serves_records_and_transactions(kafka):
 @pytest.mark.slow
 def test_a_killed_kafka_broker_restarts_with_its_topics_and_records(start_kafka):
     """SIGKILL, then a start on the same data dir and ports: the topic, its committed records and its
-    committed transaction are all there, and it takes new ones."""
+    committed transaction are all there, and it takes new ones. The broker creates topics on request, as
+    many do (``auto.create.topics.enable``): describing an unknown topic still creates none."""
+    from statekeep.errors import NotFoundError
     from statekeep.kafka import admin
 
-    server = start_kafka()
+    server = start_kafka({"auto.create.topics.enable": "true"})
     try:
+        for _ in range(2):  # the first request would have created it; the second would see it
+            with pytest.raises(NotFoundError):
+                admin.describe(server.address, "never-created")
         topic, port = "kept", server.port
         server.create_topic(topic, partitions=2)
         _produce(server.address, topic, _records("before", 20))
@@ -319,6 +340,10 @@ def test_a_killed_kafka_broker_restarts_with_its_topics_and_records(start_kafka)
         producer.begin_transaction()
         _ = [producer.produce(topic, value, key) for key, value in _records("tx", 5)]
         producer.commit_transaction(30)
+        # killed only once the commit's markers are written: a single node killed before (commit_transaction
+        # returns when the coordinator has logged the commit) may come back with the transaction hanging, every
+        # read_committed reader stopped before it for good (see statekeep.testing.servers.KafkaServer)
+        assert len(_consume(server.address, topic)) == 25
         server.kill()
         assert not server.running
         with pytest.raises(StoreUnavailableError):

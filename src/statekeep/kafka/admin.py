@@ -42,8 +42,11 @@ def check_topic(name: object) -> str:
 
 def admin_client(bootstrap: str, **settings: Any) -> AdminClient:
     """A confluent-kafka AdminClient of ``bootstrap`` with :func:`statekeep.kafka.client_config`'s bounded
-    timeouts (``settings`` added). It connects lazily: an unreachable address fails at its first call."""
-    admin: AdminClient = confluent().admin.AdminClient(client_config(bootstrap, **settings))
+    timeouts (``settings`` added). It connects lazily: an unreachable address fails at its first call. Its
+    metadata requests never create a topic (librdkafka's admin client is a producer, which by default asks a
+    broker with ``auto.create.topics.enable`` to create the topics it names: describe would create)."""
+    admin: AdminClient = confluent().admin.AdminClient(
+        client_config(bootstrap, **{"allow.auto.create.topics": False, **settings}))
     return admin
 
 
