@@ -33,10 +33,10 @@ BATCH_WINDOWS = "a windowConfig needs process(records, context), not process_bat
 def time_section(config: Any, code: str) -> TimeSpec | None:
     """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code), or
     None when it keeps no time: no windowConfig, no stateTtlSeconds, and code that mentions neither
-    ``on_timer``, ``register_timer`` nor ``ttl_seconds``."""
+    ``on_timer``, ``register_timer`` nor ``ttl`` (``ttl_seconds``, a typed variable's ``ttl=``: the TTL index)."""
     window = getattr(config, "windowConfig", None)
     ttl = getattr(config, "stateTtlSeconds", None)
-    if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl_seconds")):
+    if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl")):
         return None
     # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
     lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
