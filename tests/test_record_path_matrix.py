@@ -190,9 +190,9 @@ def feed(registry, url, monkeypatch, records):
     import pyspark
 
     spec = executor_spec(registry, url, "t", "n", "f")[0]
-    partitioning = routing(spec, cached_state_store(spec), 1)  # as function_plan lays the query out
-    if partitioning is not None:
-        spec = dataclasses.replace(spec, time_groups=partitioning[0], state_parallelism=partitioning[1])
+    groups, partitions = routing(spec, cached_state_store(spec), 1)  # as function_plan lays the query out
+    if groups is not None:
+        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
     task = _Task(0)
     monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
     lines = [json.dumps(r) for r in records]

@@ -187,7 +187,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         status = OperatorStatus(url, (tenant, namespace, fname), stats)
         df.sparkSession.streams.addListener(StatusListener(stats, status.progress, status.end, df.sparkSession.streams))
         report = stats.add
-    return function_plan(frame, spec, parallelism if key is not None else 1, schema=schema, report=report)[0]
+    return function_plan(frame, spec, parallelism, schema=schema, report=report)[0]
 
 
 def _watermark(df: DataFrame) -> tuple[str | None, int | None]:

@@ -329,8 +329,6 @@ class FunctionQuery:
         from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
 
         spec = self.spec
-        # a key field's, or a topic message's own key (see input_frame); records without one go to one partition
-        keyed = spec.key_field is not None or (spec.source_format == MESSAGE and any(map(is_topic, self.inputs)))
         frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
         self._clock = spec.time is not None and self._clocked(len(self.inputs))
@@ -340,8 +338,8 @@ class FunctionQuery:
             self._stats = new_stats(self.spark)
         listener = StatusListener(self._stats, self._progress, lambda error: None, self.spark.streams)
         self.spark.streams.addListener(listener)
-        plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism if keyed else 1,
-                                                            schema=_stats_type(), report=self._stats.add))
+        plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism, schema=_stats_type(),
+                                                            report=self._stats.add))
         self._partitions = running.state_parallelism  # a function keeping time is laid out by key group
         writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
