@@ -70,7 +70,8 @@ def process(input, context):
     return {"key": key, "n": context.incr_counter(key), "instance": context.get_instance_id()}
 '''
 
-TIMER_BY_MESSAGE_KEY = COUNT_BY_MESSAGE_KEY.replace(b"    return", b"""    context.register_timer(context.get_current_processing_time(), "processing")
+TIMER_BY_MESSAGE_KEY = COUNT_BY_MESSAGE_KEY.replace(b"    return", b"""\
+    context.register_timer(context.get_current_processing_time(), "processing")
     return""") + b'''
 def on_timer(key, ts, context):
     return {"fired": key, "instance": context.get_instance_id()}
@@ -78,7 +79,8 @@ def on_timer(key, ts, context):
 
 
 @pytest.mark.parametrize("state", ["partition-owned", "time"])
-def test_a_topic_input_without_a_key_field_runs_keyed_by_its_messages_keys(state, spark, service, tmp_path):
+def test_a_topic_input_without_a_key_field_runs_keyed_by_its_messages_keys(state, spark, service, tmp_path,
+                                                                           monkeypatch):
     """Issue 52: the runner took a topic's messages as keyed (each message its own key) while the routing of
     partition-owned and time state took a function without a key field as unkeyed, so both ran every record in one
     partition of a function of parallelism 2. One rule now: each key's messages reach the partition owning its key
@@ -88,6 +90,7 @@ def test_a_topic_input_without_a_key_field_runs_keyed_by_its_messages_keys(state
     from statekeep.state.keygroups import key_group, owner
 
     keys = [f"k{i}" for i in range(20)]
+    monkeypatch.setenv("STATEKEEP_TOPICS_DIR", str(tmp_path / "data" / "topics"))
     topics.write(str(tmp_path / "data" / "topics"), "persistent://public/default/keyed",
                  [Message(f"m{n}", key).to_json() for n in range(3) for key in keys])
     extra = ({"stateStorage": state_storage(str(tmp_path / "shared"))} if state == "partition-owned" else {})

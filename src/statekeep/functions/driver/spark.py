@@ -499,7 +499,9 @@ def run_registered(service: FunctionService, metadata_url: str, tenant: str, nam
     so a function deleted and created again starts over instead of resuming the old one's offsets.
     ``checkpoint_root`` is a local directory or any Hadoop-compatible URL (``hdfs://``, ``s3a://``,
     ...); a function that may move between machines needs one every machine reaches. Without
-    ``spark``, a session on ``master`` with ``spark_conf`` is created (or the process's one reused)."""
+    ``spark``, a session on ``master`` with ``spark_conf`` is created (or the process's one reused). Once a
+    micro-batch ran, the registry records the inputs it read (:meth:`FunctionRegistry.record_sources`): an update
+    to others is refused from then on, as the checkpoint could not resume with them."""
     registry = service.registry
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
     incarnation = registry.incarnation(tenant, namespace, name)
@@ -507,7 +509,16 @@ def run_registered(service: FunctionService, metadata_url: str, tenant: str, nam
     spark = spark or spark_session(master, conf=spark_conf)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
     query.worker_id = worker_id
-    query.status_saver = status_saver(registry.store, query, tenant, namespace, name)
+    save = status_saver(registry.store, query, tenant, namespace, name)
+    recorded: list[bool] = []
+
+    def save_and_record() -> None:
+        save()
+        if not recorded and query.totals["batches"]:  # the checkpoint holds these inputs' offsets now
+            registry.record_sources(cfg)
+            recorded.append(True)
+
+    query.status_saver = save_and_record
     query.on_batch = lambda batch_id, rows: query.save_status()
     query.start()
     query.save_status()  # says at once who runs it now (status readers compare it with the lock)
