@@ -31,18 +31,20 @@ LATE_METRIC = "lateRecordsDropped"
 BATCH_WINDOWS = "a windowConfig needs process(records, context), not process_batch"
 
 
-def time_section(config: Any, code: str) -> TimeSpec | None:
-    """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code), or
-    None when it keeps no time: no windowConfig, no stateTtlSeconds, and code that mentions neither
-    ``on_timer``, ``register_timer`` nor ``ttl`` (``ttl_seconds``, a typed variable's ``ttl=``: the TTL index)."""
+def time_section(config: Any, code: str | None) -> TimeSpec | None:
+    """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code; None: code
+    whose source is unknown, taken to keep time), or None when it keeps no time: no windowConfig, no
+    stateTtlSeconds, and code that mentions neither ``on_timer``, ``register_timer`` nor ``ttl``
+    (``ttl_seconds``, a typed variable's ``ttl=``: the TTL index)."""
     window = getattr(config, "windowConfig", None)
     ttl = getattr(config, "stateTtlSeconds", None)
-    if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl")):
+    if window is None and ttl is None and code is not None and not any(
+            w in code for w in ("on_timer", "register_timer", "ttl")):
         return None
     # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
     lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
     return TimeSpec(window.to_spec() if window is not None else None, ttl * 1000 if ttl else None,
-                    bool(ttl) or "ttl_seconds" in code, lag)
+                    bool(ttl) or code is None or "ttl_seconds" in code, lag)
 
 
 def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | None:
