@@ -13,8 +13,8 @@ import pytest
 import statekeep
 
 ROOT = Path(statekeep.__file__).parent
-LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "functions", "migrate", "server",
-          "cli"]
+LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "functions", "spark", "migrate",
+          "server", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # package -> the lowest layer that may import it. pydantic is the one schema of the REST bodies since
 # issue 15 (state/shape.py, functions/config/model.py: a core dependency), so the state layer may use it; the

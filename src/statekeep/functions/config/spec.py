@@ -68,7 +68,7 @@ class ExecutorSpec:
     state_parallelism: int = 1  # per micro-batch: partitions of partition-owned (or timed) state
     time_groups: int = KEY_GROUPS  # per micro-batch: key groups of timed state
     watermark_previous: int | None = None  # per micro-batch: the function's watermark before it
-    # the DataFrame operator's (statekeep.functions.admin.operator): the function as a Python object (a callable
+    # the DataFrame operator's (statekeep.spark.operator): the function as a Python object (a callable
     # or a pulsar.Function class) instead of ``code``, with its kind (loader.RECORD, NATIVE or BATCH); the
     # pyarrow.Schema of its output rows, kept with each (batch, partition)'s commit (None: the runner, whose
     # tasks give stats rows); and a batch DataFrame's run, its batch id (None: Spark's micro-batch id)

@@ -627,7 +627,7 @@ def task_batch(spec: ExecutorSpec, task: Any) -> int:
     if batch is None or query is None:
         raise InvalidArgumentError(f"{spec.fqfn}: a streaming function's task has no micro-batch id from Spark")
     if spec.rows_schema is not None:
-        assert spec.output is not None  # the operator's kept rows (see statekeep.functions.admin.operator)
+        assert spec.output is not None  # the operator's kept rows (see statekeep.spark.operator)
         claim(spec.output, query, spec.fqfn)
     return int(batch)
 
