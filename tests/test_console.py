@@ -529,7 +529,7 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     from statekeep.functions.windowing import timerun
     from statekeep.functions.executor.runtime import cached_state_store, run_partition
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.config.spec import executor_spec
     from statekeep.state.timestate import buffer_key, expiry_key, is_internal
 
     url = f"local://{tmp_path / 'data'}"

@@ -16,7 +16,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.windowing import timerun
 from statekeep.functions.executor.runtime import FunctionRecordError
 from statekeep.functions.config.model import FunctionConfig
-from statekeep.functions.windowing.timerun import stored_watermark, time_section
+from statekeep.functions.config.spec import time_section
+from statekeep.functions.windowing.timerun import stored_watermark
 from statekeep.functions.config.windowconfig import WindowConfig
 from statekeep.state import timestate
 from statekeep.state.keygroups import key_group
@@ -456,7 +457,7 @@ def _timed_function(tmp_path, url):
     """A registered windowed function with a TTL, run once: its state holds ``last`` (with an expiry),
     window buffers and group entries. Returns its executor spec."""
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.config.spec import executor_spec
 
     code = WINDOW.replace("return {", "context.put_state('last', str(w.end))\n    return {")
     with FunctionService.open(url) as service:

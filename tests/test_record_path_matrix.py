@@ -26,7 +26,7 @@ from statekeep.functions.executor.runtime import (SPARK_BATCH_ID, SPARK_QUERY_ID
                                                   cached_state_store)
 from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.messaging.topics import directory
 from statekeep.state.partitioned import state_storage
 from conftest import BACKENDS

@@ -17,7 +17,7 @@ from statekeep.functions.admin import lifecycle
 from statekeep.functions.windowing import timerun
 from statekeep.functions.executor.runtime import cached_state_store
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.state import timestate
 from statekeep.state.partitioned import state_storage
 from statekeep.state.keygroups import KEY_GROUPS, key_group

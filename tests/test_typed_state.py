@@ -17,11 +17,11 @@ import pytest
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.driver.sources import StatekeepStateSource
 from statekeep.functions.executor import context as context_module
 from statekeep.functions.windowing import timerun
-from statekeep.functions.windowing.timerun import time_section
+from statekeep.functions.config.spec import time_section
 from statekeep.functions.executor.context import Context
 from statekeep.server import create_app
 from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, FunctionRecordError, \

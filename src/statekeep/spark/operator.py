@@ -33,7 +33,8 @@ from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
 from statekeep.functions.executor.runtime import cached_state_store
 from statekeep.functions.messaging.sink import claim
-from statekeep.functions.windowing.timerun import time_section, with_clock_source
+from statekeep.functions.config.spec import time_section
+from statekeep.functions.windowing.timerun import with_clock_source
 from statekeep.state.base import Capability
 from statekeep.metadata.registry import default_store_url
 
@@ -100,7 +101,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     from pyspark.sql.types import StructType
 
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.config.spec import executor_spec
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []

@@ -1,7 +1,7 @@
 """The source a function given as a Python object is registered with (the DataFrame operator's,
 :func:`statekeep.spark.apply_function`), so that ``update``'s checks see its code as they see a file's: its state
 schemas against those its runs recorded (:mod:`statekeep.functions.config.schemacheck`), and the words that say it
-keeps time (:func:`statekeep.functions.windowing.timerun.time_section`).
+keeps time (:func:`statekeep.functions.config.spec.time_section`).
 
 Python keeps an object's source where it was read from a file (``inspect.getsource``): a function's, a class's (a
 ``pulsar.Function``; an instance's class), and the module around it. The registered file is that module with, at

@@ -23,26 +23,19 @@ from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError, StoreClosedError
 from statekeep.functions.messaging.messages import JSON_LINE
 from statekeep.functions.executor.runtime import STATS_COLUMNS
-from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.config.spec import MESSAGE, ExecutorSpec, executor_spec
 from statekeep.functions.driver.sparkpython import spark_python
-from statekeep.functions.messaging.topics import default_root, is_topic
-from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, time_section,
-                                         with_clock_source)
+from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, with_clock_source)
 from statekeep.retry import OUTAGE
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from statekeep.functions.config.model import FunctionConfig
-    from statekeep.functions.config.registry import FunctionRegistry
     from statekeep.functions.config.service import FunctionService
     from statekeep.metadata.base import MetadataStore
 
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
-#: what a Pulsar topic, or a file or directory that is not JSON, CSV or Parquet, is read as: Pulsar
-#: messages (see statekeep.functions.messaging.messages), the payload through the input's serde
-MESSAGE = "message"
 
 
 def latency_conf(pyspark_version: str) -> dict[str, str]:
@@ -428,66 +421,6 @@ def status_saver(store: MetadataStore, query: FunctionQuery, tenant: str, namesp
         store.put(path, status_json(query.status()))
 
     return save
-
-
-def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
-                  skip_errors: bool | None = None) -> tuple[ExecutorSpec, FunctionConfig]:
-    """What executors need to run a registered function (code, provider, formats), checked, and its
-    :class:`FunctionConfig`. The provider config names the store by URL, since an open store cannot
-    travel to another process."""
-    cfg = registry.get(tenant, namespace, name)
-    entry = registry.catalog.get(tenant, namespace, name)
-    version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
-    code = registry.get_code(tenant, namespace, name).decode()
-    provider, provider_config = registry.state_provider(cfg, metadata_url)
-    input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
-    if cfg.input_serdes() or cfg.customSchemaInputs or any(is_topic(i) for i in cfg.inputs):
-        input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
-    user_config = dict(cfg.userConfig)
-    spec = ExecutorSpec(
-        tenant, namespace, name, code, py_name=cfg.py or f"{name}.py", state_provider=provider,
-        state_config=provider_config, input_format=input_format if input_format in ("text", MESSAGE) else "json",
-        source_format=input_format, key_field=cfg.keyField, output=cfg.output,
-        store_url=metadata_url,  # the registry, where a statekeep:// input function is found
-        output_format=cfg.outputFormat or "jsonl", user_config=user_config,
-        skip_errors=bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
-        # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
-        input_options={str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
-        # Pulsar's className, identity and the per-record Context's data
-        class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
-        function_version=version, inputs=tuple(cfg.inputs),
-        topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
-        # Pulsar's per-record error handling (see runtime.RecordPath.run_records); getattr: fields the config may lack
-        secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
-        max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
-        dead_letter=getattr(cfg, "deadLetterTopic", None) or None,
-        time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.windowing.timerun)
-        # Pulsar's serde, log topic and topics (see statekeep.functions.messaging.messages and .topics)
-        input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
-        input_schemas=dict(cfg.customSchemaInputs or {}), trigger_interval_ms=cfg.triggerIntervalMs or 0,
-        topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
-    return spec, cfg
-
-
-def _retries(value: Any) -> int | None:
-    """``maxMessageRetries``: None (unset, or negative as Pulsar's "no limit" sentinel) or >= 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _guess_format(source: str) -> str:
-    """The input format an input's name implies (``inputFormat`` unset): ``rate``, a changelog, CSV,
-    Parquet, JSON lines for a .json/.jsonl file, else Pulsar messages (a topic; a directory, where each
-    file's name says whether it holds JSON lines; a text file), whose payload is what Pulsar's serde
-    gives (a str for text)."""
-    lowered = source.lower().rstrip("/")
-    if lowered in ("rate", "rate://"):
-        return "rate"
-    if lowered.startswith("statekeep://"):
-        return "statekeep-changelog"
-    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".json", "json"), (".jsonl", "json")):
-        if lowered.endswith(ext):
-            return fmt
-    return MESSAGE
 
 
 def run_registered(service: FunctionService, metadata_url: str, tenant: str, namespace: str, name: str, *,

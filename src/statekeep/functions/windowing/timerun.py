@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
+from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.windowing.timekeeping import TimeState
-from statekeep.functions.config.windowconfig import user_lag_ms
 from statekeep.functions.messaging.topics import is_topic
 from statekeep.functions.windowing.windows import Aggregate, Window, Windows
 from statekeep.state.keygroups import KEY_GROUPS, group_range, key_group, owner
@@ -29,22 +28,6 @@ CLOCK: Clock = wall_clock_ms
 LATE_METRIC = "lateRecordsDropped"
 #: why a ``process_batch`` function with a windowConfig cannot run (its batch fails, its trigger is refused)
 BATCH_WINDOWS = "a windowConfig needs process(records, context), not process_batch"
-
-
-def time_section(config: Any, code: str | None) -> TimeSpec | None:
-    """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code; None: code
-    whose source is unknown, taken to keep time), or None when it keeps no time: no windowConfig, no
-    stateTtlSeconds, and code that mentions neither ``on_timer``, ``register_timer`` nor ``ttl``
-    (``ttl_seconds``, a typed variable's ``ttl=``: the TTL index)."""
-    window = getattr(config, "windowConfig", None)
-    ttl = getattr(config, "stateTtlSeconds", None)
-    if window is None and ttl is None and code is not None and not any(
-            w in code for w in ("on_timer", "register_timer", "ttl")):
-        return None
-    # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
-    lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
-    return TimeSpec(window.to_spec() if window is not None else None, ttl * 1000 if ttl else None,
-                    bool(ttl) or code is None or "ttl_seconds" in code, lag)
 
 
 def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | None:
