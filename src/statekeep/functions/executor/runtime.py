@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -101,6 +101,7 @@ _providers: list[StateStoreProvider] = []  # the providers behind _stores, for c
 #: id of an operator's function object -> (the object, its entry point and kind): the function as it arrived with the
 #: task (a class is instantiated once per object, as the loader's cache does for a file's class)
 _objects: BoundedLRU[int, tuple[Any, tuple[Callable[..., Any], str]]] = BoundedLRU(64)
+_objects_lock = threading.Lock()
 
 
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
@@ -109,7 +110,7 @@ def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
     try:
         if spec.entry is None:
             return cached_function(spec.code, spec.py_name, spec.class_name)
-        with _cache_lock:
+        with _objects_lock:
             found = _objects.get(id(spec.entry))
             if found is None or found[0] is not spec.entry:
                 found = _objects.put(id(spec.entry), (spec.entry, entry_point(spec.entry, spec.entry_kind == BATCH)))
@@ -332,20 +333,27 @@ def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
 
 
 def cached_state_store(spec: ExecutorSpec) -> StateStore:
-    """One provider per executor process and configuration (opening a store costs a session)."""
+    """The state store of the spec's function, from :func:`cached_store`."""
+    return cached_store(spec.state_provider, spec.state_config, spec.tenant, spec.namespace, spec.name)
+
+
+def cached_store(name: str, config: Mapping[str, Any], tenant: str, namespace: str, function: str) -> StateStore:
+    """The state store of ``tenant/namespace/function`` from the provider ``name`` opened with ``config``: one
+    provider per process and configuration (opening a store costs a session), kept until
+    :func:`close_cached_state_stores`."""
     from statekeep.state import open_provider
 
-    key = json.dumps([spec.state_provider, spec.state_config, spec.tenant, spec.namespace, spec.name], sort_keys=True)
+    key = json.dumps([name, config, tenant, namespace, function], sort_keys=True)
     with _cache_lock:
         if key not in _stores:
-            provider = open_provider(spec.state_provider, dict(spec.state_config))
+            provider = open_provider(name, dict(config))
             _providers.append(provider)
-            _stores[key] = provider.get_state_store(spec.tenant, spec.namespace, spec.name)
+            _stores[key] = provider.get_state_store(tenant, namespace, function)
         return _stores[key]
 
 
 def close_cached_state_stores() -> None:
-    """Close every provider :func:`cached_state_store` opened in this process and forget them: an executor
+    """Close every provider :func:`cached_store` opened in this process and forget them: an executor
     keeps them for its life, a process running function after function (tests, benchmarks) would collect
     their sessions and threads."""
     with _cache_lock:
