@@ -22,8 +22,7 @@ import pytest
 
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.messaging import messages
-from statekeep.functions.executor.runtime import (SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner,
-                                                  cached_state_store)
+from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.config.spec import executor_spec
@@ -190,7 +189,7 @@ def feed(registry, url, monkeypatch, records):
     import pyspark
 
     spec = executor_spec(registry, url, "t", "n", "f")[0]
-    groups, partitions = routing(spec, cached_state_store(spec), 1)  # as function_plan lays the query out
+    groups, partitions = routing(spec, spec.state_store(), 1)  # as function_plan lays the query out
     if groups is not None:
         spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
     task = _Task(0)

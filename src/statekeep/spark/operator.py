@@ -31,7 +31,6 @@ from statekeep.functions.config.loader import entry_point, validate_function_sou
 from statekeep.functions.config.objectsource import object_source, stub
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
-from statekeep.functions.executor.runtime import cached_state_store
 from statekeep.functions.messaging.sink import claim
 from statekeep.functions.config.spec import time_section
 from statekeep.functions.windowing.timerun import with_clock_source
@@ -183,7 +182,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         run_id=None if df.isStreaming else time.time_ns() // 1000)
     if spec.time is not None and df.isStreaming:  # a micro-batch each second while idle: processing-time timers
         frame = with_clock_source(frame)
-    if spec.run_id is not None and Capability.PARTITIONED in cached_state_store(spec).capabilities:
+    if spec.run_id is not None and Capability.PARTITIONED in spec.state_store().capabilities:
         # a partition applies batches in rising order: a run's id outranks any micro-batch's
         claim(str(spec.output), "batch runs", name)
     report = None

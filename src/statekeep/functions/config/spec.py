@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.locations import default_root, is_topic
 from statekeep.functions.config.windowconfig import user_lag_ms
+from statekeep.state.base import StateStore
 from statekeep.state.keygroups import KEY_GROUPS
+from statekeep.state.registry import cached_store
 
 if TYPE_CHECKING:
     from statekeep.functions.config.model import FunctionConfig
@@ -104,6 +106,11 @@ class ExecutorSpec:
     @property
     def fqfn(self) -> str:
         return f"{self.tenant}/{self.namespace}/{self.name}"
+
+    def state_store(self) -> StateStore:
+        """The function's state store, from the process's provider cache
+        (:func:`statekeep.state.registry.cached_store`)."""
+        return cached_store(self.state_provider, self.state_config, self.tenant, self.namespace, self.name)
 
     @property
     def careful(self) -> bool:

@@ -30,7 +30,7 @@ except ImportError as e:
     raise MissingDependencyError(f"running functions needs PySpark: pip install 'statekeep[spark]' ({e})") from e
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.stats import add_batch
-from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
+from statekeep.functions.executor.runtime import arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.state.keygroups import spark_routes
 
@@ -60,7 +60,7 @@ def function_plan(frame: DataFrame, spec: ExecutorSpec, parallelism: int, *, sch
     :func:`~statekeep.functions.windowing.timerun.routing`'s (the one partition rule): with partition-owned state
     (its layout created, or rescaled, here) or time state, records go to the partition owning their key's group.
     ``report`` takes each task's stats row."""
-    groups, partitions = routing(spec, cached_state_store(spec), parallelism)
+    groups, partitions = routing(spec, spec.state_store(), parallelism)
     by = "__key"
     if groups is not None:  # each record to the partition owning its key's group
         spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,7 +41,7 @@ from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import read_schemas, record_schemas, registry_store
 from statekeep.metadata import MetadataStore
 from statekeep.retry import DEFAULT
-from statekeep.state.base import StateStore, StateStoreProvider, TaskState
+from statekeep.state.base import StateStore, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +91,6 @@ class PartitionStats:
         self.user_exceptions += 1
         self.exceptions.append([message, int(time.time() * 1000)])
         del self.exceptions[:-MAX_EXCEPTIONS]
-
-
-_cache_lock = threading.Lock()
-_stores: dict[str, StateStore] = {}
-_providers: list[StateStoreProvider] = []  # the providers behind _stores, for close_cached_state_stores
 
 
 #: id of an operator's function object -> (the object, its entry point and kind): the function as it arrived with the
@@ -332,37 +327,6 @@ def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
     return native(value)
 
 
-def cached_state_store(spec: ExecutorSpec) -> StateStore:
-    """The state store of the spec's function, from :func:`cached_store`."""
-    return cached_store(spec.state_provider, spec.state_config, spec.tenant, spec.namespace, spec.name)
-
-
-def cached_store(name: str, config: Mapping[str, Any], tenant: str, namespace: str, function: str) -> StateStore:
-    """The state store of ``tenant/namespace/function`` from the provider ``name`` opened with ``config``: one
-    provider per process and configuration (opening a store costs a session), kept until
-    :func:`close_cached_state_stores`."""
-    from statekeep.state import open_provider
-
-    key = json.dumps([name, config, tenant, namespace, function], sort_keys=True)
-    with _cache_lock:
-        if key not in _stores:
-            provider = open_provider(name, dict(config))
-            _providers.append(provider)
-            _stores[key] = provider.get_state_store(tenant, namespace, function)
-        return _stores[key]
-
-
-def close_cached_state_stores() -> None:
-    """Close every provider :func:`cached_store` opened in this process and forget them: an executor
-    keeps them for its life, a process running function after function (tests, benchmarks) would collect
-    their sessions and threads."""
-    with _cache_lock:
-        providers, _providers[:] = list(_providers), []
-        _stores.clear()
-    for provider in providers:
-        provider.close()
-
-
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
                   topics: list[Any] | None = None) -> PartitionStats:
@@ -381,7 +345,7 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     if not isinstance(records, list) and not hasattr(records, "to_pylist"):
         records = list(records)  # a conflict runs the batch again (below); the record loop takes a list
     for _ in DEFAULT.bounded(attempts=20).attempts():
-        store = cached_state_store(spec).task(batch_id, partition, spec.state_parallelism)
+        store = spec.state_store().task(batch_id, partition, spec.state_parallelism)
         try:
             return _run_partition(spec, store, batch_id, partition, records, keys, record_keys, topics)
         except StateConflictError:
@@ -612,7 +576,7 @@ def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]]
         assert task is not None  # mapInArrow runs this inside a Spark task
         batch_id = task_batch(spec, task)
         batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
-            spec, watermark_previous=timerun.stored_watermark(cached_state_store(spec), batch_id))
+            spec, watermark_previous=timerun.stored_watermark(spec.state_store(), batch_id))
         stats = _run_arrow(batch_spec, batch_id, task.partitionId(), batches)
         if report is not None:
             report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID), "batch": batch_id})
