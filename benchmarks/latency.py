@@ -424,6 +424,7 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
         def run(batches: Any) -> Any:
             from pyspark import TaskContext
 
+            from statekeep.functions.config.spec import ExecutorSpec
             from statekeep.functions.executor import runtime
             from statekeep.functions.messaging.sink import OutputSink
 
@@ -463,11 +464,11 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
                     start = time.perf_counter()
                 times["arrow_wait"] += time.perf_counter() - start
 
-            plain_store = runtime.cached_state_store
+            plain_store = ExecutorSpec.state_store
             patch(runtime, "run_partition", "run_partition")
             patch(OutputSink, "write", "output")  # the output topic's file of (batch, partition)
-            patched.append((runtime, "cached_state_store", plain_store))
-            runtime.cached_state_store = stores
+            patched.append((ExecutorSpec, "state_store", plain_store))
+            ExecutorSpec.state_store = stores  # type: ignore[method-assign]
             try:
                 yield from inner(waited(batches))
             finally:

@@ -238,6 +238,7 @@ def profiled_runner(directory: str):
         def run(batches):
             from pyspark import TaskContext
 
+            from statekeep.functions.config.spec import ExecutorSpec
             from statekeep.functions.executor import runtime
             batch_id = TaskContext.get().getLocalProperty(runtime.SPARK_BATCH_ID)
             inner = runtime.arrow_partition_runner(spec, report)  # built here: it sees the patches below
@@ -271,15 +272,15 @@ def profiled_runner(directory: str):
                 def task(self, *args):
                     return TimedTask(self.store.task(*args))
 
-            plain = (runtime.records_table, runtime.run_partition, runtime.cached_state_store)
-            runtime.cached_state_store = lambda spec: TimedStore(plain[2](spec))
+            plain = (runtime.records_table, runtime.run_partition, ExecutorSpec.state_store)
+            ExecutorSpec.state_store = lambda spec: TimedStore(plain[2](spec))  # type: ignore[method-assign]
             runtime.records_table = timed("decode", plain[0])
             runtime.run_partition = timed("run_partition", plain[1])
             start = time.perf_counter()
             try:
                 yield from inner(waited(batches))
             finally:
-                runtime.records_table, runtime.run_partition, runtime.cached_state_store = plain
+                runtime.records_table, runtime.run_partition, ExecutorSpec.state_store = plain  # type: ignore[method-assign]
             times["to_lists"] = time.perf_counter() - start - times["run_partition"] - times["arrow_wait"]
             other = sum(times[p] for p in ("marker", "prefetch", "decode", "apply"))
             times["calls"] = times.pop("run_partition") - other

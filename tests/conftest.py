@@ -114,9 +114,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Close the executor-side state stores a test opened in this process (the runtime's cache): an executor
     keeps them for its life, but a worker running test after test collected their sessions and threads (300
     etcd event loops once, which starved every test after them)."""
-    runtime = sys.modules.get("statekeep.functions.executor.runtime")
-    if runtime is not None:
-        runtime.close_cached_state_stores()
+    registry = sys.modules.get("statekeep.state.registry")
+    if registry is not None:
+        registry.close_cached_state_stores()
 
 
 class _UndeclaredResource(Exception):

@@ -527,9 +527,9 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     import dataclasses
 
     from statekeep.functions.windowing import timerun
-    from statekeep.functions.executor.runtime import cached_state_store, run_partition
+    from statekeep.functions.executor.runtime import run_partition
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.config.spec import executor_spec
     from statekeep.state.timestate import buffer_key, expiry_key, is_internal
 
     url = f"local://{tmp_path / 'data'}"
@@ -548,7 +548,7 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     # the partition's own is its records' largest event time)
     records = [{"k": "a", "ts": t0 + 1}, {"k": "b", "ts": t0 + 2}, {"k": "a", "ts": t0 + 60_005},
                {"k": "c", "ts": t0 + 120_007}]
-    store = cached_state_store(spec)
+    store = spec.state_store()
     groups, parallelism = store.partitioning(1) or (128, 1)
     assert parallelism == 1
     stats = run_partition(dataclasses.replace(spec, state_parallelism=1, time_groups=groups), 0, 0,

@@ -74,6 +74,30 @@ def test_delete_then_recreate_starts_with_empty_state(service):
     assert again.read_changelog() == []
 
 
+def test_inputs_its_query_read_cannot_change(service):
+    """Issue 52: a changed input failed the query with a page of Spark's plan. Once a run read its inputs
+    (``record_sources``), an update to others is refused in one line, before anything is written; until then, and
+    with them kept, the function updates as ever; a new incarnation reads whatever it is given."""
+    reg = service.registry
+    reg.create(config(), CODE)
+    reg.update("acme", "prod", "wc", {"inputs": ["a"]})  # read nothing yet: free
+    reg.record_sources(reg.get("acme", "prod", "wc"))
+    reg.record_sources(reg.get("acme", "prod", "wc"))  # idempotent
+    before = reg.get("acme", "prod", "wc")
+    for changes in ({"inputs": ["b"]}, {"inputs": ["a", "b"]}, {"inputFormat": "text"}):
+        with pytest.raises(InvalidArgumentError) as refused:
+            reg.update("acme", "prod", "wc", {**changes, "parallelism": 4})
+        assert "\n" not in str(refused.value) and "delete and create it" in str(refused.value)
+        assert reg.get("acme", "prod", "wc") == before  # nothing written
+    assert "has read a, and its Spark checkpoint resumes only with the sources it started with, so it cannot " \
+           "read b instead" in str(pytest.raises(InvalidArgumentError, reg.update, "acme", "prod", "wc",
+                                                 {"inputs": ["b"]}).value)
+    assert reg.update("acme", "prod", "wc", {"inputs": ["a"], "parallelism": 4}).parallelism == 4  # kept: free
+    reg.delete("acme", "prod", "wc")
+    reg.create(config(), CODE)
+    assert reg.update("acme", "prod", "wc", {"inputs": ["b"]}).inputs == ["b"]  # a new incarnation
+
+
 def test_custom_state_provider(service, store_url):
     reg = service.registry
     storage = {"provider": "metadata", "config": {"metadata_url": store_url, "root": "/elsewhere"}}

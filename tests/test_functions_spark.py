@@ -223,6 +223,46 @@ def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, servi
         assert ran == partitions and counters(service, name) == expected
 
 
+def test_changed_inputs_are_refused_in_one_line_before_anything_runs(spark, tmp_path, capsys, monkeypatch):
+    """Issue 52, as a new user tried it: localrun on input a, then on b, died with ``[STREAM_FAILED] ... Wrong
+    basePath b`` and a page of Spark's plan (the checkpoint holds the old source). Now the second localrun, and a
+    created function's ``functions update --inputs``, are refused in one line saying why and what to do, and
+    change nothing; the function still runs on its own inputs."""
+    from support.cli import run as cli
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("STATEKEEP_URL", "STATEKEEP_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STATEKEEP_TOPICS_DIR", str(tmp_path / "data" / "topics"))  # localrun sets it: put back after
+    (tmp_path / "f.py").write_text("def process(input, context):\n    context.incr_counter(input['word'], 1)\n")
+    write_words(tmp_path / "a", "part-0.jsonl", ["x", "y"])
+    write_words(tmp_path / "b", "part-0.jsonl", ["z"])
+    data = ["--data-dir", str(tmp_path / "data")]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for name in ("f", "g"):  # f by localrun alone; g created, then run by localrun as a worker would run it
+        if name == "g":
+            assert cli(capsys, "functions", "create", "--name", "g", "--py", "f.py", "--inputs", a, *data)[0] == 0
+        code, _, err = cli(capsys, "functions", "localrun", "--name", name, "--py", "f.py", "--inputs", a,
+                           "--once", *data)
+        assert code == 0, err
+        if name == "f":
+            code, out, err = cli(capsys, "functions", "localrun", "--name", "f", "--py", "f.py", "--inputs", b,
+                                 "--once", *data)
+        else:
+            code, out, err = cli(capsys, "functions", "update", "--name", "g", "--inputs", b, *data)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert f"function public/default/{name} has read {a}," in err and f"cannot read {b} instead" in err
+        assert "STREAM_FAILED" not in err and "delete and create it" in err
+        code, out, _ = cli(capsys, "functions", "get", "--name", name, *data)
+        assert json.loads(out)["inputs"] == [a]  # nothing changed
+        write_words(tmp_path / "a", f"part-{name}.jsonl", ["x"])
+        code, _, err = cli(capsys, "functions", "localrun", "--name", name, "--py", "f.py", "--inputs", a,
+                           "--once", *data)
+        assert code == 0, err
+        code, out, _ = cli(capsys, "functions", "querystate", "--name", name, "--key", "x", *data)
+        assert json.loads(out)["numberValue"] == (2 if name == "f" else 3)  # g read part-f too
+
+
 def test_stats_type_is_the_stats_schema_as_spark_parses_it(spark):
     from statekeep.functions.driver.spark import _stats_type
     from statekeep.functions.executor.runtime import STATS_SCHEMA

@@ -16,11 +16,13 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.windowing import timerun
 from statekeep.functions.executor.runtime import FunctionRecordError
 from statekeep.functions.config.model import FunctionConfig
-from statekeep.functions.windowing.timerun import stored_watermark, time_section
+from statekeep.functions.config.spec import time_section
+from statekeep.functions.windowing.timerun import stored_watermark
 from statekeep.functions.config.windowconfig import WindowConfig
 from statekeep.state import timestate
 from statekeep.state.keygroups import key_group
-from statekeep.state.typed import variables_prefix
+from statekeep.state.partitioned import partition
+from statekeep.state.typed import PREFIX as TYPED, variables_prefix
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry, visible_records)
 from conftest import BACKENDS
@@ -29,9 +31,18 @@ from support.specs import cached_state_store, run_partition, typed
 TARGETS = ["embedded-local", "metadata-zk", "metadata-etcd", "partitioned-local"]
 
 
+#: every provider: the metadata one on every backend, the embedded one, partition-owned state
+EVERY_PROVIDER = ["metadata-memory", "metadata-local", "metadata-zk", "metadata-etcd", "embedded-local",
+                  "partitioned-local"]
+
+
 @pytest.fixture(params=TARGETS)
 def base_spec(request, tmp_path):
-    provider, backend = request.param.split("-")
+    return spec_of(request.param, request, tmp_path)
+
+
+def spec_of(target, request, tmp_path):
+    provider, backend = target.split("-")
     url = BACKENDS[backend](request, tmp_path)
     config = {"metadata_url": url}
     if provider == "partitioned":
@@ -119,6 +130,50 @@ def test_a_bad_ttl_changes_nothing(base_spec, clock):
     with pytest.raises(FunctionRecordError, match="ttl_seconds must be an int"):
         run(spec, 0, [{"k": "a", "op": "put_ttl", "ttl": -5}])
     assert cached_state_store(spec).get_entry("a") is None
+
+
+TYPED_TTL = '''
+def process(input, context):
+    if input.get("skip"):
+        return None
+    context.value_state("last", int, ttl=60).update(input["i"])
+    context.list_state("log", int, ttl=60).append(input["i"])
+    context.map_state("seen", str, int, ttl=60).put("i", input["i"])
+'''
+
+
+@pytest.mark.parametrize("target", EVERY_PROVIDER)
+def test_typed_entries_nobody_reads_again_are_deleted_after_their_ttl(target, request, clock, tmp_path, monkeypatch):
+    """The leak issue 52 found: typed entries with a TTL were deleted only when read. 100k of them (a value, a
+    list element, its bounds and a map entry for each of 25k keys) on the in-process providers, 10k where each
+    write is a round trip to a server or a file (local:// files, ZooKeeper, etcd: their batches are staged in
+    groups), are gone from the store after their TTL and the next batch, which reads none of them; the changelog
+    holds a delete of each, and a follower applies them."""
+    monkeypatch.setattr(partition, "SNAPSHOT_MIN_ENTRIES", 10 ** 9)  # partition-owned state keeps its whole log
+    spec = {**spec_of(target, request, tmp_path), "code": TYPED_TTL, "time": time_section(FunctionConfig(
+        tenant="t", namespace="n", name="f", inputs=["x"]), TYPED_TTL)}
+    keys = 25_000 if target in ("metadata-memory", "embedded-local", "partitioned-local") else 2_500
+    run(spec, 0, [{"k": f"user{i}", "i": i} for i in range(keys)], parallelism=2)
+    store = cached_state_store(spec)
+    written = {k for k, _ in store.scan(TYPED)}
+    assert len(written) == 4 * keys
+    follower = FollowerStore.open(store, "t", "n", spec["name"], local_dir=str(tmp_path / "follower"),
+                                  check_registry=False)
+    assert follower.wait_until_caught_up(60) and len(list(follower.scan_entries(TYPED))) == 4 * keys
+    before = [store.partition_position(p).last_offset for p in range(store.changelog_partitions())]
+    clock["ms"] += 59_999
+    run(spec, 1, [{"k": "other", "skip": True}], parallelism=2)
+    assert len(list(store.scan(TYPED))) == 4 * keys  # not yet expired: kept
+    clock["ms"] += 1
+    run(spec, 2, [{"k": "other", "skip": True}], parallelism=2)
+    assert list(store.scan(TYPED)) == []
+    for group in store.scan_entries(timestate.GROUP_PREFIX):
+        assert timestate.decode_group(group.value)["x"] == {}  # the TTL index is empty too
+    deleted = {r.key for p, after in enumerate(before) for r in store.read_partition_changelog(p, after)
+               if r.tombstone}
+    assert deleted == written
+    assert follower.wait_until_caught_up(60) and list(follower.scan_entries(TYPED)) == []
+    follower.close()
 
 
 TIMERS = '''
@@ -402,7 +457,7 @@ def _timed_function(tmp_path, url):
     """A registered windowed function with a TTL, run once: its state holds ``last`` (with an expiry),
     window buffers and group entries. Returns its executor spec."""
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.config.spec import executor_spec
 
     code = WINDOW.replace("return {", "context.put_state('last', str(w.end))\n    return {")
     with FunctionService.open(url) as service:

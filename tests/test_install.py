@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etcd": "etcd",
             "statekeep.server": "server", "statekeep.functions.driver.sources": "spark",
             # the Spark plan of a function, and the DataFrame operator on it
-            "statekeep.functions.driver.plan": "spark", "statekeep.functions.admin.operator": "spark",
+            "statekeep.functions.driver.plan": "spark", "statekeep.spark.operator": "spark",
             "statekeep.spark": "spark",
             "statekeep.testing.contract": "test"}
 

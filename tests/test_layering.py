@@ -14,7 +14,8 @@ import pytest
 import statekeep
 
 ROOT = Path(statekeep.__file__).parent
-LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "kafka", "functions", "migrate",
+LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "kafka", "functions", "spark",
+          "migrate",
           "server", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # package -> the lowest layer that may import it. pydantic is the one schema of the REST bodies since

@@ -57,6 +57,30 @@ def test_a_batch_dataframe_counts_once_and_gives_its_rows_again_when_computed_ag
         assert service.registry.get("public", "default", "users").keyField == "user"
 
 
+def best_int(input, context):
+    context.value_state("best", int).update(input["x"])
+    return {"user": input["user"]}
+
+
+def best_str(input, context):  # the recorded int cannot become str
+    context.value_state("best", str).update(str(input["x"]))
+
+
+def test_an_incompatible_new_version_is_refused_when_applied_before_anything_runs(spark, tmp_path):
+    """Issue 52: the operator registered a stub, so update's schema check never saw a function object's code and
+    the run found the mismatch only at its first open. Now its source is registered and checked at apply_function."""
+    from statekeep.spark import apply_function
+
+    url = f"local://{tmp_path}/data"
+    df = spark.createDataFrame([("a", 1)], "user string, x int")
+    assert apply_function(df, best_int, name="public/default/best", key="user", store=url).count() == 1
+    with pytest.raises(InvalidArgumentError, match=r"test_operator_spark.py:\d+: state variable 'best': its type was "
+                                                   "int, cannot become str"):
+        apply_function(df, best_str, name="public/default/best", key="user", store=url)
+    with FunctionService.open(url) as service:  # nothing written: the registered code is best_int's
+        assert b"def best_int" in service.registry.get_code("public", "default", "best")
+
+
 def picky(input, context):
     if input["user"] == "bad":
         raise ValueError("no bad users")

@@ -64,6 +64,49 @@ def test_word_count_exact_then_rescaled_2_to_3(spark, service, tmp_path):
     assert len(lines) == sum(expected_counts(inputs).values())  # each output once
 
 
+COUNT_BY_MESSAGE_KEY = b'''
+def process(input, context):
+    key = context.get_message_key()
+    return {"key": key, "n": context.incr_counter(key), "instance": context.get_instance_id()}
+'''
+
+TIMER_BY_MESSAGE_KEY = COUNT_BY_MESSAGE_KEY.replace(b"    return", b"""\
+    context.register_timer(context.get_current_processing_time(), "processing")
+    return""") + b'''
+def on_timer(key, ts, context):
+    return {"fired": key, "instance": context.get_instance_id()}
+'''
+
+
+@pytest.mark.parametrize("state", ["partition-owned", "time"])
+def test_a_topic_input_without_a_key_field_runs_keyed_by_its_messages_keys(state, spark, service, tmp_path,
+                                                                           monkeypatch):
+    """Issue 52: the runner took a topic's messages as keyed (each message its own key) while the routing of
+    partition-owned and time state took a function without a key field as unkeyed, so both ran every record in one
+    partition of a function of parallelism 2. One rule now: each key's messages reach the partition owning its key
+    group, the function's partitions all run, and a key's timer fires where its state is."""
+    from statekeep.functions.messaging import topics
+    from statekeep.functions.messaging.messages import Message
+    from statekeep.state.keygroups import key_group, owner
+
+    keys = [f"k{i}" for i in range(20)]
+    monkeypatch.setenv("STATEKEEP_TOPICS_DIR", str(tmp_path / "data" / "topics"))
+    topics.write(str(tmp_path / "data" / "topics"), "persistent://public/default/keyed",
+                 [Message(f"m{n}", key).to_json() for n in range(3) for key in keys])
+    extra = ({"stateStorage": state_storage(str(tmp_path / "shared"))} if state == "partition-owned" else {})
+    code = COUNT_BY_MESSAGE_KEY if state == "partition-owned" else TIMER_BY_MESSAGE_KEY
+    register(service, "keyed", "persistent://public/default/keyed", tmp_path / "out", code=code, keyField=None, **extra)
+    query = run_once(service, spark, tmp_path, "keyed")
+    assert sorted(query.totals["instances"]) == ["0", "1"]  # both partitions ran
+    out = [json.loads(line) for p in (tmp_path / "out").glob("*.jsonl") for line in p.read_text().splitlines()]
+    where = {key: owner(key_group(key, 128), 2, 128) for key in keys}
+    counted = [r for r in out if "n" in r]
+    assert sorted((r["key"], r["n"]) for r in counted) == sorted((key, n) for key in keys for n in (1, 2, 3))
+    assert all(r["instance"] == where[r["key"]] for r in counted)
+    if state == "time":  # one timer per key (registered three times at one time: idempotent), fired at its owner
+        assert sorted((r["fired"], r["instance"]) for r in out if "fired" in r) == sorted(where.items())
+
+
 @pytest.mark.parametrize("backend", ["local"])  # coordination on ZooKeeper: the ensemble test below
 def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
     shared = tmp_path / "shared"

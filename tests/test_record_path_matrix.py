@@ -22,11 +22,10 @@ import pytest
 
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.messaging import messages
-from statekeep.functions.executor.runtime import (SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner,
-                                                  cached_state_store)
+from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.messaging.topics import directory
 from statekeep.state.partitioned import state_storage
 from conftest import BACKENDS
@@ -190,9 +189,9 @@ def feed(registry, url, monkeypatch, records):
     import pyspark
 
     spec = executor_spec(registry, url, "t", "n", "f")[0]
-    partitioning = routing(spec, cached_state_store(spec), 1)  # as function_plan lays the query out
-    if partitioning is not None:
-        spec = dataclasses.replace(spec, time_groups=partitioning[0], state_parallelism=partitioning[1])
+    groups, partitions = routing(spec, spec.state_store(), 1)  # as function_plan lays the query out
+    if groups is not None:
+        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
     task = _Task(0)
     monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
     lines = [json.dumps(r) for r in records]

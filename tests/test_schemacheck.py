@@ -19,7 +19,7 @@ import pytest
 from statekeep.functions.config.loader import execute_file
 from statekeep.functions.config.schemacheck import static_variables
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.server import create_app
 from statekeep.state import typed
@@ -384,3 +384,93 @@ def test_a_function_file_with_text_annotations_loads_and_its_classes_have_schema
     text = execute_file("from __future__ import annotations\n" + body, "text.py")
     plain = execute_file(body, "plain.py")
     assert typed.StateType(text["Bid"]).schema == typed.StateType(plain["Bid"]).schema
+
+
+# ---- a function given as a Python object (the DataFrame operator's) ------------------------------------------
+
+OPERATOR_MODULE = '''
+import dataclasses
+
+import msgspec
+
+
+@dataclasses.dataclass
+class Bid:
+    auction: int
+    price: int
+
+    def doubled(self) -> int:
+        return self.price * 2
+
+
+class Person(msgspec.Struct):
+    name: str
+
+
+def best_bid(row, context):
+    best = context.value_state("best", Bid)
+    best.update(Bid(row["auction"], row["price"]))
+
+
+def other(row, context):  # another operator in the same module: its variables are not best_bid's
+    context.value_state("best", str).update("x")
+
+
+class Counter:
+    def process(self, input, context):
+        context.map_state("people", str, Person).put("a", Person("a"))
+
+
+SPARK = object()  # a module-level statement: not part of the registered file
+'''
+
+
+@pytest.fixture
+def operator_module(tmp_path, monkeypatch):
+    import importlib.util
+
+    path = tmp_path / "bids.py"
+    path.write_text(OPERATOR_MODULE)
+    spec = importlib.util.spec_from_file_location("bids_operator_module", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "bids_operator_module", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_function_objects_source_is_registered_for_the_update_check(operator_module, tmp_path):
+    """Issue 52: the operator registered a stub, so update's schema check never saw an object's code. Now its
+    source (its module's imports and classes, and its own lines, at their lines) is what the registry checks."""
+    from statekeep.functions.config.objectsource import object_source
+
+    source, filename = object_source(operator_module.best_bid, "t/n/f")
+    assert filename == "bids.py"
+    assert {v.name: (v.schema, v.line) for v in static_variables(source, filename).values()} == {
+        "best": (typed.variable("best", "value", operator_module.Bid).schema(), 21)}  # best_bid's, at its line
+    assert "doubled" not in source and "SPARK" not in source and "def other" not in source
+    counter, _ = object_source(operator_module.Counter, "t/n/f")
+    assert set(static_variables(counter, "bids.py")) == {"people"}
+    assert object_source(operator_module.Counter(), "t/n/f")[0] == counter  # an instance: its class
+    with FunctionService.open(f"local://{tmp_path}/store") as service:
+        registry = service.registry
+        registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["dataframe"], "py": filename},
+                        source.encode())
+        record_schemas(registry.store, "t", "n", "f", {"best": typed.variable("best", "value", int).schema()})
+        with pytest.raises(StateSchemaError, match="bids.py:21: state variable 'best'"):
+            registry.update("t", "n", "f", {}, source.encode())
+        assert registry.get_code("t", "n", "f") == source.encode()
+
+
+def test_where_python_has_no_source_the_object_is_registered_with_a_stub():
+    from statekeep.functions.config.objectsource import object_source
+
+    def nested(row, context):  # a closure in a file: its own lines, dedented, at their lines
+        context.value_state("n", int).update(1)
+
+    source, _ = object_source(nested, "t/n/f")
+    assert set(static_variables(source, "x.py")) == {"n"}
+    assert object_source(lambda row, context: None, "t/n/f") is None
+    assert object_source(len, "t/n/f") is None
+    scope: dict = {}
+    exec("def typed_in(row, context):\n    pass\n", scope)  # as a REPL makes it: no file behind it
+    assert object_source(scope["typed_in"], "t/n/f") is None

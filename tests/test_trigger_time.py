@@ -15,9 +15,8 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.windowing import timerun
-from statekeep.functions.executor.runtime import cached_state_store
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.state import timestate
 from statekeep.state.partitioned import state_storage
 from statekeep.state.keygroups import KEY_GROUPS, key_group
@@ -64,7 +63,7 @@ def functions(request, tmp_path, clock):
             service.registry.create({**base, **config}, code.encode())
             # the function has run (its partition-owned state laid out for its parallelism), as a batch sees it
             spec = executor_spec(service.registry, url, "t", "n", name)[0]
-            cached_state_store(spec).partitioning(2)
+            spec.state_store().partitioning(2)
 
     yield service, url, create
     service.close()

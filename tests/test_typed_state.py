@@ -6,6 +6,7 @@ state. Replays count once, TTL expires entry by entry, a bad value or an incompa
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import zlib
 
 import msgspec
@@ -16,9 +17,11 @@ import pytest
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.driver.spark import executor_spec
+from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.driver.sources import StatekeepStateSource
 from statekeep.functions.executor import context as context_module
+from statekeep.functions.windowing import timerun
+from statekeep.functions.config.spec import time_section
 from statekeep.functions.executor.context import Context
 from statekeep.server import create_app
 from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, FunctionRecordError, \
@@ -177,14 +180,16 @@ def runner(request, tmp_path, monkeypatch):
     elif provider == "partitioned":
         config["stateStorage"] = state_storage(str(tmp_path / "shared"))
     service.registry.create(config, b"def process(input, context):\n    pass\n")
-    base = executor_spec(service.registry, url, "public", "default", "typed")[0]
+    base, cfg = executor_spec(service.registry, url, "public", "default", "typed")
     clock = [1_000_000]
     monkeypatch.setattr(context_module, "wall_clock_ms", lambda: clock[0])
+    monkeypatch.setattr(timerun, "CLOCK", lambda: clock[0])
 
     def task(batch: int, rows: list[dict], function=counting, schema=ROWS) -> list[dict]:
+        # as apply_function builds it: the time section from the function's own source
         spec = dataclasses.replace(base, entry=function, input_format="rows", source_format="rows",
                                    output=str(tmp_path / "rows"), output_format="arrow", rows_schema=schema,
-                                   state_parallelism=2)
+                                   state_parallelism=2, time=time_section(cfg, inspect.getsource(function)))
         if provider == "partitioned":  # what the driver does before each micro-batch
             service.registry.state_store("public", "default", "typed").prepare_batch(2)
         out = []

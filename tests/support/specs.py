@@ -19,4 +19,4 @@ def run_partition(spec: Any, *args: Any, **kwargs: Any) -> runtime.PartitionStat
 
 
 def cached_state_store(spec: Any) -> Any:
-    return runtime.cached_state_store(typed(spec))
+    return typed(spec).state_store()

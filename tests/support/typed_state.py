@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.executor import context as context_module
 from statekeep.functions.executor.context import Context
+from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state.keygroups import KEY_GROUPS
 from statekeep.state.base import StateStore
 from statekeep.state.buffer import BufferedState
 from statekeep.state.timestate import wall_clock_ms
@@ -27,10 +29,15 @@ class Bid:
 ANN = {"count": 2, "bids": [{"auction": 1, "price": 10}, {"auction": 2, "price": 5}], "best": {"1": 10, "2": 5}}
 
 
-def commit(store: StateStore, write: Callable[[Context], None]) -> None:
-    """``write(context)``'s state changes committed in one batch, as the runtime commits a batch's."""
+def commit(store: StateStore, write: Callable[[Context], None], owned: Iterable[int] = range(KEY_GROUPS)) -> None:
+    """``write(context)``'s state changes committed in one batch, as the runtime commits a batch's: with the time
+    state (the TTL index) of a run owning the key groups ``owned``, at the clock of ``context_module.wall_clock_ms``."""
     state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
-    write(Context(*FN, state))
+    context = Context(*FN, state)
+    time = TimeState(state, KEY_GROUPS, owned, clock=lambda: context_module.wall_clock_ms())
+    context.keep_time(time)
+    write(context)
+    time.flush()
     store.apply_batch(state.puts, state.counter_deltas)
 
 

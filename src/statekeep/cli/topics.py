@@ -34,7 +34,7 @@ def add_topics_dir_option(parser: argparse.ArgumentParser) -> None:
 def use_topics_dir(args: argparse.Namespace, data_dir: str | None = None) -> str:
     """The topics root the command names (:func:`topics_root`), made this process's and its
     children's (``$STATEKEEP_TOPICS_DIR``)."""
-    from statekeep.functions.messaging.topics import ENV
+    from statekeep.functions.config.locations import ENV
 
     root = os.environ[ENV] = topics_root(args, data_dir)
     return root
@@ -42,7 +42,7 @@ def use_topics_dir(args: argparse.Namespace, data_dir: str | None = None) -> str
 
 def topics_root(args: argparse.Namespace, data_dir: str | None) -> str:
     """The command's ``--topics-dir``, else ``DATA_DIR/topics``, else ``$STATEKEEP_TOPICS_DIR`` or the default."""
-    from statekeep.functions.messaging.topics import absolute, default_root
+    from statekeep.functions.config.locations import absolute, default_root
 
     if getattr(args, "topics_dir", None):
         return absolute(args.topics_dir)

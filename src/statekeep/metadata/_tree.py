@@ -73,16 +73,19 @@ class Changes:
         self.originals: dict[str, Record | None] = {}  # committed record before this request
         self.sequences: dict[str, int] = {}
         self.events: list[Notification] = []  # ChildrenChanged is implied: MetadataStore._emit_change
+        #: parent -> {path written: still there}: has_children looks at a path's own children, not every write
+        self._written: dict[str, dict[str, bool]] = {}
 
     def read(self, path: str) -> Record | None:
         return self.writes[path] if path in self.writes else self.base.read(path)
 
     def has_children(self, path: str) -> bool:
-        if any(rec is not None and parent_of(p) == path for p, rec in self.writes.items()):
+        written = self._written.get(path, {})
+        if any(written.values()):
             return True
         if not self.base.has_children(path):
             return False
-        deleted = {p for p, rec in self.writes.items() if rec is None and parent_of(p) == path}
+        deleted = {p for p, alive in written.items() if not alive}
         return not deleted or any(join(path, c) not in deleted for c in self.base.children(path))
 
     def apply(self, op: Op) -> Stat | None:
@@ -98,6 +101,7 @@ class Changes:
         if path not in self.originals:
             self.originals[path] = self.base.read(path) if path not in self.writes else self.writes[path]
         self.writes[path] = record
+        self._written.setdefault(parent_of(path), {})[path] = record is not None
 
     def _put(self, op: Put) -> Stat:
         path = op.path

@@ -1,6 +1,7 @@
 """State providers by name: a built-in map, :func:`register_provider`, and the entry-point group
 ``statekeep.state_providers`` (name -> a :class:`StateStoreProvider` subclass), so a third party can
-add one without touching statekeep.
+add one without touching statekeep; and the process's cache of open providers' stores (:func:`cached_store`,
+:func:`close_cached_state_stores`), which every executor and driver of a function opens its state through.
 
     provider = open_provider("metadata", {"metadata_url": "local:///var/lib/statekeep"})
 """
@@ -15,7 +16,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.state.base import StateStoreProvider
+from statekeep.state.base import StateStore, StateStoreProvider
 
 ENTRY_POINT_GROUP = "statekeep.state_providers"
 BUILTIN_PROVIDERS: dict[str, str] = {
@@ -103,3 +104,34 @@ class ProviderPool:
             providers, self._open, self._default = list(self._open.values()), {}, None
         for provider in providers:
             provider.close()
+
+
+_cache_lock = threading.Lock()
+_stores: dict[str, StateStore] = {}
+_providers: list[StateStoreProvider] = []  # the providers behind _stores, for close_cached_state_stores
+
+
+def cached_store(name: str, config: Mapping[str, Any], tenant: str, namespace: str, function: str) -> StateStore:
+    """The state store of ``tenant/namespace/function`` from the provider ``name`` opened with ``config``: one
+    provider per process and configuration (opening a store costs a session), kept until
+    :func:`close_cached_state_stores`."""
+    from statekeep.state import open_provider
+
+    key = json.dumps([name, config, tenant, namespace, function], sort_keys=True)
+    with _cache_lock:
+        if key not in _stores:
+            provider = open_provider(name, dict(config))
+            _providers.append(provider)
+            _stores[key] = provider.get_state_store(tenant, namespace, function)
+        return _stores[key]
+
+
+def close_cached_state_stores() -> None:
+    """Close every provider :func:`cached_store` opened in this process and forget them: an executor
+    keeps them for its life, a process running function after function (tests, benchmarks) would collect
+    their sessions and threads."""
+    with _cache_lock:
+        providers, _providers[:] = list(_providers), []
+        _stores.clear()
+    for provider in providers:
+        provider.close()

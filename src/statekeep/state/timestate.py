@@ -16,7 +16,9 @@ or the CLI can never write (:func:`check_user_key`) and which user-visible reads
 ``\\0w\\0<key>`` (:func:`buffer_key`)
     a key's open windows (JSON).
 ``\\0x\\0<key>`` (:func:`expiry_key`)
-    a key's expiry in ms since the epoch (ASCII digits), so a read of one key needs one more key only.
+    a key's expiry in ms since the epoch (ASCII digits), so a read of one key needs one more key only. A typed
+    variable's entry carries its expiry itself (:func:`statekeep.state.typed.encode_entry`); either way the group's
+    TTL index lists the key, and :func:`expiry_entry` / :func:`stored_expiry` read what it holds now.
 ``\\0v<length>:<key>...``
     a key's typed state variables (:mod:`statekeep.state.typed`).
 
@@ -87,6 +89,17 @@ def buffer_key(key: str) -> str:
 
 def expiry_key(key: str) -> str:
     return _EXPIRY + key
+
+
+def expiry_entry(key: str) -> str:
+    """The state key holding ``key``'s expiry: the entry itself for a typed variable's (its expiry inline), else
+    its :func:`expiry_key`."""
+    return key if key.startswith(typed.PREFIX) else expiry_key(key)
+
+
+def stored_expiry(key: str, raw: bytes | None) -> int | None:
+    """``key``'s expiry (ms) from ``raw``, the value of its :func:`expiry_entry`; None: it has none."""
+    return typed.entry_expiry(raw) if key.startswith(typed.PREFIX) else decode_expiry(raw)
 
 
 def has_expiry_key(key: str) -> bool:

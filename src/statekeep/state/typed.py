@@ -20,7 +20,8 @@ scoped to the key of the record being processed. This module holds what does not
   a map's entries (:func:`map_key_code`). A list or map is one entry per element, read by a prefix scan in
   key order, so one element is written without reading the others.
 - **TTL** (:func:`encode_entry`): an entry written with a TTL carries its own expiry (ms since the epoch) before
-  its value; a read at or after it finds the entry absent, entry by entry for lists and maps.
+  its value; a read at or after it finds the entry absent, entry by entry for lists and maps. The function's TTL
+  index (:mod:`statekeep.state.timestate`) lists it too, so the batch after its expiry deletes it, read or not.
 """
 
 from __future__ import annotations
@@ -307,11 +308,23 @@ def entry_payload(raw: bytes, now_ms: int) -> bytes | memoryview | None:
     return memoryview(raw)[9:]
 
 
-def list_bounds(raw: bytes | None) -> tuple[int, int]:
-    """A list's (first, next) element numbers from its ``#`` entry ((0, 0): empty, never written)."""
+def entry_expiry(raw: bytes | None) -> int | None:
+    """The expiry (ms) a stored entry carries; None for an absent entry or one without a TTL."""
+    if not raw or raw[0] != EXPIRING:
+        return None
+    expiry: int = _EXPIRY.unpack_from(raw, 1)[0]
+    return expiry
+
+
+def list_bounds(raw: bytes | None, now_ms: int | None = None) -> tuple[int, int]:
+    """A list's (first, next) element numbers from its ``#`` entry ((0, 0): empty, never written). A bounds entry
+    carries the expiry of the list's newest element (:func:`encode_entry`): expired at ``now_ms``, every element has,
+    and the list is empty from its next number on."""
     if not raw:
         return 0, 0
-    first, end = struct.unpack(">qq", raw)
+    first, end = struct.unpack_from(">qq", raw, 9 if raw[0] == EXPIRING else 0)
+    if now_ms is not None and raw[0] == EXPIRING and _EXPIRY.unpack_from(raw, 1)[0] <= now_ms:
+        return end, end
     return first, end
 
 

@@ -3,10 +3,11 @@ list and map state of the record being processed, read and written through the b
 :class:`~statekeep.state.buffer.BufferedState`, so their changes commit with the batch's, exactly once.
 
 Every operation works on the current record's key (``key_of()``), or on another key's through ``of(key)``
-(with partition-owned state, a key of the task's own key groups). A read at or after an entry's expiry finds
-it absent (and the batch deletes it); a write sets the entry's expiry to the batch's time plus the variable's
-TTL. Errors: :class:`InvalidArgumentError` for a value of the wrong type, a record without a key, a state key
-too long; nothing is buffered by a call that raises.
+(with partition-owned state, a key of the task's own key groups). A write sets the entry's expiry to the batch's
+time plus the variable's TTL and lists it in the function's TTL index (the Scope's ``index``), so the first batch
+after it deletes the entry, read or not; a read at or after the expiry finds it absent. Errors:
+:class:`InvalidArgumentError` for a value of the wrong type, a record without a key, a state key too long;
+nothing is buffered by a call that raises.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.buffer import BufferedState
 from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, decode_map_key, element_key,
-                                   encode_bounds, encode_entry, entry_payload, list_bounds, map_key_code,
+                                   encode_bounds, encode_entry, entry_expiry, entry_payload, list_bounds, map_key_code,
                                    variable_prefix)
 
 T = TypeVar("T")
@@ -27,12 +28,15 @@ V = TypeVar("V")
 
 
 class Scope:
-    """What the handles share: the batch's ``state``, the current record's key (``key_of``) and the batch's
-    time in ms (``now``, one per batch, so that expiry is the same for every record of it)."""
+    """What the handles share: the batch's ``state``, the current record's key (``key_of``), the batch's
+    time in ms (``now``, one per batch, so that expiry is the same for every record of it) and the TTL index
+    (``index(state key, expiry ms)``; None: no variable of the run has a TTL)."""
 
     def __init__(self, state: BufferedState, key_of: Callable[[], str | None], now: Callable[[], int],
-                 batch_keys: Callable[[], Iterable[Any]] = tuple) -> None:
+                 batch_keys: Callable[[], Iterable[Any]] = tuple,
+                 index: Callable[[str, int], None] | None = None) -> None:
         self.state, self.key_of, self._now, self._batch_keys = state, key_of, now, batch_keys
+        self._index = index
         self._time: int | None = None
         self._at: dict[tuple[str, str, str], str] = {}
         self._prefetched: set[tuple[str, str]] = set()
@@ -83,6 +87,15 @@ class Scope:
 
     def expires(self, var: Variable) -> int | None:
         return None if var.ttl_ms is None else self.now() + var.ttl_ms
+
+    def write(self, state_key: str, payload: bytes, expires: int | None) -> None:
+        """Buffer an entry's ``payload`` with its expiry (None: none, see :meth:`expires`), listed in the TTL index."""
+        if expires is None:
+            self.state.put(state_key, payload)
+            return
+        self.state.put(state_key, encode_entry(payload, expires))
+        assert self._index is not None  # a variable with a TTL is opened only where there is an index
+        self._index(state_key, expires)
 
     def read(self, state_key: str) -> bytes | memoryview | None:
         """An entry's value; None if absent or expired (an expired one is deleted with the batch)."""
@@ -139,9 +152,10 @@ class ValueState(_Handle[T]):
         """Set the value (its TTL starts again)."""
         var = self._var
         raw = var.value.encode(value)
-        if var.ttl_ms is not None:
-            raw = encode_entry(raw, self._scope.expires(var))
-        self._scope.state.put(self._at(), raw)
+        if var.ttl_ms is None:
+            self._scope.state.put(self._at(), raw)
+        else:
+            self._scope.write(self._at(), raw, self._scope.expires(var))
 
     def clear(self) -> None:
         self._scope.state.put(self._at(), None)
@@ -158,10 +172,11 @@ class ValueState(_Handle[T]):
         keys, values = list(keys), list(values)
         if len(keys) != len(values):
             raise InvalidArgumentError(f"update_many: {len(keys)} keys but {len(values)} values")
-        writes = [(self.of(key)._at(), encode_entry(self._var.value.encode(value), self._scope.expires(self._var)))
+        writes = [(self.of(key)._at(), self._var.value.encode(value))
                   for key, value in zip(keys, values)]  # every value checked before any is buffered
+        expires = self._scope.expires(self._var)
         for at, raw in writes:
-            self._scope.state.put(at, raw)
+            self._scope.write(at, raw, expires)
 
 
 class ListState(_Handle[T]):
@@ -170,7 +185,7 @@ class ListState(_Handle[T]):
 
     def _bounds(self, prefix: str) -> tuple[str, int, int]:
         at = self._scope.at(self._bound, self._var, "#")
-        first, end = list_bounds(self._scope.state.get(at))
+        first, end = list_bounds(self._scope.state.get(at), self._scope.now())
         return at, first, end
 
     def get(self) -> list[T]:
@@ -195,8 +210,8 @@ class ListState(_Handle[T]):
                     live = number + 1
                 continue
             values.append(decode(payload))
-        if live != first:
-            state.put(at, encode_bounds(live, end) if live < end else None)
+        if live != first:  # the bounds keep their expiry (the newest element's)
+            state.put(at, encode_entry(encode_bounds(live, end), entry_expiry(state.get(at))) if live < end else None)
         return iter(values)
 
     def append(self, value: T) -> None:
@@ -205,15 +220,15 @@ class ListState(_Handle[T]):
     def extend(self, values: Iterable[T]) -> None:
         """Append every value of ``values`` (all checked first), reading only the list's bounds."""
         encode, expires = self._var.value.encode, self._scope.expires(self._var)
-        raws = [encode_entry(encode(value), expires) for value in values]
+        raws = [encode(value) for value in values]
         if not raws:
             return
         prefix = self._prefix()
         at, first, end = self._bounds(prefix)
-        put = self._scope.state.put
+        write = self._scope.write
         for number, raw in enumerate(raws, end):
-            put(element_key(prefix, number), raw)
-        put(at, encode_bounds(first, end + len(raws)))
+            write(element_key(prefix, number), raw, expires)
+        write(at, encode_bounds(first, end + len(raws)), expires)  # expires with its newest element
 
     def replace(self, values: Iterable[T]) -> None:
         """Make the list exactly ``values``."""
@@ -261,13 +276,13 @@ class MapState(_Handle[V], Generic[K, V]):
 
     def put(self, key: K, value: V) -> None:
         at = self._entry(self._prefix(), key)
-        self._scope.state.put(at, encode_entry(self._var.value.encode(value), self._scope.expires(self._var)))
+        self._scope.write(at, self._var.value.encode(value), self._scope.expires(self._var))
 
     def put_all(self, entries: Mapping[K, V]) -> None:
         prefix, expires, encode = self._prefix(), self._scope.expires(self._var), self._var.value.encode
-        writes = [(self._entry(prefix, k), encode_entry(encode(v), expires)) for k, v in entries.items()]
+        writes = [(self._entry(prefix, k), encode(v)) for k, v in entries.items()]
         for at, raw in writes:
-            self._scope.state.put(at, raw)
+            self._scope.write(at, raw, expires)
 
     def remove(self, key: K) -> None:
         self._scope.state.put(self._entry(self._prefix(), key), None)

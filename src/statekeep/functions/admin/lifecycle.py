@@ -106,7 +106,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     from statekeep.functions.messaging import messages
     from statekeep.functions.executor.runtime import FunctionRecordError, RecordPath, commit_run
     from statekeep.functions.messaging.messages import output_sink, published_targets
-    from statekeep.functions.driver.spark import executor_spec
+    from statekeep.functions.config.spec import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
     raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")

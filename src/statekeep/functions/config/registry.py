@@ -2,8 +2,10 @@
 
 Layout: ``ROOT/TENANT/NAMESPACE/NAME`` (default root ``/statekeep/functions``) holds the configuration
 as JSON (:class:`FunctionConfig`), its child ``code`` the Python file, its child ``incarnation`` an id
-new with every create. Reading an entry and its layout are :class:`statekeep.state.catalog.FunctionCatalog`
-(``registry.catalog``), shared with the layers below this one (followers find functions through it).
+new with every create, its child ``sources`` the inputs its query has read
+(:meth:`FunctionRegistry.record_sources`), which it keeps for the life of the incarnation. Reading an entry
+and its layout are :class:`statekeep.state.catalog.FunctionCatalog` (``registry.catalog``), shared with the
+layers below this one (followers find functions through it).
 All are written and deleted in one ``multi``, so a function is never seen without its code.
 The function's state lives with its state provider (PIP-312), reached through
 :meth:`FunctionRegistry.state_store`.
@@ -125,7 +127,9 @@ class FunctionRegistry:
         cannot change (its state would be orphaned). New code is checked against the state schemas its
         runs recorded (:mod:`statekeep.functions.config.schemacheck`): a variable it opens that cannot
         evolve is a :class:`~statekeep.state.typed.StateSchemaError` naming the variable and field, and
-        nothing is written. :class:`NotFoundError` if absent."""
+        nothing is written. Its inputs (and input format) cannot change once its query read them
+        (:meth:`record_sources`): :class:`InvalidArgumentError` in one line saying what to do instead.
+        :class:`NotFoundError` if absent."""
         changes = dict(changes or {})
         for what, value in zip(IDENTITY, (tenant, namespace, name)):
             if changes.get(what) not in (None, value):
@@ -139,6 +143,8 @@ class FunctionRegistry:
             if cfg.stateStorage != current.stateStorage:
                 raise InvalidArgumentError("the state provider of an existing function cannot be changed; "
                                            "delete and create it again")
+            if _sources(cfg) != _sources(current):
+                self._check_sources(cfg)
             ops: list[Op] = [Put(path, _encode(cfg), version)]
             if code is None and cfg.className != current.className:  # the stored code must have the new entry
                 validate_function_source(self.get_code(tenant, namespace, name), _filename(cfg), cfg.className)
@@ -156,6 +162,32 @@ class FunctionRegistry:
             except BadVersionError:
                 continue  # a concurrent update: merge again on top of it
         raise BadVersionError(f"function {tenant}/{namespace}/{name} kept changing during the update")
+
+    def record_sources(self, cfg: FunctionConfig) -> None:
+        """Record that the function's query (of this incarnation) read its inputs: its Spark checkpoint resumes only
+        with the sources it started with (their offsets are kept by position and mean nothing for others), so
+        :meth:`update` refuses other inputs from now on, before anything runs. Idempotent."""
+        path = self._path(cfg.tenant, cfg.namespace, cfg.name) + "/sources"
+        found = self.store.get(path)
+        if found is None or json.loads(found.value) != _sources(cfg):
+            try:
+                self.store.put(path, json.dumps(_sources(cfg)).encode(), found.stat.version if found else -1)
+            except BadVersionError:
+                pass  # recorded meanwhile (by the same run, or a run of the same inputs)
+
+    def _check_sources(self, cfg: FunctionConfig) -> None:
+        """Nothing if ``cfg``'s inputs are those its query read (or it read none); else the refusal."""
+        found = self.store.get(self._path(cfg.tenant, cfg.namespace, cfg.name) + "/sources")
+        if found is None:
+            return
+        read = json.loads(found.value)
+        old, new = ",".join(read["inputs"]), ",".join(cfg.inputs)
+        if read["inputs"] == list(cfg.inputs):
+            old, new = f"{old} as {read['inputFormat'] or 'guessed'}", f"as {cfg.inputFormat or 'guessed'}"
+        raise InvalidArgumentError(
+            f"function {cfg.fqfn} has read {old}, and its Spark checkpoint resumes only with the sources it started "
+            f"with, so it cannot read {new} instead: delete and create it to read {new} from the start (its state is "
+            "deleted with it), or create another function for them")
 
     def delete(self, tenant: str, namespace: str, name: str) -> None:
         """Delete the function, its code and all its state. :class:`NotFoundError` if absent."""
@@ -230,3 +262,8 @@ def _filename(cfg: FunctionConfig) -> str:
 
 def _encode(cfg: FunctionConfig) -> bytes:
     return json.dumps(cfg.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sources(cfg: FunctionConfig) -> dict[str, Any]:
+    """What a function's query reads, as :meth:`FunctionRegistry.record_sources` records it."""
+    return {"inputs": list(cfg.inputs), "inputFormat": cfg.inputFormat}

@@ -1,14 +1,28 @@
 """The executor spec: what a Spark executor needs to run one function, built and checked once on the
-driver (:func:`statekeep.functions.driver.spark.executor_spec`) and shipped to executors with the runner."""
+driver (:func:`executor_spec`, from the function's config: its :func:`time_section` too) and shipped to executors
+with the runner."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.config.locations import carries_messages, default_root
+from statekeep.functions.config.windowconfig import user_lag_ms
+from statekeep.state.base import StateStore
 from statekeep.state.keygroups import KEY_GROUPS
+from statekeep.state.registry import cached_store
+
+if TYPE_CHECKING:
+    from statekeep.functions.config.model import FunctionConfig
+    from statekeep.functions.config.registry import FunctionRegistry
+
+#: what a Pulsar topic, or a file or directory that is not JSON, CSV or Parquet, is read as: Pulsar
+#: messages (see statekeep.functions.messaging.messages), the payload through the input's serde
+MESSAGE = "message"
 
 #: how the runtime decodes a record (see runtime.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
 #: Arrow gives them (a dict per record; ``process_batch`` gets the Arrow table as it is)
@@ -68,7 +82,7 @@ class ExecutorSpec:
     state_parallelism: int = 1  # per micro-batch: partitions of partition-owned (or timed) state
     time_groups: int = KEY_GROUPS  # per micro-batch: key groups of timed state
     watermark_previous: int | None = None  # per micro-batch: the function's watermark before it
-    # the DataFrame operator's (statekeep.functions.admin.operator): the function as a Python object (a callable
+    # the DataFrame operator's (statekeep.spark.operator): the function as a Python object (a callable
     # or a pulsar.Function class) instead of ``code``, with its kind (loader.RECORD, NATIVE or BATCH); the
     # pyarrow.Schema of its output rows, kept with each (batch, partition)'s commit (None: the runner, whose
     # tasks give stats rows); and a batch DataFrame's run, its batch id (None: Spark's micro-batch id)
@@ -93,7 +107,88 @@ class ExecutorSpec:
     def fqfn(self) -> str:
         return f"{self.tenant}/{self.namespace}/{self.name}"
 
+    def state_store(self) -> StateStore:
+        """The function's state store, from the process's provider cache
+        (:func:`statekeep.state.registry.cached_store`)."""
+        return cached_store(self.state_provider, self.state_config, self.tenant, self.namespace, self.name)
+
     @property
     def careful(self) -> bool:
         """Whether records need per-record error handling (rollback of a failed record's state)."""
         return bool(self.skip_errors or self.max_retries is not None or self.dead_letter or self.timeout_ms)
+
+
+def time_section(config: Any, code: str | None) -> TimeSpec | None:
+    """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code; None: code
+    whose source is unknown, taken to keep time), or None when it keeps no time: no windowConfig, no
+    stateTtlSeconds, and code that mentions neither ``on_timer``, ``register_timer`` nor ``ttl``
+    (``ttl_seconds``, a typed variable's ``ttl=``: the TTL index)."""
+    window = getattr(config, "windowConfig", None)
+    ttl = getattr(config, "stateTtlSeconds", None)
+    if window is None and ttl is None and code is not None and not any(
+            w in code for w in ("on_timer", "register_timer", "ttl")):
+        return None
+    # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
+    lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
+    return TimeSpec(window.to_spec() if window is not None else None, ttl * 1000 if ttl else None,
+                    bool(ttl) or code is None or "ttl_seconds" in code, lag)
+
+
+def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
+                  skip_errors: bool | None = None) -> tuple[ExecutorSpec, FunctionConfig]:
+    """What executors need to run a registered function (code, provider, formats), checked, and its
+    :class:`FunctionConfig`. The provider config names the store by URL, since an open store cannot
+    travel to another process."""
+    cfg = registry.get(tenant, namespace, name)
+    entry = registry.catalog.get(tenant, namespace, name)
+    version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
+    code = registry.get_code(tenant, namespace, name).decode()
+    provider, provider_config = registry.state_provider(cfg, metadata_url)
+    input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
+    if cfg.input_serdes() or cfg.customSchemaInputs or any(carries_messages(i) for i in cfg.inputs):
+        input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
+    user_config = dict(cfg.userConfig)
+    spec = ExecutorSpec(
+        tenant, namespace, name, code, py_name=cfg.py or f"{name}.py", state_provider=provider,
+        state_config=provider_config, input_format=input_format if input_format in ("text", MESSAGE) else "json",
+        source_format=input_format, key_field=cfg.keyField, output=cfg.output,
+        store_url=metadata_url,  # the registry, where a statekeep:// input function is found
+        output_format=cfg.outputFormat or "jsonl", user_config=user_config,
+        skip_errors=bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
+        # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
+        input_options={str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
+        # Pulsar's className, identity and the per-record Context's data
+        class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
+        function_version=version, inputs=tuple(cfg.inputs),
+        topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
+        # Pulsar's per-record error handling (see runtime.RecordPath.run_records); getattr: fields the config may lack
+        secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
+        max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
+        dead_letter=getattr(cfg, "deadLetterTopic", None) or None,
+        time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.windowing.timerun)
+        # Pulsar's serde, log topic and topics (see statekeep.functions.messaging.messages and .topics)
+        input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
+        input_schemas=dict(cfg.customSchemaInputs or {}), trigger_interval_ms=cfg.triggerIntervalMs or 0,
+        topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
+    return spec, cfg
+
+
+def _retries(value: Any) -> int | None:
+    """``maxMessageRetries``: None (unset, or negative as Pulsar's "no limit" sentinel) or >= 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _guess_format(source: str) -> str:
+    """The input format an input's name implies (``inputFormat`` unset): ``rate``, a changelog, CSV,
+    Parquet, JSON lines for a .json/.jsonl file, else Pulsar messages (a topic; a directory, where each
+    file's name says whether it holds JSON lines; a text file), whose payload is what Pulsar's serde
+    gives (a str for text)."""
+    lowered = source.lower().rstrip("/")
+    if lowered in ("rate", "rate://"):
+        return "rate"
+    if lowered.startswith("statekeep://"):
+        return "statekeep-changelog"
+    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".json", "json"), (".jsonl", "json")):
+        if lowered.endswith(ext):
+            return fmt
+    return MESSAGE

@@ -30,7 +30,7 @@ except ImportError as e:
     raise MissingDependencyError(f"running functions needs PySpark: pip install 'statekeep[spark]' ({e})") from e
 from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.driver.stats import add_batch
-from statekeep.functions.executor.runtime import arrow_partition_runner, cached_state_store
+from statekeep.functions.executor.runtime import arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.state.keygroups import spark_routes
 
@@ -53,16 +53,16 @@ def route_column(groups: int, parallelism: int) -> Column:
     return F.coalesce(route, F.lit(routes[0]))
 
 
-def function_plan(frame: DataFrame, spec: ExecutorSpec, partitions: int, *, schema: Any,
+def function_plan(frame: DataFrame, spec: ExecutorSpec, parallelism: int, *, schema: Any,
                   report: Callable[[dict[str, Any]], None] | None = None) -> tuple[DataFrame, ExecutorSpec]:
-    """``frame`` (with a ``__key`` column) through the function of ``spec`` in ``partitions`` partitions (1 for
-    records without keys): ``(the DataFrame of what its tasks give, in ``schema``, the spec they run)``. With
-    partition-owned state (its layout created, or rescaled to ``partitions``, here) or time state, records go to
-    the partition owning their key's group. ``report`` takes each task's stats row."""
-    partitioning = routing(spec, cached_state_store(spec), partitions)
+    """``frame`` (with a ``__key`` column) through the function of ``spec``, whose parallelism is ``parallelism``:
+    ``(the DataFrame of what its tasks give, in ``schema``, the spec they run)``. Its partitions are
+    :func:`~statekeep.functions.windowing.timerun.routing`'s (the one partition rule): with partition-owned state
+    (its layout created, or rescaled, here) or time state, records go to the partition owning their key's group.
+    ``report`` takes each task's stats row."""
+    groups, partitions = routing(spec, spec.state_store(), parallelism)
     by = "__key"
-    if partitioning is not None:  # each record to the partition owning its key's group
-        groups, partitions = partitioning
+    if groups is not None:  # each record to the partition owning its key's group
         spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
         frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
     # one key's records to one partition by Spark's hash partitioning: a shuffle of the input read once (a union of

@@ -267,7 +267,8 @@ TOPIC_PARTITIONS = 16  # a micro-batch's files are read by at most this many tas
 
 
 def _topic_directory(options: Mapping[str, Any]) -> str:
-    from statekeep.functions.messaging.topics import absolute, complete, default_root, directory
+    from statekeep.functions.config.locations import absolute, default_root
+    from statekeep.functions.messaging.topics import complete, directory
 
     if not options.get("topic"):
         raise InvalidArgumentError('option "topic" must name a topic (persistent://T/N/X, T/N/X or X)')

@@ -23,27 +23,20 @@ from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError, StoreClosedError
 from statekeep.functions.messaging.messages import JSON_LINE
 from statekeep.functions.executor.runtime import STATS_COLUMNS
-from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.config.spec import MESSAGE, ExecutorSpec, executor_spec
 from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.functions.messaging.kafka import is_kafka
-from statekeep.functions.messaging.topics import default_root, is_topic
-from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, time_section,
-                                         with_clock_source)
+from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, with_clock_source)
 from statekeep.retry import OUTAGE
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from statekeep.functions.config.model import FunctionConfig
-    from statekeep.functions.config.registry import FunctionRegistry
     from statekeep.functions.config.service import FunctionService
     from statekeep.metadata.base import MetadataStore
 
 INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
-#: what a Pulsar topic, or a file or directory that is not JSON, CSV or Parquet, is read as: Pulsar
-#: messages (see statekeep.functions.messaging.messages), the payload through the input's serde
-MESSAGE = "message"
 
 
 def latency_conf(pyspark_version: str) -> dict[str, str]:
@@ -251,11 +244,6 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
     return selected
 
 
-def carries_messages(name: str) -> bool:
-    """Whether an input is a topic of messages, each with its own key: a statekeep topic or a Kafka topic."""
-    return is_topic(name) or is_kafka(name)
-
-
 def kafka_message(frame: DataFrame) -> Column:
     """A row of Spark's Kafka source (``key``, ``value``, ``timestamp``, ``headers`` if included) as the message
     record the runtime decodes (see :mod:`statekeep.functions.messaging.messages`): the key, the value as text
@@ -394,9 +382,6 @@ class FunctionQuery:
         from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
 
         spec = self.spec
-        # a key field's, or a topic message's own key (see input_frame); records without one go to one partition
-        keyed = spec.key_field is not None or (spec.source_format == MESSAGE
-                                               and any(map(carries_messages, self.inputs)))
         check_kafka(self.spark, spec, self.inputs)
         frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
@@ -407,8 +392,8 @@ class FunctionQuery:
             self._stats = new_stats(self.spark)
         listener = StatusListener(self._stats, self._progress, lambda error: None, self.spark.streams)
         self.spark.streams.addListener(listener)
-        plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism if keyed else 1,
-                                                            schema=_stats_type(), report=self._stats.add))
+        plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism, schema=_stats_type(),
+                                                            report=self._stats.add))
         self._partitions = running.state_parallelism  # a function keeping time is laid out by key group
         writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
@@ -499,66 +484,6 @@ def status_saver(store: MetadataStore, query: FunctionQuery, tenant: str, namesp
     return save
 
 
-def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
-                  skip_errors: bool | None = None) -> tuple[ExecutorSpec, FunctionConfig]:
-    """What executors need to run a registered function (code, provider, formats), checked, and its
-    :class:`FunctionConfig`. The provider config names the store by URL, since an open store cannot
-    travel to another process."""
-    cfg = registry.get(tenant, namespace, name)
-    entry = registry.catalog.get(tenant, namespace, name)
-    version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
-    code = registry.get_code(tenant, namespace, name).decode()
-    provider, provider_config = registry.state_provider(cfg, metadata_url)
-    input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
-    if cfg.input_serdes() or cfg.customSchemaInputs or any(carries_messages(i) for i in cfg.inputs):
-        input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
-    user_config = dict(cfg.userConfig)
-    spec = ExecutorSpec(
-        tenant, namespace, name, code, py_name=cfg.py or f"{name}.py", state_provider=provider,
-        state_config=provider_config, input_format=input_format if input_format in ("text", MESSAGE) else "json",
-        source_format=input_format, key_field=cfg.keyField, output=cfg.output,
-        store_url=metadata_url,  # the registry, where a statekeep:// input function is found
-        output_format=cfg.outputFormat or "jsonl", user_config=user_config,
-        skip_errors=bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
-        # Spark reader options, e.g. {"maxFilesPerTrigger": "1"} for smaller micro-batches
-        input_options={str(k): str(v) for k, v in dict(user_config.get("inputOptions", {})).items()},
-        # Pulsar's className, identity and the per-record Context's data
-        class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
-        function_version=version, inputs=tuple(cfg.inputs),
-        topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
-        # Pulsar's per-record error handling (see runtime.RecordPath.run_records); getattr: fields the config may lack
-        secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
-        max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
-        dead_letter=getattr(cfg, "deadLetterTopic", None) or None,
-        time=time_section(cfg, code),  # windows, timers, TTL (statekeep.functions.windowing.timerun)
-        # Pulsar's serde, log topic and topics (see statekeep.functions.messaging.messages and .topics)
-        input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
-        input_schemas=dict(cfg.customSchemaInputs or {}), trigger_interval_ms=cfg.triggerIntervalMs or 0,
-        topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
-    return spec, cfg
-
-
-def _retries(value: Any) -> int | None:
-    """``maxMessageRetries``: None (unset, or negative as Pulsar's "no limit" sentinel) or >= 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _guess_format(source: str) -> str:
-    """The input format an input's name implies (``inputFormat`` unset): ``rate``, a changelog, CSV,
-    Parquet, JSON lines for a .json/.jsonl file, else Pulsar messages (a topic; a directory, where each
-    file's name says whether it holds JSON lines; a text file), whose payload is what Pulsar's serde
-    gives (a str for text)."""
-    lowered = source.lower().rstrip("/")
-    if lowered in ("rate", "rate://"):
-        return "rate"
-    if lowered.startswith("statekeep://"):
-        return "statekeep-changelog"
-    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".json", "json"), (".jsonl", "json")):
-        if lowered.endswith(ext):
-            return fmt
-    return MESSAGE
-
-
 def run_registered(service: FunctionService, metadata_url: str, tenant: str, namespace: str, name: str, *,
                    checkpoint_root: str, once: bool = False, master: str = "local[*,4]",
                    skip_errors: bool | None = None, spark: SparkSession | None = None, worker_id: str | None = None,
@@ -568,7 +493,9 @@ def run_registered(service: FunctionService, metadata_url: str, tenant: str, nam
     so a function deleted and created again starts over instead of resuming the old one's offsets.
     ``checkpoint_root`` is a local directory or any Hadoop-compatible URL (``hdfs://``, ``s3a://``,
     ...); a function that may move between machines needs one every machine reaches. Without
-    ``spark``, a session on ``master`` with ``spark_conf`` is created (or the process's one reused)."""
+    ``spark``, a session on ``master`` with ``spark_conf`` is created (or the process's one reused). Once a
+    micro-batch ran, the registry records the inputs it read (:meth:`FunctionRegistry.record_sources`): an update
+    to others is refused from then on, as the checkpoint could not resume with them."""
     registry = service.registry
     spec, cfg = executor_spec(registry, metadata_url, tenant, namespace, name, skip_errors=skip_errors)
     incarnation = registry.incarnation(tenant, namespace, name)
@@ -576,7 +503,16 @@ def run_registered(service: FunctionService, metadata_url: str, tenant: str, nam
     spark = spark or spark_session(master, conf=spark_conf)
     query = FunctionQuery(spark, spec, cfg.inputs, checkpoint, parallelism=cfg.parallelism, once=once)
     query.worker_id = worker_id
-    query.status_saver = status_saver(registry.store, query, tenant, namespace, name)
+    save = status_saver(registry.store, query, tenant, namespace, name)
+    recorded: list[bool] = []
+
+    def save_and_record() -> None:
+        save()
+        if not recorded and query.totals["batches"]:  # the checkpoint holds these inputs' offsets now
+            registry.record_sources(cfg)
+            recorded.append(True)
+
+    query.status_saver = save_and_record
     query.on_batch = lambda batch_id, rows: query.save_status()
     query.start()
     query.save_status()  # says at once who runs it now (status readers compare it with the lock)

@@ -468,6 +468,11 @@ class Context(TimeMethods):
         opened = self._variables.get((name, kind, value_type, key_type, ttl))
         if opened is None:
             var = variable(name, kind, value_type, key_type, ttl)
+            if var.ttl_ms is not None and self._time is None:
+                raise InvalidArgumentError(
+                    f"state variable {name!r} has a TTL, which needs the function's time state (its TTL index): kept "
+                    "when the function's source names a TTL (ttl=, ttl_seconds), on_timer or register_timer, or its "
+                    "config has stateTtlSeconds or a windowConfig; here it did not (the ttl came from elsewhere?)")
             schema = var.schema()
             seen = self.state_schemas.get(name)
             if seen is not None and seen != schema:
@@ -480,7 +485,8 @@ class Context(TimeMethods):
                 check_evolution(name, recorded, schema)
             self.state_schemas[name] = schema
             if self._scope is None:
-                self._scope = Scope(self._state, self._variable_key, self._clock, self._batch_keys)
+                self._scope = Scope(self._state, self._variable_key, self._clock, self._batch_keys,
+                                    self._time.index if self._time is not None else None)
             opened = self._variables[(name, kind, value_type, key_type, ttl)] = handle(self._scope, var)
         return opened
 

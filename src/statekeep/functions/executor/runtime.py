@@ -42,7 +42,7 @@ from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import read_schemas, record_schemas, registry_store
 from statekeep.metadata import MetadataStore
 from statekeep.retry import DEFAULT
-from statekeep.state.base import StateStore, StateStoreProvider, TaskState
+from statekeep.state.base import StateStore, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +94,10 @@ class PartitionStats:
         del self.exceptions[:-MAX_EXCEPTIONS]
 
 
-_cache_lock = threading.Lock()
-_stores: dict[str, StateStore] = {}
-_providers: list[StateStoreProvider] = []  # the providers behind _stores, for close_cached_state_stores
-
-
 #: id of an operator's function object -> (the object, its entry point and kind): the function as it arrived with the
 #: task (a class is instantiated once per object, as the loader's cache does for a file's class)
 _objects: BoundedLRU[int, tuple[Any, tuple[Callable[..., Any], str]]] = BoundedLRU(64)
+_objects_lock = threading.Lock()
 
 
 def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
@@ -110,7 +106,7 @@ def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
     try:
         if spec.entry is None:
             return cached_function(spec.code, spec.py_name, spec.class_name)
-        with _cache_lock:
+        with _objects_lock:
             found = _objects.get(id(spec.entry))
             if found is None or found[0] is not spec.entry:
                 found = _objects.put(id(spec.entry), (spec.entry, entry_point(spec.entry, spec.entry_kind == BATCH)))
@@ -332,30 +328,6 @@ def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
     return native(value)
 
 
-def cached_state_store(spec: ExecutorSpec) -> StateStore:
-    """One provider per executor process and configuration (opening a store costs a session)."""
-    from statekeep.state import open_provider
-
-    key = json.dumps([spec.state_provider, spec.state_config, spec.tenant, spec.namespace, spec.name], sort_keys=True)
-    with _cache_lock:
-        if key not in _stores:
-            provider = open_provider(spec.state_provider, dict(spec.state_config))
-            _providers.append(provider)
-            _stores[key] = provider.get_state_store(spec.tenant, spec.namespace, spec.name)
-        return _stores[key]
-
-
-def close_cached_state_stores() -> None:
-    """Close every provider :func:`cached_state_store` opened in this process and forget them: an executor
-    keeps them for its life, a process running function after function (tests, benchmarks) would collect
-    their sessions and threads."""
-    with _cache_lock:
-        providers, _providers[:] = list(_providers), []
-        _stores.clear()
-    for provider in providers:
-        provider.close()
-
-
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
                   topics: list[Any] | None = None) -> PartitionStats:
@@ -374,7 +346,7 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     if not isinstance(records, list) and not hasattr(records, "to_pylist"):
         records = list(records)  # a conflict runs the batch again (below); the record loop takes a list
     for _ in DEFAULT.bounded(attempts=20).attempts():
-        store = cached_state_store(spec).task(batch_id, partition, spec.state_parallelism)
+        store = spec.state_store().task(batch_id, partition, spec.state_parallelism)
         try:
             return _run_partition(spec, store, batch_id, partition, records, keys, record_keys, topics)
         except StateConflictError:
@@ -622,7 +594,7 @@ def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]]
         assert task is not None  # mapInArrow runs this inside a Spark task
         batch_id = task_batch(spec, task)
         batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
-            spec, watermark_previous=timerun.stored_watermark(cached_state_store(spec), batch_id))
+            spec, watermark_previous=timerun.stored_watermark(spec.state_store(), batch_id))
         stats = _run_arrow(batch_spec, batch_id, task.partitionId(), batches)
         if report is not None:
             report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID), "batch": batch_id})
@@ -645,7 +617,7 @@ def task_batch(spec: ExecutorSpec, task: Any) -> int:
     if batch is None or query is None:
         raise InvalidArgumentError(f"{spec.fqfn}: a streaming function's task has no micro-batch id from Spark")
     if spec.rows_schema is not None:
-        assert spec.output is not None  # the operator's kept rows (see statekeep.functions.admin.operator)
+        assert spec.output is not None  # the operator's kept rows (see statekeep.spark.operator)
         claim(spec.output, query, spec.fqfn)
     return int(batch)
 

@@ -46,16 +46,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.functions.config.locations import is_url as is_url  # re-exported (moved there)
 
 _NEW = re.compile(r"^(?P<stem>[^@]+)@(?P<ms>\d{13})\.(?P<fmt>[A-Za-z0-9]+)$")
 _TIMED_LEGACY = re.compile(r"^(?:produce|trigger)-(?P<ms>\d{13})-[0-9a-f]{8}\.jsonl$")
 _filesystems: dict[str, tuple[Any, str]] = {}
 _fs_lock = threading.Lock()
-
-
-def is_url(path: str) -> bool:
-    """Whether ``path`` is a URL (``s3://...``, ``file://...``), not a local path."""
-    return "://" in path
 
 
 def filesystem(url: str) -> tuple[Any, str]:

@@ -24,16 +24,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+# re-exported: topics are named by config's locations (moved there, see that module)
+from statekeep.functions.config.locations import _SCHEMES
+from statekeep.functions.config.locations import default_root as default_root
+from statekeep.functions.config.locations import is_topic as is_topic
 from statekeep.functions.messaging import sink
 
-ENV = "STATEKEEP_TOPICS_DIR"
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.=:-]{1,256}$")
-_SCHEMES = ("persistent", "non-persistent")
-
-
-def is_topic(name: str | None) -> bool:
-    """Whether ``name`` is a full Pulsar topic name (and so a statekeep topic, not a path)."""
-    return isinstance(name, str) and name.startswith(tuple(s + "://" for s in _SCHEMES))
 
 
 def complete(name: str) -> str:
@@ -50,21 +47,6 @@ def complete(name: str) -> str:
         raise InvalidArgumentError(f"{name!r} is not a Pulsar topic name (persistent://TENANT/NAMESPACE/TOPIC, "
                                    "TENANT/NAMESPACE/TOPIC or TOPIC)")
     return f"{scheme}://{'/'.join(parts)}"
-
-
-def absolute(root: str) -> str:
-    """A topics root as used: a URL as it is (without a trailing ``/``), a local path made absolute."""
-    return root.rstrip("/") if sink.is_url(root) else os.path.abspath(root)
-
-
-def default_root(metadata_url: str | None = None) -> str:
-    """The topics root: ``$STATEKEEP_TOPICS_DIR``, else ``DATA_DIR/topics`` of a ``local://`` store,
-    else ``./.statekeep-data/topics`` (absolute)."""
-    if os.environ.get(ENV):
-        return absolute(os.environ[ENV])
-    if metadata_url and metadata_url.startswith("local://"):
-        return os.path.join(metadata_url.removeprefix("local://"), "topics")
-    return os.path.abspath(os.path.join(".statekeep-data", "topics"))
 
 
 def directory(root: str, name: str) -> str:

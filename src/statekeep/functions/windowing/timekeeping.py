@@ -24,8 +24,9 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.validate import check_int
 from statekeep.state.keygroups import key_group
-from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_key,
-                                       group_key, has_expiry_key, shard_key, shard_of, wall_clock_ms)
+from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_entry,
+                                       expiry_key, group_key, has_expiry_key, shard_key, shard_of, stored_expiry,
+                                       wall_clock_ms)
 
 #: A timer further than this from the current time (event time: the watermark, or the clock before
 #: any event) is refused as a mistake.
@@ -269,6 +270,12 @@ class TimeState:
                                        "the key length limit)")
         expires = self.now + ttl_ms
         self.state.put(expiry_key(key), encode_expiry(expires))
+        self.index(key, expires)
+
+    def index(self, key: str, expires: int) -> None:
+        """List ``key`` (any state key: a plain one, whose expiry entry :meth:`written` wrote, or a typed variable's
+        entry, which carries its expiry) in its group's TTL index at ``expires``, so that :meth:`sweep` deletes it
+        once that has passed, whether or not anything reads it again."""
         group = key_group(key, self.groups)
         if group not in self._owned:  # a key of another group (a store any task may write): indexed in one
             if not self.owned:        # of this partition's groups; the sweep re-checks its expiry entry
@@ -314,32 +321,42 @@ class TimeState:
                 self._dirty.add(name)
 
     def sweep(self) -> int:
-        """Delete the expired keys of the owned groups (each with a changelog tombstone, in this batch's
-        write). Only groups whose earliest expiry has passed are looked at. Returns how many."""
-        removed = 0
+        """Delete the expired keys of the owned groups' TTL indexes, plain keys with their expiry entries and typed
+        variables' entries alike (each with a changelog tombstone, in this batch's write). Only groups whose earliest
+        expiry has passed are looked at, and what their due keys hold now is read in one bulk read. Returns how
+        many."""
+        due: list[tuple[str, dict[str, Any]]] = []  # (key, the index entry listing it)
+        touched: dict[str, dict[str, Any]] = {}
         for group in self.owned:
             header = self._group(group)
-            sharded = header.get("s", 1) > 1
             earliest = header.get("xn")  # for a sharded group, a lower bound over its shards
             if (earliest is not None and earliest > self.now) or (earliest is None and not header["x"]):
                 continue
             for name, entry in self._maps(group):
                 if not entry["x"] or (entry.get("xn") or 0) > self.now:
                     continue
-                for key, expires in list(entry["x"].items()):
-                    if expires <= self.now:
-                        del entry["x"][key]
-                        current = decode_expiry(self.state.get(expiry_key(key)))
-                        if current is None or current > self.now:
-                            continue  # deleted, or written again since (through another group's index)
-                        self.state.put(key, None)
-                        self.state.put(expiry_key(key), None)
-                        removed += 1
+                due += [(key, entry) for key, expires in entry["x"].items() if expires <= self.now]
+                touched[name] = entry
+            if header.get("s", 1) > 1:
+                touched[group_key(group)] = header
+        self.state.prefetch(expiry_entry(key) for key, _ in due)
+        removed = 0
+        for key, entry in due:
+            del entry["x"][key]
+            current = stored_expiry(key, self.state.get(expiry_entry(key)))
+            if current is None or current > self.now:
+                continue  # deleted, or written again since (through another group's index)
+            self.state.put(key, None)
+            if expiry_entry(key) != key:
+                self.state.put(expiry_key(key), None)
+            removed += 1
+        for name, entry in touched.items():
+            if "s" in entry and entry["s"] > 1:  # a sharded group's header: the lower bound over its shards
+                group = key_group(name, self.groups)
+                entry["xn"] = min((e["xn"] for _, e in self._maps(group) if e.get("xn") is not None), default=None)
+            else:
                 entry["xn"] = min(entry["x"].values(), default=None)
-                self._dirty.add(name)
-            if sharded:
-                header["xn"] = min((e["xn"] for _, e in self._maps(group) if e.get("xn") is not None), default=None)
-                self._dirty.add(group_key(group))
+            self._dirty.add(name)
         return removed
 
     def flush(self) -> None:

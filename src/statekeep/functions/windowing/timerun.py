@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.config.spec import ExecutorSpec, TimeSpec
+from statekeep.functions.config.spec import ExecutorSpec
 from statekeep.functions.windowing.timekeeping import TimeState
-from statekeep.functions.config.windowconfig import user_lag_ms
+from statekeep.functions.config.locations import carries_messages
 from statekeep.functions.windowing.windows import Aggregate, Window, Windows
 from statekeep.state.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
@@ -28,20 +28,6 @@ CLOCK: Clock = wall_clock_ms
 LATE_METRIC = "lateRecordsDropped"
 #: why a ``process_batch`` function with a windowConfig cannot run (its batch fails, its trigger is refused)
 BATCH_WINDOWS = "a windowConfig needs process(records, context), not process_batch"
-
-
-def time_section(config: Any, code: str) -> TimeSpec | None:
-    """The executor spec's ``time`` section for a function (a :class:`FunctionConfig` and its code), or
-    None when it keeps no time: no windowConfig, no stateTtlSeconds, and code that mentions neither
-    ``on_timer``, ``register_timer`` nor ``ttl_seconds``."""
-    window = getattr(config, "windowConfig", None)
-    ttl = getattr(config, "stateTtlSeconds", None)
-    if window is None and ttl is None and not any(w in code for w in ("on_timer", "register_timer", "ttl_seconds")):
-        return None
-    # a config stored before create checked userConfig.maxLagMs is refused here, not taken as 0
-    lag = (window.maxLagMs or 0) if window is not None else user_lag_ms(getattr(config, "userConfig", None))
-    return TimeSpec(window.to_spec() if window is not None else None, ttl * 1000 if ttl else None,
-                    bool(ttl) or "ttl_seconds" in code, lag)
 
 
 def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | None:
@@ -188,17 +174,26 @@ class TimedRun:
         self.time.flush()
 
 
-def routing(spec: ExecutorSpec, store: Any, parallelism: int, *, prepare: bool = True) -> tuple[int, int] | None:
-    """The driver's part: ``(key groups, parallelism)`` a micro-batch of the function runs with, each record
-    routed to the partition owning its key's group; None: records go by key, any task writes any key.
-    Partition-owned state decides (``prepare``: before a micro-batch, which may lay it out or rescale it,
-    see :meth:`StateStore.partitioning`; else as it stands), else time state, kept per key group, does.
-    ``parallelism`` is the function's; a function without a key field runs in one partition."""
-    wanted = parallelism if spec.key_field else 1
+def partitions(spec: ExecutorSpec, parallelism: int) -> int:
+    """THE partition rule of every run of a function (the runner's query, the operator's, a time run's, a trigger's
+    one record): its records are keyed, and so spread over its ``parallelism`` with each key's records in one
+    partition, when they carry a key: the key field's value, or a topic message's own key (a topic input without a
+    key field). Otherwise they run in one partition."""
+    keyed = spec.key_field is not None or (spec.source_format == "message" and any(map(carries_messages, spec.inputs)))
+    return parallelism if keyed else 1
+
+
+def routing(spec: ExecutorSpec, store: Any, parallelism: int, *, prepare: bool = True) -> tuple[int | None, int]:
+    """The driver's part: ``(key groups, partitions)`` a micro-batch of the function runs with (:func:`partitions`
+    of the function's ``parallelism``), each record routed to the partition owning its key's group; key groups
+    None: records go by key, any task writes any key. Partition-owned state decides (``prepare``: before a
+    micro-batch, which may lay it out or rescale it, see :meth:`StateStore.partitioning`; else as it stands),
+    else time state, kept per key group, does."""
+    wanted = partitions(spec, parallelism)
     found: tuple[int, int] | None = store.partitioning(wanted, prepare=prepare)
     if found is None and spec.time is not None:
         found = KEY_GROUPS, min(wanted, KEY_GROUPS)
-    return found
+    return found if found is not None else (None, wanted)
 
 
 def one_record(spec: ExecutorSpec, store: Any, parallelism: int, key: str | None) -> tuple[ExecutorSpec, int]:
@@ -206,9 +201,8 @@ def one_record(spec: ExecutorSpec, store: Any, parallelism: int, key: str | None
     as the driver completes it for a micro-batch (:func:`routing` as the state stands, the function's
     committed watermark) and the partition that batch routes a record of ``key`` to (0 without a key, as
     Spark's routing)."""
-    found = routing(spec, store, parallelism, prepare=False)
-    assert found is not None  # a spec with a time section is routed by key group
-    groups, parallelism = found
+    groups, parallelism = routing(spec, store, parallelism, prepare=False)
+    assert groups is not None  # a spec with a time section is routed by key group
     spec = dataclasses.replace(spec, state_parallelism=parallelism, time_groups=groups,
                                watermark_previous=stored_watermark_of(store))
     return spec, 0 if key is None else owner(key_group(key, groups), parallelism, groups)

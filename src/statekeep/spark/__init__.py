@@ -5,11 +5,11 @@
     spark = spark_session("local[2]")
     out = apply_function(df, process, name="public/default/counts", key="user")
 
-See :func:`statekeep.functions.admin.operator.apply_function` and, for a session set up for statekeep's Python
+See :func:`statekeep.spark.operator.apply_function` and, for a session set up for statekeep's Python
 workers, :func:`statekeep.functions.driver.spark.spark_session` (any session works).
 """
 
-from statekeep.functions.admin.operator import apply_function
+from statekeep.spark.operator import apply_function
 from statekeep.functions.driver.spark import spark_session
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 

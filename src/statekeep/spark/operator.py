@@ -19,7 +19,6 @@ function the runner runs.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import os
 import socket
@@ -29,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.functions.config.loader import entry_point, validate_function_source
+from statekeep.functions.config.objectsource import object_source, stub
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
-from statekeep.functions.executor.runtime import cached_state_store
 from statekeep.functions.messaging.sink import claim
-from statekeep.functions.windowing.timerun import time_section, with_clock_source
+from statekeep.functions.config.spec import time_section
+from statekeep.functions.windowing.timerun import with_clock_source
 from statekeep.state.base import Capability
 from statekeep.metadata.registry import default_store_url
 
@@ -47,12 +47,6 @@ if TYPE_CHECKING:
 KAFKA_COLUMNS = frozenset({"key", "value", "timestamp"})
 #: where a function's kept output rows go, under its state directory or its ``local://`` store
 ROWS_DIR = "operator-rows"
-
-
-def _stub(fqfn: str) -> bytes:
-    """The registered code of a function given as a Python object: it runs only in its DataFrame's query."""
-    return (f"def process(input, context):\n    raise RuntimeError({fqfn!r} ' runs in a DataFrame query "
-            "(statekeep.spark.apply_function): it has no inputs of its own')\n").encode()
 
 
 def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column | None = None,
@@ -91,15 +85,23 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     A streaming query keeps the function's state for its checkpoint: a query with another checkpoint is refused
     at its first task (its micro-batches, numbered from 0 again, would count as applied). A batch DataFrame is one
     run, with its own batch id: a task Spark retries, or the DataFrame computed again, gives the same rows.
+    The function is registered with its source where Python has it (a function's, a class's, and its module's
+    imports and classes: :mod:`statekeep.functions.config.objectsource`), so the update of an existing function
+    checks the state schemas it opens against those its runs recorded, as ``functions update`` checks a file's.
+    A function without source there (a lambda, one typed into a REPL) is registered with a stub: its variables'
+    schemas are checked at the run's first open of each, and it is taken to keep time (timers, TTL).
+
     Raises :class:`InvalidArgumentError` (e.g. a malformed name, a function that cannot run, a state provider other
-    than the registered one, a column named ``__...``), before anything runs.
+    than the registered one, a column named ``__...``; :class:`~statekeep.state.typed.StateSchemaError` for a state
+    variable whose recorded schema cannot evolve into the one the function's source opens), before anything runs.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
     from statekeep.functions.config.service import FunctionService
-    from statekeep.functions.driver.spark import executor_spec, kafka_message
+    from statekeep.functions.config.spec import executor_spec
+    from statekeep.functions.driver.spark import kafka_message
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []
@@ -108,7 +110,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
     tenant, namespace, fname = parts
     if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
         raise InvalidArgumentError(f"parallelism must be an int >= 1, not {parallelism!r}")
-    entry, kind, code, py_name = None, None, b"", f"{fname}.py"
+    entry, kind, code, py_name, source = None, None, b"", f"{fname}.py", None
     if isinstance(function, (str, os.PathLike)):
         try:
             with open(function, "rb") as f:
@@ -117,8 +119,12 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
             raise InvalidArgumentError(f"cannot read the function file {os.fspath(function)!r}: {e}") from None
         py_name = os.path.basename(os.fspath(function))
         validate_function_source(code, py_name, class_name)
-    else:
+    else:  # its source where Python has it, for update's checks (else a stub: see objectsource)
         entry, kind = function, entry_point(function, vectorized)[1]
+        found = object_source(function, name)
+        if found is not None:
+            source, py_name = found
+        code = (source or stub(name)).encode()
     key_name = None if key is None else key if isinstance(key, str) else "key"
     try:
         schema = (StructType.fromDDL(output_schema) if isinstance(output_schema, str)
@@ -148,15 +154,14 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         registry = service.registry
         try:
             registry.get(tenant, namespace, fname)
-            registry.update(tenant, namespace, fname, registered, code or _stub(name))
+            registry.update(tenant, namespace, fname, registered, code)
         except NotFoundError:
-            registry.create(registered, code or _stub(name))
+            registry.create(registered, code)
         spec, _ = executor_spec(registry, url, tenant, namespace, fname)
         incarnation = registry.incarnation(tenant, namespace, fname)
         cfg = registry.get(tenant, namespace, fname)
-    if entry is not None:  # its time section from its own source (the registered code is a stub)
-        source = _source_of(entry)
-        spec = dataclasses.replace(spec, code=source, entry=entry, entry_kind=kind, time=time_section(cfg, source))
+    if entry is not None:  # its time section from its own source (None: unknown, taken to keep time)
+        spec = dataclasses.replace(spec, entry=entry, entry_kind=kind, time=time_section(cfg, source))
     event_column, delay = _watermark(df)
     if spec.time is not None and event_column is not None:  # the input's withWatermark: its event time and delay
         user_config = {"eventTimeField": event_column, **spec.user_config}
@@ -178,7 +183,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         run_id=None if df.isStreaming else time.time_ns() // 1000)
     if spec.time is not None and df.isStreaming:  # a micro-batch each second while idle: processing-time timers
         frame = with_clock_source(frame)
-    if spec.run_id is not None and Capability.PARTITIONED in cached_state_store(spec).capabilities:
+    if spec.run_id is not None and Capability.PARTITIONED in spec.state_store().capabilities:
         # a partition applies batches in rising order: a run's id outranks any micro-batch's
         claim(str(spec.output), "batch runs", name)
     report = None
@@ -187,7 +192,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         status = OperatorStatus(url, (tenant, namespace, fname), stats)
         df.sparkSession.streams.addListener(StatusListener(stats, status.progress, status.end, df.sparkSession.streams))
         report = stats.add
-    return function_plan(frame, spec, parallelism if key is not None else 1, schema=schema, report=report)[0]
+    return function_plan(frame, spec, parallelism, schema=schema, report=report)[0]
 
 
 def _watermark(df: DataFrame) -> tuple[str | None, int | None]:
@@ -206,13 +211,6 @@ def _local_dir(url: str) -> str | None:
     return os.path.abspath(url.removeprefix("local://").split("?")[0]) + f"/{ROWS_DIR}"
 
 
-def _source_of(entry: Any) -> str:
-    """The source text of a function object where Python has it ('' otherwise): the time section of its spec
-    looks in it for timers and TTL."""
-    try:
-        return inspect.getsource(entry if isinstance(entry, type) or callable(entry) else type(entry))
-    except (OSError, TypeError):
-        return ""
 
 
 class OperatorStatus:
