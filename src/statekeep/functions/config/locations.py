@@ -1,9 +1,12 @@
 """Where a function's inputs and outputs are, by name (what a function is, so config's: the messaging room's topics
-and sink name them with these): a URL or a local path, a Pulsar topic name, the topics root."""
+and sink name them with these): a URL or a local path, a Pulsar topic name, a Kafka topic name, the topics root."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+
+from statekeep.errors import InvalidArgumentError
 
 ENV = "STATEKEEP_TOPICS_DIR"
 _SCHEMES = ("persistent", "non-persistent")
@@ -21,9 +24,48 @@ def is_topic(name: str | None) -> bool:
 
 def carries_messages(name: str) -> bool:
     """Whether an input is a topic of messages, each with its own key: a statekeep topic or a Kafka topic."""
-    from statekeep.functions.messaging.kafka import is_kafka
-
     return is_topic(name) or is_kafka(name)
+
+
+#: a Kafka topic's name: ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` (see :mod:`statekeep.functions.messaging.kafka`)
+SCHEME = "kafka://"
+
+
+def is_kafka(name: object) -> bool:
+    """Whether ``name`` names a Kafka topic (``kafka://...``)."""
+    return isinstance(name, str) and name.startswith(SCHEME)
+
+
+@dataclass(frozen=True)
+class KafkaTopic:
+    """A Kafka topic as a statekeep name gives it: its cluster's bootstrap servers and its Kafka name."""
+
+    bootstrap: str
+    topic: str
+
+    @property
+    def name(self) -> str:
+        return f"{SCHEME}{self.bootstrap}/{self.topic}"
+
+
+def parse(name: str) -> KafkaTopic:
+    """The Kafka topic ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` names. :class:`InvalidArgumentError` naming
+    ``name`` for any other form (no servers, a port that is not a number, a topic name Kafka refuses)."""
+    from statekeep.kafka import check_bootstrap
+    from statekeep.kafka.admin import check_topic
+
+    if not is_kafka(name):
+        raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT/TOPIC)")
+    servers, _, topic = name[len(SCHEME):].partition("/")
+    try:
+        check_bootstrap(servers)
+        if not all(0 < int(h.rsplit(":", 1)[1]) < 65536 for h in servers.split(",")):
+            raise InvalidArgumentError(f"a port is out of range in {servers!r}")
+        check_topic(topic)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT[,HOST:PORT...]/TOPIC): "
+                                   f"{e}") from None
+    return KafkaTopic(servers, topic)
 
 
 def absolute(root: str) -> str:

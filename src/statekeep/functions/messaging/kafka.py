@@ -34,12 +34,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError, StoreUnavailableError
+from statekeep.functions.config.locations import SCHEME, KafkaTopic, is_kafka, parse
 from statekeep.retry import OUTAGE
+
+__all__ = ["SCHEME", "KafkaTopic", "is_kafka", "parse"]  # named where a function's names are (config.locations)
 
 if TYPE_CHECKING:
     from statekeep.functions.config.spec import ExecutorSpec
 
-SCHEME = "kafka://"
 #: how long a client waits for an unreachable cluster before the error (s): bounded, librdkafka's own retries are not
 TIMEOUT = 15.0
 #: a transaction left open by a killed producer holds ``read_committed`` readers back at most this long (unless the
@@ -55,43 +57,6 @@ DEFAULT_MAX_MESSAGE = 1_048_588
 class KafkaDeliveryError(StatekeepError):
     """A (batch, partition)'s records could not be committed to Kafka (the broker refused or was unreachable);
     the state commit stands and a replay of the batch delivers its kept records."""
-
-
-def is_kafka(name: object) -> bool:
-    """Whether ``name`` names a Kafka topic (``kafka://...``)."""
-    return isinstance(name, str) and name.startswith(SCHEME)
-
-
-@dataclass(frozen=True)
-class KafkaTopic:
-    """A Kafka topic as a statekeep name gives it: its cluster's bootstrap servers and its Kafka name."""
-
-    bootstrap: str
-    topic: str
-
-    @property
-    def name(self) -> str:
-        return f"{SCHEME}{self.bootstrap}/{self.topic}"
-
-
-def parse(name: str) -> KafkaTopic:
-    """The Kafka topic ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` names. :class:`InvalidArgumentError` naming
-    ``name`` for any other form (no servers, a port that is not a number, a topic name Kafka refuses)."""
-    from statekeep.kafka import check_bootstrap
-    from statekeep.kafka.admin import check_topic
-
-    if not is_kafka(name):
-        raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT/TOPIC)")
-    servers, _, topic = name[len(SCHEME):].partition("/")
-    try:
-        check_bootstrap(servers)
-        if not all(0 < int(h.rsplit(":", 1)[1]) < 65536 for h in servers.split(",")):
-            raise InvalidArgumentError(f"a port is out of range in {servers!r}")
-        check_topic(topic)
-    except InvalidArgumentError as e:
-        raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT[,HOST:PORT...]/TOPIC): "
-                                   f"{e}") from None
-    return KafkaTopic(servers, topic)
 
 
 def one_cluster(names: Iterable[str]) -> str | None:

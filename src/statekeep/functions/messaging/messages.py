@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
-from statekeep.functions.messaging.kafka import is_kafka
+from statekeep.functions.config.locations import is_kafka
 from statekeep.functions.config.loader import FunctionLoadError, execute_file
 from statekeep.functions.messaging.sink import OutputSink
 
