@@ -255,7 +255,9 @@ class KafkaDelivery:
                 producer = kafka.Producer(_config(self.bootstrap, **{
                     "transactional.id": self.transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     "linger.ms": 5, "message.max.bytes": 1 << 29,  # each topic's own limit is checked before
-                    "error_cb": trouble}))
+                    # a keyed record goes to the partition Java's default partitioner gives its key bytes (murmur2),
+                    # as Kafka Streams' key-to-instance metadata expects; librdkafka's default is crc32
+                    "partitioner": "murmur2_random", "error_cb": trouble}))
                 try:
                     producer.init_transactions(TIMEOUT)
                 except kafka.KafkaException as e:
