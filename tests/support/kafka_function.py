@@ -6,8 +6,9 @@ Faults, armed by the environment of the driver (which its Python workers inherit
 ``before-commit``: partition 0's Kafka delivery of micro-batch BATCH stops after its state commit and before its
 Kafka transaction (writing ``FLAGS/paused-before-commit``), so the test can SIGKILL the driver between the two;
 ``kill-worker``: the function SIGKILLs its own Python worker on micro-batch BATCH's partition 0; ``function``
-(or any name starting so, e.g. ``function2``): the function stops on micro-batch BATCH's partition 0 (writing
-``FLAGS/paused-WHERE``) until ``FLAGS/go-WHERE`` exists (the test kills brokers meanwhile).
+(or any name starting so, e.g. ``function2``): the function stops on every partition of micro-batch BATCH
+(writing ``FLAGS/paused-WHERE-PARTITION``) until ``FLAGS/go-WHERE`` exists (the test kills brokers meanwhile,
+with no transaction in flight).
 """
 
 import os
@@ -53,7 +54,8 @@ def process(value, context):
     batch, partition, _ = context.get_message_id().split(":")
     if ARMED.get("kill-worker") == batch and partition == "0" and take("kill-worker"):
         os.kill(os.getpid(), signal.SIGKILL)
-    for where, at in ARMED.items():
-        if where.startswith("function") and at == batch and partition == "0" and take(where):
-            pause(where, until=f"go-{where}")
+    for where, at in ARMED.items():  # every partition of the batch stops (nothing commits meanwhile), once
+        if where.startswith("function") and at == batch and not os.path.exists(os.path.join(FLAGS, f"go-{where}")):
+            take(where)
+            pause(f"{where}-{partition}", until=f"go-{where}")
     return f"{key}:{n}"

@@ -11,7 +11,8 @@ event time as the record's timestamp.
 tied to the (batch, partition) state commit of :mod:`statekeep.functions.executor.runtime`:
 
 1. Before the state commit, a (batch, partition)'s Kafka records are checked (topics exist, sizes within the
-   topic's ``max.message.bytes``) and kept in a file of their own (:func:`keep`), which a replay reads again.
+   topic's ``max.message.bytes``) and kept in a file of their own (:meth:`BatchOutputs.keep`), which a replay
+   reads again.
 2. The state commit (state, changelog and the (batch, partition) marker, one atomic write).
 3. Delivery: one Kafka transaction per (batch, partition), by a transactional producer whose
    ``transactional.id`` is the function's (tenant, namespace, name, incarnation) and partition. It writes the kept
