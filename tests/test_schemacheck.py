@@ -235,7 +235,7 @@ def fn(tmp_path, monkeypatch):
     def run_batch(batch: int, rows: list[dict]) -> list[dict]:
         spec = dataclasses.replace(executor_spec(service.registry, url, "public", "default", "f")[0],
                                    input_format="rows", source_format="rows", output=str(tmp_path / "rows"),
-                                   output_format="arrow", state_parallelism=1,
+                                   output_format="arrow",
                                    rows_schema=pa.schema([("user", pa.string()), ("n", pa.float64())]))
         monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: _Task(batch)))
         records = pa.RecordBatch.from_pylist([{**r, "__key": r["user"]} for r in rows])

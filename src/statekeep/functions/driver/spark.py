@@ -333,7 +333,7 @@ class FunctionQuery:
         self.spark.streams.addListener(listener)
         plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism, schema=_stats_type(),
                                                             report=self._stats.add))
-        self._partitions = running.state_parallelism  # a function keeping time is laid out by key group
+        self._partitions = running.partitions  # a function keeping time is laid out by key group
         writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
         writer = (writer.trigger(availableNow=True) if self.once

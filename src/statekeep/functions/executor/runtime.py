@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, StateConflictError, StatekeepError
@@ -35,7 +35,7 @@ from statekeep.lru import BoundedLRU
 from statekeep.functions.messaging.messages import (batch_lines, dead_letter_message, function_logger, message_decoder,
                                           output_sink, output_wrapper, published_targets,
                                                     write_targets)
-from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.messaging.sink import claim
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import read_schemas, record_schemas, registry_store
@@ -161,15 +161,16 @@ class RecordPath:
         spec = self.spec
         return {} if self.registry is None else read_schemas(self.registry(), spec.tenant, spec.namespace, spec.name)
 
-    def keep_time(self, spec: ExecutorSpec, partition: int, keys: Iterable[Any] = ()) -> None:
-        """Wire the function's time in, if it keeps any (``spec.time``): ``spec`` carries the batch's time
-        fields (``time_groups``, ``state_parallelism``, ``watermark_previous``) and ``partition`` is the
-        one whose key groups this run owns; ``keys``' time entries are read in the batch's bulk read.
-        :class:`FunctionRecordError` for a windowed ``process_batch``."""
+    def keep_time(self, layout: Layout, partition: int, keys: Iterable[Any] = ()) -> None:
+        """Wire the function's time in, if it keeps any (``spec.time``): ``layout`` is the run's (its key groups,
+        partitions and watermark before the batch) and ``partition`` the one whose key groups this run owns;
+        ``keys``' time entries are read in the batch's bulk read. :class:`FunctionRecordError` for a windowed
+        ``process_batch``."""
+        spec = self.spec
         if spec.time is None:
             return
-        timed = timerun.TimedRun(spec, self.state, partition, self.context, self.user_process, self.fired.append,
-                                 self.batch_id if isinstance(self.batch_id, int) else None)
+        timed = timerun.TimedRun(spec, layout, self.state, partition, self.context, self.user_process,
+                                 self.fired.append, self.batch_id if isinstance(self.batch_id, int) else None)
         if self.kind == BATCH and timed.windows is not None:
             raise FunctionRecordError(f"{spec.fqfn}: {timerun.BATCH_WINDOWS}")
         timed.prefetch(k for k in keys if is_valid_key(k))
@@ -329,9 +330,10 @@ def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
 
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
-                  topics: list[Any] | None = None) -> PartitionStats:
+                  topics: list[Any] | None = None, layout: Layout = Layout()) -> PartitionStats:
     """Run the function over one partition of one batch (on a :class:`RecordPath`) and apply its state
-    changes, their changelog and the (batch, partition) marker in one atomic write.
+    changes, their changelog and the (batch, partition) marker in one atomic write. ``layout``: where the run
+    stands in its query (see :class:`~statekeep.functions.config.spec.Layout`).
 
     ``keys``: the partition's distinct key-field values, prefetched in one bulk read;
     ``record_keys`` and ``topics``: each record's key and input file (for the Context's per-record
@@ -345,16 +347,16 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     if not isinstance(records, list) and not hasattr(records, "to_pylist"):
         records = list(records)  # a conflict runs the batch again (below); the record loop takes a list
     for _ in DEFAULT.bounded(attempts=20).attempts():
-        store = spec.state_store().task(batch_id, partition, spec.state_parallelism)
+        store = spec.state_store().task(batch_id, partition, layout.partitions)
         try:
-            return _run_partition(spec, store, batch_id, partition, records, keys, record_keys, topics)
+            return _run_partition(spec, layout, store, batch_id, partition, records, keys, record_keys, topics)
         except StateConflictError:
             continue  # a write committed since this task read the state (partition-owned state): again
     raise StateConflictError(f"{spec.fqfn} batch {batch_id}, partition {partition}: the state kept changing "
                              "under 20 runs of the batch")
 
 
-def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partition: int, records: Any,
+def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_id: int, partition: int, records: Any,
                    keys: Iterable[str], record_keys: list[Any] | None, topics: list[Any] | None) -> PartitionStats:
     marker = f"{batch_id}-{partition}"
     sink = output_sink(spec, spec.output)
@@ -380,7 +382,7 @@ def _run_partition(spec: ExecutorSpec, store: TaskState, batch_id: int, partitio
     path = RecordPath(spec, batch_id, partition, state, source, process, kind)
     stats = path.stats
     table = None
-    path.keep_time(spec, partition, keys)
+    path.keep_time(layout, partition, keys)
     try:
         started = time.perf_counter()
         if kind == BATCH:
@@ -560,14 +562,14 @@ def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: i
 SPARK_BATCH_ID, SPARK_QUERY_ID = "streaming.sql.batchId", "sql.streaming.queryId"
 
 
-def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]], None] | None = None
-                           ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]], None] | None = None,
+                           layout: Layout = Layout()) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function of a function's query (see :mod:`statekeep.functions.driver.plan`): one
     partition's record batches of one micro-batch in; out, the runner's stats row of the run, or the DataFrame
     operator's output rows (``spec.rows_schema``). A task takes its micro-batch's id from Spark (a batch
     DataFrame's: ``spec.run_id``), and a function keeping time its watermark before the batch from the committed
     state. ``report`` (an accumulator's ``add``) takes each run's stats row with its query's id (``query``) and
-    batch (``batch``)."""
+    batch (``batch``); ``layout``: the query's (:func:`~statekeep.functions.driver.plan.function_plan`'s)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
@@ -575,9 +577,9 @@ def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]]
         task = TaskContext.get()
         assert task is not None  # mapInArrow runs this inside a Spark task
         batch_id = task_batch(spec, task)
-        batch_spec = spec if spec.time is None else replace(  # its watermark, as the committed state holds it
-            spec, watermark_previous=timerun.stored_watermark(spec.state_store(), batch_id))
-        stats = _run_arrow(batch_spec, batch_id, task.partitionId(), batches)
+        batch_layout = layout if spec.time is None else Layout(  # its watermark, as the committed state holds it
+            layout.groups, layout.partitions, timerun.stored_watermark(spec.state_store(), batch_id))
+        stats = _run_arrow(spec, batch_layout, batch_id, task.partitionId(), batches)
         if report is not None:
             report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID), "batch": batch_id})
         if spec.rows_schema is None:
@@ -604,17 +606,18 @@ def task_batch(spec: ExecutorSpec, task: Any) -> int:
     return int(batch)
 
 
-def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Iterable[Any]) -> PartitionStats:
+def _run_arrow(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int, batches: Iterable[Any]
+               ) -> PartitionStats:
     """:func:`run_partition` of one partition's record batches (columns ``__record``, ``__key``, and
     ``__topic`` where the spec asks for it)."""
     import pyarrow as pa
 
     if spec.input_format == "rows":
-        return _run_rows(spec, batch_id, partition, list(batches))
+        return _run_rows(spec, layout, batch_id, partition, list(batches))
     if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
         columns = [batch.column("__record") for batch in batches]
         records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
-        return run_partition(spec, batch_id, partition, records)
+        return run_partition(spec, batch_id, partition, records, layout=layout)
     values: list[Any] = []
     record_keys: list[Any] = []
     topics: list[Any] | None = [] if spec.topic_column else None
@@ -625,25 +628,26 @@ def _run_arrow(spec: ExecutorSpec, batch_id: int, partition: int, batches: Itera
             topics.extend(batch.column("__topic").to_pylist())
     keys = set(record_keys)
     keys.discard(None)
-    return run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics)
+    return run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics,
+                         layout=layout)
 
 
-def _run_rows(spec: ExecutorSpec, batch_id: int, partition: int, batches: list[Any]) -> PartitionStats:
+def _run_rows(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int, batches: list[Any]) -> PartitionStats:
     """:func:`run_partition` of one partition of the DataFrame operator's ``rows`` input: its record batches'
     columns but statekeep's own (``__key``, ``__route``, ...) are the records, a dict per record (``process_batch``:
     the Table of them)."""
     import pyarrow as pa
 
     if not batches:
-        return run_partition(spec, batch_id, partition, [])
+        return run_partition(spec, batch_id, partition, [], layout=layout)
     table = pa.Table.from_batches(batches)
     data = table.drop_columns([name for name in table.column_names if name.startswith("__")])
     if _cached_process(spec)[1] == BATCH:
-        return run_partition(spec, batch_id, partition, data)
+        return run_partition(spec, batch_id, partition, data, layout=layout)
     record_keys = table.column("__key").to_pylist()
     keys = set(record_keys)
     keys.discard(None)
-    return run_partition(spec, batch_id, partition, data.to_pylist(), keys, record_keys=record_keys)
+    return run_partition(spec, batch_id, partition, data.to_pylist(), keys, record_keys=record_keys, layout=layout)
 
 
 def _stats_row(stats: PartitionStats) -> dict[str, Any]:
