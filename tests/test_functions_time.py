@@ -13,7 +13,7 @@ import pytest
 from statekeep.changelog import FollowerStore
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.windowing import timerun
-from statekeep.functions.executor.runtime import FunctionRecordError
+from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.config.model import FunctionConfig
 from statekeep.functions.config.spec import Layout, time_section
 from statekeep.functions.windowing.timerun import stored_watermark

@@ -22,7 +22,7 @@ import pytest
 
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.messaging import messages
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.config.spec import Layout, executor_spec

@@ -20,7 +20,7 @@ from statekeep.functions.config.loader import execute_file
 from statekeep.functions.config.schemacheck import static_variables
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.config.spec import executor_spec
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.server import create_app
 from statekeep.state import typed
 from statekeep.state.schemas import read_schemas, record_schemas

@@ -24,7 +24,8 @@ from statekeep.functions.windowing import timerun
 from statekeep.functions.config.spec import Layout, time_section
 from statekeep.functions.executor.context import Context
 from statekeep.server import create_app
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, FunctionRecordError, \
+from statekeep.functions.executor.errors import FunctionRecordError
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, \
     arrow_partition_runner
 from statekeep.state import typed
 from statekeep.state.buffer import BufferedState

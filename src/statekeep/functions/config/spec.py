@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: messages (see statekeep.functions.messaging.messages), the payload through the input's serde
 MESSAGE = "message"
 
-#: how the runtime decodes a record (see runtime.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
+#: how the runtime decodes a record (see path.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
 #: Arrow gives them (a dict per record; ``process_batch`` gets the Arrow table as it is)
 INPUT_FORMATS = ("json", "text", "message", "rows")
 
@@ -174,7 +174,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
         function_version=version, inputs=tuple(cfg.inputs),
         topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
-        # Pulsar's per-record error handling (see runtime.RecordPath.run_records); getattr: fields the config may lack
+        # Pulsar's per-record error handling (see path.RecordPath.run_records); getattr: fields the config may lack
         secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
         max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
         dead_letter=getattr(cfg, "deadLetterTopic", None) or None,

@@ -4,7 +4,7 @@
 ``__topic`` columns, or the operator's own columns and ``__key``) and gives the DataFrame that runs the function
 on them: records routed to their partitions (by key, or by key group for partition-owned or timed state: a
 layout decided once, when the query starts), then one ``mapInArrow`` task per partition and micro-batch
-(:func:`statekeep.functions.executor.runtime.arrow_partition_runner`), which takes its micro-batch's id from
+(:func:`statekeep.functions.executor.task.arrow_partition_runner`), which takes its micro-batch's id from
 Spark and its function's watermark from the committed state. No ``foreachBatch``: a micro-batch is the query's
 own plan, whatever sink the query writes to.
 
@@ -29,7 +29,7 @@ except ImportError as e:
     raise MissingDependencyError(f"running functions needs PySpark: pip install 'statekeep[spark]' ({e})") from e
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.driver.stats import add_batch
-from statekeep.functions.executor.runtime import arrow_partition_runner
+from statekeep.functions.executor.task import arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.state.keygroups import spark_routes
 
@@ -71,7 +71,7 @@ def function_plan(frame: DataFrame, spec: ExecutorSpec, parallelism: int, *, sch
 
 
 class StatsParam(AccumulatorParam[dict[str, Any]]):
-    """The accumulator of a function query's stats: a task adds its run's stats row (``runtime.STATS_SCHEMA``
+    """The accumulator of a function query's stats: a task adds its run's stats row (``executor.task.STATS_SCHEMA``
     with ``query`` and ``batch``); the driver sums them in the shape of its status
     (:mod:`statekeep.functions.driver.stats`): ``queries`` seen, ``processed``, ``skipped``, ``outputs``,
     ``instances``, ``batches`` (how many ran), ``last_batch`` and ``last`` (the newest one's rows)."""

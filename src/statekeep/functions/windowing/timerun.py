@@ -1,6 +1,6 @@
 """Time in one (batch, partition) run: windows, timers and TTL wired into the runtime's record loop.
 
-:class:`TimedRun` (built by :meth:`statekeep.functions.executor.runtime.RecordPath.keep_time` when the executor
+:class:`TimedRun` (built by :meth:`statekeep.functions.executor.path.RecordPath.keep_time` when the executor
 spec has a ``time`` section) gives the context its
 :class:`~statekeep.functions.windowing.timekeeping.TimeState` and, for a windowed function, the ``process`` the
 record loop calls instead (it puts the record in its windows and calls the user's function for each
