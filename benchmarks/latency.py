@@ -420,18 +420,18 @@ def _timed(times: dict[str, float], phase: str, fn: Callable[..., Any]) -> Calla
 def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., Any]:
     """``arrow_partition_runner`` with timers in the Python worker (patched there for the task, and
     restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
-    def runner(spec: dict[str, Any], report: Any = None) -> Callable[..., Any]:
+    def runner(spec: dict[str, Any], report: Any = None, *layout: Any) -> Callable[..., Any]:
         def run(batches: Any) -> Any:
             from pyspark import TaskContext
 
             from statekeep.functions.config.spec import ExecutorSpec
-            from statekeep.functions.executor import runtime
+            from statekeep.functions.executor import task as task_module
             from statekeep.functions.messaging.sink import OutputSink
 
             begun, times = time.time(), defaultdict(float)
             task = TaskContext.get()
-            batch_id = int(task.getLocalProperty(runtime.SPARK_BATCH_ID)) if task else 0
-            inner = plain(spec, report)
+            batch_id = int(task.getLocalProperty(task_module.SPARK_BATCH_ID)) if task else 0
+            inner = plain(spec, report, *layout)
             patched: list[tuple[Any, str, Any]] = []
 
             def patch(owner: Any, name: str, phase: str) -> None:  # AttributeError if renamed: no silent 0 ms row
@@ -465,7 +465,7 @@ def profiled_runner(directory: str, plain: Callable[..., Any]) -> Callable[..., 
                 times["arrow_wait"] += time.perf_counter() - start
 
             plain_store = ExecutorSpec.state_store
-            patch(runtime, "run_partition", "run_partition")
+            patch(task_module, "run_partition", "run_partition")  # as the task calls it
             patch(OutputSink, "write", "output")  # the output topic's file of (batch, partition)
             patched.append((ExecutorSpec, "state_store", plain_store))
             ExecutorSpec.state_store = stores  # type: ignore[method-assign]

@@ -234,14 +234,14 @@ PHASES = {"arrow_wait": "waiting for Arrow batches (shuffle read)",
 def profiled_runner(directory: str):
     """``arrow_partition_runner`` with timers around its phases (patched by name in the worker, and
     restored); each task writes its timings to ``directory/b<batch>-p<partition>.json``."""
-    def runner(spec: dict, report=None):
+    def runner(spec: dict, report=None, *layout):
         def run(batches):
             from pyspark import TaskContext
 
             from statekeep.functions.config.spec import ExecutorSpec
-            from statekeep.functions.executor import runtime
-            batch_id = TaskContext.get().getLocalProperty(runtime.SPARK_BATCH_ID)
-            inner = runtime.arrow_partition_runner(spec, report)  # built here: it sees the patches below
+            from statekeep.functions.executor import path, task
+            batch_id = TaskContext.get().getLocalProperty(task.SPARK_BATCH_ID)
+            inner = task.arrow_partition_runner(spec, report, *layout)  # built here: it sees the patches below
             times: dict[str, float] = defaultdict(float)
 
             def timed(phase, fn):
@@ -272,15 +272,15 @@ def profiled_runner(directory: str):
                 def task(self, *args):
                     return TimedTask(self.store.task(*args))
 
-            plain = (runtime.records_table, runtime.run_partition, ExecutorSpec.state_store)
+            plain = (path.records_table, task.run_partition, ExecutorSpec.state_store)
             ExecutorSpec.state_store = lambda spec: TimedStore(plain[2](spec))  # type: ignore[method-assign]
-            runtime.records_table = timed("decode", plain[0])
-            runtime.run_partition = timed("run_partition", plain[1])
+            path.records_table = timed("decode", plain[0])  # as the record path and the task call them
+            task.run_partition = timed("run_partition", plain[1])
             start = time.perf_counter()
             try:
                 yield from inner(waited(batches))
             finally:
-                runtime.records_table, runtime.run_partition, ExecutorSpec.state_store = plain  # type: ignore[method-assign]
+                path.records_table, task.run_partition, ExecutorSpec.state_store = plain  # type: ignore[method-assign]
             times["to_lists"] = time.perf_counter() - start - times["run_partition"] - times["arrow_wait"]
             other = sum(times[p] for p in ("marker", "prefetch", "decode", "apply"))
             times["calls"] = times.pop("run_partition") - other

@@ -524,9 +524,9 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     has passed; a function without timers says so; an unknown function's timers are a 404 with a reason."""
     import time
 
-    import dataclasses
 
     from statekeep.functions.windowing import timerun
+    from statekeep.functions.config.spec import Layout
     from statekeep.functions.executor.runtime import run_partition
     from statekeep.functions.config.service import FunctionService
     from statekeep.functions.config.spec import executor_spec
@@ -551,8 +551,8 @@ def test_timers_panel_lists_a_functions_timers_and_hides_time_state(server_proce
     store = spec.state_store()
     groups, parallelism = store.partitioning(1) or (128, 1)
     assert parallelism == 1
-    stats = run_partition(dataclasses.replace(spec, state_parallelism=1, time_groups=groups), 0, 0,
-                          [json.dumps(r) for r in records], record_keys=[r["k"] for r in records])
+    stats = run_partition(spec, 0, 0, [json.dumps(r) for r in records], record_keys=[r["k"] for r in records],
+                          layout=Layout(groups, 1))
     assert stats.processed == 4 and not stats.errors
     # windows [t0, t0+60s) of a and b and [t0+60s, t0+120s) of a fired (their event timers at end + 1 s:
     # a and b's first ones fired too, a's second is pending); c's window is open; watermark t0 + 120007

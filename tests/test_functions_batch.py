@@ -14,7 +14,8 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.executor.context import Context
 from statekeep.state.buffer import BufferedState
-from statekeep.functions.executor.runtime import FunctionRecordError, records_table
+from statekeep.functions.executor.errors import FunctionRecordError
+from statekeep.functions.executor.tables import records_table
 from support.specs import run_partition
 from statekeep.state import open_provider
 

@@ -10,7 +10,7 @@ from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.functions.executor.context import Context
 from statekeep.state.buffer import BufferedState
 from statekeep.functions.config.loader import RECORD
-from statekeep.functions.executor.runtime import RecordPath
+from statekeep.functions.executor.path import RecordPath
 from statekeep.functions.config.spec import ExecutorSpec
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from statekeep.functions.executor.runtime import FunctionRecordError
+from statekeep.functions.executor.errors import FunctionRecordError
 from support.specs import run_partition
 from statekeep.state import open_provider
 
@@ -86,7 +86,8 @@ def test_the_stats_row_holds_every_field_and_imports_no_pandas():
 
     script = '''
 import json, sys
-from statekeep.functions.executor.runtime import PartitionStats, _stats_batch, STATS_COLUMNS
+from statekeep.functions.executor.path import PartitionStats
+from statekeep.functions.executor.task import _stats_batch, STATS_COLUMNS
 stats = PartitionStats(3, processed=5, applied=False, errors=["a\\nb", "c"], latency=0.25,
                        metrics={"m": [1.5, 2, 0.5]}, watermark=-7)
 batch = _stats_batch(stats)

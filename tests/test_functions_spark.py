@@ -265,7 +265,7 @@ def test_changed_inputs_are_refused_in_one_line_before_anything_runs(spark, tmp_
 
 def test_stats_type_is_the_stats_schema_as_spark_parses_it(spark):
     from statekeep.functions.driver.spark import _stats_type
-    from statekeep.functions.executor.runtime import STATS_SCHEMA
+    from statekeep.functions.executor.task import STATS_SCHEMA
 
     assert _stats_type() == spark.createDataFrame([], STATS_SCHEMA).schema
 

@@ -4,7 +4,6 @@ and partition-owned state. The clock is injected (``timerun.CLOCK``): TTLs expir
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 from urllib.parse import quote
@@ -14,9 +13,9 @@ import pytest
 from statekeep.changelog import FollowerStore
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.windowing import timerun
-from statekeep.functions.executor.runtime import FunctionRecordError
+from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.config.model import FunctionConfig
-from statekeep.functions.config.spec import time_section
+from statekeep.functions.config.spec import Layout, time_section
 from statekeep.functions.windowing.timerun import stored_watermark
 from statekeep.functions.config.windowconfig import WindowConfig
 from statekeep.state import timestate
@@ -68,14 +67,14 @@ def run(spec, batch, records, parallelism=1, only=None):
     layout = store.partitioning(parallelism)
     if layout is not None:
         groups, parallelism = layout
-    spec = dataclasses.replace(typed(spec), state_parallelism=parallelism, time_groups=groups)
-    if spec.time is not None:  # the function's watermark before the batch (the largest of the partitions')
-        spec = dataclasses.replace(spec, watermark_previous=stored_watermark(store, batch))
+    spec = typed(spec)
+    # the function's watermark before the batch (the largest of the partitions')
+    layout = Layout(groups, parallelism, stored_watermark(store, batch) if spec.time is not None else None)
     stats = []
     for p in range(parallelism) if only is None else only:
         mine = [r for r in records if key_group(r["k"], groups) * parallelism // groups == p]
         lines = [json.dumps(r) for r in mine]
-        stats.append(run_partition(spec, batch, p, lines, record_keys=[r["k"] for r in mine]))
+        stats.append(run_partition(spec, batch, p, lines, record_keys=[r["k"] for r in mine], layout=layout))
     return stats
 
 
@@ -236,7 +235,7 @@ def test_message_input_event_times_come_from_json_lines_and_message_metadata(bas
     code = "def process(input, context):\n    context.register_timer(10_000)\n\ndef on_timer(key, ts, ctx):\n    pass\n"
     spec = {**base_spec, "code": code, "input_format": "message", "source_format": "message",
             "user_config": {"eventTimeField": "ts"}, "time": {"window": None, "ttl_ms": None}}
-    spec = dataclasses.replace(typed(spec), state_parallelism=1, time_groups=128)
+    spec = typed(spec)
     lines = [JSON_LINE + json.dumps({"k": "x", "ts": 300, "at": 400}), JSON_LINE + "[1, 2]",
              json.dumps(Message(json.dumps({"k": "y", "ts": 900, "at": 950}), "y", event_time=200).to_json())]
     stats = run_partition(spec, 0, 0, lines, record_keys=["x", None, "y"])

@@ -13,7 +13,7 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.config.spec import executor_spec
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.functions.messaging.rows import row_maker, rows_table
 
 SCHEMA = pa.schema([("word", pa.string()), ("n", pa.int64())])

@@ -19,7 +19,7 @@ from statekeep.functions.admin import lifecycle
 from statekeep.functions.driver import stats
 from statekeep.functions.config.loader import (BATCH, NATIVE, RECORD, FunctionLoadError, load_function,
                                                validate_function_source)
-from statekeep.functions.executor.runtime import FunctionRecordError
+from statekeep.functions.executor.errors import FunctionRecordError
 from support.specs import run_partition
 from statekeep.functions.config.service import FunctionService
 from statekeep.state import open_provider

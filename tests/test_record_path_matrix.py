@@ -22,10 +22,10 @@ import pytest
 
 from statekeep.functions.admin import lifecycle
 from statekeep.functions.messaging import messages
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.config.spec import executor_spec
+from statekeep.functions.config.spec import Layout, executor_spec
 from statekeep.functions.messaging.topics import directory
 from statekeep.state.partitioned import state_storage
 from conftest import BACKENDS
@@ -190,8 +190,7 @@ def feed(registry, url, monkeypatch, records):
 
     spec = executor_spec(registry, url, "t", "n", "f")[0]
     groups, partitions = routing(spec, spec.state_store(), 1)  # as function_plan lays the query out
-    if groups is not None:
-        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
+    layout = Layout(groups, partitions) if groups is not None else Layout()
     task = _Task(0)
     monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: task))
     lines = [json.dumps(r) for r in records]
@@ -200,7 +199,7 @@ def feed(registry, url, monkeypatch, records):
     batches = [pa.RecordBatch.from_pydict({"__record": pa.array(lines[a:b], pa.string()),
                                            "__key": pa.array(keys[a:b], pa.string())})
                for a, b in ((0, half), (half, len(lines)))]
-    (stats,) = arrow_partition_runner(spec)(iter(batches))
+    (stats,) = arrow_partition_runner(spec, None, layout)(iter(batches))
     return stats.to_pylist()[0]
 
 
@@ -259,7 +258,6 @@ def test_the_executor_spec_is_frozen_checked_once_and_travels_to_executors(tmp_p
     """Built by ``executor_spec`` on the driver, it pickles to executors whole (Spark ships it in the runner's
     closure); nothing changes it after (a batch's parts are a new spec), and a value the runtime cannot run
     is refused when it is built, not when a record meets it."""
-    import dataclasses
     import pickle
 
     from statekeep.errors import InvalidArgumentError
@@ -277,8 +275,6 @@ def test_the_executor_spec_is_frozen_checked_once_and_travels_to_executors(tmp_p
     assert pickle.loads(pickle.dumps(spec)) == spec
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.output = "elsewhere"  # type: ignore[misc]
-    batch = dataclasses.replace(spec, state_parallelism=4, watermark_previous=7)
-    assert (spec.state_parallelism, spec.watermark_previous) == (1, None) and batch.state_parallelism == 4
     with pytest.raises(InvalidArgumentError, match="input format"):
         dataclasses.replace(spec, input_format="csv")
     with pytest.raises(InvalidArgumentError, match="max_retries"):

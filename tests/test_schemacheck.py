@@ -20,7 +20,7 @@ from statekeep.functions.config.loader import execute_file
 from statekeep.functions.config.schemacheck import static_variables
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.config.spec import executor_spec
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.server import create_app
 from statekeep.state import typed
 from statekeep.state.schemas import read_schemas, record_schemas
@@ -235,7 +235,7 @@ def fn(tmp_path, monkeypatch):
     def run_batch(batch: int, rows: list[dict]) -> list[dict]:
         spec = dataclasses.replace(executor_spec(service.registry, url, "public", "default", "f")[0],
                                    input_format="rows", source_format="rows", output=str(tmp_path / "rows"),
-                                   output_format="arrow", state_parallelism=1,
+                                   output_format="arrow",
                                    rows_schema=pa.schema([("user", pa.string()), ("n", pa.float64())]))
         monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: _Task(batch)))
         records = pa.RecordBatch.from_pylist([{**r, "__key": r["user"]} for r in rows])

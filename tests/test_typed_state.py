@@ -21,10 +21,11 @@ from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.driver.sources import StatekeepStateSource
 from statekeep.functions.executor import context as context_module
 from statekeep.functions.windowing import timerun
-from statekeep.functions.config.spec import time_section
+from statekeep.functions.config.spec import Layout, time_section
 from statekeep.functions.executor.context import Context
 from statekeep.server import create_app
-from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID, FunctionRecordError, \
+from statekeep.functions.executor.errors import FunctionRecordError
+from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, \
     arrow_partition_runner
 from statekeep.state import typed
 from statekeep.state.buffer import BufferedState
@@ -189,7 +190,7 @@ def runner(request, tmp_path, monkeypatch):
         # as apply_function builds it: the time section from the function's own source
         spec = dataclasses.replace(base, entry=function, input_format="rows", source_format="rows",
                                    output=str(tmp_path / "rows"), output_format="arrow", rows_schema=schema,
-                                   state_parallelism=2, time=time_section(cfg, inspect.getsource(function)))
+                                   time=time_section(cfg, inspect.getsource(function)))
         if provider == "partitioned":  # what the driver does before each micro-batch
             service.registry.state_store("public", "default", "typed").prepare_batch(2)
         out = []
@@ -199,7 +200,8 @@ def runner(request, tmp_path, monkeypatch):
                 continue
             monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls, p=partition: _Task(batch, p)))
             records = pa.RecordBatch.from_pylist([{**r, "__key": r["user"]} for r in mine])
-            out += [r for b in arrow_partition_runner(spec)(iter([records])) for r in b.to_pylist()]
+            runner = arrow_partition_runner(spec, None, Layout(128, 2))
+            out += [r for b in runner(iter([records])) for r in b.to_pylist()]
         return out
 
     task.service, task.clock, task.provider, task.url = service, clock, provider, url

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from statekeep.functions.executor import runtime
+from statekeep.functions.executor.path import PartitionStats
 from statekeep.functions.config.spec import ExecutorSpec
 
 
@@ -14,7 +15,7 @@ def typed(spec: Any) -> ExecutorSpec:
     return spec if isinstance(spec, ExecutorSpec) else ExecutorSpec(**spec)
 
 
-def run_partition(spec: Any, *args: Any, **kwargs: Any) -> runtime.PartitionStats:
+def run_partition(spec: Any, *args: Any, **kwargs: Any) -> PartitionStats:
     return runtime.run_partition(typed(spec), *args, **kwargs)
 
 

@@ -18,7 +18,6 @@ function the runner runs.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -32,7 +31,7 @@ from statekeep.functions.config.objectsource import object_source, stub
 from statekeep.functions.messaging.rows import DEFAULT_SCHEMA
 from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
 from statekeep.functions.messaging.sink import claim
-from statekeep.functions.config.spec import time_section
+from statekeep.functions.config.spec import TimeSpec, time_section
 from statekeep.functions.windowing.timerun import with_clock_source
 from statekeep.state.base import Capability
 from statekeep.metadata.registry import default_store_url
@@ -150,6 +149,10 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         registered["keyField"] = key_name
     if state_dir is not None:
         registered["stateStorage"] = state_storage(state_dir)
+    kafka = KAFKA_COLUMNS <= set(df.columns) and dict(df.dtypes).get("value") == "binary"
+    topic = kafka and "topic" in df.columns
+    event_column, delay = _watermark(df)
+
     with FunctionService.open(url) as service:
         registry = service.registry
         try:
@@ -157,30 +160,32 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
             registry.update(tenant, namespace, fname, registered, code)
         except NotFoundError:
             registry.create(registered, code)
-        spec, _ = executor_spec(registry, url, tenant, namespace, fname)
-        incarnation = registry.incarnation(tenant, namespace, fname)
-        cfg = registry.get(tenant, namespace, fname)
-    if entry is not None:  # its time section from its own source (None: unknown, taken to keep time)
-        spec = dataclasses.replace(spec, entry=entry, entry_kind=kind, time=time_section(cfg, source))
-    event_column, delay = _watermark(df)
-    if spec.time is not None and event_column is not None:  # the input's withWatermark: its event time and delay
-        user_config = {"eventTimeField": event_column, **spec.user_config}
-        lag = spec.time.lag_ms if spec.time.lag_ms is not None or spec.time.window else delay
-        spec = dataclasses.replace(spec, user_config=user_config, time=dataclasses.replace(spec.time, lag_ms=lag))
-    kafka = KAFKA_COLUMNS <= set(df.columns) and dict(df.dtypes).get("value") == "binary"
+        output = f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{registry.incarnation(tenant, namespace, fname)}"
+
+        def operator_fields(cfg: Any) -> dict[str, Any]:
+            """The spec's fields the operator sets: its entry object and its time section from its own source (None:
+            unknown, taken to keep time), the input's withWatermark (its event time and delay), formats, rows."""
+            fields: dict[str, Any] = {}
+            timed = time_section(cfg, source if entry is not None else code.decode())
+            if entry is not None:
+                fields.update(entry=entry, entry_kind=kind, time=timed)
+            if timed is not None and event_column is not None:
+                lag = timed.lag_ms if timed.lag_ms is not None or timed.window else delay
+                fields.update(user_config={"eventTimeField": event_column, **cfg.userConfig},
+                              time=TimeSpec(timed.window, timed.ttl_ms, timed.ttl_used, lag))
+            fmt = "message" if kafka else "rows"
+            return {**fields, "input_format": fmt, "source_format": fmt, "topic_column": topic, "output": output,
+                    "output_format": "arrow", "rows_schema": to_arrow_schema(schema),
+                    "run_id": None if df.isStreaming else time.time_ns() // 1000}
+
+        spec, _ = executor_spec(registry, url, tenant, namespace, fname, fields=operator_fields)
     key_column = ((F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)).cast("string")
-    topic = kafka and "topic" in df.columns
     if kafka:  # each row a message record: its key, value, headers and timestamp as a Pulsar message's
         frame = df.select(kafka_message(df).alias("__record"), key_column.alias("__key"),
                           *([F.col("topic").cast("string").alias("__topic")] if topic else []))
     else:  # the row's columns as they are (the event time column in ms): a dict per record, or a Table
         frame = df.select(*[F.unix_millis(F.col(c)).alias(c) if c == event_column and spec.time is not None
                             else F.col(c) for c in df.columns], key_column.alias("__key"))
-    spec = dataclasses.replace(
-        spec, input_format="message" if kafka else "rows", source_format="message" if kafka else "rows",
-        topic_column=topic, output=f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{incarnation}",
-        output_format="arrow", rows_schema=to_arrow_schema(schema),
-        run_id=None if df.isStreaming else time.time_ns() // 1000)
     if spec.time is not None and df.isStreaming:  # a micro-batch each second while idle: processing-time timers
         frame = with_clock_source(frame)
     if spec.run_id is not None and Capability.PARTITIONED in spec.state_store().capabilities:

@@ -30,7 +30,7 @@ from statekeep.state.buffer import BufferedState
 
 if TYPE_CHECKING:
     from statekeep.functions.config.registry import FunctionRegistry
-    from statekeep.functions.executor.runtime import RecordPath
+    from statekeep.functions.executor.path import RecordPath
 
 STOPPED, RESTARTS = "stopped", "restarts"
 
@@ -104,7 +104,9 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
     from statekeep.functions.messaging import messages
-    from statekeep.functions.executor.runtime import FunctionRecordError, RecordPath, commit_run
+    from statekeep.functions.executor.errors import FunctionRecordError
+    from statekeep.functions.executor.path import RecordPath
+    from statekeep.functions.executor.runtime import commit_run
     from statekeep.functions.messaging.messages import output_sink, published_targets
     from statekeep.functions.config.spec import executor_spec
 

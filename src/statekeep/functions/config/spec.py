@@ -5,7 +5,7 @@ with the runner."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: messages (see statekeep.functions.messaging.messages), the payload through the input's serde
 MESSAGE = "message"
 
-#: how the runtime decodes a record (see runtime.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
+#: how the runtime decodes a record (see path.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
 #: Arrow gives them (a dict per record; ``process_batch`` gets the Arrow table as it is)
 INPUT_FORMATS = ("json", "text", "message", "rows")
 
@@ -42,9 +42,21 @@ class TimeSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a run of a function stands in its query, which the driver decides and the function's spec does not
+    say: the state's ``groups`` key groups over ``partitions`` partitions (partition-owned or time state, see
+    :func:`statekeep.functions.windowing.timerun.routing`: once per query) and the function's ``watermark``
+    before the micro-batch (a function keeping time: per micro-batch, from its committed state)."""
+
+    groups: int = KEY_GROUPS
+    partitions: int = 1
+    watermark: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutorSpec:
-    """What executors need to run a function. Immutable: a micro-batch's parts (``state_parallelism``,
-    ``time_groups``, ``watermark_previous``) are set by the driver with :func:`dataclasses.replace`.
+    """What executors need to run a function, built once (:func:`executor_spec`) and never changed: where a run
+    stands in its query (its partitions, the watermark before its micro-batch) is its :class:`Layout`.
     Raises :class:`InvalidArgumentError` when built with a value the runtime cannot run."""
 
     tenant: str
@@ -79,9 +91,6 @@ class ExecutorSpec:
     log_topic: str | None = None
     topics_dir: str | None = None
     trigger_interval_ms: int = 0  # the driver's: ms between micro-batch starts (0: as soon as possible)
-    state_parallelism: int = 1  # per micro-batch: partitions of partition-owned (or timed) state
-    time_groups: int = KEY_GROUPS  # per micro-batch: key groups of timed state
-    watermark_previous: int | None = None  # per micro-batch: the function's watermark before it
     # the DataFrame operator's (statekeep.spark.operator): the function as a Python object (a callable
     # or a pulsar.Function class) instead of ``code``, with its kind (loader.RECORD, NATIVE or BATCH); the
     # pyarrow.Schema of its output rows, kept with each (batch, partition)'s commit (None: the runner, whose
@@ -135,10 +144,13 @@ def time_section(config: Any, code: str | None) -> TimeSpec | None:
 
 
 def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, namespace: str, name: str, *,
-                  skip_errors: bool | None = None) -> tuple[ExecutorSpec, FunctionConfig]:
+                  skip_errors: bool | None = None,
+                  fields: Callable[[FunctionConfig], Mapping[str, Any]] | None = None
+                  ) -> tuple[ExecutorSpec, FunctionConfig]:
     """What executors need to run a registered function (code, provider, formats), checked, and its
     :class:`FunctionConfig`. The provider config names the store by URL, since an open store cannot
-    travel to another process."""
+    travel to another process. ``fields(config)``: spec fields to build it with instead of the config's (the
+    DataFrame operator's: its entry object, formats, output rows), so the spec is built once."""
     cfg = registry.get(tenant, namespace, name)
     entry = registry.catalog.get(tenant, namespace, name)
     version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
@@ -148,8 +160,9 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     if cfg.input_serdes() or cfg.customSchemaInputs or any(carries_messages(i) for i in cfg.inputs):
         input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
     user_config = dict(cfg.userConfig)
-    spec = ExecutorSpec(
-        tenant, namespace, name, code, py_name=cfg.py or f"{name}.py", state_provider=provider,
+    built = dict(
+        tenant=tenant, namespace=namespace, name=name, code=code, py_name=cfg.py or f"{name}.py",
+        state_provider=provider,
         state_config=provider_config, input_format=input_format if input_format in ("text", MESSAGE) else "json",
         source_format=input_format, key_field=cfg.keyField, output=cfg.output,
         store_url=metadata_url,  # the registry, where a statekeep:// input function is found
@@ -161,7 +174,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
         function_version=version, inputs=tuple(cfg.inputs),
         topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
-        # Pulsar's per-record error handling (see runtime.RecordPath.run_records); getattr: fields the config may lack
+        # Pulsar's per-record error handling (see path.RecordPath.run_records); getattr: fields the config may lack
         secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
         max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),
         dead_letter=getattr(cfg, "deadLetterTopic", None) or None,
@@ -170,7 +183,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
         input_schemas=dict(cfg.customSchemaInputs or {}), trigger_interval_ms=cfg.triggerIntervalMs or 0,
         topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
-    return spec, cfg
+    return ExecutorSpec(**{**built, **(fields(cfg) if fields is not None else {})}), cfg
 
 
 def _retries(value: Any) -> int | None:

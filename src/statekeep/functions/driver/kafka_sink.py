@@ -98,7 +98,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         from pyspark import TaskContext
 
-        from statekeep.functions.executor.runtime import SPARK_BATCH_ID, SPARK_QUERY_ID
+        from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID
         from statekeep.functions.messaging.kafka import KafkaDelivery
 
         task = TaskContext.get()

@@ -4,7 +4,7 @@
 ``__topic`` columns, or the operator's own columns and ``__key``) and gives the DataFrame that runs the function
 on them: records routed to their partitions (by key, or by key group for partition-owned or timed state: a
 layout decided once, when the query starts), then one ``mapInArrow`` task per partition and micro-batch
-(:func:`statekeep.functions.executor.runtime.arrow_partition_runner`), which takes its micro-batch's id from
+(:func:`statekeep.functions.executor.task.arrow_partition_runner`), which takes its micro-batch's id from
 Spark and its function's watermark from the committed state. No ``foreachBatch``: a micro-batch is the query's
 own plan, whatever sink the query writes to.
 
@@ -15,7 +15,6 @@ totals to a callback after each micro-batch of its query and at the query's end.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -28,9 +27,9 @@ try:  # the plan of a function's query: Spark itself
     from pyspark.sql.streaming.listener import StreamingQueryListener
 except ImportError as e:
     raise MissingDependencyError(f"running functions needs PySpark: pip install 'statekeep[spark]' ({e})") from e
-from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.driver.stats import add_batch
-from statekeep.functions.executor.runtime import arrow_partition_runner
+from statekeep.functions.executor.task import arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.state.keygroups import spark_routes
 
@@ -54,25 +53,25 @@ def route_column(groups: int, parallelism: int) -> Column:
 
 
 def function_plan(frame: DataFrame, spec: ExecutorSpec, parallelism: int, *, schema: Any,
-                  report: Callable[[dict[str, Any]], None] | None = None) -> tuple[DataFrame, ExecutorSpec]:
+                  report: Callable[[dict[str, Any]], None] | None = None) -> tuple[DataFrame, Layout]:
     """``frame`` (with a ``__key`` column) through the function of ``spec``, whose parallelism is ``parallelism``:
-    ``(the DataFrame of what its tasks give, in ``schema``, the spec they run)``. Its partitions are
+    ``(the DataFrame of what its tasks give, in ``schema``, the layout they run in)``. Its partitions are
     :func:`~statekeep.functions.windowing.timerun.routing`'s (the one partition rule): with partition-owned state
     (its layout created, or rescaled, here) or time state, records go to the partition owning their key's group.
     ``report`` takes each task's stats row."""
     groups, partitions = routing(spec, spec.state_store(), parallelism)
-    by = "__key"
+    by, layout = "__key", Layout()
     if groups is not None:  # each record to the partition owning its key's group
-        spec = dataclasses.replace(spec, time_groups=groups, state_parallelism=partitions)
+        layout = Layout(groups, partitions)
         frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
     # one key's records to one partition by Spark's hash partitioning: a shuffle of the input read once (a union of
     # filtered copies would make each copy a source of its own in a streaming query)
     frame = frame.coalesce(1) if partitions == 1 else frame.repartition(partitions, by)
-    return frame.mapInArrow(arrow_partition_runner(spec, report), schema), spec
+    return frame.mapInArrow(arrow_partition_runner(spec, report, layout), schema), layout
 
 
 class StatsParam(AccumulatorParam[dict[str, Any]]):
-    """The accumulator of a function query's stats: a task adds its run's stats row (``runtime.STATS_SCHEMA``
+    """The accumulator of a function query's stats: a task adds its run's stats row (``executor.task.STATS_SCHEMA``
     with ``query`` and ``batch``); the driver sums them in the shape of its status
     (:mod:`statekeep.functions.driver.stats`): ``queries`` seen, ``processed``, ``skipped``, ``outputs``,
     ``instances``, ``batches`` (how many ran), ``last_batch`` and ``last`` (the newest one's rows)."""

@@ -2,7 +2,7 @@
 
 The driver reads the inputs with Spark's own sources (:func:`input_frame`) and runs the function on them in the
 query's own plan, as the DataFrame operator does (:mod:`statekeep.functions.driver.plan`): each record to a
-partition by its key, :func:`statekeep.functions.executor.runtime.arrow_partition_runner` on every partition
+partition by its key, :func:`statekeep.functions.executor.task.arrow_partition_runner` on every partition
 (records travel as Arrow batches, not pickled rows), into Spark's ``noop`` sink. See runtime.py for how state
 stays exactly-once.
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError, StoreClosedError
 from statekeep.functions.messaging.messages import JSON_LINE
-from statekeep.functions.executor.runtime import STATS_COLUMNS
+from statekeep.functions.executor.task import STATS_COLUMNS
 from statekeep.functions.config.spec import MESSAGE, ExecutorSpec, executor_spec
 from statekeep.functions.driver.sparkpython import spark_python
 from statekeep.functions.messaging.kafka import is_kafka
@@ -394,7 +394,7 @@ class FunctionQuery:
         self.spark.streams.addListener(listener)
         plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism, schema=_stats_type(),
                                                             report=self._stats.add))
-        self._partitions = running.state_parallelism  # a function keeping time is laid out by key group
+        self._partitions = running.partitions  # a function keeping time is laid out by key group
         writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))
         writer = (writer.trigger(availableNow=True) if self.once

@@ -32,7 +32,7 @@ def _empty_instance() -> dict[str, Any]:
 
 def add_batch(instances: dict[str, dict[str, Any]], rows: Iterable[Mapping[str, Any]],
               now_ms: int | None = None) -> None:
-    """Add one micro-batch's stats rows (``runtime.STATS_SCHEMA``) to ``instances`` (partition as
+    """Add one micro-batch's stats rows (``executor.task.STATS_SCHEMA``) to ``instances`` (partition as
     str -> totals, JSON-ready, changed in place). A row of a replayed, already applied partition
     (``applied`` false and nothing received) changes nothing."""
     now = int(time.time() * 1000) if now_ms is None else now_ms

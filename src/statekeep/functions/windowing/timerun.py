@@ -1,6 +1,6 @@
 """Time in one (batch, partition) run: windows, timers and TTL wired into the runtime's record loop.
 
-:class:`TimedRun` (built by :meth:`statekeep.functions.executor.runtime.RecordPath.keep_time` when the executor
+:class:`TimedRun` (built by :meth:`statekeep.functions.executor.path.RecordPath.keep_time` when the executor
 spec has a ``time`` section) gives the context its
 :class:`~statekeep.functions.windowing.timekeeping.TimeState` and, for a windowed function, the ``process`` the
 record loop calls instead (it puts the record in its windows and calls the user's function for each
@@ -11,12 +11,11 @@ runtime writes outputs and commits.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.config.spec import ExecutorSpec
+from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.config.locations import carries_messages
 from statekeep.functions.windowing.windows import Aggregate, Window, Windows
@@ -44,16 +43,15 @@ def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | Non
 class TimedRun:
     """See the module docstring. ``process`` is the user's entry point; ``emit`` takes an output record."""
 
-    def __init__(self, spec: ExecutorSpec, state: Any, partition: int, context: Any,
+    def __init__(self, spec: ExecutorSpec, layout: Layout, state: Any, partition: int, context: Any,
                  process: Callable[..., Any], emit: Callable[[Any], None], batch: int | None = None) -> None:
         section = spec.time
         assert section is not None  # built only for a spec with a time section (RecordPath.keep_time)
-        groups = spec.time_groups
-        owned = group_range(partition, spec.state_parallelism, groups)
+        owned = group_range(partition, layout.partitions, layout.groups)
         window = section.window
         lag = section.lag_ms if section.lag_ms is not None else (window or {}).get("lag", 0)
-        self.time = TimeState(state, groups, owned, lag_ms=lag, ttl_ms=section.ttl_ms, ttl_used=section.ttl_used,
-                              clock=CLOCK, previous=spec.watermark_previous, batch=batch)
+        self.time = TimeState(state, layout.groups, owned, lag_ms=lag, ttl_ms=section.ttl_ms,
+                              ttl_used=section.ttl_used, clock=CLOCK, previous=layout.watermark, batch=batch)
         self.context = context
         self.user_process = process
         self.emit = emit
@@ -196,16 +194,14 @@ def routing(spec: ExecutorSpec, store: Any, parallelism: int, *, prepare: bool =
     return found if found is not None else (None, wanted)
 
 
-def one_record(spec: ExecutorSpec, store: Any, parallelism: int, key: str | None) -> tuple[ExecutorSpec, int]:
-    """For a run of one record outside the micro-batches (a trigger) of a function keeping time: ``spec``
-    as the driver completes it for a micro-batch (:func:`routing` as the state stands, the function's
-    committed watermark) and the partition that batch routes a record of ``key`` to (0 without a key, as
-    Spark's routing)."""
+def one_record(spec: ExecutorSpec, store: Any, parallelism: int, key: str | None) -> tuple[Layout, int]:
+    """For a run of one record outside the micro-batches (a trigger) of a function keeping time: the layout a
+    micro-batch would run in (:func:`routing` as the state stands, the function's committed watermark) and the
+    partition that batch routes a record of ``key`` to (0 without a key, as Spark's routing)."""
     groups, parallelism = routing(spec, store, parallelism, prepare=False)
     assert groups is not None  # a spec with a time section is routed by key group
-    spec = dataclasses.replace(spec, state_parallelism=parallelism, time_groups=groups,
-                               watermark_previous=stored_watermark_of(store))
-    return spec, 0 if key is None else owner(key_group(key, groups), parallelism, groups)
+    layout = Layout(groups, parallelism, stored_watermark_of(store))
+    return layout, 0 if key is None else owner(key_group(key, groups), parallelism, groups)
 
 
 def stored_watermark(store: Any, batch: int) -> int | None:

@@ -1,0 +1,311 @@
+"""One (batch, partition) run of a function, from its records to its outputs: :class:`RecordPath`, the one record
+path of every entry point and of a trigger's one record, with its statistics (:class:`PartitionStats`) and errors
+(:class:`FunctionRecordError`). :mod:`statekeep.functions.executor.runtime` runs it over a micro-batch's partition
+and commits it."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function, entry_point
+from statekeep.functions.config.spec import ExecutorSpec, Layout
+from statekeep.functions.executor.context import Context, RecordSource, is_valid_key
+from statekeep.functions.executor.errors import FunctionRecordError, ProcessingTimeout
+from statekeep.functions.executor.tables import batch_output, records_table
+from statekeep.functions.messaging.jsonscan import loads_at
+from statekeep.functions.messaging.messages import dead_letter_message, function_logger, message_decoder, output_wrapper
+from statekeep.functions.windowing import timerun
+from statekeep.lru import BoundedLRU
+from statekeep.metadata import MetadataStore
+from statekeep.state.buffer import BufferedState, JournaledState
+from statekeep.state.schemas import read_schemas, registry_store
+
+MAX_EXCEPTIONS = 10
+
+
+@dataclass
+class PartitionStats:
+    partition: int
+    processed: int = 0
+    skipped: int = 0
+    outputs: int = 0
+    applied: bool = True
+    errors: list[str] = field(default_factory=list)
+    received: int = 0
+    user_exceptions: int = 0  # every failed attempt (a record retried twice then skipped counts 3)
+    dead_letters: int = 0
+    latency: float = 0.0  # seconds spent in the function for this partition's records
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # record_metric: name -> [sum, count, last]
+    exceptions: list[list[Any]] = field(default_factory=list)  # latest [message, time ms]
+    watermark: int | None = None  # the partition's event-time watermark after the batch (timekeeping)
+    next_event: int | None = None  # its earliest timer left in event time, and in processing time
+    next_processing: int | None = None
+    rows: Any = None  # the DataFrame operator's output rows of the run (a pyarrow Table), or None
+
+    def user_exception(self, message: str) -> None:
+        self.user_exceptions += 1
+        self.exceptions.append([message, int(time.time() * 1000)])
+        del self.exceptions[:-MAX_EXCEPTIONS]
+
+
+#: id of an operator's function object -> (the object, its entry point and kind): the function as it arrived with the
+#: task (a class is instantiated once per object, as the loader's cache does for a file's class)
+_objects: BoundedLRU[int, tuple[Any, tuple[Callable[..., Any], str]]] = BoundedLRU(64)
+_objects_lock = threading.Lock()
+
+
+def _cached_process(spec: ExecutorSpec) -> tuple[Callable[..., Any], str]:
+    """(entry point, kind) of the spec's code, loaded once per executor process (the loader's cache), or of its
+    ``entry`` object (the DataFrame operator's)."""
+    try:
+        if spec.entry is None:
+            return cached_function(spec.code, spec.py_name, spec.class_name)
+        with _objects_lock:
+            found = _objects.get(id(spec.entry))
+            if found is None or found[0] is not spec.entry:
+                found = _objects.put(id(spec.entry), (spec.entry, entry_point(spec.entry, spec.entry_kind == BATCH)))
+            return found[1]
+    except FunctionLoadError as e:
+        raise FunctionRecordError(str(e)) from None
+
+
+class RecordPath:
+    """One (batch, partition) run of a function, the one path from Spark's iterator to the commit of every
+    entry point (per record, native, class, ``process_batch``, windowed, timers, retries and dead letters)
+    and of :func:`statekeep.functions.admin.lifecycle.trigger` (a one-record run). Its steps, each here once:
+    decode (:attr:`decode`: JSON as ``json.loads``, a message through its input's serde, text as it is;
+    :func:`records_table` for ``process_batch``), state (``state``, the batch's buffer, which the caller
+    prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records` through the one
+    per-record :meth:`loop`, :meth:`run_table`, then :meth:`finish`), outputs (:attr:`outputs` as the output
+    holds them, :attr:`fired` by timers and windows, :attr:`dead` letters; :meth:`output`) and errors
+    (:class:`FunctionRecordError` naming the record, or the spec's retries, skips and dead letters).
+    ``wrap=False`` keeps results as returned (the trigger's answer). :class:`FunctionLoadError` if a
+    ``message`` input's serde cannot be loaded.
+    """
+
+    __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
+                 "decode", "wrap", "timed", "outputs", "fired", "dead", "stats", "registry")
+
+    def __init__(self, spec: ExecutorSpec, batch_id: int | str, partition: int, state: BufferedState,
+                 source: RecordSource | None, process: Callable[..., Any], kind: str, *, wrap: bool = True) -> None:
+        self.spec, self.batch_id, self.partition, self.state, self.kind = spec, batch_id, partition, state, kind
+        self.context = context = Context(
+            spec.tenant, spec.namespace, spec.name, state, spec.user_config, function_logger(spec, partition),
+            function_id=spec.function_id, function_version=spec.function_version, instance_id=partition,
+            inputs=list(spec.inputs), output=spec.output, secrets=spec.secrets, source=source,
+            output_serde=spec.output_serde)
+        #: the function registry's store, where typed variables' schemas are recorded (None: none to check)
+        self.registry: Callable[[], MetadataStore] | None = (
+            functools.partial(registry_store, spec.store_url) if spec.store_url else None)
+        context.load_schemas = self._recorded_schemas
+        if kind == NATIVE:  # Pulsar's native function: process(input)
+            process = functools.partial(_native, process)
+        self.user_process = self.process = process
+        self.decode: Callable[[Any], Any] = (
+            _identity if kind == BATCH
+            else message_decoder(spec, context.get_current_message_topic_name)
+            if spec.input_format == "message" else loads_at if spec.input_format == "json" else _identity)
+        self.wrap: Callable[[Any], Any] = output_wrapper(spec, context) if wrap else _identity
+        self.timed: timerun.TimedRun | None = None
+        self.outputs: list[Any] = []
+        self.fired: list[Any] = []
+        self.dead: list[Any] = []
+        self.stats = PartitionStats(partition)
+
+    def _recorded_schemas(self) -> dict[str, dict[str, Any]]:
+        spec = self.spec
+        return {} if self.registry is None else read_schemas(self.registry(), spec.tenant, spec.namespace, spec.name)
+
+    def keep_time(self, layout: Layout, partition: int, keys: Iterable[Any] = ()) -> None:
+        """Wire the function's time in, if it keeps any (``spec.time``): ``layout`` is the run's (its key groups,
+        partitions and watermark before the batch) and ``partition`` the one whose key groups this run owns;
+        ``keys``' time entries are read in the batch's bulk read. :class:`FunctionRecordError` for a windowed
+        ``process_batch``."""
+        spec = self.spec
+        if spec.time is None:
+            return
+        timed = timerun.TimedRun(spec, layout, self.state, partition, self.context, self.user_process,
+                                 self.fired.append, self.batch_id if isinstance(self.batch_id, int) else None)
+        if self.kind == BATCH and timed.windows is not None:
+            raise FunctionRecordError(f"{spec.fqfn}: {timerun.BATCH_WINDOWS}")
+        timed.prefetch(k for k in keys if is_valid_key(k))
+        self.timed = timed
+        if self.kind != BATCH:
+            self.process = timed.process
+
+    def run_records(self, records: list[Any], record_keys: list[Any] | None = None, *, careful: bool = False) -> None:
+        """Run the function on each record, in order, through :meth:`loop`. Not ``careful``: the first failing
+        record (its decode too) raises :class:`FunctionRecordError`. ``careful`` (the spec's ``skip_errors``,
+        ``max_retries``, ``dead_letter`` or ``timeout_ms``; ``state`` a :class:`JournaledState`): a record that
+        raises, or takes longer than ``timeout_ms``, is a user exception whose state changes and published
+        messages are taken back; it is retried up to ``max_retries`` times, then written to ``dead`` if the spec
+        has a dead letter, else skipped (``max_retries`` set or ``skip_errors``), else it raises. A
+        :attr:`~statekeep.functions.windowing.windows.Windows.bulk` windowed function (``record_keys`` given)
+        adds each record to its window in the loop itself (:meth:`Windows.bulk_process`)."""
+        stats, timed = self.stats, self.timed
+        stats.received += len(records)
+        given_up = stats.skipped + stats.dead_letters
+        if careful:
+            self.loop(records, self._careful(), _identity)  # the careful call decodes: a malformed record fails in it
+        elif timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
+            process, observe = timed.windows.bulk_process(record_keys, self.process)
+            self.loop(records, process, self.decode)
+            observe()
+        else:
+            self.loop(records, self.process, self.decode)
+        stats.processed += len(records) - (stats.skipped + stats.dead_letters - given_up)
+        self.context.position = -1
+
+    def loop(self, records: list[Any], process: Callable[[Any, Any], Any], decode: Callable[[Any], Any]) -> None:
+        """THE per-record loop: ``process(decode(record), context)`` for each record, in order, with
+        ``context.position`` its position; a result that is not None is an output record. The first record
+        whose decode or call raises fails the run: :class:`FunctionRecordError` naming it."""
+        context, append, wrap = self.context, self.outputs.append, self.wrap
+        for position, record in enumerate(records):  # written out: no call per record beyond the function's
+            context.position = position
+            try:  # a malformed record is a failing record too
+                result = process(decode(record), context)
+            except Exception as e:
+                raise self._record_error(position, e) from None
+            if result is not None:
+                append(wrap(result))
+
+    def _careful(self) -> Callable[[Any, Any], Any]:
+        """The per-record call of a careful run (see :meth:`run_records`), given the record undecoded: a user
+        exception is rolled back and retried, then dead-lettered or skipped (None: no output), or raised."""
+        spec, stats, state, process, decode = self.spec, self.stats, self.state, self.process, self.decode
+        assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
+        retries, timeout = spec.max_retries or 0, spec.timeout_ms or 0
+        skips = spec.skip_errors or spec.max_retries is not None
+        clock = time.perf_counter
+
+        def careful(record: Any, context: Any) -> Any:
+            attempt = 0
+            while True:
+                state.begin()
+                mark = len(context.published)
+                try:
+                    start = clock()
+                    result = process(decode(record), context)
+                    if timeout and (clock() - start) * 1000 > timeout:
+                        raise ProcessingTimeout(f"processing took longer than timeoutMs={timeout}")
+                    return result
+                except Exception as e:
+                    state.rollback()
+                    del context.published[mark:]
+                    message = f"batch {self.batch_id}, partition {self.partition}, record {context.position}: " \
+                              f"{type(e).__name__}: {e}"
+                    stats.user_exception(message)
+                    if attempt < retries:
+                        attempt += 1
+                        continue
+                    if spec.dead_letter:
+                        stats.dead_letters += 1
+                        self.dead.append(dead_letter_message(record) if spec.input_format == "message"
+                                         else _dead_letter(record, decode))
+                    elif skips:
+                        stats.skipped += 1
+                        if len(stats.errors) < MAX_EXCEPTIONS:
+                            stats.errors.append(message)
+                    else:
+                        raise  # the loop fails the run on it
+                    return None
+
+        return careful
+
+    def _record_error(self, position: int, error: Exception) -> FunctionRecordError:
+        """The error failing the run on the record at ``position`` (made inside its ``except``)."""
+        return FunctionRecordError(
+            f"{self.spec.fqfn} failed on batch {self.batch_id}, partition {self.partition}, record {position}: "
+            f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}", error)
+
+    def run_table(self, records: Any) -> Any:
+        """Run ``process_batch`` once on the records (see :func:`records_table`), a partition without
+        records (a tick: its timers' batch) not at all; returns its result as a Table (None: no output).
+        Raises :class:`FunctionRecordError` for a malformed record or a failing call."""
+        where = f"batch {self.batch_id}, partition {self.partition}"
+        try:
+            table = records_table(records, self.spec.input_format)
+        except FunctionRecordError as e:
+            raise FunctionRecordError(f"{self.spec.fqfn} process_batch: {where}, {e}") from None
+        self.stats.received = table.num_rows
+        if self.timed is not None:  # before the call, as a record's time before process: timers check against it
+            self.timed.observe_table(table)
+        try:
+            output = batch_output(self.process(table, self.context)) if table.num_rows else None
+        except Exception as e:  # noqa: BLE001 - user code: any error is reported with where it happened
+            self.stats.user_exception(f"{where}: {type(e).__name__}: {e}")
+            raise FunctionRecordError(
+                f"{self.spec.fqfn} process_batch failed on {where} ({table.num_rows} records): "
+                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}", e) from None
+        self.stats.processed = table.num_rows
+        return output
+
+    def finish(self) -> None:
+        """After the records: fire the due timers and windows, delete expired keys, and write the time
+        state into the buffer. A failure there (``on_timer``, a window's call) is a
+        :class:`FunctionRecordError`."""
+        timed, stats = self.timed, self.stats
+        if timed is None:
+            return
+        self.context.position = -1  # windows and on_timer see no current record
+        try:
+            timed.finish()
+        except Exception as e:  # noqa: BLE001 - user code (on_timer, a window's process): reported with where
+            raise FunctionRecordError(
+                f"{self.spec.fqfn} failed firing timers of batch {self.batch_id}, partition {self.partition}: "
+                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}", e) from None
+        stats.watermark = timed.time.watermark
+        stats.next_event, stats.next_processing = timed.time.next_event, timed.time.next_processing
+
+    def output(self, table: Any = None, *, topic: bool = False) -> Any:
+        """The run's output records: the records' (``table``: ``process_batch``'s) then what fired, as the
+        output holds them (``topic``: message records), a list, or a Table for ``process_batch`` to a
+        path (None: none)."""
+        wrap = self.wrap
+        if self.kind != BATCH:
+            return self.outputs + [wrap(r) for r in self.fired]
+        if topic:  # a topic holds messages: each row is one, as a per-record function's result
+            return [wrap(r) for r in [*(table.to_pylist() if table is not None else []), *self.fired]] or None
+        if not self.fired:
+            return table
+        import pyarrow as pa
+
+        extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in self.fired])
+        return extra if table is None else pa.concat_tables([table, extra], promote_options="default")
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _native(native: Callable[[Any], Any], value: Any, context: Any) -> Any:
+    return native(value)
+
+
+def _rows(path: RecordPath, output: Any) -> Any:
+    """The operator's output rows (a pyarrow Table of its schema, None for none); a result that does not fit is
+    the run's :class:`FunctionRecordError`."""
+    from statekeep.functions.messaging.rows import rows_table
+
+    try:
+        return rows_table(output, path.spec.rows_schema)
+    except InvalidArgumentError as e:
+        raise FunctionRecordError(f"{path.spec.fqfn} batch {path.batch_id}, partition {path.partition}: {e}",
+                                  e) from None
+
+
+def _dead_letter(record: Any, decode: Callable[[Any], Any]) -> Any:
+    """A failed record as the dead-letter output keeps it: its input value (the raw line if it
+    does not decode)."""
+    try:
+        return decode(record)
+    except Exception:  # noqa: BLE001 - a malformed record goes as it came
+        return record
