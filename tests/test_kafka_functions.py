@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -66,8 +67,10 @@ def test_kafka_in_and_out_with_keys_headers_times_publish_and_log(kafka, spark, 
     Pulsar message's and go on with its output; ``publish`` and the log topic go to Kafka too; a second run
     resumes from its checkpoint and writes nothing twice."""
     source, out, side, logs = topic(kafka), topic(kafka), topic(kafka, 1), topic(kafka, 1)
+    # recent times: the broker's retention (7 days) deletes records whose timestamps are older
+    start = int(time.time() * 1000)
     produce(source, [{"key": f"k{i % 3}", "value": "log-me" if i == 4 else f"v{i}", "properties": {"h": str(i)},
-                      "eventTime": 1_700_000_000_000 + i} for i in range(12)])
+                      "eventTime": start + i} for i in range(12)])
     url = f"local://{tmp_path / 'data'}"
     with FunctionService.open(url) as service:
         service.registry.create({"tenant": "public", "namespace": "default", "name": "echo", "inputs": [source],
@@ -81,8 +84,8 @@ def test_kafka_in_and_out_with_keys_headers_times_publish_and_log(kafka, spark, 
             result = json.loads(message["value"])
             i = int(result["props"]["h"])
             assert message["key"] == f"k{i % 3}"  # the input's key, properties and event time go on with the output
-            assert message["properties"] == {"h": str(i)} and message["eventTime"] == 1_700_000_000_000 + i
-            assert result["time"] == 1_700_000_000_000 + i
+            assert message["properties"] == {"h": str(i)} and message["eventTime"] == start + i
+            assert result["time"] == start + i
         assert Counter(json.loads(m["value"])["n"] for m in got) == Counter({1: 3, 2: 3, 3: 3, 4: 3})
         published = list(sk_kafka.consume(side))
         assert sorted(m["value"] for m in published) == sorted(f"side-{'log-me' if i == 4 else f'v{i}'}"
@@ -241,7 +244,8 @@ def test_the_kafka_example_runs_as_it_is_against_the_broker(kafka, spark_env, tm
     try:  # it reads what comes after it started (Spark's Kafka source starts at the latest offsets)
         assert wait_for(lambda: (tmp_path / "ck" / "commits" / "0").exists() or process.poll() is not None,
                         timeout=240), (tmp_path / "example.log").read_text()[-3000:]
-        produce(source, [{"key": f"u{i % 2}", "value": json.dumps({"page": f"p{i}"}), "eventTime": 1000 + i}
+        start = int(time.time() * 1000)  # recent: the broker's retention deletes older records
+        produce(source, [{"key": f"u{i % 2}", "value": json.dumps({"page": f"p{i}"}), "eventTime": start + i}
                          for i in range(6)])
         assert wait_for(lambda: len(rows()) >= 6 or process.poll() is not None, timeout=240), \
             (tmp_path / "example.log").read_text()[-3000:]
@@ -249,7 +253,7 @@ def test_the_kafka_example_runs_as_it_is_against_the_broker(kafka, spark_env, tm
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     assert sorted((r["user"], r["clicks"], r["page"], r["at"]) for r in rows()) == sorted(
-        (f"u{i % 2}", i // 2 + 1, f"p{i}", 1000 + i) for i in range(6))
+        (f"u{i % 2}", i // 2 + 1, f"p{i}", start + i) for i in range(6))
 
 
 # -- faults -------------------------------------------------------------------------------------------------------
