@@ -193,6 +193,25 @@ def kafka_address(name: str) -> str:
     return sk_kafka.parse(name).bootstrap
 
 
+def test_a_partition_whose_batches_alternate_between_python_workers_delivers_each_once(kafka, tmp_path, monkeypatch):
+    """Spark hands a partition's tasks to whichever Python worker is idle: worker A delivers batch 0, B batch 1 (its
+    new producer of the id fences A's), A batch 2. A's kept producer is fenced, so A delivers as a replay (a fresh
+    producer) instead of failing the batch; every batch reaches Kafka once."""
+    from types import SimpleNamespace
+
+    out = topic(kafka, 1)
+    spec = SimpleNamespace(tenant="public", namespace="default", name="swap", function_id="i1",
+                           topics_dir=str(tmp_path / "topics"))
+    workers = {"A": ({}, {}), "B": ({}, {})}  # each worker process's kept producers and last delivered batches
+    for batch, worker in enumerate("ABA"):
+        monkeypatch.setattr(sk_kafka, "_producers", workers[worker][0])
+        monkeypatch.setattr(sk_kafka, "_delivered", workers[worker][1])
+        table = sk_kafka.records_table([(sk_kafka.parse(out).topic, {"key": "k", "value": f"b{batch}"})])
+        sk_kafka.deliver_kept(spec, batch, 0, table.replace_schema_metadata({"bootstrap": kafka.address}),
+                              replay=False)  # each batch's state newly committed: no replay of its own
+    assert values(out) == ["b0", "b1", "b2"]
+
+
 def test_the_operator_into_kafka_exactly_once_with_the_statekeep_kafka_sink(kafka, spark, tmp_path):
     """``apply_function`` on Spark's Kafka source, its rows to the ``statekeep-kafka`` sink: each row once in the
     output topic; a second query run from the checkpoint adds nothing."""

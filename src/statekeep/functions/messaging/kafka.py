@@ -449,7 +449,9 @@ class BatchOutputs:
 
 def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = None, *, replay: bool = True) -> None:
     """Deliver what (batch, partition) kept for Kafka (``table``, else read back; nothing kept: nothing to do), then
-    forget what batch - 2 kept (Spark replays at most the batch after its last committed one)."""
+    forget what batch - 2 kept (Spark replays at most the batch after its last committed one). Delivered as a
+    ``replay`` also when this process's producer of the id did not deliver batch - 1 (another Python worker's did,
+    fencing it): a fresh producer then fences the others in turn."""
     kept = _kept(spec)
     if table is None:
         table = kept.read(batch, partition)
@@ -457,7 +459,8 @@ def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = No
             return
     bootstrap = table.schema.metadata[b"bootstrap"].decode()
     ident = transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id, partition)
-    KafkaDelivery(bootstrap, ident).deliver(batch, table, replay=replay)
+    delivery = KafkaDelivery(bootstrap, ident)  # batch - 1 went by another worker's producer, which fenced ours
+    delivery.deliver(batch, table, replay=replay or not delivery.continues(batch))
     if batch >= 2:
         kept.discard(batch - 2, partition)
 
