@@ -57,7 +57,10 @@ DEFAULT_MAX_MESSAGE = 1_048_588
 
 class KafkaDeliveryError(StatekeepError):
     """A (batch, partition)'s records could not be committed to Kafka (the broker refused or was unreachable);
-    the state commit stands and a replay of the batch delivers its kept records."""
+    the state commit stands and a replay of the batch delivers its kept records. ``fenced``: the producer was
+    fenced by a newer one of its transactional id."""
+
+    fenced = False
 
 
 def one_cluster(names: Iterable[str]) -> str | None:
@@ -322,6 +325,17 @@ class KafkaDelivery:
         abort; a replay delivers again)."""
         if table is None or not len(table):
             return False
+        try:
+            return self._bounded(batch, table, replay)
+        except KafkaDeliveryError as e:
+            if replay or not e.fenced:
+                raise
+            # another process's producer of the id came since this one's (a Python worker that ran the partition's
+            # previous batch): a fresh one fences it in turn, and looks up what Kafka has
+            return self._bounded(batch, table, True)
+
+    def _bounded(self, batch: int | None, table: Any, replay: bool) -> bool:
+        """:meth:`_transaction` within :data:`DEADLINE`."""
         topics = sorted(set(table["topic"].to_pylist()))
         outcome: list[BaseException | bool] = []
 
@@ -374,8 +388,11 @@ class KafkaDelivery:
                 producer.abort_transaction(TIMEOUT)
             except kafka.KafkaException:
                 pass  # the next init_transactions of the id aborts it
-            raise KafkaDeliveryError(f"{self.transactional_id}: batch {batch}'s {len(table)} records were not "
-                                     f"committed to Kafka at {self.bootstrap}: {e}") from e
+            error = KafkaDeliveryError(f"{self.transactional_id}: batch {batch}'s {len(table)} records were not "
+                                       f"committed to Kafka at {self.bootstrap}: {e}")
+            error.fenced = e.args[0].code() in (kafka.KafkaError._FENCED, kafka.KafkaError.PRODUCER_FENCED,
+                                                kafka.KafkaError.INVALID_PRODUCER_EPOCH)
+            raise error from e
         return True
 
 
@@ -449,9 +466,10 @@ class BatchOutputs:
 
 def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = None, *, replay: bool = True) -> None:
     """Deliver what (batch, partition) kept for Kafka (``table``, else read back; nothing kept: nothing to do), then
-    forget what batch - 2 kept (Spark replays at most the batch after its last committed one). Delivered as a
-    ``replay`` also when this process's producer of the id did not deliver batch - 1 (another Python worker's did,
-    fencing it): a fresh producer then fences the others in turn."""
+    forget what batch - 2 kept (Spark replays at most the batch after its last committed one). Not a ``replay``
+    (this attempt's own state commit came first), nothing can have delivered the batch yet; a producer of this
+    process that another Python worker's fenced since (it ran the partition's previous batch) is found fenced at
+    its first call, and the delivery then goes as a replay (see :meth:`KafkaDelivery.deliver`)."""
     kept = _kept(spec)
     if table is None:
         table = kept.read(batch, partition)
@@ -459,8 +477,7 @@ def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = No
             return
     bootstrap = table.schema.metadata[b"bootstrap"].decode()
     ident = transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id, partition)
-    delivery = KafkaDelivery(bootstrap, ident)  # batch - 1 went by another worker's producer, which fenced ours
-    delivery.deliver(batch, table, replay=replay or not delivery.continues(batch))
+    KafkaDelivery(bootstrap, ident).deliver(batch, table, replay=replay)
     if batch >= 2:
         kept.discard(batch - 2, partition)
 
