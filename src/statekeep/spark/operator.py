@@ -156,7 +156,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         registry = service.registry
         try:
             registry.get(tenant, namespace, fname)
-            registry.update(tenant, namespace, fname, registered, code)
+            registry.update(tenant, namespace, fname, registered, code, runner_inputs=False)
         except NotFoundError:
             registry.create(registered, code)
         output = f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{registry.incarnation(tenant, namespace, fname)}"
