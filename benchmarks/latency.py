@@ -550,7 +550,7 @@ def batch_profile(progress: list[dict[str, Any]], window: tuple[float, float],
 FIRST_OUTPUT_CHILD = '''
 import json, os, sys, time
 t0 = float(sys.argv[1]); inputs, output = sys.argv[2], sys.argv[3]
-from statekeep.functions.driver.spark import spark_session
+from statekeep.functions.driver.session import spark_session
 spark = spark_session("local[2]")
 ready = time.time()
 def write(batch, batch_id):
@@ -678,7 +678,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     work = tempfile.mkdtemp(prefix="statekeep-latency-")
-    from statekeep.functions.driver.spark import spark_session
+    from statekeep.functions.driver.session import spark_session
 
     spark = spark_session("local[2]", conf=dict(c.split("=", 1) for c in args.spark_conf))
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")

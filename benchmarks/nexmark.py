@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown queries {unknown}; known: {','.join(pipelines.QUERIES)}")
 
-    from statekeep.functions.driver.spark import spark_session
+    from statekeep.functions.driver.session import spark_session
 
     root = Path(tempfile.mkdtemp(prefix="nexmark-"))
     try:

@@ -37,6 +37,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from spark_state import COUNT_ONLY, batch_seconds, run_statekeep, write_input  # noqa: E402
 
+from statekeep.functions.driver import session as sk_session  # noqa: E402
 from statekeep.functions.driver import spark as sk_spark  # noqa: E402
 from statekeep.functions.config.service import FunctionService  # noqa: E402
 from statekeep.state.partitioned import state_storage  # noqa: E402
@@ -61,7 +62,7 @@ def run_once(service: FunctionService, spark, url: str, name: str, work: str) ->
 
 
 def cold(args: argparse.Namespace, work: str) -> None:
-    spark = sk_spark.spark_session("local[2]", "partitioned_cold_bench", shuffle_partitions=2)
+    spark = sk_session.spark_session("local[2]", "partitioned_cold_bench", shuffle_partitions=2)
     url, inputs, expected = f"local://{work}/meta", f"{work}/in", Counter()
     expected.update(write_input(inputs, args.events * 4, args.keys, 4, 42))
     write_input(f"{work}/other", 20_000, 1000, 1, 7)
@@ -106,7 +107,7 @@ def cluster(args: argparse.Namespace, work: str) -> None:
     shared = args.state_dir or f"file://{work}/shared"
     spark_cluster = SparkCluster.start(workers=2, cores=1, memory="1g", python=sys.executable)
     try:
-        spark = sk_spark.spark_session(spark_cluster.master_url, "partitioned_cluster_bench", shuffle_partitions=2)
+        spark = sk_session.spark_session(spark_cluster.master_url, "partitioned_cluster_bench", shuffle_partitions=2)
         results = {}
         with backend_urls(["zk"], work) as urls:
             (_, zk), = list(urls)

@@ -51,6 +51,8 @@ os.environ.setdefault("PYSPARK_PYTHON", spark_python())  # see statekeep.functio
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from statekeep.functions.driver import plan as sk_plan  # noqa: E402
+from statekeep.functions.driver import inputs as sk_inputs  # noqa: E402
+from statekeep.functions.driver import session as sk_session  # noqa: E402
 from statekeep.functions.driver import spark as sk_spark  # noqa: E402
 from statekeep.functions.config.service import FunctionService  # noqa: E402
 from statekeep.state import typed  # noqa: E402
@@ -315,7 +317,7 @@ def profile_statekeep(spark, inputs: str, work: str, variants: list[str]) -> Non
                     parts[variant][name] = json.load(f)
     finally:
         sk_plan.arrow_partition_runner = plain
-    frame = sk_spark.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
+    frame = sk_inputs.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
     floor = (frame.writeStream.trigger(availableNow=True).option("checkpointLocation", f"{work}/ckpt-floor")
              .foreachBatch(lambda df, _: df.repartition(2, "__key").mapInArrow(drain, "n long").collect())
              .start())
@@ -358,7 +360,7 @@ def main() -> None:
     expected = write_input(f"{work}/in", args.events, args.keys, args.files, args.seed)
     warm_events = args.warm_events if args.warm_events is not None else max(4000, args.events // 50)
     write_input(f"{work}/warm", warm_events, max(500, args.keys * warm_events // args.events), 2, args.seed + 1)
-    spark = sk_spark.spark_session("local[2]", "spark_state_bench", shuffle_partitions=2)
+    spark = sk_session.spark_session("local[2]", "spark_state_bench", shuffle_partitions=2)
     # fixed when a stateful query first runs: set for every variant (only two keep their state in Spark)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     warm, results = {}, {}

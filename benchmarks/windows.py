@@ -36,7 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from statekeep.functions.config.service import FunctionService  # noqa: E402
-from statekeep.functions.driver.spark import run_registered, spark_session  # noqa: E402
+from statekeep.functions.driver.session import spark_session  # noqa: E402
+from statekeep.functions.driver.spark import run_registered  # noqa: E402
 
 LENGTH, LAG = 60_000, 5_000
 BASE = 1_700_000_000_000 // LENGTH * LENGTH

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--store", default="local://./.statekeep-data", help="statekeep's store URL")
     args = parser.parse_args()
 
-    from statekeep.functions.driver.spark import spark_session
+    from statekeep.functions.driver.session import spark_session
 
     spark = spark_session(app_name="clicks")
     events = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)

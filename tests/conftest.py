@@ -352,7 +352,7 @@ def kafka_cluster():
 def spark():
     """One local Spark session for the whole test run (a JVM costs seconds and half a GB)."""
     need("pyspark")
-    from statekeep.functions.driver.spark import spark_session
+    from statekeep.functions.driver.session import spark_session
 
     session = spark_session("local[2,4]")
     yield session

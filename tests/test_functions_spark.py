@@ -125,7 +125,7 @@ def test_a_running_function_takes_its_trigger_interval_and_the_latency_settings(
     """``triggerIntervalMs`` (``--trigger-interval``) is the running query's trigger, the function runs with
     it, and the session spark_session built has its latency settings (Python workers on a unix socket, no
     ``.crc`` files beside its checkpoint's logs)."""
-    from statekeep.functions.driver.spark import CHECKPOINT_MANAGER, latency_conf
+    from statekeep.functions.driver.session import CHECKPOINT_MANAGER, latency_conf
 
     inputs = tmp_path / "in"
     write_words(inputs, "a.jsonl", ["x", "y", "x"])
@@ -185,7 +185,7 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
     layout takes its key from that start."""
     from pyspark.sql import functions as F
 
-    from statekeep.functions.driver.spark import json_key
+    from statekeep.functions.driver.inputs import json_key
 
     valid = [
         '{"k": "a"}', '{ "k" : "a b" , "x": 1}', '\t{\n"k":\r"a"}', '{"k": ""}', '{"k": "é ✓"}', '{"k": 0}',
@@ -271,7 +271,7 @@ def test_stats_type_is_the_stats_schema_as_spark_parses_it(spark):
 
 
 def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
-    from statekeep.functions.driver.spark import latency_conf
+    from statekeep.functions.driver.session import latency_conf
 
     threshold = "spark.sql.sources.parallelPartitionDiscovery.threshold"
     assert "spark.python.unix.domain.socket.enabled" not in latency_conf("4.0.1")  # PySpark before 4.1: TCP only

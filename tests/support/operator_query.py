@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--outputs-dir", default=None)
     args = parser.parse_args()
 
-    from statekeep.functions.driver.spark import spark_session
+    from statekeep.functions.driver.session import spark_session
     from statekeep.spark import apply_function
 
     spark = spark_session(args.master, "operator-test")

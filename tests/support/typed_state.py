@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.executor import context as context_module
+from statekeep.functions.executor import statemethods as context_module
 from statekeep.functions.executor.context import Context
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.keygroups import KEY_GROUPS

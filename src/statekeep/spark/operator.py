@@ -100,7 +100,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
 
     from statekeep.functions.config.service import FunctionService
     from statekeep.functions.config.spec import executor_spec
-    from statekeep.functions.driver.spark import kafka_message
+    from statekeep.functions.driver.inputs import kafka_message
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []
@@ -157,7 +157,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         registry = service.registry
         try:
             registry.get(tenant, namespace, fname)
-            registry.update(tenant, namespace, fname, registered, code)
+            registry.update(tenant, namespace, fname, registered, code, runner_inputs=False)
         except NotFoundError:
             registry.create(registered, code)
         output = f"{base.rstrip('/')}/{tenant}/{namespace}/{fname}/{registry.incarnation(tenant, namespace, fname)}"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.functions.windowing import timerun
-from statekeep.functions.executor.context import RecordSource
+from statekeep.functions.executor.record import RecordSource
 from statekeep.functions.config.loader import BATCH, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state.buffer import BufferedState

@@ -216,7 +216,7 @@ class SparkWorker:
             claimed = {fqfn: lock for fqfn in wanted if fqfn not in self._running
                        for lock in [self._claim(fqfn)] if lock is not None}
             if claimed:
-                from statekeep.functions.driver.spark import spark_session
+                from statekeep.functions.driver.session import spark_session
 
                 try:
                     self._spark = spark_session(self.master, conf=self.spark_conf)
@@ -262,7 +262,8 @@ class SparkWorker:
     def _start_function(self, fqfn: tuple[str, str, str], config: tuple[str, int, int],
                         lock: ResourceLock | None = None) -> None:
         """Run the function here, with its ``lock`` if this worker already claimed it."""
-        from statekeep.functions.driver.spark import run_registered, spark_session
+        from statekeep.functions.driver.session import spark_session
+        from statekeep.functions.driver.spark import run_registered
 
         lock = lock or self._claim(fqfn)
         if lock is None:

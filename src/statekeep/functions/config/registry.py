@@ -121,14 +121,16 @@ class FunctionRegistry:
         return cfg
 
     def update(self, tenant: str, namespace: str, name: str, changes: Mapping[str, Any] | None = None,
-               code: bytes | None = None) -> FunctionConfig:
+               code: bytes | None = None, *, runner_inputs: bool = True) -> FunctionConfig:
         """Merge ``changes`` (fields present and not None replace the stored ones, as pulsar-admin's
         update does) and replace the code if given. Identity fields must match; the state provider
         cannot change (its state would be orphaned). New code is checked against the state schemas its
         runs recorded (:mod:`statekeep.functions.config.schemacheck`): a variable it opens that cannot
         evolve is a :class:`~statekeep.state.typed.StateSchemaError` naming the variable and field, and
         nothing is written. Its inputs (and input format) cannot change once its query read them
-        (:meth:`record_sources`): :class:`InvalidArgumentError` in one line saying what to do instead.
+        (:meth:`record_sources`): :class:`InvalidArgumentError` in one line saying what to do instead; not for
+        ``runner_inputs=False``, the DataFrame operator's update, whose inputs are its own query's (with its own
+        checkpoint), not a checkpoint of statekeep's.
         :class:`NotFoundError` if absent."""
         changes = dict(changes or {})
         for what, value in zip(IDENTITY, (tenant, namespace, name)):
@@ -143,7 +145,7 @@ class FunctionRegistry:
             if cfg.stateStorage != current.stateStorage:
                 raise InvalidArgumentError("the state provider of an existing function cannot be changed; "
                                            "delete and create it again")
-            if _sources(cfg) != _sources(current):
+            if runner_inputs and _sources(cfg) != _sources(current):
                 self._check_sources(cfg)
             ops: list[Op] = [Put(path, _encode(cfg), version)]
             if code is None and cfg.className != current.className:  # the stored code must have the new entry

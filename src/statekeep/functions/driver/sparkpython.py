@@ -1,5 +1,5 @@
 """``statekeep-spark-python``: the Python interpreter for Spark to start its Python processes with
-(``PYSPARK_PYTHON``; :func:`statekeep.functions.driver.spark.spark_session` makes it the default).
+(``PYSPARK_PYTHON``; :func:`statekeep.functions.driver.session.spark_session` makes it the default).
 
 Spark puts its own copies of PySpark and py4j first on a Python process's ``PYTHONPATH``:
 ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip``. A module imported from a zip archive without

@@ -16,7 +16,9 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function, entry_point
 from statekeep.functions.config.spec import ExecutorSpec, Layout
-from statekeep.functions.executor.context import Context, RecordSource, is_valid_key
+from statekeep.functions.executor.context import Context
+from statekeep.functions.executor.record import RecordSource
+from statekeep.functions.executor.statemethods import is_valid_key
 from statekeep.functions.executor.errors import FunctionRecordError, ProcessingTimeout
 from statekeep.functions.executor.tables import batch_output, records_table
 from statekeep.functions.messaging.jsonscan import loads_at

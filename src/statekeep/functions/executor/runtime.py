@@ -24,7 +24,8 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError, StateConflictError
 from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
-from statekeep.functions.executor.context import RecordSource, is_valid_key
+from statekeep.functions.executor.record import RecordSource
+from statekeep.functions.executor.statemethods import is_valid_key
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
 from statekeep.functions.messaging.kafka import BatchOutputs, deliver_kept, is_kafka

@@ -1,0 +1,182 @@
+"""A function's inputs as one streaming DataFrame (:func:`input_frame`): Spark's own sources per input, each
+record with its key (:func:`json_key` takes a JSON line's key field without a JSON parser where it can)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.config.locations import is_kafka
+from statekeep.functions.config.spec import MESSAGE, ExecutorSpec
+from statekeep.functions.messaging.messages import JSON_LINE
+
+if TYPE_CHECKING:  # PySpark is optional: imported where used
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
+
+
+def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
+    """Before a query with Kafka topics starts: Spark has the Kafka connector (for an input), and every Kafka
+    topic named exists and answers. :class:`MissingDependencyError`, :class:`NotFoundError` or
+    :class:`StoreUnavailableError` naming what is missing."""
+    from statekeep.errors import MissingDependencyError
+    from statekeep.functions.messaging.kafka import check_topics
+
+    named = [*inputs, spec.output, spec.log_topic, spec.dead_letter]
+    if not any(map(is_kafka, named)):
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session's gateway
+    if any(map(is_kafka, inputs)) and not jvm.org.apache.spark.util.Utils.classIsLoadable(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider"):
+        raise MissingDependencyError("a Kafka input needs Spark's Kafka connector: run `statekeep jars install "
+                                     "spark-kafka` before the Spark session starts (or give Spark the "
+                                     "spark-sql-kafka-0-10 package yourself)")
+    check_topics(named)
+
+
+def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,
+                options: dict[str, str] | None = None, *, store_url: str | None = None,
+                topic_column: bool = False, topics_dir: str | None = None) -> DataFrame:
+    """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
+    text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
+    ``__topic``, the input each record came from (asked for with several inputs, where
+    ``context.get_current_message_topic_name`` needs it). Several file inputs are read as one
+    stream each, unioned. A ``statekeep-changelog`` input is
+    another function's changelog (``statekeep://T/N/F`` or ``T/N/F``) in the registry at
+    ``store_url`` (unless the options name a ``store``)."""
+    from pyspark.sql import functions as F
+
+    if input_format == MESSAGE:
+        return _message_frame(spark, inputs, key_field, options, topic_column, topics_dir)
+    if input_format not in INPUT_FORMATS:
+        raise InvalidArgumentError(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {input_format!r}")
+    reader = spark.readStream
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    frames: list[tuple[str | None, DataFrame]]
+    if input_format == "rate":
+        frames = [(None, reader.format("rate").load())]
+    elif input_format == "statekeep-changelog":
+        if store_url and "store" not in (options or {}):
+            reader = reader.option("store", store_url)
+        frames = [(None, reader.format("statekeep-changelog")
+                   .option("function", inputs[0].removeprefix("statekeep://")).load())]
+    else:
+        if input_format == "csv":
+            reader = reader.option("header", "true")
+        reader = reader.format("text" if input_format in ("json", "text") else input_format)
+        # a streaming reader loads one path: several inputs are several sources, unioned below
+        frames = [(path, reader.load(path)) for path in inputs]
+    selected: DataFrame | None = None
+    for path, frame in frames:
+        if input_format in ("json", "text"):
+            record = F.col("value")
+            key = json_key("value", key_field) if key_field and input_format == "json" else (
+                F.col("value") if key_field and input_format == "text" else F.lit(None).cast("string"))
+        else:
+            record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
+            key = F.col(key_field).cast("string") if key_field else F.lit(None).cast("string")
+        columns = [record.alias("__record"), key.alias("__key")]
+        if topic_column:
+            columns.append(F.lit(path).cast("string").alias("__topic"))
+        frame = frame.select(*columns)
+        selected = frame if selected is None else selected.unionByName(frame)
+    assert selected is not None  # one frame per input, and a function has at least one (FunctionConfig)
+    return selected
+
+
+def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None, options: dict[str, str] | None,
+                   topic_column: bool, topics_dir: str | None) -> DataFrame:
+    """:func:`input_frame` of the ``message`` format: each record a message record (JSON, see
+    statekeep.functions.messaging.messages). A topic's files hold them; a file input's line becomes one (its
+    value the line; a .json/.jsonl file's line as ``messages.JSON_LINE`` + the line). A topic under a URL root
+    is read with the ``statekeep-topic`` source, a local one with Spark's text source. The key is the message's
+    key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
+    from pyspark.sql import functions as F
+
+    from statekeep.functions.messaging.kafka import is_kafka
+    from statekeep.functions.messaging.kafka import parse as parse_kafka
+    from statekeep.functions.messaging.sink import is_url
+    from statekeep.functions.messaging.topics import default_root, directory, is_topic
+
+    reader = spark.readStream
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    selected: DataFrame | None = None
+    root = topics_dir or default_root()
+    for name in inputs:
+        if is_kafka(name):  # Spark's Kafka source: offsets in the query's checkpoint, committed records only
+            topic = parse_kafka(name)
+            frame = (reader.format("kafka").option("kafka.bootstrap.servers", topic.bootstrap)
+                     .option("subscribe", topic.topic).option("startingOffsets", "earliest")
+                     .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+            record, key = kafka_message(frame), F.col("key").cast("string")
+        elif is_topic(name) and is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
+            frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
+                     .option("topicsDir", root).load())
+            record, key = F.col("value"), json_key("value", "key")
+        elif is_topic(name):  # a local topic: Spark's text source, measured faster here than statekeep-topic
+            path = directory(root, name)
+            os.makedirs(path, exist_ok=True)
+            frame = reader.format("text").load(path)
+            record, key = F.col("value"), json_key("value", "key")
+        else:
+            frame = reader.format("text").load(name)
+            is_json = F.col("_metadata.file_path").rlike(r"(?i)\.jsonl?$")
+            record = F.when(is_json, F.concat(F.lit(JSON_LINE), F.col("value"))).otherwise(
+                F.to_json(F.struct(F.col("value").alias("value"))))
+            key = (F.when(is_json, json_key("value", key_field)).otherwise(F.col("value"))
+                   if key_field else F.lit(None).cast("string"))
+        columns = [record.alias("__record"), key.alias("__key")]
+        if topic_column:
+            columns.append(F.lit(name).cast("string").alias("__topic"))
+        frame = frame.select(*columns)
+        selected = frame if selected is None else selected.unionByName(frame)
+    assert selected is not None  # a function has at least one input
+    return selected
+
+
+_WS = "[ \\t\\n\\r]*"  # JSON's whitespace (Java's \s has more)
+_PLAIN = r'[^"\\\x00-\x1f]*'  # the inside of a JSON string without escapes
+_SCALAR = rf'"{_PLAIN}"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null'
+
+
+def kafka_message(frame: DataFrame) -> Column:
+    """A row of Spark's Kafka source (``key``, ``value``, ``timestamp``, ``headers`` if included) as the message
+    record the runtime decodes (see :mod:`statekeep.functions.messaging.messages`): the key, the value as text
+    where it is UTF-8 (else base64), the headers as properties, the timestamp as the event time (ms)."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    text = F.is_valid_utf8(value)
+    fields = [F.col("key").cast("string").alias("key"), F.when(text, value.cast("string")).alias("value"),
+              F.when(~text, F.base64(value)).alias("valueBase64"), F.unix_millis(F.col("timestamp")).alias("eventTime")]
+    if "headers" in frame.columns:
+        fields.append(F.when(F.size(F.col("headers")) > 0, F.map_from_entries(F.transform(
+            F.col("headers"), lambda h: F.struct(h["key"], h["value"].cast("string"))))).alias("properties"))
+    return F.to_json(F.struct(*fields))
+
+
+def json_key(value: str, field: str) -> Column:
+    """``get_json_object(value, '$.<field>')`` (the key a JSON document's ``field`` gives a record), computed
+    without a JSON parser when the document is laid out the usual way: ``field`` is a top-level member, its value
+    a string without escapes or an integer, and every member before it (at most 16) a plain string, number, true,
+    false or null. Any other document goes to ``get_json_object`` (a Jackson parser per record, about 2 us: the
+    costliest step of a micro-batch on the JVM, which computes it once to route a record and once to keep it).
+    The two agree on every valid JSON document; of an invalid one whose start matches, this takes the key from
+    that start where ``get_json_object`` gives null (the function then reports the record's decode error with
+    the key). A ``field`` with characters other than letters, digits and ``_`` is a path: always the parser."""
+    from pyspark.sql import functions as F
+
+    parsed = F.get_json_object(value, f"$.{field}")
+    if not re.fullmatch(r"\w+", field, re.ASCII):
+        return parsed
+    before = rf'{_WS}"(?!{field}"){_PLAIN}"{_WS}:{_WS}(?:{_SCALAR}){_WS},'
+    pattern = rf'^{_WS}\{{(?:{before}){{0,16}}?{_WS}"{field}"{_WS}:{_WS}("{_PLAIN}"|0|-?[1-9][0-9]*){_WS}[,}}]'
+    found = F.regexp_extract(value, pattern, 1)  # "" where the document is not laid out so
+    unquoted = found.substr(F.lit(2), F.length(found) - 2)
+    return F.when(found == "", parsed).when(found.startswith('"'), unquoted).otherwise(found)

@@ -1,0 +1,131 @@
+"""The record a function's ``context`` is on: where a (batch, partition)'s records came from (:class:`RecordSource`)
+and the per-record methods of Pulsar's Context (:class:`RecordMethods`, mixed into
+:class:`~statekeep.functions.executor.context.Context`), which read the record the context's cursor points at."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class RecordSource:
+    """Where the records of one (batch, partition) came from, for the per-record Context methods.
+    ``records`` (raw lines or JSON documents), ``keys`` (the key field's value per record, or None)
+    and ``topics`` (the input each record came from, or None when there is one input) are aligned
+    by position; the context reads them only when a metadata method is called, so a function that
+    calls none costs one attribute store per record."""
+
+    __slots__ = ("batch_id", "records", "keys", "topics", "inputs", "event_time_field", "source_format")
+
+    def __init__(self, batch_id: int | str, records: list[Any], keys: list[Any] | None = None,
+                 topics: list[Any] | None = None, inputs: list[str] | None = None,
+                 event_time_field: str | None = None, source_format: str = "json") -> None:
+        self.batch_id = batch_id
+        self.records = records
+        self.keys = keys
+        self.topics = topics
+        self.inputs = list(inputs or [])
+        self.event_time_field = event_time_field
+        self.source_format = source_format
+
+
+class RecordMethods:
+    """Mixed into :class:`statekeep.functions.executor.context.Context`: its message id, key, event time,
+    properties and topic name of the current record (``position`` in ``_source``)."""
+
+    _source: RecordSource | None
+    _inputs: list[str]
+    _instance_id: int
+    position: int
+
+    # the record being processed
+    def _at(self, column: str) -> Any:
+        source, position = self._source, self.position
+        values = getattr(source, column) if source is not None else None
+        if values is None or not 0 <= position < len(values):
+            return None
+        return values[position]
+
+    def get_message_id(self) -> str | None:
+        if self._source is None or self.position < 0:
+            return None
+        return f"{self._source.batch_id}:{self._instance_id}:{self.position}"
+
+    def _key(self) -> str | None:
+        key: str | None = self._at("keys")  # the key column: a str per record (null without a key field)
+        if key is None:  # a Pulsar message's own key
+            message_key = self._message().get("key")
+            key = message_key if isinstance(message_key, str) else None
+        return key
+
+    def get_message_key(self) -> str | None:
+        return self._key()
+
+    def get_partition_key(self) -> str | None:
+        return self._key()
+
+    def get_ordering_key(self) -> str | None:
+        return self._key()
+
+    def _document(self) -> dict[str, Any] | None:
+        raw = self._at("records")
+        if isinstance(raw, dict):
+            return raw
+        message = self._message()
+        if message:  # a message's payload, when it is a JSON line
+            raw = message.get("value") if message.get("format") == "json" else None
+        if self._source is None or self._source.source_format == "text" or raw is None:
+            return None
+        try:
+            document = json.loads(raw)
+        except (TypeError, ValueError):
+            return None
+        return document if isinstance(document, dict) else None
+
+    def _message(self) -> dict[str, Any]:
+        """The current record's Pulsar message record ({} unless the input holds messages)."""
+        if self._source is None or self._source.source_format != "message":
+            return {}
+        from statekeep.functions.messaging.messages import record_of
+
+        return record_of(self._at("records"))
+
+    def get_message_eventtime(self) -> int | None:
+        event_time = self._message().get("eventTime")
+        if isinstance(event_time, int) and not isinstance(event_time, bool):
+            return event_time
+        field_name = self._source.event_time_field if self._source is not None else None
+        if not field_name:
+            return None
+        value = (self._document() or {}).get(field_name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def get_message_properties(self) -> dict[str, str]:
+        properties = self._message().get("properties")
+        if isinstance(properties, dict):
+            return {str(k): str(v) for k, v in properties.items()}
+        if self._source is None or self._source.source_format != "statekeep-changelog":
+            return {}
+        document = self._document() or {}
+        return {k: str(document[k]) for k in ("offset", "kind", "version") if document.get(k) is not None}
+
+    def get_current_message_topic_name(self) -> str | None:
+        if self._source is None or self.position < 0:
+            return None
+        if self._source.topics is None:
+            return self._inputs[0] if self._inputs else None
+        return input_of(self._at("topics"), self._inputs)
+
+
+def input_of(file: str | None, inputs: list[str]) -> str | None:
+    """The entry of ``inputs`` a file read by Spark (``file:///a/b/x.json``) belongs to: the longest
+    input whose path it is, or lies under; the file itself if none matches."""
+    if file is None:
+        return None
+    path = file.removeprefix("file://")
+    best = None
+    for entry in inputs:
+        plain = entry.removeprefix("file://").rstrip("/")
+        if (path == plain or path.startswith(plain + "/")) and (best is None or len(plain) > len(best[1])):
+            best = (entry, plain)
+    return best[0] if best else file
