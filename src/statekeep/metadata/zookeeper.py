@@ -234,7 +234,7 @@ class ZooKeeperStore(MetadataStore):
         except (ValueError, zke.KazooException) as e:
             raise InvalidArgumentError(f"bad ZooKeeper hosts {hosts!r}: {e}") from e
         # kazoo hands events only to its one-shot watchers; the listeners must see every event. This and the
-        # other private attributes used here (_session_id, _session_timeout, _live, _call) have no public
+        # other private attributes used here (_invoke, _session_id, _session_timeout, _live, _call) have no public
         # equivalent: pyproject.toml pins the kazoo minor version they are tested with.
         self._kazoo_read_watch_event = self._client._connection._read_watch_event
         self._client._connection._read_watch_event = self._read_watch_event
