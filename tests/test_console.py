@@ -26,8 +26,9 @@ from support.server_process import create_function
 need("fastapi")
 webdriver = need("selenium.webdriver")
 
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 TOKENS = {"root-token": {"superuser": True}, "acme-token": {"tenants": ["acme"]}}
@@ -100,11 +101,14 @@ def server(request):
 # ---- helpers ---------------------------------------------------------------------------------------
 
 def wait(driver, condition, what: str):
-    """Wait (bounded) until ``condition(driver)`` is truthy; stale elements (a live re-render) retry."""
+    """Wait (bounded) until ``condition(driver)`` is truthy. An element a live re-render replaced while the
+    condition found or used it retries, found again: selenium says stale when the element was gone before
+    the action, and "element not interactable" when it went during it (chromedriver then focuses or
+    clicks a detached element)."""
     def check(d):
         try:
             return condition(d)
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, ElementNotInteractableException):
             return False
     return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(check, message=what)
 
@@ -118,9 +122,16 @@ def click_link(driver, text: str) -> None:
     wait(driver, lambda d: d.find_element(By.LINK_TEXT, text).click() or True, f"a click on the link {text}")
 
 
-def type_into(driver, css: str, text: str) -> None:
-    """Type into ``css``, again into the new element if a live re-render replaced it first."""
-    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, css).send_keys(text) or True, f"typing into {css}")
+def type_into(driver, css: str, text: str, *, clear: bool = False) -> None:
+    """Type into ``css`` (emptied first if ``clear``), again into the new element if a live re-render
+    replaced it first."""
+    def typed(d) -> bool:
+        field = d.find_element(By.CSS_SELECTOR, css)
+        if clear:
+            field.clear()
+        field.send_keys(text)
+        return True
+    wait(driver, typed, f"typing into {css}")
 
 
 def text_of(driver, css: str) -> str:
@@ -319,12 +330,14 @@ def test_metadata_tree_expands_and_follows(browser, server):
              "the node created elsewhere")
         screenshot(browser, "metadata")
 
-        # create a child of the selected node (must not exist: version -1)
+        # create a child of the selected node (must not exist: version -1); the click shows its details
+        # again, so the form to type into is the one that replaces the form shown now
+        shown = browser.find_element(By.ID, "child-name")
         click(browser, f'.node[data-path="{base}/{name}"]')
-        wait(browser, lambda d: d.find_elements(By.ID, "child-name"), "the create form")
+        WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(staleness_of(shown), "the details the click showed")
         type_into(browser, "#child-name", "notes")  # from now on the details keep what is typed
-        browser.find_element(By.ID, "child-value").send_keys("made in the console")
-        browser.find_element(By.ID, "child-create").click()
+        type_into(browser, "#child-value", "made in the console")
+        click(browser, "#child-create")
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'.node[data-path="{base}/{name}/notes"]'),
              "the created child")
         assert c.get(f"/ui/api/node?path={base}/{name}/notes").json()["stringValue"] == "made in the console"
@@ -335,13 +348,11 @@ def test_metadata_tree_expands_and_follows(browser, server):
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#details h2.mono")
              and d.find_element(By.CSS_SELECTOR, "#details h2.mono").text == code_path, "the code node")
         version = int(re.search(r"Version\n(\d+)", text_of(browser, "#stat")).group(1))
-        box = browser.find_element(By.ID, "node-value")
-        box.clear()
-        box.send_keys("# mine")
+        type_into(browser, "#node-value", "# mine", clear=True)
         r = c.put(f"/ui/api/node?path={code_path}", json={"stringValue": "# elsewhere\n", "version": version})
         assert r.status_code == 200, r.text
         wait(browser, lambda d: "changed elsewhere" in text_of(d, "#node-note"), "the change notice")
-        browser.find_element(By.ID, "node-save").click()
+        click(browser, "#node-save")
         conflict = wait(browser, lambda d: d.find_element(By.ID, "conflict"), "the conflict")
         assert f"since version {version}" in conflict.text
         assert browser.find_element(By.ID, "node-value").get_attribute("value") == "# mine"

@@ -4,16 +4,23 @@ which installs every extra, cannot hide a missing dependency:
 - the core package alone (``pip install .``, no extras) in a new venv: every module imports, except
   optional integrations, which may only raise MissingDependencyError naming their extra; the core
   commands work; a feature of an extra fails, when used, with MissingDependencyError naming it;
-- ``scripts/run``, the README's first command, end to end: it installs what it needs and prints the
-  counts, and a second run counts nothing twice.
+- each of the README's set-up commands on its own, in a copy of its own (its own ``./.venv``):
+  ``scripts/run`` end to end (it installs what it needs and prints the counts, and a second run counts
+  nothing twice); ``scripts/docs`` (the docs extra alone, without PySpark, builds the whole site, its
+  Spark-only reference included); ``scripts/test --fast`` (it installs what the tests need, then ruff, mypy
+  and pytest pass; pytest on a sample of the fast tier, which the suite itself runs whole).
 
-Both install from PyPI through pip (its cache is reused)."""
+All install from PyPI through pip (its cache is reused). None of them is in the fast tier (``fresh_copy``
+puts them in ``venv``), so ``scripts/test --fast`` never runs them again inside its own test."""
 
 from __future__ import annotations
 
+import ast
 import collections
+import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,10 +63,20 @@ def _fresh_copy(destination: Path) -> Path:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without the test run's own venv and Spark settings."""
+    """This environment without the test run's own venv, Spark settings and pytest(-xdist) variables."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYSPARK_PYTHON", "STATEKEEP_STORE")}
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYSPARK_PYTHON", "STATEKEEP_STORE")
+           and not k.startswith("PYTEST_")}
     return {**env, **extra}
+
+
+def run_script(repo: Path, *argv: str, timeout: float = 1800) -> str:
+    """``argv`` (a script of the copy and its arguments) run in the copy ``repo``; its stdout, after it
+    succeeded."""
+    result = subprocess.run(list(argv), cwd=repo, capture_output=True, text=True, env=clean_env(),
+                            timeout=timeout, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
 
 
 CHECK_IMPORTS = r'''
@@ -169,10 +186,7 @@ def test_scripts_run_in_a_fresh_copy_prints_the_counts(fresh_copy, tmp_path):
                                 for line in part.read_text().splitlines() if line.strip())
 
     def run() -> str:
-        result = subprocess.run(["scripts/run"], cwd=repo, capture_output=True, text=True, env=clean_env(),
-                                timeout=1800, check=False)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+        return run_script(repo, "scripts/run")
 
     first = run()
     assert f"processed {sum(words.values())} records" in first
@@ -184,3 +198,59 @@ def test_scripts_run_in_a_fresh_copy_prints_the_counts(fresh_copy, tmp_path):
 
     again = run()  # resumes from its checkpoint: nothing is counted twice
     assert "processed 0 records" in again and f"spark = {words['spark']}" in again
+
+
+def _signature_and_docstring(path: Path, function: str) -> tuple[list[str], str]:
+    """The parameter names of ``function`` in the source file ``path`` and its docstring as Sphinx renders
+    it as text (reST's double backquotes and roles gone, ``~`` roles shortened), read without importing it."""
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+    doc = ast.get_docstring(node) or ""
+    doc = re.sub(r":\w+:`(~?)([^`]+)`", lambda m: m[2].rsplit(".", 1)[-1] if m[1] else m[2], doc)
+    doc = " ".join(re.sub(r"^- ", "", line.strip()) for line in doc.replace("``", "").splitlines())
+    return params, doc
+
+
+def _rendered_text(fragment: str) -> str:
+    """An HTML fragment's text, without whitespace and with Sphinx's typographic quotes made plain."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", fragment))
+    text = text.translate(str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"',
+                                         "\u2026": "..."}))
+    return "".join(text.split())
+
+
+def test_scripts_docs_in_a_fresh_copy_builds_the_spark_reference_without_pyspark(fresh_copy, tmp_path):
+    repo = fresh_copy(tmp_path / "repo")
+    out = run_script(repo, "scripts/docs", timeout=1200)  # strict: any warning (an import failing) fails it
+    assert "docs: built docs/_build/html/index.html" in out
+    found = subprocess.run([str(repo / ".venv/bin/python"), "-c", "import importlib.util as u; "
+                            "print(u.find_spec('pyspark') is None, u.find_spec('sphinx') is None)"],
+                           capture_output=True, text=True, env=clean_env(), check=True).stdout.split()
+    assert found == ["True", "False"], "scripts/docs installs the docs extra, which has no PySpark"
+
+    # the Spark-only reference page: apply_function's own signature and docstring, read over autodoc's
+    # stand-in for PySpark, not an empty entry
+    page = (repo / "docs/_build/html/reference/python-api.html").read_text()
+    params, doc = _signature_and_docstring(repo / "src/statekeep/functions/admin/operator.py", "apply_function")
+    start = page.index('id="statekeep.spark.apply_function"')
+    signature, body = page[start:page.index("</dt>", start)], page[page.index("</dt>", start):]
+    assert re.findall(r'class="sig-param"><span class="n"><span class="pre">(\w+)<', signature) == params
+    assert len(params) > 5 and len(doc) > 500
+    assert "".join(doc.split()) in _rendered_text(body)
+
+
+#: the fast tier's tests that scripts/test --fast runs in its fresh copy: the suite itself runs the whole
+#: tier; these show the copy's venv runs the package's code, its commands and the test modules' imports
+FAST_SAMPLE = ("test_no_import_cycles", "test_every_command_answers_help")
+
+
+def test_scripts_test_fast_in_a_fresh_copy_lints_types_and_runs_fast_tests(fresh_copy, tmp_path):
+    repo = fresh_copy(tmp_path / "repo")
+    out = run_script(repo, "scripts/test", "--fast", "-k", " or ".join(FAST_SAMPLE))
+    assert "All checks passed!" in out  # ruff
+    assert re.search(r"^Success: no issues found in \d+ source files$", out, re.M), out  # mypy
+    # pytest collected every module (its imports work in the copy's venv) and ran the sample, fast tier only
+    assert re.search(rf"^{len(FAST_SAMPLE)} passed\b", out, re.M), out
+    for name in FAST_SAMPLE:
+        assert f"::{name}" in out  # the --durations list names each test that ran

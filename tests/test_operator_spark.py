@@ -1,7 +1,8 @@
 """The DataFrame operator (``statekeep.spark.apply_function``) on local Spark: any DataFrame in, the function's
 rows out, state exactly-once and kept rows given again on a replay; the driver SIGKILLed between the state commit
 and the sink's, and after both, and a Python worker SIGKILLed, each ending exact on a file sink and on
-``foreachBatch``."""
+``foreachBatch``. The fault scenarios share driver lifetimes: the queries of one test run side by side in one
+driver, and each lifetime ends at every query's next fault."""
 
 from __future__ import annotations
 
@@ -190,19 +191,13 @@ def expected_rows(words: list[str]) -> list[tuple[str, int]]:
     return sorted((w, n) for w, c in Counter(words).items() for n in range(1, c + 1))
 
 
-def run_query(tmp_path: Path, spark_env: dict[str, str], sink: str, pause: str, *,
-              master: str = "local[2,4]", store: str | None = None, extra: tuple[str, ...] = ()) -> subprocess.Popen:
-    command = [sys.executable, str(QUERY), "--store", store or f"local://{tmp_path}/data",
-               "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck"),
-               "--flags", str(tmp_path), "--sink", sink, "--pause", pause, "--master", master, *extra]
+def run_queries(tmp_path: Path, spark_env: dict[str, str], specs: list[dict], master: str) -> subprocess.Popen:
+    """support/operator_query.py's driver running the queries ``specs``, in a process group of its own."""
+    command = [sys.executable, str(QUERY), "--master", master,
+               *(arg for spec in specs for arg in ("--query", json.dumps(spec)))]
     log = open(tmp_path / "driver.log", "a")
     return subprocess.Popen(command, env={**os.environ, **spark_env}, stdout=log, stderr=log,
                             start_new_session=True)  # its own process group: the JVM and workers die with it
-
-
-def finish(run: subprocess.Popen, tmp_path: Path) -> list[tuple[str, int]]:
-    assert run.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-4000:]
-    return sorted((r["word"], r["n"]) for r in json.loads((tmp_path / "out.result.json").read_text()))
 
 
 def state_counts(url: str) -> Counter:
@@ -211,60 +206,86 @@ def state_counts(url: str) -> Counter:
         return Counter({e.key: e.counter for e in state.scan_entries()})
 
 
-def fault_ends_exact(tmp_path: Path, spark_env: dict[str, str], sink: str, pauses: tuple[str, ...], *,
-                     master: str = "local[2,4]", store: str | None = None, extra: tuple[str, ...] = ()) -> None:
-    """Arm the faults ``pauses`` (``WHERE@BATCH``, see support/operator_query.py) and run the query; at each fault
-    but a killed Python worker (which Spark retries), SIGKILL the driver where the query stopped (for ``function``:
-    once partition 0 of the batch committed its state) and run it again from its checkpoint. At the end every
-    input is counted once, every output row is in the sink once, and every fault happened."""
-    write_word_files(tmp_path / "in", WORDS, per_file=PER_FILE)
-    url = store or f"local://{tmp_path}/data"
-    for pause in pauses:
-        (tmp_path / f"armed-{pause.split('@')[0]}").touch()
-    run = run_query(tmp_path, spark_env, sink, ",".join(pauses), master=master, store=url, extra=extra)
-    for where, batch in (pause.split("@") for pause in pauses):
-        if where == "kill-worker":  # Spark retries the task; the run goes on by itself
-            continue
-        assert wait_for(lambda: (tmp_path / f"paused-{where}").exists() or run.poll() is not None, timeout=180)
-        assert run.poll() is None, (tmp_path / "driver.log").read_text()[-4000:]
-        if where == "function":  # partition 0 of the batch committed; partition 1 is stopped in the function
-            with FunctionService.open(url) as service:
-                state = service.registry.state_store("public", "default", "opcount")
-                assert wait_for(lambda: state.task(int(batch), 0, 2).has_marker(f"{batch}-0"), timeout=60)
+def faults_end_exact(tmp_path: Path, spark_env: dict[str, str], queries: dict[str, dict], *,
+                     master: str = "local[2,4]") -> None:
+    """Run the queries ``queries`` (name -> ``sink``, ``pauses``: faults ``WHERE@BATCH``, see
+    support/operator_query.py; optionally ``store`` (default ``local://`` in its directory), ``state_dir``,
+    ``outputs_dir``) side by side in one driver, each over WORDS in a directory of its own. A driver lives until
+    every query has stopped at its next fault (for ``function``: once partition 0 of the batch committed its state;
+    a killed Python worker stops nothing: Spark retries its task) and every query with no such fault left has
+    ended; then it is SIGKILLed, and run again from the queries' checkpoints. At the end every input is counted
+    once, every output row is in its sink once, and every fault happened."""
+    specs, stops = [], {}
+    for name, query in queries.items():
+        base = tmp_path / name
+        write_word_files(base / "in", WORDS, per_file=PER_FILE)
+        for pause in query["pauses"]:
+            (base / f"armed-{pause.split('@')[0]}").touch()
+        specs.append({"store": query.get("store") or f"local://{base}/data", "input": str(base / "in"),
+                      "out": str(base / "out"), "checkpoint": str(base / "ck"), "flags": str(base),
+                      "sink": query["sink"], "pause": ",".join(query["pauses"]),
+                      **{k: query[k] for k in ("state_dir", "outputs_dir") if k in query}})
+        stops[name] = [pause.split("@") for pause in query["pauses"] if not pause.startswith("kill-worker@")]
+    log = tmp_path / "driver.log"
+
+    def result(spec: dict) -> Path:
+        return Path(spec["out"] + ".result.json")
+
+    run = run_queries(tmp_path, spark_env, specs, master)
+    while any(stops.values()):
+        for name, spec in zip(queries, specs):
+            if not stops[name]:  # no fault left: it ends (again, if it had ended before: nothing more to do)
+                assert wait_for(lambda: result(spec).exists() or run.poll() is not None, timeout=300)
+                assert result(spec).exists(), log.read_text()[-4000:]
+                continue
+            where, batch = stops[name].pop(0)
+            paused = Path(spec["flags"]) / f"paused-{where}"
+            assert wait_for(lambda: paused.exists() or run.poll() is not None, timeout=180)
+            assert run.poll() is None, log.read_text()[-4000:]
+            if where == "function":  # partition 0 of the batch committed; partition 1 is stopped in the function
+                with FunctionService.open(spec["store"]) as service:
+                    state = service.registry.state_store("public", "default", "opcount")
+                    assert wait_for(lambda: state.task(int(batch), 0, 2).has_marker(f"{batch}-0"), timeout=60)
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
-        run = run_query(tmp_path, spark_env, sink, ",".join(pauses), master=master, store=url, extra=extra)
-    rows = finish(run, tmp_path)
-    assert not list(tmp_path.glob("armed-*")), "a fault never happened"
-    assert rows == expected_rows(WORDS)
-    assert state_counts(url) == Counter(WORDS)
-    if "kill-worker@3" in pauses:  # the last run's status, as functions status reads it: the retried batch 3 once
-        with FunctionService.open(url) as service:
-            status = function_status(service.registry.store, "public", "default", "opcount")
-        assert (status["running"], status["processed"], status["error"]) == (False, PER_FILE, None)
+        for spec in specs:  # each run writes its own
+            result(spec).unlink(missing_ok=True)
+            for paused in Path(spec["flags"]).glob("paused-*"):
+                paused.unlink()
+        run = run_queries(tmp_path, spark_env, specs, master)
+    assert run.wait(timeout=300) == 0, log.read_text()[-4000:]
+    for (name, query), spec in zip(queries.items(), specs):
+        assert not list((tmp_path / name).glob("armed-*")), f"a fault of {name} never happened"
+        rows = sorted((r["word"], r["n"]) for r in json.loads(result(spec).read_text()))
+        assert rows == expected_rows(WORDS), name
+        assert state_counts(spec["store"]) == Counter(WORDS), name
+        if "kill-worker@3" in query["pauses"]:  # the last run's status, as functions status reads it: batch 3 once
+            with FunctionService.open(spec["store"]) as service:
+                status = function_status(service.registry.store, "public", "default", "opcount")
+            assert (status["running"], status["processed"], status["error"]) == (False, PER_FILE, None)
 
 
-def test_faults_end_exact_with_foreach_batch(tmp_path, spark_env):
-    """One query through three faults: the driver SIGKILLed in micro-batch 1 after the state commit and before
-    ``foreachBatch`` wrote, again in batch 2 after it wrote; then a Python worker SIGKILLed in batch 3."""
-    fault_ends_exact(tmp_path, spark_env, "foreach", ("before-sink@1", "after-sink@2", "kill-worker@3"))
+def test_faults_end_exact_in_one_driver(tmp_path, spark_env):
+    """Two queries in one driver, SIGKILLed twice. ``foreachBatch`` on the embedded store: the driver killed in
+    micro-batch 1 after the state commit and before the handler wrote, again in batch 2 after it wrote, then a
+    Python worker SIGKILLed in batch 3. A file sink on partition-owned state (``state_dir``): the driver killed
+    after one partition of micro-batch 1 committed its state and before the sink's commit (the replay gives the
+    kept rows of the committed partition), then run again after it ended (nothing more). See faults_end_exact.
+    The file sink on a per-key store is the cluster's test (etcd)."""
+    faults_end_exact(tmp_path, spark_env, {
+        "foreach": {"sink": "foreach", "pauses": ("before-sink@1", "after-sink@2", "kill-worker@3")},
+        "file": {"sink": "file", "pauses": ("function@1",), "state_dir": str(tmp_path / "file" / "shared")}})
 
 
-def test_faults_end_exact_with_a_file_sink_and_partition_owned_state(tmp_path, spark_env):
-    """The driver SIGKILLed after one partition of micro-batch 1 committed its state and before the file sink's
-    commit, the state partition-owned (``state_dir``): the replay gives the kept rows of the committed partition
-    (see fault_ends_exact). The file sink on a per-key store is the cluster's test (etcd)."""
-    fault_ends_exact(tmp_path, spark_env, "file", ("function@1",), extra=("--state-dir", str(tmp_path / "shared")))
-
-
-@pytest.mark.parametrize("sink,pauses", [("file", ("function@1",)), ("foreach", ("after-sink@1",))])
-def test_faults_on_the_cluster_end_exact(sink, pauses, tmp_path, spark_env, spark_cluster, request):
-    """On the standalone cluster (executors in other JVMs and Python workers), with the state in etcd and the
-    kept rows in a directory every executor reaches: the driver killed between the commits, and after both."""
+def test_faults_on_the_cluster_end_exact(tmp_path, spark_env, spark_cluster, request):
+    """On the standalone cluster (executors in other JVMs and Python workers), two queries in one driver, with
+    their state in etcd and their kept rows in a directory every executor reaches: on a file sink the driver killed
+    between the commits, on ``foreachBatch`` after both (see faults_end_exact)."""
     etcd = request.getfixturevalue("etcd_server")
-    fault_ends_exact(tmp_path, spark_env, sink, pauses, master=spark_cluster.master_url,
-                     store=f"etcd://{etcd.address}/op{uuid.uuid4().hex[:12]}",
-                     extra=("--outputs-dir", str(tmp_path / "rows")))
+    faults_end_exact(tmp_path, spark_env, {
+        sink: {"sink": sink, "pauses": (pause,), "store": f"etcd://{etcd.address}/op{uuid.uuid4().hex[:12]}",
+               "outputs_dir": str(tmp_path / sink / "rows")}
+        for sink, pause in (("file", "function@1"), ("foreach", "after-sink@1"))}, master=spark_cluster.master_url)
 
 
 class Timed:

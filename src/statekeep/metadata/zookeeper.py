@@ -20,10 +20,14 @@ parent is derived from each create and delete. Changes made while disconnected a
 listeners get ``Reconnected``/``SessionReestablished`` and should re-read.
 
 Failures: an operation waits at most ``timeout`` seconds for a connection and an answer, then raises
-:class:`StoreUnavailableError` (nothing was written). Reads retry across a reconnection within that
-time. A write whose connection broke, or whose answer did not come in time, after it may have reached
-the server is not retried: it raises :class:`PossibleInconsistentStateError` (a
-:class:`StoreUnavailableError`): it may or may not have been applied.
+:class:`StoreUnavailableError` (nothing was written). A connection attempt waits at most a third of the
+session timeout for the server's answer to its handshake, then tries again: a server restarting accepts
+connections before it can serve and may leave one unanswered (ZooKeeper 3.8 does, ZOOKEEPER-5051), and
+kazoo's own wait (the whole session timeout) would leave a reconnecting session no time to be kept.
+Reads retry across a reconnection within ``timeout``. A write whose connection broke, or whose answer
+did not come in time, after it may have reached the server is not retried: it raises
+:class:`PossibleInconsistentStateError` (a :class:`StoreUnavailableError`): it may or may not have been
+applied.
 
 Processes: a child forked while stores are open cannot use them (kazoo's threads stay in the parent): they raise
 :class:`StoreClosedError` there, and closing them in the child leaves the parent's session alone. The child opens
@@ -56,9 +60,9 @@ try:
     from kazoo import exceptions as zke
     from kazoo.client import KazooClient, KazooState
     from kazoo.handlers.threading import KazooTimeoutError
-    from kazoo.protocol.serialization import (CheckVersion, Create, MultiHeader, SetData, Transaction, Watch,
-                                              ZnodeStat, int_struct, read_buffer, read_string, stat_struct,
-                                              write_string)
+    from kazoo.protocol.serialization import (CheckVersion, Connect, Create, MultiHeader, SetData, Transaction,
+                                              Watch, ZnodeStat, int_struct, read_buffer, read_string,
+                                              stat_struct, write_string)
     from kazoo.protocol.serialization import Delete as ZDelete
     from kazoo.retry import KazooRetry
     from kazoo.security import OPEN_ACL_UNSAFE
@@ -230,10 +234,12 @@ class ZooKeeperStore(MetadataStore):
         except (ValueError, zke.KazooException) as e:
             raise InvalidArgumentError(f"bad ZooKeeper hosts {hosts!r}: {e}") from e
         # kazoo hands events only to its one-shot watchers; the listeners must see every event. This and the
-        # other private attributes used here (_session_id, _session_timeout, _live, _call) have no public
+        # other private attributes used here (_invoke, _session_id, _session_timeout, _live, _call) have no public
         # equivalent: pyproject.toml pins the kazoo minor version they are tested with.
         self._kazoo_read_watch_event = self._client._connection._read_watch_event
         self._client._connection._read_watch_event = self._read_watch_event
+        self._kazoo_invoke = self._client._connection._invoke
+        self._client._connection._invoke = self._invoke_handshake
         self._client.add_listener(self._on_state)
         _stores.add(self)
         try:
@@ -499,6 +505,14 @@ class ZooKeeperStore(MetadataStore):
 
     def _add_watch(self) -> Any:
         return self._call(_AddWatch(self._chroot or "/", 1))  # 1: persistent recursive
+
+    def _invoke_handshake(self, timeout: float, request: Any, xid: int | None = None) -> Any:
+        """kazoo's request during connection establishment (on its connection thread): the handshake
+        (``Connect``) waits a third of the session timeout at most for its answer (see the module's
+        Failures), leaving the rest of the session timeout for another attempt."""
+        if isinstance(request, Connect):
+            timeout = min(timeout, self._client._session_timeout / 1000 / 3)
+        return self._kazoo_invoke(timeout, request, xid)
 
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
         """On kazoo's connection thread, for every watch event: must neither block nor raise."""
