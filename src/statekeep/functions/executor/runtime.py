@@ -36,7 +36,7 @@ from statekeep.functions.messaging.messages import (batch_lines, dead_letter_mes
                                           output_sink, output_wrapper, published_targets,
                                                     write_targets)
 from statekeep.functions.config.spec import ExecutorSpec
-from statekeep.functions.messaging.kafka import BatchOutputs, deliver_kept, is_kafka
+from statekeep.functions.messaging.kafka import BatchOutputs, changelog_records, deliver_kept, is_kafka
 from statekeep.functions.messaging.sink import claim
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import read_schemas, record_schemas, registry_store
@@ -466,6 +466,8 @@ def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
             kafka.add(str(spec.dead_letter), path.dead)
         else:
             write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
+    if spec.changelog_topic:  # KIP-813: the state changes, in the same Kafka transaction as the outputs
+        kafka.add_records(spec.changelog_topic, *changelog_records(path.state.written(), spec.changelog_format))
     kafka.keep()
     applied = store.apply_batch(path.state.puts, path.state.counter_deltas,
                                 marker=None if batch is None else f"{batch[0]}-{batch[1]}")

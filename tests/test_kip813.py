@@ -1,0 +1,132 @@
+"""KIP-813 on Kafka, in Python against a real broker: a function's state changes on a compacted Kafka topic in the
+byte forms Kafka Streams reads (keys placed by Kafka's default partitioner, counters as ``Serdes.Long()``, typed
+values as JSON or MessagePack, deletes as tombstones, statekeep's internal entries never), and statekeep's
+followers of a Kafka changelog topic (get, prefix scan, changes as they come, lag, compaction, a follower away
+longer than the topic keeps tombstones). The tests against a Kafka Streams application are in
+test_kip813_streams.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import msgspec
+import pytest
+
+from statekeep.errors import InvalidArgumentError, NotFoundError
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.driver.spark import run_registered
+from support.kip813 import newest, partition_of, read_topic
+
+TYPED = b'''
+import dataclasses
+
+@dataclasses.dataclass
+class Seen:
+    n: int
+    last: str
+
+def process(input, context):
+    key = input["k"]
+    if input.get("op") == "del":
+        context.del_counter(key)
+        context.del_state("b:" + key)
+        context.value_state("seen", Seen).clear()
+        return None
+    context.incr_counter(key, 1)
+    context.put_state("b:" + key, input["v"])
+    seen = context.value_state("seen", Seen)
+    old = seen.get()
+    seen.update(Seen((old.n if old else 0) + 1, input["v"]))
+    context.list_state("history", str).append(input["v"])
+    context.map_state("tags", str, int).put(input["v"], len(input["v"]))
+    context.register_timer(context.get_current_processing_time() + 3_600_000, "processing")  # internal time state
+    return None
+'''
+
+
+def changelog(kafka, partitions: int = 3, **config) -> str:
+    name = f"cl{uuid.uuid4().hex[:10]}"
+    kafka.create_topic(name, partitions=partitions, config={"cleanup.policy": "compact", **config})
+    return name
+
+
+def run(service, url, tmp_path, name, spark) -> dict:
+    query = run_registered(service, url, "public", "default", name, checkpoint_root=str(tmp_path / "ck" / name),
+                           once=True, spark=spark)
+    query.await_termination()
+    return query.status()
+
+
+def write_input(path, records) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / f"{uuid.uuid4().hex}.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def test_a_functions_state_changes_on_a_compacted_topic_in_kafka_streams_byte_forms(kafka, spark, tmp_path):
+    """Counters as 8-byte big-endian, byte values as they are, typed entries keyed by their state key with JSON
+    values (and MessagePack for a function asking for it), deletes as tombstones; each record in the partition
+    Kafka's default partitioner gives its key; the topic's newest record per key is the function's state; no
+    internal entry (timers, the TTL index, a list's bounds) on it."""
+    url = f"local://{tmp_path / 'data'}"
+    inputs = tmp_path / "in"
+    write_input(inputs, [{"k": f"k{i % 7}", "v": f"v{i}"} for i in range(40)])
+    topics = {"json": changelog(kafka), "msgpack": changelog(kafka)}
+    with FunctionService.open(url) as service:
+        for form, topic in topics.items():
+            service.registry.create({"tenant": "public", "namespace": "default", "name": form, "inputs": [str(inputs)],
+                                     "keyField": "k", "parallelism": 2, "changelogFormat": form,
+                                     "changelogTopic": f"kafka://{kafka.address}/{topic}"}, TYPED)
+            assert run(service, url, tmp_path, form, spark)["error"] is None
+        write_input(inputs, [{"k": "k3", "op": "del"}, {"k": "k5", "op": "del"}, {"k": "k5", "v": "again"}])
+        for form in topics:
+            assert run(service, url, tmp_path, form, spark)["error"] is None
+        for form, topic in topics.items():
+            records = read_topic(kafka.address, topic)
+            assert all(p == partition_of(key, 3) for p, _, key, _ in records)  # Java's default partitioner
+            assert all(not key.startswith(b"\0") or key.startswith(b"\0v") for _, _, key, _ in records)
+            assert not [key for _, _, key, _ in records if key.endswith(b"\0#")]  # a list's bounds: internal
+            state = service.registry.state_store("public", "default", form)
+            assert (b"k3", None) in [(k, v) for _, _, k, v in records]  # a delete is a tombstone
+            got = newest(records)
+            user = {e.key.encode(): e.counter.to_bytes(8, "big", signed=True) if e.kind == "counter" else e.value
+                    for e in state.scan_entries() if not e.key.startswith("\0")}
+            assert {k: v for k, v in got.items() if not k.startswith(b"\0")} == user
+            assert user[b"k0"] == (6).to_bytes(8, "big") and user[b"b:k0"] == b"v35"
+            assert b"k3" not in user and user[b"k5"] == (1).to_bytes(8, "big")  # deleted, then counted again
+            typed = {k: v for k, v in got.items() if k.startswith(b"\0")}
+            seen = typed["\0v2:k0seen\0=".encode()]
+            decode = json.loads if form == "json" else msgspec.msgpack.decode
+            assert decode(seen) == {"n": 6, "last": "v35"}
+            assert decode(typed["\0v2:k0tags\0msv35".encode()]) == 3
+            assert sorted(decode(v) for k, v in typed.items() if k.startswith(b"\0v2:k0history\0l")) == sorted(
+                f"v{i}" for i in range(0, 40, 7))
+            assert "\0v2:k3seen\0=".encode() not in typed and "\0v2:k5seen\0=".encode() in typed
+
+
+def test_changelog_settings_are_checked_before_anything_runs(kafka, spark, tmp_path):
+    """A changelogTopic that is not compacted, that the cluster does not have, or on another cluster than the
+    function's Kafka output, fails the function before it starts, naming it; nothing is written."""
+    url = f"local://{tmp_path / 'data'}"
+    inputs = tmp_path / "in"
+    write_input(inputs, [{"k": "a", "v": "x"}])
+    plain = f"t{uuid.uuid4().hex[:10]}"
+    kafka.create_topic(plain, partitions=1)
+    code = b"def process(input, context):\n    context.incr_counter(input['k'], 1)\n"
+    with FunctionService.open(url) as service:
+        for name, topic, error in (("plain", plain, "cleanup.policy is 'delete', not compact"),
+                                   ("absent", "nosuchtopic", "no topic 'nosuchtopic'")):
+            service.registry.create({"tenant": "public", "namespace": "default", "name": name, "keyField": "k",
+                                     "inputs": [str(inputs)], "changelogTopic": f"kafka://{kafka.address}/{topic}"},
+                                    code)
+            with pytest.raises((InvalidArgumentError, NotFoundError), match=error):
+                run(service, url, tmp_path, name, spark)
+            assert list(service.registry.state_store("public", "default", name).scan_entries()) == []
+        other = changelog(kafka)
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "two", "keyField": "k",
+                                 "inputs": [str(inputs)], "output": f"kafka://127.0.0.1:1/{other}",
+                                 "changelogTopic": f"kafka://{kafka.address}/{other}"}, code)
+        with pytest.raises(InvalidArgumentError, match="one cluster"):
+            run(service, url, tmp_path, "two", spark)
+        assert read_topic(kafka.address, plain) == []
