@@ -130,3 +130,116 @@ def test_changelog_settings_are_checked_before_anything_runs(kafka, spark, tmp_p
         with pytest.raises(InvalidArgumentError, match="one cluster"):
             run(service, url, tmp_path, "two", spark)
         assert read_topic(kafka.address, plain) == []
+
+
+# -- statekeep's followers of a Kafka changelog topic ---------------------------------------------------------------
+
+
+def follow(kafka, topic: str, tmp_path, where: str = "f", **options):
+    from statekeep.changelog import FollowerStore
+
+    return FollowerStore.open(f"kafka://{kafka.address}/{topic}?value=long", "public", "default", "counts",
+                              local_dir=str(tmp_path / where), **options)
+
+
+def test_a_follower_of_a_kafka_topic_serves_gets_scans_changes_lag_and_resumes(kafka, tmp_path):
+    """A follower of a 3-partition topic of ``Serdes.Long()`` counts: it serves get, get_counter and prefix scans
+    from its own copy, hands over each batch of changes as they come, reports its lag in records and ms, never
+    shows an aborted transaction's records, applies tombstones, refuses writes, resumes where it stopped (no
+    bootstrap), and stops on a record its serde cannot read, naming it."""
+    from statekeep.errors import ReadOnlyStoreError
+    from statekeep.kafka.follower import KafkaFollowerStore, SerdeError
+    from support.kip813 import long, produce_raw
+
+    topic = changelog(kafka)
+    produce_raw(kafka.address, topic, [(f"user-{i}".encode(), long(i)) for i in range(20)])
+    produce_raw(kafka.address, topic, [(b"user-3", long(999))], abort=True)  # never seen
+    seen: list = []
+    follower = follow(kafka, topic, tmp_path, on_apply=seen.extend)
+    try:
+        assert isinstance(follower, KafkaFollowerStore)
+        assert follower.wait_until_caught_up(30)
+        assert follower.get_counter("user-3") == 3 and follower.get("user-4") == long(4)
+        assert [k for k, _ in follower.scan(prefix="user-1")] == ["user-1"] + [f"user-1{i}" for i in range(10)]
+        assert (follower.lag, follower.lag_ms) == (0, 0)
+        produce_raw(kafka.address, topic, [(b"user-3", long(30)), (b"user-5", None), (b"new", long(-1))])
+        assert follower.wait_until_caught_up(30)
+        assert (follower.get_counter("user-3"), follower.get("user-5"), follower.get_counter("new")) == (30, None, -1)
+        assert {(r.key, r.value) for r in seen[-3:]} == {("user-3", long(30)), ("user-5", None), ("new", long(-1))}
+        with pytest.raises(ReadOnlyStoreError):
+            follower.put("x", b"y")
+        status = follower.status()
+        assert status["source"].endswith(f"/{topic}?key=string&value=long") and status["phase"] == "tailing"
+        ends = follower.leader.offsets([0, 1, 2])  # each partition's end for a read_committed reader
+        assert status["positions"] == {str(p): end for p, end in ends.items()}
+        generation = status["generation"]
+    finally:
+        follower.close()
+    produce_raw(kafka.address, topic, [(b"user-7", long(70))])  # while it was away
+    follower = follow(kafka, topic, tmp_path)
+    try:
+        assert follower.wait_until_caught_up(30)
+        assert follower.status()["generation"] == generation  # resumed, not bootstrapped again
+        assert follower.get_counter("user-7") == 70 and follower.get_counter("user-3") == 30
+        produce_raw(kafka.address, topic, [(b"odd", b"\x01\x02\x03")])  # not 8 bytes
+        with pytest.raises(SerdeError, match=rf"{topic}.*partition \d, offset \d+.*3 bytes"):
+            follower.wait_until_caught_up(30)
+        with pytest.raises(SerdeError):
+            follower.get("user-1")
+    finally:
+        follower.close()
+
+
+def compacted(kafka, topic: str, gone: bytes, timeout: float = 90) -> list:
+    """Roll the topic's segments (a record every 0.2 s: its segment.ms is small) until compaction has dropped
+    every record of key ``gone`` (its values, then its tombstone); the topic's records then."""
+    import time
+
+    from support.kip813 import long, produce_raw
+
+    rolls = {}  # a key of each partition: a segment rolls when a record comes after its segment.ms
+    for i in range(1000):
+        rolls.setdefault(partition_of(b"roll%d" % i, 3), b"roll%d" % i)
+    deadline = time.monotonic() + timeout
+    n = 0
+    while time.monotonic() < deadline:
+        records = read_topic(kafka.address, topic)
+        if not [r for r in records if r[2] == gone]:
+            return records
+        n += 1
+        produce_raw(kafka.address, topic, [(key, long(n)) for key in rolls.values()])
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}: compaction did not drop {gone!r} within {timeout} s")
+
+
+def test_followers_are_right_after_compaction_from_scratch_and_after_being_away_past_tombstones(kafka, tmp_path):
+    """A topic compacted (small segments, a dirty ratio of 0.01, tombstones kept 1 s): a follower from scratch
+    holds each key's newest value, deleted keys absent; one that stopped before a delete and comes back after
+    compaction dropped its tombstone (away longer than half of delete.retention.ms) bootstraps again instead of
+    resuming, so the deleted key is not served; both equal what a reader of the whole topic holds."""
+    from support.kip813 import long, produce_raw
+
+    topic = changelog(kafka, **{"segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+                                "delete.retention.ms": "1000", "min.compaction.lag.ms": "0"})
+    for round_ in range(3):
+        produce_raw(kafka.address, topic, [(f"k{i}".encode(), long(100 * round_ + i)) for i in range(6)])
+    away = follow(kafka, topic, tmp_path, "away")
+    assert away.wait_until_caught_up(30) and away.get_counter("k0") == 200
+    generation = away.status()["generation"]
+    away.close()
+    produce_raw(kafka.address, topic, [(b"k0", None), (b"k1", long(-5))])
+    records = compacted(kafka, topic, b"k0")
+    assert len(records) < 3 * 6  # compacted: older values are gone
+    want = {k.decode(): int.from_bytes(v, "big", signed=True) for k, v in newest(records).items()}
+    assert "k0" not in want and want["k1"] == -5
+    for where in ("away", "scratch"):
+        follower = follow(kafka, topic, tmp_path, where)
+        try:
+            assert follower.wait_until_caught_up(30)
+            got = {k: follower.get_counter(k) for k, _ in follower.scan()}
+            assert {k: v for k, v in got.items() if not k.startswith("roll")} == {
+                k: v for k, v in want.items() if not k.startswith("roll")}
+            if where == "away":
+                assert follower.status()["generation"] > generation  # bootstrapped again, not resumed
+        finally:
+            follower.close()

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -144,3 +145,27 @@ class StreamsApp:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]], *,
+                abort: bool = False) -> None:
+    """``(key, value)`` records (a None value: a tombstone) into ``topic`` in one transaction, each in the
+    partition Java's default partitioner gives its key; ``abort``: the transaction is aborted instead."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"kip813-test-{uuid.uuid4().hex}",
+                         "partitioner": "murmur2_random", "linger.ms": 1})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for key, value in records:
+        producer.produce(topic, value, key)
+    if abort:
+        producer.flush(30)
+        producer.abort_transaction(30)
+    else:
+        producer.commit_transaction(30)
+
+
+def long(n: int) -> bytes:
+    """``Serdes.Long()``'s bytes of ``n``."""
+    return n.to_bytes(8, "big", signed=True)
