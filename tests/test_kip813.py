@@ -16,6 +16,7 @@ import pytest
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import run_registered
+from statekeep.testing import wait_for
 from support.kip813 import newest, partition_of, read_topic
 
 TYPED = b'''
@@ -243,3 +244,44 @@ def test_followers_are_right_after_compaction_from_scratch_and_after_being_away_
                 assert follower.status()["generation"] > generation  # bootstrapped again, not resumed
         finally:
             follower.close()
+
+
+def test_a_kafka_topics_follower_through_the_cli_and_rest(kafka, tmp_path, capsys):
+    """``statekeep followers get|status`` and a server's ``followers`` (``standalone --follow
+    T/N/F@kafka://...?value=long``) take a Kafka topic as the leader: the key as FunctionState JSON, the lag,
+    writes refused with 405."""
+    from conftest import need
+    from statekeep.cli.standalone import follower_specs
+    from support.cli import run as cli
+    from support.kip813 import long, produce_raw
+
+    topic = changelog(kafka)
+    produce_raw(kafka.address, topic, [(b"user-1", long(7)), (b"user-2", long(8)), (b"other", long(9))])
+    leader = f"kafka://{kafka.address}/{topic}?value=long"
+    named = ["--name", "counts", "--leader-store", leader, "--local-dir", str(tmp_path / "cli")]
+    code, out, _ = cli(capsys, "followers", "get", *named, "--key", "user-1")
+    assert code == 0 and json.loads(out) == {"key": "user-1", "numberValue": 7, "version": json.loads(out)["version"]}
+    assert cli(capsys, "followers", "get", *named, "--key", "nope")[0] == 1
+    code, out, _ = cli(capsys, "followers", "status", "--local-dir", str(tmp_path / "cli"), "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and (row["name"], row["lag"], row["source"]) == ("counts", 0, leader.replace("?", "?key=string&"))
+    code, _, err = cli(capsys, "followers", "get", "--name", "c", "--leader-store", f"{leader}&value=xml", "--key", "k")
+    assert code != 0 and "value='xml'" in err
+
+    need("fastapi")
+    from fastapi.testclient import TestClient
+
+    from statekeep.server import ServerConfig, create_app
+
+    (spec,) = follower_specs([f"public/default/counts@{leader}&prefix=user-"], str(tmp_path / "srv"))
+    assert spec["leader"] == leader and spec["key_prefix"] == "user-"
+    with TestClient(create_app(ServerConfig(metadata_url="memory://", followers=[spec]))) as server:
+        fol = "/admin/v3/followers/public/default/counts/state"
+        assert wait_for(lambda: server.get(f"{fol}/user-2").status_code == 200, timeout=30)
+        got = server.get(f"{fol}/user-2").json()
+        assert got == {"key": "user-2", "numberValue": 8, "version": got["version"]}  # its version: its offset
+        assert server.get(f"{fol}/other").status_code == 404  # not in the prefix
+        assert [i["key"] for i in server.get(fol).json()["items"]] == ["user-1", "user-2"]
+        assert server.post(f"{fol}/user-1", json={"numberValue": 1}).status_code == 405
+        (status,) = server.get("/admin/v3/followers").json()
+        assert (status["lag"], status["lagMs"], status["source"]) == (0, 0, spec["leader"].replace("?", "?key=string&"))

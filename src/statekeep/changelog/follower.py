@@ -25,8 +25,9 @@ Contract:
   where it stopped. Without a usable snapshot: a first start replays the changelog from the start;
   a re-bootstrap reads the leader's whole current state (``read_all``) and tails from the offset it
   covers. Either way readers see the previous complete copy until the new one is whole.
-- ``lag`` counts changelog records not yet applied. ``wait_until_caught_up(timeout)`` returns True once
-  every change committed on the leader before the call is applied (bootstrap included), else False.
+- ``lag`` counts changelog records not yet applied; ``lag_ms`` is 0 when none is, else the milliseconds since
+  the follower last had applied everything. ``wait_until_caught_up(timeout)`` returns True once every change
+  committed on the leader before the call is applied (bootstrap included), else False.
 - When the function is deleted (its registry entry gone, when the follower knows the registry; or its
   state's epoch changed or vanished), reads, ``lag`` and ``wait_until_caught_up`` raise
   :class:`NotFoundError` ("... was deleted"), never serve the stale copy.
@@ -448,6 +449,16 @@ class FollowerStore(ReadableStateStore):
         """Changelog records not yet applied (all of them while bootstrapping)."""
         self._raise_if_failed()
         return self.leader.count_changelog(after=self._meta.applied if self._meta.gen is not None else -1)
+
+    @property
+    def lag_ms(self) -> int:
+        """0 when nothing is left to apply (:attr:`lag` 0), else the milliseconds since this follower last had
+        applied everything (-1: not yet since it started)."""
+        if self.lag == 0:
+            return 0
+        if self._caught_up_at == float("-inf"):
+            return -1
+        return int((time.monotonic() - self._caught_up_at) * 1000)
 
     def wait_until_caught_up(self, timeout: float | None = None) -> bool:
         """True once every change the leader committed before this call is applied here; False after
