@@ -79,6 +79,59 @@ def newest(records: list[tuple[int, int, bytes, bytes | None]]) -> dict[bytes, b
 
 
 APP = Path(__file__).parent.parent / "kafka_streams_app"
+#: the command that builds the application (at setup: scripts/test runs it)
+BUILD_COMMAND = "scripts/kafka-streams-app"
+
+
+def app_jar() -> Path:
+    """Where the application's jar is built: a cache outside the repository (beside statekeep's jar cache),
+    named after a hash of the application's pom and sources and of the Kafka version (another source, another
+    build)."""
+    import hashlib
+
+    from statekeep import jars
+
+    digest = hashlib.sha256(jars.KAFKA_VERSION.encode())
+    for path in sorted([APP / "pom.xml", *APP.rglob("*.java")]):
+        digest.update(path.relative_to(APP).as_posix().encode() + b"\0" + path.read_bytes())
+    return jars.cache_dir().parent / "test-apps" / f"kafka-streams-app-{digest.hexdigest()[:12]}" / "app.jar"
+
+
+def build() -> Path:
+    """Build the application with Maven (``mvn -q package``: Maven Central for its plugins and Kafka Streams, so at
+    setup, never while the tests run) unless it is built; its jar."""
+    import shutil
+    import tempfile
+
+    from statekeep import jars
+
+    jar = app_jar()
+    if jar.exists():
+        return jar
+    jar.parent.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=jar.parent.parent))
+    try:
+        subprocess.run(["mvn", "-q", "-B", "package", f"-Dapp.build={work}", f"-Dkafka.version={jars.KAFKA_VERSION}"],
+                       cwd=APP, check=True)
+        (work / "out").mkdir()
+        (work / "kafka-streams-app.jar").rename(work / "out" / "app.jar")
+        (work / "out").rename(jar.parent)  # whole, or not there
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return jar
+
+
+def app_classpath() -> str | None:
+    """The application's ``java -cp``: its jar and the ``kafka-streams`` jar bundle's; None if either is missing
+    (``scripts/kafka-streams-app`` builds both)."""
+    from statekeep import jars
+    from statekeep.errors import MissingDependencyError
+
+    jar = app_jar()
+    try:
+        return f"{jar}:{jars.classpath('kafka-streams')}" if jar.exists() else None
+    except MissingDependencyError:
+        return None
 
 
 class StreamsApp:
@@ -94,7 +147,8 @@ class StreamsApp:
         self.log = log
         args = {"mode": mode, "bootstrap": bootstrap, "app-id": app_id, "topic": topic, "port": str(self.port),
                 "state-dir": str(state_dir), "value": value, "store": store, **(extra or {})}
-        command = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", jar_classpath,
+        command = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                   "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", jar_classpath,
                    "statekeep.test.StreamsApp", *[f"--{k}={v}" for k, v in args.items()]]
         with open(log, "ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -169,3 +223,7 @@ def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | N
 def long(n: int) -> bytes:
     """``Serdes.Long()``'s bytes of ``n``."""
     return n.to_bytes(8, "big", signed=True)
+
+
+if __name__ == "__main__":  # scripts/kafka-streams-app
+    print(build())
