@@ -18,15 +18,15 @@ tied to the (batch, partition) state commit of :mod:`statekeep.functions.executo
    records and commits, in the same transaction, the offset ``batch + 1`` of the consumer group of that id (on
    partition 0 of each topic written): the record that (batch, partition) was delivered.
 
-**A function's changelog on Kafka** (KIP-813: ``changelogTopic``): :func:`changelog_records` turns a (batch,
-partition)'s state changes into records of a compacted topic in the byte forms Kafka Streams' serdes read; they are
-added to the batch's records (:meth:`BatchOutputs.add_records`) and so go out in the same transaction.
-
 A replay of a (batch, partition) whose state was committed first fences the id (``init_transactions``: an earlier
 producer's open transaction is aborted, and that producer can commit nothing more), then reads the group's
 committed offset: delivered, or the kept records are delivered now. So a ``read_committed`` consumer sees each
 record once, whichever process died where; a ``read_uncommitted`` one may also see the records of an aborted
 attempt (a replayed batch's first try), as Kafka's own transactions allow.
+
+**A function's changelog on Kafka** (KIP-813: ``changelogTopic``): :func:`changelog_records` turns a (batch,
+partition)'s state changes into records of a compacted topic in the byte forms Kafka Streams' serdes read; they are
+added to the batch's records (:meth:`BatchOutputs.add_records`) and so go out in the same transaction.
 """
 
 from __future__ import annotations
