@@ -285,3 +285,28 @@ def test_a_kafka_topics_follower_through_the_cli_and_rest(kafka, tmp_path, capsy
         assert server.post(f"{fol}/user-1", json={"numberValue": 1}).status_code == 405
         (status,) = server.get("/admin/v3/followers").json()
         assert (status["lag"], status["lagMs"], status["source"]) == (0, 0, spec["leader"].replace("?", "?key=string&"))
+
+
+def test_a_partitions_delivery_goes_on_after_another_process_delivered_its_previous_batch(kafka, tmp_path):
+    """Spark may run a partition's micro-batches in different Python workers: this process delivers batch 1 of a
+    transactional id, another process batch 2 (its producer fences this one's), then this process batch 3. The
+    third delivery fences again and goes through (it used to fail on the fenced producer, which without Spark's
+    task retries failed the query); a read_committed reader has each batch once."""
+    import subprocess
+    import sys
+
+    from statekeep.functions.messaging.kafka import KafkaDelivery, raw_table
+
+    topic = changelog(kafka, partitions=1)
+    ident = f"kip813-{uuid.uuid4().hex[:8]}"
+
+    def table(batch: int):
+        return raw_table(topic, [b"k%d" % batch], [b"%d" % batch])
+
+    assert KafkaDelivery(kafka.address, ident).deliver(1, table(1))
+    other = ("import sys; from statekeep.functions.messaging.kafka import KafkaDelivery, raw_table; "
+             "assert KafkaDelivery(sys.argv[1], sys.argv[2]).deliver(2, raw_table(sys.argv[3], [b'k2'], [b'2']))")
+    subprocess.run([sys.executable, "-c", other, kafka.address, ident, topic], check=True, timeout=120)
+    assert KafkaDelivery(kafka.address, ident).deliver(3, table(3))
+    assert not KafkaDelivery(kafka.address, ident).deliver(3, table(3), replay=True)  # delivered: not again
+    assert [(k, v) for _, _, k, v in read_topic(kafka.address, topic)] == [(b"k1", b"1"), (b"k2", b"2"), (b"k3", b"3")]

@@ -38,7 +38,8 @@ seen, and an open one holds the follower back at its start as it holds Kafka Str
 - ``lag``: records not yet applied, summed over the partitions (the end of each partition for a
   ``read_committed`` reader, its last stable offset, minus the follower's position); during a bootstrap, every
   record of the topic. ``lag_ms``: 0 when caught up, else the milliseconds since the follower last was.
-  ``wait_until_caught_up(timeout)``: True once every record committed to the topic before the call is applied.
+  ``wait_until_caught_up(timeout)``: True once every record a ``read_committed`` reader could read at the call
+  is applied (a transaction left open holds it back, as it holds every such reader).
 - The topic deleted (or deleted and created again: another topic id) after the follower adopted it: reads,
   ``lag`` and ``wait_until_caught_up`` raise :class:`NotFoundError`. An unreachable cluster is retried.
 """

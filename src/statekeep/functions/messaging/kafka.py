@@ -432,7 +432,10 @@ class KafkaDelivery:
 
     def _transaction(self, batch: int | None, table: Any, topics: list[str], replay: bool) -> bool:
         kafka = _client()
-        if replay:
+        # a producer of the id that did not commit batch - 1 here may have been fenced by another process's (Spark
+        # ran the partition's previous batch in another Python worker), which may have delivered this batch too: as
+        # a replay, fenced again and looked up
+        if replay or (batch is not None and not self.continues(batch)):
             self._producer(fresh=True)
             if batch is not None and self.delivered(batch, topics):
                 return False
