@@ -1,5 +1,6 @@
 """A function file for the Kafka tests: a per-key count, one output per message ``KEY:N`` (its key's count after
-it) to the function's Kafka output, with the message's key, properties and event time kept.
+it) to the function's Kafka output, with the message's key, properties and event time kept; a message ``del``
+deletes its key's count instead (no output).
 
 Faults, armed by the environment of the driver (which its Python workers inherit): ``SK_FLAGS`` a directory,
 ``SK_PAUSE`` ``WHERE@BATCH,...``, each fault once (the file ``FLAGS/armed-WHERE`` exists until the fault takes it):
@@ -50,6 +51,9 @@ if "before-commit" in ARMED:  # in this worker: partition 0's delivery of the ba
 
 def process(value, context):
     key = context.get_message_key()
+    if value == "del":
+        context.del_counter(key)
+        return None
     n = context.incr_counter(key, 1)
     batch, partition, _ = context.get_message_id().split(":")
     if ARMED.get("kill-worker") == batch and partition == "0" and take("kill-worker"):

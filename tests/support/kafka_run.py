@@ -2,9 +2,11 @@
 ``functions localrun --once`` does, for the Kafka fault tests: Kafka topic in, Kafka topic out.
 
     python kafka_run.py --store URL --checkpoints DIR --input kafka://... --output kafka://... [--per-batch N]
+        [--parallelism P] [--changelog-topic kafka://...]
 
-The function is created on the first run (``parallelism`` 2, ``maxOffsetsPerTrigger`` N: one micro-batch per N
-messages) and run again from its checkpoint by the next. Faults come from the environment (see kafka_function.py).
+The function is created on the first run (``parallelism`` P, default 2, ``maxOffsetsPerTrigger`` N: one micro-batch
+per N messages; its state changes also on the changelog topic if one is given) and run again from its checkpoint by
+the next, with its parallelism updated to P. Faults come from the environment (see kafka_function.py).
 """
 
 import argparse
@@ -19,6 +21,8 @@ def main() -> None:
     for name in ("--store", "--checkpoints", "--input", "--output"):
         parser.add_argument(name, required=True)
     parser.add_argument("--per-batch", type=int, default=100)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--changelog-topic", default=None)
     parser.add_argument("--master", default="local[2,4]")
     args = parser.parse_args()
 
@@ -28,11 +32,13 @@ def main() -> None:
 
     with FunctionService.open(args.store) as service:
         try:
-            service.registry.get("public", "default", "kcount")
+            if service.registry.get("public", "default", "kcount").parallelism != args.parallelism:
+                service.registry.update("public", "default", "kcount", {"parallelism": args.parallelism})
         except NotFoundError:
             service.registry.create({"tenant": "public", "namespace": "default", "name": "kcount", "py": FUNCTION.name,
-                                     "inputs": [args.input], "output": args.output, "parallelism": 2,
-                                     "userConfig": {"inputOptions": {"maxOffsetsPerTrigger": str(args.per_batch)}}},
+                                     "inputs": [args.input], "output": args.output, "parallelism": args.parallelism,
+                                     "userConfig": {"inputOptions": {"maxOffsetsPerTrigger": str(args.per_batch)}},
+                                     **({"changelogTopic": args.changelog_topic} if args.changelog_topic else {})},
                                     FUNCTION.read_bytes())
         query = run_registered(service, args.store, "public", "default", "kcount", checkpoint_root=args.checkpoints,
                                once=True, master=args.master)

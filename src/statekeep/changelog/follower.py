@@ -25,8 +25,9 @@ Contract:
   where it stopped. Without a usable snapshot: a first start replays the changelog from the start;
   a re-bootstrap reads the leader's whole current state (``read_all``) and tails from the offset it
   covers. Either way readers see the previous complete copy until the new one is whole.
-- ``lag`` counts changelog records not yet applied. ``wait_until_caught_up(timeout)`` returns True once
-  every change committed on the leader before the call is applied (bootstrap included), else False.
+- ``lag`` counts changelog records not yet applied; ``lag_ms`` is 0 when none is, else the milliseconds since
+  the follower last had applied everything. ``wait_until_caught_up(timeout)`` returns True once every change
+  committed on the leader before the call is applied (bootstrap included), else False.
 - When the function is deleted (its registry entry gone, when the follower knows the registry; or its
   state's epoch changed or vanished), reads, ``lag`` and ``wait_until_caught_up`` raise
   :class:`NotFoundError` ("... was deleted"), never serve the stale copy.
@@ -74,6 +75,32 @@ log = logging.getLogger(__name__)
 
 RESTORE_CHUNK = 20_000
 REGISTRY_CHECK_S = 0.5
+
+
+#: a leader URL's scheme -> ("module:function" opening a follower of that log, the pip extra it needs): logs other
+#: than a function's state store, followed by the same mechanism (a FollowerStore subclass of the module), imported
+#: when such a URL is first opened, as the metadata registry imports its backends
+LOG_SOURCES: dict[str, tuple[str, str]] = {
+    "kafka": ("statekeep.kafka.follower:open_follower", "statekeep[kafka] (confluent-kafka)"),
+}
+
+
+def log_source(scheme: str) -> Callable[..., FollowerStore]:
+    """The opener of followers of ``scheme``'s logs (:data:`LOG_SOURCES`); :class:`MissingDependencyError` naming
+    the extra when its module cannot be imported."""
+    import importlib
+
+    target, extra = LOG_SOURCES[scheme]
+    module_name, _, function = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        if isinstance(e, MissingDependencyError) or (e.name or "").startswith("statekeep"):
+            raise
+        raise MissingDependencyError(f"a follower of a {scheme}:// log needs {extra}: "
+                                     f"pip install '{extra.split()[0]}' ({e})") from e
+    opener: Callable[..., FollowerStore] = getattr(module, function)
+    return opener
 
 
 class FollowerStore(ReadableStateStore):
@@ -142,13 +169,20 @@ class FollowerStore(ReadableStateStore):
         root). ``check_registry`` (default: with a URL) makes a missing registry entry
         :class:`NotFoundError`, now and while following. ``options``: ``poll_interval``, ``batch_size``,
         ``restore_chunk``, ``on_apply`` (called with each applied batch: the records of keys in the view,
-        as the leader wrote them). Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a
-        non-callable filter or transform, before anything is opened or written;
-        :class:`UnsupportedCapabilityError` for a leader that declares no changelog reading
+        as the leader wrote them). A ``kafka://HOST:PORT/TOPIC?key=..&value=..`` leader is a Kafka changelog topic
+        (a Kafka Streams store's), followed as ``tenant/namespace/name``: see :mod:`statekeep.kafka.follower`.
+        Raises :class:`InvalidArgumentError` for a non-str prefix or view_id or a non-callable filter or transform,
+        before anything is opened or written; :class:`UnsupportedCapabilityError` for a leader that declares no
+        changelog reading
         (:attr:`Capability.CHANGELOG_READ`)."""
         from statekeep.metadata import open_store
         from statekeep.state import open_provider
 
+        if isinstance(leader, str) and leader.partition("://")[0] in LOG_SOURCES:  # another log than a store's
+            return log_source(leader.partition("://")[0])(
+                leader, tenant, namespace, name, local_dir=local_dir, blobs=blobs, snapshots=snapshots,
+                provider=provider, provider_config=provider_config, check_registry=check_registry, start=start,
+                key_prefix=key_prefix, key_filter=key_filter, transform=transform, view_id=view_id, **options)
         view = FollowerView(key_prefix, key_filter, transform, view_id)  # bad input: nothing opened yet
         owned: list[Any] = []
         temporary = None
@@ -415,6 +449,16 @@ class FollowerStore(ReadableStateStore):
         """Changelog records not yet applied (all of them while bootstrapping)."""
         self._raise_if_failed()
         return self.leader.count_changelog(after=self._meta.applied if self._meta.gen is not None else -1)
+
+    @property
+    def lag_ms(self) -> int:
+        """0 when nothing is left to apply (:attr:`lag` 0), else the milliseconds since this follower last had
+        applied everything (-1: not yet since it started)."""
+        if self.lag == 0:
+            return 0
+        if self._caught_up_at == float("-inf"):
+            return -1
+        return int((time.monotonic() - self._caught_up_at) * 1000)
 
     def wait_until_caught_up(self, timeout: float | None = None) -> bool:
         """True once every change the leader committed before this call is applied here; False after

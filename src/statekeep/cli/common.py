@@ -139,6 +139,10 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
                                 metavar="JSON" if kind == "json" else kind.upper(), help=what)
     sub.add_argument("--trigger-interval", type=interval_ms, metavar="DURATION", help="time between the starts of "
                      "micro-batches, e.g. 500ms or 2s (triggerIntervalMs; default 0: as soon as possible)")
+    sub.add_argument("--changelog-topic", metavar="kafka://HOST:PORT/TOPIC", help="a compacted Kafka topic that also "
+                     "carries the function's state changes, as a Kafka Streams changelog (changelogTopic)")
+    sub.add_argument("--changelog-format", choices=("json", "msgpack"), default=None,
+                     help="how --changelog-topic carries typed state values (changelogFormat; default: json)")
     sub.add_argument("--state-dir", metavar="URL", help="keep the function's state partition-owned, durable under "
                      "URL: a shared directory or an fsspec URL (s3://bucket/prefix, hdfs://...)")
     add_time_flags(sub)
@@ -260,7 +264,8 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                           ("processing_guarantees", "processingGuarantees"), ("log_topic", "logTopic"),
                           ("output_serde_classname", "outputSerdeClassName"), ("dead_letter_topic", "deadLetterTopic"),
                           ("max_message_retries", "maxMessageRetries"), ("timeout_ms", "timeoutMs"),
-                          ("trigger_interval", "triggerIntervalMs")):
+                          ("trigger_interval", "triggerIntervalMs"), ("changelog_topic", "changelogTopic"),
+                          ("changelog_format", "changelogFormat")):
         if getattr(args, option, None) is not None:
             config[field] = getattr(args, option)
     if getattr(args, "state_dir", None):

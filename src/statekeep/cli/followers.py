@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from statekeep.cli.common import print_json, print_result
 from statekeep.errors import InvalidArgumentError, NotFoundError, StatekeepError
@@ -87,13 +87,13 @@ def _start(args: argparse.Namespace) -> int:
         while True:
             status = follower.status()
             try:
-                status["lag"] = follower.lag
+                status["lag"], status["lagMs"] = follower.lag, follower.lag_ms
             except NotFoundError:
                 raise
             except StatekeepError as e:
-                status["lag"], status["error"] = None, str(e)
+                status["lag"], status["lagMs"], status["error"] = None, None, str(e)
             print(f"{time.strftime('%H:%M:%S')}  {status['phase']:<9}  applied offset {status['appliedOffset']:>10}  "
-                  f"lag {status['lag']}"
+                  f"lag {status['lag']} ({status['lagMs']} ms)"
                   + (f"  restored {status['restoredEntries']}" if status["restoredEntries"] else "")
                   + (f"  error: {status['error']}" if status["error"] else ""), flush=True)
             time.sleep(args.interval)
@@ -121,23 +121,49 @@ def _get(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from statekeep.changelog.partitioned_follower import PartitionedReplica
     from statekeep.changelog.replica import followed
+    from statekeep.kafka.follower import KafkaReplica
 
     if not os.path.isdir(args.local_dir):
         raise InvalidArgumentError(f"no follower directory {args.local_dir}")
     rows = []
     for tenant, namespace, name in followed(args.local_dir):
+        with KafkaReplica(args.local_dir, tenant, namespace, name) as kafka:  # a Kafka topic's copy names it
+            source = kafka.source()
+            place = kafka.place() if source is not None else None
         with PartitionedReplica(args.local_dir, tenant, namespace, name) as replica:  # any replica; and positions
             meta = replica.load()
-            positions = replica.positions()
+            positions = replica.positions() if source is None else None
         if positions is not None and positions.gen != meta.gen:
             positions = None
         rows.append({"tenant": tenant, "namespace": namespace, "name": name, "appliedOffset": meta.applied,
                      "epoch": meta.epoch, "generation": meta.gen, "restoring": meta.restore is not None,
-                     "lag": _lag(args, tenant, namespace, name, meta, positions)})
+                     "lag": _kafka_lag(source, place, meta) if source is not None
+                     else _lag(args, tenant, namespace, name, meta, positions)})
+        if source is not None:
+            rows[-1]["source"] = source
     return print_result(args, rows, [
         f"{row['tenant']}/{row['namespace']}/{row['name']}  applied offset {row['appliedOffset']}  "
         f"lag {row['lag'] if row['lag'] is not None else '?'}" + ("  (restoring)" if row["restoring"] else "")
         for row in rows] or [f"no followers in {args.local_dir}"])
+
+
+def _kafka_lag(source: str, place: dict[str, Any] | None, meta: ReplicaMeta) -> int | str | None:
+    """Records of the followed Kafka topic after the copy's positions (every record before its first bootstrap);
+    None if unknown, "deleted" if the topic is gone or is another one."""
+    from statekeep.kafka.follower import KafkaChangelog
+
+    try:
+        topic = KafkaChangelog(source, "", "", "")
+        topic_id, partitions = topic.describe()
+        if meta.epoch and topic_id != meta.epoch:
+            return "deleted"
+        ends = topic.offsets(partitions)
+        positions = place["positions"] if place is not None else topic.offsets(partitions, earliest=True)
+        return sum(max(0, end - positions.get(p, 0)) for p, end in ends.items())
+    except NotFoundError:
+        return "deleted"
+    except StatekeepError:
+        return None
 
 
 def _lag(args: argparse.Namespace, tenant: str, namespace: str, name: str,

@@ -107,6 +107,33 @@ class BufferedState:
         self.counter_deltas[key] = delta
         return value
 
+    def written(self) -> dict[str, tuple[bytes | None, int | None]]:
+        """What each key this batch writes holds once :attr:`puts` and then :attr:`counter_deltas` are applied:
+        ``{key: (bytes, None)}`` for a byte value, ``(None, counter)`` for a counter, ``(None, None)`` for a delete.
+        A counter is its stored value plus its delta (the delta alone after a put or delete of the key in this
+        batch); the stored values of counters this batch never read (``add_many``'s) are read in one bulk read. A
+        delete of a key read as absent is left out (the write stores nothing for it). Raises
+        :class:`InvalidArgumentError` for a delta on a key that holds bytes or a counter outside 64 bits, as the
+        write would. What a concurrent writer (a REST increment) commits between this batch's read and its write
+        is not in it."""
+        base, puts, deltas = self._base, self.puts, self.counter_deltas
+        unread = [k for k in deltas if k not in puts and k not in base]
+        if unread:
+            base.update(self._fetch(unread))
+        out: dict[str, tuple[bytes | None, int | None]] = {}
+        for key, value in puts.items():
+            if key in deltas:
+                continue  # the counter below: a put or delete then increments restarts it from its delta
+            if value is None and base.get(key, (b"", None)) == (None, None):
+                continue  # absent before, absent after: nothing is written for it
+            out[key] = (value, None)
+        for key, delta in deltas.items():
+            total = delta if key in puts else self._stored_counter(key, base[key]) + delta
+            if not COUNTER_MIN <= total <= COUNTER_MAX:
+                raise InvalidArgumentError(f"counter {key!r} would overflow a signed 64-bit integer")
+            out[key] = (None, total)
+        return out
+
     def add_many(self, keys: list[str], amounts: list[int]) -> None:
         """Buffer ``amounts`` as counter deltas of ``keys`` (a key may repeat), reading nothing: the
         stored values are checked (a key holding bytes, overflow) by the batch's write, which then

@@ -508,8 +508,9 @@ KAFKA_JVM = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC
 #: settings every test node has: explicit topics only (an unknown topic is an error, not a new topic),
 #: groups that start at once, internal topics of few partitions (created at the first group or
 #: transaction: 50 each by default), fewer threads, transactions up to 15 minutes long, a killed producer's
-#: expired transaction aborted within a second of its timeout, and a killed broker fenced (its partitions'
-#: leadership moved) within 3 s rather than 9
+#: expired transaction aborted within a second of its timeout, a killed broker fenced (its partitions'
+#: leadership moved) within 3 s rather than 9, and the log cleaner looking for compacted topics to clean every
+#: half second rather than 15 s (a test's compaction happens in seconds)
 KAFKA_SETTINGS = {
     "auto.create.topics.enable": "false",
     "group.initial.rebalance.delay.ms": "0",
@@ -520,6 +521,7 @@ KAFKA_SETTINGS = {
     "transaction.max.timeout.ms": "900000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+    "log.cleaner.backoff.ms": "500",
 }
 
 

@@ -22,7 +22,10 @@ a ``pulsar.schema.Record`` class its JSON messages are decoded into; see
 does; and statekeep's own ``keyField`` (the input
 field whose value partitions records, so one key's records reach one task), ``inputFormat``,
 ``outputFormat``, ``stateStorage`` (``{"provider": NAME, "config": {...}}``; absent: the server's
-default provider) and ``triggerIntervalMs`` (ms between micro-batch starts; absent or 0: as soon as possible).
+default provider), ``triggerIntervalMs`` (ms between micro-batch starts; absent or 0: as soon as possible),
+``changelogTopic`` (a compacted Kafka topic, ``kafka://HOST:PORT/TOPIC``, that also carries the function's state
+changes, in the byte form Kafka Streams reads: see :mod:`statekeep.functions.messaging.kafka`) and
+``changelogFormat`` (how that topic carries typed state values: ``json``, the default, or ``msgpack``).
 
 Accepted only with the value statekeep always behaves as, and not stored (nothing to configure):
 ``autoAck: true`` (every processed record is acknowledged, deprecated in Pulsar anyway),
@@ -112,6 +115,14 @@ def _split_inputs(value: object) -> object:
     return value
 
 
+def _kafka_name(value: str) -> str:
+    """A Kafka topic name (``kafka://HOST:PORT[,HOST:PORT...]/TOPIC``), as :func:`locations.parse` checks it."""
+    from statekeep.functions.config.locations import parse
+
+    parse(value)
+    return value
+
+
 def _storage(value: object) -> object:
     parsed = parse_state_storage(value)  # the catalog's reading, for followers too
     return None if parsed is None else {"provider": parsed[0], "config": parsed[1]}
@@ -171,9 +182,21 @@ class FunctionConfig(BaseModel):
         None, description="ms between the starts of the function's micro-batches (statekeep's); absent or 0: "
                           "the next one as soon as the previous one ends and there is input")
 
+    changelogTopic: Annotated[Text, AfterValidator(_kafka_name)] | None = Field(
+        None, description="a compacted Kafka topic (kafka://HOST:PORT/TOPIC) that also carries the function's state "
+                          "changes, in the same Kafka transaction as its Kafka outputs (statekeep's; KIP-813)")
+    changelogFormat: Literal["json", "msgpack"] | None = Field(
+        None, description="how changelogTopic carries typed state values: json (the default) or msgpack")
+
     @property
     def fqfn(self) -> str:
         return f"{self.tenant}/{self.namespace}/{self.name}"
+
+    @model_validator(mode="after")
+    def _changelog(self) -> FunctionConfig:
+        if self.changelogFormat is not None and self.changelogTopic is None:
+            raise InvalidArgumentError("changelogFormat needs a changelogTopic (the Kafka topic it is the form of)")
+        return self
 
     @field_validator("runtime")
     @classmethod

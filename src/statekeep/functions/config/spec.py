@@ -89,6 +89,9 @@ class ExecutorSpec:
     input_schemas: Mapping[str, str] = field(default_factory=dict)
     output_serde: str | None = None
     log_topic: str | None = None
+    #: a Kafka topic that also carries the state changes (``changelogTopic``), typed values in ``changelog_format``
+    changelog_topic: str | None = None
+    changelog_format: str = "json"
     topics_dir: str | None = None
     trigger_interval_ms: int = 0  # the driver's: ms between micro-batch starts (0: as soon as possible)
     # the DataFrame operator's (statekeep.spark.operator): the function as a Python object (a callable
@@ -106,6 +109,8 @@ class ExecutorSpec:
                                        f"not {self.input_format!r}")
         if self.trigger_interval_ms < 0:
             raise InvalidArgumentError(f"trigger_interval_ms must be >= 0, not {self.trigger_interval_ms}")
+        if self.changelog_format not in ("json", "msgpack"):
+            raise InvalidArgumentError(f"changelog_format must be json or msgpack, not {self.changelog_format!r}")
         if self.max_retries is not None and self.max_retries < 0:
             raise InvalidArgumentError(f"max_retries must be None or >= 0, not {self.max_retries}")
         if isinstance(self.time, Mapping):  # plain data (a spec read as JSON): the typed section
@@ -182,6 +187,9 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         # Pulsar's serde, log topic and topics (see statekeep.functions.messaging.messages and .topics)
         input_serdes=cfg.input_serdes(), output_serde=cfg.outputSerdeClassName, log_topic=cfg.logTopic,
         input_schemas=dict(cfg.customSchemaInputs or {}), trigger_interval_ms=cfg.triggerIntervalMs or 0,
+        # KIP-813: the state changes on a Kafka topic too (statekeep.functions.messaging.kafka.changelog_records)
+        changelog_topic=getattr(cfg, "changelogTopic", None), changelog_format=getattr(cfg, "changelogFormat", None)
+        or "json",
         topics_dir=os.environ.get("STATEKEEP_TOPICS_DIR") or default_root(metadata_url or None))
     return ExecutorSpec(**{**built, **(fields(cfg) if fields is not None else {})}), cfg
 

@@ -23,11 +23,13 @@ def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> N
     topic named exists and answers. :class:`MissingDependencyError`, :class:`NotFoundError` or
     :class:`StoreUnavailableError` naming what is missing."""
     from statekeep.errors import MissingDependencyError
-    from statekeep.functions.messaging.kafka import check_topics
+    from statekeep.functions.messaging.kafka import check_changelog_topic, check_topics, one_cluster
 
-    named = [*inputs, spec.output, spec.log_topic, spec.dead_letter]
+    named = [*inputs, spec.output, spec.log_topic, spec.dead_letter, spec.changelog_topic]
     if not any(map(is_kafka, named)):
         return
+    # what a (batch, partition) writes to Kafka is one transaction, so on one cluster
+    one_cluster(n for n in (spec.output, spec.log_topic, spec.dead_letter, spec.changelog_topic) if n)
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a live session's gateway
     if any(map(is_kafka, inputs)) and not jvm.org.apache.spark.util.Utils.classIsLoadable(
@@ -36,6 +38,8 @@ def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> N
                                      "spark-kafka` before the Spark session starts (or give Spark the "
                                      "spark-sql-kafka-0-10 package yourself)")
     check_topics(named)
+    if spec.changelog_topic:
+        check_changelog_topic(spec.changelog_topic)
 
 
 def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,

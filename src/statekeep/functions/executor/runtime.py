@@ -28,7 +28,7 @@ from statekeep.functions.executor.record import RecordSource
 from statekeep.functions.executor.statemethods import is_valid_key
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
-from statekeep.functions.messaging.kafka import BatchOutputs, deliver_kept, is_kafka
+from statekeep.functions.messaging.kafka import BatchOutputs, changelog_records, deliver_kept, is_kafka
 from statekeep.functions.messaging.messages import output_sink, published_targets, write_targets
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
@@ -175,6 +175,8 @@ def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
             kafka.add(str(spec.dead_letter), path.dead)
         else:
             write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
+    if spec.changelog_topic:  # KIP-813: the state changes, in the same Kafka transaction as the outputs
+        kafka.add_records(spec.changelog_topic, *changelog_records(path.state.written(), spec.changelog_format))
     kafka.keep()
     applied = store.apply_batch(path.state.puts, path.state.counter_deltas,
                                 marker=None if batch is None else f"{batch[0]}-{batch[1]}")

@@ -24,11 +24,16 @@ producer's open transaction is aborted, and that producer can commit nothing mor
 committed offset: delivered, or the kept records are delivered now. So a ``read_committed`` consumer sees each
 record once, whichever process died where; a ``read_uncommitted`` one may also see the records of an aborted
 attempt (a replayed batch's first try), as Kafka's own transactions allow.
+
+**A function's changelog on Kafka** (KIP-813: ``changelogTopic``): :func:`changelog_records` turns a (batch,
+partition)'s state changes into records of a compacted topic in the byte forms Kafka Streams' serdes read; they are
+added to the batch's records (:meth:`BatchOutputs.add_records`) and so go out in the same transaction.
 """
 
 from __future__ import annotations
 
 import base64
+import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -85,18 +90,18 @@ def _config(bootstrap: str, **settings: Any) -> dict[str, Any]:
     return client_config(bootstrap, **settings)
 
 
-_limits: dict[tuple[str, str], int] = {}
-_limits_lock = threading.Lock()
+_configs: dict[tuple[str, str], dict[str, str]] = {}
+_configs_lock = threading.Lock()
 
 
-def topic_limit(topic: KafkaTopic) -> int:
-    """The largest record ``topic`` takes (its ``max.message.bytes``), asked once per process. Raises
-    :class:`NotFoundError` if the cluster has no such topic, :class:`StoreUnavailableError` if the cluster does not
-    answer within :data:`TIMEOUT`."""
+def topic_config(topic: KafkaTopic) -> dict[str, str]:
+    """The topic settings statekeep reads of ``topic`` (``max.message.bytes``, ``cleanup.policy``), asked once per
+    process. Raises :class:`NotFoundError` if the cluster has no such topic, :class:`StoreUnavailableError` if the
+    cluster does not answer within :data:`TIMEOUT`."""
     key = (topic.bootstrap, topic.topic)
-    with _limits_lock:
-        if key in _limits:
-            return _limits[key]
+    with _configs_lock:
+        if key in _configs:
+            return _configs[key]
     from statekeep.kafka import translate
     from statekeep.kafka.admin import admin_client, describe
 
@@ -109,19 +114,38 @@ def topic_limit(topic: KafkaTopic) -> int:
         raise StoreUnavailableError(f"{topic.name}: the Kafka cluster at {topic.bootstrap} did not answer within "
                                     f"{TIMEOUT:.0f} s: {e}") from e
     kafka = _client()
-    limit = DEFAULT_MAX_MESSAGE
+    found: dict[str, str] = {}
     try:
         resource = kafka.admin.ConfigResource(kafka.admin.ConfigResource.Type.TOPIC, topic.topic)
         admin = admin_client(topic.bootstrap)
-        entry = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT).get(
-            "max.message.bytes")
-        if entry is not None and entry.value is not None:
-            limit = int(entry.value)
+        entries = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
+        for name in ("max.message.bytes", "cleanup.policy"):
+            entry = entries.get(name)
+            if entry is not None and entry.value is not None:
+                found[name] = str(entry.value)
     except kafka.KafkaException as e:
         raise translate(e, f"reading the config of {topic.name}") from e
-    with _limits_lock:
-        _limits[key] = limit
-    return limit
+    with _configs_lock:
+        _configs[key] = found
+    return found
+
+
+def topic_limit(topic: KafkaTopic) -> int:
+    """The largest record ``topic`` takes (its ``max.message.bytes``); raises as :func:`topic_config`."""
+    return int(topic_config(topic).get("max.message.bytes", DEFAULT_MAX_MESSAGE))
+
+
+def check_changelog_topic(name: str) -> None:
+    """Check that ``name`` (a function's ``changelogTopic``) is a Kafka topic that exists and is compacted (its
+    ``cleanup.policy`` includes ``compact``: else a reader from its start would not find every key's newest
+    value), before a query starts. :class:`InvalidArgumentError` for one that is not compacted; raises as
+    :func:`topic_config` otherwise."""
+    topic = parse(name)
+    policy = topic_config(topic).get("cleanup.policy", "delete")
+    if "compact" not in policy.split(","):
+        raise InvalidArgumentError(f"changelogTopic {name}: the topic's cleanup.policy is {policy!r}, not compact "
+                                   "(a changelog must keep each key's newest record: create it with "
+                                   "--config cleanup.policy=compact)")
 
 
 def check_topics(names: Iterable[str | None]) -> None:
@@ -171,6 +195,72 @@ def records_table(records: Iterable[tuple[str, Any]]) -> Any:
                      "timestamp": pa.array(times, pa.int64())})
 
 
+def raw_table(topic: str, keys: list[bytes], values: list[bytes | None]) -> Any:
+    """Records of ``topic`` with these key and value bytes (a None value: a tombstone), as a pyarrow Table of
+    :data:`COLUMNS` (no headers, timestamp 0: the broker's time)."""
+    import pyarrow as pa
+
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.table({"topic": pa.array([topic] * len(keys), pa.string()), "key": pa.array(keys, pa.binary()),
+                     "value": pa.array(values, pa.binary()), "headers": pa.nulls(len(keys), header),
+                     "timestamp": pa.array([0] * len(keys), pa.int64())})
+
+
+# -- a function's changelog on a Kafka topic (KIP-813) -------------------------------------------------------------
+
+#: how a typed state value is carried on a changelog topic (``changelogFormat``)
+CHANGELOG_FORMATS = ("json", "msgpack")
+
+
+def changelog_records(written: Mapping[str, tuple[bytes | None, int | None]], typed_format: str = "json"
+                      ) -> tuple[list[bytes], list[bytes | None]]:
+    """The Kafka records (keys, values) of a (batch, partition)'s state changes (``written``:
+    :meth:`~statekeep.state.buffer.BufferedState.written`), in the byte forms Kafka Streams' serdes read:
+
+    - key: the state key's UTF-8 bytes (``Serdes.String()``); a typed variable's entry is keyed by its state key
+      (:mod:`statekeep.state.typed`: ``"\\0v" + len(key) + ":" + key + variable + "\\0="`` for a value state,
+      ``...\\0l<16 hex digits>`` a list element, ``...\\0m<code>`` a map entry);
+    - value: a byte value as it is (``Serdes.ByteArray()``, or ``Serdes.String()`` for text); a counter as 8 bytes,
+      signed big-endian (``Serdes.Long()``); a typed value as UTF-8 JSON (``typed_format`` ``json``: a class as an
+      object of its fields, bytes as base64 text) or as its MessagePack (``msgpack``, without the TTL statekeep
+      keeps with it); a delete as a null value (a tombstone).
+
+    Internal entries (statekeep's timers, windows, watermarks, TTL index, a list's bounds) are never records."""
+    from statekeep.state import typed
+
+    if typed_format not in CHANGELOG_FORMATS:
+        raise InvalidArgumentError(f"a changelog's typed values are {' or '.join(CHANGELOG_FORMATS)}, "
+                                   f"not {typed_format!r}")
+    pack = _LONG.pack
+    if not any(key[:1] == "\x00" or counter is None for key, (_, counter) in written.items()):  # counters only
+        return [key.encode("utf-8") for key in written], [pack(counter) for _, counter in written.values()]
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    for key, (value, counter) in written.items():
+        if key[:1] == "\x00":  # statekeep's own namespace: only user variables' entries are shared
+            found = typed.entry_variable(key)
+            if found is None or found[2][:1] == "#":
+                continue
+            if value is not None:
+                payload = typed.entry_payload(value, 0)  # the value, without the expiry it may carry
+                assert payload is not None  # an expiry at 0 never is past
+                value = _json(typed.json_value(payload)) if typed_format == "json" else bytes(payload)
+        elif counter is not None:
+            value = pack(counter)
+        keys.append(key.encode("utf-8"))
+        values.append(value if value is None or isinstance(value, bytes) else bytes(value))
+    return keys, values
+
+
+_LONG = struct.Struct(">q")
+
+
+def _json(data: Any) -> bytes:
+    import json
+
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def message_of(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None,
                timestamp: int | None) -> dict[str, Any]:
     """A Kafka record as the message record a function's input decodes (key as text, value as text when it is
@@ -200,7 +290,8 @@ def check_sizes(table: Any, bootstrap: str) -> None:
     if not len(table):
         return
     # a record as the broker counts it, near enough: key, value, headers and ~70 bytes of framing
-    sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(table["key"]), 0), pc.binary_length(table["value"])), 70)
+    sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(table["key"]), 0),
+                          pc.fill_null(pc.binary_length(table["value"]), 0)), 70)  # a tombstone's value is null
     if table["headers"].null_count < len(table):
         extra = [sum(len(h["key"].encode()) + len(h["value"]) for h in hs or ()) for hs in table["headers"].to_pylist()]
         sizes = pc.add(sizes, pa.array(extra, pa.int64()))
@@ -358,23 +449,17 @@ class KafkaDelivery:
 
     def _transaction(self, batch: int | None, table: Any, topics: list[str], replay: bool) -> bool:
         kafka = _client()
-        if replay:
+        # a producer of the id that did not commit batch - 1 here may have been fenced by another process's (Spark
+        # ran the partition's previous batch in another Python worker), which may have delivered this batch too: as
+        # a replay, fenced again and looked up
+        if replay or (batch is not None and not self.continues(batch)):
             self._producer(fresh=True)
             if batch is not None and self.delivered(batch, topics):
                 return False
         producer = self._producer(fresh=False)
         try:
             producer.begin_transaction()
-            produce, poll = producer.produce, producer.poll
-            columns = [table[c].to_pylist() for c in COLUMNS]
-            for topic, key, value, headers, timestamp in zip(*columns):
-                while True:
-                    try:
-                        produce(topic, value, key, headers=[(h["key"], h["value"]) for h in headers]
-                                if headers else None, timestamp=timestamp)
-                        break
-                    except BufferError:  # the local queue is full: let it drain
-                        poll(0.05)
+            _produce(producer, table, topics)
             if batch is not None:
                 producer.send_offsets_to_transaction([kafka.TopicPartition(t, 0, batch + 1) for t in topics],
                                                      self._group_metadata(), TIMEOUT)
@@ -394,6 +479,51 @@ class KafkaDelivery:
                                                 kafka.KafkaError.INVALID_PRODUCER_EPOCH)
             raise error from e
         return True
+
+
+#: records handed to librdkafka per ``produce_batch`` call
+_BATCH = 10_000
+
+
+def _produce(producer: Any, table: Any, topics: list[str]) -> None:
+    """Queue ``table``'s records (:data:`COLUMNS`) on ``producer``, each topic's in table order. Records without
+    headers and timestamps (a changelog's, plain outputs') go through ``produce_batch`` (one call per few thousand:
+    half the cost of a call each), others one ``produce`` each; a full local queue is let drain."""
+    import pyarrow.compute as pc
+
+    kafka = _client()
+    poll = producer.poll
+    if table["headers"].null_count == len(table) and pc.max(table["timestamp"]).as_py() == 0:
+        for topic in topics:
+            rows = table if len(topics) == 1 else table.filter(pc.equal(table["topic"], topic))
+            keys, values = rows["key"].to_pylist(), rows["value"].to_pylist()
+            for start in range(0, len(keys), _BATCH):
+                batch = [{"key": k, "value": v} for k, v in zip(keys[start:start + _BATCH],
+                                                                values[start:start + _BATCH])]
+                while batch:
+                    try:
+                        producer.produce_batch(topic, batch)
+                    except BufferError:
+                        poll(0.05)
+                        continue
+                    failed = [m for m in batch if "_error" in m]
+                    for message in failed:
+                        if message["_error"].code() != kafka.KafkaError._QUEUE_FULL:
+                            raise kafka.KafkaException(message["_error"])
+                        del message["_error"]
+                    if failed:
+                        poll(0.05)  # the queue is full: let it drain, then the rest again, in order
+                    batch = failed
+        return
+    produce = producer.produce
+    for topic, key, value, headers, timestamp in zip(*[table[c].to_pylist() for c in COLUMNS]):
+        while True:
+            try:
+                produce(topic, value, key, headers=[(h["key"], h["value"]) for h in headers]
+                        if headers else None, timestamp=timestamp)
+                break
+            except BufferError:  # the local queue is full: let it drain
+                poll(0.05)
 
 
 def transactional_id(tenant: str, namespace: str, name: str, incarnation: str, partition: int) -> str:
@@ -428,6 +558,7 @@ class BatchOutputs:
         self.spec, self.batch = spec, batch
         self.names: set[str] = set()
         self.pairs: list[tuple[str, Any]] = []
+        self.raw: list[Any] = []  # tables of raw records (:func:`raw_table`): a changelog's
         self.table: Any = None
 
     def add(self, name: str, records: Any) -> None:
@@ -437,14 +568,27 @@ class BatchOutputs:
         rows = records if isinstance(records, list) else records.to_pylist()
         self.pairs.extend((topic, r) for r in rows)
 
+    def add_records(self, name: str, keys: list[bytes], values: list[bytes | None]) -> None:
+        """Records of these key and value bytes (None: a tombstone) for the Kafka topic ``name`` (a changelog's:
+        :func:`changelog_records`), after the others."""
+        if keys:
+            self.names.add(name)
+            self.raw.append(raw_table(parse(name).topic, keys, values))
+
     def keep(self) -> None:
         """Check the records (one cluster, topics that exist, sizes within their limits: else the error, nothing
         written) and keep them for a replay."""
-        if not self.pairs:
+        if not self.pairs and not self.raw:
             return
         bootstrap = one_cluster(self.names)
         assert bootstrap is not None  # names holds a Kafka name for each pair
-        table = records_table(self.pairs)
+        tables = ([records_table(self.pairs)] if self.pairs else []) + self.raw
+        if len(tables) == 1:
+            table = tables[0]
+        else:
+            import pyarrow as pa
+
+            table = pa.concat_tables(tables)
         check_sizes(table, bootstrap)
         self.table = table.replace_schema_metadata({"bootstrap": bootstrap})
         if self.batch is not None:

@@ -1,7 +1,7 @@
 """Read-only followers (see :mod:`statekeep.server.followers`; ``FOL`` =
 ``/admin/v3/followers/{tenant}/{namespace}/{name}``):
 
-- ``GET /admin/v3/followers``: every follower's status with its ``lag``;
+- ``GET /admin/v3/followers``: every follower's status with its ``lag`` (records) and ``lagMs``;
 - ``GET FOL/state/{key}``: a key as FunctionState JSON, from the follower's local copy, and
   ``GET FOL/state?prefix=&startAfter=&limit=``: a page of keys (user keys only, as the leader's routes:
   statekeep's internal and expired keys are not there);
@@ -37,9 +37,9 @@ async def list_followers(request: Request, ctx: ServerContext = Depends(get_cont
         ctx.authorizer.check(request.headers.get("authorization"), follower.tenant)
         status = follower.status()
         try:
-            status["lag"] = await ctx.call(lambda f=follower: f.lag)
+            status["lag"], status["lagMs"] = await ctx.call(lambda f=follower: (f.lag, f.lag_ms))
         except StatekeepError as e:
-            status["lag"], status["error"] = None, str(e)
+            status["lag"], status["lagMs"], status["error"] = None, None, str(e)
         out.append(status)
     return JSONResponse(out)
 
