@@ -250,6 +250,15 @@ class RecordPath:
         self.stats.processed = table.num_rows
         return output
 
+    def run(self, records: Any, record_keys: list[Any] | None = None, *, careful: bool = False) -> Any:
+        """The run's records through the function and then :meth:`finish`: :meth:`run_table` for ``process_batch``
+        (its result returned, a Table or None), else :meth:`run_records` (None returned)."""
+        table = self.run_table(records) if self.kind == BATCH else None
+        if self.kind != BATCH:
+            self.run_records(records, record_keys, careful=careful)
+        self.finish()
+        return table
+
     def finish(self) -> None:
         """After the records: fire the due timers and windows, delete expired keys, and write the time
         state into the buffer. A failure there (``on_timer``, a window's call) is a
