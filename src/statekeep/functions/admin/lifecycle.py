@@ -118,7 +118,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
     # the record's key is known once it is decoded (below): the source reads it only when asked
     source = RecordSource("trigger", [record], [None], [topic] if topic else None, list(spec.inputs),
-                          spec.user_config.get("eventTimeField"), spec.source_format)
+                          spec.user_config.get("eventTimeField"), spec.format)
     # the Spark runtime's path; results kept as returned: they are the answer
     path = RecordPath(spec, "trigger", 0, state, source, process, kind, wrap=False)
     path.registry = lambda: registry.store  # typed variables' schemas: checked and recorded as a run's
@@ -149,7 +149,7 @@ def _trigger_record(spec: Any, data: bytes | str) -> tuple[Any, Any]:
     raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-    message = spec.input_format == "message"
+    message = spec.format.message
     if isinstance(data, (bytes, bytearray)) and not message:
         try:
             data = bytes(data).decode("utf-8")
@@ -166,15 +166,15 @@ def _trigger_key(path: RecordPath, key_field: str | None, value: Any, record: An
     spec = path.spec
     keyed = value
     if path.kind != BATCH:
-        keyed = _decoded(path, record, spec.input_format == "message", spec.fqfn)
-    elif spec.input_format == "json":
+        keyed = _decoded(path, record, spec.format.message, spec.fqfn)
+    elif spec.format.json:
         with contextlib.suppress(ValueError):  # only to route it by its key: records_table names the error
             keyed = json.loads(value)
     if not key_field:
         return None
-    if spec.input_format == "text" or (spec.input_format == "message" and isinstance(keyed, str)):
+    if spec.format.text or (spec.format.message and isinstance(keyed, str)):
         return keyed  # type: ignore[no-any-return]  # Pulsar's way: a str value is the key
-    if spec.input_format != "message" and isinstance(keyed, dict) and keyed.get(key_field) is not None:
+    if not spec.format.message and isinstance(keyed, dict) and keyed.get(key_field) is not None:
         return str(keyed[key_field])
     return None
 

@@ -113,7 +113,7 @@ class RecordPath:
         self.decode: Callable[[Any], Any] = (
             _identity if kind == BATCH
             else message_decoder(spec, context.get_current_message_topic_name)
-            if spec.input_format == "message" else loads_at if spec.input_format == "json" else _identity)
+            if spec.format.message else loads_at if spec.format.json else _identity)
         self.wrap: Callable[[Any], Any] = output_wrapper(spec, context) if wrap else _identity
         self.timed: timerun.TimedRun | None = None
         self.outputs: list[Any] = []
@@ -210,7 +210,7 @@ class RecordPath:
                         continue
                     if spec.dead_letter:
                         stats.dead_letters += 1
-                        self.dead.append(dead_letter_message(record) if spec.input_format == "message"
+                        self.dead.append(dead_letter_message(record) if spec.format.message
                                          else _dead_letter(record, decode))
                     elif skips:
                         stats.skipped += 1
@@ -234,7 +234,7 @@ class RecordPath:
         Raises :class:`FunctionRecordError` for a malformed record or a failing call."""
         where = f"batch {self.batch_id}, partition {self.partition}"
         try:
-            table = records_table(records, self.spec.input_format)
+            table = records_table(records, self.spec.format)
         except FunctionRecordError as e:
             raise FunctionRecordError(f"{self.spec.fqfn} process_batch: {where}, {e}") from None
         self.stats.received = table.num_rows

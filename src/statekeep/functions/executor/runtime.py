@@ -85,7 +85,7 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
         except InvalidArgumentError:  # a key the store refuses fails its own record (may be skipped): read the others
             state.prefetch([k for k in keys if is_valid_key(k)])
     source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
-                          spec.user_config.get("eventTimeField"), spec.source_format)
+                          spec.user_config.get("eventTimeField"), spec.format)
     path = RecordPath(spec, batch_id, partition, state, source, process, kind)
     stats = path.stats
     path.keep_time(layout, partition, keys)
