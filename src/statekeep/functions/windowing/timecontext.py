@@ -17,7 +17,7 @@ from statekeep.functions.windowing.timekeeping import DOMAINS
 if TYPE_CHECKING:
     from statekeep.state.transaction import KeyedTransaction
     from statekeep.functions.windowing.timekeeping import TimeState
-    from statekeep.functions.windowing.windows import Window
+    from statekeep.functions.windowing.windowtypes import Window
 
 
 class TimeMethods:

@@ -18,7 +18,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.messaging.topics import is_topic
-from statekeep.functions.windowing.windows import Aggregate, Window, Windows
+from statekeep.functions.windowing.windows import Windows
+from statekeep.functions.windowing.windowtypes import Aggregate, Window
 from statekeep.state.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
