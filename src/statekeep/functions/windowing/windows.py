@@ -1,17 +1,17 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
-A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's
-records are lists of their own under the key (one entry per record, appended without reading the others, so a
-window has no size limit but the store's; numbered from the counts in the key's entry, so a list keeps no bounds
-entry; a batch's firing windows read in one bulk read), and the key's entry holds only its windows' bounds and
-record counts: a time window's start and count (its list
-:func:`~statekeep.functions.windowing.windowtypes.window_list`), a session's first and last event time and its lists (one per session merged into it, so a merge moves no record), a count window's list bounds. With
-an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there instead of records. A
-time or session window registers a window timer at its end, and fires (the function is called once with the
-window's records) when the watermark reaches it, in the batch whose write also deletes its records: so it fires
-exactly once, with exactly its records, across crashes and replays.
-Count windows fire as their count is reached, in arrival order. A record whose every window the
-watermark has already passed is late: it enters no window.
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's records
+are lists of their own under the key (one entry per record, appended without reading the others, so a window has no
+size limit but the store's; numbered from the counts in the key's entry, so a list keeps no bounds entry; a batch's
+firing windows read in one bulk read), and the key's entry holds only its windows' bounds and record counts: a time
+window's start and count (its list :func:`~statekeep.functions.windowing.windowtypes.window_list`), a session's
+first and last event time and its lists (one per session merged into it, so a merge moves no record), a count
+window's list bounds. With an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there
+instead of records. A time or session window registers a window timer at its end, and fires (the function is called
+once with the window's records) when the watermark reaches it, in the batch whose write also deletes its records: so
+it fires exactly once, with exactly its records, across crashes and replays. Count windows fire as their count is
+reached, in arrival order. A record whose every window the watermark has already passed is late: it enters no
+window.
 """
 
 from __future__ import annotations
