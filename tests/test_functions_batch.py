@@ -15,6 +15,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.executor.context import Context
 from statekeep.state.buffer import BufferedState
 from statekeep.functions.executor.errors import FunctionRecordError
+from statekeep.functions.config.spec import RecordFormat
 from statekeep.functions.executor.tables import records_table
 from support.specs import run_partition
 from statekeep.state import open_provider
@@ -100,12 +101,14 @@ def test_malformed_json_names_the_record(spec):
 
 
 def test_records_table_shapes():
-    assert records_table(["hello world", "x"], "text").to_pydict() == {"value": ["hello world", "x"]}
-    table = records_table(['{"word": "a", "n": 1}', '{"word": "b"}'], "json")
+    assert records_table(["hello world", "x"], RecordFormat("text")).to_pydict() == {"value": ["hello world", "x"]}
+    table = records_table(['{"word": "a", "n": 1}', '{"word": "b"}'], RecordFormat("json"))
     assert table.to_pylist() == [{"word": "a", "n": 1}, {"word": "b", "n": None}]
-    assert records_table(['{"a": 1}', "5"], "json").to_pylist() == [{"a": 1, "value": None}, {"a": None, "value": 5}]
-    assert records_table(pa.chunked_array([pa.array(['{"a": 1}']), pa.array(['{"a": 2}'])]), "json").num_rows == 2
-    assert records_table([], "json").num_rows == 0
+    assert records_table(['{"a": 1}', "5"], RecordFormat("json")).to_pylist() == [{"a": 1, "value": None},
+                                                                                 {"a": None, "value": 5}]
+    assert records_table(pa.chunked_array([pa.array(['{"a": 1}']), pa.array(['{"a": 2}'])]),
+                         RecordFormat("json")).num_rows == 2
+    assert records_table([], RecordFormat("json")).num_rows == 0
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.config.spec import executor_spec
 from statekeep.functions.driver.sources import StatekeepStateSource
-from statekeep.functions.executor import statemethods as context_module
+from statekeep.state import timestate as context_module
 from statekeep.functions.windowing import timerun
 from statekeep.functions.config.spec import Layout, time_section
 from statekeep.functions.executor.context import Context

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.executor import statemethods as context_module
+from statekeep.state import timestate as context_module
 from statekeep.functions.executor.context import Context
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.keygroups import KEY_GROUPS
@@ -31,7 +31,7 @@ ANN = {"count": 2, "bids": [{"auction": 1, "price": 10}, {"auction": 2, "price":
 
 def commit(store: StateStore, write: Callable[[Context], None], owned: Iterable[int] = range(KEY_GROUPS)) -> None:
     """``write(context)``'s state changes committed in one batch, as the runtime commits a batch's: with the time
-    state (the TTL index) of a run owning the key groups ``owned``, at the clock of ``context_module.wall_clock_ms``."""
+    state (the TTL index) of a run owning the key groups ``owned``, at the clock of ``timestate.wall_clock_ms``."""
     state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
     context = Context(*FN, state)
     time = TimeState(state, KEY_GROUPS, owned, clock=lambda: context_module.wall_clock_ms())

@@ -41,6 +41,7 @@ from statekeep.state.base import Capability
 from statekeep.state import typed
 from statekeep.state.keys import encode_key
 from statekeep.state.records import ChangelogRecord
+from statekeep.validate import check_int
 
 #: The first character of every internal key.
 RESERVED = "\x00"
@@ -68,6 +69,11 @@ def check_user_key(key: str) -> str:
         raise InvalidArgumentError(f"state key {key!r} starts with NUL, reserved for statekeep's timers, "
                                    "windows and TTL")
     return key
+
+
+def check_ttl(ttl_seconds: object) -> int:
+    """``ttl_seconds`` if it is an int from 1 to 10**9; :class:`InvalidArgumentError` otherwise."""
+    return check_int(ttl_seconds, "ttl_seconds", minimum=1, maximum=10 ** 9)
 
 
 def group_key(group: int) -> str:

@@ -103,92 +103,114 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     would be, and returned: None if none, the output if one, the list of them if several.
     Raises :class:`NotFoundError` for an unknown function, :class:`InvalidArgumentError` when the
     data is not valid for the input format or the function raises (nothing is then written)."""
-    from statekeep.functions.messaging import messages
+    from statekeep.functions.config.spec import executor_spec
     from statekeep.functions.executor.errors import FunctionRecordError
     from statekeep.functions.executor.path import RecordPath
     from statekeep.functions.executor.runtime import commit_run
-    from statekeep.functions.messaging.messages import output_sink, published_targets
-    from statekeep.functions.config.spec import executor_spec
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
-    raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")
-    if raw.endswith(b"\n"):
-        raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-    message = spec.input_format == "message"
-    if isinstance(data, (bytes, bytearray)) and not message:
-        try:
-            data = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InvalidArgumentError(f"the trigger data is not UTF-8 text (byte {e.start})") from None
+    value, record = _trigger_record(spec, data)
     try:
         process, kind = cached_function(spec.code, spec.py_name, spec.class_name)
     except FunctionLoadError as e:
         raise InvalidArgumentError(f"the function cannot run: {e}") from None
     store = registry.state_store(tenant, namespace, name)
     state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
-    value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
-    record: Any = messages.Message(messages.text_or_bytes(raw)).to_json() if message else value
     # the record's key is known once it is decoded (below): the source reads it only when asked
     source = RecordSource("trigger", [record], [None], [topic] if topic else None, list(spec.inputs),
-                          spec.user_config.get("eventTimeField"), spec.source_format)
+                          spec.user_config.get("eventTimeField"), spec.format)
     # the Spark runtime's path; results kept as returned: they are the answer
     path = RecordPath(spec, "trigger", 0, state, source, process, kind, wrap=False)
     path.registry = lambda: registry.store  # typed variables' schemas: checked and recorded as a run's
     path.context.position = 0
-    keyed = value
-    if kind != BATCH:
-        keyed = _decoded(path, record, message, spec.fqfn)
-    elif spec.input_format == "json":
-        with contextlib.suppress(ValueError):  # only to route it by its key: records_table names the error
-            keyed = json.loads(value)
-    if cfg.keyField and (spec.input_format == "text" or message and isinstance(keyed, str)):
-        source.keys = [keyed]  # Pulsar's way: a str value is the key
-    elif cfg.keyField and not message and isinstance(keyed, dict) and keyed.get(cfg.keyField) is not None:
-        source.keys = [str(keyed[cfg.keyField])]
-    key = source.keys[0] if source.keys else None
-    table = None
+    key = _trigger_key(path, cfg.keyField, value, record)
+    source.keys = [key] if key is not None else None
     if spec.time is not None:  # the runtime's time, for the partition a micro-batch routes the record to
         try:
             path.keep_time(*timerun.one_record(spec, store, cfg.parallelism, key), [key] if key is not None else [])
         except FunctionRecordError as e:  # a windowed process_batch
             raise InvalidArgumentError(str(e)) from None
     try:
-        if kind == BATCH:
-            table = path.run_table([record])
-        else:
-            path.run_records([record])
-        path.finish()
+        table = path.run([record])
     except FunctionRecordError as e:  # user code: its error is the answer
         cause = f"{type(e.error).__name__}: {e.error}\n" if e.error is not None else ""
         raise InvalidArgumentError(f"function {spec.fqfn} raised on the trigger data: {cause}"
                                    f"{str(e).partition(chr(10))[2] if cause else e}") from None
-    context = path.context
-    sink = output_sink(spec, spec.output)
+    result, written, targets = _trigger_outputs(path, table)
+    commit_run(path, store, written or None, targets)
+    return result
+
+
+def _trigger_record(spec: Any, data: bytes | str) -> tuple[Any, Any]:
+    """``(value, record)`` of the trigger's data: the value as the input format reads it (a line without its end, as
+    text; the bytes of a message) and the record the run decodes (a message's record for a message input)."""
+    from statekeep.functions.messaging import messages
+
+    raw = bytes(data) if isinstance(data, (bytes, bytearray)) else data.encode("utf-8")
+    if raw.endswith(b"\n"):
+        raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+    message = spec.format.message
+    if isinstance(data, (bytes, bytearray)) and not message:
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidArgumentError(f"the trigger data is not UTF-8 text (byte {e.start})") from None
+    value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
+    return value, messages.Message(messages.text_or_bytes(raw)).to_json() if message else value
+
+
+def _trigger_key(path: RecordPath, key_field: str | None, value: Any, record: Any) -> str | None:
+    """The key a micro-batch routes the trigger's record by (as its plan's ``__key``): the key field of a JSON
+    record, a text record itself (with a key field), a message's value when it decodes to a str (Pulsar's way);
+    None without a key field. The record is decoded on ``path`` (:class:`InvalidArgumentError` if it does not)."""
+    spec = path.spec
+    keyed = value
+    if path.kind != BATCH:
+        keyed = _decoded(path, record, spec.format.message, spec.fqfn)
+    elif spec.format.json:
+        with contextlib.suppress(ValueError):  # only to route it by its key: records_table names the error
+            keyed = json.loads(value)
+    if not key_field:
+        return None
+    if spec.format.text or (spec.format.message and isinstance(keyed, str)):
+        return keyed  # type: ignore[no-any-return]  # Pulsar's way: a str value is the key
+    if not spec.format.message and isinstance(keyed, dict) and keyed.get(key_field) is not None:
+        return str(keyed[key_field])
+    return None
+
+
+def _trigger_outputs(path: RecordPath, table: Any) -> tuple[Any, list[Any], dict[tuple[str, str], list[Any]]]:
+    """``(the trigger's answer, what its one-record batch writes to the output, its published and log targets)``:
+    the results (through the output serde; None: none, the one, or the list), and, for a function keeping time, its
+    outputs as the runtime writes them (the record's result, then what fired). :class:`InvalidArgumentError` when
+    the user's serde fails."""
+    from statekeep.functions.messaging import messages
+    from statekeep.functions.messaging.messages import output_sink, published_targets
+
+    spec, context = path.spec, path.context
     wrap = messages.output_wrapper(spec, context)
-    written: list[Any] = []  # a function keeping time: its one-record batch's outputs, as the runtime writes them
+    written: list[Any] = []
     try:
-        if kind == BATCH:  # process_batch's rows go as they are
+        if path.kind == BATCH:  # process_batch's rows go as they are
             results = path.output(table).to_pylist() if table is not None or path.fired else []
             if spec.time is not None:
+                sink = output_sink(spec, spec.output)
                 written = [wrap(r) for r in path.output(table, topic=True) or []] if sink.topic else results
-            result = results or None
-        else:
-            serde = messages.load_serde(spec.output_serde, spec.code, spec.py_name) if spec.output_serde else None
-            if spec.time is not None:
-                context.position = 0  # the record's result goes with its message's key, properties and event time
-                written = [wrap(r) for r in path.outputs]
-                context.position = -1
-                written += [wrap(r) for r in path.fired]
-            results = [r if serde is None else messages.serialize(r, serde) for r in path.outputs + path.fired]
-            result = None if not results else results[0] if len(results) == 1 else results
+            return results or None, written, published_targets(spec, context.published, context.get_logger())
+        serde = messages.load_serde(spec.output_serde, spec.code, spec.py_name) if spec.output_serde else None
+        if spec.time is not None:
+            context.position = 0  # the record's result goes with its message's key, properties and event time
+            written = [wrap(r) for r in path.outputs]
+            context.position = -1
+            written += [wrap(r) for r in path.fired]
+        results = [r if serde is None else messages.serialize(r, serde) for r in path.outputs + path.fired]
         targets = published_targets(spec, context.published, context.get_logger())
+        return (None if not results else results[0] if len(results) == 1 else results), written, targets
     except FunctionLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's serde: its error is the answer
         raise InvalidArgumentError(f"serializing the output of {spec.fqfn} failed: "
                                    f"{type(e).__name__}: {e}") from None
-    commit_run(path, store, written or None, targets)
-    return result
 
 
 def _decoded(path: RecordPath, record: Any, message: bool, fqfn: str) -> Any:

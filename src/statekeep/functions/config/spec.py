@@ -30,6 +30,47 @@ INPUT_FORMATS = ("json", "text", "message", "rows")
 
 
 @dataclass(frozen=True, slots=True)
+class RecordFormat:
+    """How a function's records arrive, chosen once per function (:attr:`ExecutorSpec.format`, from its
+    ``input_format`` and ``source_format``), so that no step of a run compares format names: what the runtime
+    decodes a record as (:attr:`json`, :attr:`text`, :attr:`message` or :attr:`rows`, the operator's) and what
+    the input was read as (``source``: the Spark reader's format; :attr:`changelog`, :attr:`text_lines`)."""
+
+    decoded: str = "json"
+    source: str = "json"
+
+    @property
+    def json(self) -> bool:
+        """A record is a JSON line, ``process`` gets its value (``json.loads``)."""
+        return self.decoded == "json"
+
+    @property
+    def text(self) -> bool:
+        """A record is a line of text, given as it is."""
+        return self.decoded == "text"
+
+    @property
+    def message(self) -> bool:
+        """A record is a Pulsar message record: ``process`` gets its value through the input's serde."""
+        return self.decoded == MESSAGE
+
+    @property
+    def rows(self) -> bool:
+        """A record is a row of the operator's DataFrame (a dict; ``process_batch``: the Arrow table)."""
+        return self.decoded == "rows"
+
+    @property
+    def changelog(self) -> bool:
+        """The input is another function's changelog (its records' properties are their offset, kind, version)."""
+        return self.source == "statekeep-changelog"
+
+    @property
+    def text_lines(self) -> bool:
+        """The input was read as text: a record is never a JSON document (``eventTimeField`` has none)."""
+        return self.source == "text"
+
+
+@dataclass(frozen=True, slots=True)
 class TimeSpec:
     """A function's time (windows, timers, TTL; see :mod:`statekeep.functions.windowing.timerun`): its window
     (``WindowConfig.to_spec()``, None without one), the state TTL in ms, whether any TTL is used and the
@@ -102,6 +143,8 @@ class ExecutorSpec:
     entry_kind: str | None = None
     rows_schema: Any = None
     run_id: int | None = None
+    #: the record format (from input_format and source_format, set at construction)
+    format: RecordFormat = field(default_factory=RecordFormat, init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
@@ -116,6 +159,7 @@ class ExecutorSpec:
         if isinstance(self.time, Mapping):  # plain data (a spec read as JSON): the typed section
             object.__setattr__(self, "time", TimeSpec(**self.time))
         object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "format", RecordFormat(self.input_format, self.source_format))
 
     @property
     def fqfn(self) -> str:

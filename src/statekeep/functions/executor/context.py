@@ -18,7 +18,7 @@ from statekeep.functions.executor.record import RecordMethods, RecordSource
 from statekeep.functions.executor.statemethods import StateMethods
 from statekeep.functions.windowing.timecontext import TimeMethods
 from statekeep.state.buffer import BufferedState
-from statekeep.state.variables import Scope
+from statekeep.state.transaction import KeyedTransaction
 from statekeep.validate import check_int
 class Context(RecordMethods, StateMethods, TimeMethods):
     """What ``process(input, context)`` may use. Names and semantics follow Pulsar's Python Context
@@ -45,6 +45,8 @@ class Context(RecordMethods, StateMethods, TimeMethods):
         self.namespace = namespace
         self.name = name
         self._state = state
+        #: the batch's keyed state: every state method, and the key of a timer, go through it
+        self._txn = KeyedTransaction(state, self._variable_key, self._batch_keys)
         self._user_config = dict(user_config or {})
         self._logger = logger or logging.getLogger(f"statekeep.function.{tenant}.{namespace}.{name}")
         self._function_id = function_id
@@ -66,7 +68,6 @@ class Context(RecordMethods, StateMethods, TimeMethods):
         self.recorded_schemas: dict[str, dict[str, Any]] | None = None
         self.state_schemas: dict[str, dict[str, Any]] = {}
         self._variables: dict[tuple[Any, ...], Any] = {}  # the handles opened, by their arguments
-        self._scope: Scope | None = None
 
     def get_input_topics(self) -> list[str]:
         return list(self._inputs)

@@ -113,7 +113,7 @@ class RecordPath:
         self.decode: Callable[[Any], Any] = (
             _identity if kind == BATCH
             else message_decoder(spec, context.get_current_message_topic_name)
-            if spec.input_format == "message" else loads_at if spec.input_format == "json" else _identity)
+            if spec.format.message else loads_at if spec.format.json else _identity)
         self.wrap: Callable[[Any], Any] = output_wrapper(spec, context) if wrap else _identity
         self.timed: timerun.TimedRun | None = None
         self.outputs: list[Any] = []
@@ -210,7 +210,7 @@ class RecordPath:
                         continue
                     if spec.dead_letter:
                         stats.dead_letters += 1
-                        self.dead.append(dead_letter_message(record) if spec.input_format == "message"
+                        self.dead.append(dead_letter_message(record) if spec.format.message
                                          else _dead_letter(record, decode))
                     elif skips:
                         stats.skipped += 1
@@ -234,7 +234,7 @@ class RecordPath:
         Raises :class:`FunctionRecordError` for a malformed record or a failing call."""
         where = f"batch {self.batch_id}, partition {self.partition}"
         try:
-            table = records_table(records, self.spec.input_format)
+            table = records_table(records, self.spec.format)
         except FunctionRecordError as e:
             raise FunctionRecordError(f"{self.spec.fqfn} process_batch: {where}, {e}") from None
         self.stats.received = table.num_rows
@@ -249,6 +249,15 @@ class RecordPath:
                 f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}", e) from None
         self.stats.processed = table.num_rows
         return output
+
+    def run(self, records: Any, record_keys: list[Any] | None = None, *, careful: bool = False) -> Any:
+        """The run's records through the function and then :meth:`finish`: :meth:`run_table` for ``process_batch``
+        (its result returned, a Table or None), else :meth:`run_records` (None returned)."""
+        table = self.run_table(records) if self.kind == BATCH else None
+        if self.kind != BATCH:
+            self.run_records(records, record_keys, careful=careful)
+        self.finish()
+        return table
 
     def finish(self) -> None:
         """After the records: fire the due timers and windows, delete expired keys, and write the time

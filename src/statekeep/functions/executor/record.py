@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from statekeep.functions.config.spec import RecordFormat
+
 
 class RecordSource:
     """Where the records of one (batch, partition) came from, for the per-record Context methods.
@@ -15,18 +17,18 @@ class RecordSource:
     by position; the context reads them only when a metadata method is called, so a function that
     calls none costs one attribute store per record."""
 
-    __slots__ = ("batch_id", "records", "keys", "topics", "inputs", "event_time_field", "source_format")
+    __slots__ = ("batch_id", "records", "keys", "topics", "inputs", "event_time_field", "format")
 
     def __init__(self, batch_id: int | str, records: list[Any], keys: list[Any] | None = None,
                  topics: list[Any] | None = None, inputs: list[str] | None = None,
-                 event_time_field: str | None = None, source_format: str = "json") -> None:
+                 event_time_field: str | None = None, format: RecordFormat = RecordFormat()) -> None:
         self.batch_id = batch_id
         self.records = records
         self.keys = keys
         self.topics = topics
         self.inputs = list(inputs or [])
         self.event_time_field = event_time_field
-        self.source_format = source_format
+        self.format = format
 
 
 class RecordMethods:
@@ -74,7 +76,7 @@ class RecordMethods:
         message = self._message()
         if message:  # a message's payload, when it is a JSON line
             raw = message.get("value") if message.get("format") == "json" else None
-        if self._source is None or self._source.source_format == "text" or raw is None:
+        if self._source is None or self._source.format.text_lines or raw is None:
             return None
         try:
             document = json.loads(raw)
@@ -84,7 +86,7 @@ class RecordMethods:
 
     def _message(self) -> dict[str, Any]:
         """The current record's Pulsar message record ({} unless the input holds messages)."""
-        if self._source is None or self._source.source_format != "message":
+        if self._source is None or not self._source.format.message:
             return {}
         from statekeep.functions.messaging.messages import record_of
 
@@ -104,7 +106,7 @@ class RecordMethods:
         properties = self._message().get("properties")
         if isinstance(properties, dict):
             return {str(k): str(v) for k, v in properties.items()}
-        if self._source is None or self._source.source_format != "statekeep-changelog":
+        if self._source is None or not self._source.format.changelog:
             return {}
         document = self._document() or {}
         return {k: str(document[k]) for k in ("offset", "kind", "version") if document.get(k) is not None}

@@ -87,18 +87,13 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
         except InvalidArgumentError:  # a key the store refuses fails its own record (may be skipped): read the others
             state.prefetch([k for k in keys if is_valid_key(k)])
     source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
-                          spec.user_config.get("eventTimeField"), spec.source_format)
+                          spec.user_config.get("eventTimeField"), spec.format)
     path = RecordPath(spec, batch_id, partition, state, source, process, kind)
     stats = path.stats
-    table = None
     path.keep_time(layout, partition, keys)
     try:
         started = time.perf_counter()
-        if kind == BATCH:
-            table = path.run_table(records)
-        else:
-            path.run_records(records, record_keys, careful=careful)
-        path.finish()
+        table = path.run(records, record_keys, careful=careful)
         stats.latency = time.perf_counter() - started
         output = path.output(table, topic=sink.topic)
         if spec.rows_schema is not None:

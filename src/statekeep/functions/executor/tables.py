@@ -6,29 +6,31 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from statekeep.functions.config.spec import RecordFormat
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.messaging.messages import batch_lines
 
 
-def records_table(values: Any, input_format: str) -> Any:
+def records_table(values: Any, fmt: RecordFormat) -> Any:
     """A partition's records (a pyarrow string array, or a list of str) as the ``pyarrow.Table``
     ``process_batch`` receives: JSON lines as one column per field (objects only; a line holding
     another JSON value becomes a row with that value in a ``value`` column), text as one ``value``
     column. Raises :class:`FunctionRecordError` naming the first malformed record's position."""
     import pyarrow as pa
 
-    if input_format == "rows":  # the operator's: its DataFrame's columns, already a Table
+    if fmt.rows:  # the operator's: its DataFrame's columns, already a Table
         return values if isinstance(values, pa.Table) else pa.table({})
-    if input_format == "message":  # Pulsar messages: a JSON file's line as JSON, other payloads as a str
+    json_lines = fmt.json
+    if fmt.message:  # Pulsar messages: a JSON file's line as JSON, other payloads as a str
         values = batch_lines([v for v in (values.to_pylist() if hasattr(values, "to_pylist") else values)
                               if v is not None])
-        input_format = "json"
+        json_lines = True
     if not isinstance(values, (pa.Array, pa.ChunkedArray)):
         values = pa.array(values, pa.large_string())
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks else pa.array([], pa.large_string())
     values = values.drop_null()
-    if input_format != "json":
+    if not json_lines:
         return pa.table({"value": values.cast(pa.string())})
     if len(values) == 0:
         return pa.table({})

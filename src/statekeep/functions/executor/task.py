@@ -82,7 +82,7 @@ def _run_arrow(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int
     ``__topic`` where the spec asks for it)."""
     import pyarrow as pa
 
-    if spec.input_format == "rows":
+    if spec.format.rows:
         return _run_rows(spec, layout, batch_id, partition, list(batches))
     if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
         columns = [batch.column("__record") for batch in batches]

@@ -9,14 +9,15 @@ context)``, whose return value is an output record and whose state changes commi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.windowing.timekeeping import DOMAINS, check_ttl
+from statekeep.functions.windowing.timekeeping import DOMAINS
 
 if TYPE_CHECKING:
+    from statekeep.state.transaction import KeyedTransaction
     from statekeep.functions.windowing.timekeeping import TimeState
-    from statekeep.functions.windowing.windows import Window
+    from statekeep.functions.windowing.windowtypes import Window
 
 
 class TimeMethods:
@@ -24,12 +25,12 @@ class TimeMethods:
 
     _time: TimeState | None = None
     _window: Window | None = None
-
-    def _key(self) -> str | None: ...  # the current record's key (the Context's)
+    _txn: KeyedTransaction  # the Context's: it checks a timer's key and applies the time state's TTL
 
     def keep_time(self, time: TimeState) -> None:
         """Give the context its run's time state (the runtime, for a function keeping time)."""
         self._time = time
+        self._txn.keep_time(time)
 
     def in_window(self, window: Window | None) -> None:
         """Set the window :meth:`get_window` returns (the runtime, while a window is processed; None after)."""
@@ -41,32 +42,25 @@ class TimeMethods:
                                        "or stateTtlSeconds)")
         return self._time
 
-    def _timer_key(self, time: TimeState, key: str | None) -> str:
-        if key is None:
-            key = time.current_key if time.current_key is not None else self._key()
-        if key is not None and (not isinstance(key, str) or key[:1] == "\x00"):
-            raise InvalidArgumentError(f"a timer's key must be a str not starting with NUL, not {key!r}")
-        return key or ""
-
     def register_timer(self, timestamp_ms: int, domain: str = "event", *, key: str | None = None) -> None:
         """Fire ``on_timer(key, timestamp_ms, context)`` once ``domain``'s time (``"event"``: the watermark,
         ``"processing"``: the clock) reaches ``timestamp_ms``; ``key`` defaults to the current key.
         :class:`InvalidArgumentError` for a non-int time or one more than ten years from now."""
         time = self._time_state("register_timer")
-        time.register(self._timer_key(time, key), time.check_timestamp(timestamp_ms, domain), DOMAINS[domain])
+        time.register(self._txn.timer_key(key), time.check_timestamp(timestamp_ms, domain), DOMAINS[domain])
 
     def delete_timer(self, timestamp_ms: int, domain: str = "event", *, key: str | None = None) -> bool:
         """Remove a registered timer; False if there was none."""
         time = self._time_state("delete_timer")
         if domain not in DOMAINS:
             raise InvalidArgumentError(f"a timer's domain is 'event' or 'processing', not {domain!r}")
-        return time.delete(self._timer_key(time, key), timestamp_ms, DOMAINS[domain])
+        return time.delete(self._txn.timer_key(key), timestamp_ms, DOMAINS[domain])
 
     def list_timers(self, *, key: str | None = None) -> list[tuple[int, str]]:
         """The key's registered timers as ``(timestamp_ms, domain)``, oldest first (windows' own timers
         show with domain ``"window"``)."""
         time = self._time_state("list_timers")
-        return time.timers(self._timer_key(time, key))
+        return time.timers(self._txn.timer_key(key))
 
     def get_current_watermark(self) -> int | None:
         """The event-time watermark (ms) as this batch found it; None before any event time was seen."""
@@ -80,11 +74,3 @@ class TimeMethods:
         """While a windowed function processes a window: its key, start, end and size (records); else None."""
         return self._window
 
-    def _ttl_check(self, ttl_seconds: Any) -> None:
-        """Raise unless ``ttl_seconds`` can be applied (before anything is buffered)."""
-        self._time_state("ttl_seconds")
-        check_ttl(ttl_seconds)
-
-    def _ttl_written(self, key: str, ttl_seconds: Any) -> None:
-        if self._time is not None:
-            self._time.written(key, ttl_seconds)

@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.validate import check_int
 from statekeep.state.keygroups import key_group
-from statekeep.state.timestate import (Clock, decode_expiry, decode_group, encode_expiry, encode_group, expiry_entry,
-                                       expiry_key, group_key, has_expiry_key, shard_key, shard_of, stored_expiry,
-                                       wall_clock_ms)
+from statekeep.state.timestate import (Clock, check_ttl, decode_expiry, decode_group, encode_expiry, encode_group,
+                                       expiry_entry, expiry_key, group_key, has_expiry_key, shard_key, shard_of,
+                                       stored_expiry, wall_clock_ms)
 
 #: A timer further than this from the current time (event time: the watermark, or the clock before
 #: any event) is refused as a mistake.
@@ -34,11 +33,6 @@ MAX_TIMER_DISTANCE_MS = 10 * 365 * 24 * 3600 * 1000
 DOMAINS = {"event": "e", "processing": "p"}
 _NAMES = {"e": "event", "p": "processing", "w": "window"}
 MAX_FIRING_ROUNDS = 100
-
-
-def check_ttl(ttl_seconds: object) -> int:
-    """``ttl_seconds`` if it is an int from 1 to 10**9; :class:`InvalidArgumentError` otherwise."""
-    return check_int(ttl_seconds, "ttl_seconds", minimum=1, maximum=10 ** 9)
 
 
 class TimeState:

@@ -18,7 +18,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.config.locations import carries_messages
-from statekeep.functions.windowing.windows import Aggregate, Window, Windows
+from statekeep.functions.windowing.windows import Windows
+from statekeep.functions.windowing.windowtypes import Aggregate, Window
 from statekeep.state.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
@@ -58,9 +59,9 @@ class TimedRun:
         self.event_field = spec.user_config.get("eventTimeField")
         # get_message_eventtime parses the record again for what a dict value already holds: a JSON record's, or
         # a message input's without a custom serde (only a JSON file's line decodes to a dict there)
-        self.event_in_value = bool(self.event_field) and (spec.input_format in ("json", "rows") or (
-            spec.input_format == "message" and not spec.input_serdes and not spec.input_schemas))
-        self.json_input = spec.input_format == "json"
+        self.event_in_value = bool(self.event_field) and (spec.format.json or spec.format.rows or (
+            spec.format.message and not spec.input_serdes and not spec.input_schemas))
+        self.json_input = spec.format.json
         self.on_timer = entry_of(process, "on_timer")
         self.late_topic = (window or {}).get("late_topic")
         self.windows: Windows | None = None
@@ -177,7 +178,7 @@ def partitions(spec: ExecutorSpec, parallelism: int) -> int:
     one record): its records are keyed, and so spread over its ``parallelism`` with each key's records in one
     partition, when they carry a key: the key field's value, or a topic message's own key (a topic input without a
     key field). Otherwise they run in one partition."""
-    keyed = spec.key_field is not None or (spec.source_format == "message" and any(map(carries_messages, spec.inputs)))
+    keyed = spec.key_field is not None or (spec.format.message and any(map(carries_messages, spec.inputs)))
     return parallelism if keyed else 1
 
 

@@ -1,24 +1,24 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
-A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's
-records are lists of their own under the key (one entry per record, appended without reading the others, so a
-window has no size limit but the store's; numbered from the counts in the key's entry, so a list keeps no bounds
-entry; a batch's firing windows read in one bulk read), and the key's entry holds only its windows' bounds and
-record counts: a time window's start and count (its list :func:`window_list`), a session's first and last event time
-and its lists (one per session merged into it, so a merge moves no record), a count window's list bounds. With
-an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there instead of records. A
-time or session window registers a window timer at its end, and fires (the function is called once with the
-window's records) when the watermark reaches it, in the batch whose write also deletes its records: so it fires
-exactly once, with exactly its records, across crashes and replays.
-Count windows fire as their count is reached, in arrival order. A record whose every window the
-watermark has already passed is late: it enters no window.
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's records
+are lists of their own under the key (one entry per record, appended without reading the others, so a window has no
+size limit but the store's; numbered from the counts in the key's entry, so a list keeps no bounds entry; a batch's
+firing windows read in one bulk read), and the key's entry holds only its windows' bounds and record counts: a time
+window's start and count (its list :func:`~statekeep.functions.windowing.windowtypes.window_list`), a session's
+first and last event time and its lists (one per session merged into it, so a merge moves no record), a count
+window's list bounds. With an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there
+instead of records. A time or session window registers a window timer at its end, and fires (the function is called
+once with the window's records) when the watermark reaches it, in the batch whose write also deletes its records: so
+it fires exactly once, with exactly its records, across crashes and replays. Count windows fire as their count is
+reached, in arrival order. A record whose every window the watermark has already passed is late: it enters no
+window.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -26,49 +26,13 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
-from statekeep.state.typed import element_key, variable_prefix
+from statekeep.functions.windowing.windowtypes import Aggregate, Fired, Window, _list
+from statekeep.state.typed import element_key
 
 
-class Window(NamedTuple):
-    """What ``context.get_window()`` returns while a window is processed: its key (None without a key
-    field), start and end in ms (end exclusive; for a count window the first and last record's event
-    times) and how many records it holds (``size``)."""
-
-    key: str | None
-    start: int
-    end: int
-    size: int
-
-
-Fired = list[tuple[Window, Any]]  # a window and its records (or its aggregate's result)
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 _pack = msgspec.msgpack.Encoder().encode
 _unpack = msgspec.msgpack.Decoder().decode
-
-
-def window_list(key: str, start: int) -> str:
-    """The prefix of the records of ``key``'s time window starting at ``start``: a list as typed state keeps one
-    (:mod:`statekeep.state.typed`) under the key, named so that no user variable can be (it starts with a digit)."""
-    return variable_prefix(key, f"{start}w")
-
-
-def _list(key: str, name: str) -> str:
-    """The prefix of a window list of ``key``: ``{start}w`` a time window's, ``{n}s`` a session's n-th, ``c`` the
-    count windows'."""
-    return variable_prefix(key, name)
-
-
-class Aggregate(NamedTuple):
-    """A time or session window's incremental aggregate (after Flink's ``AggregateFunction``), from the function's
-    file or class: ``create_accumulator()``, ``add_to_accumulator(accumulator, record) -> accumulator``,
-    ``get_result(accumulator)``, which the function's ``process`` receives instead of the window's records, and
-    ``merge_accumulators(a, b) -> accumulator`` (``merge``; required by session windows: a record bridging two
-    sessions joins them). The accumulator (JSON data) is kept in place of the records."""
-
-    create: Callable[[], Any]
-    add: Callable[[Any, Any], Any]
-    result: Callable[[Any], Any]
-    merge: Callable[[Any, Any], Any] | None = None
 
 
 class Windows:

@@ -1,0 +1,91 @@
+"""The keyed-state transaction of one (batch, partition) (issue 52): the one place keys are checked and scoped,
+entries encoded, state keys memoized (one bounded memo) and TTL applied, on a batch's buffer over a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from statekeep.errors import InvalidArgumentError
+from statekeep.functions.config.service import FunctionService
+from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state import transaction
+from statekeep.state.buffer import BufferedState
+from statekeep.state.keygroups import KEY_GROUPS
+from statekeep.state.transaction import KeyedTransaction
+from statekeep.state.typed import variable
+
+
+@pytest.fixture
+def store(tmp_path):
+    with FunctionService.open(f"local://{tmp_path}") as service:
+        service.registry.create({"tenant": "t", "namespace": "n", "name": "f", "inputs": ["x"]},
+                                b"def process(input, context):\n    pass\n")
+        yield service.registry.state_store("t", "n", "f")
+
+
+def new(store, key=None, batch_keys=()):
+    state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
+    return KeyedTransaction(state, lambda: key, lambda: batch_keys), state
+
+
+def test_it_alone_checks_and_scopes_keys(store):
+    txn, state = new(store, key="ann")
+    for bad, match in ((["a", "\x00g1"], "reserved"), (["a", 3], "str"), ("ab", "not one str"), (5, "sequence")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            txn.state_keys(bad, "get_states")
+    with pytest.raises(InvalidArgumentError, match="reserved"):
+        txn.put("\x00x\x00a", b"v")
+    for bad in ("", 3, None):
+        with pytest.raises(InvalidArgumentError, match="non-empty str"):
+            txn.scoped(bad)
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        txn.timer_key("\x00w")
+    assert txn.timer_key(None) == "ann" and txn.timer_key("bob") == "bob"
+    var = variable("count", "value", int)
+    assert txn.record_key(None, var) == "ann" and txn.record_key("bob", var) == "bob"
+    keyless, _ = new(store)
+    assert keyless.timer_key(None) == ""  # the timers of records without a key
+    with pytest.raises(InvalidArgumentError, match="this record has none"):
+        keyless.record_key(None, var)
+    assert state.puts == {} and state.counter_deltas == {}  # nothing refused was buffered
+
+
+def test_one_bounded_memo_of_state_keys(store, monkeypatch):
+    monkeypatch.setattr(transaction, "MEMO_SIZE", 10)
+    txn, _ = new(store, batch_keys=[f"k{i}" for i in range(4)])
+    count = variable("count", "value", int)
+    seen = variable("seen", "map", int, str)
+    at = txn.at("k1", count, "=")
+    assert at == txn.at("k1", count, "=") and len(txn._keys) == 4  # the batch's keys, read in one bulk read
+    for i in range(30):
+        txn.at(f"x{i}", count, "=")
+        txn.map_entry(at, seen, f"m{i}")
+        assert len(txn._keys) <= 10
+    assert txn.map_entry("p", seen, "m") == "pmsm"
+    with pytest.raises(InvalidArgumentError, match="holds str"):
+        txn.map_entry("p", seen, 3)
+
+
+def test_ttl_is_applied_through_the_runs_time_state(store):
+    txn, state = new(store)
+    with pytest.raises(InvalidArgumentError, match="keeps no time state"):
+        txn.put("a", b"v", ttl_seconds=5)
+    now = [1_000_000]
+    time = TimeState(state, KEY_GROUPS, range(KEY_GROUPS), clock=lambda: now[0])
+    txn.keep_time(time)
+    txn.put("a", "v", ttl_seconds=5)
+    assert txn.incr("n", 2, ttl_seconds=5) == 2
+    with pytest.raises(InvalidArgumentError, match="ttl_seconds must be"):
+        txn.put("b", b"v", ttl_seconds=0)
+    with pytest.raises(InvalidArgumentError, match="bytes or str"):
+        txn.put("b", 3)
+    time.flush()
+    store.apply_batch(state.puts, state.counter_deltas)
+    state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
+    later = TimeState(state, KEY_GROUPS, range(KEY_GROUPS), clock=lambda: now[0] + 5_000)
+    txn = KeyedTransaction(state)
+    txn.keep_time(later)
+    assert txn.get("a") is None and txn.counter("n") == 0  # expired: absent, the counter restarts
+    assert txn.incr("n", 1) == 1
+    assert later.sweep() == 1  # "a" (the counter was written again)
+    assert state.puts["a"] is None
