@@ -38,6 +38,7 @@ OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etc
             "statekeep.server": "server", "statekeep.functions.driver.sources": "spark",
             # the Spark plan of a function, and the DataFrame operator on it
             "statekeep.functions.driver.plan": "spark", "statekeep.spark.operator": "spark",
+            "statekeep.functions.driver.kafka_sink": "spark",  # a PySpark data source
             "statekeep.spark": "spark",
             "statekeep.testing.contract": "test"}
 

@@ -1,7 +1,7 @@
 """``df.writeStream.format("statekeep-kafka")``: exactly-once into Kafka from any streaming query whose replayed
 micro-batch gives each partition the rows it gave the first time, as :func:`statekeep.spark.apply_function`'s
 output does (its rows are kept with its state commit). Spark's own Kafka sink is at-least-once: a replayed
-micro-batch writes its rows again.
+micro-batch writes its rows again. ::
 
     out = apply_function(events, count, name="public/default/counts", key="key")
     (out.writeStream.format("statekeep-kafka").option("kafka.bootstrap.servers", "host:9092")
