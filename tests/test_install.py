@@ -233,7 +233,7 @@ def test_scripts_docs_in_a_fresh_copy_builds_the_spark_reference_without_pyspark
     # the Spark-only reference page: apply_function's own signature and docstring, read over autodoc's
     # stand-in for PySpark, not an empty entry
     page = (repo / "docs/_build/html/reference/python-api.html").read_text()
-    params, doc = _signature_and_docstring(repo / "src/statekeep/functions/admin/operator.py", "apply_function")
+    params, doc = _signature_and_docstring(repo / "src/statekeep/spark/operator.py", "apply_function")
     start = page.index('id="statekeep.spark.apply_function"')
     signature, body = page[start:page.index("</dt>", start)], page[page.index("</dt>", start):]
     assert re.findall(r'class="sig-param"><span class="n"><span class="pre">(\w+)<', signature) == params
