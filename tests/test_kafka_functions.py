@@ -19,6 +19,7 @@ from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailab
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import run_registered
 from statekeep.functions.messaging import kafka as sk_kafka
+from statekeep.functions.messaging import kafkatxn
 from statekeep.testing import wait_for
 
 SUPPORT = Path(__file__).parent / "support"
@@ -204,8 +205,8 @@ def test_a_partition_whose_batches_alternate_between_python_workers_delivers_eac
                            topics_dir=str(tmp_path / "topics"))
     workers = {"A": ({}, {}), "B": ({}, {})}  # each worker process's kept producers and last delivered batches
     for batch, worker in enumerate("ABA"):
-        monkeypatch.setattr(sk_kafka, "_producers", workers[worker][0])
-        monkeypatch.setattr(sk_kafka, "_delivered", workers[worker][1])
+        monkeypatch.setattr(kafkatxn, "_producers", workers[worker][0])
+        monkeypatch.setattr(kafkatxn, "_delivered", workers[worker][1])
         table = sk_kafka.records_table([(sk_kafka.parse(out).topic, {"key": "k", "value": f"b{batch}"})])
         sk_kafka.deliver_kept(spec, batch, 0, table.replace_schema_metadata({"bootstrap": kafka.address}),
                               replay=False)  # each batch's state newly committed: no replay of its own

@@ -1,0 +1,134 @@
+"""Kafka records as statekeep keeps and delivers them (a pyarrow Table of :data:`COLUMNS`), a Kafka record as the
+message record a function reads, and a function's state changes as records of its KIP-813 changelog topic in the byte
+forms Kafka Streams' serdes read (see :mod:`statekeep.functions.messaging.kafka`)."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from statekeep.errors import InvalidArgumentError
+
+# -- records -----------------------------------------------------------------------------------------------------
+
+#: a (batch, partition)'s Kafka records as kept and delivered: one row per record (timestamp 0: the broker's time)
+COLUMNS = ("topic", "key", "value", "headers", "timestamp")
+
+
+def records_table(records: Iterable[tuple[str, Any]]) -> Any:
+    """``(Kafka topic, message record)`` pairs as a pyarrow Table of :data:`COLUMNS`. A message record is
+    :meth:`~statekeep.functions.messaging.messages.Message.to_json`'s shape; any other value is written as its text
+    (a str) or JSON."""
+    import json
+
+    import pyarrow as pa
+
+    from statekeep.functions.messaging.messages import payload
+
+    topics: list[str] = []
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    headers: list[list[tuple[str, bytes]] | None] = []
+    times: list[int] = []
+    for topic, message in records:
+        if not isinstance(message, Mapping) or not ({"value", "valueBase64"} & message.keys()):
+            message = {"value": message if isinstance(message, str) else json.dumps(message, default=str)}
+        key = message.get("key")
+        properties = message.get("properties")
+        event_time = message.get("eventTime")
+        topics.append(topic)
+        keys.append(None if key is None else str(key).encode("utf-8"))
+        values.append(payload(message))
+        headers.append([(str(k), str(v).encode("utf-8")) for k, v in properties.items()] if properties else None)
+        times.append(event_time if isinstance(event_time, int) and not isinstance(event_time, bool) else 0)
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.table({"topic": pa.array(topics, pa.string()), "key": pa.array(keys, pa.binary()),
+                     "value": pa.array(values, pa.binary()), "headers": pa.array(headers, header),
+                     "timestamp": pa.array(times, pa.int64())})
+
+
+def raw_table(topic: str, keys: list[bytes], values: list[bytes | None]) -> Any:
+    """Records of ``topic`` with these key and value bytes (a None value: a tombstone), as a pyarrow Table of
+    :data:`COLUMNS` (no headers, timestamp 0: the broker's time)."""
+    import pyarrow as pa
+
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.table({"topic": pa.array([topic] * len(keys), pa.string()), "key": pa.array(keys, pa.binary()),
+                     "value": pa.array(values, pa.binary()), "headers": pa.nulls(len(keys), header),
+                     "timestamp": pa.array([0] * len(keys), pa.int64())})
+
+
+# -- a function's changelog on a Kafka topic (KIP-813) -------------------------------------------------------------
+
+#: how a typed state value is carried on a changelog topic (``changelogFormat``)
+CHANGELOG_FORMATS = ("json", "msgpack")
+
+
+def changelog_records(written: Mapping[str, tuple[bytes | None, int | None]], typed_format: str = "json"
+                      ) -> tuple[list[bytes], list[bytes | None]]:
+    """The Kafka records (keys, values) of a (batch, partition)'s state changes (``written``:
+    :meth:`~statekeep.state.buffer.BufferedState.written`), in the byte forms Kafka Streams' serdes read:
+
+    - key: the state key's UTF-8 bytes (``Serdes.String()``); a typed variable's entry is keyed by its state key
+      (:mod:`statekeep.state.typed`: ``"\\0v" + len(key) + ":" + key + variable + "\\0="`` for a value state,
+      ``...\\0l<16 hex digits>`` a list element, ``...\\0m<code>`` a map entry);
+    - value: a byte value as it is (``Serdes.ByteArray()``, or ``Serdes.String()`` for text); a counter as 8 bytes,
+      signed big-endian (``Serdes.Long()``); a typed value as UTF-8 JSON (``typed_format`` ``json``: a class as an
+      object of its fields, bytes as base64 text) or as its MessagePack (``msgpack``, without the TTL statekeep
+      keeps with it); a delete as a null value (a tombstone).
+
+    Internal entries (statekeep's timers, windows, watermarks, TTL index, a list's bounds) are never records."""
+    from statekeep.state import typed
+
+    if typed_format not in CHANGELOG_FORMATS:
+        raise InvalidArgumentError(f"a changelog's typed values are {' or '.join(CHANGELOG_FORMATS)}, "
+                                   f"not {typed_format!r}")
+    pack = _LONG.pack
+    if not any(key[:1] == "\x00" or counter is None for key, (_, counter) in written.items()):  # counters only
+        return [key.encode("utf-8") for key in written], [pack(counter) for _, counter in written.values()]
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    for key, (value, counter) in written.items():
+        if key[:1] == "\x00":  # statekeep's own namespace: only user variables' entries are shared
+            found = typed.entry_variable(key)
+            if found is None or found[2][:1] == "#":
+                continue
+            if value is not None:
+                payload = typed.entry_payload(value, 0)  # the value, without the expiry it may carry
+                assert payload is not None  # an expiry at 0 never is past
+                value = _json(typed.json_value(payload)) if typed_format == "json" else bytes(payload)
+        elif counter is not None:
+            value = pack(counter)
+        keys.append(key.encode("utf-8"))
+        values.append(value if value is None or isinstance(value, bytes) else bytes(value))
+    return keys, values
+
+
+_LONG = struct.Struct(">q")
+
+
+def _json(data: Any) -> bytes:
+    import json
+
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def message_of(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None,
+               timestamp: int | None) -> dict[str, Any]:
+    """A Kafka record as the message record a function's input decodes (key as text, value as text when it is
+    UTF-8, else base64; headers as properties; the timestamp as event time)."""
+    record: dict[str, Any] = {}
+    if key is not None:
+        record["key"] = key.decode("utf-8", "replace")
+    data = value or b""
+    try:
+        record["value"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        record["valueBase64"] = base64.b64encode(data).decode()
+    if headers:
+        record["properties"] = {k: (v or b"").decode("utf-8", "replace") for k, v in headers}
+    if timestamp is not None and timestamp >= 0:
+        record["eventTime"] = timestamp
+    return record
