@@ -54,6 +54,7 @@ from statekeep.functions.driver import plan as sk_plan  # noqa: E402
 from statekeep.functions.driver import inputs as sk_inputs  # noqa: E402
 from statekeep.functions.driver import session as sk_session  # noqa: E402
 from statekeep.functions.driver import spark as sk_spark  # noqa: E402
+from statekeep.functions.config.spec import RecordFormat  # noqa: E402
 from statekeep.functions.config.service import FunctionService  # noqa: E402
 from statekeep.state import typed  # noqa: E402
 from statekeep.state.partitioned import state_storage  # noqa: E402
@@ -317,7 +318,7 @@ def profile_statekeep(spark, inputs: str, work: str, variants: list[str]) -> Non
                     parts[variant][name] = json.load(f)
     finally:
         sk_plan.arrow_partition_runner = plain
-    frame = sk_inputs.input_frame(spark, [inputs], "json", "word", {"maxFilesPerTrigger": "1"})
+    frame = sk_inputs.input_frame(spark, [inputs], RecordFormat.of("json"), "word", {"maxFilesPerTrigger": "1"})
     floor = (frame.writeStream.trigger(availableNow=True).option("checkpointLocation", f"{work}/ckpt-floor")
              .foreachBatch(lambda df, _: df.repartition(2, "__key").mapInArrow(drain, "n long").collect())
              .start())

@@ -139,7 +139,8 @@ def test_create_reads_py_path_when_no_code_given(service, tmp_path):
     ({"userConfig": [1]}, "userConfig"), ({"className": "Foo."}, "className"), ({"runtime": "GO"}, "PYTHON"),
     ({"stateStorage": {"provider": 1}}, "stateStorage"), ({"output": ""}, "output"),
     ({"customSchemaInputs": [None, None]}, "customSchemaInputs"), ({"customSerdeInputs": "x"}, "customSerdeInputs"),
-    ({"inputSpecs": 3}, "inputSpecs"),
+    ({"inputSpecs": 3}, "inputSpecs"), ({"inputFormat": "orc"}, "inputFormat.*parquet"),
+    ({"changelogFormat": "avro"}, "changelogFormat"),
 ])
 def test_config_validation(bad, message):
     with pytest.raises(InvalidArgumentError, match=message):

@@ -79,6 +79,11 @@ FIXED: dict[str, bool] = {"autoAck": True, "cleanupSubscription": True, "retainO
 
 #: Pulsar's values; statekeep's effectively-once satisfies all three (``MANUAL`` is refused).
 ProcessingGuarantees = Literal["ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE"]
+#: what an input is read as (``inputFormat``; unset: guessed from its name, see config.spec): JSON lines, Spark's CSV
+#: or Parquet files, text lines, Spark's rate source, another function's changelog, Pulsar messages
+SourceFormat = Literal["json", "csv", "text", "parquet", "rate", "statekeep-changelog", "message"]
+#: how a KIP-813 changelog topic carries typed state values
+ChangelogFormat = Literal["json", "msgpack"]
 
 
 #: a serde class: ``module.Class`` (``serde.PickleSerDe``, or a class of the function's own file)
@@ -151,7 +156,7 @@ class FunctionConfig(BaseModel):
     parallelism: Annotated[int, Field(ge=1, le=1024)] = 1
     userConfig: dict[str, Any] = Field(default_factory=dict)
     keyField: Text | None = None
-    inputFormat: Text | None = None
+    inputFormat: SourceFormat | None = None
     outputFormat: Text | None = None
     stateStorage: Annotated[dict[str, Any] | None, BeforeValidator(_storage),
                             Field(description='{"provider": NAME, "config": {...}}')] = None
@@ -185,7 +190,7 @@ class FunctionConfig(BaseModel):
     changelogTopic: Annotated[Text, AfterValidator(_kafka_name)] | None = Field(
         None, description="a compacted Kafka topic (kafka://HOST:PORT/TOPIC) that also carries the function's state "
                           "changes, in the same Kafka transaction as its Kafka outputs (statekeep's; KIP-813)")
-    changelogFormat: Literal["json", "msgpack"] | None = Field(
+    changelogFormat: ChangelogFormat | None = Field(
         None, description="how changelogTopic carries typed state values: json (the default) or msgpack")
 
     @property

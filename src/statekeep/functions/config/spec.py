@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.locations import carries_messages, default_root
+from statekeep.functions.config.model import ChangelogFormat, SourceFormat
 from statekeep.functions.config.windowconfig import user_lag_ms
 from statekeep.state.base import StateStore
 from statekeep.state.keygroups import KEY_GROUPS
@@ -27,6 +28,10 @@ MESSAGE = "message"
 #: how the runtime decodes a record (see path.RecordPath); ``rows``: the DataFrame operator's, a row's columns as
 #: Arrow gives them (a dict per record; ``process_batch`` gets the Arrow table as it is)
 INPUT_FORMATS = ("json", "text", "message", "rows")
+#: what a function's input is read as (``inputFormat``, given or guessed from its name: :func:`_guess_format`)
+SOURCE_FORMATS: tuple[str, ...] = get_args(SourceFormat)
+#: how a typed state value is carried on a KIP-813 changelog topic (``changelogFormat``)
+CHANGELOG_FORMATS: tuple[str, ...] = get_args(ChangelogFormat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,15 @@ class RecordFormat:
 
     decoded: str = "json"
     source: str = "json"
+
+    @classmethod
+    def of(cls, source: str) -> RecordFormat:
+        """The format of a function whose input is read as ``source`` (one of :data:`SOURCE_FORMATS`, else
+        :class:`InvalidArgumentError`): a text or message input is decoded as such, any other as JSON (a file
+        format's row as its JSON object)."""
+        if source not in SOURCE_FORMATS:
+            raise InvalidArgumentError(f"input format must be one of {', '.join(SOURCE_FORMATS)}, not {source!r}")
+        return cls(source if source in ("text", MESSAGE) else "json", source)
 
     @property
     def json(self) -> bool:
@@ -68,6 +82,21 @@ class RecordFormat:
     def text_lines(self) -> bool:
         """The input was read as text: a record is never a JSON document (``eventTimeField`` has none)."""
         return self.source == "text"
+
+    @property
+    def lines(self) -> bool:
+        """The input's files are lines (JSON or text), read with Spark's text source: a record is its line."""
+        return self.source in ("json", "text")
+
+    @property
+    def one_stream(self) -> bool:
+        """The input is one stream whatever its names (Spark's ``rate``, a changelog), not a stream per input."""
+        return self.source in ("rate", "statekeep-changelog")
+
+    @property
+    def reader(self) -> str:
+        """The Spark reader's format of the input (JSON and text lines: ``text``)."""
+        return "text" if self.lines else self.source
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +181,7 @@ class ExecutorSpec:
                                        f"not {self.input_format!r}")
         if self.trigger_interval_ms < 0:
             raise InvalidArgumentError(f"trigger_interval_ms must be >= 0, not {self.trigger_interval_ms}")
-        if self.changelog_format not in ("json", "msgpack"):
+        if self.changelog_format not in CHANGELOG_FORMATS:
             raise InvalidArgumentError(f"changelog_format must be json or msgpack, not {self.changelog_format!r}")
         if self.max_retries is not None and self.max_retries < 0:
             raise InvalidArgumentError(f"max_retries must be None or >= 0, not {self.max_retries}")
@@ -205,15 +234,16 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
     version = entry.stat.version if entry is not None else 0  # the config's: get_function_version
     code = registry.get_code(tenant, namespace, name).decode()
     provider, provider_config = registry.state_provider(cfg, metadata_url)
-    input_format = cfg.inputFormat or _guess_format(cfg.inputs[0])
+    source = cfg.inputFormat or _guess_format(cfg.inputs[0])
     if cfg.input_serdes() or cfg.customSchemaInputs or any(carries_messages(i) for i in cfg.inputs):
-        input_format = MESSAGE  # a serde takes the message's bytes; a topic holds messages
+        source = MESSAGE  # a serde takes the message's bytes; a topic holds messages
+    fmt = RecordFormat.of(source)
     user_config = dict(cfg.userConfig)
     built = dict(
         tenant=tenant, namespace=namespace, name=name, code=code, py_name=cfg.py or f"{name}.py",
         state_provider=provider,
-        state_config=provider_config, input_format=input_format if input_format in ("text", MESSAGE) else "json",
-        source_format=input_format, key_field=cfg.keyField, output=cfg.output,
+        state_config=provider_config, input_format=fmt.decoded, source_format=fmt.source, key_field=cfg.keyField,
+        output=cfg.output,
         store_url=metadata_url,  # the registry, where a statekeep:// input function is found
         output_format=cfg.outputFormat or "jsonl", user_config=user_config,
         skip_errors=bool(user_config.get("skipErrors", False) if skip_errors is None else skip_errors),
@@ -222,7 +252,7 @@ def executor_spec(registry: FunctionRegistry, metadata_url: str, tenant: str, na
         # Pulsar's className, identity and the per-record Context's data
         class_name=cfg.className, function_id=registry.incarnation(tenant, namespace, name),
         function_version=version, inputs=tuple(cfg.inputs),
-        topic_column=len(cfg.inputs) > 1 and input_format not in ("rate", "statekeep-changelog"),
+        topic_column=len(cfg.inputs) > 1 and not fmt.one_stream,
         # Pulsar's per-record error handling (see path.RecordPath.run_records); getattr: fields the config may lack
         secrets=dict(getattr(cfg, "secrets", None) or {}), timeout_ms=getattr(cfg, "timeoutMs", None) or None,
         max_retries=_retries(getattr(cfg, "maxMessageRetries", None)),

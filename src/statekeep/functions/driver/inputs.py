@@ -7,16 +7,12 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.locations import is_kafka
-from statekeep.functions.config.spec import MESSAGE, ExecutorSpec
+from statekeep.functions.config.spec import ExecutorSpec, RecordFormat
 from statekeep.functions.messaging.messages import JSON_LINE
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
-
-INPUT_FORMATS = ("json", "csv", "text", "parquet", "rate", "statekeep-changelog")
-
 
 def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
     """Before a query with Kafka topics starts: Spark has the Kafka connector (for an input), and every Kafka
@@ -42,7 +38,7 @@ def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> N
         check_changelog_topic(spec.changelog_topic)
 
 
-def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_field: str | None,
+def input_frame(spark: SparkSession, inputs: list[str], fmt: RecordFormat, key_field: str | None,
                 options: dict[str, str] | None = None, *, store_url: str | None = None,
                 topic_column: bool = False, topics_dir: str | None = None) -> DataFrame:
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
@@ -54,36 +50,32 @@ def input_frame(spark: SparkSession, inputs: list[str], input_format: str, key_f
     ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
 
-    if input_format == MESSAGE:
+    if fmt.message:
         return _message_frame(spark, inputs, key_field, options, topic_column, topics_dir)
-    if input_format not in INPUT_FORMATS:
-        raise InvalidArgumentError(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {input_format!r}")
-    reader = spark.readStream
+    reader = spark.readStream.format(fmt.reader)
     for k, v in (options or {}).items():
         reader = reader.option(k, v)
     frames: list[tuple[str | None, DataFrame]]
-    if input_format == "rate":
-        frames = [(None, reader.format("rate").load())]
-    elif input_format == "statekeep-changelog":
+    if fmt.changelog:
         if store_url and "store" not in (options or {}):
             reader = reader.option("store", store_url)
-        frames = [(None, reader.format("statekeep-changelog")
-                   .option("function", inputs[0].removeprefix("statekeep://")).load())]
+        reader = reader.option("function", inputs[0].removeprefix("statekeep://"))
+    if fmt.one_stream:
+        frames = [(None, reader.load())]
     else:
-        if input_format == "csv":
+        if fmt.source == "csv":
             reader = reader.option("header", "true")
-        reader = reader.format("text" if input_format in ("json", "text") else input_format)
         # a streaming reader loads one path: several inputs are several sources, unioned below
         frames = [(path, reader.load(path)) for path in inputs]
+    no_key = F.lit(None).cast("string")
     selected: DataFrame | None = None
     for path, frame in frames:
-        if input_format in ("json", "text"):
+        if fmt.lines:
             record = F.col("value")
-            key = json_key("value", key_field) if key_field and input_format == "json" else (
-                F.col("value") if key_field and input_format == "text" else F.lit(None).cast("string"))
+            key = no_key if not key_field else json_key("value", key_field) if fmt.json else F.col("value")
         else:
             record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
-            key = F.col(key_field).cast("string") if key_field else F.lit(None).cast("string")
+            key = F.col(key_field).cast("string") if key_field else no_key
         columns = [record.alias("__record"), key.alias("__key")]
         if topic_column:
             columns.append(F.lit(path).cast("string").alias("__topic"))

@@ -130,7 +130,7 @@ class FunctionQuery:
 
         spec = self.spec
         check_kafka(self.spark, spec, self.inputs)
-        frame = input_frame(self.spark, self.inputs, spec.source_format, spec.key_field, dict(spec.input_options),
+        frame = input_frame(self.spark, self.inputs, spec.format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
         self._clock = spec.time is not None and self._clocked(len(self.inputs))
         if self._clock:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.config.spec import CHANGELOG_FORMATS
 
 # -- records -----------------------------------------------------------------------------------------------------
 
@@ -61,10 +62,6 @@ def raw_table(topic: str, keys: list[bytes], values: list[bytes | None]) -> Any:
 
 
 # -- a function's changelog on a Kafka topic (KIP-813) -------------------------------------------------------------
-
-#: how a typed state value is carried on a changelog topic (``changelogFormat``)
-CHANGELOG_FORMATS = ("json", "msgpack")
-
 
 def changelog_records(written: Mapping[str, tuple[bytes | None, int | None]], typed_format: str = "json"
                       ) -> tuple[list[bytes], list[bytes | None]]:
