@@ -747,6 +747,25 @@ def test_count_windows_kept_in_the_keys_entry_by_an_earlier_version_continue_on_
     assert cached_state_store(spec).get_entry(buffer_key("a")) is None
 
 
+def test_time_windows_holding_their_records_in_the_keys_entry_fire_from_a_list(base_spec, clock):
+    """A time window as versions before window lists wrote it (its ``[ts, record]`` pairs in the key's entry, its
+    timer registered) is moved onto its list at the key's first use: more records join it, and it fires once with
+    all of them, its list and the entry deleted with the firing."""
+    spec = windowed(base_spec, windowLengthDurationMs=100)
+    run(spec, 0, [{"k": "a", "ts": 5}, {"k": "a", "ts": 20}])  # the window [0, 100) opened, its timer registered
+    store = cached_state_store(spec)
+    listed = [e.key for e in store.scan_entries(variables_prefix("a"))]
+    assert len(listed) == 2 and json.loads(store.get_entry(buffer_key("a")).value) == {"0": 2}
+    old = {"0": [[5, {"k": "a", "ts": 5}], [20, {"k": "a", "ts": 20}]]}
+    store.apply_batch({buffer_key("a"): json.dumps(old).encode(), **dict.fromkeys(listed)}, {})
+    run(spec, 1, [{"k": "a", "ts": 30}])
+    assert outputs(spec) == []  # open, now on its list
+    run(spec, 2, [{"k": "b", "ts": 250}])  # the watermark passes 100
+    assert outputs(spec) == [{"key": "a", "start": 0, "end": 100, "n": 3, "ts": [5, 20, 30]}]
+    assert [e.key for e in store.scan_entries(variables_prefix("a"))] == []
+    assert store.get_entry(buffer_key("a")) is None
+
+
 SHARDED = '''
 def process(input, context):
     context.put_state(input["k"], "v", ttl_seconds=60)

@@ -34,7 +34,7 @@ import time
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -334,6 +334,31 @@ def encode_bounds(first: int, end: int) -> bytes:
 
 def element_key(prefix: str, number: int) -> str:
     return f"{prefix}l{number:016x}"
+
+
+# ---- lists: numbered elements under a prefix, whose bounds their owner keeps -------------------------------
+# (ListState in a ``#`` entry of its own; a key's windows in the key's window entry: statekeep.functions.windowing)
+
+
+class _Buffered(Protocol):
+    def get(self, key: str) -> Any: ...
+    def put(self, key: str, value: Any) -> None: ...
+    def prefetch(self, keys: list[str]) -> None: ...
+
+
+def read_elements(state: _Buffered, prefix: str, first: int, end: int) -> list[tuple[str, Any]]:
+    """Elements ``first`` to ``end`` - 1 of the list ``prefix`` as (state key, stored entry or None), in order,
+    read in one bulk read."""
+    keys = [element_key(prefix, n) for n in range(first, end)]
+    state.prefetch(keys)
+    return [(key, state.get(key)) for key in keys]
+
+
+def delete_elements(state: _Buffered, prefix: str, first: int, end: int) -> None:
+    """Delete elements ``first`` to ``end`` - 1 of the list ``prefix`` (with the batch)."""
+    put = state.put
+    for number in range(first, end):
+        put(element_key(prefix, number), None)
 
 
 # ---- reading them back, decoded to JSON -----------------------------------------------------------------

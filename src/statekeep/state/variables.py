@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.transaction import KeyedTransaction
-from statekeep.state.typed import (EXPIRING, Variable, decode_map_key, element_key, encode_bounds, encode_entry,
-                                   entry_expiry, list_bounds, variable_prefix)
+from statekeep.state.typed import (EXPIRING, Variable, decode_map_key, delete_elements, element_key, encode_bounds,
+                                   encode_entry, entry_expiry, list_bounds, read_elements, variable_prefix)
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -110,13 +110,11 @@ class ListState(_Handle[T]):
     def __iter__(self) -> Iterator[T]:
         prefix = self._prefix()
         at, first, end = self._bounds(prefix)
-        keys = [element_key(prefix, n) for n in range(first, end)]
         state, payload_of, decode = self._txn.state, self._txn.payload, self._var.value.decode
-        state.prefetch(keys)
         live = first
         values = []
-        for number, key in zip(range(first, end), keys):
-            payload = payload_of(key, state.get(key))
+        for number, (key, raw) in zip(range(first, end), read_elements(state, prefix, first, end)):
+            payload = payload_of(key, raw)
             if payload is None:  # absent or expired (deleted with the batch); at the front, the list starts after it
                 if live == number:
                     live = number + 1
@@ -153,10 +151,8 @@ class ListState(_Handle[T]):
     def clear(self) -> None:
         prefix = self._prefix()
         at, first, end = self._bounds(prefix)
-        put = self._txn.state.put
-        for number in range(first, end):
-            put(element_key(prefix, number), None)
-        put(at, None)
+        delete_elements(self._txn.state, prefix, first, end)
+        self._txn.state.put(at, None)
 
 
 class MapState(_Handle[V], Generic[K, V]):

@@ -27,7 +27,7 @@ from statekeep.functions.messaging.jsonscan import loads_at
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.timestate import buffer_key, has_buffer_key
 from statekeep.functions.windowing.windowtypes import Aggregate, Fired, Window, _list
-from statekeep.state.typed import element_key
+from statekeep.state.typed import delete_elements, element_key, read_elements
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
@@ -87,15 +87,26 @@ class Windows:
         if buffer is None:
             raw = self.time.state.get(buffer_key(key))
             buffer = self._open[key] = loads_at(raw.decode()) if raw else {}
-            if "r" in buffer or any(len(s) == 3 and s[2].__class__ is list for s in buffer.get("s", ())):
-                self._relist(key, buffer)
+            if self._earlier(buffer):
+                self._upgrade(key, buffer)
         return buffer
 
-    def _relist(self, key: str, buffer: dict[str, Any]) -> None:
-        """Move the records an earlier version kept in the key's entry (a count buffer's ``r``, a session's third
-        item) into lists, as this version keeps them."""
+    def _earlier(self, buffer: dict[str, Any]) -> bool:
+        """Whether an earlier version wrote the key's entry with records in it (see :meth:`_upgrade`)."""
+        if self.kind == "time":
+            return any(held.__class__ is list for held in buffer.values())
+        return "r" in buffer or any(len(s) == 3 and s[2].__class__ is list for s in buffer.get("s", ()))
+
+    def _upgrade(self, key: str, buffer: dict[str, Any]) -> None:
+        """Move the records an earlier version kept in the key's entry (a time window's slot, a count buffer's
+        ``r``, a session's third item) into lists, as this version keeps them: the one layout the rest reads."""
         if self.time.state.journal is not None:  # taken back: the entry is read again, as stored
             self.time.state.journal.append(lambda: self._open.pop(key, None))
+        for slot, held in list(buffer.items()) if self.kind == "time" else ():
+            if held.__class__ is list:
+                for n, item in enumerate(held):
+                    self._push(key, f"{slot}w", n, item)
+                buffer[slot] = len(held)
         if "r" in buffer:
             records = buffer.pop("r")
             for n, item in enumerate(records):
@@ -116,13 +127,9 @@ class Windows:
     def _items(self, key: str, name: str, first: int, end: int, *, drop: int = 0) -> list[Any]:
         """Elements ``first`` to ``end`` - 1 of the list ``name`` of ``key``, in order; the first ``drop`` of them
         deleted with the batch."""
-        prefix = _list(key, name)
-        state = self.time.state
-        names = [element_key(prefix, n) for n in range(first, end)]
-        state.prefetch(names)
-        items = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
-        for name in names[:drop]:
-            state.put(name, None)
+        prefix, state = _list(key, name), self.time.state
+        items = [_unpack(raw) for _, raw in read_elements(state, prefix, first, end) if raw is not None]
+        delete_elements(state, prefix, first, first + drop)
         return items
 
     def prefetch(self, keys: list[str]) -> None:
@@ -169,11 +176,6 @@ class Windows:
             self.time.register(key, start + self.length, "w")
             if journal is not None:
                 journal.append(lambda: buffer.pop(slot, None))
-        if held.__class__ is list:  # written by an earlier version: it stays in the entry until it fires
-            held.append([ts, record])
-            if journal is not None:
-                journal.append(held.pop)
-            return
         if self.aggregate is not None:  # {"a": accumulator, "n": records}, in place of the records
             acc = held["a"] if held else self.aggregate.create()
             buffer[slot] = {"a": self.aggregate.add(acc, record), "n": (held["n"] if held else 0) + 1}
@@ -251,8 +253,7 @@ class Windows:
         first, end = buffer.get("f", 0), buffer.get("e", 0)
         keep = max(first, end + 1 - self.length)
         self._push(key, "c", end, [ts, record])
-        for n in range(first, keep):  # out of every window to come
-            self.time.state.put(element_key(_list(key, "c"), n), None)
+        delete_elements(self.time.state, _list(key, "c"), first, keep)  # out of every window to come
         end += 1
         buffer.update(f=keep, e=end, n=buffer.get("n", 0) + 1)
         self._touch(key)
@@ -347,15 +348,12 @@ class Windows:
     def _take(self, key: str, name: str, count: int) -> list[Any]:
         """The list ``name`` of ``key`` (``count`` ``[ts, record]`` elements), in arrival order, deleted with the
         batch."""
-        state = self.time.state
-        names = self._names(key, name, count)
-        state.prefetch(names)
-        bounds = names.pop()
-        records = [_unpack(raw) for name in names if (raw := state.get(name)) is not None]
-        for name in names:
-            state.put(name, None)
-        if state.get(bounds) is not None:
-            state.put(bounds, None)
+        state, prefix = self.time.state, _list(key, name)
+        state.prefetch(self._names(key, name, count))  # with the bounds entry: one read
+        records = [_unpack(raw) for _, raw in read_elements(state, prefix, 0, count) if raw is not None]
+        delete_elements(state, prefix, 0, count)
+        if state.get(prefix + "#") is not None:
+            state.put(prefix + "#", None)
         return records
 
     def due(self, key: str, at: int) -> Fired:
@@ -370,7 +368,7 @@ class Windows:
                     window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
                     fired.append((window, self.aggregate.result(held["a"])))
                     continue
-                records = held if held.__class__ is list else self._take(key, f"{slot}w", held)
+                records = self._take(key, f"{slot}w", held)
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
