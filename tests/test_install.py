@@ -4,11 +4,12 @@ which installs every extra, cannot hide a missing dependency:
 - the core package alone (``pip install .``, no extras) in a new venv: every module imports, except
   optional integrations, which may only raise MissingDependencyError naming their extra; the core
   commands work; a feature of an extra fails, when used, with MissingDependencyError naming it;
-- each of the README's set-up commands on its own, in a copy of its own (its own ``./.venv``):
-  ``scripts/run`` end to end (it installs what it needs and prints the counts, and a second run counts
-  nothing twice); ``scripts/docs`` (the docs extra alone, without PySpark, builds the whole site, its
-  Spark-only reference included); ``scripts/test --fast`` (it installs what the tests need, then ruff, mypy
-  and pytest pass; pytest on a sample of the fast tier, which the suite itself runs whole).
+- each of the README's set-up commands on its own: ``scripts/run`` end to end in a fresh copy (it installs
+  what it needs and prints the counts, and a second run counts nothing twice), then ``scripts/test --fast`` in
+  that copy (it installs what the tests need, a superset of scripts/run's extras, so its venv is the one it
+  would make alone; then ruff, mypy and pytest pass, pytest on a sample of the fast tier, which the suite
+  itself runs whole); ``scripts/docs`` in a copy of its own (the docs extra alone, without PySpark, builds
+  the whole site, its Spark-only reference included).
 
 All install from PyPI through pip (its cache is reused). None of them is in the fast tier (``fresh_copy``
 puts them in ``venv``), so ``scripts/test --fast`` never runs them again inside its own test."""
@@ -180,27 +181,6 @@ def test_core_install_imports_every_module_and_runs_the_core_commands(fresh_copy
     assert json.loads(sk("functions", "querystate", *fn, "--key", "hello").stdout)["numberValue"] == 3
 
 
-def test_scripts_run_in_a_fresh_copy_prints_the_counts(fresh_copy, tmp_path):
-    repo = fresh_copy(tmp_path / "repo")
-    inputs = sorted((repo / "examples/wordcount/input").iterdir())
-    words = collections.Counter(json.loads(line)["word"] for part in inputs
-                                for line in part.read_text().splitlines() if line.strip())
-
-    def run() -> str:
-        return run_script(repo, "scripts/run")
-
-    first = run()
-    assert f"processed {sum(words.values())} records" in first
-    assert f'"numberValue": {words["spark"]}' in first  # the CLI's answer
-    for word in ("spark", "state", "kafka"):  # the REST API's answers
-        assert f"{word} = {words[word]}" in first
-    assert ", ".join(f"{w} {n}" for w, n in sorted(words.items(), key=lambda i: (-i[1], i[0]))) in first
-    assert "Look next" in first
-
-    again = run()  # resumes from its checkpoint: nothing is counted twice
-    assert "processed 0 records" in again and f"spark = {words['spark']}" in again
-
-
 def _signature_and_docstring(path: Path, function: str) -> tuple[list[str], str]:
     """The parameter names of ``function`` in the source file ``path`` and its docstring as Sphinx renders
     it as text (reST's double backquotes and roles gone, ``~`` roles shortened), read without importing it."""
@@ -246,8 +226,34 @@ def test_scripts_docs_in_a_fresh_copy_builds_the_spark_reference_without_pyspark
 FAST_SAMPLE = ("test_no_import_cycles", "test_every_command_answers_help")
 
 
-def test_scripts_test_fast_in_a_fresh_copy_lints_types_and_runs_fast_tests(fresh_copy, tmp_path):
+def _extras(script: Path) -> set[str]:
+    """The extras ``script`` installs: its one ``scripts/setup-venv "EXTRAS"`` line's."""
+    found = re.findall(r'scripts/setup-venv "([^"]*)"', script.read_text())
+    assert len(found) == 1, f"{script}: one setup-venv line, found {found}"
+    return set(found[0].split(","))
+
+
+def test_scripts_run_twice_then_scripts_test_fast_in_a_fresh_copy(fresh_copy, tmp_path):
+    """``scripts/run`` in a fresh copy: it installs what it needs and prints the counts, and run again counts
+    nothing twice. Then, in the same copy, ``scripts/test --fast``: ruff, mypy, and pytest on a sample of the fast
+    tier. scripts/test installs every extra scripts/run does (checked first), so the venv it runs in is the one it
+    would make alone: each README command is shown on its own, for one install of PySpark."""
     repo = fresh_copy(tmp_path / "repo")
+    assert _extras(repo / "scripts/run") <= _extras(repo / "scripts/test")
+    inputs = sorted((repo / "examples/wordcount/input").iterdir())
+    words = collections.Counter(json.loads(line)["word"] for part in inputs
+                                for line in part.read_text().splitlines() if line.strip())
+
+    first = run_script(repo, "scripts/run")
+    assert f"processed {sum(words.values())} records" in first
+    assert f'"numberValue": {words["spark"]}' in first  # the CLI's answer
+    for word in ("spark", "state", "kafka"):  # the REST API's answers
+        assert f"{word} = {words[word]}" in first
+    assert ", ".join(f"{w} {n}" for w, n in sorted(words.items(), key=lambda i: (-i[1], i[0]))) in first
+    assert "Look next" in first
+    again = run_script(repo, "scripts/run")  # resumes from its checkpoint: nothing is counted twice
+    assert "processed 0 records" in again and f"spark = {words['spark']}" in again
+
     out = run_script(repo, "scripts/test", "--fast", "-k", " or ".join(FAST_SAMPLE))
     assert "All checks passed!" in out  # ruff
     assert re.search(r"^Success: no issues found in \d+ source files$", out, re.M), out  # mypy
