@@ -266,13 +266,23 @@ start_zookeeper = _dedicated_server_fixture("zookeeper")
 start_etcd = _dedicated_server_fixture("etcd")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def start_kafka():
     """``start_kafka(settings=None)`` starts a Kafka broker of its own (``settings``: server.properties entries,
-    e.g. a small ``message.max.bytes``), for a test that kills it or needs other settings; the caller stops it."""
+    e.g. a small ``message.max.bytes``), for a test that kills it or needs other settings; each is stopped when
+    the test ends (an idle broker left running costs every later test a share of a core)."""
     from statekeep.testing import servers
 
-    return lambda settings=None: _start_or_skip("kafka", lambda: servers.start_kafka(settings))
+    started: list = []
+
+    def start(settings=None):
+        server = _start_or_skip("kafka", lambda: servers.start_kafka(settings))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 S3_BUCKETS = ("statekeep", "statekeep-other")
