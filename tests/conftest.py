@@ -15,9 +15,10 @@ import importlib
 import os
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from types import ModuleType
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -107,6 +108,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if getattr(session.config.option, "loadgroup", False):
         _UNGROUPED.update(item.nodeid for item in session.items
                           if item.get_closest_marker("xdist_group") and "@" not in item.nodeid)
+    for item in session.items:  # every test of a group runs on the group's worker: it counts them all
+        names = SHARED_GROUPS.keys() & set(item.fixturenames)
+        if names:
+            _SHARED_OF[item.nodeid] = names
+            _SHARED_LEFT.update(names)
+
+
+#: the servers of ``SHARED_GROUPS`` fixtures running in this process, by fixture name; the tests using each that
+#: have not ended; and each test's shared fixtures. A group's worker stops its servers after the group's last test
+#: rather than at the end of the run: idle, a Kafka cluster, an ensemble or a Spark cluster take a core's tenth
+_SHARED_LIVE: dict[str, Any] = {}
+_SHARED_LEFT: Counter[str] = Counter()
+_SHARED_OF: dict[str, set[str]] = {}
+
+
+def _shared(name: str, server: Any) -> Any:
+    """``server`` (the ``SHARED_GROUPS`` fixture ``name``'s), stopped after the last test that uses it."""
+    _SHARED_LIVE[name] = server
+    return server
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    """After a test and its teardown: stop the shared servers no test left in the run uses (their fixtures' own
+    teardown at the end of the run then finds them stopped: each ``stop()`` is idempotent)."""
+    for name in _SHARED_OF.get(nodeid, ()):
+        _SHARED_LEFT[name] -= 1
+        if _SHARED_LEFT[name] == 0 and name in _SHARED_LIVE:
+            _SHARED_LIVE.pop(name).stop()
 
 
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures end (a server it started must still be there)
@@ -326,7 +355,7 @@ def zk_ensemble():
     listing all three. A test that kills servers starts them again before it ends (``start_all()``)."""
     from statekeep.testing import servers
 
-    ensemble = _start_or_skip("zookeeper", lambda: servers.start_ensemble(3))
+    ensemble = _shared("zk_ensemble", _start_or_skip("zookeeper", lambda: servers.start_ensemble(3)))
     yield ensemble
     ensemble.stop()
 
@@ -339,7 +368,7 @@ def etcd_cluster():
     them again before it ends (``restart(i)``, ``start_all()``)."""
     from statekeep.testing import servers
 
-    cluster = _start_or_skip("etcd", lambda: servers.start_etcd_cluster(3))
+    cluster = _shared("etcd_cluster", _start_or_skip("etcd", lambda: servers.start_etcd_cluster(3)))
     yield cluster
     cluster.stop()
 
@@ -353,7 +382,7 @@ def kafka_cluster():
     starts them again before it ends (``restart(i)``, ``start_all()``)."""
     from statekeep.testing import servers
 
-    cluster = _start_or_skip("kafka", lambda: servers.start_kafka_cluster(3))
+    cluster = _shared("kafka_cluster", _start_or_skip("kafka", lambda: servers.start_kafka_cluster(3)))
     yield cluster
     cluster.stop()
 
@@ -388,7 +417,7 @@ def spark_cluster(s3_server):
     from statekeep.testing.spark_cluster import SparkCluster
 
     try:
-        cluster = SparkCluster.start(workers=2, cores=1, memory="1g")
+        cluster = _shared("spark_cluster", SparkCluster.start(workers=2, cores=1, memory="1g"))
     except servers.ServerNotInstalled as e:
         missing(f"no Spark cluster here ({e})")
     yield cluster

@@ -73,6 +73,21 @@ class TestChecker:
              op(1, "write", (b"y",), 3, 4, 1), op(1, "read", (), 5, 6, (b"x", 2))]
         assert check(h).ok is False
 
+    def test_many_ambiguous_reads_and_failed_cas_are_checked_within_a_small_budget(self):
+        """40 ops of unknown outcome that change nothing where they are tried (reads, a cas of a version long
+        gone), among 200 sequential writes and reads: each is tried after everything else only, so the search
+        stays linear (tried at every point, 2^40 sets of them). A stale read among them is still found."""
+        h, t = [], 0
+        for n in range(100):
+            h += [op(0, "write", (b"%d" % n,), t, t + 1, n), op(0, "read", (), t + 2, t + 3, (b"%d" % n, n))]
+            t += 4
+        h += [op(1, "read", (), 3 + 10 * i, None, UNKNOWN) for i in range(20)]
+        h += [op(2, "cas", (-1, b"late"), 5 + 10 * i, None, UNKNOWN) for i in range(20)]
+        result = check(h, max_explored=50_000)
+        assert result.ok and len(result.order) == len(h)
+        stale = h + [op(3, "read", (), t, t + 1, (b"0", 0))]
+        assert check(stale, max_explored=50_000).ok is False
+
     def test_budget_exhaustion_is_not_success(self):
         h = [op(c, "write", (b"%d" % c,), 0, 100, UNKNOWN if c % 2 else c) for c in range(12)]
         result = check(h, max_explored=5)

@@ -122,11 +122,18 @@ def check(history: Sequence[Operation], initial: State = None, *, max_explored: 
     stack: list[tuple[_Entry, State]] = []
     seen: set[tuple[int, State]] = set()
     best, stuck = 0, None
+    known = sum(op.ret is not None for op in ops)  # ops with a response not linearized yet
     entry: _Entry | None = head.next
     while head.next is not None:
         assert entry is not None  # a call's response always follows it in the list
         if entry.is_call:
-            ok, new_state = step(state, ops[entry.op])
+            op = ops[entry.op]
+            ok, new_state = step(state, op)
+            if ok and op.ret is None and new_state == state and known:
+                # an op of unknown outcome that changes nothing here (a read, a cas that does not apply) is as
+                # well linearized after everything else, where any outcome is allowed: tried there only (else
+                # each of k such ops would be tried at every point, 2^k sets of them)
+                ok = False
             if ok:
                 key = (linearized | (1 << entry.op), new_state)
                 if key not in seen:
@@ -135,6 +142,7 @@ def check(history: Sequence[Operation], initial: State = None, *, max_explored: 
                     seen.add(key)
                     stack.append((entry, state))
                     state, linearized = new_state, key[0]
+                    known -= op.ret is not None
                     _lift(entry)
                     entry = head.next
                     continue
@@ -146,6 +154,7 @@ def check(history: Sequence[Operation], initial: State = None, *, max_explored: 
                 return CheckResult(False, best, len(ops), len(seen), stuck)
             top, state = stack.pop()
             linearized &= ~(1 << top.op)
+            known += ops[top.op].ret is not None
             _unlift(top)
             entry = top.next
     return CheckResult(True, len(ops), len(ops), len(seen), None, [ops[e.op] for e, _ in stack])

@@ -629,16 +629,21 @@ async function metadataPage() {
       timer = setTimeout(flush, 150);
     },
   });
+  // keep what the user typed, warn
+  const warnChanged = () => { if ($("#node-note")) $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` })); };
   async function flush() {
     const todo = [...dirty]; dirty.clear();
     const editing = typing();  // never re-render under what the user types
     for (const p of todo) {
       if (p === "\0details") {
-        if (editing) {  // keep what the user typed, warn
-          if ($("#node-note")) $("#node-note").replaceChildren(h("p", { class: "error", text: `${selected} changed elsewhere; saving will report a conflict.` }));
-        } else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`, "force").catch(() => {});
-      } else if (p === "\0refresh") {
+        if (editing) warnChanged();
+        else await showDetails(selected, `${selected} changed elsewhere: showing the current version.`, "force").catch(() => {});
+      } else if (p === "\0refresh") {  // reconnected: a change while the stream was away was not sent
         if (!editing) await showDetails(selected, undefined, "ifChanged").catch(() => {});
+        else {
+          const node = await api("GET", `/ui/api/node?path=${enc(selected)}`).catch(() => null);
+          if (node && `${selected}@${node.exists ? node.stat.version : "none"}` !== shown) warnChanged();
+        }
       } else await renderChildren(p).catch(() => {});
     }
   }
