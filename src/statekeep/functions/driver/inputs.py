@@ -14,6 +14,7 @@ from statekeep.functions.messaging.messages import JSON_LINE
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
 
+
 def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
     """Before a query with Kafka topics starts: Spark has the Kafka connector (for an input), and every Kafka
     topic named exists and answers. :class:`MissingDependencyError`, :class:`NotFoundError` or
