@@ -34,12 +34,15 @@ import time
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.keys import encode_key
+
+if TYPE_CHECKING:
+    from statekeep.state.buffer import BufferedState
 
 #: the first two characters of every typed variable's entries
 PREFIX = "\x00v"
@@ -340,13 +343,7 @@ def element_key(prefix: str, number: int) -> str:
 # (ListState in a ``#`` entry of its own; a key's windows in the key's window entry: statekeep.functions.windowing)
 
 
-class _Buffered(Protocol):
-    def get(self, key: str) -> Any: ...
-    def put(self, key: str, value: Any) -> None: ...
-    def prefetch(self, keys: list[str]) -> None: ...
-
-
-def read_elements(state: _Buffered, prefix: str, first: int, end: int) -> list[tuple[str, Any]]:
+def read_elements(state: BufferedState, prefix: str, first: int, end: int) -> list[tuple[str, Any]]:
     """Elements ``first`` to ``end`` - 1 of the list ``prefix`` as (state key, stored entry or None), in order,
     read in one bulk read."""
     keys = [element_key(prefix, n) for n in range(first, end)]
@@ -354,7 +351,7 @@ def read_elements(state: _Buffered, prefix: str, first: int, end: int) -> list[t
     return [(key, state.get(key)) for key in keys]
 
 
-def delete_elements(state: _Buffered, prefix: str, first: int, end: int) -> None:
+def delete_elements(state: BufferedState, prefix: str, first: int, end: int) -> None:
     """Delete elements ``first`` to ``end`` - 1 of the list ``prefix`` (with the batch)."""
     put = state.put
     for number in range(first, end):
