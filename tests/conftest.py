@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import pytest
 
 from statekeep.metadata import open_store
+from statekeep.testing import cds
 from statekeep.testing.contract.plugin import open_url, provider, store  # noqa: F401 - the suites' fixtures
 
 IN_CI = os.environ.get("CI") == "true"
@@ -30,11 +31,13 @@ T = TypeVar("T")
 
 # Every Spark JVM a test starts (drivers in this process or in processes it starts, a cluster's daemons and
 # executors) compiles with C1 only: test queries are short, and C2's compiler threads cost the two cores more
-# than its code gives back (a README example's test: 68-93 s with C2, 40-42 s without). Benchmarks keep C2.
-_C1 = "-XX:TieredStopAtLevel=1"
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {_C1} "
-                                             f"--conf spark.executor.extraJavaOptions={_C1} pyspark-shell")
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _C1)
+# than its code gives back (a README example's test: 68-93 s with C2, 40-42 s without). Benchmarks keep C2. Each
+# also maps the machine's class-data archive where scripts/test made one (statekeep.testing.cds: a driver's start
+# takes half the CPU).
+_JVM = " ".join(filter(None, [cds.C1, cds.java_options()]))
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{_JVM}' "
+                                             f"--conf 'spark.executor.extraJavaOptions={_JVM}' pyspark-shell")
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _JVM)
 
 #: fixtures that start something outside the test process -> the tier marker of the tests using them
 RESOURCES = {

@@ -138,3 +138,43 @@ def test_a_status_write_failing_once_is_repeated(error, sent):
         assert failed == [f"{STATUS_ROOT}/public/default/f"]
         status = read_status(store, "public", "default", "f")
         assert status is not None and (status["batches"], status["workerId"]) == (3, "w1")
+
+
+def test_a_status_computed_first_never_overwrites_one_computed_after_it():
+    """Spark's listener thread saves the status after a micro-batch while the query's thread saves it at the end
+    (seen on the cluster: a slow write of the listener's, computed before the last tasks' stats arrived, landed
+    after the final one, and the stored status said 1,751 records processed of 2,000). Saves take turns, each
+    computed in its turn: the last write is the newest status."""
+    import json
+    import threading
+
+    from statekeep.functions.driver.spark import FunctionQuery, read_status, status_saver
+    from statekeep.metadata import open_store
+
+    with open_store("memory://") as store:
+        query = FunctionQuery(None, {"tenant": "public", "namespace": "default", "name": "f"},  # type: ignore[arg-type]
+                              ["in"], "checkpoint")
+        save = status_saver(store, query, "public", "default", "f")
+        computed, go_on = threading.Event(), threading.Event()
+
+        def slow_first_save() -> None:  # the listener's: its status computed, then its write held back
+            status = query.status()
+            if threading.current_thread().name == "listener":
+                computed.set()
+                go_on.wait(10)
+            store.put("/statekeep/status/public/default/f", json.dumps(status).encode())
+
+        query.status_saver = slow_first_save
+        query.totals["processed"] = 1751
+        listener = threading.Thread(target=query.save_status, name="listener")
+        listener.start()
+        assert computed.wait(10)
+        query.status_saver = save
+        query.totals["processed"] = 2000  # the last tasks' stats, then the end's save
+        final = threading.Thread(target=query.save_status)
+        final.start()
+        final.join(0.5)  # without turns it writes now and the listener's stale write lands after it
+        go_on.set()
+        listener.join(10)
+        final.join(10)
+        assert read_status(store, "public", "default", "f")["processed"] == 2000

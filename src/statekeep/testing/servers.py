@@ -499,7 +499,7 @@ def start_etcd_cluster(n: int = 3) -> EtcdCluster:
 # ---- Apache Kafka (KRaft: combined broker and controller nodes) -------------------------------------------
 
 #: the JVM options of a Kafka node: a small heap (a test broker holds little), C1 only (short runs: see
-#: tests/conftest.py's _C1), the serial collector (no GC threads competing for the two cores), and
+#: statekeep.testing.cds.C1), the serial collector (no GC threads competing for the two cores), and
 #: slf4j-simple's log (on stderr, into the node's log file) with times
 KAFKA_JVM = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
              "-Dorg.slf4j.simpleLogger.showDateTime=true",

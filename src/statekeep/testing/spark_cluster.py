@@ -107,8 +107,10 @@ class SparkCluster:
         self.port = free_port()
         self.webui_port = free_port()
         self.python = python or os.environ.get("PYSPARK_PYTHON") or spark_python()
-        conf_dir = directory / "conf"
-        conf_dir.mkdir(parents=True, exist_ok=True)  # empty: no spark-env.sh or defaults from elsewhere
+        # PySpark's own conf directory (its package has none: no spark-env.sh or defaults from elsewhere), as a
+        # driver of this PySpark has it: their classpaths are then equal, and they map one class-data archive
+        # (statekeep.testing.cds)
+        conf_dir = self.home / "conf"
         self.env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_CONF_DIR": str(conf_dir),
                     "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,
                     "SPARK_DAEMON_MEMORY": os.environ.get("SPARK_DAEMON_MEMORY", "256m")}

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -99,6 +100,7 @@ class FunctionQuery:
         self._ticked = False  # a --once run's last batch started (await_termination)
         # where save_status() keeps status(): a plain overwrite, safe to repeat (see save_status)
         self.status_saver: Callable[[], None] | None = None
+        self._saving = threading.Lock()  # one status write at a time (see save_status)
         self._stats: Any = None  # the accumulator of the tasks' stats rows (plan.StatsParam)
         self._partitions = 1  # the partitions of a function keeping time (set by start)
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
@@ -200,9 +202,13 @@ class FunctionQuery:
         """Record :meth:`status` with ``status_saver`` (set by :func:`run_registered`); by default nowhere.
         Every status write of the driver (at start, after each micro-batch, at the end) goes through here. It
         is a plain overwrite, so it is repeated while the store is unavailable (:data:`statekeep.retry.OUTAGE`):
-        a leader change of the store does not fail the query; a store down for longer still does."""
+        a leader change of the store does not fail the query; a store down for longer still does. Writes are made
+        one at a time, each computed when its turn comes: Spark's listener thread saves after a micro-batch while
+        the query's own thread saves at its end, and a status computed first but written last (a slow write) would
+        otherwise overwrite the final one with counts from before the last tasks ended."""
         if self.status_saver is not None:
-            OUTAGE.repeat(self.status_saver)
+            with self._saving:
+                OUTAGE.repeat(self.status_saver)
 
     def status(self) -> dict[str, Any]:
         self._take_stats()
