@@ -11,8 +11,9 @@ which installs every extra, cannot hide a missing dependency:
   itself runs whole); ``scripts/docs`` in a copy of its own (the docs extra alone, without PySpark, builds
   the whole site, its Spark-only reference included).
 
-All install from PyPI through pip (its cache is reused). None of them is in the fast tier (``fresh_copy``
-puts them in ``venv``), so ``scripts/test --fast`` never runs them again inside its own test."""
+All install from PyPI (the core install through pip, the scripts through uv, as scripts/setup-venv does; their
+caches are reused). None of them is in the fast tier (``fresh_copy`` puts them in ``venv``), so
+``scripts/test --fast`` never runs them again inside its own test."""
 
 from __future__ import annotations
 
