@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,15 +57,15 @@ def _spark_key() -> str | None:
         import pyspark
     except ImportError:
         return None
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60).stderr
-    except (OSError, subprocess.TimeoutExpired):
+    found = shutil.which("java")
+    if found is None:
         return None
+    java = Path(found).resolve()  # the JDK's own directory names its version; no JVM started to ask it
     from statekeep.functions.driver.session import kafka_connector_jars
 
     jars = Path(pyspark.__file__).parent / "jars"
     listed = sorted((p.name, p.stat().st_size) for p in jars.glob("*.jar"))
-    text = repr((java, str(jars), listed, kafka_connector_jars(), pyspark.__version__))
+    text = repr((str(java), java.stat().st_mtime_ns, str(jars), listed, kafka_connector_jars(), pyspark.__version__))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from statekeep.testing.cds import C1
+
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 
 
@@ -501,7 +503,7 @@ def start_etcd_cluster(n: int = 3) -> EtcdCluster:
 #: the JVM options of a Kafka node: a small heap (a test broker holds little), C1 only (short runs: see
 #: statekeep.testing.cds.C1), the serial collector (no GC threads competing for the two cores), and
 #: slf4j-simple's log (on stderr, into the node's log file) with times
-KAFKA_JVM = ["-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+KAFKA_JVM = ["-Xms64m", "-Xmx512m", C1, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
              "-Dorg.slf4j.simpleLogger.showDateTime=true",
              "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"]
 
@@ -600,7 +602,7 @@ class KafkaServer(Server):
             **settings,
         }
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
-        self._format_command = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath,
+        self._format_command = ["java", "-Xmx256m", C1, "-cp", classpath,
                                 "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_path)]
         command = ["java", *KAFKA_JVM, "-cp", classpath, "kafka.Kafka", str(self.config_path)]
         super().__init__(name, command, port, data_dir, lambda p: _kafka_ready(p, node_id))
