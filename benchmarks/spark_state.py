@@ -1,7 +1,8 @@
 """Keyed counting on Spark: a statekeep function against Spark's own stateful operators, in one run.
 
     SPARK_LOCAL_IP=127.0.0.1 python benchmarks/spark_state.py \\
-        [--quick] [--events N] [--keys K] [--files F] [--variants a,b,...] [--store local,zk,etcd] [--profile]
+        [--quick] [--events N] [--keys K] [--files F] [--variants a,b,...] [--store local,zk,etcd] [--rounds R]
+        [--profile]
 
 The same JSON-lines input ({"word": "w<k>"}, k uniform over K keys, seeded), one SparkSession
 (local[2], 2 shuffle partitions, RocksDB state store provider), maxFilesPerTrigger=1 (one
@@ -25,11 +26,13 @@ input (``--warm-events``, by default 2% of the events: Python workers started, J
 the rate of the later micro-batches alone, as the first one still pays some warm-up. A warm-up that small
 leaves the JVM's code of the first variants colder than of the later ones (Spark's count measured alone
 after a 2% warm-up took 11.3 s, after ten minutes of other variants 7.6 s); ``--warm-events`` equal to
-``--events`` warms each variant on a run of the full size.
+``--events`` warms each variant on a run of the full size. So every variant runs ``--rounds`` times (default 2),
+in the given order and then reversed, and each row reports its fastest run: ratios between variants measured
+in one order alone lean towards the later ones.
 Results: statekeep's counters read through its state provider, the others' final counts from a
 memory sink, each compared with counts computed in Python.
-Targets: statekeep >= 5x applyInPandasWithState and >= 0.5x the JVM count(); statekeep_vectorized >= 3x the
-JVM count() and >= 2x statekeep.
+Targets: statekeep >= 5x applyInPandasWithState, >= 0.95x the operator it is built on and >= 1.0x the JVM
+count(); statekeep_value_state >= 1.0x statekeep; statekeep_vectorized >= 3x the JVM count() and >= 2x statekeep.
 ``--profile`` then breaks the function variants down by phase per micro-batch (:func:`profile_statekeep`).
 """
 
@@ -265,7 +268,7 @@ def profiled_runner(directory: str):
                 def __init__(self, task) -> None:
                     self.max_value_size = task.max_value_size
                     for method, phase in (("has_marker", "marker"), ("fetch_many", "prefetch"),
-                                          ("apply_batch", "apply")):
+                                          ("scan", "prefetch"), ("apply_batch", "apply")):
                         setattr(self, method, timed(phase, getattr(task, method)))
 
             class TimedStore:
@@ -353,6 +356,9 @@ def main() -> None:
                              "under URL ('yes': a directory of the run)")
     parser.add_argument("--warm-events", type=int, default=None,
                         help="events of each variant's warm-up run (default: 2%% of --events)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of every variant, in the given order then reversed, alternately; each row "
+                             "reports its fastest run (a variant run first finds the JVM's code colder)")
     parser.add_argument("--profile", action="store_true", help="then break the statekeep variant down by phase")
     args = parser.parse_args()
     if args.quick:
@@ -364,33 +370,42 @@ def main() -> None:
     spark = sk_session.spark_session("local[2]", "spark_state_bench", shuffle_partitions=2)
     # fixed when a stateful query first runs: set for every variant (only two keep their state in Spark)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    warm, results = {}, {}
+    warm: dict[str, tuple] = {}
+    results: dict[str, tuple] = {}
+    exact: dict[str, bool] = {}
     shared = (f"file://{work}/shared" if args.state_dir == "yes" else args.state_dir)
+    variants = args.variants.split(",")
     with backend_urls(args.store.split(","), work) as urls:
         stores = list(urls)
-        for variant in args.variants.split(","):  # warm just before the run: idle Python workers go after 60 s
-            for backend, url in stores if VARIANTS[variant] is None else [(None, None)]:
-                for state_dir in [None] + ([shared] if shared and backend else []):
-                    row = variant if backend in (None, "local") else f"{variant}[{backend}]"
-                    if state_dir:
-                        row = f"{variant}[{backend}+state-dir]"
-                    warm[row] = run_variant(spark, variant, f"{work}/warm", work, "warm", url, state_dir)
-                    results[row] = run_variant(spark, variant, f"{work}/in", work, "run", url, state_dir)
+        for round_ in range(args.rounds):
+            for variant in variants if round_ % 2 == 0 else variants[::-1]:
+                for backend, url in stores if VARIANTS[variant] is None else [(None, None)]:
+                    for state_dir in [None] + ([shared] if shared and backend else []):
+                        row = variant if backend in (None, "local") else f"{variant}[{backend}]"
+                        if state_dir:
+                            row = f"{variant}[{backend}+state-dir]"
+                        # warm just before the run: idle Python workers go after 60 s
+                        warmed = run_variant(spark, variant, f"{work}/warm", work, "warm", url, state_dir)
+                        result = run_variant(spark, variant, f"{work}/in", work, "run", url, state_dir)
+                        exact[row] = exact.get(row, True) and result[1] == expected
+                        if row not in results or result[0] < results[row][0]:
+                            warm[row], results[row] = warmed, result
 
     print(f"\n{args.events:,} events over {args.keys:,} keys in {args.files} micro-batches; Spark {spark.version}, "
-          f"{spark.sparkContext.master}, 2 shuffle partitions, RocksDB state store; time from start to termination")
+          f"{spark.sparkContext.master}, 2 shuffle partitions, RocksDB state store; time from start to termination, "
+          f"the fastest of {args.rounds} round(s) in alternating order; equal: every round's counts")
     rates = {v: args.events / r[0] for v, r in results.items()}
     base, ceiling = rates.get("applyInPandasWithState"), rates.get("jvm_count")
     print(f"{'variant':<28}{'time s':>7}{'events/s':>10}{'vs applyInPandas':>17}{'vs JVM count':>13}"
           f"{'warm-up s':>10}{'w/o batch 0':>12}  equal  micro-batches s")
-    for variant, (elapsed, counts, batches) in results.items():
+    for variant, (elapsed, _, batches) in results.items():
         # the events of files 1.. (not the progress's numInputRows: a statekeep function's micro-batch
         # scans its input once per partition, which Spark counts as that many input rows)
         steady = (args.events - args.events // args.files) / max(1e-9, sum(t for _, t in batches[1:]))
         ratios = "".join(f"{rates[variant] / b:>{w}.2f}x" if b else f"{'-':>{w + 1}}"
                          for b, w in ((base, 16), (ceiling, 12)))
         print(f"{variant:<28}{elapsed:>7.1f}{rates[variant]:>10,.0f}{ratios}{warm[variant][0]:>10.1f}{steady:>12,.0f}"
-              f"  {'yes' if counts == expected else 'NO':<5}  " + " / ".join(f"{t:.1f}" for _, t in batches))
+              f"  {'yes' if exact[variant] else 'NO':<5}  " + " / ".join(f"{t:.1f}" for _, t in batches))
     for backend in ("zk", "etcd"):
         remote, local = rates.get(f"statekeep[{backend}]"), rates.get("statekeep")
         if remote and base:
@@ -409,20 +424,24 @@ def main() -> None:
             for label, other, goal in ((">= 3x JVM count()", ceiling, 3), (">= 2x statekeep (per record)", sk, 2))
             if other).rstrip(";"))
     op, pandas_tws, rows_tws = (rates.get(v) for v in ("operator", "transformWithStateInPandas", "transformWithState"))
-    if op:
+    if op and (pandas_tws or rows_tws):
         print("targets: operator" + "".join(
             f" {label}: {op / other:.2f}x ({'met' if op >= goal * other else 'missed'});"
             for label, other, goal in ((">= 10x transformWithStateInPandas", pandas_tws, 10),
-                                       (">= 5x transformWithState", rows_tws, 5), (">= 0.95x statekeep", sk, 0.95))
+                                       (">= 5x transformWithState", rows_tws, 5))
+            if other).rstrip(";"))
+    if sk and (op or ceiling):  # the runner is built on the operator: it pays nothing more
+        print("targets: statekeep (the runner)" + "".join(
+            f" {label}: {sk / other:.2f}x ({'met' if sk >= goal * other else 'missed'});"
+            for label, other, goal in ((">= 0.95x operator", op, 0.95), (">= 1.0x JVM count()", ceiling, 1.0))
             if other).rstrip(";"))
     value_state = rates.get("statekeep_value_state")
     if value_state and sk:
-        print(f"target: statekeep_value_state >= 0.9x statekeep (incr_counter): {value_state / sk:.2f}x "
-              f"({'met' if value_state >= 0.9 * sk else 'missed'})")
+        print(f"target: statekeep_value_state >= 1.0x statekeep (incr_counter): {value_state / sk:.2f}x "
+              f"({'met' if value_state >= sk else 'missed'})")
     if sk and base and ceiling:
         print(f"targets: statekeep >= 5x applyInPandasWithState: {sk / base:.2f}x "
-              f"({'met' if sk >= 5 * base else 'missed'}); >= 0.5x JVM count(): {sk / ceiling:.2f}x "
-              f"({'met' if sk >= 0.5 * ceiling else 'missed'})")
+              f"({'met' if sk >= 5 * base else 'missed'})")
     if args.profile:
         profile_statekeep(spark, f"{work}/in", work,
                           [v for v in args.variants.split(",") if v in FUNCTION_CODE] or ["statekeep"])

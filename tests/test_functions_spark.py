@@ -185,7 +185,7 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
     layout takes its key from that start."""
     from pyspark.sql import functions as F
 
-    from statekeep.functions.driver.inputs import json_key
+    from statekeep.functions.driver.inputs import with_json_key
 
     valid = [
         '{"k": "a"}', '{ "k" : "a b" , "x": 1}', '\t{\n"k":\r"a"}', '{"k": ""}', '{"k": "é ✓"}', '{"k": 0}',
@@ -201,12 +201,13 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
     rows = [(doc,) for doc in valid]
     frame = spark.createDataFrame(rows, "value string")
     for field in ("k", "a.b", "f3"):
-        got = frame.select("value", json_key("value", field).alias("ours"),
-                           F.get_json_object("value", f"$.{field}").alias("parsed")).collect()
+        keyed, key = with_json_key(frame, field)
+        got = keyed.select("value", key.alias("ours"), F.get_json_object("value", f"$.{field}").alias("parsed")).collect()
         assert [(r.value, r.ours) for r in got] == [(r.value, r.parsed) for r in got]
     invalid = spark.createDataFrame([('{"k": "a", oops',), ('{"k": 3',), ('{"k": "a" "x"}',), ("not json",)],
                                     "value string")
-    assert [r[0] for r in invalid.select(json_key("value", "k")).collect()] == ["a", None, None, None]
+    keyed, key = with_json_key(invalid, "k")
+    assert [r[0] for r in keyed.select(key).collect()] == ["a", None, None, None]
 
 
 def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, service, tmp_path):

@@ -1,5 +1,5 @@
 """A function's inputs as one streaming DataFrame (:func:`input_frame`): Spark's own sources per input, each
-record with its key (:func:`json_key` takes a JSON line's key field without a JSON parser where it can)."""
+record with its key (:func:`with_json_key` takes a JSON line's key field without a JSON parser where it can)."""
 
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ def input_frame(spark: SparkSession, inputs: list[str], fmt: RecordFormat, key_f
     selected: DataFrame | None = None
     for path, frame in frames:
         if fmt.lines:
-            record = F.col("value")
-            key = no_key if not key_field else json_key("value", key_field) if fmt.json else F.col("value")
+            record, key = F.col("value"), F.col("value") if key_field else no_key
+            if key_field and fmt.json:
+                frame, key = with_json_key(frame, key_field)
         else:
             record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
             key = F.col(key_field).cast("string") if key_field else no_key
@@ -115,19 +116,22 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
         elif is_topic(name) and is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
             frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
                      .option("topicsDir", root).load())
-            record, key = F.col("value"), json_key("value", "key")
+            frame, key = with_json_key(frame, "key")
+            record = F.col("value")
         elif is_topic(name):  # a local topic: Spark's text source, measured faster here than statekeep-topic
             path = directory(root, name)
             os.makedirs(path, exist_ok=True)
-            frame = reader.format("text").load(path)
-            record, key = F.col("value"), json_key("value", "key")
-        else:
-            frame = reader.format("text").load(name)
+            frame, key = with_json_key(reader.format("text").load(path), "key")
+            record = F.col("value")
+        else:  # whether a line is JSON is computed once per record, in a projection of its own
             is_json = F.col("_metadata.file_path").rlike(r"(?i)\.jsonl?$")
-            record = F.when(is_json, F.concat(F.lit(JSON_LINE), F.col("value"))).otherwise(
+            frame = reader.format("text").load(name).select("value", is_json.alias("__json"))
+            record = F.when(F.col("__json"), F.concat(F.lit(JSON_LINE), F.col("value"))).otherwise(
                 F.to_json(F.struct(F.col("value").alias("value"))))
-            key = (F.when(is_json, json_key("value", key_field)).otherwise(F.col("value"))
-                   if key_field else F.lit(None).cast("string"))
+            key = F.lit(None).cast("string")
+            if key_field:
+                frame, json_key = with_json_key(frame, key_field, F.col("__json"))
+                key = F.when(F.col("__json"), json_key).otherwise(F.col("value"))
         columns = [record.alias("__record"), key.alias("__key")]
         if topic_column:
             columns.append(F.lit(name).cast("string").alias("__topic"))
@@ -158,22 +162,30 @@ def kafka_message(frame: DataFrame) -> Column:
     return F.to_json(F.struct(*fields))
 
 
-def json_key(value: str, field: str) -> Column:
-    """``get_json_object(value, '$.<field>')`` (the key a JSON document's ``field`` gives a record), computed
-    without a JSON parser when the document is laid out the usual way: ``field`` is a top-level member, its value
-    a string without escapes or an integer, and every member before it (at most 16) a plain string, number, true,
-    false or null. Any other document goes to ``get_json_object`` (a Jackson parser per record, about 2 us: the
-    costliest step of a micro-batch on the JVM, which computes it once to route a record and once to keep it).
-    The two agree on every valid JSON document; of an invalid one whose start matches, this takes the key from
-    that start where ``get_json_object`` gives null (the function then reports the record's decode error with
-    the key). A ``field`` with characters other than letters, digits and ``_`` is a path: always the parser."""
+def with_json_key(frame: DataFrame, field: str, where: Column | None = None) -> tuple[DataFrame, Column]:
+    """``frame`` (with a ``value`` column of JSON documents) and the key its ``field`` gives each record: what
+    ``get_json_object(value, '$.<field>')`` gives, computed without a JSON parser when the document is laid out
+    the usual way: ``field`` is a top-level member, its value a string without escapes or an integer, and every
+    member before it (at most 16) a plain string, number, true, false or null. Any other document goes to
+    ``get_json_object`` (a Jackson parser per record, about 2 us: the costliest step of a micro-batch on the
+    JVM). The two agree on every valid JSON document; of an invalid one whose start matches, this takes the key
+    from that start where ``get_json_object`` gives null (the function then reports the record's decode error
+    with the key). A ``field`` with characters other than letters, digits and ``_`` is a path: always the
+    parser. With ``where``, the match is computed only for the records where it holds (the key is then
+    ``get_json_object``'s elsewhere: choose another key there).
+
+    The match is a column of its own (``__found``), so it is computed once per record: an expression used in
+    several branches of a ``CASE`` is computed in each, and Spark keeps a projection apart from the next
+    where merging them would compute a costly expression twice."""
     from pyspark.sql import functions as F
 
-    parsed = F.get_json_object(value, f"$.{field}")
+    parsed = F.get_json_object(F.col("value"), f"$.{field}")
     if not re.fullmatch(r"\w+", field, re.ASCII):
-        return parsed
+        return frame, parsed
     before = rf'{_WS}"(?!{field}"){_PLAIN}"{_WS}:{_WS}(?:{_SCALAR}){_WS},'
     pattern = rf'^{_WS}\{{(?:{before}){{0,16}}?{_WS}"{field}"{_WS}:{_WS}("{_PLAIN}"|0|-?[1-9][0-9]*){_WS}[,}}]'
-    found = F.regexp_extract(value, pattern, 1)  # "" where the document is not laid out so
+    match = F.regexp_extract(F.col("value"), pattern, 1)  # "" where the document is not laid out so
+    frame = frame.withColumn("__found", match if where is None else F.when(where, match))
+    found = F.col("__found")
     unquoted = found.substr(F.lit(2), F.length(found) - 2)
-    return F.when(found == "", parsed).when(found.startswith('"'), unquoted).otherwise(found)
+    return frame, F.when(found == "", parsed).when(found.startswith('"'), unquoted).otherwise(found)

@@ -58,7 +58,7 @@ class Message:
 
     def to_json(self) -> dict[str, Any]:
         """The record written to a topic file (see the module docstring)."""
-        # the key first: a reader routing by key finds it without parsing the value (driver.spark.json_key)
+        # the key first: a reader routing by key finds it without parsing the value (driver.inputs.with_json_key)
         record: dict[str, Any] = {} if self.key is None else {"key": self.key}
         if isinstance(self.value, str):
             record["value"] = self.value
