@@ -202,7 +202,8 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
     frame = spark.createDataFrame(rows, "value string")
     for field in ("k", "a.b", "f3"):
         keyed, key = with_json_key(frame, field)
-        got = keyed.select("value", key.alias("ours"), F.get_json_object("value", f"$.{field}").alias("parsed")).collect()
+        parsed = F.get_json_object("value", f"$.{field}")
+        got = keyed.select("value", key.alias("ours"), parsed.alias("parsed")).collect()
         assert [(r.value, r.ours) for r in got] == [(r.value, r.parsed) for r in got]
     invalid = spark.createDataFrame([('{"k": "a", oops',), ('{"k": 3',), ('{"k": "a" "x"}',), ("not json",)],
                                     "value string")
