@@ -158,13 +158,16 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
         """As :meth:`StateStore.fetch_many`, in one read transaction (the Spark runtime's prefetch)."""
         keys = check_keys(keys)
         out: dict[str, tuple[bytes | None, int | None]] = {}
-        prefix, absent, counter_tag, unpack = self._prefix, (None, None), records.COUNTER, _I64.unpack_from
+        prefix, absent, unpack = self._prefix, (None, None), _I64.unpack_from
+        bytes_tag, counter_tag = records.BYTES, records.COUNTER
         with transaction(self._env, db=self._state) as txn:
             get = txn.get
-            for key in sorted(keys):  # in key order: neighbouring LMDB pages
+            for key in sorted(keys) if len(keys) > 1 else keys:  # in key order: neighbouring LMDB pages
                 raw = get(prefix + key.encode())
                 if raw is None:
                     out[key] = absent
+                elif raw[8:9] == bytes_tag:  # the common cases decoded here, as decode_entry would
+                    out[key] = (raw[9:], None)
                 elif raw[8:9] == counter_tag and len(raw) == 17:
                     out[key] = (raw[9:], unpack(raw, 9)[0])
                 else:
