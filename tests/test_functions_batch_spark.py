@@ -53,10 +53,12 @@ def test_vectorized_word_count_exact_and_restart_continues(spark, tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["etcd"])  # the staged commit path's driver kill (embedded: test_functions_spark)
-def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env, spark):
     """As tests/test_functions_spark.py's test of the same name, with wordcount_batch.py (on ZooKeeper
-    and etcd each (batch, partition) needs several transactions: the staged commit)."""
-    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount_batch.py", spark_env)
+    and etcd each (batch, partition) needs several transactions: the staged commit), rerun on the shared
+    session (localrun's own rerun is that test's)."""
+    url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount_batch.py", spark_env,
+                                             spark=spark)
     with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
     # each (batch, partition)'s output exists once, so the newest count of each word is its total

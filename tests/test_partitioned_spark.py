@@ -108,10 +108,12 @@ def test_a_topic_input_without_a_key_field_runs_keyed_by_its_messages_keys(state
 
 
 @pytest.mark.parametrize("backend", ["local"])  # coordination on ZooKeeper: the ensemble test below
-def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env):
+def test_sigkill_of_the_driver_then_rerun_is_exact(backend, request, tmp_path, spark_env, spark):
+    """A localrun with partition-owned state is SIGKILLed after two micro-batches; the rerun (on the shared
+    session: localrun's own rerun is tests/test_functions_spark.py's) ends exact, its state in the blobs."""
     shared = tmp_path / "shared"
     url, words, out = kill_driver_then_rerun(backend, request, tmp_path, EXAMPLE / "wordcount.py",
-                                             spark_env, ["--state-dir", str(shared)])
+                                             spark_env, ["--state-dir", str(shared)], spark=spark)
     with FunctionService.open(url) as service:
         assert counters(service, "crash") == Counter(words)
         assert service.registry.get("public", "default", "crash").stateStorage["provider"] == "partitioned"

@@ -86,11 +86,12 @@ def run_once(service, spark, tmp_path, name):
 
 
 def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path, spark_env: dict[str, str],
-                           extra: list[str] = ()) -> tuple[str, list[str], Path]:
+                           extra: list[str] = (), spark=None) -> tuple[str, list[str], Path]:
     """Run function file ``py`` with localrun on ``backend`` (one input file per micro-batch; ``spark_env``:
     the fixture; ``extra``: more localrun options), SIGKILL the driver and its JVM (PySpark's daemon then
     ends the Python workers) after two micro-batches, run it again to the end; returns (store URL, the input words, the
-    output directory)."""
+    output directory). The rerun is localrun's again (it takes the lock the killed driver held), or with ``spark``
+    (the shared session) the registered function run on that session from the same checkpoint: one driver fewer."""
     inputs, out = tmp_path / "in", tmp_path / "out"
     url, where = backend_store(backend, request, tmp_path)
     per = KEYS_PER_FILE[backend]
@@ -109,6 +110,13 @@ def kill_driver_then_rerun(backend: str, request, tmp_path: Path, py: Path, spar
                         .get("batches", 0) >= 2 or first.poll() is not None, timeout=300)
     os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
     first.wait()
+    assert first.returncode == -signal.SIGKILL  # killed mid-run, not ended on its own
+    if spark is not None:  # localrun's checkpoints: under its data dir, else under --checkpoint-dir
+        checkpoints = tmp_path / ("data" if backend == "local" else "") / "checkpoints"
+        with FunctionService.open(url) as service:
+            run_registered(service, url, "public", "default", "crash", checkpoint_root=str(checkpoints), once=True,
+                           spark=spark).await_termination()
+        return url, words, out
     time.sleep(1)
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
