@@ -171,8 +171,8 @@ def with_json_key(frame: DataFrame, field: str, where: Column | None = None) -> 
     JVM). The two agree on every valid JSON document; of an invalid one whose start matches, this takes the key
     from that start where ``get_json_object`` gives null (the function then reports the record's decode error
     with the key). A ``field`` with characters other than letters, digits and ``_`` is a path: always the
-    parser. With ``where``, the match is computed only for the records where it holds (the key is then
-    ``get_json_object``'s elsewhere: choose another key there).
+    parser. With ``where``, the match is computed only for the records where it holds, and the key is null
+    elsewhere (choose another key there).
 
     The match is a column of its own (``__found``), so it is computed once per record: an expression used in
     several branches of a ``CASE`` is computed in each, and Spark keeps a projection apart from the next
