@@ -17,14 +17,23 @@ from statekeep.testing.linearizability import UNKNOWN, check, record_register_hi
 
 pytestmark = pytest.mark.slow
 
-SERVERS = {"zk": "zk_server", "etcd": "etcd_server"}
+SERVERS = {"zk": "start_zookeeper", "etcd": "start_etcd"}
 
 
-@pytest.fixture(params=list(SERVERS))
-def server_url(request):
+@pytest.fixture(scope="module", params=list(SERVERS))
+def own_server(request):
+    """(kind, a server of this module's own) for each real server: every test here kills it, so not the worker's
+    shared one, which holds every earlier test's data (restarted, it once took over a minute to serve again)."""
+    server = request.getfixturevalue(SERVERS[request.param])()
+    yield request.param, server
+    server.stop()
+
+
+@pytest.fixture
+def server_url(own_server):
     """(server, URL of a fresh namespace with a 2 s operation timeout) for each real server."""
-    server = request.getfixturevalue(SERVERS[request.param])
-    yield server, f"{request.param}://{server.address}/f{uuid.uuid4().hex[:12]}?timeout=2"
+    kind, server = own_server
+    yield server, f"{kind}://{server.address}/f{uuid.uuid4().hex[:12]}?timeout=2"
     if server.process is None or server.process.poll() is not None:
         server.start()  # leave it running for the tests after this one
 
