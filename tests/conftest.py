@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -60,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in sorted(set(RESOURCES.values())):
         config.addinivalue_line("markers", f"{marker}: uses {marker} (set from the test's fixtures)")
     config.addinivalue_line("markers", "fast: uses nothing outside the test process (scripts/test --fast)")
+    config.pluginmanager.register(_TEARDOWN_CLOCK, "statekeep-teardown-clock")
 
 
 def _param_values(item: pytest.Item) -> list[object]:
@@ -146,9 +148,45 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Close the executor-side state stores a test opened in this process (the runtime's cache): an executor
     keeps them for its life, but a worker running test after test collected their sessions and threads (300
     etcd event loops once, which starved every test after them)."""
+    _TEARDOWN_CLOCK.start(item)
     registry = sys.modules.get("statekeep.state.registry")
     if registry is not None:
         registry.close_cached_state_stores()
+
+
+class _TeardownClock:
+    """Names, in its test's teardown report, a fixture whose teardown took over ``SLOW_TEARDOWN`` s, so the run's
+    summary says which server or session a slow teardown waited for (a test's duration cannot). A plugin of its
+    own: the session-scoped fixtures' finalizers call only the hooks of plugins registered for the whole run."""
+
+    def __init__(self) -> None:
+        self.item: pytest.Item | None = None
+        self.since = 0.0
+
+    def start(self, item: pytest.Item) -> None:
+        self.item, self.since = item, time.monotonic()
+
+    def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
+        now, since = time.monotonic(), self.since
+        self.since = now  # a fixture's teardown time: the gap since the one before it ended
+        if self.item is not None and now - since > SLOW_TEARDOWN:
+            self.item.user_properties.append(
+                ("slow_teardown", f"{fixturedef.argname} ({fixturedef.scope}) {now - since:.0f}s"))
+
+
+SLOW_TEARDOWN = 5.0
+_TEARDOWN_CLOCK = _TeardownClock()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List the slow fixture teardowns (see ``_TeardownClock``) after the slowest tests."""
+    slow = [(report.nodeid, value) for reports in terminalreporter.stats.values() for report in reports
+            if getattr(report, "when", None) == "teardown"
+            for name, value in getattr(report, "user_properties", ()) if name == "slow_teardown"]
+    if slow:
+        terminalreporter.write_sep("=", f"fixture teardowns over {SLOW_TEARDOWN:.0f} s")
+        for nodeid, value in slow:
+            terminalreporter.write_line(f"{value}  after {nodeid}")
 
 
 class _UndeclaredResource(Exception):
