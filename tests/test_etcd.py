@@ -192,6 +192,31 @@ def test_unreachable_server_raises_store_unavailable_quickly():
     assert raised.value.__cause__ is not None  # the gRPC error is chained, not leaked
 
 
+def test_an_open_waits_within_its_timeout_for_a_server_still_starting(crash_server, prefix):
+    """A store opened while its server is down, which comes up within the open's timeout, opens (the first call
+    waits through failed connects, as a ZooKeeper store's open waits for its session)."""
+    crash_server.kill()
+    opened: list[object] = []
+    opener = threading.Thread(target=lambda: opened.append(
+        _open_or_error(f"etcd://{crash_server.address}{prefix}", timeout=30)))
+    opener.start()
+    time.sleep(1)  # the open's first connects are refused
+    crash_server.start()
+    opener.join(60)
+    store = opened[0]
+    assert isinstance(store, EtcdStore), store
+    with store:
+        store.put("/k", b"v")
+        assert store.get("/k").value == b"v"
+
+
+def _open_or_error(url: str, **options):
+    try:
+        return open_store(url, **options)
+    except Exception as e:  # the test names it
+        return e
+
+
 def test_a_dead_endpoint_in_the_list_is_skipped(open_url, etcd_server, prefix):
     store = open_url(f"etcd://127.0.0.1:{servers.free_port()},{etcd_server.address}{prefix}", timeout=5)
     store.put("/k", b"v")

@@ -360,9 +360,11 @@ class EtcdStore(MetadataStore):
             self._thread.start()
             _stores.add(self)
         try:
-            self._call(self._start())
+            self._start()
         except BaseException:
-            self._close()
+            # the error raised holds the failed call, so gRPC's poller runs until it is freed: no wait for it here
+            # (a fork still waits for it)
+            self._close(release_wait=0.0)
             raise
 
     @classmethod
@@ -447,12 +449,18 @@ class EtcdStore(MetadataStore):
                 f"etcd at {self.endpoints}: {code.name} {details}; the write may or may not have been applied")
         return StoreUnavailableError(f"etcd at {self.endpoints} is unavailable: {code.name} {details}")
 
-    async def _start(self) -> None:
+    def _start(self) -> None:
+        """Connect and begin the session. The first lease is asked again through failed connects for up to
+        ``timeout`` (as a ZooKeeper store's open waits for its session): a server still starting, or one refused
+        handshake, is not an outage; :class:`StoreUnavailableError` once ``timeout`` has passed."""
+        self._call(self._open_channel())
+        RECONNECT.bounded(seconds=self.timeout).repeat(lambda: self._call(self._grant()))
+        self._call(self._spawn(self._keep_session()))
+        self._session_running = True
+
+    async def _open_channel(self) -> None:
         self._wake, self._granted = asyncio.Event(), asyncio.Event()
         self._connect()
-        await self._grant()
-        await self._spawn(self._keep_session())
-        self._session_running = True
 
     def _connect(self) -> None:
         """Create the channel and stubs (on the loop: gRPC binds them to it). Connects lazily."""
@@ -865,9 +873,10 @@ class EtcdStore(MetadataStore):
 
     # ---- closing and forking -----------------------------------------------------------------
 
-    def _close(self) -> None:
+    def _close(self, release_wait: float = 2.0) -> None:
         """Revoke the lease (ephemeral keys go at once), stop the tasks, close the channel, end the thread.
-        Nothing of the client stays alive: with the last store, gRPC's own poller thread ends too."""
+        Nothing of the client stays alive: with the last store, gRPC's own poller thread ends too (waited for up
+        to ``release_wait`` s)."""
         with _fork_lock:
             _stores.discard(self)
             if self._loop.is_running():
@@ -881,7 +890,7 @@ class EtcdStore(MetadataStore):
                 self._thread.join(timeout=5)
             if not self._thread.is_alive():
                 self._loop.close()
-            _release_grpc(wait=2.0, native=False)
+            _release_grpc(wait=release_wait, native=False)
 
     async def _shutdown(self) -> None:
         tasks, self._tasks = self._tasks, []
