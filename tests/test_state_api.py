@@ -20,6 +20,24 @@ def test_key_encoding_round_trips_to_one_segment(key):
     assert decode_key(segment) == key
 
 
+def _documented_code(key: str) -> str:
+    """The module docstring's table, byte by byte: the reference the encoder's fast paths must agree with."""
+    def one(b: int) -> str:
+        if b <= 0x21:
+            return f"!{b:02X}"
+        if b in (0x2E, 0x2F):
+            return f".{b:02X}"
+        return f"~{b:02X}" if b >= 0x7E else chr(b)
+    return "".join(one(b) for b in key.encode())
+
+
+def test_key_encoding_is_the_documented_code_on_every_path():
+    """Each ASCII character alone and all together (the ASCII path), non-ASCII and letters-and-digits keys."""
+    for key in [*map(chr, range(128)), "".join(map(chr, range(128))), "\x00v7:map1000m\x00sé", "user.count",
+                "a/b", "é", "plain123", "x" * 240]:
+        assert encode_key(key) == _documented_code(key), repr(key)
+
+
 def test_key_encoding_preserves_order_and_prefixes():
     keys = utf8_order(KEYS)
     assert [encode_key(k) for k in keys] == sorted(encode_key(k) for k in keys)

@@ -46,6 +46,7 @@ def _code(b: int) -> str:
 
 
 _CODES = [_code(b) for b in range(256)]
+_ASCII_CODES = _CODES[:128]
 _LEADERS = frozenset("!.~")
 
 
@@ -64,11 +65,14 @@ def encode_key(key: object, *, what: str = "state key") -> str:
         raise InvalidArgumentError(f"a {what} must be a str, not {type(key).__name__}")
     if not key:
         raise InvalidArgumentError(f"a {what} must not be empty")
-    try:
-        raw = key.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InvalidArgumentError(f"a {what} must be valid Unicode (no lone surrogates): {key!r}") from e
-    segment = key if raw.isalnum() else "".join([_CODES[b] for b in raw])
+    if key.isascii():  # one byte per character: str.translate codes them (in C)
+        segment = key if key.isalnum() else key.translate(_ASCII_CODES)
+    else:
+        try:
+            raw = key.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(f"a {what} must be valid Unicode (no lone surrogates): {key!r}") from e
+        segment = "".join([_CODES[b] for b in raw])
     if len(segment) > MAX_SEGMENT:
         raise InvalidArgumentError(
             f"{what} too long: {len(segment)} characters once encoded, at most {MAX_SEGMENT} "

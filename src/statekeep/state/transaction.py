@@ -299,8 +299,8 @@ class KeyedTransaction:
             self._prefetch(var, suffix)
             found = self._keys.get(memo)
         if found is None:
-            found = remember(self._keys, memo, checked_key(variable_prefix(key, var.name) + suffix,
-                                                           f"state variable {var.name!r}"), MEMO_SIZE)
+            found = remember(self._keys, memo, checked_key(variable_prefix(key, var.name) + suffix, var.name),
+                               MEMO_SIZE)
         return found
 
     def _prefetch(self, var: Variable, suffix: str) -> None:
@@ -323,7 +323,7 @@ class KeyedTransaction:
         if found is None:
             assert var.key is not None  # a map variable has a key type
             var.key.check(key)
-            found = checked_key(prefix + "m" + map_key_code(key), f"state variable {var.name!r}, map key {key!r}")
+            found = checked_key(prefix + "m" + map_key_code(key), var.name, key)
             if memo is not None:
                 remember(self._keys, memo, found, MEMO_SIZE)
         return found

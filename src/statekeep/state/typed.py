@@ -278,13 +278,17 @@ def decode_map_key(code: str) -> Any:
     return tag == "t"
 
 
-def checked_key(state_key: str, what: str) -> str:
-    """``state_key`` if the store takes it; :class:`InvalidArgumentError` naming ``what`` (the record key and
-    the variable are part of it, and a key has at most :data:`statekeep.state.keys.MAX_SEGMENT` characters
-    encoded) otherwise."""
+_NO_MAP_KEY = object()
+
+
+def checked_key(state_key: str, variable: str, map_key: object = _NO_MAP_KEY) -> str:
+    """``state_key`` if the store takes it; :class:`InvalidArgumentError` naming the state ``variable`` (and the
+    ``map_key``) otherwise: the record key and the variable are part of it, and a key has at most
+    :data:`statekeep.state.keys.MAX_SEGMENT` characters encoded."""
     try:
         encode_key(state_key)
     except InvalidArgumentError as e:
+        what = f"state variable {variable!r}" + ("" if map_key is _NO_MAP_KEY else f", map key {map_key!r}")
         raise InvalidArgumentError(f"{what}: its state key is too long (the record key, the variable's name and "
                                    f"the map key together): {e}") from None
     return state_key

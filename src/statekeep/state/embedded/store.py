@@ -19,6 +19,7 @@ from statekeep.state.keys import check_keys, check_scan, encode_key
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
+_BYTES, _COUNTER = records.BYTES[0], records.COUNTER[0]
 
 
 class _Txn:
@@ -64,6 +65,23 @@ class _Txn:
     def finish(self) -> None:
         if self.offset is not None:
             self.txn.put(self.s._offset_key, _U64.pack(self.offset), db=self.s._meta)
+
+
+_ABSENT: tuple[None, None] = (None, None)
+
+
+def _stored(key: str, raw: bytes | None) -> tuple[bytes | None, int | None]:
+    """(value, counter) of a stored entry, as fetch_many gives it: the common tags decoded here, as
+    :func:`records.decode_entry` would."""
+    if raw is None:
+        return _ABSENT
+    tag = raw[8]
+    if tag == _BYTES:
+        return raw[9:], None
+    if tag == _COUNTER and len(raw) == 17:
+        return raw[9:], _I64.unpack_from(raw, 9)[0]
+    entry = records.decode_entry(key, raw)
+    return (None, None) if entry is None else (entry.value, entry.counter)
 
 
 #: the LMDB databases of embedded state: values and counters, changelog records, offsets and markers
@@ -155,25 +173,24 @@ class EmbeddedStateStore(EmbeddedChangelog, EntryStateStore):
             return read_entries(txn.get, self._prefix, keys)
 
     def fetch_many(self, keys: Iterable[str]) -> dict[str, tuple[bytes | None, int | None]]:
-        """As :meth:`StateStore.fetch_many`, in one read transaction (the Spark runtime's prefetch)."""
+        """As :meth:`StateStore.fetch_many`, in one read transaction (the Spark runtime's prefetch; one key: a
+        batch's first read of it)."""
         keys = check_keys(keys)
-        out: dict[str, tuple[bytes | None, int | None]] = {}
-        prefix, absent, unpack = self._prefix, (None, None), _I64.unpack_from
-        bytes_tag, counter_tag = records.BYTES, records.COUNTER
+        if len(keys) == 1:
+            return {keys[0]: self._fetch_one(keys[0])}
+        prefix = self._prefix
         with transaction(self._env, db=self._state) as txn:
             get = txn.get
-            for key in sorted(keys) if len(keys) > 1 else keys:  # in key order: neighbouring LMDB pages
-                raw = get(prefix + key.encode())
-                if raw is None:
-                    out[key] = absent
-                elif raw[8:9] == bytes_tag:  # the common cases decoded here, as decode_entry would
-                    out[key] = (raw[9:], None)
-                elif raw[8:9] == counter_tag and len(raw) == 17:
-                    out[key] = (raw[9:], unpack(raw, 9)[0])
-                else:
-                    entry = records.decode_entry(key, raw)
-                    out[key] = (entry.value, entry.counter)
-        return out
+            return {key: _stored(key, get(prefix + key.encode())) for key in sorted(keys)}  # neighbouring pages
+
+    @uncounted_read
+    def _fetch_one(self, key: str) -> tuple[bytes | None, int | None]:
+        if FORK_GATE.pending:
+            with transaction(self._env, db=self._state) as txn:
+                return _stored(key, txn.get(self._prefix + key.encode()))
+        with self._begin(self._state) as txn:  # uncounted: fork() waits for this frame (embedded.uncounted_read)
+            raw = txn.get(self._prefix + key.encode())
+        return _stored(key, raw)
 
     def scan_entries(self, prefix: str = "", start_after: str | None = None,
                      limit: int | None = None) -> Iterator[StateEntry]:
