@@ -66,6 +66,19 @@ def test_one_bounded_memo_of_state_keys(store, monkeypatch):
         txn.map_entry("p", seen, 3)
 
 
+def test_the_batch_prefetch_reads_every_valid_entry_once_and_leaves_a_too_long_key_to_its_own_read(store):
+    long_key, odd = "é" * 70, "a/b c"  # a state key over the limit only once encoded; one coded but valid
+    reads: list[list[str]] = []
+    state = BufferedState(lambda keys: reads.append(list(keys)) or store.fetch_many(reads[-1]), store.max_value_size)
+    txn = KeyedTransaction(state, lambda: "k1", lambda: ["k1", odd, long_key, "k1", None, ""])
+    count = variable("count", "value", int)
+    at = txn.at(None, count, "=")
+    assert len(reads) == 1 and sorted(reads[0]) == sorted([at, txn.at(odd, count, "=")])
+    with pytest.raises(InvalidArgumentError, match="state variable 'count': its state key is too long"):
+        txn.at(long_key, count, "=")
+    assert len(reads) == 1  # nothing read again
+
+
 def test_ttl_is_applied_through_the_runs_time_state(store):
     txn, state = new(store)
     with pytest.raises(InvalidArgumentError, match="keeps no time state"):

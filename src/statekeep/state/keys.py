@@ -83,6 +83,13 @@ def encode_key(key: object, *, what: str = "state key") -> str:
     return segment
 
 
+def surely_valid(key: str) -> bool:
+    """Whether ``key`` (a non-empty str) is within the length limit without encoding it: ASCII of at most a third
+    of :data:`MAX_SEGMENT` characters (a byte codes to at most three). False says only that :func:`encode_key`
+    must decide."""
+    return len(key) * 3 <= MAX_SEGMENT and key.isascii()
+
+
 def encode_prefix(prefix: str) -> str:
     """The segment prefix of a key prefix ("" for ""); no length limit (it only filters)."""
     if not isinstance(prefix, str):
@@ -97,7 +104,8 @@ def check_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
     distinct = dict.fromkeys(keys)
     for key in () if distinct.keys() <= _segments.keys() else distinct:  # all encoded before: valid
-        encode_key(key)
+        if key.__class__ is not str or not key or not surely_valid(key):  # short ASCII: valid, nothing to encode
+            encode_key(key)
     return list(distinct)
 
 

@@ -23,7 +23,6 @@ Every operation raises :class:`InvalidArgumentError` for what it refuses, before
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -32,7 +31,7 @@ from statekeep.lru import remember
 from statekeep.state import timestate
 from statekeep.state.base import validate_value
 from statekeep.state.buffer import BufferedState
-from statekeep.state.keys import encode_key
+from statekeep.state.keys import encode_key, surely_valid
 from statekeep.state.timestate import check_ttl, check_user_key
 from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, encode_entry, entry_payload,
                                    map_key_code, variable_prefix)
@@ -305,14 +304,24 @@ class KeyedTransaction:
 
     def _prefetch(self, var: Variable, suffix: str) -> None:
         """At the first read of ``var``'s entry ``suffix`` in the batch: that entry of every record key of the
-        batch, in one bulk read (as the runtime prefetches the keys themselves)."""
-        self._prefetched.add((var.name, suffix))
+        batch, in one bulk read (as the runtime prefetches the keys themselves). Once per distinct key of the
+        batch, so written out; the memo may hold the batch's keys beyond ``MEMO_SIZE`` until its next start."""
+        name, memo = var.name, self._keys
+        self._prefetched.add((name, suffix))
+        keys = dict.fromkeys(self._batch_keys())
+        if len(memo) + len(keys) > MEMO_SIZE:
+            memo.clear()
         at = []
-        for key in dict.fromkeys(self._batch_keys()):
+        for key in keys:
             if isinstance(key, str) and key:
-                with contextlib.suppress(InvalidArgumentError):  # too long: its own read says so
-                    at.append(remember(self._keys, (suffix, var.name, key),
-                                       checked_key(variable_prefix(key, var.name) + suffix, var.name), MEMO_SIZE))
+                state_key = variable_prefix(key, name) + suffix
+                if not surely_valid(state_key):
+                    try:
+                        encode_key(state_key)
+                    except InvalidArgumentError:
+                        continue  # too long: its own read says so
+                memo[(suffix, name, key)] = state_key
+                at.append(state_key)
         self.state.prefetch(at)
 
     def map_entry(self, prefix: str, var: Variable, key: Any) -> str:
