@@ -83,11 +83,11 @@ def encode_key(key: object, *, what: str = "state key") -> str:
     return segment
 
 
-def surely_valid(key: str) -> bool:
-    """Whether ``key`` (a non-empty str) is within the length limit without encoding it: ASCII of at most a third
-    of :data:`MAX_SEGMENT` characters (a byte codes to at most three). False says only that :func:`encode_key`
-    must decide."""
-    return len(key) * 3 <= MAX_SEGMENT and key.isascii()
+def check_key(key: object) -> None:
+    """Raise as :func:`encode_key` would for ``key``, without encoding a key that cannot be refused: a non-empty
+    ASCII str of at most a third of :data:`MAX_SEGMENT` characters (a byte codes to at most three)."""
+    if key.__class__ is not str or not key or len(key) * 3 > MAX_SEGMENT or not key.isascii():
+        encode_key(key)
 
 
 def encode_prefix(prefix: str) -> str:
@@ -104,8 +104,7 @@ def check_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
     distinct = dict.fromkeys(keys)
     for key in () if distinct.keys() <= _segments.keys() else distinct:  # all encoded before: valid
-        if key.__class__ is not str or not key or not surely_valid(key):  # short ASCII: valid, nothing to encode
-            encode_key(key)
+        check_key(key)
     return list(distinct)
 
 

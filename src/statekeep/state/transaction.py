@@ -31,7 +31,7 @@ from statekeep.lru import remember
 from statekeep.state import timestate
 from statekeep.state.base import validate_value
 from statekeep.state.buffer import BufferedState
-from statekeep.state.keys import encode_key, surely_valid
+from statekeep.state.keys import check_key, encode_key
 from statekeep.state.timestate import check_ttl, check_user_key
 from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, encode_entry, entry_payload,
                                    map_key_code, variable_prefix)
@@ -315,11 +315,10 @@ class KeyedTransaction:
         for key in keys:
             if isinstance(key, str) and key:
                 state_key = variable_prefix(key, name) + suffix
-                if not surely_valid(state_key):
-                    try:
-                        encode_key(state_key)
-                    except InvalidArgumentError:
-                        continue  # too long: its own read says so
+                try:
+                    check_key(state_key)
+                except InvalidArgumentError:
+                    continue  # too long: its own read says so
                 memo[(suffix, name, key)] = state_key
                 at.append(state_key)
         self.state.prefetch(at)
