@@ -22,6 +22,7 @@ from statekeep.state import timestate
 from statekeep.state.keygroups import key_group
 from statekeep.state.partitioned import partition
 from statekeep.state.typed import PREFIX as TYPED, variables_prefix
+from statekeep.functions.windowing.windows import inline_limit
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry, visible_records)
 from conftest import BACKENDS
@@ -747,23 +748,28 @@ def test_count_windows_kept_in_the_keys_entry_by_an_earlier_version_continue_on_
     assert cached_state_store(spec).get_entry(buffer_key("a")) is None
 
 
-def test_time_windows_holding_their_records_in_the_keys_entry_fire_from_a_list(base_spec, clock):
-    """A time window as versions before window lists wrote it (its ``[ts, record]`` pairs in the key's entry, its
-    timer registered) is moved onto its list at the key's first use: more records join it, and it fires once with
-    all of them, its list and the entry deleted with the firing."""
-    spec = windowed(base_spec, windowLengthDurationMs=100)
-    run(spec, 0, [{"k": "a", "ts": 5}, {"k": "a", "ts": 20}])  # the window [0, 100) opened, its timer registered
+def test_a_time_windows_records_stay_in_the_keys_entry_until_it_is_too_large_then_move_to_its_list(base_spec, clock):
+    """A window's ``[ts, record]`` pairs are kept in the key's entry (as versions before window lists wrote them
+    too) while that entry is under the inline limit: no entry per record. A batch taking the entry past the limit
+    moves them onto the window's list, where later records are appended; the window fires once with every record
+    in order, and its list and the key's entry are deleted with the firing."""
+    spec = windowed(base_spec, windowLengthDurationMs=100, maxLagMs=50)
     store = cached_state_store(spec)
-    listed = [e.key for e in store.scan_entries(variables_prefix("a"))]
-    assert len(listed) == 2 and json.loads(store.get_entry(buffer_key("a")).value) == {"0": 2}
-    old = {"0": [[5, {"k": "a", "ts": 5}], [20, {"k": "a", "ts": 20}]]}
-    store.apply_batch({buffer_key("a"): json.dumps(old).encode(), **dict.fromkeys(listed)}, {})
-    run(spec, 1, [{"k": "a", "ts": 30}])
-    assert outputs(spec) == []  # open, now on its list
-    run(spec, 2, [{"k": "b", "ts": 250}])  # the watermark passes 100
-    assert outputs(spec) == [{"key": "a", "start": 0, "end": 100, "n": 3, "ts": [5, 20, 30]}]
+    run(spec, 0, [{"k": "a", "ts": 5}, {"k": "a", "ts": 20}])  # the window [0, 100) opened, its timer registered
     assert [e.key for e in store.scan_entries(variables_prefix("a"))] == []
-    assert store.get_entry(buffer_key("a")) is None
+    assert json.loads(store.get_entry(buffer_key("a")).value) == {
+        "0": [[5, {"k": "a", "ts": 5}], [20, {"k": "a", "ts": 20}]]}
+    pad = "x" * inline_limit(store.max_value_size)
+    run(spec, 1, [{"k": "a", "ts": 30, "pad": pad}])  # past the limit: onto the list
+    assert len(list(store.scan_entries(variables_prefix("a")))) == 3
+    assert json.loads(store.get_entry(buffer_key("a")).value) == {"0": 3}
+    run(spec, 2, [{"k": "a", "ts": 40}, {"k": "a", "ts": 110}])  # 40 appended to the list; [100, 200) inline
+    assert json.loads(store.get_entry(buffer_key("a")).value) == {"0": 4, "100": [[110, {"k": "a", "ts": 110}]]}
+    assert outputs(spec) == []
+    run(spec, 3, [{"k": "b", "ts": 190}])  # the watermark (140) passes 100
+    assert outputs(spec) == [{"key": "a", "start": 0, "end": 100, "n": 4, "ts": [5, 20, 30, 40]}]
+    assert [e.key for e in store.scan_entries(variables_prefix("a"))] == []
+    assert json.loads(store.get_entry(buffer_key("a")).value) == {"100": [[110, {"k": "a", "ts": 110}]]}
 
 
 SHARDED = '''

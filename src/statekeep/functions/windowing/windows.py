@@ -1,17 +1,19 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
-A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`), small: a window's records
-are lists of their own under the key (one entry per record, appended without reading the others, so a window has no
-size limit but the store's; numbered from the counts in the key's entry, so a list keeps no bounds entry; a batch's
-firing windows read in one bulk read), and the key's entry holds only its windows' bounds and record counts: a time
-window's start and count (its list :func:`~statekeep.functions.windowing.windowtypes.window_list`), a session's
-first and last event time and its lists (one per session merged into it, so a merge moves no record), a count
-window's list bounds. With an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there
-instead of records. A time or session window registers a window timer at its end, and fires (the function is called
-once with the window's records) when the watermark reaches it, in the batch whose write also deletes its records: so
-it fires exactly once, with exactly its records, across crashes and replays. Count windows fire as their count is
-reached, in arrival order. A record whose every window the watermark has already passed is late: it enters no
-window.
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). Each time window and
+session holds its records as one list, in one of two places by one rule: inline, its ``[ts, record]`` pairs in the
+key's entry, while that entry stays under :func:`inline_limit`; past it, every inline list of the key moves (at the
+batch's end, :meth:`Windows.flush`) onto list entries under the key, one per record, numbered from 0 and appended
+without reading the others (so a window has no size limit but the store's), the key's entry then keeping only the
+list's count. A window in the key's entry costs one write per batch however many records join it; one on its list,
+a write per record. A time window's slot is its start and its list (or its count); a session's are its first and
+last event time and its lists (one per session merged into it, so a merge moves no record); count windows keep a
+list on entries with its bounds (``f``, ``e``) in the key's entry, as a count window slides by deleting its oldest.
+With an aggregate (:class:`Aggregate`), a time window or session keeps its accumulator there instead of records.
+A time or session window registers a window timer at its end, and fires (the function is called once with the
+window's records) when the watermark reaches it, in the batch whose write also deletes its records: so it fires
+exactly once, with exactly its records, across crashes and replays. Count windows fire as their count is reached,
+in arrival order. A record whose every window the watermark has already passed is late: it enters no window.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ from statekeep.state.typed import delete_elements, element_key, read_elements
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 _pack = msgspec.msgpack.Encoder().encode
 _unpack = msgspec.msgpack.Decoder().decode
+
+#: a key's windows keep their records in its entry (inline) up to this size, or a quarter of the store's value limit
+INLINE_BYTES = 16 * 1024
+
+
+def inline_limit(max_value_size: int) -> int:
+    """The size of a key's entry past which its windows' records move onto their lists (see the module)."""
+    return min(INLINE_BYTES, max_value_size // 4)
 
 
 class Windows:
@@ -92,21 +102,17 @@ class Windows:
         return buffer
 
     def _earlier(self, buffer: dict[str, Any]) -> bool:
-        """Whether an earlier version wrote the key's entry with records in it (see :meth:`_upgrade`)."""
+        """Whether an earlier version wrote the key's entry in a form this one does not read (see :meth:`_upgrade`);
+        a time window's records in the key's entry are its inline list."""
         if self.kind == "time":
-            return any(held.__class__ is list for held in buffer.values())
+            return False
         return "r" in buffer or any(len(s) == 3 and s[2].__class__ is list for s in buffer.get("s", ()))
 
     def _upgrade(self, key: str, buffer: dict[str, Any]) -> None:
-        """Move the records an earlier version kept in the key's entry (a time window's slot, a count buffer's
-        ``r``, a session's third item) into lists, as this version keeps them: the one layout the rest reads."""
+        """Move the records an earlier version kept in the key's entry (a count buffer's ``r``, a session's third
+        item) into the lists this version reads: the count windows' list, a session's one inline list."""
         if self.time.state.journal is not None:  # taken back: the entry is read again, as stored
             self.time.state.journal.append(lambda: self._open.pop(key, None))
-        for slot, held in list(buffer.items()) if self.kind == "time" else ():
-            if held.__class__ is list:
-                for n, item in enumerate(held):
-                    self._push(key, f"{slot}w", n, item)
-                buffer[slot] = len(held)
         if "r" in buffer:
             records = buffer.pop("r")
             for n, item in enumerate(records):
@@ -115,9 +121,7 @@ class Windows:
         for i, session in enumerate(buffer.get("s", ())):
             if len(session) == 3 and session[2].__class__ is list:
                 number = buffer["i"] = buffer.get("i", 0) + 1
-                for n, item in enumerate(session[2]):
-                    self._push(key, f"{number}s", n, item)
-                buffer["s"][i] = [session[0], session[1], [[number, len(session[2])]], len(session[2])]
+                buffer["s"][i] = [session[0], session[1], [[number, session[2]]], len(session[2])]
         self._touch(key)
 
     def _push(self, key: str, name: str, n: int, item: Any) -> None:
@@ -139,17 +143,40 @@ class Windows:
         self._dirty.add(key)
 
     def flush(self) -> None:
-        """Write the changed buffers (an empty one is deleted) into the batch's buffer."""
+        """Write the changed buffers (an empty one is deleted) into the batch's buffer; a key's entry past
+        :func:`inline_limit` first moves its inline lists onto list entries."""
+        state = self.time.state
+        limit = inline_limit(state.max_value_size)
         for key in sorted(self._dirty):
             buffer = self._open[key]
             empty = buffer.get("e") == buffer.get("f") if self.kind == "count" else not buffer.keys() - {"i"}
             encoded = None if empty else _encode(buffer).encode()
-            if encoded is not None and len(encoded) > self.time.state.max_value_size:
+            if encoded is not None and len(encoded) > limit and self._spill(key, buffer):
+                encoded = _encode(buffer).encode()
+            if encoded is not None and len(encoded) > state.max_value_size:
                 raise InvalidArgumentError(f"key {key!r}'s open windows take {len(encoded)} bytes, over the state "
-                                           f"store's limit of {self.time.state.max_value_size}: shorter windows "
+                                           f"store's limit of {state.max_value_size}: shorter windows "
                                            "or smaller records")
-            self.time.state.put(buffer_key(key), encoded)
+            state.put(buffer_key(key), encoded)
         self._dirty.clear()
+
+    def _spill(self, key: str, buffer: dict[str, Any]) -> bool:
+        """Move every inline list of ``key`` onto its list entries (elements 0 up), leaving its count in the
+        key's entry; whether any moved."""
+        moved = False
+        if self.kind == "time":
+            for slot, held in buffer.items():
+                if held.__class__ is list:
+                    for n, item in enumerate(held):
+                        self._push(key, f"{slot}w", n, item)
+                    buffer[slot], moved = len(held), True
+        for session in buffer.get("s", ()) if self.kind == "session" else ():
+            for part in session[2] if session[2].__class__ is list else ():
+                if part[1].__class__ is list:
+                    for n, item in enumerate(part[1]):
+                        self._push(key, f"{part[0]}s", n, item)
+                    part[1], moved = len(part[1]), True
+        return moved
 
     # ---- records -------------------------------------------------------------------------------
 
@@ -167,12 +194,12 @@ class Windows:
         return []
 
     def _append(self, key: str, buffer: dict[str, Any], slot: str, start: int, ts: int, record: Any) -> None:
-        """Add ``[ts, record]`` to the time window ``slot`` of ``key`` (opening it: its timer): to its list, or to
-        the records the key's entry holds for a window opened before windows had lists."""
+        """Add ``[ts, record]`` to the time window ``slot`` of ``key`` (opening it: its timer, and an inline list):
+        to its inline list, or to its list's entries once it moved there."""
         journal = self.time.state.journal
         held: Any = buffer.get(slot)
         if held is None:
-            held = buffer[slot] = 0
+            held = buffer[slot] = []
             self.time.register(key, start + self.length, "w")
             if journal is not None:
                 journal.append(lambda: buffer.pop(slot, None))
@@ -181,6 +208,11 @@ class Windows:
             buffer[slot] = {"a": self.aggregate.add(acc, record), "n": (held["n"] if held else 0) + 1}
             if journal is not None:
                 journal.append(lambda: buffer.__setitem__(slot, held))
+            return
+        if held.__class__ is list:
+            held.append([ts, record])
+            if journal is not None:
+                journal.append(held.pop)
             return
         self._push(key, f"{start}w", held, [ts, record])  # numbered by the window's count: 0 up, never cut
         buffer[slot] = held + 1
@@ -270,7 +302,7 @@ class Windows:
     def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
         gap = self.length
         buffer = self._buffer(key)
-        # sessions: [first ts, last ts, [[list number, records]...] or an aggregate's {"a": accumulator}, records],
+        # sessions: [first ts, last ts, [[list number, inline list or records on the list]...] or an aggregate's {"a": accumulator}, records],
         # disjoint, by start; "i": the last list number taken (a session's records are its lists', sorted at firing)
         sessions = buffer.setdefault("s", [])
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
@@ -300,11 +332,16 @@ class Windows:
             session[2] = {"a": self.aggregate.add(parts["a"], record)}
         else:
             if not parts:
-                parts.append([buffer.setdefault("i", 0) + 1, 0])
+                parts.append([buffer.setdefault("i", 0) + 1, []])  # inline until the key's entry is too large
                 buffer["i"] += 1
             number, held = parts[-1]
-            self._push(key, f"{number}s", held, [ts, record])
-            parts[-1][1] += 1
+            if held.__class__ is list:
+                held.append([ts, record])
+                if self.time.state.journal is not None:  # the copy above shares the inline list
+                    self.time.state.journal.append(held.pop)
+            else:
+                self._push(key, f"{number}s", held, [ts, record])
+                parts[-1][1] += 1
         session[3] += 1
         self._touch(key)
         return []
@@ -368,7 +405,7 @@ class Windows:
                     window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
                     fired.append((window, self.aggregate.result(held["a"])))
                     continue
-                records = self._take(key, f"{slot}w", held)
+                records = held if held.__class__ is list else self._take(key, f"{slot}w", held)
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
@@ -380,7 +417,8 @@ class Windows:
                     fired.append((Window(key or None, session[0], end, session[3]),
                                   self.aggregate.result(session[2]["a"])))
                     continue
-                records = [r for number, held in session[2] for r in self._take(key, f"{number}s", held)]
+                records = [r for number, held in session[2]
+                           for r in (held if held.__class__ is list else self._take(key, f"{number}s", held))]
                 window = Window(key or None, session[0], end, len(records))
                 fired.append((window, [r for _, r in sorted(records, key=lambda r: r[0])]))
             if not buffer.get("s"):
