@@ -302,8 +302,9 @@ class Windows:
     def _add_session(self, key: str, record: Any, ts: int, watermark: int | None) -> Fired | None:
         gap = self.length
         buffer = self._buffer(key)
-        # sessions: [first ts, last ts, [[list number, inline list or records on the list]...] or an aggregate's {"a": accumulator}, records],
-        # disjoint, by start; "i": the last list number taken (a session's records are its lists', sorted at firing)
+        # sessions: [first ts, last ts, [[list number, inline list or its count on entries]...] or an aggregate's
+        # {"a": accumulator}, records], disjoint, by start; "i": the last list number taken (a session's records are
+        # its lists', sorted at firing)
         sessions = buffer.setdefault("s", [])
         touching = [s for s in sessions if s[0] - gap < ts < s[1] + gap]
         if not touching and watermark is not None and ts + gap <= watermark:
