@@ -645,8 +645,8 @@ def test_a_skipped_record_takes_back_its_windows_timers_and_ttl(base_spec, clock
 
 
 def test_a_time_windows_records_are_a_list_with_no_value_limit(base_spec, clock):
-    """A time window's records are one entry each: a window of four times the store's value limit fires whole,
-    once, and leaves nothing behind."""
+    """A time window's records past the inline limit are one entry each: a window of four times the store's value
+    limit fires whole, once, and leaves nothing behind."""
     spec = windowed(base_spec, windowLengthDurationMs=1000)
     limit = cached_state_store(spec).max_value_size
     big = "x" * (limit // 2)
@@ -713,9 +713,9 @@ def test_an_aggregate_over_session_windows_merges_the_sessions_a_record_bridges(
 
 
 def test_session_and_count_windows_records_are_lists_with_no_value_limit(base_spec, clock, tmp_path):
-    """A session's and a count window's records are one entry each, like a time window's: sessions of twice the
-    store's value limit, two of them joined by a record between them, fire whole, once, sorted by event time;
-    count windows of 1.5 times the limit too; nothing is left behind."""
+    """A session's records past the inline limit and a count window's are one entry each, like a time window's:
+    sessions of twice the store's value limit, two of them joined by a record between them, fire whole, once,
+    sorted by event time; count windows of 1.5 times the limit too; nothing is left behind."""
     spec = windowed(base_spec, sessionGapMs=1000, maxLagMs=5000)
     limit = cached_state_store(spec).max_value_size
     big = "x" * (limit // 2)
