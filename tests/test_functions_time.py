@@ -22,7 +22,7 @@ from statekeep.state import timestate
 from statekeep.state.keygroups import key_group
 from statekeep.state.partitioned import partition
 from statekeep.state.typed import PREFIX as TYPED, variables_prefix
-from statekeep.functions.windowing.windows import inline_limit
+from statekeep.functions.windowing.windows import inline_limit, read_buffer
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry, visible_records)
 from conftest import BACKENDS
@@ -752,24 +752,27 @@ def test_a_time_windows_records_stay_in_the_keys_entry_until_it_is_too_large_the
     """A window's ``[ts, record]`` pairs are kept in the key's entry (as versions before window lists wrote them
     too) while that entry is under the inline limit: no entry per record. A batch taking the entry past the limit
     moves them onto the window's list, where later records are appended; the window fires once with every record
-    in order, and its list and the key's entry are deleted with the firing."""
+    in order, and its list and the key's entry are deleted with the firing. The entry is msgpack; a JSON one, as
+    versions before wrote it, is read as well."""
     spec = windowed(base_spec, windowLengthDurationMs=100, maxLagMs=50)
     store = cached_state_store(spec)
     run(spec, 0, [{"k": "a", "ts": 5}, {"k": "a", "ts": 20}])  # the window [0, 100) opened, its timer registered
     assert [e.key for e in store.scan_entries(variables_prefix("a"))] == []
-    assert json.loads(store.get_entry(buffer_key("a")).value) == {
+    assert read_buffer(store.get_entry(buffer_key("a")).value) == {
         "0": [[5, {"k": "a", "ts": 5}], [20, {"k": "a", "ts": 20}]]}
+    entry = read_buffer(store.get_entry(buffer_key("a")).value)  # as versions before inline lists wrote it: JSON
+    store.apply_batch({buffer_key("a"): json.dumps(entry).encode()}, {})
     pad = "x" * inline_limit(store.max_value_size)
     run(spec, 1, [{"k": "a", "ts": 30, "pad": pad}])  # past the limit: onto the list
     assert len(list(store.scan_entries(variables_prefix("a")))) == 3
-    assert json.loads(store.get_entry(buffer_key("a")).value) == {"0": 3}
+    assert read_buffer(store.get_entry(buffer_key("a")).value) == {"0": 3}
     run(spec, 2, [{"k": "a", "ts": 40}, {"k": "a", "ts": 110}])  # 40 appended to the list; [100, 200) inline
-    assert json.loads(store.get_entry(buffer_key("a")).value) == {"0": 4, "100": [[110, {"k": "a", "ts": 110}]]}
+    assert read_buffer(store.get_entry(buffer_key("a")).value) == {"0": 4, "100": [[110, {"k": "a", "ts": 110}]]}
     assert outputs(spec) == []
     run(spec, 3, [{"k": "b", "ts": 190}])  # the watermark (140) passes 100
     assert outputs(spec) == [{"key": "a", "start": 0, "end": 100, "n": 4, "ts": [5, 20, 30, 40]}]
     assert [e.key for e in store.scan_entries(variables_prefix("a"))] == []
-    assert json.loads(store.get_entry(buffer_key("a")).value) == {"100": [[110, {"k": "a", "ts": 110}]]}
+    assert read_buffer(store.get_entry(buffer_key("a")).value) == {"100": [[110, {"k": "a", "ts": 110}]]}
 
 
 SHARDED = '''

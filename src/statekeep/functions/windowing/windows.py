@@ -1,6 +1,6 @@
 """Windows per key, kept as state and fired by timers (see :mod:`statekeep.functions.config.windowconfig`).
 
-A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`). Each time window and
+A key's open windows are one state entry (:func:`statekeep.state.timestate.buffer_key`, msgpack). Each time window and
 session holds its records as one list, in one of two places by one rule: inline, its ``[ts, record]`` pairs in the
 key's entry, while that entry stays under :func:`inline_limit`; past it, every inline list of the key moves (at the
 batch's end, :meth:`Windows.flush`) onto list entries under the key, one per record, numbered from 0 and appended
@@ -18,7 +18,6 @@ in arrival order. A record whose every window the watermark has already passed i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -32,12 +31,17 @@ from statekeep.functions.windowing.windowtypes import Aggregate, Fired, Window, 
 from statekeep.state.typed import delete_elements, element_key, read_elements
 
 
-_encode = json.JSONEncoder(separators=(",", ":")).encode
 _pack = msgspec.msgpack.Encoder().encode
 _unpack = msgspec.msgpack.Decoder().decode
 
 #: a key's windows keep their records in its entry (inline) up to this size, or a quarter of the store's value limit
 INLINE_BYTES = 16 * 1024
+
+
+def read_buffer(raw: bytes) -> Any:
+    """A key's windows entry: msgpack, as its records' lists are (so a record is kept as it came, bytes too), or
+    the JSON that versions before inline lists wrote (a map in msgpack never starts with ``{``)."""
+    return loads_at(raw.decode()) if raw[:1] == b"{" else _unpack(raw)
 
 
 def inline_limit(max_value_size: int) -> int:
@@ -96,7 +100,7 @@ class Windows:
         buffer = self._open.get(key)
         if buffer is None:
             raw = self.time.state.get(buffer_key(key))
-            buffer = self._open[key] = loads_at(raw.decode()) if raw else {}
+            buffer = self._open[key] = read_buffer(raw) if raw else {}
             if self._earlier(buffer):
                 self._upgrade(key, buffer)
         return buffer
@@ -150,9 +154,9 @@ class Windows:
         for key in sorted(self._dirty):
             buffer = self._open[key]
             empty = buffer.get("e") == buffer.get("f") if self.kind == "count" else not buffer.keys() - {"i"}
-            encoded = None if empty else _encode(buffer).encode()
+            encoded = None if empty else _pack(buffer)
             if encoded is not None and len(encoded) > limit and self._spill(key, buffer):
-                encoded = _encode(buffer).encode()
+                encoded = _pack(buffer)
             if encoded is not None and len(encoded) > state.max_value_size:
                 raise InvalidArgumentError(f"key {key!r}'s open windows take {len(encoded)} bytes, over the state "
                                            f"store's limit of {state.max_value_size}: shorter windows "
