@@ -171,16 +171,22 @@ class Windows:
         if self.kind == "time":
             for slot, held in buffer.items():
                 if held.__class__ is list:
-                    for n, item in enumerate(held):
-                        self._push(key, f"{slot}w", n, item)
-                    buffer[slot], moved = len(held), True
+                    buffer[slot], moved = self._onto_entries(key, f"{slot}w", held), True
         for session in buffer.get("s", ()) if self.kind == "session" else ():
             for part in session[2] if session[2].__class__ is list else ():
                 if part[1].__class__ is list:
-                    for n, item in enumerate(part[1]):
-                        self._push(key, f"{part[0]}s", n, item)
-                    part[1], moved = len(part[1]), True
+                    part[1], moved = self._onto_entries(key, f"{part[0]}s", part[1]), True
         return moved
+
+    def _onto_entries(self, key: str, name: str, items: list[Any]) -> int:
+        """Write the inline list ``items`` as the elements of the list ``name`` of ``key``; their count."""
+        for n, item in enumerate(items):
+            self._push(key, name, n, item)
+        return len(items)
+
+    def _records(self, key: str, name: str, held: Any) -> list[Any]:
+        """A firing window's list ``name`` of ``key``: inline (``held``), or its ``held`` entries, deleted."""
+        return held if held.__class__ is list else self._take(key, name, held)
 
     # ---- records -------------------------------------------------------------------------------
 
@@ -410,7 +416,7 @@ class Windows:
                     window = Window(key or None, int(slot), int(slot) + self.length, held["n"])
                     fired.append((window, self.aggregate.result(held["a"])))
                     continue
-                records = held if held.__class__ is list else self._take(key, f"{slot}w", held)
+                records = self._records(key, f"{slot}w", held)
                 window = Window(key or None, int(slot), int(slot) + self.length, len(records))
                 fired.append((window, [r for _, r in records]))
         elif self.kind == "session":
@@ -422,8 +428,7 @@ class Windows:
                     fired.append((Window(key or None, session[0], end, session[3]),
                                   self.aggregate.result(session[2]["a"])))
                     continue
-                records = [r for number, held in session[2]
-                           for r in (held if held.__class__ is list else self._take(key, f"{number}s", held))]
+                records = [r for number, held in session[2] for r in self._records(key, f"{number}s", held)]
                 window = Window(key or None, session[0], end, len(records))
                 fired.append((window, [r for _, r in sorted(records, key=lambda r: r[0])]))
             if not buffer.get("s"):
