@@ -22,7 +22,7 @@ from statekeep.state import timestate
 from statekeep.state.keygroups import key_group
 from statekeep.state.partitioned import partition
 from statekeep.state.typed import PREFIX as TYPED, variables_prefix
-from statekeep.functions.windowing.windows import inline_limit, read_buffer
+from statekeep.functions.windowing.windowstore import inline_limit, read_buffer
 from statekeep.state.timestate import (buffer_key, expiry_key, group_key, timers_of, visible_entries,
                                        visible_entry, visible_records)
 from conftest import BACKENDS
