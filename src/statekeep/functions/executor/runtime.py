@@ -24,6 +24,7 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError, StateConflictError
 from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
+from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.record import RecordSource
 from statekeep.functions.executor.statemethods import is_valid_key
 from statekeep.functions.executor.errors import FunctionRecordError
@@ -57,7 +58,8 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     for _ in DEFAULT.bounded(attempts=20).attempts():
         store = spec.state_store().task(batch_id, partition, layout.partitions)
         try:
-            return _run_partition(spec, layout, store, batch_id, partition, records, keys, record_keys, topics)
+            with young_generation_only():  # the batch stays in memory until its commit (see collector)
+                return _run_partition(spec, layout, store, batch_id, partition, records, keys, record_keys, topics)
         except StateConflictError:
             continue  # a write committed since this task read the state (partition-owned state): again
     raise StateConflictError(f"{spec.fqfn} batch {batch_id}, partition {partition}: the state kept changing "

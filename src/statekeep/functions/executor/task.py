@@ -13,6 +13,7 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
+from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.path import PartitionStats, _cached_process
 from statekeep.functions.executor.runtime import run_partition
 from statekeep.functions.messaging.sink import claim
@@ -49,7 +50,8 @@ def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]]
         batch_id = task_batch(spec, task)
         batch_layout = layout if spec.time is None else Layout(  # its watermark, as the committed state holds it
             layout.groups, layout.partitions, timerun.stored_watermark(spec.state_store(), batch_id))
-        stats = _run_arrow(spec, batch_layout, batch_id, task.partitionId(), batches)
+        with young_generation_only():  # also while the batch is decoded (see collector)
+            stats = _run_arrow(spec, batch_layout, batch_id, task.partitionId(), batches)
         if report is not None:
             report({**_stats_row(stats), "query": task.getLocalProperty(SPARK_QUERY_ID), "batch": batch_id})
         if spec.rows_schema is None:
