@@ -102,6 +102,9 @@ def encode_prefix(prefix: str) -> str:
 
 def check_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``keys`` in order, every one validated (:func:`encode_key`) before any is read."""
+    if isinstance(keys, list) and len(keys) == 1:  # a batch's first read of one key
+        check_key(keys[0])
+        return keys
     distinct = dict.fromkeys(keys)
     for key in () if distinct.keys() <= _segments.keys() else distinct:  # all encoded before: valid
         check_key(key)

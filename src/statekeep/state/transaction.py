@@ -38,6 +38,10 @@ from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_ke
 
 #: how many state keys the memo holds before it starts again (a batch of more keys checks them again)
 MEMO_SIZE = 100_000
+#: THE memo of state keys, shared by the process's transactions (a state key depends only on its parts, so a hot key
+#: is derived and checked once, not once per batch): (entry, variable, record key) and (map prefix, key class, map
+#: key) -> state key. A lost entry (a clear, a race between threads) is only a miss.
+_KEYS: dict[tuple[Any, ...], str] = {}
 
 
 class TTL(Protocol):
@@ -98,8 +102,7 @@ class KeyedTransaction:
         self.state, self.key_of, self._batch_keys = state, key_of, batch_keys
         self.ttl: TTL | None = None
         self._now: int | None = None
-        #: THE memo of state keys: (entry, variable, record key) and (map prefix, key class, map key) -> state key
-        self._keys: dict[tuple[Any, ...], str] = {}
+        self._keys = _KEYS
         self._prefetched: set[tuple[str, str]] = set()
 
     def keep_time(self, ttl: TTL) -> None:
@@ -292,11 +295,10 @@ class KeyedTransaction:
         key = bound if bound is not None else self.key_of()
         if key is None:
             key = self.record_key(None, var)  # raises: no key
+        if (var.name, suffix) not in self._prefetched:
+            self._prefetch(var, suffix)
         memo = (suffix, var.name, key)
         found = self._keys.get(memo)
-        if found is None and (var.name, suffix) not in self._prefetched:
-            self._prefetch(var, suffix)
-            found = self._keys.get(memo)
         if found is None:
             found = remember(self._keys, memo, checked_key(variable_prefix(key, var.name) + suffix, var.name),
                                MEMO_SIZE)
@@ -313,7 +315,10 @@ class KeyedTransaction:
             memo.clear()
         at = []
         for key in keys:
-            if isinstance(key, str) and key:
+            state_key = memo.get((suffix, name, key))
+            if state_key is not None:
+                at.append(state_key)
+            elif isinstance(key, str) and key:
                 state_key = variable_prefix(key, name) + suffix
                 try:
                     check_key(state_key)
