@@ -52,11 +52,20 @@ def test_it_alone_checks_and_scopes_keys(store):
 
 def test_one_bounded_memo_of_state_keys(store, monkeypatch):
     monkeypatch.setattr(transaction, "MEMO_SIZE", 10)
+    monkeypatch.setattr(transaction, "_KEYS", {})  # the process's memo, empty for this test
     txn, _ = new(store, batch_keys=[f"k{i}" for i in range(4)])
     count = variable("count", "value", int)
     seen = variable("seen", "map", int, str)
     at = txn.at("k1", count, "=")
     assert at == txn.at("k1", count, "=") and len(txn._keys) == 4  # the batch's keys, read in one bulk read
+    checked = []
+    monkeypatch.setattr(transaction, "checked_key", lambda key, *a: checked.append(key) or key)
+    next_batch, _ = new(store, batch_keys=["k1"])
+    assert next_batch.at("k1", count, "=") == at and next_batch._keys is txn._keys
+    assert next_batch.map_entry(at, seen, "m") == next_batch.map_entry(at, seen, "m") and len(checked) == 1
+    assert checked == [at + "msm"]  # a later batch derives and checks a state key the memo holds no more
+    monkeypatch.undo()
+    monkeypatch.setattr(transaction, "MEMO_SIZE", 10)
     for i in range(30):
         txn.at(f"x{i}", count, "=")
         txn.map_entry(at, seen, f"m{i}")
@@ -77,6 +86,32 @@ def test_the_batch_prefetch_reads_every_valid_entry_once_and_leaves_a_too_long_k
     with pytest.raises(InvalidArgumentError, match="state variable 'count': its state key is too long"):
         txn.at(long_key, count, "=")
     assert len(reads) == 1  # nothing read again
+
+
+def test_the_batchs_keys_are_read_at_its_first_plain_read_and_never_by_typed_entries_alone(store):
+    store.apply_batch({"a": b"1"}, {"n": 2})
+    reads: list[list[str]] = []  # what the store read (a read it refused reads nothing)
+
+    def fetch(keys):
+        found = store.fetch_many(list(keys))
+        reads.append(sorted(found))
+        return found
+
+    state = BufferedState(fetch, store.max_value_size)
+    txn = KeyedTransaction(state, lambda: "a", lambda: ["a", "n", "b"])
+    state.prefetch_later(["a", "n", "b", "w" * 1000])  # the batch's record keys, one the store refuses
+    count = variable("count", "value", int)
+    assert txn.payload(txn.at(None, count, "="), state.get(txn.at(None, count, "="))) is None
+    assert len(reads) == 1 and all(key.startswith("\x00v") for key in reads[0])  # typed entries only
+    assert state.get_counter("n") == 2 and state.get("a") == b"1" and state.get("b") is None
+    assert reads[1:] == [["a", "b", "n"]]  # at the first plain read, every valid key in one read
+    with pytest.raises(InvalidArgumentError, match="too long"):
+        state.get("w" * 1000)
+    assert state.get("c") is None and reads[2:] == [["c"]]
+    later = BufferedState(fetch, store.max_value_size)
+    later.prefetch_later(["n", "x"])
+    later.add_many(["n", "n"], [1, 1])  # reads nothing
+    assert len(reads) == 3 and later.written() == {"n": (None, 4)} and reads[3:] == [["n", "x"]]
 
 
 def test_ttl_is_applied_through_the_runs_time_state(store):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.state.keys import encode_key
+from statekeep.state.keys import encode_key, valid_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 
 
@@ -37,6 +37,7 @@ class BufferedState:
         #: (run by its rollback): where state is held in memory beside these buffers (timers, window
         #: buffers; see statekeep.functions.windowing.timekeeping), a change appends how to take it back.
         self.journal: list[Callable[[], None]] | None = None
+        self._later: list[str] | None = None  # see prefetch_later
 
     def prefetch(self, keys: Iterable[str]) -> None:
         """Read ``keys`` not read yet in one bulk read (the store checks them)."""
@@ -45,12 +46,29 @@ class BufferedState:
         if missing:
             base.update(self._fetch(missing))
 
+    def prefetch_later(self, keys: list[str]) -> None:
+        """Read ``keys`` (the batch's record keys) in one bulk read at the batch's first read of a key not read yet,
+        or never if there is none (a function whose state is all typed variables reads only their entries). A key
+        the store refuses is left to its own read, which raises."""
+        self._later = keys
+
     def _entry(self, key: str) -> tuple[bytes | None, int | None]:
         """A key's stored (value, counter); its first read checks it (:class:`InvalidArgumentError`)."""
         if key not in self._base:
             encode_key(key)
-            self._base.update(self._fetch([key]))
+            if self._later is not None:
+                self._read_later()
+            if key not in self._base:
+                self._base.update(self._fetch([key]))
         return self._base[key]
+
+    def _read_later(self) -> None:
+        later, self._later = self._later, None
+        assert later is not None
+        try:
+            self.prefetch(later)
+        except InvalidArgumentError:
+            self.prefetch([key for key in later if valid_key(key)])
 
     def get(self, key: str) -> bytes | None:
         if key in self.puts:
@@ -116,6 +134,8 @@ class BufferedState:
         :class:`InvalidArgumentError` for a delta on a key that holds bytes or a counter outside 64 bits, as the
         write would. What a concurrent writer (a REST increment) commits between this batch's read and its write
         is not in it."""
+        if self._later is not None and self.counter_deltas:  # add_many reads nothing: the counters it left unread
+            self._read_later()
         base, puts, deltas = self._base, self.puts, self.counter_deltas
         unread = [k for k in deltas if k not in puts and k not in base]
         if unread:

@@ -90,6 +90,15 @@ def check_key(key: object) -> None:
         encode_key(key)
 
 
+def valid_key(key: object) -> bool:
+    """Whether :func:`encode_key` takes ``key``."""
+    try:
+        check_key(key)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
 def encode_prefix(prefix: str) -> str:
     """The segment prefix of a key prefix ("" for ""); no length limit (it only filters)."""
     if not isinstance(prefix, str):

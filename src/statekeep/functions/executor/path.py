@@ -18,7 +18,6 @@ from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, 
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.context import Context
 from statekeep.functions.executor.record import RecordSource
-from statekeep.functions.executor.statemethods import is_valid_key
 from statekeep.functions.executor.errors import FunctionRecordError, ProcessingTimeout
 from statekeep.functions.executor.tables import batch_output, records_table
 from statekeep.functions.messaging.jsonscan import loads_at
@@ -28,6 +27,7 @@ from statekeep.lru import BoundedLRU
 from statekeep.metadata import MetadataStore
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import read_schemas, registry_store
+from statekeep.state.keys import valid_key
 
 MAX_EXCEPTIONS = 10
 
@@ -137,7 +137,7 @@ class RecordPath:
                                  self.fired.append, self.batch_id if isinstance(self.batch_id, int) else None)
         if self.kind == BATCH and timed.windows is not None:
             raise FunctionRecordError(f"{spec.fqfn}: {timerun.BATCH_WINDOWS}")
-        timed.prefetch(k for k in keys if is_valid_key(k))
+        timed.prefetch(k for k in keys if valid_key(k))
         self.timed = timed
         if self.kind != BATCH:
             self.process = timed.process

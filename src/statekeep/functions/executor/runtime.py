@@ -26,7 +26,6 @@ from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.record import RecordSource
-from statekeep.functions.executor.statemethods import is_valid_key
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
 from statekeep.functions.messaging.kafka import BatchOutputs, changelog_records, deliver_kept, is_kafka
@@ -84,10 +83,7 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
         if record_keys is not None and not keys:
             keys = {k for k in record_keys if k is not None}
         keys = list(keys)  # read again by the time's prefetch
-        try:  # the store checks the keys: once
-            state.prefetch(keys)
-        except InvalidArgumentError:  # a key the store refuses fails its own record (may be skipped): read the others
-            state.prefetch([k for k in keys if is_valid_key(k)])
+        state.prefetch_later(keys)  # one bulk read, unless the function reads no plain key
     source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
                           spec.user_config.get("eventTimeField"), spec.format)
     path = RecordPath(spec, batch_id, partition, state, source, process, kind)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.executor.record import RecordSource
-from statekeep.state.keys import encode_key
 from statekeep.state.transaction import KeyedTransaction
 from statekeep.state.typed import StateSchemaError, check_evolution, variable
 from statekeep.state.variables import ListState, MapState, ValueState
@@ -19,15 +18,6 @@ if TYPE_CHECKING:
     from statekeep.functions.windowing.timekeeping import TimeState
 
 H = TypeVar("H", bound="ValueState[Any] | ListState[Any] | MapState[Any, Any]")
-
-
-def is_valid_key(key: object) -> bool:
-    """Whether the state store accepts ``key`` (a non-empty str within the length limit)."""
-    try:
-        encode_key(key)
-    except InvalidArgumentError:
-        return False
-    return True
 
 
 class StateMethods:
