@@ -39,7 +39,7 @@ from statekeep import jsonrecords
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.base import Capability
 from statekeep.state import typed
-from statekeep.state.keys import encode_key
+from statekeep.state.keys import valid_key
 from statekeep.state.records import ChangelogRecord
 from statekeep.validate import check_int
 
@@ -110,20 +110,12 @@ def stored_expiry(key: str, raw: bytes | None) -> int | None:
 
 def has_expiry_key(key: str) -> bool:
     """Whether ``key`` is short enough to have an expiry (its internal key within the key length limit)."""
-    return _is_key(expiry_key(key))
+    return valid_key(expiry_key(key))
 
 
 def has_buffer_key(key: str) -> bool:
     """Whether ``key`` is short enough to have a window buffer (its internal key within the length limit)."""
-    return _is_key(buffer_key(key))
-
-
-def _is_key(key: str) -> bool:
-    try:
-        encode_key(key)
-    except InvalidArgumentError:
-        return False
-    return True
+    return valid_key(buffer_key(key))
 
 
 def internal_owner(key: str) -> int | str:

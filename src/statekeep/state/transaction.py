@@ -307,25 +307,25 @@ class KeyedTransaction:
     def _prefetch(self, var: Variable, suffix: str) -> None:
         """At the first read of ``var``'s entry ``suffix`` in the batch: that entry of every record key of the
         batch, in one bulk read (as the runtime prefetches the keys themselves). Once per distinct key of the
-        batch, so written out; the memo may hold the batch's keys beyond ``MEMO_SIZE`` until its next start."""
+        batch, so written out; the memo starts again (with the batch's) if the batch's new state keys would take it
+        past ``MEMO_SIZE``, and may then hold the batch's beyond that until its next start."""
         name, memo = var.name, self._keys
         self._prefetched.add((name, suffix))
-        keys = dict.fromkeys(self._batch_keys())
-        if len(memo) + len(keys) > MEMO_SIZE:
-            memo.clear()
-        at = []
-        for key in keys:
+        batch, new = {}, 0
+        for key in dict.fromkeys(self._batch_keys()):
             state_key = memo.get((suffix, name, key))
-            if state_key is not None:
-                at.append(state_key)
-            elif isinstance(key, str) and key:
-                state_key = variable_prefix(key, name) + suffix
+            if state_key is None and isinstance(key, str) and key:
+                state_key, new = variable_prefix(key, name) + suffix, new + 1
                 try:
                     check_key(state_key)
                 except InvalidArgumentError:
                     continue  # too long: its own read says so
-                memo[(suffix, name, key)] = state_key
-                at.append(state_key)
+            if state_key is not None:
+                batch[(suffix, name, key)] = state_key
+        if len(memo) + new > MEMO_SIZE:
+            memo.clear()
+        memo.update(batch)
+        at = list(batch.values())
         self.state.prefetch(at)
 
     def map_entry(self, prefix: str, var: Variable, key: Any) -> str:
