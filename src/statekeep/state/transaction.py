@@ -12,7 +12,8 @@ It alone
   limit: :func:`plain_value`), a counter's amount (:func:`counter_amount`), a typed variable's entry (its value's
   MessagePack behind its expiry: :meth:`~KeyedTransaction.write` and :meth:`~KeyedTransaction.payload`);
 - **memoizes state keys** in one bounded memo (:func:`statekeep.lru.remember`): a typed entry's state key per
-  (variable, record key, entry) and per map key, checked once;
+  (variable, record key, entry) and per map key, checked once; of it, the batch's record keys' per (variable,
+  entry) (:meth:`~KeyedTransaction.entries`: a record's handle finds its key's with one lookup);
 - **applies TTL** through the run's time state (``ttl``, the TTL index of
   :class:`statekeep.functions.windowing.timekeeping.TimeState`; None: the function keeps none): an expired plain key
   reads as absent (an expired counter restarts from 0), a write sets or refreshes its expiry, a typed entry carries
@@ -103,7 +104,7 @@ class KeyedTransaction:
         self.ttl: TTL | None = None
         self._now: int | None = None
         self._keys = _KEYS
-        self._prefetched: set[tuple[str, str]] = set()
+        self._batch: dict[tuple[str, str], dict[Any, str]] = {}  # (variable, entry) -> see entries()
 
     def keep_time(self, ttl: TTL) -> None:
         """Apply ``ttl``, the run's time state (its batch time is the transaction's :meth:`now`)."""
@@ -295,22 +296,26 @@ class KeyedTransaction:
         key = bound if bound is not None else self.key_of()
         if key is None:
             key = self.record_key(None, var)  # raises: no key
-        if (var.name, suffix) not in self._prefetched:
-            self._prefetch(var, suffix)
-        memo = (suffix, var.name, key)
-        found = self._keys.get(memo)
-        if found is None:
-            found = remember(self._keys, memo, checked_key(variable_prefix(key, var.name) + suffix, var.name),
-                               MEMO_SIZE)
+        batch = self.entries(var, suffix)
+        found = batch.get(key)
+        if found is None:  # a key outside the batch's record keys (``.of(key)``, a timer's, a message's own)
+            memo = (suffix, var.name, key)
+            found = self._keys.get(memo)
+            if found is None:
+                found = remember(self._keys, memo, checked_key(variable_prefix(key, var.name) + suffix, var.name),
+                                 MEMO_SIZE)
         return found
 
-    def _prefetch(self, var: Variable, suffix: str) -> None:
-        """At the first read of ``var``'s entry ``suffix`` in the batch: that entry of every record key of the
-        batch, in one bulk read (as the runtime prefetches the keys themselves). Once per distinct key of the
-        batch, so written out; the memo starts again (with the batch's) if the batch's new state keys would take it
-        past ``MEMO_SIZE``, and may then hold the batch's beyond that until its next start."""
+    def entries(self, var: Variable, suffix: str) -> dict[Any, str]:
+        """The state keys of ``var``'s entry ``suffix`` of the batch's record keys (those the store takes), by
+        record key. The first call in the batch derives them (from the memo where it can) and reads them all in
+        one bulk read, as the runtime reads the record keys themselves; the memo starts again (with the batch's)
+        if the batch's new state keys would take it past ``MEMO_SIZE``, and may then hold the batch's beyond that
+        until its next start. Once per distinct key of the batch, so written out."""
+        found = self._batch.get((var.name, suffix))
+        if found is not None:
+            return found
         name, memo = var.name, self._keys
-        self._prefetched.add((name, suffix))
         batch, new = {}, 0
         for key in dict.fromkeys(self._batch_keys()):
             state_key = memo.get((suffix, name, key))
@@ -321,12 +326,13 @@ class KeyedTransaction:
                 except InvalidArgumentError:
                     continue  # too long: its own read says so
             if state_key is not None:
-                batch[(suffix, name, key)] = state_key
+                batch[key] = state_key
         if len(memo) + new > MEMO_SIZE:
             memo.clear()
-        memo.update(batch)
-        at = list(batch.values())
-        self.state.prefetch(at)
+        memo.update(((suffix, name, key), at) for key, at in batch.items())
+        self._batch[(name, suffix)] = batch
+        self.state.prefetch(list(batch.values()))
+        return batch
 
     def map_entry(self, prefix: str, var: Variable, key: Any) -> str:
         """The state key of map ``var``'s entry of ``key`` (under the map's ``prefix``), from the memo (a map's get

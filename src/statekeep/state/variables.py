@@ -40,16 +40,18 @@ class _Handle(Generic[T]):
 class ValueState(_Handle[T]):
     """One value of the record's key."""
 
-    _memo: tuple[str | None, str] = (None, "")  # (record key, its state key): a record's get, then update
+    _batch: dict[Any, str] | None = None  # the transaction's entries of this variable (record key -> state key)
 
     def _at(self) -> str:
-        key = self._bound if self._bound is not None else self._txn.key_of()
-        memo = self._memo
-        if key is not None and key is memo[0]:
-            return memo[1]
-        at = self._txn.at(key, self._var, "=")
-        self._memo = (key, at)
-        return at
+        bound = self._bound
+        if bound is not None:
+            return self._txn.at(bound, self._var, "=")
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = self._txn.entries(self._var, "=")
+        key = self._txn.key_of()
+        found = batch.get(key)
+        return found if found is not None else self._txn.at(key, self._var, "=")
 
     def get(self, default: T | None = None) -> T | None:
         """The value, or ``default`` if there is none (never written, cleared or expired)."""
