@@ -32,7 +32,7 @@ class StateMethods:
     recorded_schemas: dict[str, dict[str, Any]] | None
     state_schemas: dict[str, dict[str, Any]]
     _variables: dict[tuple[Any, ...], Any]
-    _last_value: tuple[Any, Any, Any] = (None, None, None)  # (name, type, handle): value_state's last open
+    _last_value: tuple[str, Any, ValueState[Any]] | None = None  # (name, type, handle): value_state's last open
 
     if TYPE_CHECKING:  # the Context's other mixin's (defined here, it would hide it)
         def _key(self) -> str | None: ...  # RecordMethods': the current record's key
@@ -93,7 +93,7 @@ class StateMethods:
         bool, a dataclass or msgspec.Struct); each write expires ``ttl`` seconds later (default never).
         :class:`StateSchemaError` if the function's recorded schema of ``name`` cannot evolve into this one."""
         last = self._last_value  # a record's one call, on the handle the batch's first call opened
-        if last[0] is name and last[1] is type and ttl is None:
+        if last is not None and last[0] is name and last[1] is type and ttl is None:
             return last[2]
         opened = self._variable(name, "value", type, None, ttl, ValueState)
         if ttl is None:
