@@ -196,7 +196,8 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
         '{"k": 5, "k": "second"}', '{"k": "first", "k": 6}', '{"K": "case", "k": "lower"}', '{"kk": 1, "k": 2}',
         '{"x": 1}', '[{"k": "in a list"}]', '"k"', '{}',
         '{' + ", ".join(f'"f{i}": {i}' for i in range(20)) + ', "k": "after 20"}',
-        '{"\\u006b": "escaped name", "k": "plain"}',
+        '{"\\u006b": "escaped name", "k": "plain"}', '{"k":"compact","x":1}', '{"k":"a"}', '{"k": "a" }',
+        '{"k":"tab\\tx", "y": 2}', '{"k":"é ✓","x":"y"}', '{"k" : "spaced"}', '{"k":"a\\\\"}',
     ]
     rows = [(doc,) for doc in valid]
     frame = spark.createDataFrame(rows, "value string")
@@ -205,10 +206,10 @@ def test_json_key_is_get_json_object_on_every_valid_document(spark):
         parsed = F.get_json_object("value", f"$.{field}")
         got = keyed.select("value", key.alias("ours"), parsed.alias("parsed")).collect()
         assert [(r.value, r.ours) for r in got] == [(r.value, r.parsed) for r in got]
-    invalid = spark.createDataFrame([('{"k": "a", oops',), ('{"k": 3',), ('{"k": "a" "x"}',), ("not json",)],
-                                    "value string")
+    invalid = spark.createDataFrame([('{"k": "a", oops',), ('{"k": 3',), ('{"k": "a" "x"}',), ("not json",),
+                                     ('{"k":"a",',), ('{"k":"a"x',), ('{"k": "unclosed',)], "value string")
     keyed, key = with_json_key(invalid, "k")
-    assert [r[0] for r in keyed.select(key).collect()] == ["a", None, None, None]
+    assert [r[0] for r in keyed.select(key).collect()] == ["a", None, None, None, "a", None, None]
 
 
 def test_a_function_without_a_key_runs_each_micro_batch_in_one_task(spark, service, tmp_path):
