@@ -37,3 +37,6 @@ def test_malformed_input_raises_json_loads_own_error(text):
     with pytest.raises(json.JSONDecodeError) as ours:
         loads_at(text)
     assert str(ours.value) == str(raised.value)
+    with pytest.raises(json.JSONDecodeError) as after_one:
+        loads_at("x" + text, 1)  # a message record's line
+    assert str(after_one.value) == str(raised.value)
