@@ -192,10 +192,10 @@ def message_decoder(spec: ExecutorSpec, current_input: Callable[[], str | None])
         if not custom and raw.__class__ is str and raw[:1] == JSON_LINE:
             return loads_at(raw, 1)  # a JSON file's line, the common case
         record = record_of(raw) if raw.__class__ is str and raw[:1] == JSON_LINE else (
-            json.loads(raw) if isinstance(raw, (str, bytes)) else raw)
+            loads_at(raw) if isinstance(raw, (str, bytes)) else raw)
         serde = custom.get(current_input() or "") if custom else None
         if record.get("format") == "json":
-            value = json.loads(record["value"])
+            value = loads_at(record["value"])
             if serde is None:
                 return value
             return serde.deserialize(value.encode("utf-8") if isinstance(value, str)
@@ -213,7 +213,7 @@ def batch_lines(values: list[Any]) -> list[str]:
         if raw.__class__ is str and raw[:1] == JSON_LINE:
             lines.append(raw[1:])
             continue
-        record = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        record = loads_at(raw) if isinstance(raw, (str, bytes)) else raw
         if record.get("format") == "json":
             lines.append(record["value"])
         else:
