@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.messaging.jsonscan import loads_at
+from statekeep.functions.messaging.jsonscan import dumps, loads_at
 from statekeep.functions.config.locations import is_kafka
 from statekeep.functions.config.loader import FunctionLoadError, execute_file
 from statekeep.functions.messaging.sink import OutputSink
@@ -153,7 +153,7 @@ def serialize(value: Any, serde: Any | None) -> str | bytes:
         return value
     if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
         return str(value)
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return dumps(value)
 
 
 def input_serdes(spec: ExecutorSpec) -> tuple[Any, dict[str, Any]]:

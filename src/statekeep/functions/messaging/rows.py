@@ -14,11 +14,11 @@ record's failure).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.messaging.jsonscan import dumps
 
 DEFAULT_SCHEMA = "key string, value string"
 _KEY_VALUE = ("key", "value")
@@ -37,7 +37,7 @@ def _text(value: Any) -> str | None:
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return dumps(value)
 
 
 def row_maker(schema: Any, key: Callable[[], Any]) -> Callable[[Any], dict[str, Any]]:

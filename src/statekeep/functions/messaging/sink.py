@@ -47,6 +47,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
 from statekeep.functions.config.locations import is_url as is_url  # re-exported (moved there)
+from statekeep.functions.messaging.jsonscan import dumps
 
 _NEW = re.compile(r"^(?P<stem>[^@]+)@(?P<ms>\d{13})\.(?P<fmt>[A-Za-z0-9]+)$")
 _TIMED_LEGACY = re.compile(r"^(?:produce|trigger)-(?P<ms>\d{13})-[0-9a-f]{8}\.jsonl$")
@@ -163,7 +164,7 @@ def _encode(records: Any, fmt: str) -> bytes:
         return buffer.getvalue()
     if not isinstance(records, list):
         records = records.to_pylist()
-    return "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in records).encode("utf-8")
+    return "".join(dumps(r) + "\n" for r in records).encode("utf-8")
 
 
 def write_file(directory: str, name: str, records: Any, fmt: str = "jsonl") -> str:
