@@ -41,11 +41,15 @@ class ValueState(_Handle[T]):
     """One value of the record's key."""
 
     _batch: dict[Any, str] | None = None  # the transaction's entries of this variable (record key -> state key)
+    _bound_at: str | None = None  # with .of(key): its state key (a get, then an update)
 
     def _at(self) -> str:
         bound = self._bound
         if bound is not None:
-            return self._txn.at(bound, self._var, "=")
+            at = self._bound_at
+            if at is None:
+                at = self._bound_at = self._txn.at(bound, self._var, "=")
+            return at
         batch = self._batch
         if batch is None:
             batch = self._batch = self._txn.entries(self._var, "=")
