@@ -2,14 +2,17 @@
 costs per batch, and what the garbage collector's setting during a run (statekeep.functions.executor.collector)
 changes, each against its baseline in the same run.
 
-    python benchmarks/partition_run.py [--events 1000000] [--keys 10000] [--counting-events 750000]
+    python benchmarks/partition_run.py [--events 1000000] [--keys 10000] [--counting-events 750000] [--q18-events N]
 
 - windows: ``benchmarks/windows.py``'s records-kept and aggregate functions (1-minute tumbling windows) over its
   events (``--events`` over ``--keys`` keys, 10 micro-batches, 2 partitions), with the collector as the runtime sets
   it, and with the default thresholds throughout (the baseline);
 - counting: ``benchmarks/spark_state.py``'s ``incr_counter`` and ``value_state`` functions over micro-batches of
   125k records over 50k keys (one partition each), the median partition (the first batch left out); the ratio is
-  ``incr_counter``'s time over ``value_state``'s.
+  ``incr_counter``'s time over ``value_state``'s;
+- Nexmark q18 (``examples/nexmark/q18.py``: a typed value per (bidder, auction) through ``.of(key)``, a bid out per
+  new latest) over the generator's bids in batches of 10k (``--q18-events`` events), its outputs written by the
+  runtime's encoder (``jsonscan.dumps``) and by ``json.dumps`` (the baseline): microseconds per record.
 State is on the embedded store (``local://``) in a temporary directory.
 """
 
@@ -94,11 +97,39 @@ def counting(work: str, events: int) -> dict[str, float]:
     return times
 
 
+def q18(work: str, events: int) -> dict[str, float]:
+    """Seconds per record of q18's function over ``events`` Nexmark events' bids, by output encoder."""
+    from nexmark_model.generator import NexmarkConfig
+    from nexmark_model.generator import events as nexmark_events
+
+    from statekeep.functions.messaging import sink
+
+    bids = [json.dumps(e["bid"]) for e in nexmark_events(NexmarkConfig(num_events=events)) if e.get("bid")]
+    code = (Path(__file__).parent.parent / "examples" / "nexmark" / "q18.py").read_bytes()
+    encoders = {"json.dumps": lambda r: json.dumps(r, separators=(",", ":"), default=str), "jsonscan.dumps": sink.dumps}
+    times: dict[str, list[float]] = {name: [] for name in encoders}
+    for round_ in range(2):  # alternating order
+        for name in encoders if round_ % 2 == 0 else reversed(encoders):
+            url = f"local://{work}/q18-{name}-{round_}"
+            with FunctionService.open(url) as service:
+                spec = registered(service, url, "q18", code, parallelism=1, output=f"{work}/q18-{name}-{round_}-out")
+                sink.dumps = encoders[name]
+                try:
+                    began = time.perf_counter()
+                    for batch, start in enumerate(range(0, len(bids), 10_000)):
+                        run_partition(spec, batch, 0, bids[start:start + 10_000], layout=Layout(128, 1, None))
+                    times[name].append((time.perf_counter() - began) / len(bids))
+                finally:
+                    sink.dumps = encoders["jsonscan.dumps"]
+    return {name: min(seconds) for name, seconds in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--counting-events", type=int, default=750_000)
+    parser.add_argument("--q18-events", type=int, default=230_000)
     args = parser.parse_args()
     batches = window_batches(args.events, args.keys)
     setting = runtime.young_generation_only
@@ -117,6 +148,10 @@ def main() -> None:
         print(f"counting, partitions of 125,000 records over 50,000 keys (median s): incr_counter "
               f"{times['incr_counter']:.3f}, value_state {times['value_state']:.3f}: "
               f"{times['incr_counter'] / times['value_state']:.2f}x incr_counter's speed")
+        per = q18(work, args.q18_events)
+        print(f"Nexmark q18, {args.q18_events:,} events' bids in batches of 10,000, us per record (the faster of two "
+              f"runs): outputs by json.dumps {per['json.dumps'] * 1e6:.2f}, by jsonscan.dumps "
+              f"{per['jsonscan.dumps'] * 1e6:.2f}: {per['json.dumps'] / per['jsonscan.dumps']:.2f}x")
 
 
 if __name__ == "__main__":
