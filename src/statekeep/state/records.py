@@ -164,30 +164,32 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: Mapping[str, bytes 
     plans its writes here. Raises before returning anything: :class:`CounterOverflowError`, or
     :class:`InvalidArgumentError` for a delta on a key that holds bytes."""
     changes = []
-    pack, pack_counter, unpack_counter = _VERSION.pack, _COUNTER_ENTRY.pack, _COUNTER.unpack_from
+    append, pack, unpack_version = changes.append, _VERSION.pack, _VERSION.unpack_from
+    pack_counter, unpack_counter = _COUNTER_ENTRY.pack, _COUNTER_ENTRY.unpack
     for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
         raw_key = key.encode()
         raw = get(prefix + raw_key)
-        version = 0 if raw is None else _VERSION.unpack_from(raw)[0] + 1
         delta = deltas.get(key)
         if delta is None:
+            version = 0 if raw is None else unpack_version(raw)[0] + 1
             stored = values[key]
             if stored is None:
                 if raw is not None:
-                    changes.append((raw_key, tombstone_entry(version - 1, now_ms)))
+                    append((raw_key, tombstone_entry(version - 1, now_ms)))
                 continue
-            entry = pack(version) + stored
+            append((raw_key, pack(version) + stored))
+            continue
+        if raw is None:
+            version, total = 0, delta
+        elif len(raw) == 17 and raw[8] == _COUNTER_TAG:  # a stored counter: its version and value in one unpack
+            version, _, total = unpack_counter(raw)
+            version, total = version + 1, (delta if key in values else total + delta)
         else:
-            if raw is None or key in values:
-                total = delta
-            elif raw[8] == _COUNTER_TAG and len(raw) == 17:
-                total = unpack_counter(raw, 9)[0] + delta
-            else:
-                total = entry_counter(key, raw) + delta  # raises: bytes, or not a stored entry
-            if not COUNTER_MIN <= total <= COUNTER_MAX:
-                raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
-            entry = pack_counter(version, COUNTER, total)
-        changes.append((raw_key, entry))
+            version = unpack_version(raw)[0] + 1
+            total = delta if key in values else entry_counter(key, raw) + delta  # raises: bytes, or no entry
+        if not COUNTER_MIN <= total <= COUNTER_MAX:
+            raise CounterOverflowError(f"counter {key!r} would overflow a signed 64-bit integer")
+        append((raw_key, pack_counter(version, COUNTER, total)))
     return changes
 
 
