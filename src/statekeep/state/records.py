@@ -163,7 +163,7 @@ def plan_batch(get: Callable[[bytes], bytes | None], values: Mapping[str, bytes 
     of a present key, at ``now_ms``), then counter deltas; each key once. Every provider that stores entries
     plans its writes here. Raises before returning anything: :class:`CounterOverflowError`, or
     :class:`InvalidArgumentError` for a delta on a key that holds bytes."""
-    changes = []
+    changes: list[tuple[bytes, bytes]] = []
     append, pack, unpack_version = changes.append, _VERSION.pack, _VERSION.unpack_from
     pack_counter, unpack_counter = _COUNTER_ENTRY.pack, _COUNTER_ENTRY.unpack
     for key in (dict.fromkeys([*values, *deltas]) if values else deltas):
