@@ -91,9 +91,10 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: in
                  config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
     """Create topic ``name`` with ``partitions`` partitions of ``replication`` replicas and topic ``config``
     (Kafka's topic settings, e.g. ``{"cleanup.policy": "compact"}``), and wait until every partition has a
-    leader. A topic of that name with the same partitions and replication is kept as it is (create is
-    idempotent); with others it is AlreadyExistsError. InvalidArgumentError for what the broker refuses
-    (a replication above the live brokers, an unknown config), StoreUnavailableError after ``timeout``."""
+    leader, as every broker that answers sees it. A topic of that name with the same partitions and replication
+    is kept as it is (create is idempotent); with others it is AlreadyExistsError. InvalidArgumentError for what
+    the broker refuses (a replication above the live brokers, an unknown config), StoreUnavailableError after
+    ``timeout``."""
     check_topic(name)
     check_int(partitions, "partitions", minimum=1)
     check_int(replication, "replication", minimum=1, maximum=32767)
@@ -123,6 +124,25 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: in
                 raise error from e
             time.sleep(_POLL_S)  # retriable (no controller yet, a broker restarting): again until the deadline
     _wait_leaders(admin, bootstrap, name, partitions, deadline)
+    _wait_everywhere(admin, bootstrap, name, partitions, deadline)
+
+
+def _wait_everywhere(admin: AdminClient, bootstrap: str, name: str, partitions: int, deadline: float) -> None:
+    """Wait until every broker the cluster lists that answers lists the topic with its leaders: a broker learns of a
+    new topic from the controller a little later than the one that answered first, and a client asking it then
+    would find no such topic. A broker that does not answer within 2 s is left out (down: it catches up before
+    it serves again)."""
+    brokers = _metadata(admin, bootstrap, max(deadline - time.monotonic(), 0.1)).brokers.values()
+    if len(brokers) < 2:
+        return
+    for broker in brokers:
+        address = f"{broker.host}:{broker.port}"
+        one = admin_client(address)
+        try:
+            _metadata(one, address, min(2.0, max(deadline - time.monotonic(), 0.1)))
+        except StoreUnavailableError:
+            continue
+        _wait_leaders(one, address, name, partitions, deadline)
 
 
 def _check_existing(admin: AdminClient, bootstrap: str, name: str, partitions: int, replication: int,
