@@ -57,19 +57,21 @@ def test_one_bounded_memo_of_state_keys(store, monkeypatch):
     count = variable("count", "value", int)
     seen = variable("seen", "map", int, str)
     at = txn.at("k1", count, "=")
-    assert at == txn.at("k1", count, "=") and len(txn._keys) == 4  # the batch's keys, read in one bulk read
+    assert at == txn.at("k1", count, "=") and len(txn._memo("count", "=")) == 4  # the batch's, in one bulk read
     checked = []
     monkeypatch.setattr(transaction, "checked_key", lambda key, *a: checked.append(key) or key)
     next_batch, _ = new(store, batch_keys=["k1"])
     assert next_batch.at("k1", count, "=") == at and next_batch._keys is txn._keys
     assert next_batch.map_entry(at, seen, "m") == next_batch.map_entry(at, seen, "m") and len(checked) == 1
     assert checked == [at + "msm"]  # a later batch derives and checks a state key the memo holds no more
+    big, _ = new(store, batch_keys=["k1"] + [f"b{i}" for i in range(11)])  # past the bound: the batch's stay
+    assert set(big.entries(count, "=")) == set(big._memo("count", "=")) == {"k1", *(f"b{i}" for i in range(11))}
     monkeypatch.undo()
     monkeypatch.setattr(transaction, "MEMO_SIZE", 10)
     for i in range(30):
         txn.at(f"x{i}", count, "=")
         txn.map_entry(at, seen, f"m{i}")
-        assert len(txn._keys) <= 10
+        assert len(txn._memo("count", "=")) <= 10 and len(txn._memo("seen", "m")) <= 10
     assert txn.map_entry("p", seen, "m") == "pmsm"
     with pytest.raises(InvalidArgumentError, match="holds str"):
         txn.map_entry("p", seen, 3)

@@ -13,6 +13,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.state.keys import encode_key, valid_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 
+_UNSET = object()
+
 
 class BufferedState:
     """One batch's view of a function's state.
@@ -71,9 +73,11 @@ class BufferedState:
             self.prefetch([key for key in later if valid_key(key)])
 
     def get(self, key: str) -> bytes | None:
-        if key in self.puts:
-            return self.puts[key]
-        return self._entry(key)[0]
+        put = self.puts.get(key, _UNSET)  # once per record in typed functions: the common cases inlined
+        if put is not _UNSET:
+            return put  # type: ignore[return-value]
+        entry = self._base.get(key)
+        return (entry if entry is not None else self._entry(key))[0]
 
     def put(self, key: str, value: bytes | None) -> None:
         self.puts[key] = value

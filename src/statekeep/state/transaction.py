@@ -37,12 +37,14 @@ from statekeep.state.timestate import check_ttl, check_user_key
 from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, encode_entry, entry_payload,
                                    map_key_code, variable_prefix)
 
-#: how many state keys the memo holds before it starts again (a batch of more keys checks them again)
+#: how many state keys the memo holds per variable and entry before it starts again (a batch of more keys checks
+#: them again)
 MEMO_SIZE = 100_000
 #: THE memo of state keys, shared by the process's transactions (a state key depends only on its parts, so a hot key
-#: is derived and checked once, not once per batch): (entry, variable, record key) and (map prefix, key class, map
-#: key) -> state key. A lost entry (a clear, a race between threads) is only a miss.
-_KEYS: dict[tuple[Any, ...], str] = {}
+#: is derived and checked once, not once per batch): by (variable, entry) -- ``=`` a value, ``#`` a list's bounds,
+#: ``m`` a map's entries -- then by record key (a map's: by (map prefix, key class, map key)) -> state key. A batch
+#: looks its record keys up in one dict per variable. A lost entry (a clear, a race between threads) is only a miss.
+_KEYS: dict[tuple[str, str], dict[Any, str]] = {}
 
 
 class TTL(Protocol):
@@ -299,12 +301,16 @@ class KeyedTransaction:
         batch = self.entries(var, suffix)
         found = batch.get(key)
         if found is None:  # a key outside the batch's record keys (``.of(key)``, a timer's, a message's own)
-            memo = (suffix, var.name, key)
-            found = self._keys.get(memo)
+            memo = self._memo(var.name, suffix)
+            found = memo.get(key)
             if found is None:
-                found = remember(self._keys, memo, checked_key(variable_prefix(key, var.name) + suffix, var.name),
-                                 MEMO_SIZE)
+                found = remember(memo, key, checked_key(variable_prefix(key, var.name) + suffix, var.name), MEMO_SIZE)
         return found
+
+    def _memo(self, name: str, entry: str) -> dict[Any, str]:
+        """The memo's state keys of variable ``name``'s entry ``entry``."""
+        memo = self._keys.get((name, entry))
+        return memo if memo is not None else self._keys.setdefault((name, entry), {})
 
     def entries(self, var: Variable, suffix: str) -> dict[Any, str]:
         """The state keys of ``var``'s entry ``suffix`` of the batch's record keys (those the store takes), by
@@ -315,21 +321,24 @@ class KeyedTransaction:
         found = self._batch.get((var.name, suffix))
         if found is not None:
             return found
-        name, memo = var.name, self._keys
-        batch, new = {}, 0
-        for key in dict.fromkeys(self._batch_keys()):
-            state_key = memo.get((suffix, name, key))
-            if state_key is None and isinstance(key, str) and key:
-                state_key, new = variable_prefix(key, name) + suffix, new + 1
-                try:
-                    check_key(state_key)
-                except InvalidArgumentError:
-                    continue  # too long: its own read says so
-            if state_key is not None:
-                batch[key] = state_key
-        if len(memo) + new > MEMO_SIZE:
-            memo.clear()
-        memo.update(((suffix, name, key), at) for key, at in batch.items())
+        name, memo = var.name, self._memo(var.name, suffix)
+        keys = dict.fromkeys(self._batch_keys())
+        batch = {key: at for key in keys if (at := memo.get(key)) is not None}
+        if len(batch) < len(keys):  # keys the memo does not hold (or none: no key)
+            new = {}
+            for key in keys:
+                if key not in batch and isinstance(key, str) and key:
+                    state_key = variable_prefix(key, name) + suffix
+                    try:
+                        check_key(state_key)
+                    except InvalidArgumentError:
+                        continue  # too long: its own read says so
+                    new[key] = state_key
+            batch.update(new)
+            if len(memo) + len(new) > MEMO_SIZE:
+                memo.clear()
+                new = batch
+            memo.update(new)
         self._batch[(name, suffix)] = batch
         self.state.prefetch(list(batch.values()))
         return batch
@@ -337,14 +346,15 @@ class KeyedTransaction:
     def map_entry(self, prefix: str, var: Variable, key: Any) -> str:
         """The state key of map ``var``'s entry of ``key`` (under the map's ``prefix``), from the memo (a map's get
         then put checks it once); :class:`InvalidArgumentError` for a key of another type or too long."""
-        memo = (prefix, key.__class__, key) if key.__class__ in MAP_KEY_TYPES else None  # else unhashable maybe
-        found = self._keys.get(memo) if memo is not None else None
+        entry = (prefix, key.__class__, key) if key.__class__ in MAP_KEY_TYPES else None  # else unhashable maybe
+        memo = self._memo(var.name, "m")
+        found = memo.get(entry) if entry is not None else None
         if found is None:
             assert var.key is not None  # a map variable has a key type
             var.key.check(key)
             found = checked_key(prefix + "m" + map_key_code(key), var.name, key)
-            if memo is not None:
-                remember(self._keys, memo, found, MEMO_SIZE)
+            if entry is not None:
+                remember(memo, entry, found, MEMO_SIZE)
         return found
 
     def expires(self, var: Variable) -> int | None:

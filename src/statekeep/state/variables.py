@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.transaction import KeyedTransaction
 from statekeep.state.typed import (EXPIRING, Variable, decode_map_key, delete_elements, element_key, encode_bounds,
-                                   encode_entry, entry_expiry, list_bounds, read_elements, variable_prefix)
+                                   encode_entry, entry_expiry, list_bounds, pack, read_elements, variable_prefix)
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -59,8 +59,11 @@ class ValueState(_Handle[T]):
 
     def get(self, default: T | None = None) -> T | None:
         """The value, or ``default`` if there is none (never written, cleared or expired)."""
-        at = self._at()
-        raw = self._txn.state.get(at)  # the transaction's read, its common case inlined: once per record
+        batch = self._batch  # _at's common case inlined (the record's own key, of the batch): once per record
+        at = batch.get(self._txn.key_of()) if batch is not None and self._bound is None else None
+        if at is None:
+            at = self._at()
+        raw = self._txn.state.get(at)  # the transaction's read, its common case inlined too
         if raw is None:
             return default
         payload = raw if raw[0] != EXPIRING else self._txn.payload(at, raw)
@@ -72,9 +75,12 @@ class ValueState(_Handle[T]):
     def update(self, value: T) -> None:
         """Set the value (its TTL starts again)."""
         var = self._var
-        raw = var.value.encode(value)
+        value_type = var.value
+        raw = pack(value) if value.__class__ is value_type.scalar else value_type.encode(value)
         if var.ttl_ms is None:
-            self._txn.state.put(self._at(), raw)
+            batch = self._batch  # as in get
+            at = batch.get(self._txn.key_of()) if batch is not None and self._bound is None else None
+            self._txn.state.put(at if at is not None else self._at(), raw)
         else:
             self._txn.write(self._at(), raw, self._txn.expires(var))
 

@@ -27,6 +27,7 @@ class StateMethods:
     _txn: KeyedTransaction
     _time: TimeState | None
     _source: RecordSource | None
+    _record_keys: list[Any] | None
     position: int
     load_schemas: Callable[[], dict[str, dict[str, Any]]]
     recorded_schemas: dict[str, dict[str, Any]] | None
@@ -134,13 +135,15 @@ class StateMethods:
         return opened
 
     def _variable_key(self) -> str | None:
-        if self._time is not None and self._time.current_key is not None:
-            return self._time.current_key or None  # "" is the timers of records without a key
-        source, position = self._source, self.position
-        keys = source.keys if source is not None else None
-        if keys is not None and 0 <= position < len(keys) and keys[position] is not None:
-            return keys[position]  # type: ignore[no-any-return]  # the key column: str or None
-        return self._key()
+        time = self._time
+        if time is None or time.current_key is None:  # a record's, not a timer's: twice a record in typed functions
+            keys, position = self._record_keys, self.position
+            if keys is not None and position >= 0:
+                key = keys[position]  # the key column: str or None
+                if key is not None:
+                    return key  # type: ignore[no-any-return]
+            return self._key()
+        return time.current_key or None  # "" is the timers of records without a key
 
     def _batch_keys(self) -> Iterable[Any]:
         """The record keys of the batch (for typed variables' prefetch)."""

@@ -8,7 +8,7 @@ from typing import Any
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError
 from statekeep.metadata.types import validate_value as validate_value  # one rule for metadata and state values
 from statekeep.state.keys import check_keys
-from statekeep.state.records import COUNTER_MAX, COUNTER_MIN, encode_bytes
+from statekeep.state.records import BYTES, COUNTER_MAX, COUNTER_MIN, encode_bytes
 from statekeep.validate import check_int
 
 
@@ -36,7 +36,8 @@ def validate_batch(puts: object, counters: object, max_size: int) -> tuple[dict[
     if not isinstance(puts, Mapping) or not isinstance(counters, Mapping):
         raise InvalidArgumentError("apply_batch takes two mappings: puts and counters")
     check_keys([*puts, *counters])
-    values = {k: None if v is None else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
+    values = {k: None if v is None else BYTES + v if v.__class__ is bytes and len(v) <= max_size  # the common case
+              else encode_bytes(validate_value(v, max_size)) for k, v in puts.items()}
     return values, validate_amounts(counters)
 
 
