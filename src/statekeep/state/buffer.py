@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.state.keys import encode_key, valid_key
+from statekeep.state.keys import check_key, valid_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 
 _UNSET = object()
@@ -57,7 +57,7 @@ class BufferedState:
     def _entry(self, key: str) -> tuple[bytes | None, int | None]:
         """A key's stored (value, counter); its first read checks it (:class:`InvalidArgumentError`)."""
         if key not in self._base:
-            encode_key(key)
+            check_key(key)
             if self._later is not None:
                 self._read_later()
             if key not in self._base:

@@ -33,8 +33,15 @@ class _Handle(Generic[T]):
         """This variable of another record key (in the task: with partition-owned state, of its key groups)."""
         return type(self)(self._txn, self._var, self._txn.scoped(key))
 
+    _bound_prefix: str | None = None  # with .of(key): its prefix
+
     def _prefix(self) -> str:
-        return variable_prefix(self._txn.record_key(self._bound, self._var), self._var.name)
+        if self._bound is not None:
+            prefix = self._bound_prefix
+            if prefix is None:
+                prefix = self._bound_prefix = variable_prefix(self._bound, self._var.name)
+            return prefix
+        return variable_prefix(self._txn.record_key(None, self._var), self._var.name)
 
 
 class ValueState(_Handle[T]):
@@ -171,8 +178,15 @@ class MapState(_Handle[V], Generic[K, V]):
     """A map of the record's key: one entry per map key, so one is read or written without the others;
     ``keys``/``values``/``items`` read the map by a prefix scan, in the order of the keys' codes."""
 
+    _last: tuple[str, Any, str] | None = None  # (prefix, map key, state key) of the last entry (a get, then a put)
+
     def _entry(self, prefix: str, key: K) -> str:
-        return self._txn.map_entry(prefix, self._var, key)
+        last = self._last
+        if last is not None and last[1] is key and last[0] == prefix:
+            return last[2]
+        at = self._txn.map_entry(prefix, self._var, key)
+        self._last = (prefix, key, at)
+        return at
 
     def get(self, key: K, default: V | None = None) -> V | None:
         payload = self._txn.read(self._entry(self._prefix(), key))
