@@ -20,6 +20,16 @@ def test_key_encoding_round_trips_to_one_segment(key):
     assert decode_key(segment) == key
 
 
+@pytest.mark.parametrize("segment", ["!41", "!0a", "!4", "~C3", "~FF", "~c3~a9", "a/b", "a.b", "é", "x!", "~E9"])
+def test_decoding_refuses_every_segment_the_encoder_cannot_give(segment):
+    """A byte coded needlessly or in lower case, a cut code word, bytes that are not UTF-8 (a lone lead byte, a
+    latin-1 byte), a raw ``/``, ``.``, ``!`` or non-ASCII character: each is refused (a foreign child of the
+    state subtree), where a decoder that only reads code words would give some key."""
+    with pytest.raises(InvalidArgumentError, match="not an encoded state key"):
+        decode_key(segment)
+    assert decode_key("~C3~A9") == "é" and decode_key(".2E") == "." and decode_key("a-b:c") == "a-b:c"
+
+
 def _documented_code(key: str) -> str:
     """The module docstring's table, byte by byte: the reference the encoder's fast paths must agree with."""
     def one(b: int) -> str:

@@ -27,6 +27,7 @@ LMDB key limit of 511 bytes): 240 ASCII letters or digits, fewer otherwise.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from statekeep.errors import InvalidArgumentError
@@ -47,7 +48,6 @@ def _code(b: int) -> str:
 
 _CODES = [_code(b) for b in range(256)]
 _ASCII_CODES = _CODES[:128]
-_LEADERS = frozenset("!.~")
 
 
 _segments: dict[str, str] = {}  # recently encoded keys: hot keys skip re-encoding
@@ -65,14 +65,10 @@ def encode_key(key: object, *, what: str = "state key") -> str:
         raise InvalidArgumentError(f"a {what} must be a str, not {type(key).__name__}")
     if not key:
         raise InvalidArgumentError(f"a {what} must not be empty")
-    if key.isascii():  # one byte per character: str.translate codes them (in C)
-        segment = key if key.isalnum() else key.translate(_ASCII_CODES)
-    else:
-        try:
-            raw = key.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidArgumentError(f"a {what} must be valid Unicode (no lone surrogates): {key!r}") from e
-        segment = "".join([_CODES[b] for b in raw])
+    try:
+        segment = _segment(key)
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"a {what} must be valid Unicode (no lone surrogates): {key!r}") from e
     if len(segment) > MAX_SEGMENT:
         raise InvalidArgumentError(
             f"{what} too long: {len(segment)} characters once encoded, at most {MAX_SEGMENT} "
@@ -130,22 +126,34 @@ def check_scan(prefix: object, start_after: object, limit: object) -> str:
     return encoded
 
 
+def _segment(key: str) -> str:
+    """``key``'s code (no checks); UnicodeEncodeError for a lone surrogate."""
+    if key.isascii():  # one byte per character: str.translate codes them (in C)
+        return key if key.isalnum() else key.translate(_ASCII_CODES)
+    return "".join([_CODES[b] for b in key.encode("utf-8")])
+
+
+_PLAIN = re.compile(r"[\x22-\x2d\x30-\x7d]*")  # a segment of bytes that code as themselves: the key itself
+_CODED = re.compile(r"[!.~]([0-9A-F]{2})")  # a byte's code word with a leader
+
+
+def _byte(coded: re.Match[str]) -> str:
+    return chr(int(coded[1], 16))
+
+
 def decode_key(segment: str) -> str:
     """The key whose segment is ``segment``. Raises :class:`InvalidArgumentError` on a segment that
     :func:`encode_key` cannot have produced (a foreign child in the state subtree)."""
-    out = bytearray()
-    i, n = 0, len(segment)
-    try:
-        while i < n:  # each byte is what _CODES gives back: a leader and two hex digits, or itself
-            piece = segment[i:i + 3] if segment[i] in _LEADERS else segment[i]
-            b = int(piece[1:], 16) if len(piece) > 1 else ord(piece)
-            if _CODES[b] != piece:
-                raise ValueError(segment)
-            out.append(b)
-            i += len(piece)
-        return out.decode("utf-8")
-    except (ValueError, IndexError) as e:
-        raise InvalidArgumentError(f"not an encoded state key: {segment!r}") from e
+    if _PLAIN.fullmatch(segment):
+        return segment
+    try:  # each code word to its byte (as a latin-1 character), the bytes as UTF-8; then coded back: only the one
+        # segment encode_key gives for a key decodes (no other case of hex digits, no byte coded needlessly)
+        key = _CODED.sub(_byte, segment).encode("latin-1").decode("utf-8")
+        if _segment(key) == segment:
+            return key
+    except UnicodeError:
+        pass
+    raise InvalidArgumentError(f"not an encoded state key: {segment!r}")
 
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
