@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from statekeep.errors import InvalidArgumentError
 from statekeep.functions.executor.errors import FunctionRecordError
 from support.specs import run_partition
 from statekeep.state import open_provider
@@ -54,6 +55,12 @@ def test_a_bad_record_fails_the_partition_with_its_position(spec, bad_line, posi
     assert state_of(spec)[0] == {}  # the failed partition wrote nothing
     assert run_partition(spec, 3, 1, [LINES[0], LINES[4]], {"ok"}).processed == 2  # its replay applies
     assert state_of(spec)[0] == {"ok": 2}
+
+
+def test_record_keys_not_one_per_record_are_refused_before_anything_runs(spec):
+    with pytest.raises(InvalidArgumentError, match="record_keys has 1 keys for 2 records"):
+        run_partition(spec, 0, 0, [LINES[0], LINES[4]], record_keys=["ok"])
+    assert state_of(spec)[0] == {}
 
 
 PUT_REPEATED = '''

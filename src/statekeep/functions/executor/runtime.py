@@ -45,7 +45,8 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
 
     ``keys``: the partition's distinct key-field values, prefetched in one bulk read;
     ``record_keys`` and ``topics``: each record's key and input file (for the Context's per-record
-    methods; ``keys`` defaults to the distinct ``record_keys``).
+    methods; ``keys`` defaults to the distinct ``record_keys``); :class:`InvalidArgumentError` for record keys
+    not one per record.
     Raises :class:`FunctionRecordError` naming the record's position when the function raises,
     unless the spec handles failing records (``skip_errors``, ``max_retries``, ``dead_letter``,
     see :meth:`RecordPath.run_records`; a ``process_batch`` partition is skipped whole). With
@@ -54,6 +55,9 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     """
     if not isinstance(records, list) and not hasattr(records, "to_pylist"):
         records = list(records)  # a conflict runs the batch again (below); the record loop takes a list
+    count = len(records)  # type: ignore[arg-type]  # a list or Arrow data by now
+    if record_keys is not None and len(record_keys) != count:  # the Context reads a record's key by its position
+        raise InvalidArgumentError(f"record_keys has {len(record_keys)} keys for {count} records")
     for _ in DEFAULT.bounded(attempts=20).attempts():
         store = spec.state_store().task(batch_id, partition, layout.partitions)
         try:
