@@ -27,6 +27,7 @@ class _Tree:
         self.lock = threading.RLock()
         self.nodes: dict[str, Record] = {}
         self.names: dict[str, set[str]] = {}  # parent -> names of its children
+        self._sorted: dict[str, list[str]] = {}  # parent -> the names sorted, as last listed (dropped on a change)
         self.sequences: dict[str, int] = {}
         self.stores: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
 
@@ -34,7 +35,11 @@ class _Tree:
         return self.nodes.get(path)
 
     def children(self, path: str) -> list[str]:
-        return sorted(self.names.get(path, ()))
+        """The names of ``path``'s children, sorted (under :attr:`lock`: a commit drops a changed parent's list)."""
+        found = self._sorted.get(path)
+        if found is None:  # a follower polling a long changelog lists it again and again, unchanged
+            found = self._sorted[path] = sorted(self.names.get(path, ()))
+        return list(found)
 
     def has_children(self, path: str) -> bool:
         return bool(self.names.get(path))
@@ -44,8 +49,9 @@ class _Tree:
 
     def commit(self, changes: Changes) -> None:
         for path, record in changes.writes.items():
-            name = path.rpartition("/")[2]
-            siblings = self.names.setdefault(parent_of(path), set())
+            name, parent = path.rpartition("/")[2], parent_of(path)
+            siblings = self.names.setdefault(parent, set())
+            self._sorted.pop(parent, None)
             if record is None:
                 self.nodes.pop(path, None)
                 siblings.discard(name)

@@ -131,7 +131,10 @@ class MetadataStateStore(MetadataChangelog, StateStore):
     def read_changelog(self, after: int = -1, limit: int | None = None) -> list[records.ChangelogRecord]:
         """Changelog records with offset > ``after``, oldest first (a minimal reader; compaction and
         followers live in :mod:`statekeep.changelog`)."""
-        names = [name for name in self._store.get_children(self._log[:-2]) if int(name[1:]) > after]
+        names = self._store.get_children(self._log[:-2])
+        # sequential names (r + ten digits) sort as their offsets: the ones after ``after`` are a tail, found without
+        # reading every name of a long log
+        names = names[bisect_right(names, f"r{after:010d}"):] if after >= 0 else names
         out: list[records.ChangelogRecord] = []
         for start in range(0, len(names), SCAN_PAGE):  # a page of records per round trip
             page = names[start:start + SCAN_PAGE]

@@ -150,6 +150,17 @@ class TestChildren:
         store.delete("/p/a")
         assert store.get_children("/p") == ["b"]
 
+    def test_a_listing_then_a_change_then_a_listing_shows_the_change(self, store):
+        store.put("/p/b", b"")
+        assert store.get_children("/p") == ["b"]
+        listed = store.get_children("/p")
+        listed.append("mine")  # the caller's list: the store's next listing is its own
+        assert store.get_children("/p") == ["b"]
+        store.put("/p/a", b"")
+        assert store.get_children("/p") == ["a", "b"]
+        store.multi([Delete("/p/b")])
+        assert store.get_children("/p") == ["a"]
+
     def test_unicode_names(self, store):
         store.put("/p/é", b"1")
         store.put("/p/z", b"2")
