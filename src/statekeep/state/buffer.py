@@ -13,7 +13,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.state.keys import check_key, valid_key
 from statekeep.state.records import COUNTER_MAX, COUNTER_MIN
 
-_UNSET = object()
+_ABSENT = object()  # a dict lookup's default: no entry (None is a buffered delete)
 
 
 class BufferedState:
@@ -73,8 +73,8 @@ class BufferedState:
             self.prefetch([key for key in later if valid_key(key)])
 
     def get(self, key: str) -> bytes | None:
-        put = self.puts.get(key, _UNSET)  # once per record in typed functions: the common cases inlined
-        if put is not _UNSET:
+        put = self.puts.get(key, _ABSENT)  # once per record in typed functions: the common cases inlined
+        if put is not _ABSENT:
             return put  # type: ignore[return-value]
         entry = self._base.get(key)
         return (entry if entry is not None else self._entry(key))[0]
@@ -180,7 +180,6 @@ class JournaledState(BufferedState):
     state changes must not be applied). Used only when the function's config asks for per-record
     error handling, so the default per-record path pays nothing for it."""
 
-    _ABSENT = object()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -196,9 +195,9 @@ class JournaledState(BufferedState):
 
     def _remember(self, key: str) -> None:
         if key not in self._undo_puts:
-            self._undo_puts[key] = self.puts.get(key, self._ABSENT)
+            self._undo_puts[key] = self.puts.get(key, _ABSENT)
         if key not in self._undo_deltas:
-            self._undo_deltas[key] = self.counter_deltas.get(key, self._ABSENT)
+            self._undo_deltas[key] = self.counter_deltas.get(key, _ABSENT)
 
     def rollback(self) -> None:
         """Restore the buffers as they were at :meth:`begin`, and run the record's :attr:`journal`
@@ -208,7 +207,7 @@ class JournaledState(BufferedState):
             take_back()
         for undo, target in ((self._undo_puts, self.puts), (self._undo_deltas, self.counter_deltas)):
             for key, old in undo.items():
-                if old is self._ABSENT:
+                if old is _ABSENT:
                     target.pop(key, None)
                 else:
                     target[key] = old

@@ -152,7 +152,7 @@ def check_evolution(variable: str, old: Mapping[str, Any], new: Mapping[str, Any
 
 
 _encoder = msgspec.msgpack.Encoder()
-_encode = pack = _encoder.encode  # a checked value's MessagePack (see StateType.scalar)
+_encode = _encoder.encode
 
 
 class StateType:
@@ -164,19 +164,17 @@ class StateType:
         self._decoder = msgspec.msgpack.Decoder(tp)
         self.decode = self._decoder.decode  # type: ignore[method-assign,assignment]  # the decoder's own: no call between
         self._where = where
-        #: the type (int, float, str, bytes, bool) whose values :func:`pack` encodes as they are (a value of that very
-        #: class needs no check), else None
-        self.scalar = tp if tp in _SCALARS else None
+        self._scalar = tp if tp in _SCALARS else None  # int, float, str, bytes, bool: a value of this class is one
 
     def encode(self, value: Any) -> bytes:
-        if value.__class__ is not self.scalar:  # the common case needs no other check
+        if value.__class__ is not self._scalar:  # the common case needs no other check
             self.check(value)
         return _encode(value)
 
     def check(self, value: Any) -> None:
         """:class:`InvalidArgumentError` unless ``value`` is of this type."""
         tp = self.type
-        if value.__class__ is self.scalar:
+        if value.__class__ is self._scalar:
             return
         ok = (isinstance(value, tp) and not (tp is int and isinstance(value, bool))) if isinstance(tp, type) \
             else True  # a generic type: msgspec checks it by decoding what it encoded

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.transaction import KeyedTransaction
 from statekeep.state.typed import (EXPIRING, Variable, decode_map_key, delete_elements, element_key, encode_bounds,
-                                   encode_entry, entry_expiry, list_bounds, pack, read_elements, variable_prefix)
+                                   encode_entry, entry_expiry, list_bounds, read_elements, variable_prefix)
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -82,8 +82,7 @@ class ValueState(_Handle[T]):
     def update(self, value: T) -> None:
         """Set the value (its TTL starts again)."""
         var = self._var
-        value_type = var.value
-        raw = pack(value) if value.__class__ is value_type.scalar else value_type.encode(value)
+        raw = var.value.encode(value)
         if var.ttl_ms is None:
             batch = self._batch  # as in get
             at = batch.get(self._txn.key_of()) if batch is not None and self._bound is None else None
