@@ -100,7 +100,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
 
     from statekeep.functions.config.service import FunctionService
     from statekeep.functions.config.spec import executor_spec
-    from statekeep.functions.driver.inputs import kafka_message
+    from statekeep.functions.driver.inputs import message_columns
     from statekeep.state.partitioned import state_storage
 
     parts = name.split("/") if isinstance(name, str) else []
@@ -181,7 +181,7 @@ def apply_function(df: DataFrame, function: Any, *, name: str, key: str | Column
         spec, _ = executor_spec(registry, url, tenant, namespace, fname, fields=operator_fields)
     key_column = ((F.col(key) if isinstance(key, str) else key) if key is not None else F.lit(None)).cast("string")
     if kafka:  # each row a message record: its key, value, headers and timestamp as a Pulsar message's
-        frame = df.select(kafka_message(df).alias("__record"), key_column.alias("__key"),
+        frame = df.select(*message_columns(df), key_column.alias("__key"),
                           *([F.col("topic").cast("string").alias("__topic")] if topic else []))
     else:  # the row's columns as they are (the event time column in ms): a dict per record, or a Table
         frame = df.select(*[F.unix_millis(F.col(c)).alias(c) if c == event_column and spec.time is not None

@@ -131,7 +131,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
         except FunctionRecordError as e:  # a windowed process_batch
             raise InvalidArgumentError(str(e)) from None
     try:
-        table = path.run([record])
+        table = path.run(source.records)
     except FunctionRecordError as e:  # user code: its error is the answer
         cause = f"{type(e.error).__name__}: {e.error}\n" if e.error is not None else ""
         raise InvalidArgumentError(f"function {spec.fqfn} raised on the trigger data: {cause}"
@@ -166,7 +166,8 @@ def _trigger_key(path: RecordPath, key_field: str | None, value: Any, record: An
     spec = path.spec
     keyed = value
     if path.kind != BATCH:
-        keyed = _decoded(path, record, spec.format.message, spec.fqfn)
+        keyed = _decoded(path, path.source.records[0] if path.source is not None else record, spec.format.message,
+                         spec.fqfn)
     elif spec.format.json:
         with contextlib.suppress(ValueError):  # only to route it by its key: records_table names the error
             keyed = json.loads(value)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from statekeep.functions.config.locations import is_kafka
 from statekeep.functions.config.spec import ExecutorSpec, RecordFormat
-from statekeep.functions.messaging.messages import JSON_LINE
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -89,11 +88,13 @@ def input_frame(spark: SparkSession, inputs: list[str], fmt: RecordFormat, key_f
 
 def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None, options: dict[str, str] | None,
                    topic_column: bool, topics_dir: str | None) -> DataFrame:
-    """:func:`input_frame` of the ``message`` format: each record a message record (JSON, see
-    statekeep.functions.messaging.messages). A topic's files hold them; a file input's line becomes one (its
-    value the line; a .json/.jsonl file's line as ``messages.JSON_LINE`` + the line). A topic under a URL root
-    is read with the ``statekeep-topic`` source, a local one with Spark's text source. The key is the message's
-    key for a topic, the key field of a JSON line, or a text line itself (with a key field)."""
+    """:func:`input_frame` of the ``message`` format: each record a message in the columns of
+    :func:`message_columns`, with its ``__key``. A Kafka topic's are its source's own columns; a statekeep topic's
+    lines (message records, see :mod:`statekeep.functions.messaging.messages`) are parsed into them in the JVM; a
+    file input's line is the payload (a .json/.jsonl file's line flagged ``__json``: decoded as JSON, not by the
+    serde). A topic under a URL root is read with the ``statekeep-topic`` source, a local one with Spark's text
+    source. The key is the message's key for a topic, the key field of a JSON line, or a text line itself (with a
+    key field)."""
     from pyspark.sql import functions as F
 
     from statekeep.functions.messaging.kafka import is_kafka
@@ -112,28 +113,29 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
             frame = (reader.format("kafka").option("kafka.bootstrap.servers", topic.bootstrap)
                      .option("subscribe", topic.topic).option("startingOffsets", "earliest")
                      .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
-            record, key = kafka_message(frame), F.col("key").cast("string")
-        elif is_topic(name) and is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
-            frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
-                     .option("topicsDir", root).load())
-            frame, key = with_json_key(frame, "key")
-            record = F.col("value")
-        elif is_topic(name):  # a local topic: Spark's text source, measured faster here than statekeep-topic
-            path = directory(root, name)
-            os.makedirs(path, exist_ok=True)
-            frame, key = with_json_key(reader.format("text").load(path), "key")
-            record = F.col("value")
+            columns, key = message_columns(frame), F.col("key").cast("string")
+        elif is_topic(name):
+            if is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
+                frame = (reader.format("statekeep-topic").option("topic", name).option("raw", "true")
+                         .option("topicsDir", root).load())
+            else:  # a local topic: Spark's text source, measured faster here than statekeep-topic
+                path = directory(root, name)
+                os.makedirs(path, exist_ok=True)
+                frame = reader.format("text").load(path)
+            frame = frame.select(F.from_json(F.col("value"), TOPIC_RECORD).alias("__m"))
+            columns, key = topic_columns(F.col("__m")), F.col("__m.key")
         else:  # whether a line is JSON is computed once per record, in a projection of its own, from the file's
             # name (not its path: the shorter string per row took a tenth off this plan's JVM time, 1M lines here)
             is_json = F.col("_metadata.file_name").rlike(r"(?i)\.jsonl?$")
             frame = reader.format("text").load(name).select("value", is_json.alias("__json"))
-            record = F.when(F.col("__json"), F.concat(F.lit(JSON_LINE), F.col("value"))).otherwise(
-                F.to_json(F.struct(F.col("value").alias("value"))))
+            columns = [F.col("value").cast("binary").alias("__value"), F.lit(None).cast("string").alias("__mkey"),
+                       F.lit(None).cast(HEADERS).alias("__props"), F.lit(None).cast("long").alias("__time"),
+                       F.col("__json")]
             key = F.lit(None).cast("string")
             if key_field:
                 frame, json_key = with_json_key(frame, key_field, F.col("__json"))
                 key = F.when(F.col("__json"), json_key).otherwise(F.col("value"))
-        columns = [record.alias("__record"), key.alias("__key")]
+        columns.append(key.alias("__key"))
         if topic_column:
             columns.append(F.lit(name).cast("string").alias("__topic"))
         frame = frame.select(*columns)
@@ -142,25 +144,43 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
     return selected
 
 
+#: a message's properties (Pulsar's) or headers (Kafka's) in Spark: Kafka's source's ``headers`` type
+HEADERS = "array<struct<key:string,value:binary>>"
+#: a statekeep topic's line, as the JVM parses it (see statekeep.functions.messaging.messages)
+TOPIC_RECORD = "key string, value string, valueBase64 string, properties map<string,string>, eventTime long"
+
+
+def message_columns(frame: DataFrame) -> list[Column]:
+    """The message columns of a DataFrame of Kafka's shape (Spark's Kafka source: ``key``, ``value``,
+    ``timestamp``, ``headers`` if included), as the function's task reads them
+    (:class:`~statekeep.functions.executor.record.MessageColumns`), computed by no more than Spark's own
+    projections: ``__value`` the value's bytes (for the serde), ``__mkey`` the key as text, ``__props`` the
+    headers (null where there are none), ``__time`` the timestamp in ms (the event time), ``__json`` false."""
+    from pyspark.sql import functions as F
+
+    headers = (F.when(F.size(F.col("headers")) > 0, F.col("headers")) if "headers" in frame.columns
+               else F.lit(None).cast(HEADERS))
+    return [F.col("value").cast("binary").alias("__value"), F.col("key").cast("string").alias("__mkey"),
+            headers.alias("__props"), F.unix_millis(F.col("timestamp")).alias("__time"),
+            F.lit(False).alias("__json")]
+
+
+def topic_columns(record: Column) -> list[Column]:
+    """The message columns (as :func:`message_columns`) of a statekeep topic's parsed line (:data:`TOPIC_RECORD`):
+    its payload (``valueBase64`` decoded, else ``value``'s UTF-8 bytes), key, properties and event time."""
+    from pyspark.sql import functions as F
+
+    properties = F.transform(F.map_entries(record["properties"]), lambda e: F.struct(
+        e["key"].alias("key"), e["value"].cast("binary").alias("value")))
+    payload = F.coalesce(F.unbase64(record["valueBase64"]), record["value"].cast("binary"),
+                         F.lit("null").cast("binary"))
+    return [payload.alias("__value"), record["key"].alias("__mkey"), properties.alias("__props"),
+            record["eventTime"].alias("__time"), F.lit(False).alias("__json")]
+
+
 _WS = "[ \\t\\n\\r]*"  # JSON's whitespace (Java's \s has more)
 _PLAIN = r'[^"\\\x00-\x1f]*'  # the inside of a JSON string without escapes
 _SCALAR = rf'"{_PLAIN}"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null'
-
-
-def kafka_message(frame: DataFrame) -> Column:
-    """A row of Spark's Kafka source (``key``, ``value``, ``timestamp``, ``headers`` if included) as the message
-    record the runtime decodes (see :mod:`statekeep.functions.messaging.messages`): the key, the value as text
-    where it is UTF-8 (else base64), the headers as properties, the timestamp as the event time (ms)."""
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    text = F.is_valid_utf8(value)
-    fields = [F.col("key").cast("string").alias("key"), F.when(text, value.cast("string")).alias("value"),
-              F.when(~text, F.base64(value)).alias("valueBase64"), F.unix_millis(F.col("timestamp")).alias("eventTime")]
-    if "headers" in frame.columns:
-        fields.append(F.when(F.size(F.col("headers")) > 0, F.map_from_entries(F.transform(
-            F.col("headers"), lambda h: F.struct(h["key"], h["value"].cast("string"))))).alias("properties"))
-    return F.to_json(F.struct(*fields))
 
 
 def with_json_key(frame: DataFrame, field: str, where: Column | None = None) -> tuple[DataFrame, Column]:

@@ -17,7 +17,7 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function, entry_point
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.context import Context
-from statekeep.functions.executor.record import RecordSource
+from statekeep.functions.executor.record import MessageColumns, RecordSource
 from statekeep.functions.executor.errors import FunctionRecordError, ProcessingTimeout
 from statekeep.functions.executor.tables import batch_output, records_table
 from statekeep.functions.messaging.jsonscan import loads_at
@@ -93,7 +93,7 @@ class RecordPath:
     """
 
     __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
-                 "decode", "wrap", "timed", "outputs", "fired", "dead", "stats", "registry")
+                 "source", "decode", "wrap", "timed", "outputs", "fired", "dead", "stats", "registry")
 
     def __init__(self, spec: ExecutorSpec, batch_id: int | str, partition: int, state: BufferedState,
                  source: RecordSource | None, process: Callable[..., Any], kind: str, *, wrap: bool = True) -> None:
@@ -110,9 +110,11 @@ class RecordPath:
         if kind == NATIVE:  # Pulsar's native function: process(input)
             process = functools.partial(_native, process)
         self.user_process = self.process = process
+        self.source = source
         self.decode: Callable[[Any], Any] = (
             _identity if kind == BATCH
-            else message_decoder(spec, context.get_current_message_topic_name)
+            else message_decoder(spec, context.get_current_message_topic_name, _messages(source),
+                                 lambda: context.position)
             if spec.format.message else loads_at if spec.format.json else _identity)
         self.wrap: Callable[[Any], Any] = output_wrapper(spec, context) if wrap else _identity
         self.timed: timerun.TimedRun | None = None
@@ -210,8 +212,8 @@ class RecordPath:
                         continue
                     if spec.dead_letter:
                         stats.dead_letters += 1
-                        self.dead.append(dead_letter_message(record) if spec.format.message
-                                         else _dead_letter(record, decode))
+                        self.dead.append(dead_letter_message(_messages(self.source), context.position)
+                                         if spec.format.message else _dead_letter(record, decode))
                     elif skips:
                         stats.skipped += 1
                         if len(stats.errors) < MAX_EXCEPTIONS:
@@ -234,7 +236,7 @@ class RecordPath:
         Raises :class:`FunctionRecordError` for a malformed record or a failing call."""
         where = f"batch {self.batch_id}, partition {self.partition}"
         try:
-            table = records_table(records, self.spec.format)
+            table = records_table(_messages(self.source) if self.spec.format.message else records, self.spec.format)
         except FunctionRecordError as e:
             raise FunctionRecordError(f"{self.spec.fqfn} process_batch: {where}, {e}") from None
         self.stats.received = table.num_rows
@@ -291,6 +293,11 @@ class RecordPath:
 
         extra = batch_output([r if isinstance(r, dict) else {"value": r} for r in self.fired])
         return extra if table is None else pa.concat_tables([table, extra], promote_options="default")
+
+
+def _messages(source: RecordSource | None) -> MessageColumns:
+    """The messages of a run of a ``message`` input (none without a source)."""
+    return source.messages if source is not None and source.messages is not None else MessageColumns([])
 
 
 def _identity(value: Any) -> Any:

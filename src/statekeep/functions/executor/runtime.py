@@ -25,7 +25,7 @@ from statekeep.errors import InvalidArgumentError, StateConflictError
 from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.collector import young_generation_only
-from statekeep.functions.executor.record import RecordSource
+from statekeep.functions.executor.record import MessageColumns, RecordSource
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
 from statekeep.functions.messaging.kafka import BatchOutputs, changelog_records, deliver_kept, is_kafka
@@ -36,13 +36,15 @@ from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.schemas import record_schemas
 
 
-def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any],
+def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any] | MessageColumns,
                   keys: Iterable[str] = (), *, record_keys: list[Any] | None = None,
                   topics: list[Any] | None = None, layout: Layout = Layout()) -> PartitionStats:
     """Run the function over one partition of one batch (on a :class:`RecordPath`) and apply its state
     changes, their changelog and the (batch, partition) marker in one atomic write. ``layout``: where the run
     stands in its query (see :class:`~statekeep.functions.config.spec.Layout`).
 
+    ``records``: a list, Arrow data, or for a ``message`` input a
+    :class:`~statekeep.functions.executor.record.MessageColumns` (or message records, made into one);
     ``keys``: the partition's distinct key-field values, prefetched in one bulk read;
     ``record_keys`` and ``topics``: each record's key and input file (for the Context's per-record
     methods; ``keys`` defaults to the distinct ``record_keys``); :class:`InvalidArgumentError` for record keys
@@ -53,7 +55,7 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     partition-owned state, a batch that finds the state changed since it read it (a REST write
     committed first) runs again.
     """
-    if not isinstance(records, list) and not hasattr(records, "to_pylist"):
+    if not isinstance(records, (list, MessageColumns)) and not hasattr(records, "to_pylist"):
         records = list(records)  # a conflict runs the batch again (below); the record loop takes a list
     count = len(records)  # type: ignore[arg-type]  # a list or Arrow data by now
     if record_keys is not None and len(record_keys) != count:  # the Context reads a record's key by its position
@@ -95,7 +97,7 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
     path.keep_time(layout, partition, keys)
     try:
         started = time.perf_counter()
-        table = path.run(records, record_keys, careful=careful)
+        table = path.run(source.records, record_keys, careful=careful)
         stats.latency = time.perf_counter() - started
         output = path.output(table, topic=sink.topic)
         if spec.rows_schema is not None:

@@ -12,7 +12,8 @@ from statekeep.functions.messaging.messages import batch_lines
 
 
 def records_table(values: Any, fmt: RecordFormat) -> Any:
-    """A partition's records (a pyarrow string array, or a list of str) as the ``pyarrow.Table``
+    """A partition's records (a pyarrow string array, or a list of str; messages: their
+    :class:`~statekeep.functions.executor.record.MessageColumns`) as the ``pyarrow.Table``
     ``process_batch`` receives: JSON lines as one column per field (objects only; a line holding
     another JSON value becomes a row with that value in a ``value`` column), text as one ``value``
     column. Raises :class:`FunctionRecordError` naming the first malformed record's position."""
@@ -21,9 +22,8 @@ def records_table(values: Any, fmt: RecordFormat) -> Any:
     if fmt.rows:  # the operator's: its DataFrame's columns, already a Table
         return values if isinstance(values, pa.Table) else pa.table({})
     json_lines = fmt.json
-    if fmt.message:  # Pulsar messages: a JSON file's line as JSON, other payloads as a str
-        values = batch_lines([v for v in (values.to_pylist() if hasattr(values, "to_pylist") else values)
-                              if v is not None])
+    if fmt.message:  # Pulsar messages (MessageColumns): a JSON file's line as JSON, other payloads as a str
+        values = batch_lines(values)
         json_lines = True
     if not isinstance(values, (pa.Array, pa.ChunkedArray)):
         values = pa.array(values, pa.large_string())

@@ -15,6 +15,7 @@ from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.path import PartitionStats, _cached_process
+from statekeep.functions.executor.record import MessageColumns
 from statekeep.functions.executor.runtime import run_partition
 from statekeep.functions.messaging.sink import claim
 from statekeep.functions.windowing import timerun
@@ -86,6 +87,8 @@ def _run_arrow(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int
 
     if spec.format.rows:
         return _run_rows(spec, layout, batch_id, partition, list(batches))
+    if spec.format.message:
+        return _run_messages(spec, layout, batch_id, partition, list(batches))
     if _cached_process(spec)[1] == BATCH:  # the records stay in Arrow
         columns = [batch.column("__record") for batch in batches]
         records = pa.chunked_array(columns, pa.string()) if columns else pa.array([], pa.string())
@@ -102,6 +105,24 @@ def _run_arrow(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int
     keys.discard(None)
     return run_partition(spec, batch_id, partition, values, keys, record_keys=record_keys, topics=topics,
                          layout=layout)
+
+
+def _run_messages(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int, batches: list[Any]
+                  ) -> PartitionStats:
+    """:func:`run_partition` of one partition's messages: the message columns of
+    :func:`~statekeep.functions.driver.inputs.message_columns` as they came from Spark (``__key``, and
+    ``__topic`` where the spec asks for it, beside them)."""
+    import pyarrow as pa
+
+    if not batches:
+        return run_partition(spec, batch_id, partition, MessageColumns([]), layout=layout)
+    table = pa.Table.from_batches(batches)
+    messages = MessageColumns.from_arrow(table)
+    if _cached_process(spec)[1] == BATCH:
+        return run_partition(spec, batch_id, partition, messages, layout=layout)
+    record_keys = table.column("__key").to_pylist()
+    topics = table.column("__topic").to_pylist() if spec.topic_column else None
+    return run_partition(spec, batch_id, partition, messages, record_keys=record_keys, topics=topics, layout=layout)
 
 
 def _run_rows(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int, batches: list[Any]) -> PartitionStats:

@@ -38,6 +38,7 @@ from statekeep.functions.messaging.sink import OutputSink
 
 if TYPE_CHECKING:
     from statekeep.functions.config.spec import ExecutorSpec
+    from statekeep.functions.executor.record import MessageColumns
 
 DEFAULT_SERDE = "serde.IdentitySerDe"
 #: the names of Pulsar's default serde, each decoded by statekeep's IdentitySerDe (Pulsar's results, none raised)
@@ -188,56 +189,56 @@ class JsonRecordSerDe:
         return encoded
 
 
-def message_decoder(spec: ExecutorSpec, current_input: Callable[[], str | None]) -> Callable[[Any], Any]:
-    """For the ``message`` input format: a function turning one message record (a JSON line, see the
-    module docstring) into what ``process`` receives. ``current_input()`` names the input of the record
-    being decoded (it picks the custom serde)."""
+def message_decoder(spec: ExecutorSpec, current_input: Callable[[], str | None], messages: MessageColumns,
+                    position: Callable[[], int]) -> Callable[[bytes], Any]:
+    """For the ``message`` input format: a function turning one message's payload (bytes, of ``messages``) into
+    what ``process`` receives: through its input's serde (``current_input()`` names the input of the record being
+    decoded, which picks a custom serde), or as JSON where it is a JSON file's line (``position()``: the record's).
+    Chosen once per batch: without custom serdes, a batch of serde-decoded payloads is decoded by the default
+    serde's method itself, a batch of JSON lines by the JSON decoder."""
     default, custom = input_serdes(spec)
+    if not custom and messages.json is False:
+        return default.deserialize  # type: ignore[no-any-return]
+    if not custom and messages.json is True:
+        return loads_at
+    is_json = messages.is_json
 
-    def decode(raw: Any) -> Any:
-        if not custom and raw.__class__ is str and raw[:1] == JSON_LINE:
-            return loads_at(raw, 1)  # a JSON file's line, the common case
-        record = record_of(raw) if raw.__class__ is str and raw[:1] == JSON_LINE else (
-            loads_at(raw) if isinstance(raw, (str, bytes)) else raw)
+    def decode(data: bytes) -> Any:
         serde = custom.get(current_input() or "") if custom else None
-        if record.get("format") == "json":
-            value = loads_at(record["value"])
+        if is_json(position()):
+            value = loads_at(data)
             if serde is None:
                 return value
             return serde.deserialize(value.encode("utf-8") if isinstance(value, str)
                                      else json.dumps(value).encode("utf-8"))
-        return (serde or default).deserialize(payload(record))
+        return (serde or default).deserialize(data)
 
     return decode
 
 
-def batch_lines(values: list[Any]) -> list[str]:
-    """Message records as the JSON lines ``process_batch``'s table is built from (a JSON file's line
-    as it is, any other payload as a JSON string)."""
+def batch_lines(messages: MessageColumns) -> list[str]:
+    """Messages as the JSON lines ``process_batch``'s table is built from (a JSON file's line as it is, any other
+    payload as a JSON string: its text, or its base64 where it is not UTF-8)."""
     lines = []
-    for raw in values:
-        if raw.__class__ is str and raw[:1] == JSON_LINE:
-            lines.append(raw[1:])
-            continue
-        record = loads_at(raw) if isinstance(raw, (str, bytes)) else raw
-        if record.get("format") == "json":
-            lines.append(record["value"])
+    for position, value in enumerate(messages.values):
+        text = text_or_bytes(value)
+        if messages.is_json(position) and isinstance(text, str):
+            lines.append(text)
         else:
-            lines.append(json.dumps(text_or_bytes(payload(record)) if "valueBase64" not in record
-                                    else record["valueBase64"]))
+            lines.append(json.dumps(text if isinstance(text, str) else base64.b64encode(text).decode()))
     return lines
 
 
-def dead_letter_message(raw: Any) -> Any:
-    """A failed message as the dead-letter output keeps it: a JSON file's line as its JSON value (as
-    for JSON input), any other message as it came (payload, key, properties, event time), as Pulsar
-    sends the original message to the dead-letter topic."""
-    record = record_of(raw)
+def dead_letter_message(messages: MessageColumns, position: int) -> Any:
+    """The message at ``position`` as the dead-letter output keeps it: a JSON file's line as its JSON value (as
+    for JSON input), any other message as it came (payload, key, properties, event time), as Pulsar sends the
+    original message to the dead-letter topic."""
+    record = messages.record(position)
     if record.get("format") == "json":
         try:
             return json.loads(record["value"])
-        except ValueError:
-            return record["value"]
+        except (KeyError, ValueError):
+            return record.get("value", record.get("valueBase64"))
     return record
 
 
