@@ -106,12 +106,14 @@ def test_topics_create_produce_and_consume_on_kafka(kafka, capsys):
     assert main(["topics", "create", name, "--partitions", "2", "--config", "cleanup.policy=compact"]) == 0
     assert len(__import__("statekeep.kafka.admin", fromlist=["describe"]).describe(kafka.address,
                                                                                   sk_kafka.parse(name).topic)) == 2
-    assert main(["topics", "produce", name, "-m", "a", "-m", "b", "-k", "K", "-p", "x=1", "--event-time", "5"]) == 0
+    now = int(time.time() * 1000)  # a recent time: the broker deletes at once a record older than its retention
+    assert main(["topics", "produce", name, "-m", "a", "-m", "b", "-k", "K", "-p", "x=1", "--event-time",
+                 str(now)]) == 0
     capsys.readouterr()
     assert main(["topics", "consume", name]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(m["value"], m["key"], m["properties"], m["eventTime"]) for m in lines] == [
-        ("a", "K", {"x": "1"}, 5), ("b", "K", {"x": "1"}, 5)]
+        ("a", "K", {"x": "1"}, now), ("b", "K", {"x": "1"}, now)]
     assert main(["topics", "consume", name, "-n", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
 
@@ -211,6 +213,33 @@ def test_a_partition_whose_batches_alternate_between_python_workers_delivers_eac
         sk_kafka.deliver_kept(spec, batch, 0, table.replace_schema_metadata({"bootstrap": kafka.address}),
                               replay=False)  # each batch's state newly committed: no replay of its own
     assert values(out) == ["b0", "b1", "b2"]
+
+
+STEADY = b"def process(value, context):\n    key = context.get_message_key()\n" \
+         b"    return f'{key}:{context.incr_counter(key, 1)}'\n"
+
+
+def test_a_partitions_producer_is_initialised_once_over_a_run_of_many_micro_batches(kafka, spark, tmp_path):
+    """Spark runs a partition's micro-batches in whichever Python worker is idle; the executor's delivery agent
+    (statekeep.functions.messaging.kafkaagent) keeps each partition's transactional producer across them, so the
+    broker initialises each id once in a run of ten micro-batches (before the agent: about every other batch, each
+    init fencing the previous worker's producer), and every output is there once."""
+    source, out = topic(kafka), topic(kafka)
+    produce(source, [{"key": f"k{i % 5}", "value": f"v{i}"} for i in range(200)])
+    url = f"local://{tmp_path / 'data'}"
+    with FunctionService.open(url) as service:
+        service.registry.create({"tenant": "public", "namespace": "default", "name": "steady", "inputs": [source],
+                                 "output": out, "parallelism": 2,
+                                 "userConfig": {"inputOptions": {"maxOffsetsPerTrigger": "20"}}}, STEADY)
+        status = run(service, url, tmp_path, "steady", spark)
+        assert (status["error"], status["processed"]) == (None, 200) and status["batches"] >= 10
+        incarnation = service.registry.incarnation("public", "default", "steady")
+    assert Counter(values(out)) == Counter(f"k{i}:{n}" for i in range(5) for n in range(1, 41))
+    ident = kafkatxn.transactional_id("public", "default", "steady", incarnation, 0)[:-1]
+    said = f"Initialized transactionalId {ident}"
+    inits = Counter(line.split("Initialized transactionalId ")[1].split()[0]
+                    for line in kafka.log_path.read_text().splitlines() if said in line)
+    assert inits == {f"{ident}0": 1, f"{ident}1": 1}
 
 
 def test_the_operator_into_kafka_exactly_once_with_the_statekeep_kafka_sink(kafka, spark, tmp_path):

@@ -47,6 +47,7 @@ class _Kept:
 _producers: dict[tuple[str, str], _Kept] = {}
 _delivered: dict[tuple[str, str], int] = {}  # the last batch this process's producer of an id committed
 _groups: dict[tuple[str, str], Any] = {}  # a consumer group's metadata, which a transaction's offsets name
+_lookups: dict[tuple[str, str], Any] = {}  # a writer's group's consumer, for delivered()'s look-ups
 _producers_lock = threading.Lock()
 
 
@@ -119,12 +120,14 @@ class KafkaDelivery:
 
     def delivered(self, batch: int, topics: Iterable[str]) -> bool:
         """Whether this writer's ``batch`` was committed to Kafka: its group's committed offset on partition 0 of
-        the first of ``topics`` is past it. Call after fencing, so that no earlier producer still commits."""
+        the first of ``topics`` is past it (read stable: a pending transaction's offsets are waited for). Call
+        after fencing, so that no earlier producer still commits. The process keeps one consumer of the group
+        for these look-ups, from one to the next."""
         kafka = confluent()
-        first = sorted(set(topics))[0]
-        consumer = kafka.Consumer(client_config(self.bootstrap, **{
-            "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
         from statekeep.kafka import translate
+
+        first = sorted(set(topics))[0]
+        consumer = self._lookup_consumer()
 
         def read() -> Any:
             try:
@@ -134,9 +137,21 @@ class KafkaDelivery:
 
         try:
             found = OUTAGE.bounded(seconds=TIMEOUT).repeat(read)
-        finally:
+        except BaseException:
+            with _producers_lock:  # in a state unknown: the next look-up starts with a new one
+                _lookups.pop((self.bootstrap, self.group), None)
             consumer.close()
+            raise
         return bool(found) and found[0].offset > batch
+
+    def _lookup_consumer(self) -> Any:
+        """This process's consumer of the writer's group, for :meth:`delivered` (made once, kept)."""
+        key = (self.bootstrap, self.group)
+        with _producers_lock:
+            if key not in _lookups:
+                _lookups[key] = confluent().Consumer(client_config(self.bootstrap, **{
+                    "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
+            return _lookups[key]
 
     def deliver(self, batch: int | None, table: Any, *, replay: bool = False) -> bool:
         """Write ``table``'s records (:data:`COLUMNS`) as ``batch``'s one transaction, unless a ``replay`` finds
@@ -146,6 +161,10 @@ class KafkaDelivery:
         abort; a replay delivers again)."""
         if table is None or not len(table):
             return False
+        from statekeep.functions.messaging import kafkaagent
+
+        if kafkaagent.wanted():  # in a Spark task: the executor's agent delivers, with the producer it keeps
+            return kafkaagent.deliver(self.bootstrap, self.transactional_id, batch, table, replay=replay)
         try:
             return self._bounded(batch, table, replay)
         except KafkaDeliveryError as e:
@@ -218,7 +237,8 @@ _BATCH = 10_000
 def _produce(producer: Any, table: Any, topics: list[str]) -> None:
     """Queue ``table``'s records (:data:`COLUMNS`) on ``producer``, each topic's in table order. Records without
     headers and timestamps (a changelog's, plain outputs') go through ``produce_batch`` (one call per few thousand:
-    half the cost of a call each), others one ``produce`` each; a full local queue is let drain."""
+    half the cost of a call each; it refuses timestamps, whatever its docstring says), others one ``produce``
+    each; a full local queue is let drain."""
     import pyarrow.compute as pc
 
     kafka = confluent()
@@ -228,8 +248,8 @@ def _produce(producer: Any, table: Any, topics: list[str]) -> None:
             rows = table if len(topics) == 1 else table.filter(pc.equal(table["topic"], topic))
             keys, values = rows["key"].to_pylist(), rows["value"].to_pylist()
             for start in range(0, len(keys), _BATCH):
-                batch = [{"key": k, "value": v} for k, v in zip(keys[start:start + _BATCH],
-                                                                values[start:start + _BATCH])]
+                end = start + _BATCH
+                batch = [{"key": k, "value": v} for k, v in zip(keys[start:end], values[start:end])]
                 while batch:
                     try:
                         producer.produce_batch(topic, batch)
