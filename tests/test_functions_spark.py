@@ -436,3 +436,32 @@ def test_function_reads_another_functions_compacted_changelog(spark, service, tm
     run_once(service, spark, tmp_path, "mirror")
     mirror = service.registry.state_store("public", "default", "mirror")
     assert {k: int(v) for k, v in mirror.scan()} == counters(service, "counts") == {"x": 3, "y": 2}
+
+
+TTL_COUNT = b'''
+def process(input, context):
+    context.value_state("seen", int, ttl=3600).update(1)
+    context.incr_counter(input["word"], 1)
+'''
+PLAIN_COUNT = b'''
+def process(input, context):
+    context.incr_counter(input["word"], 1)
+'''
+
+
+@pytest.mark.parametrize("first, then", [(TTL_COUNT, PLAIN_COUNT), (PLAIN_COUNT, TTL_COUNT)],
+                         ids=["time-removed", "time-added"])
+def test_an_accepted_update_resumes_its_query_exactly_once(spark, service, tmp_path, first, then):
+    """A function's query keeps the sources its checkpoint has, whatever its updated code uses: a typed value
+    with a TTL (time: a clock source in the query) removed by an update, or added by one, and the next run resumes
+    from the checkpoint and counts each input once (before: Spark refused the checkpoint's two sources for one)."""
+    inputs = tmp_path / "in"
+    write_words(inputs, "a.jsonl", ["x", "y", "x"])
+    register(service, "evolve", inputs, code=first)
+    run_once(service, spark, tmp_path, "evolve")
+    service.registry.update("public", "default", "evolve", code=then)
+    write_words(inputs, "b.jsonl", ["x", "z"])
+    query = run_once(service, spark, tmp_path, "evolve")
+    assert query.status()["error"] is None and query.totals["processed"] == 2
+    counted = {k: n for k, n in counters(service, "evolve").items() if not k.startswith("\x00")}  # not internal
+    assert counted == {"x": 3, "y": 1, "z": 1}

@@ -134,9 +134,12 @@ class FunctionQuery:
         check_kafka(self.spark, spec, self.inputs)
         frame = input_frame(self.spark, self.inputs, spec.format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
-        self._clock = spec.time is not None and self._clocked(len(self.inputs))
+        found = _checkpoint_sources(self.spark, self.checkpoint)
+        self._clock = spec.time is not None and self._clocked(found, len(self.inputs))
         if self._clock:
             frame = with_clock_source(frame, tick=tick)
+        elif found is not None and found > len(self.inputs):  # it kept time once: the clock's place, still
+            frame = with_clock_source(frame, still=True)
         if self._stats is None:
             self._stats = new_stats(self.spark)
         listener = StatusListener(self._stats, self._progress, lambda error: None, self.spark.streams)
@@ -156,13 +159,13 @@ class FunctionQuery:
         listener.query = str(self.query.id)
         return self
 
-    def _clocked(self, inputs: int) -> bool:
+    def _clocked(self, found: int | None, inputs: int) -> bool:
         """Whether the query of a function keeping time gets the clock source (see
         :func:`~statekeep.functions.windowing.timerun.with_clock_source`; with ``--once`` too, so that one checkpoint
-        serves both kinds of run): yes, unless its checkpoint holds a query without it (a function that
-        kept no time when it started), which Spark would refuse to resume with one source more. Its
-        processing-time timers then fire with the next input."""
-        found = _checkpoint_sources(self.spark, self.checkpoint)
+        serves both kinds of run): yes, unless its checkpoint (``found`` sources, None: none yet) holds a query
+        without it (a function that kept no time when it started), which Spark would refuse to resume with one
+        source more. Its processing-time timers then fire with the next input. (A function that kept time and
+        keeps none now keeps the clock's place with a still clock: :meth:`start`.)"""
         if found is None or found > inputs:
             return True
         print(f"statekeep: {self.spec.name}: processing-time timers and state TTL act when input arrives "

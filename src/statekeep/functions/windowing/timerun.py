@@ -239,14 +239,17 @@ def last_batch_needed(known: dict[str, Any]) -> bool:
         processing is not None and processing <= CLOCK())
 
 
-def with_clock_source(frame: Any, *, tick: bool = False) -> Any:
+def with_clock_source(frame: Any, *, tick: bool = False, still: bool = False) -> Any:
     """``frame`` unioned with the ``statekeep-clock`` source (see :mod:`statekeep.functions.driver.sources`),
     which has new data every second and never a row: a streaming query runs a micro-batch each second
     even while its inputs are idle (Spark runs none for sources without new data), so processing-time
     timers fire and expired keys are deleted without waiting for input (every partition's task runs in each).
-    With ``Trigger.AvailableNow`` it adds no batch, or exactly one with ``tick``."""
+    With ``Trigger.AvailableNow`` it adds no batch, or exactly one with ``tick``. ``still``: a clock that never
+    has new data, the place of the source in a query whose checkpoint has it (a function that kept time, updated
+    to keep none: Spark resumes a checkpoint only with the sources it was written with)."""
     from pyspark.sql import functions as F
 
-    clock = frame.sparkSession.readStream.format("statekeep-clock").option("tick", str(tick).lower()).load()
+    clock = (frame.sparkSession.readStream.format("statekeep-clock").option("tick", str(tick).lower())
+             .option("still", str(still).lower()).load())
     types = dict(frame.dtypes)
     return frame.unionByName(clock.select(*[F.lit(None).cast(types[c]).alias(c) for c in frame.columns]))
