@@ -134,3 +134,16 @@ def test_daemon_worker_closed_by_spark_exits_without_traceback(spark_env):
     # ...the one statekeep's sessions start does not
     _, err = _stop_idle_worker([launcher])
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    """``statekeep ... | head``: the reader closes the pipe before the command writes; the command ends quietly
+    (exit 141, as a shell tool killed by SIGPIPE), with nothing on stderr."""
+    url = f"local://{tmp_path}"
+    assert main(["metadata", "put", "/a", "x", "--store", url]) == 0
+    reader, writer = os.pipe()
+    os.close(reader)  # nobody reads: the command's first write fails
+    done = subprocess.run([sys.executable, "-m", "statekeep.cli", "metadata", "ls", "/", "--store", url],
+                          stdout=writer, stderr=subprocess.PIPE, text=True, timeout=60)
+    os.close(writer)
+    assert (done.returncode, done.stderr) == (141, "")

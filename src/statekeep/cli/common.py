@@ -96,12 +96,12 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
                      help="a YAML file of FunctionConfig fields (flags override it)")
     sub.add_argument("--py", help="the function's Python file: process(input, context), process(input), "
                      "process_batch(records, context) or a pulsar.Function class (see --classname)")
-    sub.add_argument("-i", "--inputs", help="comma-separated inputs: Pulsar topics (persistent://T/N/TOPIC), "
-                     "files or directories (JSON lines, text, CSV, Parquet), rate, or statekeep://T/N/F (a "
-                     "function's changelog)")
-    sub.add_argument("-o", "--output", help="where results go: a Pulsar topic (persistent://T/N/TOPIC), a "
-                     "directory or fsspec URL (JSON lines, or Parquet with --output-format parquet), or 'console' "
-                     "(default: none)")
+    sub.add_argument("-i", "--inputs", help="comma-separated inputs: Kafka topics (kafka://HOST:PORT/TOPIC), "
+                     "Pulsar topics (persistent://T/N/TOPIC), files or directories (JSON lines, text, CSV, "
+                     "Parquet), rate, or statekeep://T/N/F (a function's changelog)")
+    sub.add_argument("-o", "--output", help="where results go: a Kafka topic (kafka://HOST:PORT/TOPIC, exactly "
+                     "once), a Pulsar topic (persistent://T/N/TOPIC), a directory or fsspec URL (JSON lines, or "
+                     "Parquet with --output-format parquet), or 'console' (default: none)")
     sub.add_argument("--classname", help="entry point: process, module.process or module.Class (default: process)")
     sub.add_argument("--parallelism", type=int, help="Spark partitions (Pulsar's instances) of the function's query")
     sub.add_argument("--user-config", help="JSON object passed to the function")
@@ -112,8 +112,10 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
                      help='JSON object: input topic -> a pulsar.schema.Record class its JSON messages decode into')
     sub.add_argument("--output-serde-classname", metavar="MODULE.CLASS",
                      help="the pulsar.SerDe class serializing the function's results")
-    sub.add_argument("--log-topic", help="where the function's log records also go (a topic or a directory)")
-    sub.add_argument("--dead-letter-topic", help="where records that keep failing go (a topic or a directory)")
+    sub.add_argument("--log-topic", help="where the function's log records also go (a Kafka or Pulsar topic, or "
+                     "a directory)")
+    sub.add_argument("--dead-letter-topic", help="where records that keep failing go (a Kafka or Pulsar topic, or "
+                     "a directory)")
     sub.add_argument("--max-message-retries", type=int, help="retries of a failing record before it is skipped "
                      "or sent to the dead-letter topic")
     sub.add_argument("--timeout-ms", type=int, help="a record taking longer than this fails (a user exception)")
