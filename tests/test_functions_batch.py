@@ -207,7 +207,7 @@ def test_process_batch_output_to_a_topic_goes_to_the_topic_as_per_record_output_
     a per-record function: its rows are the topic's messages, and nothing is written to a literal
     ``persistent:`` directory under the working directory (issue 31, defect 1)."""
     from statekeep.functions.messaging import topics
-    from statekeep.functions.messaging.messages import payload
+    from statekeep.functions.messaging.columns import payload
 
     monkeypatch.chdir(tmp_path)
     root, topic = str(tmp_path / "topics"), "persistent://public/default/out"

@@ -228,7 +228,8 @@ def test_message_input_event_times_come_from_json_lines_and_message_metadata(bas
     """A message input's event time: a JSON file's line's ``eventTimeField`` (read from the value the function
     gets, not parsed again), a topic message's ``eventTime``; a line holding no object has none."""
     from statekeep.functions.executor.context import Context
-    from statekeep.functions.messaging.messages import JSON_LINE, Message
+    from statekeep.functions.messaging.columns import JSON_LINE
+    from statekeep.functions.messaging.messages import Message
 
     parsed = []
     document = Context._document

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from statekeep.functions.admin import lifecycle
-from statekeep.functions.messaging import messages
+from statekeep.functions.messaging import columns
 from statekeep.functions.executor.task import SPARK_BATCH_ID, SPARK_QUERY_ID, arrow_partition_runner
 from statekeep.functions.windowing.timerun import routing
 from statekeep.functions.config.service import FunctionService
@@ -211,7 +211,7 @@ def read_output(where: str, topics: str) -> list:
         with open(name) as lines:
             for line in lines:
                 record = json.loads(line)
-                found.append(json.loads(messages.payload(record)) if "://" in where else record)
+                found.append(json.loads(columns.payload(record)) if "://" in where else record)
     return found
 
 

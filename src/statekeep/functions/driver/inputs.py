@@ -153,7 +153,7 @@ TOPIC_RECORD = "key string, value string, valueBase64 string, properties map<str
 def message_columns(frame: DataFrame) -> list[Column]:
     """The message columns of a DataFrame of Kafka's shape (Spark's Kafka source: ``key``, ``value``,
     ``timestamp``, ``headers`` if included), as the function's task reads them
-    (:class:`~statekeep.functions.executor.record.MessageColumns`), computed by no more than Spark's own
+    (:class:`~statekeep.functions.messaging.columns.MessageColumns`), computed by no more than Spark's own
     projections: ``__value`` the value's bytes (for the serde), ``__mkey`` the key as text, ``__props`` the
     headers (null where there are none), ``__time`` the timestamp in ms (the event time), ``__json`` false."""
     from pyspark.sql import functions as F

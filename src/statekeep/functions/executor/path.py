@@ -17,7 +17,8 @@ from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.loader import BATCH, NATIVE, FunctionLoadError, cached_function, entry_point
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.context import Context
-from statekeep.functions.executor.record import MessageColumns, RecordSource
+from statekeep.functions.executor.record import RecordSource
+from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.errors import FunctionRecordError, ProcessingTimeout
 from statekeep.functions.executor.tables import batch_output, records_table
 from statekeep.functions.messaging.jsonscan import loads_at

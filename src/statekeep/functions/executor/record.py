@@ -1,110 +1,15 @@
-"""The record a function's ``context`` is on: where a (batch, partition)'s records came from (:class:`RecordSource`),
-a batch of messages as columns (:class:`MessageColumns`), and the per-record methods of Pulsar's Context
-(:class:`RecordMethods`, mixed into :class:`~statekeep.functions.executor.context.Context`), which read the record
-the context's cursor points at."""
+"""The record a function's ``context`` is on: where a (batch, partition)'s records came from (:class:`RecordSource`:
+rows, lines, or messages as :class:`~statekeep.functions.messaging.columns.MessageColumns`) and the per-record
+methods of Pulsar's Context (:class:`RecordMethods`, mixed into
+:class:`~statekeep.functions.executor.context.Context`), which read the record the context's cursor points at."""
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from statekeep.functions.config.spec import RecordFormat
-
-#: a message's headers (Kafka's) or properties (Pulsar's) as one value of the ``__props`` column: (name, bytes) pairs
-Properties = Sequence[Any]
-
-
-class MessageColumns:
-    """A (batch, partition)'s messages as columns, as Spark's sources give them (the message columns of
-    :func:`statekeep.functions.driver.inputs.message_columns`): ``values`` the payloads (bytes), ``keys`` the
-    message keys (str or None), ``properties`` each message's ``{"key", "value"}`` pairs or None (None for the
-    whole column: no message has any), ``times`` the event times in ms (None: none has one), ``json`` whether a
-    payload is a JSON file's line (decoded as JSON, not by the serde): one bool for the batch, or one per message.
-    Every per-record method of the Context reads them by position; nothing is parsed until asked for."""
-
-    __slots__ = ("values", "keys", "properties", "times", "json")
-
-    def __init__(self, values: list[bytes], keys: list[str | None] | None = None,
-                 properties: list[Properties | None] | None = None, times: list[int | None] | None = None,
-                 json: bool | list[bool] = False) -> None:
-        self.values, self.properties, self.times, self.json = values, properties, times, json
-        self.keys = keys if keys is not None else [None] * len(values)
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    @classmethod
-    def from_arrow(cls, table: Any) -> MessageColumns:
-        """The messages of a table of the message columns (``__value``, ``__mkey``, ``__props``, ``__time``,
-        ``__json``)."""
-        import pyarrow.compute as pc
-
-        def column(name: str) -> Any:
-            data = table.column(name)
-            return None if data.null_count == len(data) else data.to_pylist()
-
-        flags = table.column("__json")
-        every = pc.all(flags).as_py() if len(flags) else False
-        json_lines: bool | list[bool] = every if every or not pc.any(flags).as_py() else flags.to_pylist()
-        return cls(table.column("__value").to_pylist(), column("__mkey"), column("__props"), column("__time"),
-                   json_lines)
-
-    @classmethod
-    def of(cls, records: Sequence[Any]) -> MessageColumns:
-        """Messages from message records (a topic file's JSON lines, or their dicts: see
-        :mod:`statekeep.functions.messaging.messages`), for a caller without Spark's columns (a trigger, a test)."""
-        from statekeep.functions.messaging.messages import payload, record_of
-
-        values: list[bytes] = []
-        keys: list[str | None] = []
-        properties: list[Properties | None] = []
-        times: list[int | None] = []
-        flags: list[bool] = []
-        for raw in records:
-            record = record_of(raw)
-            flags.append(record.get("format") == "json")
-            values.append(payload(record))
-            key = record.get("key")
-            keys.append(key if isinstance(key, str) else None)
-            found = record.get("properties")
-            properties.append([{"key": str(k), "value": str(v).encode()} for k, v in found.items()]
-                              if isinstance(found, dict) else None)
-            event = record.get("eventTime")
-            times.append(event if isinstance(event, int) and not isinstance(event, bool) else None)
-        return cls(values, keys, properties if any(p is not None for p in properties) else None,
-                   times if any(t is not None for t in times) else None, flags if any(flags) else False)
-
-    def is_json(self, position: int) -> bool:
-        flags = self.json
-        return flags if flags.__class__ is bool else flags[position]  # type: ignore[index]
-
-    def properties_at(self, position: int) -> dict[str, str]:
-        found = self.properties[position] if self.properties is not None else None
-        return {p["key"]: (p["value"] or b"").decode("utf-8", "replace") for p in found} if found else {}
-
-    def time_at(self, position: int) -> int | None:
-        return self.times[position] if self.times is not None else None
-
-    def record(self, position: int) -> dict[str, Any]:
-        """The message at ``position`` as a message record (the shape a topic's file keeps; a JSON file's line as
-        ``{"value": LINE, "format": "json"}``)."""
-        value = self.values[position]
-        record: dict[str, Any] = {} if self.keys[position] is None else {"key": self.keys[position]}
-        try:
-            record["value"] = value.decode("utf-8")
-        except UnicodeDecodeError:
-            record["valueBase64"] = base64.b64encode(value).decode()
-        if self.is_json(position):
-            record["format"] = "json"
-        properties = self.properties_at(position)
-        if properties:
-            record["properties"] = properties
-        if self.time_at(position) is not None:
-            record["eventTime"] = self.time_at(position)
-        return record
-
+from statekeep.functions.messaging.columns import MessageColumns
 
 class RecordSource:
     """Where the records of one (batch, partition) came from, for the per-record Context methods.

@@ -25,7 +25,8 @@ from statekeep.errors import InvalidArgumentError, StateConflictError
 from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.collector import young_generation_only
-from statekeep.functions.executor.record import MessageColumns, RecordSource
+from statekeep.functions.executor.record import RecordSource
+from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
 from statekeep.functions.messaging.kafka import BatchOutputs, changelog_records, deliver_kept, is_kafka
@@ -44,7 +45,7 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
     stands in its query (see :class:`~statekeep.functions.config.spec.Layout`).
 
     ``records``: a list, Arrow data, or for a ``message`` input a
-    :class:`~statekeep.functions.executor.record.MessageColumns` (or message records, made into one);
+    :class:`~statekeep.functions.messaging.columns.MessageColumns` (or message records, made into one);
     ``keys``: the partition's distinct key-field values, prefetched in one bulk read;
     ``record_keys`` and ``topics``: each record's key and input file (for the Context's per-record
     methods; ``keys`` defaults to the distinct ``record_keys``); :class:`InvalidArgumentError` for record keys

@@ -13,7 +13,7 @@ from statekeep.functions.messaging.messages import batch_lines
 
 def records_table(values: Any, fmt: RecordFormat) -> Any:
     """A partition's records (a pyarrow string array, or a list of str; messages: their
-    :class:`~statekeep.functions.executor.record.MessageColumns`) as the ``pyarrow.Table``
+    :class:`~statekeep.functions.messaging.columns.MessageColumns`) as the ``pyarrow.Table``
     ``process_batch`` receives: JSON lines as one column per field (objects only; a line holding
     another JSON value becomes a row with that value in a ``value`` column), text as one ``value``
     column. Raises :class:`FunctionRecordError` naming the first malformed record's position."""

@@ -15,7 +15,7 @@ from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.path import PartitionStats, _cached_process
-from statekeep.functions.executor.record import MessageColumns
+from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.runtime import run_partition
 from statekeep.functions.messaging.sink import claim
 from statekeep.functions.windowing import timerun

@@ -7,9 +7,9 @@ two round trips to the cluster per (batch, partition), on the task's critical pa
 
 So the Python workers of an executor hand their deliveries to one agent process per executor, as Kafka Streams'
 thread owns its producer and Flink's ``KafkaSink`` pools its own: :func:`deliver` sends the (batch, partition)'s
-records to the agent and waits for its answer; the agent runs the same :class:`~statekeep.functions.messaging.
-kafkatxn.KafkaDelivery` (the protocol of :mod:`statekeep.functions.messaging.kafka` is unchanged), keeping each
-id's producer from batch to batch, and one admin client per cluster for look-ups. Deliveries of one id run one at a
+records to the agent and waits for its answer; the agent (:data:`AGENT_MODULE` run as a program) runs the same
+``KafkaDelivery`` (the protocol of :mod:`statekeep.functions.messaging.kafka` is unchanged), keeping each id's
+producer, and its group's look-up consumer, from batch to batch. Deliveries of one id run one at a
 time, in the order they arrive. The first worker that needs the agent starts it (under a file lock: one per
 executor); it leaves when the executor's Python daemon (its starter's parent) is gone, or after
 :data:`IDLE_SECONDS` without a delivery.
@@ -38,8 +38,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from statekeep.functions.messaging.kafkatxn import DEADLINE, KafkaDelivery, KafkaDeliveryError
+from statekeep.errors import StatekeepError
 
+#: the module whose ``__main__`` is the agent (with Kafka's delivery: it imports this one, not this one it)
+AGENT_MODULE = "statekeep.functions.messaging.kafkatxn"
 #: the agent leaves after this long without a delivery (its producers' transactions are all ended by then)
 IDLE_SECONDS = 600.0
 #: how long a worker waits for a new agent to listen
@@ -56,9 +58,15 @@ def wanted() -> bool:
     return taskcontext is not None and taskcontext.TaskContext.get() is not None
 
 
-def deliver(bootstrap: str, transactional_id: str, batch: int | None, table: Any, *, replay: bool = False) -> bool:
-    """:meth:`KafkaDelivery.deliver` run by the executor's agent (started if none answers). Raises what the
-    agent's delivery raised, or :class:`KafkaDeliveryError` if the agent could not be reached or died."""
+class AgentError(StatekeepError):
+    """The executor's delivery agent could not be reached, or died before it answered."""
+
+
+def deliver(bootstrap: str, transactional_id: str, batch: int | None, table: Any, *, replay: bool,
+            timeout: float) -> bool:
+    """The agent's delivery of ``table`` (``KafkaDelivery.deliver``'s arguments), the agent started if none
+    answers; waits up to ``timeout`` seconds for its answer. Raises what the agent's delivery raised, or
+    :class:`AgentError` if the agent could not be reached or died."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
@@ -68,12 +76,12 @@ def deliver(bootstrap: str, transactional_id: str, batch: int | None, table: Any
                             "table": sink.getvalue().to_pybytes()})
     try:
         with _connect() as conn:
-            conn.settimeout(DEADLINE * 2 + 30)
+            conn.settimeout(timeout)
             _send(conn, request)
             answer = pickle.loads(_receive(conn))  # noqa: S301 - the executor's own agent, on a socket only we open
     except Exception as e:  # noqa: BLE001 - unreachable, died, or an answer that does not unpickle
-        raise KafkaDeliveryError(f"{transactional_id}: batch {batch}'s Kafka delivery agent failed: "
-                                 f"{type(e).__name__}: {e}") from e
+        raise AgentError(f"{transactional_id}: batch {batch}'s Kafka delivery agent failed: "
+                         f"{type(e).__name__}: {e}") from e
     if isinstance(answer, BaseException):
         raise answer
     return bool(answer)
@@ -99,7 +107,7 @@ def _connect() -> socket.socket:
         if conn is not None:
             return conn
         with open(os.path.join(_directory(), f"{owner}.log"), "ab") as log:
-            subprocess.Popen([sys.executable, "-m", __name__, path, str(owner)], stdin=subprocess.DEVNULL,
+            subprocess.Popen([sys.executable, "-m", AGENT_MODULE, path, str(owner)], stdin=subprocess.DEVNULL,
                              stdout=log, stderr=log, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
@@ -146,9 +154,8 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
 class Agent:
     """The agent's side: one thread per connection, deliveries of one transactional id one at a time."""
 
-    def __init__(self, path: str, owner: int, run: Callable[..., bool] | None = None) -> None:
-        self.path, self.owner = path, owner
-        self.run = run or (lambda b, i, batch, table, replay: KafkaDelivery(b, i).deliver(batch, table, replay=replay))
+    def __init__(self, path: str, owner: int, run: Callable[[str, str, int | None, Any, bool], bool]) -> None:
+        self.path, self.owner, self.run = path, owner, run
         self.locks: dict[str, threading.Lock] = {}
         self.guard = threading.Lock()
         self.last = time.monotonic()
@@ -204,10 +211,7 @@ class Agent:
             try:
                 data = pickle.dumps(answer)
             except Exception:  # noqa: BLE001 - an error that does not pickle: its text
-                data = pickle.dumps(KafkaDeliveryError(f"{type(answer).__name__}: {answer}"))
+                data = pickle.dumps(AgentError(f"{type(answer).__name__}: {answer}"))
             with contextlib.suppress(OSError):  # a worker killed meanwhile: its task's retry is a replay
                 _send(conn, data)
 
-
-if __name__ == "__main__":
-    Agent(sys.argv[1], int(sys.argv[2])).serve()

@@ -26,7 +26,7 @@ def records_table(records: Iterable[tuple[str, Any]]) -> Any:
 
     import pyarrow as pa
 
-    from statekeep.functions.messaging.messages import payload
+    from statekeep.functions.messaging.columns import payload
 
     topics: list[str] = []
     keys: list[bytes | None] = []

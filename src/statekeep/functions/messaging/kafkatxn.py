@@ -164,7 +164,11 @@ class KafkaDelivery:
         from statekeep.functions.messaging import kafkaagent
 
         if kafkaagent.wanted():  # in a Spark task: the executor's agent delivers, with the producer it keeps
-            return kafkaagent.deliver(self.bootstrap, self.transactional_id, batch, table, replay=replay)
+            try:
+                return kafkaagent.deliver(self.bootstrap, self.transactional_id, batch, table, replay=replay,
+                                          timeout=DEADLINE * 2 + 30)
+            except kafkaagent.AgentError as e:
+                raise KafkaDeliveryError(str(e)) from e
         try:
             return self._bounded(batch, table, replay)
         except KafkaDeliveryError as e:
@@ -279,3 +283,16 @@ def _produce(producer: Any, table: Any, topics: list[str]) -> None:
 def transactional_id(tenant: str, namespace: str, name: str, incarnation: str, partition: int) -> str:
     """The ``transactional.id`` of a function incarnation's partition: one writer, whichever process runs it."""
     return f"statekeep-{tenant}.{namespace}.{name}-{incarnation}-{partition}"
+
+
+def _agent_delivery(bootstrap: str, ident: str, batch: int | None, table: Any, replay: bool) -> bool:
+    """The executor's delivery agent's run of one request (:mod:`statekeep.functions.messaging.kafkaagent`)."""
+    return KafkaDelivery(bootstrap, ident).deliver(batch, table, replay=replay)
+
+
+if __name__ == "__main__":  # the executor's delivery agent: its classes by their module's name, not __main__'s
+    import sys
+
+    from statekeep.functions.messaging import kafkaagent, kafkatxn
+
+    kafkaagent.Agent(sys.argv[1], int(sys.argv[2]), kafkatxn._agent_delivery).serve()

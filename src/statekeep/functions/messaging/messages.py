@@ -11,11 +11,10 @@ file, anything else is imported. One instance per class and process.
 
 **Message records**: a topic (see :mod:`statekeep.functions.messaging.topics`) holds JSON lines, one message
 each: ``{"value": TEXT}`` or ``{"valueBase64": B64}`` (bytes that are not UTF-8), and optionally
-``"key"``, ``"properties"`` (str -> str) and ``"eventTime"`` (ms), ``"publishTime"`` (ms). A file
-input's line is read the same way, its line as the value; a line of a ``.json``/``.jsonl`` file is
-decoded as JSON, not by the serde: it travels as :data:`JSON_LINE` followed by the line (parsed once,
-instead of wrapped in a message record and parsed twice), which :func:`record_of` reads as
-``{"value": LINE, "format": "json"}``.
+``"key"``, ``"properties"`` (str -> str) and ``"eventTime"`` (ms), ``"publishTime"`` (ms). A function's
+task gets its messages as columns (:class:`~statekeep.functions.messaging.columns.MessageColumns`): a Kafka
+topic's as Spark's source has them, a topic's lines parsed by the JVM, a file input's line as the payload (a line
+of a ``.json``/``.jsonl`` file flagged: decoded as JSON, not by the serde).
 """
 
 from __future__ import annotations
@@ -26,11 +25,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError
+from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.messaging.jsonscan import dumps, loads_at
 from statekeep.functions.config.locations import is_kafka
 from statekeep.functions.config.loader import FunctionLoadError, execute_file
@@ -38,14 +38,10 @@ from statekeep.functions.messaging.sink import OutputSink
 
 if TYPE_CHECKING:
     from statekeep.functions.config.spec import ExecutorSpec
-    from statekeep.functions.executor.record import MessageColumns
 
 DEFAULT_SERDE = "serde.IdentitySerDe"
 #: the names of Pulsar's default serde, each decoded by statekeep's IdentitySerDe (Pulsar's results, none raised)
 IDENTITY_SERDES = (DEFAULT_SERDE, "pulsar.functions.serde.IdentitySerDe")
-#: The first character of a message input's record that is a JSON file's line (the record separator
-#: RFC 7464 puts before each JSON text), which follows as it is; never the first of a message record.
-JSON_LINE = "\x1e"
 _lock = threading.Lock()
 _serdes: dict[tuple[str, str, str], Any] = {}
 
@@ -73,14 +69,6 @@ class Message:
             record["eventTime"] = self.event_time
         record["publishTime"] = int(time.time() * 1000)
         return record
-
-
-def payload(record: Mapping[str, Any]) -> bytes:
-    """A message record's payload bytes."""
-    if "valueBase64" in record:
-        return base64.b64decode(record["valueBase64"])
-    value = record.get("value")
-    return value.encode("utf-8") if isinstance(value, str) else json.dumps(value).encode("utf-8")
 
 
 def text_or_bytes(data: bytes) -> str | bytes:
@@ -240,19 +228,6 @@ def dead_letter_message(messages: MessageColumns, position: int) -> Any:
         except (KeyError, ValueError):
             return record.get("value", record.get("valueBase64"))
     return record
-
-
-def record_of(raw: Any) -> dict[str, Any]:
-    """The message record of a raw ``message`` input (``{}`` if it is none)."""
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, str) and raw[:1] == JSON_LINE:
-        return {"value": raw[1:], "format": "json"}
-    try:
-        record = json.loads(raw)
-    except (TypeError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 @dataclass
