@@ -53,11 +53,15 @@ def route_column(groups: int, parallelism: int) -> Column:
 
 
 def function_plan(frame: DataFrame, spec: ExecutorSpec, parallelism: int, *, schema: Any,
-                  report: Callable[[dict[str, Any]], None] | None = None) -> tuple[DataFrame, Layout]:
+                  report: Callable[[dict[str, Any]], None] | None = None,
+                  keyed: bool = False) -> tuple[DataFrame, Layout]:
     """``frame`` (with a ``__key`` column) through the function of ``spec``, whose parallelism is ``parallelism``:
     ``(the DataFrame of what its tasks give, in ``schema``, the layout they run in)``. Its partitions are
     :func:`~statekeep.functions.windowing.timerun.routing`'s (the one partition rule): with partition-owned state
-    (its layout created, or rescaled, here) or time state, records go to the partition owning their key's group.
+    (its layout created, or rescaled, here) or time state, records go to the partition owning their key's group;
+    else by key, and where ``frame``'s partitions are ``keyed`` already (each key's records in one partition, in
+    order: Kafka topics' partitions, whose producers partition by key), they stay where they are, merged into
+    ``parallelism`` tasks without a shuffle, as Kafka Streams' tasks follow their topics' partitions.
     ``report`` takes each task's stats row."""
     groups, partitions = routing(spec, spec.state_store(), parallelism)
     by, layout = "__key", Layout()
@@ -66,7 +70,10 @@ def function_plan(frame: DataFrame, spec: ExecutorSpec, parallelism: int, *, sch
         frame, by = frame.withColumn("__route", route_column(groups, partitions)), "__route"
     # one key's records to one partition by Spark's hash partitioning: a shuffle of the input read once (a union of
     # filtered copies would make each copy a source of its own in a streaming query)
-    frame = frame.coalesce(1) if partitions == 1 else frame.repartition(partitions, by)
+    if partitions == 1 or (keyed and groups is None):
+        frame = frame.coalesce(partitions)
+    else:
+        frame = frame.repartition(partitions, by)
     return frame.mapInArrow(arrow_partition_runner(spec, report, layout), schema), layout
 
 

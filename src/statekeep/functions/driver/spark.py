@@ -22,6 +22,7 @@ from statekeep import jsonrecords
 from statekeep.errors import StoreClosedError
 from statekeep.functions.executor.task import STATS_COLUMNS
 from statekeep.functions.config.spec import ExecutorSpec, executor_spec
+from statekeep.functions.config.locations import is_kafka
 from statekeep.functions.driver.inputs import check_kafka, input_frame
 from statekeep.functions.driver.session import spark_session
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, with_clock_source)
@@ -144,8 +145,9 @@ class FunctionQuery:
             self._stats = new_stats(self.spark)
         listener = StatusListener(self._stats, self._progress, lambda error: None, self.spark.streams)
         self.spark.streams.addListener(listener)
+        keyed = all(map(is_kafka, self.inputs))  # a Kafka topic's partitions keep each key's messages together
         plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism, schema=_stats_type(),
-                                                            report=self._stats.add))
+                                                            report=self._stats.add, keyed=keyed))
         self._partitions = running.partitions  # a function keeping time is laid out by key group
         writer = (plan.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
                   .queryName(f"statekeep_{spec.tenant}_{spec.namespace}_{spec.name}"))

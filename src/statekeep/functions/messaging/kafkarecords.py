@@ -26,24 +26,28 @@ def records_table(records: Iterable[tuple[str, Any]]) -> Any:
 
     import pyarrow as pa
 
-    from statekeep.functions.messaging.columns import payload
-
     topics: list[str] = []
     keys: list[bytes | None] = []
     values: list[bytes] = []
     headers: list[list[tuple[str, bytes]] | None] = []
     times: list[int] = []
     for topic, message in records:
-        if not isinstance(message, Mapping) or not ({"value", "valueBase64"} & message.keys()):
-            message = {"value": message if isinstance(message, str) else json.dumps(message, default=str)}
+        if message.__class__ is not dict or ("value" not in message and "valueBase64" not in message):
+            if not isinstance(message, Mapping) or not ({"value", "valueBase64"} & message.keys()):
+                message = {"value": message if isinstance(message, str) else json.dumps(message, default=str)}
+        if "valueBase64" in message:  # as columns.payload reads a message record
+            data = base64.b64decode(message["valueBase64"])
+        else:
+            value = message.get("value")
+            data = value.encode("utf-8") if value.__class__ is str else json.dumps(value).encode("utf-8")
         key = message.get("key")
         properties = message.get("properties")
         event_time = message.get("eventTime")
         topics.append(topic)
-        keys.append(None if key is None else str(key).encode("utf-8"))
-        values.append(payload(message))
+        keys.append(None if key is None else (key if key.__class__ is str else str(key)).encode("utf-8"))
+        values.append(data)
         headers.append([(str(k), str(v).encode("utf-8")) for k, v in properties.items()] if properties else None)
-        times.append(event_time if isinstance(event_time, int) and not isinstance(event_time, bool) else 0)
+        times.append(event_time if event_time.__class__ is int else 0)
     header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     return pa.table({"topic": pa.array(topics, pa.string()), "key": pa.array(keys, pa.binary()),
                      "value": pa.array(values, pa.binary()), "headers": pa.array(headers, header),

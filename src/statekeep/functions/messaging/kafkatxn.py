@@ -68,31 +68,33 @@ class KafkaDelivery:
         key = (self.bootstrap, self.transactional_id)
         with _producers_lock:
             kept = None if fresh else _producers.get(key)
-            if kept is not None:
-                kept.producer.poll(0)  # its error callbacks since its last transaction
-                if kept.troubled:
-                    kept = None
-            if kept is None:
-                holder = _Kept(None)
+        if kept is not None:
+            kept.producer.poll(0)  # its error callbacks since its last transaction
+            if not kept.troubled:
+                return kept.producer
+        # a new producer, made and initialised outside the process's lock: another id's delivery goes on meanwhile
+        # (one id's deliveries are one at a time: a task's, or the delivery agent's per id)
+        holder = _Kept(None)
 
-                def trouble(error: Any) -> None:
-                    holder.troubled = True
+        def trouble(error: Any) -> None:
+            holder.troubled = True
 
-                producer = kafka.Producer(client_config(self.bootstrap, **{
-                    "transactional.id": self.transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                    "linger.ms": 5, "message.max.bytes": 1 << 29,  # each topic's own limit is checked before
-                    # a keyed record goes to the partition Java's default partitioner gives its key bytes (murmur2),
-                    # as Kafka Streams' key-to-instance metadata expects; librdkafka's default is crc32
-                    "partitioner": "murmur2_random", "error_cb": trouble}))
-                try:
-                    producer.init_transactions(TIMEOUT)
-                except kafka.KafkaException as e:
-                    raise KafkaDeliveryError(f"{self.transactional_id}: the Kafka cluster at {self.bootstrap} did not "
-                                             f"start a transaction within {TIMEOUT:.0f} s: {e}") from e
-                producer.poll(0)
-                holder.producer, holder.troubled = producer, False
-                kept = _producers[key] = holder
-            return kept.producer
+        producer = kafka.Producer(client_config(self.bootstrap, **{
+            "transactional.id": self.transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "linger.ms": 5, "message.max.bytes": 1 << 29,  # each topic's own limit is checked before
+            # a keyed record goes to the partition Java's default partitioner gives its key bytes (murmur2),
+            # as Kafka Streams' key-to-instance metadata expects; librdkafka's default is crc32
+            "partitioner": "murmur2_random", "error_cb": trouble}))
+        try:
+            producer.init_transactions(TIMEOUT)
+        except kafka.KafkaException as e:
+            raise KafkaDeliveryError(f"{self.transactional_id}: the Kafka cluster at {self.bootstrap} did not "
+                                     f"start a transaction within {TIMEOUT:.0f} s: {e}") from e
+        producer.poll(0)
+        holder.producer, holder.troubled = producer, False
+        with _producers_lock:
+            _producers[key] = holder
+        return producer
 
     def _group_metadata(self) -> Any:
         kafka = confluent()

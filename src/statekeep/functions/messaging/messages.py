@@ -55,20 +55,28 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
     event_time: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The record written to a topic file (see the module docstring)."""
-        # the key first: a reader routing by key finds it without parsing the value (driver.inputs.with_json_key)
-        record: dict[str, Any] = {} if self.key is None else {"key": self.key}
-        if isinstance(self.value, str):
-            record["value"] = self.value
-        else:
-            record["valueBase64"] = base64.b64encode(self.value).decode()
-        if self.properties:
-            record["properties"] = dict(self.properties)
-        if self.event_time is not None:
-            record["eventTime"] = self.event_time
-        record["publishTime"] = int(time.time() * 1000)
-        return record
+    def to_json(self, published: int | None = None) -> dict[str, Any]:
+        """The record written to a topic file (see the module docstring); ``published``: its publish time (ms;
+        default now)."""
+        return message_record(self.value, self.key, self.properties, self.event_time,
+                              int(time.time() * 1000) if published is None else published)
+
+
+def message_record(value: str | bytes, key: str | None, properties: dict[str, str] | None, event_time: int | None,
+                   published: int) -> dict[str, Any]:
+    """A message as the record a topic keeps (:meth:`Message.to_json`, written out for the per-record path)."""
+    # the key first: a reader routing by key finds it without parsing the value (driver.inputs.with_json_key)
+    record: dict[str, Any] = {} if key is None else {"key": key}
+    if value.__class__ is str:
+        record["value"] = value
+    else:
+        record["valueBase64"] = base64.b64encode(value).decode()  # type: ignore[arg-type]
+    if properties:
+        record["properties"] = dict(properties)
+    if event_time is not None:
+        record["eventTime"] = event_time
+    record["publishTime"] = published
+    return record
 
 
 def text_or_bytes(data: bytes) -> str | bytes:
@@ -288,9 +296,13 @@ def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
     name = spec.output_serde
     serde = load_serde(name, spec.code, spec.py_name) if name else None
     if is_topic(spec.output) or is_kafka(spec.output):
+        published = int(time.time() * 1000)  # the run's: its messages are published with its commit
+        key, properties, event_time = (context.get_message_key, context.get_message_properties,
+                                       context.get_message_eventtime)
+
         def message(result: Any) -> Any:
-            return Message(serialize(result, serde), context.get_message_key(),
-                           dict(context.get_message_properties() or {}), context.get_message_eventtime()).to_json()
+            value = result if result.__class__ is str and serde is None else serialize(result, serde)
+            return message_record(value, key(), properties(), event_time(), published)
         return message
     if serde is not None:
         return lambda result: _plain(serialize(result, serde))
