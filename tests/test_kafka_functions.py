@@ -170,7 +170,8 @@ def test_a_message_over_the_topics_limit_fails_the_batch_with_nothing_written(ka
 
 
 def test_a_value_that_is_not_utf8_under_a_string_serde_fails_or_goes_to_the_dead_letter(kafka, spark, tmp_path):
-    """Under ``statekeep.serde.StringSerDe`` a value that is not UTF-8 is the record's error, naming it; with a
+    """Under ``statekeep.serde.StringSerDe`` a value that is not UTF-8 is the record's error, naming its topic,
+    partition and offset; with a
     dead-letter topic (on Kafka) it goes there as it came and the others count."""
     source, out, dead = topic(kafka, 1), topic(kafka, 1), topic(kafka, 1)
     sk_kafka.KafkaDelivery(kafka_address(source), f"t-{uuid.uuid4().hex}").deliver(None, sk_kafka.records_table(
@@ -181,7 +182,8 @@ def test_a_value_that_is_not_utf8_under_a_string_serde_fails_or_goes_to_the_dead
         service.registry.create({"tenant": "public", "namespace": "default", "name": "strict", "inputs": [source],
                                  "output": out, "inputSpecs": serde}, STRICT)
         status = run(service, url, tmp_path, "strict", spark)
-        assert "record 1" in status["error"] and "UTF-8" in status["error"]
+        # named by where it is in Kafka, not by its place in the micro-batch
+        assert f"the message of {source} at partition 0, offset 1: " in status["error"] and "UTF-8" in status["error"]
         assert values(out) == []
         assert service.registry.state_store("public", "default", "strict").get_counter("seen") == 0
         service.registry.create({"tenant": "public", "namespace": "default", "name": "lenient", "inputs": [source],

@@ -130,7 +130,7 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
             frame = reader.format("text").load(name).select("value", is_json.alias("__json"))
             columns = [F.col("value").cast("binary").alias("__value"), F.lit(None).cast("string").alias("__mkey"),
                        F.lit(None).cast(HEADERS).alias("__props"), F.lit(None).cast("long").alias("__time"),
-                       F.col("__json")]
+                       F.col("__json"), *_nowhere()]
             key = F.lit(None).cast("string")
             if key_field:
                 frame, json_key = with_json_key(frame, key_field, F.col("__json"))
@@ -155,14 +155,24 @@ def message_columns(frame: DataFrame) -> list[Column]:
     ``timestamp``, ``headers`` if included), as the function's task reads them
     (:class:`~statekeep.functions.messaging.columns.MessageColumns`), computed by no more than Spark's own
     projections: ``__value`` the value's bytes (for the serde), ``__mkey`` the key as text, ``__props`` the
-    headers (null where there are none), ``__time`` the timestamp in ms (the event time), ``__json`` false."""
+    headers (null where there are none), ``__time`` the timestamp in ms (the event time), ``__json`` false, and
+    ``__kpart`` and ``__koffset``, where the message is in Kafka (an error names them)."""
     from pyspark.sql import functions as F
 
     headers = (F.when(F.size(F.col("headers")) > 0, F.col("headers")) if "headers" in frame.columns
                else F.lit(None).cast(HEADERS))
+    where = ([F.col("partition").cast("int").alias("__kpart"), F.col("offset").cast("long").alias("__koffset")]
+             if {"partition", "offset"} <= set(frame.columns) else _nowhere())
     return [F.col("value").cast("binary").alias("__value"), F.col("key").cast("string").alias("__mkey"),
             headers.alias("__props"), F.unix_millis(F.col("timestamp")).alias("__time"),
-            F.lit(False).alias("__json")]
+            F.lit(False).alias("__json"), *where]
+
+
+def _nowhere() -> list[Column]:
+    """The Kafka partition and offset columns of a message that has none."""
+    from pyspark.sql import functions as F
+
+    return [F.lit(None).cast("int").alias("__kpart"), F.lit(None).cast("long").alias("__koffset")]
 
 
 def topic_columns(record: Column) -> list[Column]:
@@ -175,7 +185,7 @@ def topic_columns(record: Column) -> list[Column]:
     payload = F.coalesce(F.unbase64(record["valueBase64"]), record["value"].cast("binary"),
                          F.lit("null").cast("binary"))
     return [payload.alias("__value"), record["key"].alias("__mkey"), properties.alias("__props"),
-            record["eventTime"].alias("__time"), F.lit(False).alias("__json")]
+            record["eventTime"].alias("__time"), F.lit(False).alias("__json"), *_nowhere()]
 
 
 _WS = "[ \\t\\n\\r]*"  # JSON's whitespace (Java's \s has more)

@@ -205,8 +205,7 @@ class RecordPath:
                 except Exception as e:
                     state.rollback()
                     del context.published[mark:]
-                    message = f"batch {self.batch_id}, partition {self.partition}, record {context.position}: " \
-                              f"{type(e).__name__}: {e}"
+                    message = f"{self._where(context.position)}: {type(e).__name__}: {e}"
                     stats.user_exception(message)
                     if attempt < retries:
                         attempt += 1
@@ -225,10 +224,20 @@ class RecordPath:
 
         return careful
 
+    def _where(self, position: int) -> str:
+        """The record at ``position``, as an error names it: its batch and task partition, then, for a Kafka
+        message, its topic, partition and offset (else its place in the batch)."""
+        where = f"batch {self.batch_id}, partition {self.partition}, "
+        source = self.source
+        if source is None or source.messages is None or source.messages.offsets is None:
+            return where + f"record {position}"
+        return where + f"the message of {self.context.get_current_message_topic_name()} at " \
+                       f"{source.messages.where(position)}"
+
     def _record_error(self, position: int, error: Exception) -> FunctionRecordError:
         """The error failing the run on the record at ``position`` (made inside its ``except``)."""
         return FunctionRecordError(
-            f"{self.spec.fqfn} failed on batch {self.batch_id}, partition {self.partition}, record {position}: "
+            f"{self.spec.fqfn} failed on {self._where(position)}: "
             f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}", error)
 
     def run_table(self, records: Any) -> Any:

@@ -23,16 +23,19 @@ class MessageColumns:
     :func:`statekeep.functions.driver.inputs.message_columns`): ``values`` the payloads (bytes), ``keys`` the
     message keys (str or None), ``properties`` each message's ``{"key", "value"}`` pairs or None (None for the
     whole column: no message has any), ``times`` the event times in ms (None: none has one), ``json`` whether a
-    payload is a JSON file's line (decoded as JSON, not by the serde): one bool for the batch, or one per message.
+    payload is a JSON file's line (decoded as JSON, not by the serde): one bool for the batch, or one per message;
+    ``offsets`` their Kafka partitions and offsets (None: not from Kafka).
     Every per-record method of the Context reads them by position; nothing is parsed until asked for."""
 
-    __slots__ = ("values", "keys", "properties", "times", "json")
+    __slots__ = ("values", "keys", "properties", "times", "json", "offsets")
 
     def __init__(self, values: list[bytes], keys: list[str | None] | None = None,
                  properties: list[Properties | None] | None = None, times: list[int | None] | None = None,
-                 json: bool | list[bool] = False) -> None:
+                 json: bool | list[bool] = False, offsets: tuple[list[Any], list[Any]] | None = None) -> None:
         self.values, self.properties, self.times, self.json = values, properties, times, json
         self.keys = keys if keys is not None else [None] * len(values)
+        #: (Kafka partitions, offsets) of the messages, where they came from Kafka
+        self.offsets = offsets
 
     def __len__(self) -> int:
         return len(self.values)
@@ -50,8 +53,10 @@ class MessageColumns:
         flags = table.column("__json")
         every = pc.all(flags).as_py() if len(flags) else False
         json_lines: bool | list[bool] = every if every or not pc.any(flags).as_py() else flags.to_pylist()
+        partitions = column("__kpart") if "__kpart" in table.column_names else None
+        offsets = (partitions, table.column("__koffset").to_pylist()) if partitions is not None else None
         return cls(table.column("__value").to_pylist(), column("__mkey"), column("__props"), column("__time"),
-                   json_lines)
+                   json_lines, offsets)
 
     @classmethod
     def of(cls, records: Sequence[Any]) -> MessageColumns:
@@ -75,6 +80,13 @@ class MessageColumns:
             times.append(event if isinstance(event, int) and not isinstance(event, bool) else None)
         return cls(values, keys, properties if any(p is not None for p in properties) else None,
                    times if any(t is not None for t in times) else None, flags if any(flags) else False)
+
+    def where(self, position: int) -> str:
+        """Where the message at ``position`` is in its topic (Kafka's partition and offset), or its place in the
+        batch."""
+        if self.offsets is not None and self.offsets[0][position] is not None:
+            return f"partition {self.offsets[0][position]}, offset {self.offsets[1][position]}"
+        return f"record {position}"
 
     def is_json(self, position: int) -> bool:
         flags = self.json
