@@ -76,7 +76,12 @@ def localrun(name: str, py: Path, inputs: Path, out: Path, url: str, checkpoints
                "--user-config", json.dumps(ONE_FILE_PER_BATCH), *extra]
     with open(log, "w") as stderr:  # os.environ now: the S3 server's variables when a test started it
         return subprocess.Popen(command, env={**os.environ, **ENV_SPARK}, stdout=subprocess.DEVNULL, stderr=stderr,
-                                start_new_session=True)
+                                start_new_session=True, cwd=log.parent)  # its ./.statekeep-data: Spark's log there
+
+
+def spark_log(log: Path, name: str) -> Path:
+    """Spark's log of :func:`localrun`'s run of function ``name`` whose stderr went to ``log``."""
+    return log.parent / ".statekeep-data" / "logs" / f"public.default.{name}.spark.log"
 
 
 def test_function_on_the_cluster_is_exact(request, spark_cluster, tmp_path, capsys):
@@ -140,7 +145,7 @@ def test_spark_worker_and_executor_killed_mid_run_ends_exact(request, state, spa
             run.kill()
         if victim is not None:
             spark_cluster.restart_worker(victim)  # the cluster is shared by the other tests
-    assert "Lost executor" in log.read_text()  # the executor really went, and its tasks ran again
+    assert "Lost executor" in spark_log(log, "slow").read_text()  # the executor really went, its tasks ran again
     assert counters(url, "slow") == Counter(words)
     assert_outputs_exact(out, Counter(words))
     if state == "s3":

@@ -329,6 +329,25 @@ def test_bad_function_file_refused_before_spark(tmp_path):
     assert "Traceback" not in result.stderr and "py4j" not in result.stderr
 
 
+def test_a_failing_record_is_one_line_naming_spark_s_log(tmp_path, spark_env):
+    """A record the function cannot take ends localrun with one line (the record, the error, where Spark's log
+    is), not Spark's page of task failures and Python tracebacks (about 600 lines before): those are in the log
+    file the line names."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "p.jsonl").write_text('{"word": "a"}\nnot json\n')
+    (tmp_path / "f.py").write_text("def process(input, context):\n    return input\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", "e", "--py", str(tmp_path / "f.py"),
+         "--inputs", str(tmp_path / "in"), "--key-field", "word", "--once", "--data-dir", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **spark_env})
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert "failed on batch 0" in last and "JSONDecodeError" in last, result.stderr[-2000:]
+    log = tmp_path / "data" / "logs" / "public.default.e.spark.log"
+    assert last.endswith(f"(Spark's log: {log})") and "JSONDecodeError" in log.read_text()
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) < 10  # the JVM's start: 5 lines
+
+
 # once per commit path: embedded here; staged metadata: tests/test_functions_batch_spark.py's (the record path is
 # one for per-record and process_batch functions); partition-owned: tests/test_partitioned_spark.py's
 @pytest.mark.parametrize("backend", ["local"])
@@ -390,12 +409,15 @@ def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path, 
                "--parallelism", "2", "--output", str(out), *where, "--once",
                "--user-config", json.dumps({"inputOptions": {"maxFilesPerTrigger": "1"}})]
     env = {**os.environ, **spark_env}
-    log = tmp_path / "localrun.log"
-    with open(log, "w") as stderr:
-        run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    # Spark's log: in the data directory (--data-dir, else ./.statekeep-data: the run's own directory here)
+    log = (tmp_path / "data" if backend == "local" else tmp_path / ".statekeep-data") / "logs" / \
+        "public.default.killed.spark.log"
+    with open(tmp_path / "localrun.log", "w") as stderr:
+        run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp_path)
     killed = 0
     try:  # kill until a task died of it (a worker killed between tasks is replaced without a failure)
-        while run.poll() is None and killed < 10 and "Python worker exited unexpectedly" not in log.read_text():
+        while run.poll() is None and killed < 10 and (
+                not log.exists() or "Python worker exited unexpectedly" not in log.read_text()):
             workers = _python_task_workers(run.pid)
             if workers:
                 time.sleep(0.3)
@@ -412,7 +434,7 @@ def test_sigkill_of_python_workers_mid_run_is_exact(backend, request, tmp_path, 
         if run.poll() is None:
             run.kill()
     assert killed >= 1, "no Python worker was ever seen"
-    assert run.returncode == 0, log.read_text()[-2000:]
+    assert run.returncode == 0, (tmp_path / "localrun.log").read_text()[-2000:]
     assert "Python worker exited unexpectedly" in log.read_text(), log.read_text()[-3000:]  # tasks died, were retried
     with FunctionService.open(url) as service:
         assert counters(service, "killed") == Counter(words)

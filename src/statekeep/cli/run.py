@@ -98,22 +98,28 @@ def _localrun(args: argparse.Namespace) -> int:
             on_wait=lambda holder: print(f"statekeep: waiting for worker {holder} to let go of the function",
                                          file=sys.stderr))
         with lock:
-            return _run_locked(args, config, code, service, store, metadata_url, checkpoint_root, worker_id)
+            return _run_locked(args, config, code, service, store, metadata_url, checkpoint_root, worker_id,
+                               os.path.join(data_dir, "logs"))
 
 
 def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, service: FunctionService,
                 store: MetadataStore,
-                metadata_url: str, checkpoint_root: str, worker_id: str) -> int:
-    """Register and run the function while this process holds its lock."""
+                metadata_url: str, checkpoint_root: str, worker_id: str, logs: str) -> int:
+    """Register and run the function while this process holds its lock; Spark's log goes to a file in ``logs``."""
     from statekeep.functions.driver.spark import read_status, run_registered
 
     try:
         service.registry.create(config, code)
     except AlreadyExistsError:
         service.registry.update(args.tenant, args.namespace, args.name, config, code)
+    from statekeep.functions.driver.session import log_to_file, spark_session
+
+    spark = spark_session(args.spark_master, conf=args.spark_conf)
+    # Spark's log (a failing task's retries, tracebacks, a stopping session's listener) in a file, named on failure
+    log = os.path.join(logs, f"{args.tenant}.{args.namespace}.{args.name}.spark.log")
+    log_to_file(spark, log)
     query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
-                           checkpoint_root=checkpoint_root, once=args.once, master=args.spark_master,
-                           worker_id=worker_id, spark_conf=args.spark_conf)
+                           checkpoint_root=checkpoint_root, once=args.once, spark=spark, worker_id=worker_id)
     try:
         query.await_termination()
     except KeyboardInterrupt:
@@ -123,7 +129,7 @@ def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, s
         marker = "FunctionRecordError: "
         if marker in message:
             message = message[message.index(marker) + len(marker):].split("\n")[0]
-        print(f"statekeep: the function failed: {message}", file=sys.stderr)
+        print(f"statekeep: the function failed: {message} (Spark's log: {os.path.abspath(log)})", file=sys.stderr)
         return 1
     print_json(read_status(store, args.tenant, args.namespace, args.name) or query.status())
     return 0

@@ -96,3 +96,28 @@ def spark_session(master: str = "local[*,4]", app_name: str = "statekeep", shuff
 
     register_sources(spark)
     return spark
+
+
+#: Spark's log in a file of its own (log4j2's properties): warnings and errors, with their stack traces
+_FILE_LOG = """rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def log_to_file(spark: SparkSession, path: str) -> None:
+    """From now on, ``spark``'s driver-side log (its executors' too, in local mode: task failures with their
+    Python tracebacks, a stopping session's listener errors) goes to the file ``path``, appended, instead of
+    the console: a command line then shows one line per error and names the file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    config = os.path.abspath(path) + ".log4j2.properties"
+    with open(config, "w") as f:
+        f.write(_FILE_LOG.format(path=os.path.abspath(path).replace("\\", "/")))
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session's gateway
+    jvm.org.apache.logging.log4j.LogManager.getContext(False).setConfigLocation(jvm.java.io.File(config).toURI())
+
