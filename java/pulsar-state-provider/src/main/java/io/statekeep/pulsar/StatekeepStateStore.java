@@ -62,9 +62,17 @@ final class StatekeepStateStore implements DefaultStateStore {
         StatekeepClient.join(putAsync(key, value));
     }
 
+    /**
+     * Puts the buffer's bytes from index 0 to its limit, as Pulsar's BookKeeper store does (Pulsar's REST hands a
+     * numberValue over as a buffer it wrote and did not flip: its position is at the end); a null value deletes.
+     */
     @Override
     public CompletableFuture<Void> putAsync(String key, ByteBuffer value) {
+        if (value == null) {
+            return deleteAsync(key);
+        }
         ByteBuffer copy = value.duplicate();
+        copy.position(0);
         byte[] bytes = new byte[copy.remaining()];
         copy.get(bytes);
         return client.put(fqfn, key, bytes);
