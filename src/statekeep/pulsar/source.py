@@ -1,0 +1,274 @@
+"""``spark.readStream.format("statekeep-pulsar")``: a Pulsar topic on a real broker as a Spark stream (PySpark's
+Python data source API, ``DataSourceStreamReader``).
+
+Options: ``serviceUrl`` (``pulsar://HOST:PORT``, the binary protocol the executors read with), ``adminUrl``
+(``http://HOST:PORT``, the broker's admin REST API, asked for each partition's last message id, as StreamNative's
+connector's ``admin.url`` is), ``topic`` (``persistent://TENANT/NAMESPACE/TOPIC``, partitioned or not: the full
+name, never guessed from a short one), ``startingOffsets`` (``earliest`` or ``latest``, as Kafka's source; default
+``latest``), ``timeoutSeconds`` (default 30: how long a broker may take to answer before the query fails).
+
+Columns, the Kafka source's and then Pulsar's own: ``key binary`` (the message key's UTF-8 bytes; null without
+one), ``value binary``, ``topic string`` (the topic as named, not its partition's name), ``partition int`` (the
+partition's index, 0 for a non-partitioned topic), ``offset long`` (null: Pulsar has message ids, not offsets),
+``timestamp timestamp`` (publish time), ``headers array<struct<key:string,value:binary>>`` (the message's
+properties, values UTF-8, sorted by key), ``messageId binary`` (the client's serialized ``MessageId``:
+``pulsar.MessageId.deserialize`` reads it), ``eventTime timestamp`` (null when the producer set none).
+
+Offsets are message ids per partition, kept in the query's checkpoint: ``{"topic": NAME, "partitions": {"INDEX":
+"LEDGER:ENTRY:BATCH"}}``, each the last message id a micro-batch includes (``earliest`` before any). A micro-batch
+reads, per partition, the messages after its start and up to and including its end (a batch index of -1 ends
+after the whole entry), with a ``Reader`` from the start's message id, so a micro-batch replayed from the checkpoint
+reads the same messages (as long as the topic's retention keeps them). A partition added to a partitioned topic
+is read from its earliest message. Nothing is acknowledged and no subscription is made: the topic keeps what the
+namespace's retention keeps.
+
+Errors are one line: an unknown topic or namespace is a :class:`NotFoundError`, a broker that does not answer
+within ``timeoutSeconds`` a :class:`StoreUnavailableError`, a bad option an :class:`InvalidArgumentError`.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
+from statekeep.retry import OUTAGE
+
+try:  # a Spark data source: without PySpark it is not importable at all
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError as e:
+    raise MissingDependencyError(f"the statekeep-pulsar source needs PySpark: pip install 'statekeep[spark]' ({e})"
+                                 ) from e
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import StructType
+
+#: the Kafka source's columns, then Pulsar's message id and event time
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+          "headers array<struct<key:string,value:binary>>, messageId binary, eventTime timestamp")
+#: a partition's offset before any message: read from its first
+EARLIEST = "earliest"
+DEFAULT_TIMEOUT = 30.0
+
+
+def _client_module() -> Any:
+    try:
+        import pulsar
+    except ImportError as e:
+        raise MissingDependencyError(f"the statekeep-pulsar source needs pulsar-client: pip install "
+                                     f"'statekeep[pulsar]' ({e})") from e
+    return pulsar
+
+
+class _Options:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        def required(name: str, prefixes: tuple[str, ...], example: str) -> str:
+            value = options.get(name)
+            if not value or not str(value).startswith(prefixes):
+                raise InvalidArgumentError(f'option "{name}" must be given, e.g. {example}, not {value!r}')
+            return str(value).rstrip("/")
+
+        self.service_url = required("serviceUrl", ("pulsar://", "pulsar+ssl://"), "pulsar://127.0.0.1:6650")
+        self.admin_url = required("adminUrl", ("http://", "https://"), "http://127.0.0.1:8080")
+        self.topic = required("topic", ("persistent://", "non-persistent://"), "persistent://public/default/t")
+        parts = self.topic.split("://", 1)[1].split("/")
+        if len(parts) != 3 or not all(parts):
+            raise InvalidArgumentError(f'option "topic" must be persistent://TENANT/NAMESPACE/TOPIC, not '
+                                       f'{self.topic!r}')
+        self.starting = str(options.get("startingOffsets", "latest")).lower()
+        if self.starting not in ("earliest", "latest"):
+            raise InvalidArgumentError(f'option "startingOffsets" must be earliest or latest, not '
+                                       f'{options.get("startingOffsets")!r}')
+        try:
+            self.timeout = float(options.get("timeoutSeconds", DEFAULT_TIMEOUT))
+        except ValueError:
+            raise InvalidArgumentError(f'option "timeoutSeconds" must be a number of seconds, not '
+                                       f'{options.get("timeoutSeconds")!r}') from None
+        if not self.timeout > 0:
+            raise InvalidArgumentError(f'option "timeoutSeconds" must be positive, not {self.timeout}')
+
+    def client(self) -> Any:
+        pulsar = _client_module()
+        seconds = max(1, int(self.timeout))
+        return pulsar.Client(self.service_url, operation_timeout_seconds=seconds,
+                             connection_timeout_ms=seconds * 1000, logger=_quiet_logger())
+
+
+def _quiet_logger() -> Any:
+    import logging
+
+    logger = logging.getLogger("statekeep.pulsar.client")
+    logger.setLevel(logging.WARNING)  # the C++ client logs every connection at INFO
+    return logger
+
+
+def partition_names(options: _Options) -> list[str]:
+    """The topic's partitions' names (the topic itself when it is not partitioned), asked of the broker's binary
+    protocol: NotFoundError for an unknown topic or namespace, StoreUnavailableError when the broker does not
+    answer within the timeout."""
+    pulsar = _client_module()
+    client = options.client()
+    try:
+        return list(client.get_topic_partitions(options.topic))
+    except pulsar.TopicNotFound:
+        raise NotFoundError(f"Pulsar topic {options.topic} does not exist on {options.service_url}: create it "
+                            "(pulsar-admin topics create, or create-partitioned-topic)") from None
+    except (pulsar.Timeout, pulsar.ConnectError) as e:
+        raise StoreUnavailableError(f"Pulsar at {options.service_url} did not answer within {options.timeout:g} s "
+                                    f"({type(e).__name__})") from None
+    except pulsar.PulsarException as e:
+        raise StoreUnavailableError(f"Pulsar at {options.service_url} could not list topic {options.topic}: "
+                                    f"{type(e).__name__}: {e}") from None
+    finally:
+        client.close()
+
+
+def _index(name: str) -> int:
+    head, sep, tail = name.rpartition("-partition-")
+    return int(tail) if sep and tail.isdigit() else 0
+
+
+def last_message_id(options: _Options, partition: str) -> str:
+    """``LEDGER:ENTRY:BATCH`` of the partition's last message (entry -1 when it has none), from the admin REST
+    API; an unreachable broker is retried within :data:`statekeep.retry.OUTAGE`'s bound up to the timeout."""
+    path = partition.replace("://", "/", 1)
+    url = f"{options.admin_url}/admin/v2/{urllib.parse.quote(path)}/lastMessageId"
+
+    def ask() -> str:
+        try:
+            with urllib.request.urlopen(url, timeout=options.timeout) as answer:
+                found = json.loads(answer.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                raise NotFoundError(f"Pulsar topic {partition} does not exist at {options.admin_url}") from None
+            raise StoreUnavailableError(f"Pulsar's admin API at {options.admin_url} answered {e.code} for "
+                                        f"{partition}'s last message id") from None
+        except (OSError, ValueError) as e:
+            raise StoreUnavailableError(f"Pulsar's admin API at {options.admin_url} did not answer: {e}") from None
+        return f"{int(found['ledgerId'])}:{int(found['entryId'])}:{int(found.get('batchIndex', -1))}"
+
+    return OUTAGE.bounded(seconds=options.timeout).repeat(ask)
+
+
+def _parse(position: str) -> tuple[int, int, int]:
+    ledger, entry, batch = (int(x) for x in position.split(":"))
+    return ledger, entry, batch
+
+
+class _Range(InputPartition):
+    """One partition's messages after ``start`` (exclusive; EARLIEST: from the first) up to ``end`` (inclusive)."""
+
+    def __init__(self, name: str, index: int, start: str, end: str) -> None:
+        self.name, self.index, self.start, self.end = name, index, start, end
+
+
+class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream reader (see the module docstring for its offsets). With ``Trigger.AvailableNow`` it reads up to
+    each partition's last message when the query started, in as many micro-batches as Spark plans."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = _Options(options)
+        self._available: dict[str, Any] | None = None  # Trigger.AvailableNow: the offsets when it started
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available = {"topic": self.options.topic,
+                           "partitions": self._positions(partition_names(self.options))}
+
+    def _positions(self, names: list[str]) -> dict[str, str]:
+        return {str(_index(name)): last_message_id(self.options, name) for name in names}
+
+    def initialOffset(self) -> dict[str, Any]:
+        names = partition_names(self.options)
+        if self.options.starting == "earliest":
+            return {"topic": self.options.topic, "partitions": {str(_index(n)): EARLIEST for n in names}}
+        return {"topic": self.options.topic, "partitions": self._positions(names)}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit | None = None) -> dict[str, Any]:
+        """Every partition's last message id now (all that is available: no read limit); with
+        ``Trigger.AvailableNow``, when the query started."""
+        if self._available is not None:
+            return self._available
+        return {"topic": self.options.topic, "partitions": self._positions(partition_names(self.options))}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        if start.get("topic") != self.options.topic:
+            raise InvalidArgumentError(f"this query's checkpoint read Pulsar topic {start.get('topic')!r}, not "
+                                       f"{self.options.topic!r}: a checkpoint resumes only with its own topic")
+        names = {str(_index(n)): n for n in partition_names(self.options)}
+        ranges: list[InputPartition] = []
+        for index, last in sorted(end["partitions"].items(), key=lambda kv: int(kv[0])):
+            first = start["partitions"].get(index, EARLIEST)
+            if first != last and index in names:
+                ranges.append(_Range(names[index], int(index), first, last))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, _Range)  # what partitions() makes
+        return _read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: nothing is acknowledged, the topic's retention decides what it keeps."""
+
+
+def _within(position: tuple[int, int, int], end: tuple[int, int, int]) -> bool:
+    ledger, entry, batch = position
+    if (ledger, entry) != end[:2]:
+        return (ledger, entry) < end[:2]
+    return end[2] < 0 or batch <= end[2]
+
+
+def _read_range(options: _Options, part: _Range) -> Iterator[tuple[Any, ...]]:
+    pulsar = _client_module()
+    end = _parse(part.end)
+    client = options.client()
+    try:
+        if part.start == EARLIEST:
+            start = pulsar.MessageId.earliest
+        else:
+            ledger, entry, batch = _parse(part.start)
+            start = pulsar.MessageId(part.index if "-partition-" in part.name else -1, ledger, entry, batch)
+        reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST)
+        timeout_ms = int(options.timeout * 1000)
+        while reader.has_message_available():
+            message = reader.read_next(timeout_ms)
+            ident = message.message_id()
+            if not _within((ident.ledger_id(), ident.entry_id(), ident.batch_index()), end):
+                break
+            yield _row(options.topic, part.index, message, ident)
+    except (pulsar.Timeout, pulsar.ConnectError) as e:
+        raise StoreUnavailableError(f"Pulsar at {options.service_url} did not answer within {options.timeout:g} s "
+                                    f"reading {part.name} ({type(e).__name__})") from None
+    finally:
+        client.close()
+
+
+def _time(ms: int) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms > 0 else None
+
+
+def _row(topic: str, index: int, message: Any, ident: Any) -> tuple[Any, ...]:
+    key = message.partition_key()
+    headers = [(k, v.encode("utf-8")) for k, v in sorted(message.properties().items())]
+    return (key.encode("utf-8") if key else None, message.data(), topic, index, None,
+            _time(message.publish_timestamp()), headers, ident.serialize(), _time(message.event_timestamp()))
+
+
+class StatekeepPulsarSource(DataSource):
+    """``spark.readStream.format("statekeep-pulsar")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "statekeep-pulsar"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PulsarStreamReader(self.options)
