@@ -862,7 +862,7 @@ class PulsarServer(Server):
             "failureCheckFreqMs": 5000, "rescheduleTimeoutMs": 10000, "initialBrokerReconnectMaxRetries": 60,
             "assignmentWriteMaxRetries": 60, "instanceLivenessCheckFreqMs": 5000,
             **({"stateStorageServiceUrl": state_url, "stateStorageProviderImplementation": STATEKEEP_PROVIDER_CLASS}
-               if state_url else {"stateStorageServiceUrl": f"bk://127.0.0.1:{self.stream_port}"}),
+               if state_url else {"stateStorageServiceUrl": f"rocksdb://{data_dir / 'state'}"}),
         }
         (data_dir / "functions_worker.yml").write_text(json.dumps(worker, indent=1))  # JSON is YAML
         command = ["java", *PULSAR_JVM, "-cp", classpath, "org.apache.pulsar.PulsarStandaloneStarter",
