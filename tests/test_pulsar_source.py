@@ -13,7 +13,7 @@ import pytest
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailableError
 from statekeep.testing.servers import free_port
-from support.pulsar import create_topic
+from support.pulsar import create_topic, read_all
 
 
 def _options(**changes):
@@ -111,3 +111,70 @@ def test_a_pulsar_topic_is_a_spark_stream_whose_replayed_batch_reads_the_same_me
     finally:
         client.close()
         shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def test_the_sink_delivers_a_replayed_batch_once_and_refuses_a_topic_without_deduplication(pulsar, spark, tmp_path):
+    import httpx
+    import pulsar as lib
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from statekeep.pulsar import register
+    from statekeep.pulsar.sink import PulsarStreamWriter
+
+    register(spark)
+    name = uuid.uuid4().hex[:8]
+    source, sink = f"persistent://public/default/in-{name}", f"persistent://public/default/out-{name}"
+    create_topic(pulsar.web_url, f"in-{name}", partitions=2)
+    create_topic(pulsar.web_url, f"out-{name}", partitions=2)
+    client = lib.Client(pulsar.service_url)
+    producer = client.create_producer(source)
+
+    def produce(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i % 10}", properties={"i": str(i)},
+                          event_timestamp=1_796_000_000_000 + i)
+
+    checkpoint = tmp_path / "checkpoint"
+
+    def run_once() -> None:
+        query = (spark.readStream.format("statekeep-pulsar").option("serviceUrl", pulsar.service_url)
+                 .option("adminUrl", pulsar.web_url).option("topic", source).option("startingOffsets", "earliest")
+                 .load().select("key", "value", "headers", "eventTime")
+                 .writeStream.format("statekeep-pulsar").option("serviceUrl", pulsar.service_url)
+                 .option("adminUrl", pulsar.web_url).option("topic", sink)
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        query.awaitTermination()
+        assert query.exception() is None
+
+    try:
+        produce(0, 30)
+        run_once()
+        (checkpoint / "commits" / "0").unlink()  # batch 0 delivered, its commit lost: it runs again
+        produce(30, 10)
+        run_once()
+        out = read_all(client, sink)
+        assert sorted(m.data() for m in out) == sorted(f"v{i}".encode() for i in range(40))  # each once
+        seven = next(m for m in out if m.data() == b"v7")
+        assert (seven.partition_key(), seven.properties(), seven.event_timestamp()) == (
+            "k7", {"i": "7"}, 1_796_000_000_007)
+        query = json.loads((checkpoint / "metadata").read_text())["id"]  # kept in the checkpoint: stable names
+        assert {m.producer_name() for m in out} == {f"statekeep-{query}-0", f"statekeep-{query}-1"}
+
+        # a namespace without deduplication: refused in one line, before anything is sent
+        namespace = f"public/nodedup-{name}"
+        assert httpx.put(f"{pulsar.web_url}/admin/v2/namespaces/{namespace}", timeout=30).status_code == 204
+        assert httpx.post(f"{pulsar.web_url}/admin/v2/namespaces/{namespace}/deduplication", json=False,
+                          timeout=30).status_code == 204
+        assert httpx.put(f"{pulsar.web_url}/admin/v2/persistent/{namespace}/t", timeout=30).status_code == 204
+        schema = StructType([StructField("value", BinaryType())])
+        with pytest.raises(InvalidArgumentError, match=(
+                rf"^Pulsar topic persistent://{namespace}/t has no deduplication, so a replayed micro-batch would be "
+                rf"delivered twice: enable it \(pulsar-admin namespaces set-deduplication {namespace} --enable, or "
+                r"the broker's brokerDeduplicationEnabled=true\)$")):
+            PulsarStreamWriter({"serviceUrl": pulsar.service_url, "adminUrl": pulsar.web_url,
+                                "topic": f"persistent://{namespace}/t"}, schema)
+        with pytest.raises(NotFoundError, match="^Pulsar topic persistent://public/default/nope does not exist"):
+            PulsarStreamWriter({"serviceUrl": pulsar.service_url, "adminUrl": pulsar.web_url,
+                                "topic": "persistent://public/default/nope"}, schema)
+    finally:
+        client.close()

@@ -95,3 +95,16 @@ def wait_running(web_url: str, name: str, timeout: float = 180) -> dict[str, Any
             pass  # the worker restarting
         time.sleep(0.5)
     raise AssertionError(f"function {name} not running after {timeout}s: {status}")
+
+
+def read_all(client: Any, topic: str) -> list[Any]:
+    """Every message of ``topic`` (each partition's, in order), read with a Reader from the earliest."""
+    import pulsar
+
+    messages = []
+    for name in client.get_topic_partitions(topic):
+        reader = client.create_reader(name, pulsar.MessageId.earliest)
+        while reader.has_message_available():
+            messages.append(reader.read_next(30_000))
+        reader.close()
+    return messages

@@ -1,5 +1,6 @@
 """Topics on a real Apache Pulsar broker (not statekeep's file topics): a Spark streaming source whose offsets
-are Pulsar message ids (:mod:`statekeep.pulsar.source`).
+are Pulsar message ids (:mod:`statekeep.pulsar.source`) and an effectively-once sink (:mod:`statekeep.pulsar.sink`),
+one data source, ``statekeep-pulsar``.
 
     from statekeep.pulsar import register
     register(spark)

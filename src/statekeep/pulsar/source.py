@@ -40,7 +40,7 @@ from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFo
 from statekeep.retry import OUTAGE
 
 try:  # a Spark data source: without PySpark it is not importable at all
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError as e:
     raise MissingDependencyError(f"the statekeep-pulsar source needs PySpark: pip install 'statekeep[spark]' ({e})"
@@ -261,7 +261,8 @@ def _row(topic: str, index: int, message: Any, ident: Any) -> tuple[Any, ...]:
 
 
 class StatekeepPulsarSource(DataSource):
-    """``spark.readStream.format("statekeep-pulsar")``: see the module docstring."""
+    """``spark.readStream.format("statekeep-pulsar")``: see the module docstring; ``writeStream`` of the same
+    format: :mod:`statekeep.pulsar.sink`."""
 
     @classmethod
     def name(cls) -> str:
@@ -272,3 +273,9 @@ class StatekeepPulsarSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return PulsarStreamReader(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """The effectively-once sink (:mod:`statekeep.pulsar.sink`)."""
+        from statekeep.pulsar.sink import PulsarStreamWriter
+
+        return PulsarStreamWriter(self.options, schema)
