@@ -805,14 +805,19 @@ def _pulsar_classpath(state_url: str | None) -> str:
 
 def _pulsar_ready(web_port: int) -> bool:
     """The broker serves its admin API, the standalone made its ``public/default`` namespace, and the functions
-    worker answers a list of that namespace's functions."""
+    worker answers a list of that namespace's functions and says its leader is ready (before it, a function's create
+    answers 503 "Leader not yet ready")."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/namespaces/public", timeout=2) as answer:
             if "public/default" not in json.loads(answer.read()):
                 return False
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v3/functions/public/default",
                                     timeout=2) as answer:
-            return bool(answer.status == 200)
+            if answer.status != 200:
+                return False
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/worker/cluster/leader/ready",
+                                    timeout=2) as answer:
+            return json.loads(answer.read()) is True
     except (OSError, ValueError):  # refused, 404/503 while starting (HTTPError is an OSError), not JSON yet
         return False
 
