@@ -161,7 +161,14 @@ async def increment_counter(tenant: str, namespace: str, name: str, key: str, re
 HOSTED = "/admin/v3/hosted-state/{tenant}/{namespace}"
 
 
-@router.put(HOSTED + "/{name}", responses=schemas.errors(400, 409), status_code=201,
+class HostedFunction(BaseModel):
+    tenant: str
+    namespace: str
+    name: str
+
+
+@router.put(HOSTED + "/{name}", status_code=201, response_model=HostedFunction,
+            responses={200: {"model": HostedFunction, "description": "already registered"}, **schemas.errors(400, 409)},
             summary="Keep the state of a function that runs elsewhere (a Pulsar worker's state provider)")
 async def register_hosted(tenant: str, namespace: str, name: str,
                           ctx: ServerContext = Depends(get_context)) -> Response:
