@@ -82,3 +82,18 @@ def test_bad_increments_and_names_are_refused_and_change_nothing(served):
     client.post(FN + "/skfn/state/eight", json={"key": "eight", "byteValue": "AAAAAAAAACk="})
     assert client.post(FN + "/skfn/counter/eight", json={"amount": 1}).status_code == 400
     assert client.post(FN + "/skfn/counter/k", json={"amount": 3}).json() == {"key": "k", "numberValue": 3}
+
+
+def test_the_console_lists_a_hosted_function_and_reads_its_state_and_changelog(served):
+    client, _ = served
+    client.put(HOSTED + "/pf")
+    client.post(FN + "/pf/counter/c", json={"amount": 4})
+    listed = client.get("/ui/api/functions").json()
+    assert [(f["name"], f.get("hosted"), f["lifecycle"]) for f in listed] == [("pf", True, False)]
+    assert listed[0]["functionStatus"]["numRunning"] == 0
+    records = client.get("/ui/api/functions/public/default/pf/changelog").json()["records"]
+    assert [(r["key"], r["numberValue"]) for r in records] == [("c", 4)]
+    assert client.get(FN + "/pf/state").json()["items"] == [{"key": "c", "numberValue": 4, "version": 0}]
+    client.delete(HOSTED + "/pf")
+    assert client.get("/ui/api/functions").json() == []
+    assert client.get("/ui/api/functions/public/default/pf/changelog").status_code == 404
