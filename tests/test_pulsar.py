@@ -66,8 +66,8 @@ def _outputs(lib, consumer, n: int) -> list[str]:
 def test_a_pulsar_functions_state_is_kept_by_statekeep(pulsar, tmp_path, capsys):
     """PIP-312 on Pulsar's own functions worker: a Java function's incrCounter/putState go to statekeep; Pulsar's
     state REST and statekeep's REST and CLI show the same values; a POST through either is seen by the function; a
-    counter reads as 8 bytes big-endian through getState; the state survives the worker's restart (SIGKILL); deleting
-    the function deletes its state."""
+    counter reads as 8 bytes big-endian through getState; the console lists the function and its changelog; the state
+    survives the worker's restart (SIGKILL); deleting the function deletes its state."""
     lib, client = _client(pulsar)
     name = f"counter-{uuid.uuid4().hex[:6]}"
     source, sink = f"{name}-in", f"{name}-out"
@@ -96,6 +96,10 @@ def test_a_pulsar_functions_state_is_kept_by_statekeep(pulsar, tmp_path, capsys)
                            "--namespace", "default", "--name", name, "--key", "a")
         assert (code, json.loads(out)) == (0, {"key": "a", "numberValue": 2, "version": 1})
         assert httpx.get(f"{pulsar.statekeep.url}/admin/v3/hosted-state/public/default").json().count(name) == 1
+        listed = httpx.get(f"{pulsar.statekeep.url}/ui/api/functions", timeout=30).json()  # the console's
+        assert [f.get("hosted") for f in listed if f["name"] == name] == [True]
+        changelog = httpx.get(f"{pulsar.statekeep.url}/ui/api/functions/public/default/{name}/changelog").json()
+        assert [r["numberValue"] for r in changelog["records"] if r["key"] == "a"] == [1, 2]
 
         # a counter is 8 bytes big-endian to the function's getState, as in Pulsar's own store
         assert ask(consumer, producer, "bytes:a") == ["a=" + (2).to_bytes(8, "big").decode()]
