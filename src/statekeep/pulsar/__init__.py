@@ -1,6 +1,6 @@
 """Topics on a real Apache Pulsar broker (not statekeep's file topics): a Spark streaming source whose offsets
 are Pulsar message ids (:mod:`statekeep.pulsar.source`) and an effectively-once sink (:mod:`statekeep.pulsar.sink`),
-one data source, ``statekeep-pulsar``.
+one data source, ``statekeep-pulsar``::
 
     from statekeep.pulsar import register
     register(spark)
@@ -17,6 +17,6 @@ from typing import Any
 
 def register(spark: Any) -> None:
     """Register the ``statekeep-pulsar`` data source with ``spark`` (a SparkSession)."""
-    from statekeep.pulsar.source import StatekeepPulsarSource
+    from statekeep.pulsar.datasource import StatekeepPulsarSource
 
     spark.dataSource.register(StatekeepPulsarSource)

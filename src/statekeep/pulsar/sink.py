@@ -39,7 +39,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
-from statekeep.pulsar.source import _client_module, _Options
+from statekeep.pulsar.options import PulsarOptions as _Options
+from statekeep.pulsar.options import client_module as _client_module
 
 try:
     from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage

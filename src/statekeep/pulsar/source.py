@@ -37,10 +37,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
+from statekeep.pulsar.options import PulsarOptions as _Options
+from statekeep.pulsar.options import client_module as _client_module
 from statekeep.retry import OUTAGE
 
 try:  # a Spark data source: without PySpark it is not importable at all
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition
+    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError as e:
     raise MissingDependencyError(f"the statekeep-pulsar source needs PySpark: pip install 'statekeep[spark]' ({e})"
@@ -48,65 +50,12 @@ except ImportError as e:
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit
-    from pyspark.sql.types import StructType
 
 #: the Kafka source's columns, then Pulsar's message id and event time
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "headers array<struct<key:string,value:binary>>, messageId binary, eventTime timestamp")
 #: a partition's offset before any message: read from its first
 EARLIEST = "earliest"
-DEFAULT_TIMEOUT = 30.0
-
-
-def _client_module() -> Any:
-    try:
-        import pulsar
-    except ImportError as e:
-        raise MissingDependencyError(f"the statekeep-pulsar source needs pulsar-client: pip install "
-                                     f"'statekeep[pulsar]' ({e})") from e
-    return pulsar
-
-
-class _Options:
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        def required(name: str, prefixes: tuple[str, ...], example: str) -> str:
-            value = options.get(name)
-            if not value or not str(value).startswith(prefixes):
-                raise InvalidArgumentError(f'option "{name}" must be given, e.g. {example}, not {value!r}')
-            return str(value).rstrip("/")
-
-        self.service_url = required("serviceUrl", ("pulsar://", "pulsar+ssl://"), "pulsar://127.0.0.1:6650")
-        self.admin_url = required("adminUrl", ("http://", "https://"), "http://127.0.0.1:8080")
-        self.topic = required("topic", ("persistent://", "non-persistent://"), "persistent://public/default/t")
-        parts = self.topic.split("://", 1)[1].split("/")
-        if len(parts) != 3 or not all(parts):
-            raise InvalidArgumentError(f'option "topic" must be persistent://TENANT/NAMESPACE/TOPIC, not '
-                                       f'{self.topic!r}')
-        self.starting = str(options.get("startingOffsets", "latest")).lower()
-        if self.starting not in ("earliest", "latest"):
-            raise InvalidArgumentError(f'option "startingOffsets" must be earliest or latest, not '
-                                       f'{options.get("startingOffsets")!r}')
-        try:
-            self.timeout = float(options.get("timeoutSeconds", DEFAULT_TIMEOUT))
-        except ValueError:
-            raise InvalidArgumentError(f'option "timeoutSeconds" must be a number of seconds, not '
-                                       f'{options.get("timeoutSeconds")!r}') from None
-        if not self.timeout > 0:
-            raise InvalidArgumentError(f'option "timeoutSeconds" must be positive, not {self.timeout}')
-
-    def client(self) -> Any:
-        pulsar = _client_module()
-        seconds = max(1, int(self.timeout))
-        return pulsar.Client(self.service_url, operation_timeout_seconds=seconds,
-                             connection_timeout_ms=seconds * 1000, logger=_quiet_logger())
-
-
-def _quiet_logger() -> Any:
-    import logging
-
-    logger = logging.getLogger("statekeep.pulsar.client")
-    logger.setLevel(logging.WARNING)  # the C++ client logs every connection at INFO
-    return logger
 
 
 def partition_names(options: _Options) -> list[str]:
@@ -258,24 +207,3 @@ def _row(topic: str, index: int, message: Any, ident: Any) -> tuple[Any, ...]:
     headers = [(k, v.encode("utf-8")) for k, v in sorted(message.properties().items())]
     return (key.encode("utf-8") if key else None, message.data(), topic, index, None,
             _time(message.publish_timestamp()), headers, ident.serialize(), _time(message.event_timestamp()))
-
-
-class StatekeepPulsarSource(DataSource):
-    """``spark.readStream.format("statekeep-pulsar")``: see the module docstring; ``writeStream`` of the same
-    format: :mod:`statekeep.pulsar.sink`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "statekeep-pulsar"
-
-    def schema(self) -> str:
-        return SCHEMA
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return PulsarStreamReader(self.options)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """The effectively-once sink (:mod:`statekeep.pulsar.sink`)."""
-        from statekeep.pulsar.sink import PulsarStreamWriter
-
-        return PulsarStreamWriter(self.options, schema)
