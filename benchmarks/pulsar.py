@@ -1,7 +1,8 @@
-"""Pulsar function state through a provider, in one run: a Java function's ``incrCounter`` and ``getState`` on a real
-Pulsar functions worker with statekeep as its PIP-312 state provider, against the standalone's own provider.
+"""Pulsar through statekeep, in one run: a Java function's state calls on a real Pulsar functions worker with statekeep
+as its PIP-312 state provider against the standalone's own provider ("state"), and a topic copied by a Spark query
+through the ``statekeep-pulsar`` source and effectively-once sink against a plain Python client loop ("copy").
 
-    python benchmarks/pulsar.py [--ops N] [--rounds R]
+    python benchmarks/pulsar.py [--parts state,copy] [--ops N] [--rounds R] [--messages M] [--partitions P]
 
 It starts a ``statekeep standalone`` (its embedded default store, in a temp dir, no Spark worker) and, one after the
 other, two Pulsar standalones (``statekeep.testing.servers.pulsar``, the jars ``scripts/pulsar-setup`` installs):
@@ -19,6 +20,13 @@ the median over the R rounds of each figure, and the ratio statekeep / built-in.
 (R + 1) * N on both: a provider that loses increments is marked NO.
 
 Each broker's ready time (start to its functions worker answering) is printed too.
+
+**Copy.** On a standalone of its own, an input topic of P partitions holds M messages (keys over 1,000 values, a
+property each). statekeep: ``spark.readStream.format("statekeep-pulsar")`` from the earliest, straight into
+``writeStream.format("statekeep-pulsar")`` (``Trigger.AvailableNow``, ``spark_session("local[2]")``), timed from the
+query's start to its end; the baseline, the physical limit here: one Python process consuming every message
+(a subscription from the earliest) and sending each on with a batching producer (no state, no exactly-once). Each
+output topic is read back: it must hold every input value exactly once (a copy that does not is marked NO).
 """
 
 from __future__ import annotations
@@ -101,12 +109,83 @@ def _quiet() -> object:
     return logger
 
 
+def copy_part(directory: Path, messages: int, partitions: int) -> None:
+    import pulsar
+
+    from statekeep.functions.driver.session import spark_session
+    from statekeep.pulsar import register
+    from statekeep.testing.pulsar import read_all
+
+    broker = servers.pulsar(directory, servers.free_port())
+    try:
+        broker.start()
+        for name in ("copy-in", "copy-plain", "copy-statekeep"):
+            create_topic(broker.web_url, name, partitions)
+        topic = "persistent://public/default/copy-"
+        client = pulsar.Client(broker.service_url, logger=_quiet())
+        producer = client.create_producer(topic + "in", batching_enabled=True, batching_max_publish_delay_ms=5)
+        for i in range(messages):
+            producer.send_async(f"v{i}".encode(), None, partition_key=f"k{i % 1000}", properties={"i": str(i)})
+        producer.flush()
+        producer.close()
+
+        started = time.monotonic()  # the baseline: consume every message, send each on, batched
+        out = client.create_producer(topic + "plain", batching_enabled=True, batching_max_publish_delay_ms=5)
+        consumer = client.subscribe(topic + "in", "baseline", initial_position=pulsar.InitialPosition.Earliest,
+                                    receiver_queue_size=5000)
+        for _ in range(messages):
+            message = consumer.receive(30_000)
+            out.send_async(message.data(), None, partition_key=message.partition_key(),
+                           properties=message.properties())
+            consumer.acknowledge(message)
+        consumer.close()
+        out.flush()
+        plain = time.monotonic() - started
+
+        spark = spark_session("local[2]", "pulsar_bench", shuffle_partitions=2)
+        register(spark)
+        started = time.monotonic()
+        query = (spark.readStream.format("statekeep-pulsar").option("serviceUrl", broker.service_url)
+                 .option("adminUrl", broker.web_url).option("topic", topic + "in").option("startingOffsets", "earliest")
+                 .load().select("key", "value", "headers").writeStream.format("statekeep-pulsar")
+                 .option("serviceUrl", broker.service_url).option("adminUrl", broker.web_url)
+                 .option("topic", topic + "statekeep").option("checkpointLocation", str(directory / "checkpoint"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        ours = time.monotonic() - started
+        expected = sorted(f"v{i}".encode() for i in range(messages))
+        got = {name: sorted(m.data() for m in read_all(client, topic + name)) for name in ("plain", "statekeep")}
+        exact = {name: values == expected for name, values in got.items()}
+        client.close()
+    finally:
+        broker.stop()
+    print(f"\nA topic of {messages:,} messages over {partitions} partitions copied to another (s, messages/s)")
+    print(f"{'copy':<44}{'time':>8}{'msg/s':>10}{'exact':>7}")
+    print(f"{'statekeep-pulsar source -> sink (Spark)':<44}{ours:>8.1f}{messages / ours:>10,.0f}"
+          f"{'yes' if exact['statekeep'] else 'NO':>7}")
+    print(f"{'plain client: Reader -> producer (baseline)':<44}{plain:>8.1f}{messages / plain:>10,.0f}"
+          f"{'yes' if exact['plain'] else 'NO':>7}")
+    print(f"{'ratio':<44}{'':>8}{plain / ours:>9.2f}x   (statekeep / baseline, throughput)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", default="state,copy", help="state, copy or both (comma-separated)")
     parser.add_argument("--ops", type=int, default=2000, help="state calls of each kind per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds reported (after one warm-up)")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages copied")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of the copied topics")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     directory = Path(tempfile.mkdtemp(prefix="statekeep-bench-pulsar-"))
+    if "copy" in parts:
+        try:
+            copy_part(directory / "copy", args.messages, args.partitions)
+        finally:
+            shutil.rmtree(directory / "copy", ignore_errors=True)
+    if "state" not in parts:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
     process = None
     try:
         jar = function_jar(FUNCTION, directory / "function")

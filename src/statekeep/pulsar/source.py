@@ -16,11 +16,12 @@ properties, values UTF-8, sorted by key), ``messageId binary`` (the client's ser
 
 Offsets are message ids per partition, kept in the query's checkpoint: ``{"topic": NAME, "partitions": {"INDEX":
 "LEDGER:ENTRY:BATCH"}}``, each the last message id a micro-batch includes (``earliest`` before any). A micro-batch
-reads, per partition, the messages after its start and up to and including its end (a batch index of -1 ends
-after the whole entry), with a ``Reader`` from the start's message id, so a micro-batch replayed from the checkpoint
-reads the same messages (as long as the topic's retention keeps them). A partition added to a partitioned topic
-is read from its earliest message. Nothing is acknowledged and no subscription is made: the topic keeps what the
-namespace's retention keeps.
+reads, per partition, the messages after its start and up to and including its end (the admin API's last message
+id is exact, batch index included), with a ``Reader`` from the start's message id, so a micro-batch replayed from
+the checkpoint reads the same messages (as long as the topic's retention keeps them; messages up to the end not
+readable within ``timeoutSeconds`` fail the batch, StoreUnavailableError, rather than end it short). A partition added
+to a partitioned topic is read from its earliest message. Nothing is acknowledged and no subscription is made: the
+topic keeps what the namespace's retention keeps.
 
 Errors are one line: an unknown topic or namespace is a :class:`NotFoundError`, a broker that does not answer
 within ``timeoutSeconds`` a :class:`StoreUnavailableError`, a bad option an :class:`InvalidArgumentError`.
@@ -154,7 +155,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges: list[InputPartition] = []
         for index, last in sorted(end["partitions"].items(), key=lambda kv: int(kv[0])):
             first = start["partitions"].get(index, EARLIEST)
-            if first != last and index in names:
+            if first != last and index in names and _parse(last)[1] >= 0:  # entry -1: the partition has none
                 ranges.append(_Range(names[index], int(index), first, last))
         return ranges
 
@@ -185,13 +186,21 @@ def _read_range(options: _Options, part: _Range) -> Iterator[tuple[Any, ...]]:
             start = pulsar.MessageId(part.index if "-partition-" in part.name else -1, ledger, entry, batch)
         reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST)
         timeout_ms = int(options.timeout * 1000)
-        while reader.has_message_available():
-            message = reader.read_next(timeout_ms)
+        while True:  # to the end's exact id: a Reader's has_message_available can say no before the end is read
+            try:
+                message = reader.read_next(timeout_ms)
+            except pulsar.Timeout:
+                raise StoreUnavailableError(
+                    f"Pulsar topic {part.name}: the messages up to {part.end} were not readable within "
+                    f"{options.timeout:g} s (deleted by the namespace's retention, or the broker is away)") from None
             ident = message.message_id()
-            if not _within((ident.ledger_id(), ident.entry_id(), ident.batch_index()), end):
+            position = (ident.ledger_id(), ident.entry_id(), ident.batch_index())
+            if not _within(position, end):
                 break
             yield _row(options.topic, part.index, message, ident)
-    except (pulsar.Timeout, pulsar.ConnectError) as e:
+            if position == end:
+                break
+    except pulsar.ConnectError as e:
         raise StoreUnavailableError(f"Pulsar at {options.service_url} did not answer within {options.timeout:g} s "
                                     f"reading {part.name} ({type(e).__name__})") from None
     finally:
