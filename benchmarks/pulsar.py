@@ -123,14 +123,16 @@ def copy_part(directory: Path, messages: int, partitions: int) -> None:
             create_topic(broker.web_url, name, partitions)
         topic = "persistent://public/default/copy-"
         client = pulsar.Client(broker.service_url, logger=_quiet())
-        producer = client.create_producer(topic + "in", batching_enabled=True, batching_max_publish_delay_ms=5)
+        producer = client.create_producer(topic + "in", batching_enabled=True, batching_max_publish_delay_ms=5,
+                                          block_if_queue_full=True)
         for i in range(messages):
             producer.send_async(f"v{i}".encode(), None, partition_key=f"k{i % 1000}", properties={"i": str(i)})
         producer.flush()
         producer.close()
 
         started = time.monotonic()  # the baseline: consume every message, send each on, batched
-        out = client.create_producer(topic + "plain", batching_enabled=True, batching_max_publish_delay_ms=5)
+        out = client.create_producer(topic + "plain", batching_enabled=True, batching_max_publish_delay_ms=5,
+                                     block_if_queue_full=True)
         consumer = client.subscribe(topic + "in", "baseline", initial_position=pulsar.InitialPosition.Earliest,
                                     receiver_queue_size=5000)
         for _ in range(messages):
@@ -154,7 +156,8 @@ def copy_part(directory: Path, messages: int, partitions: int) -> None:
         query.awaitTermination()
         ours = time.monotonic() - started
         expected = sorted(f"v{i}".encode() for i in range(messages))
-        got = {name: sorted(m.data() for m in read_all(client, topic + name)) for name in ("plain", "statekeep")}
+        got = {name: sorted(m.data() for m in read_all(client, topic + name, broker.web_url))
+               for name in ("plain", "statekeep")}
         exact = {name: values == expected for name, values in got.items()}
         client.close()
     finally:
@@ -163,7 +166,7 @@ def copy_part(directory: Path, messages: int, partitions: int) -> None:
     print(f"{'copy':<44}{'time':>8}{'msg/s':>10}{'exact':>7}")
     print(f"{'statekeep-pulsar source -> sink (Spark)':<44}{ours:>8.1f}{messages / ours:>10,.0f}"
           f"{'yes' if exact['statekeep'] else 'NO':>7}")
-    print(f"{'plain client: Reader -> producer (baseline)':<44}{plain:>8.1f}{messages / plain:>10,.0f}"
+    print(f"{'plain client: consume -> produce (baseline)':<44}{plain:>8.1f}{messages / plain:>10,.0f}"
           f"{'yes' if exact['plain'] else 'NO':>7}")
     print(f"{'ratio':<44}{'':>8}{plain / ours:>9.2f}x   (statekeep / baseline, throughput)")
 

@@ -152,7 +152,7 @@ def test_the_sink_delivers_a_replayed_batch_once_and_refuses_a_topic_without_ded
         (checkpoint / "commits" / "0").unlink()  # batch 0 delivered, its commit lost: it runs again
         produce(30, 10)
         run_once()
-        out = read_all(client, sink)
+        out = read_all(client, sink, pulsar.web_url)
         assert sorted(m.data() for m in out) == sorted(f"v{i}".encode() for i in range(40))  # each once
         seven = next(m for m in out if m.data() == b"v7")
         assert (seven.partition_key(), seven.properties(), seven.event_timestamp()) == (

@@ -74,15 +74,27 @@ def wait_running(web_url: str, name: str, timeout: float = 180) -> dict[str, Any
     raise RuntimeError(f"function {name} not running after {timeout}s: {status}")
 
 
-def read_all(client: Any, topic: str) -> list[Any]:
-    """Every message of ``topic`` (each partition's, in order) through ``client`` (a ``pulsar.Client``), read
-    with a Reader from the earliest."""
+def read_all(client: Any, topic: str, admin_url: str) -> list[Any]:
+    """Every message of ``topic`` (each partition's, in order) through ``client`` (a ``pulsar.Client``), read with a
+    Reader from the earliest up to each partition's last message id as the admin API at ``admin_url`` gives it (a
+    Reader's ``has_message_available`` says no before the end, here: it cannot tell where a topic ends)."""
     import pulsar
 
+    from statekeep.pulsar.options import PulsarOptions
+    from statekeep.pulsar.source import last_message_id
+
+    options = PulsarOptions({"serviceUrl": "pulsar://unused", "adminUrl": admin_url, "topic": topic})
     messages = []
     for name in client.get_topic_partitions(topic):
+        end = tuple(int(x) for x in last_message_id(options, name).split(":"))
+        if end[1] < 0:
+            continue  # no message
         reader = client.create_reader(name, pulsar.MessageId.earliest)
-        while reader.has_message_available():
-            messages.append(reader.read_next(30_000))
+        while True:
+            message = reader.read_next(30_000)
+            messages.append(message)
+            ident = message.message_id()
+            if (ident.ledger_id(), ident.entry_id(), ident.batch_index()) >= end:
+                break
         reader.close()
     return messages
