@@ -31,7 +31,7 @@ class StatekeepPulsarSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> PulsarStreamReader:
-        return PulsarStreamReader(self.options)
+        return PulsarStreamReader(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> PulsarStreamWriter:
         """The effectively-once sink (:mod:`statekeep.pulsar.sink`)."""

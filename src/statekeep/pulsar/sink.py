@@ -43,7 +43,7 @@ from statekeep.pulsar.options import PulsarOptions as _Options
 from statekeep.pulsar.options import client_module as _client_module
 
 try:
-    from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 except ImportError as e:
     raise MissingDependencyError(f"the statekeep-pulsar sink needs PySpark: pip install 'statekeep[spark]' ({e})"
                                  ) from e
@@ -87,7 +87,7 @@ def _text(value: Any) -> str:
 
 
 def _message(row: Any) -> dict[str, Any]:
-    fields = row.asDict()
+    fields = row if isinstance(row, dict) else row.asDict()
     value = fields.get("value")
     if value is None:
         raise InvalidArgumentError("statekeep-pulsar: a row has no value (null)")
@@ -98,13 +98,13 @@ def _message(row: Any) -> dict[str, Any]:
         message["properties"] = {str(h["key"]): _text(h["value"]) for h in fields["headers"]}
     event = fields.get("eventTime")
     if isinstance(event, datetime):
-        stamp = event if event.tzinfo is not None else event.astimezone()  # Spark's: naive, local time
+        stamp = event if event.tzinfo is not None else event.astimezone()  # a Row's: naive, local time
         message["event_timestamp"] = int(stamp.astimezone(timezone.utc).timestamp() * 1000)
     return message
 
 
-class PulsarStreamWriter(DataSourceStreamWriter):
-    """The stream writer (see the module docstring)."""
+class PulsarStreamWriter(DataSourceStreamArrowWriter):
+    """The stream writer (see the module docstring); it takes the rows as Arrow record batches."""
 
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.producer_prefix = options.get("producerNamePrefix")  # Spark's options: case-insensitive
@@ -131,7 +131,8 @@ class PulsarStreamWriter(DataSourceStreamWriter):
         if batch is None:
             raise InvalidArgumentError("statekeep-pulsar: a streaming write's task has no micro-batch id from Spark")
         prefix = self.producer_prefix or f"statekeep-{task.getLocalProperty(SPARK_QUERY_ID)}"
-        deliver(self.options, f"{prefix}-{task.partitionId()}", int(batch), iterator, task.partitionId())
+        rows = (row for record_batch in iterator for row in record_batch.to_pylist())
+        deliver(self.options, f"{prefix}-{task.partitionId()}", int(batch), rows, task.partitionId())
         return WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

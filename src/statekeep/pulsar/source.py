@@ -29,12 +29,12 @@ within ``timeoutSeconds`` a :class:`StoreUnavailableError`, a bad option an :cla
 
 from __future__ import annotations
 
+import itertools
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
@@ -51,12 +51,15 @@ except ImportError as e:
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import StructType
 
 #: the Kafka source's columns, then Pulsar's message id and event time
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "headers array<struct<key:string,value:binary>>, messageId binary, eventTime timestamp")
 #: a partition's offset before any message: read from its first
 EARLIEST = "earliest"
+#: the most rows of one Arrow record batch a read yields
+ARROW_ROWS = 8192
 
 
 def partition_names(options: _Options) -> list[str]:
@@ -123,8 +126,9 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream reader (see the module docstring for its offsets). With ``Trigger.AvailableNow`` it reads up to
     each partition's last message when the query started, in as many micro-batches as Spark plans."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], schema: StructType | None = None) -> None:
         self.options = _Options(options)
+        self.schema = schema
         self._available: dict[str, Any] | None = None  # Trigger.AvailableNow: the offsets when it started
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -159,9 +163,11 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(_Range(names[index], int(index), first, last))
         return ranges
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """The range's messages as Arrow record batches of up to :data:`ARROW_ROWS` rows (not one Python tuple
+        per row: PySpark would convert each)."""
         assert isinstance(partition, _Range)  # what partitions() makes
-        return _read_range(self.options, partition)
+        return _record_batches(_read_range(self.options, partition), self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: nothing is acknowledged, the topic's retention decides what it keeps."""
@@ -207,12 +213,29 @@ def _read_range(options: _Options, part: _Range) -> Iterator[tuple[Any, ...]]:
         client.close()
 
 
-def _time(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms > 0 else None
+def _micros(ms: int) -> int | None:
+    return ms * 1000 if ms > 0 else None
 
 
 def _row(topic: str, index: int, message: Any, ident: Any) -> tuple[Any, ...]:
+    """A message's columns (timestamps in microseconds since the epoch, UTC)."""
     key = message.partition_key()
-    headers = [(k, v.encode("utf-8")) for k, v in sorted(message.properties().items())]
+    headers = [{"key": k, "value": v.encode("utf-8")} for k, v in sorted(message.properties().items())]
     return (key.encode("utf-8") if key else None, message.data(), topic, index, None,
-            _time(message.publish_timestamp()), headers, ident.serialize(), _time(message.event_timestamp()))
+            _micros(message.publish_timestamp()), headers, ident.serialize(), _micros(message.event_timestamp()))
+
+
+def _record_batches(rows: Iterator[tuple[Any, ...]], schema: StructType | None) -> Iterator[Any]:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if schema is None:
+        raise InvalidArgumentError("statekeep-pulsar: a reader reads with the schema Spark gave its data source")
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    while True:
+        chunk = list(itertools.islice(rows, ARROW_ROWS))
+        if not chunk:
+            return
+        columns = list(zip(*chunk))
+        yield pa.RecordBatch.from_arrays([pa.array(list(values), type=field.type)
+                                          for values, field in zip(columns, arrow)], schema=arrow)
