@@ -119,7 +119,8 @@ def test_a_pulsar_functions_state_is_kept_by_statekeep(pulsar, tmp_path, capsys)
         assert httpx.get(f"{pulsar_state}/q", timeout=30).json()["numberValue"] == 10
 
         # the worker SIGKILLed and started again: the function comes back to its state. Pulsar's functions are
-        # at-least-once: inputs whose acknowledgement the kill lost run again (a count:q again makes q 11), and
+        # at-least-once: inputs whose acknowledgement the kill lost run again (the broker persists a subscription's
+        # position about once a second: a count:q again makes q 11), and
         # outputs the check consumer had acknowledged may come again; "read:fresh" marks where the new ones begin
         producer.close()
         consumer.close()
@@ -131,7 +132,7 @@ def test_a_pulsar_functions_state_is_kept_by_statekeep(pulsar, tmp_path, capsys)
         while _outputs(lib, consumer, 1) != ["fresh=0"]:
             pass
         a, q = (int(out.split("=")[1]) for out in ask(consumer, producer, "read:a", "read:q"))
-        assert (a, q) in {(2, 10), (2, 11)}  # none lost: 0 or 1 would be
+        assert a >= 2 and q >= 10  # none lost; more if the kill lost acknowledgements of count:a or count:q
         for url in (pulsar_state, statekeep_state):
             assert httpx.get(f"{url}/a", timeout=30).json()["numberValue"] == a
             assert httpx.get(f"{url}/q", timeout=30).json()["numberValue"] == q
