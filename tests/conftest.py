@@ -6,8 +6,8 @@ outside this process (and each test parameter naming a server backend, RESOURCE_
 that use it; a test using none of them is marked ``fast`` (``scripts/test --fast`` runs those). A fast
 test that starts one anyway, without its fixture, fails saying which fixture to ask for, so the fast tier
 cannot quietly grow slow. Tests sharing a heavy fixture wider than one test (a module's server or
-browser, the Spark cluster, the ZooKeeper ensemble, the etcd cluster, the Kafka cluster) run on one pytest-xdist worker
-(``xdist_group``), so each is started once per run."""
+browser, the Spark cluster, the ZooKeeper ensemble, the etcd cluster, the Kafka cluster, the Pulsar standalone) run
+on one pytest-xdist worker (``xdist_group``), so each is started once per run."""
 
 from __future__ import annotations
 
@@ -45,16 +45,16 @@ RESOURCES = {
     "spark": "spark", "spark_env": "spark", "spark_cluster": "cluster", "server_process": "server",
     "zk_server": "zookeeper", "zk_ensemble": "zookeeper", "start_zookeeper": "zookeeper",
     "etcd_server": "etcd", "etcd_cluster": "etcd", "start_etcd": "etcd", "s3_server": "s3",
-    "kafka": "kafka", "kafka_cluster": "kafka", "start_kafka": "kafka",
+    "kafka": "kafka", "kafka_cluster": "kafka", "start_kafka": "kafka", "pulsar": "pulsar",
     "browser": "chromium", "fresh_copy": "venv",
 }
 #: a test parameter naming a server backend (e.g. ``backend="etcd"``) marks the test as using it
 RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3", "kafka": "kafka"}
 #: tier markers from the longest-running tests to the shortest, the order modules are handed to workers in
-HEAVIEST_FIRST = ["cluster", "venv", "spark", "kafka", "server", "chromium", "zookeeper", "etcd", "s3"]
+HEAVIEST_FIRST = ["cluster", "venv", "spark", "pulsar", "kafka", "server", "chromium", "zookeeper", "etcd", "s3"]
 #: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
 SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble", "etcd_cluster": "etcd-cluster",
-                 "kafka_cluster": "kafka-cluster"}
+                 "kafka_cluster": "kafka-cluster", "pulsar": "pulsar"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -211,10 +211,11 @@ def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 
     from statekeep.testing import servers
 
-    for cls in (servers.Server, servers.KafkaServer):  # a Kafka node's launch formats its storage first
-        monkeypatch.setattr(cls, "launch", refuse("a server (ZooKeeper, etcd, Kafka or S3)",
+    # a Kafka node's launch formats its storage first; a Pulsar standalone's sets its environment
+    for cls in (servers.Server, servers.KafkaServer, servers.PulsarServer):
+        monkeypatch.setattr(cls, "launch", refuse("a server (ZooKeeper, etcd, Kafka, Pulsar or S3)",
                                                   "zk_server, etcd_server, kafka, start_zookeeper, start_etcd, "
-                                                  "start_kafka or kafka_cluster"))
+                                                  "start_kafka, kafka_cluster or pulsar"))
     monkeypatch.setattr("support.server_process.ServerProcess.__init__", refuse("statekeep standalone",
                                                                                  "server_process"))
     # Spark in this process, and in any process it starts (no spark-submit under this SPARK_HOME)
@@ -426,6 +427,32 @@ def kafka_cluster():
     cluster = _shared("kafka_cluster", _start_or_skip("kafka", lambda: servers.start_kafka_cluster(3)))
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pulsar(tmp_path_factory):
+    """One Pulsar standalone for the run (broker, bookie, functions worker with the thread runtime; broker
+    deduplication on; topics only created explicitly: ``support.pulsar.create_topic``), started when a test first
+    asks for it, its tests on one worker, stopped after the last of them. Its functions worker keeps function
+    state in a statekeep server of its own through statekeep's state provider (java/pulsar-state-provider):
+    ``pulsar.broker`` (:class:`statekeep.testing.servers.PulsarServer`: ``service_url``, ``web_url``, ``kill()``,
+    ``restart()``), ``pulsar.statekeep`` (a :class:`support.server_process.ServerProcess`). Tests use topic and
+    function names of their own. A test that restarts the broker leaves it running."""
+    need("pulsar")
+    need("fastapi")
+    from statekeep.testing import servers
+    from support.pulsar import PulsarWithState
+    from support.server_process import ServerProcess
+
+    state = ServerProcess(tmp_path_factory.mktemp("pulsar-statekeep") / "data")
+    try:
+        broker = _start_or_skip("pulsar", lambda: servers.start_pulsar(state_url=state.url))
+    except BaseException:
+        state.stop()
+        raise
+    both = _shared("pulsar", PulsarWithState(broker, state))
+    yield both
+    both.stop()
 
 
 @pytest.fixture(scope="session")

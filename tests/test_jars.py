@@ -50,7 +50,7 @@ def test_a_bundle_not_installed_names_the_command_that_installs_it(cache, capsys
 
 def test_an_unknown_bundle_is_refused_before_anything_is_resolved(cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(_tool_dir(tmp_path)))  # no mvn: had it started, the error would say so
-    with pytest.raises(InvalidArgumentError, match="no jar bundle 'kafak'.*kafka, spark-kafka, kafka-streams"):
+    with pytest.raises(InvalidArgumentError, match="no jar bundle 'kafak'.*kafka, spark-kafka, kafka-streams, pulsar"):
         jars.install(["kafka", "kafak"])
     with pytest.raises(InvalidArgumentError):
         jars.path("kafak")

@@ -14,7 +14,7 @@ import pytest
 import statekeep
 
 ROOT = Path(statekeep.__file__).parent
-LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "kafka", "functions", "spark",
+LAYERS = ["metadata", "coordination", "cache", "handles", "state", "changelog", "kafka", "functions", "pulsar", "spark",
           "migrate",
           "server", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}

@@ -1,7 +1,7 @@
 """``statekeep jars install [BUNDLE ...]`` and ``statekeep jars path BUNDLE``: the Java jars statekeep
 resolves from Maven Central into its cache (see :mod:`statekeep.jars`): the Kafka broker the tests start
 (``kafka``), Spark's Kafka connector for the installed PySpark (``spark-kafka``), Kafka Streams
-(``kafka-streams``).
+(``kafka-streams``), a Pulsar standalone (``pulsar``).
 
 ``install`` resolves each bundle named (default: ``kafka`` and ``spark-kafka``) that is not installed yet,
 with ``mvn`` (it needs Maven and a JDK), and prints ``BUNDLE DIRECTORY`` for each; an installed bundle
@@ -17,7 +17,8 @@ import argparse
 DESCRIPTION = """\
 Resolve the Java jars statekeep uses from Maven Central, with mvn, into $STATEKEEP_JARS (default
 ~/.cache/statekeep/jars): kafka (the Kafka broker the tests start), spark-kafka (Spark's Kafka connector for
-the installed PySpark, for spark.jars), kafka-streams. An installed bundle is never resolved again."""
+the installed PySpark, for spark.jars), kafka-streams, pulsar (a Pulsar standalone: broker and functions worker).
+An installed bundle is never resolved again."""
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

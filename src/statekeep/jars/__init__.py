@@ -1,5 +1,6 @@
 """Java jars from Maven Central, resolved once into a cache outside the repository: the Kafka broker the tests
-start, Spark's Kafka connector for ``spark.jars``, Kafka Streams.
+start, Spark's Kafka connector for ``spark.jars``, Kafka Streams, a Pulsar standalone (broker, bookie and functions
+worker: bundle "pulsar", resolved on demand: ``statekeep jars install pulsar``).
 
     jars.install()                      # resolve the default bundles ("kafka", "spark-kafka") with mvn, once
     jars.path("kafka")                  # CACHE/kafka-4.4.0-<pom hash>/, a directory of jars
@@ -31,8 +32,10 @@ from statekeep.errors import InvalidArgumentError, MissingDependencyError
 
 #: the Kafka broker, clients and Streams version of the "kafka" and "kafka-streams" bundles
 KAFKA_VERSION = "4.4.0"
+#: the Pulsar version of the "pulsar" bundle (its broker, functions worker and the API the state provider implements)
+PULSAR_VERSION = "4.2.4"
 #: every bundle's name
-BUNDLES = ("kafka", "spark-kafka", "kafka-streams")
+BUNDLES = ("kafka", "spark-kafka", "kafka-streams", "pulsar")
 #: what :func:`install` resolves when no bundle is named (what the tests need)
 DEFAULT_BUNDLES = ("kafka", "spark-kafka")
 #: the environment variable naming the cache directory
@@ -81,7 +84,7 @@ class Bundle:
 
 
 def bundle(name: str) -> Bundle:
-    """The bundle ``name`` ("kafka", "spark-kafka", "kafka-streams"); InvalidArgumentError for another."""
+    """The bundle ``name`` ("kafka", "spark-kafka", "kafka-streams", "pulsar"); InvalidArgumentError for another."""
     if name == "kafka":
         return Bundle("kafka", KAFKA_VERSION, "kafka.pom")
     if name == "spark-kafka":
@@ -91,6 +94,8 @@ def bundle(name: str) -> Bundle:
                        "commons-pool2"))
     if name == "kafka-streams":
         return Bundle("kafka-streams", KAFKA_VERSION, "kafka-streams.pom")
+    if name == "pulsar":
+        return Bundle("pulsar", PULSAR_VERSION, "pulsar.pom")
     raise InvalidArgumentError(f"no jar bundle {name!r}: the bundles are {', '.join(BUNDLES)}")
 
 

@@ -11,6 +11,10 @@ Routes (``FN`` = ``/admin/v3/functions/{tenant}/{namespace}/{name}``), one route
 - ``routes.state``: ``GET|POST|DELETE FN/state/{key}``: one key as FunctionState JSON; POST takes a
   multipart ``state`` part or a JSON body; ``If-Match: VERSION`` (or ``If-None-Match: *``) makes POST
   and DELETE conditional. ``GET FN/state?prefix=&startAfter=&limit=``: a page of keys.
+- ``routes.state`` also: ``POST FN/counter/{key}`` ``{"amount": N}``: an atomic increment; and
+  ``PUT|DELETE /admin/v3/hosted-state/{tenant}/{namespace}/{name}``, ``GET .../{tenant}/{namespace}``: functions
+  whose state statekeep keeps while they run elsewhere (a Pulsar worker's state provider,
+  :mod:`statekeep.server.hosted`); their state answers on the ``FN/state`` routes.
 - ``routes.followers``: ``/admin/v3/followers...``, read-only followers configured with the server
   (:mod:`statekeep.server.followers`).
 - ``routes.ops``: ``/metrics`` (Prometheus), ``/health``; FastAPI adds ``/docs`` and ``/openapi.json``
@@ -38,6 +42,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from statekeep.functions.config.service import FunctionService
+from statekeep.server.hosted import HostedState
 from statekeep.server import errors, lifecycle, openapi
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig
@@ -77,7 +82,8 @@ def _open(cfg: ServerConfig) -> ServerContext:
                     and registry.providers.get().nonblocking_reads)
     return ServerContext(config=cfg, authorizer=authorizer, service=service, registry=registry, store=store,
                          metrics=metrics, followers=followers,
-                         worker=cfg.worker if cfg.worker is not None else NullWorker(), inline_reads=inline_reads)
+                         worker=cfg.worker if cfg.worker is not None else NullWorker(),
+                         hosted=HostedState(store, service), inline_reads=inline_reads)
 
 
 def create_app(config: ServerConfig | Mapping[str, Any] | None = None) -> FastAPI:

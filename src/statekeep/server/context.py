@@ -16,6 +16,7 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.server.auth import Authorizer
 from statekeep.server.config import ServerConfig
 from statekeep.server.followers import Followers
+from statekeep.server.hosted import HostedState
 from statekeep.server.metrics import Metrics
 
 
@@ -24,7 +25,8 @@ class ServerContext:
     """``config``: the :class:`ServerConfig`; ``service``: functions and their state
     (:class:`FunctionService`); ``registry``/``store``: its function registry and metadata store;
     ``worker``: what runs functions (see :mod:`statekeep.server.worker`); ``metrics``, ``followers``,
-    ``authorizer``. ``inline_reads``: reads cannot block (see :meth:`call`)."""
+    ``authorizer``; ``hosted``: the state of functions that run elsewhere, e.g. on a Pulsar worker
+    (:class:`HostedState`). ``inline_reads``: reads cannot block (see :meth:`call`)."""
 
     config: ServerConfig
     authorizer: Authorizer
@@ -34,6 +36,7 @@ class ServerContext:
     metrics: Metrics
     followers: Followers
     worker: Any
+    hosted: HostedState
     inline_reads: bool = False
 
     async def call(self, fn: Callable[..., Any], *args: Any, read: bool = False) -> Any:

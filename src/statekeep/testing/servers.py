@@ -49,6 +49,9 @@ from typing import Any
 from statekeep.testing.cds import C1
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+#: how long a Pulsar standalone may take to be ready (its broker, bookie and functions worker): measured 100-125 s
+#: on a machine at load 15-22
+PULSAR_START_TIMEOUT = 300.0
 
 
 class ServerNotInstalled(RuntimeError):
@@ -728,10 +731,204 @@ def start_kafka_cluster(n: int = 3, settings: Mapping[str, str] | None = None) -
     return kafka_cluster(Path(tempfile.mkdtemp(prefix="statekeep-kafka-cluster-")), n, settings=settings)
 
 
+# ---- Apache Pulsar (a standalone: broker, one bookie and the functions worker in one JVM) -------------------
+
+#: the JVM options of a Pulsar standalone: the module openings Pulsar 4 needs on Java 17, Netty's reflective
+#: access, a small heap (about 400-440 MB resident with it), C1 only and the serial collector (see KAFKA_JVM)
+PULSAR_JVM = ["-Xms64m", "-Xmx512m", C1, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+              "-Dio.netty.tryReflectionSetAccessible=true",
+              "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+              "--add-opens", "java.base/java.lang=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+              "--add-opens", "java.management/sun.management=ALL-UNNAMED",
+              "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED"]
+#: the class the functions worker loads to keep function state in statekeep (java/pulsar-state-provider)
+STATEKEEP_PROVIDER_CLASS = "io.statekeep.pulsar.StatekeepStateStoreProvider"
+#: the repository's Java state provider module (a clone's; not in an installed package)
+PROVIDER_SOURCES = Path(__file__).resolve().parents[3] / "java" / "pulsar-state-provider"
+
+
+def pulsar_provider_jar() -> Path:
+    """Where ``scripts/pulsar-setup`` builds the statekeep state provider's jar: a cache beside the jar cache,
+    named after a hash of the module's pom and sources (another source, another build)."""
+    import hashlib
+
+    from statekeep import jars
+
+    digest = hashlib.sha256(jars.PULSAR_VERSION.encode())
+    for source in sorted([PROVIDER_SOURCES / "pom.xml", *PROVIDER_SOURCES.rglob("*.java")]):
+        digest.update(source.relative_to(PROVIDER_SOURCES).as_posix().encode() + b"\0" + source.read_bytes())
+    return (jars.cache_dir().parent / "pulsar-state-provider" / f"provider-{digest.hexdigest()[:12]}"
+            / "statekeep-pulsar-state-provider.jar")
+
+
+def build_pulsar_provider() -> Path:
+    """Build the state provider with Maven (``mvn -q package``: at setup, never while tests run) unless it is
+    built; its jar. RuntimeError when Maven fails."""
+    jar = pulsar_provider_jar()
+    if jar.exists():
+        return jar
+    jar.parent.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=jar.parent.parent))
+    try:
+        from statekeep import jars
+
+        done = subprocess.run(["mvn", "-q", "-B", "-Dstyle.color=never", "package", f"-Dapp.build={work}",
+                               f"-Dpulsar.version={jars.PULSAR_VERSION}"], cwd=PROVIDER_SOURCES)
+        if done.returncode != 0:
+            raise RuntimeError(f"mvn could not build {PROVIDER_SOURCES} (exit {done.returncode})")
+        (work / "out").mkdir()
+        (work / jar.name).rename(work / "out" / jar.name)
+        (work / "out").rename(jar.parent)  # whole, or not there
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return jar
+
+
+def _pulsar_classpath(state_url: str | None) -> str:
+    from statekeep import jars
+    from statekeep.errors import MissingDependencyError
+
+    if shutil.which("java") is None:
+        raise ServerNotInstalled("Pulsar needs a JVM (Debian's default-jre-headless)")
+    try:
+        classpath = jars.classpath("pulsar")
+    except MissingDependencyError as e:
+        raise ServerNotInstalled(f"Pulsar's jars are not installed: run scripts/pulsar-setup ({e})") from e
+    if state_url is None:
+        return classpath
+    jar = pulsar_provider_jar()
+    if not jar.exists():
+        raise ServerNotInstalled(f"the statekeep state provider for Pulsar is not built (no {jar}): "
+                                 "run scripts/pulsar-setup")
+    return f"{jar}{os.pathsep}{classpath}"
+
+
+def _pulsar_ready(web_port: int) -> bool:
+    """The broker serves its admin API, the standalone made its ``public/default`` namespace, and the functions
+    worker answers a list of that namespace's functions and says its leader is ready (before it, a function's create
+    answers 503 "Leader not yet ready")."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/namespaces/public", timeout=2) as answer:
+            if "public/default" not in json.loads(answer.read()):
+                return False
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v3/functions/public/default",
+                                    timeout=2) as answer:
+            if answer.status != 200:
+                return False
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/worker/cluster/leader/ready",
+                                    timeout=2) as answer:
+            return json.loads(answer.read()) is True
+    except (OSError, ValueError):  # refused, 404/503 while starting (HTTPError is an OSError), not JSON yet
+        return False
+
+
+class PulsarServer(Server):
+    """An Apache Pulsar standalone (``org.apache.pulsar.PulsarStandaloneStarter``: broker, one bookie, the
+    functions worker with the thread runtime) on loopback: :attr:`service_url` ``pulsar://127.0.0.1:PORT``,
+    :attr:`web_url` ``http://127.0.0.1:WEB`` (admin REST, the functions worker's REST). Broker deduplication is on
+    (``brokerDeduplicationEnabled``), topics are not created by a consumer or producer of an unknown one
+    (``allowAutoTopicCreation=false``) and not deleted when idle (``brokerDeleteInactiveTopicsEnabled=false``). Its
+    data (metadata, ledgers) stays in ``data_dir`` across :meth:`kill` and :meth:`restart`, on the same ports.
+
+    ``state_url``: a statekeep server's URL; the worker then keeps function state in statekeep
+    (``stateStorageProviderImplementation`` :data:`STATEKEEP_PROVIDER_CLASS`, ``stateStorageServiceUrl`` that URL).
+    In its default RocksDB-metadata mode the standalone replaces any state provider with its own, so with
+    ``state_url`` it runs in its ZooKeeper mode (``PULSAR_STANDALONE_USE_ZOOKEEPER=1``: an in-process ZooKeeper on a
+    free port, and BookKeeper's stream storage, which that mode starts and this worker does not use)."""
+
+    def __init__(self, data_dir: Path, port: int, web_port: int, state_url: str | None = None,
+                 settings: Mapping[str, str] | None = None) -> None:
+        classpath = _pulsar_classpath(state_url)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.web_port = web_port
+        self.state_url = state_url
+        self.bookie_port, self.stream_port, self.zk_port = _free_ports(3)
+        conf = {
+            "clusterName": "standalone", "bindAddress": "127.0.0.1", "advertisedAddress": "127.0.0.1",
+            "brokerServicePort": str(port), "webServicePort": str(web_port), "allowLoopback": "true",
+            "managedLedgerDefaultEnsembleSize": "1", "managedLedgerDefaultWriteQuorum": "1",
+            "managedLedgerDefaultAckQuorum": "1", "brokerDeduplicationEnabled": "true",
+            "allowAutoTopicCreation": "false", "brokerDeleteInactiveTopicsEnabled": "false",
+            "functionsWorkerEnabled": "true", "dbStorage_writeCacheMaxSizeMb": "16",
+            "dbStorage_readAheadCacheMaxSizeMb": "16", "dbStorage_rocksDB_blockCacheSize": "16777216",
+            **({"metadataStoreUrl": f"zk:127.0.0.1:{self.zk_port}"} if state_url else {}),
+            **(settings or {}),
+        }
+        (data_dir / "standalone.conf").write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        worker = {
+            "workerId": "standalone", "workerHostname": "127.0.0.1", "workerPort": web_port,
+            "pulsarFunctionsNamespace": "public/functions", "pulsarFunctionsCluster": "standalone",
+            "functionMetadataTopicName": "metadata", "clusterCoordinationTopicName": "coordinate",
+            "functionAssignmentTopicName": "assignments",
+            "schedulerClassName": "org.apache.pulsar.functions.worker.scheduler.RoundRobinScheduler",
+            "functionRuntimeFactoryClassName": "org.apache.pulsar.functions.runtime.thread.ThreadRuntimeFactory",
+            "functionRuntimeFactoryConfigs": {"threadGroupName": "functions"},
+            "numFunctionPackageReplicas": 1, "downloadDirectory": str(data_dir / "download"),
+            "failureCheckFreqMs": 5000, "rescheduleTimeoutMs": 10000, "initialBrokerReconnectMaxRetries": 60,
+            "assignmentWriteMaxRetries": 60, "instanceLivenessCheckFreqMs": 5000,
+            **({"stateStorageServiceUrl": state_url, "stateStorageProviderImplementation": STATEKEEP_PROVIDER_CLASS}
+               if state_url else {"stateStorageServiceUrl": f"rocksdb://{data_dir / 'state'}"}),
+        }
+        (data_dir / "functions_worker.yml").write_text(json.dumps(worker, indent=1))  # JSON is YAML
+        command = ["java", *PULSAR_JVM, "-cp", classpath, "org.apache.pulsar.PulsarStandaloneStarter",
+                   "--config", str(data_dir / "standalone.conf"), "-fwc", str(data_dir / "functions_worker.yml"),
+                   "--advertised-address", "127.0.0.1", "--bookkeeper-port", str(self.bookie_port),
+                   "--stream-storage-port", str(self.stream_port), "--metadata-dir", str(data_dir / "metadata"),
+                   "--bookkeeper-dir", str(data_dir / "bookkeeper")]
+        super().__init__("pulsar", command, port, data_dir, lambda _: _pulsar_ready(web_port))
+
+    @property
+    def service_url(self) -> str:
+        """The broker's binary protocol URL, for clients: ``pulsar://127.0.0.1:PORT``."""
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        """The admin and functions REST URL: ``http://127.0.0.1:WEB``."""
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def launch(self) -> None:
+        log = open(self.log_path, "ab")
+        env = {**os.environ, **({"PULSAR_STANDALONE_USE_ZOOKEEPER": "1"} if self.state_url else {})}
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir,
+                                        start_new_session=True, env=env)
+        log.close()
+
+    def start(self, timeout: float = PULSAR_START_TIMEOUT) -> None:
+        super().start(timeout)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        """SIGKILL the standalone and delete its data dir (as :meth:`KafkaServer.stop`)."""
+        self.kill()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def pulsar(data_dir: Path, port: int, state_url: str | None = None,
+           settings: Mapping[str, str] | None = None) -> PulsarServer:
+    """A Pulsar standalone (:class:`PulsarServer`) serving its binary protocol on ``127.0.0.1:port`` and its REST
+    API on a free port; ``settings``: more ``standalone.conf`` entries. ServerNotInstalled when its jars (or, with
+    ``state_url``, the state provider) are not installed (``scripts/pulsar-setup``)."""
+    return PulsarServer(data_dir, port, free_port(), state_url, settings)
+
+
+def start_pulsar(state_url: str | None = None, settings: Mapping[str, str] | None = None) -> PulsarServer:
+    """A fresh Pulsar standalone (:func:`pulsar`) in a new temp dir, on free ports, ready (its functions worker
+    too): minutes on a loaded machine (:data:`PULSAR_START_TIMEOUT`)."""
+    _pulsar_classpath(state_url)  # ServerNotInstalled before a temp dir is made
+    server = pulsar(Path(tempfile.mkdtemp(prefix="statekeep-pulsar-")), free_port(), state_url, settings)
+    server.start()
+    return server
+
+
 def start(kind: str) -> Server:
-    """Start a fresh server of ``kind`` ("zookeeper", "etcd", "kafka" or "moto_s3") and wait until it is ready."""
+    """Start a fresh server of ``kind`` ("zookeeper", "etcd", "kafka", "pulsar" or "moto_s3") and wait until it is
+    ready."""
     factories: dict[str, Callable[[Path, int], Server]] = {
-        "zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "kafka": kafka, "moto_s3": moto_s3}
+        "zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "kafka": kafka, "pulsar": pulsar, "moto_s3": moto_s3}
     factory = factories[kind]
     data_dir = Path(tempfile.mkdtemp(prefix=f"statekeep-{kind}-"))
     server = factory(data_dir, free_port())

@@ -1,4 +1,7 @@
-"""A function's state: ``GET|POST|DELETE FN/state/{key}`` and ``GET FN/state`` (a page of keys)."""
+"""A function's state: ``GET|POST|DELETE FN/state/{key}``, ``GET FN/state`` (a page of keys), ``POST
+FN/counter/{key}`` (an atomic increment), and the functions hosted elsewhere whose state statekeep keeps
+(``PUT|DELETE /admin/v3/hosted-state/{tenant}/{namespace}/{name}``, :mod:`statekeep.server.hosted`): their state
+answers on the same ``FN/state`` routes."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from statekeep.errors import InvalidArgumentError, NotFoundError
 from statekeep.server import schemas
@@ -55,7 +58,7 @@ async def query_state(request: Request) -> Response:
     ctx: ServerContext = request.app.state.ctx
     ctx.metrics.state_op("get")
     try:
-        body = await ctx.call(ctx.service.query_state, p["tenant"], p["namespace"], p["name"], p["key"], read=True)
+        body = await ctx.call(ctx.hosted.query_state, p["tenant"], p["namespace"], p["name"], p["key"], read=True)
     except InvalidArgumentError as e:
         # a name or key that cannot exist is not found, as Pulsar answers a read (a write of it is a 400)
         raise NotFoundError(f"no such function or key: {e}") from None
@@ -68,7 +71,7 @@ async def list_state(tenant: str, namespace: str, name: str, prefix: str = "",
                      start_after: str | None = Query(None, alias="startAfter"),
                      limit: int = Query(100, ge=1, le=1000), ctx: ServerContext = Depends(get_context)) -> Response:
     ctx.metrics.state_op("list")
-    return JSONResponse(await ctx.call(ctx.service.list_state, tenant, namespace, name, prefix, start_after, limit,
+    return JSONResponse(await ctx.call(ctx.hosted.list_state, tenant, namespace, name, prefix, start_after, limit,
                                        read=True))
 
 
@@ -113,7 +116,7 @@ async def put_state(tenant: str, namespace: str, name: str, key: str, request: R
     version = expected_version(if_match, if_none_match)
     body = await state_body(request, ctx.config.max_request_bytes)
     ctx.metrics.state_op("put")
-    out = await ctx.call(ctx.service.put_state, tenant, namespace, name, key, body, version)
+    out = await ctx.call(ctx.hosted.put_state, tenant, namespace, name, key, body, version)
     return JSONResponse(out, headers={"ETag": f'"{out["version"]}"'})
 
 
@@ -123,8 +126,68 @@ async def delete_state(tenant: str, namespace: str, name: str, key: str, if_matc
                        ctx: ServerContext = Depends(get_context)) -> Response:
     version = expected_version(if_match)
     ctx.metrics.state_op("delete")
-    await ctx.call(ctx.service.delete_state, tenant, namespace, name, key, version)
+    await ctx.call(ctx.hosted.delete_state, tenant, namespace, name, key, version)
     return Response(status_code=204)
+
+
+class CounterIncrement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    amount: int = Field(1, ge=-(2**63), le=2**63 - 1, description="what to add (negative: subtract); default 1")
+
+
+class CounterValue(BaseModel):
+    key: str
+    numberValue: int = Field(description="the counter's value after this increment")
+
+
+@router.post(FN + "/counter/{key:path}", responses=schemas.errors(400, 404, 413), response_model=CounterValue,
+             summary="Add to a counter atomically (Pulsar: incrCounter)")
+async def increment_counter(tenant: str, namespace: str, name: str, key: str, request: Request,
+                            ctx: ServerContext = Depends(get_context)) -> Response:
+    """An absent key counts from 0; a key holding bytes is a 400 (on a hosted function, 8 bytes are Pulsar's
+    form of a counter and count on); past a signed 64-bit integer is a 400, and nothing is written."""
+    check_length(request, ctx.config.max_request_bytes)
+    raw = await read_body(request, ctx.config.max_request_bytes)
+    try:
+        increment = CounterIncrement.model_validate_json(raw or b"{}")
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        raise InvalidArgumentError(f"{where}: {first.get('msg', 'invalid')} (the body is {{\"amount\": N}})") from None
+    ctx.metrics.state_op("put")
+    return JSONResponse(await ctx.call(ctx.hosted.increment, tenant, namespace, name, key, increment.amount))
+
+
+HOSTED = "/admin/v3/hosted-state/{tenant}/{namespace}"
+
+
+class HostedFunction(BaseModel):
+    tenant: str
+    namespace: str
+    name: str
+
+
+@router.put(HOSTED + "/{name}", status_code=201, response_model=HostedFunction,
+            responses={200: {"model": HostedFunction, "description": "already registered"}, **schemas.errors(400, 409)},
+            summary="Keep the state of a function that runs elsewhere (a Pulsar worker's state provider)")
+async def register_hosted(tenant: str, namespace: str, name: str,
+                          ctx: ServerContext = Depends(get_context)) -> Response:
+    """201 when registered now, 200 when it already was; 409 if a statekeep function has that name."""
+    created = await ctx.call(ctx.hosted.register, tenant, namespace, name)
+    return JSONResponse({"tenant": tenant, "namespace": namespace, "name": name}, status_code=201 if created else 200)
+
+
+@router.delete(HOSTED + "/{name}", responses=schemas.errors(400, 404), status_code=204,
+               summary="Delete a hosted function's state and its registration (PIP-312 cleanUp)")
+async def cleanup_hosted(tenant: str, namespace: str, name: str,
+                         ctx: ServerContext = Depends(get_context)) -> Response:
+    await ctx.call(ctx.hosted.cleanup, tenant, namespace, name)
+    return Response(status_code=204)
+
+
+@router.get(HOSTED, responses=schemas.errors(400), response_model=list[str], summary="List hosted functions")
+async def list_hosted(tenant: str, namespace: str, ctx: ServerContext = Depends(get_context)) -> Response:
+    return JSONResponse(await ctx.call(ctx.hosted.list, tenant, namespace, read=True))
 
 
 async def state_body(request: Request, limit: int) -> bytes | str:

@@ -52,6 +52,7 @@ from statekeep.validate import check_int
 
 if TYPE_CHECKING:
     from statekeep.functions.config.registry import FunctionRegistry
+    from statekeep.state import StateStore
     from statekeep.metadata.base import MetadataStore
     from statekeep.server.context import ServerContext
 
@@ -74,6 +75,13 @@ def store_registry(request: Request) -> tuple[MetadataStore, FunctionRegistry]:
     """The app's metadata store and function registry (the console's and its event streams')."""
     ctx: ServerContext = request.app.state.ctx
     return ctx.store, ctx.registry
+
+
+def state_of(request: Request, tenant: str, namespace: str, name: str) -> StateStore:
+    """The state of a statekeep function or of a hosted one (a Pulsar worker's, :mod:`statekeep.server.hosted`);
+    NotFoundError if neither."""
+    ctx: ServerContext = request.app.state.ctx
+    return ctx.hosted.state_store(tenant, namespace, name)[0]
 
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(authorize)])
@@ -100,6 +108,15 @@ async def functions(request: Request) -> Response:
                                 "inputs": cfg.get("inputs"), "output": cfg.get("output"), "status": status,
                                 "functionStatus": stats.function_status(status, 1), "lifecycle": True,
                                 "stopped": is_stopped(registry, tenant, namespace, name)})
+        hosted = request.app.state.ctx.hosted
+        for tenant in store.get_children(hosted.catalog.root):  # state kept for functions running elsewhere
+            if not access.may_see(request, tenant):
+                continue
+            for namespace in store.get_children(f"{hosted.catalog.root}/{tenant}"):
+                for name in hosted.list(tenant, namespace):
+                    out.append({"tenant": tenant, "namespace": namespace, "name": name, "inputs": None,
+                                "output": None, "status": {}, "functionStatus": stats.function_status({}, 1),
+                                "lifecycle": False, "stopped": False, "hosted": True})
         return out
 
     return JSONResponse(await run_in_threadpool(listing))
@@ -113,10 +130,10 @@ async def batches(tenant: str, namespace: str, name: str, request: Request) -> R
 @router.get(FN + "/changelog")
 async def changelog(tenant: str, namespace: str, name: str, request: Request,
                     limit: int = Query(50, ge=1, le=1000)) -> Response:
-    store, registry = store_registry(request)
+    store, _ = store_registry(request)
 
     def read() -> dict[str, Any]:
-        state = registry.state_store(tenant, namespace, name)
+        state = state_of(request, tenant, namespace, name)
         out: dict[str, Any] = {"records": [], "snapshots": []}
         if Capability.CHANGELOG_READ in state.capabilities:
             pos = state.changelog_position()
@@ -139,10 +156,8 @@ async def changelog(tenant: str, namespace: str, name: str, request: Request,
 @router.get(FN + "/variables")
 async def variables(tenant: str, namespace: str, name: str, request: Request, prefix: str = "",
                     limit: int = Query(100, ge=1, le=1000)) -> Response:
-    _, registry = store_registry(request)
-
     def read() -> dict[str, Any]:
-        state = registry.state_store(tenant, namespace, name)
+        state = state_of(request, tenant, namespace, name)
         found = list(itertools.islice(typed.read_variables(state, prefix=prefix), limit + 1))
         return {"items": [{"key": key, "variable": variable, "value": value}
                           for key, variable, value in found[:limit]], "more": len(found) > limit}

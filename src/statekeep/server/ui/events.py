@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from statekeep.errors import UnauthorizedError
 from statekeep.functions.driver.spark import STATUS_ROOT
 from statekeep.server.ui import access
-from statekeep.server.ui.api import record_json, store_registry
+from statekeep.server.ui.api import record_json, state_of, store_registry
 from statekeep.server.ui.batches import batch_history
 from statekeep.state.base import ChangelogPosition
 from statekeep.state.timestate import visible_page
@@ -113,9 +113,9 @@ async def whoami(request: Request) -> JSONResponse:
 @router.get("/ui/api/events/functions/{tenant}/{namespace}/{name}/state")
 async def state_events(tenant: str, namespace: str, name: str, request: Request,
                        after: int | None = Query(None, ge=-1)) -> StreamingResponse:
-    store, registry = store_registry(request)
+    store, _ = store_registry(request)
     access.check_tenant(request, tenant)
-    state = await run_in_threadpool(registry.state_store, tenant, namespace, name)  # 404 for no function
+    state = await run_in_threadpool(state_of, request, tenant, namespace, name)  # 404 for no function
     last_id = request.headers.get("last-event-id", "").strip()  # a reconnect: on from the last record it got
     resume = int(last_id) if last_id.lstrip("-").isdigit() and len(last_id) <= 19 else None
     start = max(resume, -1) if resume is not None else after

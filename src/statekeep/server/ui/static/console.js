@@ -236,7 +236,9 @@ async function functionsPage() {
       const id = `${fn.tenant}/${fn.namespace}/${fn.name}`, inst = fn.functionStatus.instances[0].status;
       const st = { running: inst.running, error: inst.error, workerId: inst.workerId, processed: inst.numSuccessfullyProcessed,
         batches: fn.status.batches, skipped: inst.numUserExceptions };
-      const badge = st.error ? h("span", { class: "badge error", title: st.error, text: "error" })
+      // a hosted function runs elsewhere (a Pulsar worker keeping its state here): its state only, no lifecycle
+      const badge = fn.hosted ? h("span", { class: "badge", title: "runs elsewhere (a Pulsar worker); its state is kept here", text: "hosted" })
+        : st.error ? h("span", { class: "badge error", title: st.error, text: "error" })
         : h("span", { class: "badge" + (st.running ? " running" : ""), text: st.running ? "running" : fn.stopped ? "stopped" : "not running" });
       const canvas = h("canvas", { class: "plot", width: 220, height: 44, "data-function": id });
       body.append(h("tr", { "data-function": id },
@@ -250,7 +252,7 @@ async function functionsPage() {
         h("td", {},
           h("a", { href: `/ui/functions/${fnPath(fn.tenant, fn.namespace, fn.name)}/changelog` }, "Changelog"), " ",
           fn.lifecycle ? h("button", { class: "lifecycle", onclick: () => lifecycle(fn, fn.stopped ? "start" : "stop") }, fn.stopped ? "Start" : "Stop") : null, " ",
-          h("button", { class: "danger", onclick: () => lifecycle(fn, "delete") }, "Delete"))));
+          fn.hosted ? null : h("button", { class: "danger", onclick: () => lifecycle(fn, "delete") }, "Delete"))));
       if (!rates[id]) {
         rates[id] = [];
         api("GET", `/ui/api/functions/${fnPath(fn.tenant, fn.namespace, fn.name)}/batches`)
