@@ -254,8 +254,8 @@ def _etcd_url(request: pytest.FixtureRequest, tmp_path) -> str:
 
 
 def _k8s_url(request: pytest.FixtureRequest, tmp_path) -> str:
-    server = request.getfixturevalue("kubernetes_server")
-    return str(server.store_url())
+    server = request.getfixturevalue("kubernetes_server")  # it sets $KUBECONFIG: the URL needs no query
+    return f"k8s://{server.namespace}/t{uuid.uuid4().hex[:12]}"
 
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, object], str]] = {
@@ -434,12 +434,20 @@ def kubernetes_server():
     """A Kubernetes API server (kube-apiserver over an etcd of its own, statekeep.testing.servers.KubernetesServer)
     on loopback, started when a test first asks for it (directly, or through a ``k8s`` backend parameter), shared
     by the run (its tests go to one worker), stopped after the last of them. ``store_url(prefix)`` is a ``k8s://``
-    URL of a fresh prefix in its namespace; ``kubeconfig``, ``url``, ``token``, ``ca_file``. A test that kills
-    it or its etcd starts them again before it ends (``restart()``, ``restart_etcd()``)."""
+    URL of a fresh prefix in its namespace; ``kubeconfig``, ``url``, ``token``, ``ca_file``. While it runs,
+    ``$KUBECONFIG`` names its kubeconfig, in this process and those started from here, so ``k8s://NAMESPACE/PREFIX``
+    reaches it. A test that kills it or its etcd starts them again before it ends (``restart()``,
+    ``restart_etcd()``)."""
     from statekeep.testing import servers
 
     server = _shared("kubernetes_server", _start_or_skip("kube-apiserver", lambda: servers.start("kubernetes")))
+    saved = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(server.kubeconfig)
     yield server
+    if saved is None:
+        os.environ.pop("KUBECONFIG", None)
+    else:
+        os.environ["KUBECONFIG"] = saved
     server.stop()
 
 

@@ -481,7 +481,8 @@ class KubernetesStore(MetadataStore):
         if current is None:
             if op.expected_version is not None and op.expected_version >= 0:
                 raise BadVersionError(f"{op.path} does not exist (expected version {op.expected_version})")
-            return self._multi_once([op])[0]
+            created = self._multi_once([op])
+            return _Retry if created is _Retry else created[0]
         assert obj is not None
         if op.expected_version == -1:
             raise AlreadyExistsError(f"{op.path} already exists")
