@@ -17,7 +17,7 @@ from support.followers import entries, open_follower, write_mix
 
 def test_follower_materializes_the_leader_and_refuses_writes(leader, tmp_path):
     state = leader.get_state_store("t", "n", "f")
-    n = 300 if leader.store.scheme in ("zk", "etcd") else 2000
+    n = 300 if leader.store.scheme in ("zk", "etcd", "k8s") else 2000
     write_mix(state, n // 2)
     with open_follower(leader, tmp_path) as follower:
         write_mix(state, n // 2, seed=3)  # while it tails

@@ -45,7 +45,7 @@ def write_prefixed(state, n: int, seed: int = 0) -> None:
 
 def test_a_prefix_follower_converges_exactly(leader, tmp_path):
     state = leader.get_state_store("t", "n", "f")
-    n = 200 if leader.store.scheme in ("zk", "etcd") else 1000
+    n = 200 if leader.store.scheme in ("zk", "etcd", "k8s") else 1000
     write_prefixed(state, n // 2)
     with open_follower(leader, tmp_path, key_prefix="a/") as follower:
         write_prefixed(state, n // 2, seed=3)  # while it tails

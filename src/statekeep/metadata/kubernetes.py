@@ -378,13 +378,23 @@ class KubernetesStore(MetadataStore):
         except _Conflict:  # its writer (or another finder) decided first
             return self._read_txn(f"{txn.name}@{txn.started_ms}")
 
-    def _settle(self, obj: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    def _settle(self, obj: dict[str, Any], txn: _Txn | None = None) -> tuple[dict[str, Any] | None, bool]:
         """``obj`` with its intent resolved where its record has decided: (the object now or None if gone,
-        whether an undecided intent remains). Applies a committed write, drops an aborted one."""
+        whether an undecided intent remains). Applies a committed write, drops an aborted one. ``txn``: its
+        record as already read (a listing decides each transaction once, so it never shows half of one)."""
         intent = obj["metadata"].get("annotations", {}).get(_TXN)
         if not intent:
             return obj, False
-        txn = self._read_txn(intent)
+        if txn is None or not intent.startswith(txn.name):
+            txn = self._read_txn(intent)
+        if txn.state in ("pending", "void"):
+            # no record: never committed, or committed, applied and deleted since ``obj`` was read (its writer
+            # deletes a record only after applying every intent): read the object again to tell
+            again = self._read_cm(obj["metadata"]["name"])
+            if again is None:
+                return None, False
+            if again["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
+                return self._settle(again)
         if txn.state == "void":
             txn = self._abort(txn)
         if txn.state == "pending":
@@ -394,6 +404,40 @@ class KubernetesStore(MetadataStore):
         except (_Conflict, NotFoundError):  # another store resolved it meanwhile: read it again
             again = self._read_cm(obj["metadata"]["name"])
             return (None, False) if again is None else self._settle(again)
+
+    def _settle_listing(self, list_objects: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """``list_objects()`` (one list: one moment) as readers see it, every transaction in it decided once:
+        all of one transaction's writes shown, or none. If one that was undecided commits while this runs, the
+        listing is read again, so what is shown held at one moment."""
+        for _ in self._retry.attempts():
+            items = list_objects()
+            txns: dict[str, _Txn] = {}
+            undecided: list[dict[str, Any]] = []
+            for item in items:
+                intent = (item["metadata"].get("annotations") or {}).get(_TXN)
+                if intent and intent not in txns:
+                    txns[intent] = self._read_txn(intent)
+                if intent and txns[intent].state in ("pending", "void"):
+                    undecided.append(item)
+            # no record: not committed yet, or committed, applied and its record deleted since the list (a writer
+            # deletes its record only after applying every intent): if none of those objects changed since the
+            # list, none of those transactions had committed by now, so showing none of them is one moment
+            if any((self._read_cm(item["metadata"]["name"]) or {}).get("metadata", {}).get("resourceVersion")
+                   != item["metadata"]["resourceVersion"] for item in undecided):
+                continue
+            shown: list[dict[str, Any]] = []
+            for item in items:
+                intent = (item["metadata"].get("annotations") or {}).get(_TXN) or ""
+                txn = txns.get(intent)
+                if txn is not None and txn.state in ("pending", "void"):
+                    shown.append(item)  # as before the intent (a void one is cleared by the next writer)
+                    continue
+                settled, _ = self._settle(item, txn)
+                if settled is not None:
+                    shown.append(settled)
+            return shown
+        raise StoreUnavailableError(f"Kubernetes API at {self.server}: transactions kept committing under a "
+                                    f"listing for {self.timeout}s")
 
     def _apply_intent(self, obj: dict[str, Any], txn: _Txn) -> dict[str, Any] | None:
         """Resolve ``obj``'s intent of ``txn`` (committed or aborted); the object after it, None if deleted."""
@@ -436,11 +480,10 @@ class KubernetesStore(MetadataStore):
         return GetResult(record.value, self._stat(path, record))
 
     def _children_objects(self, path: str) -> list[tuple[str, dict[str, Any]]]:
-        listed = self._list_cm(f"{_STORE}={self.store_id},{_KIND}=key,{_PARENT}={self._parent_label(path)}")
+        selector = f"{_STORE}={self.store_id},{_KIND}=key,{_PARENT}={self._parent_label(path)}"
         found = []
-        for item in listed.get("items") or []:
-            obj = self._effective(item)
-            if obj is None or self._record(obj) is None:
+        for obj in self._settle_listing(lambda: list(self._list_cm(selector).get("items") or [])):
+            if self._record(obj) is None:
                 continue
             child = obj["metadata"]["annotations"].get(_PATH, "")
             if parent_of(child) == path and child != path:
@@ -533,9 +576,15 @@ class KubernetesStore(MetadataStore):
                                         "renewed); an ephemeral key cannot be written now")
         snapshot = _Snapshot(self)
         changes = Changes(snapshot, self._session, _now_ms())
-        results = [changes.apply(op) for op in ops]  # raises the contract's error of the first failing op
+        try:
+            results = [changes.apply(op) for op in ops]  # raises the contract's error of the first failing op
+        except StatekeepError:
+            # the objects were read one by one: the error holds only if they all still are as read
+            if not snapshot.unchanged():
+                return _Retry
+            raise
         if not changes.writes and not changes.sequences:
-            return results  # nothing to write
+            return results if snapshot.unchanged() else _Retry  # nothing to write: checks of one moment
         txn = _Txn(self._txn_name(), _now_ms())
         intent = f"{txn.name}@{txn.started_ms}"
         ops_out: dict[str, Any] = {}
@@ -919,6 +968,16 @@ class _Snapshot:
 
     def has_children(self, path: str) -> bool:
         return bool(self.children(path))
+
+    def unchanged(self) -> bool:
+        """Whether every object read and every listing is still as read: then what was read held at one moment
+        (the reads are one by one, not one snapshot)."""
+        for name, (obj, _, _) in self.seen.items():
+            now = self.store._read_cm(name)
+            if (now or {}).get("metadata", {}).get("resourceVersion") != (obj or {}).get("metadata", {}).get(
+                    "resourceVersion"):
+                return False
+        return all(self.store._get_children(path) == names for path, names in self.listed.items())
 
     def last_sequence(self, parent: str) -> int:
         obj = self._object(self.store._seq_name(parent), parent, "sequence")
