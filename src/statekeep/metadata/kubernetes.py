@@ -123,6 +123,15 @@ class _Gone(Exception):
     """A 410 from a watch: the server no longer has the revision asked for."""
 
 
+def _revision(metadata: dict[str, Any]) -> int:
+    """An object's ``resourceVersion`` as a number (etcd's revision, which is what the API server gives; its API
+    calls it opaque, so an unexpected one counts as the newest)."""
+    try:
+        return int(metadata.get("resourceVersion") or 0)
+    except ValueError:
+        return 1 << 62
+
+
 def _micro_time() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -184,7 +193,7 @@ class KubernetesStore(MetadataStore):
         self._watch_stop = threading.Event()
         self._watch_rv = ""
         self._watch_response: Any = None
-        self._known: dict[str, int] = {}  # path -> version, as the watch last saw it
+        self._known: dict[str, tuple[int, int]] = {}  # path -> (version, resourceVersion) the watch last saw
         self._closing = False
         try:
             self._call(lambda: self._core.read_namespace(namespace, _request_timeout=self.timeout,
@@ -829,18 +838,18 @@ class KubernetesStore(MetadataStore):
     def _relist(self, notify: bool) -> None:
         """List the store's keys; with ``notify``, report what changed since the last list or event."""
         listed = self._list_cm(self._selector())
-        now: dict[str, int] = {}
+        now: dict[str, tuple[int, int]] = {}
         for obj in listed.get("items") or []:
             record, path = self._record(obj), obj["metadata"].get("annotations", {}).get(_PATH)
             if record is not None and path:
-                now[path] = record.version
+                now[path] = (record.version, _revision(obj["metadata"]))
         if notify:
             for path in sorted(self._known.keys() - now.keys()):
                 self._emit_change(NotificationType.Deleted, path)
-            for path, version in sorted(now.items()):
+            for path, (version, _) in sorted(now.items()):
                 if path not in self._known:
                     self._emit_change(NotificationType.Created, path)
-                elif self._known[path] != version:
+                elif self._known[path][0] != version:
                     self._emit_change(NotificationType.Modified, path)
         self._known = now
         self._watch_rv = listed["metadata"]["resourceVersion"]
@@ -898,17 +907,19 @@ class KubernetesStore(MetadataStore):
         path = (metadata.get("annotations") or {}).get(_PATH)
         if not path:
             return
+        revision, known = _revision(metadata), self._known.get(path)
+        if known is not None and revision <= known[1]:
+            return  # older than what a list showed (a watch resumed from an older revision replays history)
         record = None if kind == "DELETED" else self._record(obj)
-        before = self._known.get(path)
-        if record is None:
-            if before is not None:
+        if record is None:  # deleted, or a placeholder (an intent on an absent key): absent
+            if known is not None:
                 del self._known[path]
                 self._emit_change(NotificationType.Deleted, path)
             return
-        self._known[path] = record.version
-        if before is None:
+        self._known[path] = (record.version, revision)
+        if known is None:
             self._emit_change(NotificationType.Created, path)
-        elif before != record.version:
+        elif known[0] != record.version:
             self._emit_change(NotificationType.Modified, path)
 
     # ---- closing -----------------------------------------------------------------------------
