@@ -52,7 +52,9 @@ request may have reached the server before the connection failed raises :class:`
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -65,6 +67,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from statekeep.background import Periodic
+from statekeep.lru import remember
 from statekeep.errors import (
     AlreadyExistsError, BadVersionError, ForbiddenError, InvalidArgumentError, MissingDependencyError,
     NotEmptyError, NotFoundError, PossibleInconsistentStateError, StatekeepError, StoreClosedError,
@@ -193,11 +196,11 @@ class KubernetesStore(MetadataStore):
         self._watch_stop = threading.Event()
         self._watch_rv = ""
         self._watch_response: Any = None
+        #: path -> (resourceVersion, version, created_ms, owner) as this store last read or wrote it
+        self._versions: dict[str, tuple[str, int, int, int]] = {}
         self._known: dict[str, tuple[int, int]] = {}  # path -> (version, resourceVersion) the watch last saw
         self._closing = False
-        try:
-            self._call(lambda: self._core.read_namespace(namespace, _request_timeout=self.timeout,
-                                                         _preload_content=False))
+        try:  # the session's Lease is the first write: a namespace that does not exist answers 404
             RECONNECT.bounded(seconds=self.timeout).repeat(self._new_session)
         except NotFoundError as e:
             self._api.close()
@@ -207,6 +210,8 @@ class KubernetesStore(MetadataStore):
             raise
         self._keeper = Periodic(f"statekeep-k8s-session-{self._session:x}", self.session_timeout / 3,
                                 self._keep_session, what="k8s:// session renewal", log=log)
+        #: marks and applies a transaction's objects at once, and deletes finished commit records
+        self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="statekeep-k8s")
         self._keeper.start()
 
     @classmethod
@@ -486,6 +491,8 @@ class KubernetesStore(MetadataStore):
         record = self._record(obj) if obj is not None else None
         if record is None or obj is None or obj["metadata"]["annotations"].get(_PATH) != path:
             return None
+        if obj["metadata"]["annotations"].get(_TXN) is None:  # an object under an intent is not updated alone
+            self._remember(path, record, obj)
         return GetResult(record.value, self._stat(path, record))
 
     def _children_objects(self, path: str) -> list[tuple[str, dict[str, Any]]]:
@@ -525,7 +532,18 @@ class KubernetesStore(MetadataStore):
         return cast(Stat, self._retrying(lambda: self._put_once(op)))
 
     def _put_once(self, op: Put) -> Any:
-        """One key's update is one replace; a create (its parent must exist and be persistent) is a multi."""
+        """One key's update is one replace, conditional on the ``resourceVersion`` this store last saw of it (read
+        first when it has seen none, or that one is stale: a 409); a create (its parent must exist and be
+        persistent) is a multi."""
+        seen = self._versions.get(op.path)
+        if seen is not None and op.expected_version in (None, seen[1]):
+            rv, version, created, owner = seen
+            record = Record(version + 1, created, _now_ms(), owner, op.value)
+            try:
+                self._remember(op.path, record, self._replace_cm(self._key_body(op.path, record, rv)))
+                return self._stat(op.path, record)
+            except (_Conflict, NotFoundError):
+                self._versions.pop(op.path, None)  # changed since: read it
         obj, undecided = self._settle_or_none(self._key_name(op.path))
         if undecided:
             return _Retry
@@ -533,7 +551,7 @@ class KubernetesStore(MetadataStore):
         if current is None:
             if op.expected_version is not None and op.expected_version >= 0:
                 raise BadVersionError(f"{op.path} does not exist (expected version {op.expected_version})")
-            created = self._multi_once([op])
+            created = self._multi_once([op], {self._key_name(op.path): (obj, op.path, "key")})
             return _Retry if created is _Retry else created[0]
         assert obj is not None
         if op.expected_version == -1:
@@ -541,8 +559,15 @@ class KubernetesStore(MetadataStore):
         if op.expected_version is not None and current.version != op.expected_version:
             raise BadVersionError(f"{op.path} is at version {current.version}, not {op.expected_version}")
         record = Record(current.version + 1, current.created_ms, _now_ms(), current.owner, op.value)
-        self._replace_cm(self._key_body(op.path, record, obj["metadata"]["resourceVersion"]))  # 409: again
+        replaced = self._replace_cm(self._key_body(op.path, record, obj["metadata"]["resourceVersion"]))  # 409: again
+        self._remember(op.path, record, replaced)
         return self._stat(op.path, record)
+
+    def _remember(self, path: str, record: Record, obj: dict[str, Any]) -> None:
+        """Keep ``obj``'s ``resourceVersion`` as the one ``path`` had at ``record``: the next update of it by
+        this store is then one request (a 409 if it changed meanwhile, and it reads again)."""
+        remember(self._versions, path, (obj["metadata"]["resourceVersion"], record.version, record.created_ms,
+                                        record.owner), 10_000)
 
     def _settle_or_none(self, name: str) -> tuple[dict[str, Any] | None, bool]:
         obj = self._read_cm(name)
@@ -578,12 +603,14 @@ class KubernetesStore(MetadataStore):
                                      f"commit record is one ConfigMap), this one {size}; split it")
         return cast(list[Stat | None], self._retrying(lambda: self._multi_once(ops)))
 
-    def _multi_once(self, ops: list[Op]) -> Any:
+    def _multi_once(self, ops: list[Op], known: dict[str, tuple[dict[str, Any] | None, str, str]] | None = None
+                    ) -> Any:
         ephemeral = any(isinstance(op, Put) and op.ephemeral for op in ops)
         if ephemeral and not self._session:
             raise StoreUnavailableError(f"Kubernetes API at {self.server}: no session (its Lease could not be "
                                         "renewed); an ephemeral key cannot be written now")
         snapshot = _Snapshot(self)
+        snapshot.seen.update(known or {})  # what the caller read already (settled)
         changes = Changes(snapshot, self._session, _now_ms())
         try:
             results = [changes.apply(op) for op in ops]  # raises the contract's error of the first failing op
@@ -607,22 +634,17 @@ class KubernetesStore(MetadataStore):
                 values[name] = base64.b64encode(record.value).decode()
         for parent, last in changes.sequences.items():
             ops_out[self._seq_name(parent)] = ["sequence", last]
-        # every object read, in name order (two writers mark in the same order), marked with the intent
-        marked: list[str] = []
+        # every object read is marked with the intent (all at once: a conflict aborts, nobody waits on a mark)
+        marked: dict[str, dict[str, Any]] = {}  # name -> the object as marked
         committing = False
         try:
-            for name in sorted(snapshot.seen.keys() | ops_out.keys()):
-                if name not in snapshot.seen:  # written without being read: Changes reads all it writes
-                    raise _Conflict(f"{name} was not read")
-                obj, path, kind = snapshot.seen[name]
-                if obj is None:
-                    self._create_cm(self._placeholder(name, path, kind, intent))
-                else:
-                    meta = obj["metadata"]
-                    annotations = {**(meta.get("annotations") or {}), _TXN: intent}
-                    self._replace_cm({**obj, "metadata": {**meta, "annotations": annotations}})
-                marked.append(name)
+            names = sorted(snapshot.seen.keys() | ops_out.keys())
+            if any(name not in snapshot.seen for name in names):  # Changes reads everything it writes
+                raise _Conflict("an object written was not read")
+            for name in names:
                 ops_out.setdefault(name, ["check"])
+            self._in_parallel([functools.partial(self._mark, name, snapshot.seen[name], intent, marked)
+                               for name in names])
             for path, names in snapshot.listed.items():  # no child appeared since (creators mark the parent)
                 if [n for n, _ in self._children_objects(path)] != names:
                     raise _Conflict(f"the children of {path} changed")
@@ -649,7 +671,28 @@ class KubernetesStore(MetadataStore):
         self._finish(txn, marked)
         return results
 
-    def _undo(self, txn: _Txn, marked: list[str]) -> None:
+    def _mark(self, name: str, seen: tuple[dict[str, Any] | None, str, str], intent: str,
+              marked: dict[str, dict[str, Any]]) -> None:
+        obj, path, kind = seen
+        if obj is None:
+            marked[name] = self._create_cm(self._placeholder(name, path, kind, intent))
+        else:
+            meta = obj["metadata"]
+            annotations = {**(meta.get("annotations") or {}), _TXN: intent}
+            marked[name] = self._replace_cm({**obj, "metadata": {**meta, "annotations": annotations}})
+
+    def _in_parallel(self, calls: list[Callable[[], Any]]) -> None:
+        """Run ``calls`` at once on the store's pool; when all are done, raise the first error any raised."""
+        if len(calls) == 1:
+            calls[0]()
+            return
+        futures = [self._pool.submit(call) for call in calls]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _undo(self, txn: _Txn, marked: dict[str, dict[str, Any]]) -> None:
         """Abort ``txn`` (nothing of it becomes visible) and take its intents away, best effort: an intent left
         behind is void for any reader once its record says aborted."""
         try:
@@ -665,18 +708,27 @@ class KubernetesStore(MetadataStore):
             log.info("k8s:// %s: an aborted transaction's intents stay until a reader clears them (%s)",
                      self.server, e)
 
-    def _finish(self, txn: _Txn, marked: list[str]) -> None:
-        """Apply a committed ``txn`` to the objects it marked, then delete its record (what is not done here, a
-        reader of the object does)."""
+    def _finish(self, txn: _Txn, marked: dict[str, dict[str, Any]]) -> None:
+        """Apply a committed ``txn`` to the objects it marked (all at once), then delete its record in the
+        background (a reader that finds an intent without a record reads the object again: see _settle).
+        What is not applied here, the next reader of the object applies."""
+        def apply(obj: dict[str, Any]) -> None:
+            with _suppress_conflict(), _suppress(NotFoundError):  # 409/404: a reader applied it first
+                self._apply_intent(obj, txn)
+
         try:
-            for name in marked:
-                obj = self._read_cm(name)
-                if obj is not None and obj["metadata"].get("annotations", {}).get(_TXN, "").startswith(txn.name):
-                    with _suppress_conflict():
-                        self._apply_intent(obj, txn)
-            self._delete_cm(txn.name, None)
+            self._in_parallel([functools.partial(apply, obj) for obj in marked.values()])
         except StatekeepError as e:
             log.info("k8s:// %s: a committed transaction is applied by its next reader (%s)", self.server, e)
+            return  # its record stays: the intents left need it
+
+        def delete() -> None:
+            try:
+                self._delete_cm(txn.name, None)
+            except StatekeepError as e:
+                log.info("k8s:// %s: commit record %s left behind (%s)", self.server, txn.name, e)
+
+        self._pool.submit(delete)
 
     def _raise_sequence(self, parent: str, at_least: int) -> int:
         name = self._seq_name(parent)
@@ -944,6 +996,7 @@ class KubernetesStore(MetadataStore):
                     self._session = 0
             if self._watch_thread is not None:
                 self._watch_thread.join(timeout=2)
+            self._pool.shutdown(wait=True)
         finally:
             self._closing = False
             self._api.close()
