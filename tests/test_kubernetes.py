@@ -188,3 +188,32 @@ def test_leader_lease_expires_while_it_writes_a_handle(kubernetes_server, tmp_pa
             c.close()
         for s in (store, old_store):
             s.close()
+
+
+def test_a_function_counts_with_its_state_on_k8s_per_key_and_partition_owned(kubernetes_server, tmp_path,
+                                                                             spark_env):
+    """``statekeep functions localrun`` with ``--store k8s://``: word counts exact with the state per key in
+    ConfigMaps, then exact again with the state partition-owned (``--state-dir``) and only its commit records and
+    pointers in the API server."""
+    import os
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from statekeep.functions.config.service import FunctionService
+    from support.spark import WORDCOUNT, counters, write_words
+
+    words = [f"w{i % 23}" for i in range(600)]
+    for part in range(3):
+        write_words(tmp_path / "in", f"part-{part}.jsonl", words[part * 200:(part + 1) * 200])
+    py = tmp_path / "wordcount.py"
+    py.write_bytes(WORDCOUNT)
+    for name, extra in (("perkey", []), ("owned", ["--state-dir", str(tmp_path / "shared")])):
+        url = _url(kubernetes_server)
+        command = [sys.executable, "-m", "statekeep.cli", "functions", "localrun", "--name", name, "--py", str(py),
+                   "--inputs", str(tmp_path / "in"), "--key-field", "word", "--parallelism", "2", "--store", url,
+                   "--checkpoint-dir", str(tmp_path / f"checkpoints-{name}"), "--once", *extra]
+        done = subprocess.run(command, env={**os.environ, **spark_env}, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        with FunctionService.open(url) as service:
+            assert counters(service, name) == Counter(words), name
