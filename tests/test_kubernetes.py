@@ -217,3 +217,23 @@ def test_a_function_counts_with_its_state_on_k8s_per_key_and_partition_owned(kub
         assert done.returncode == 0, done.stderr[-3000:]
         with FunctionService.open(url) as service:
             assert counters(service, name) == Counter(words), name
+
+
+def test_the_api_server_build_is_cached_by_version_and_named_when_missing(tmp_path, monkeypatch):
+    """scripts/kube-apiserver's cache: a missing binary is an error naming the command that builds it; a present
+    one is returned without Go (nothing is built again); another version is another directory."""
+    from statekeep.errors import MissingDependencyError
+    from statekeep.testing import kubeapiserver
+
+    monkeypatch.setenv(kubeapiserver.ENV, str(tmp_path / "cache"))
+    with pytest.raises(MissingDependencyError, match="scripts/kube-apiserver"):
+        kubeapiserver.path()
+    binary = kubeapiserver.binary()
+    assert binary == tmp_path / "cache" / kubeapiserver.VERSION / "kube-apiserver"
+    binary.parent.mkdir(parents=True)
+    binary.write_bytes(b"#!/bin/sh\n")
+    monkeypatch.setattr(kubeapiserver.shutil, "which", lambda name: None)  # no Go: building would fail
+    assert kubeapiserver.build() == binary == kubeapiserver.path()
+    with pytest.raises(MissingDependencyError, match="Go"):
+        kubeapiserver.build("v1.33.0")
+    assert not (tmp_path / "cache" / "v1.33.0" / "kube-apiserver").exists()
