@@ -1,7 +1,8 @@
-"""zk:// and etcd:// against their raw client libraries (kazoo; aetcd) on one operation mix, in one run;
-then local://, zk:// and etcd:// side by side on that mix, so one sees what a remote store costs.
+"""zk:// and etcd:// against their raw client libraries (kazoo; aetcd) on one operation mix, and k8s:// against
+the raw ``kubernetes`` client on get, put, compare-and-set and watch, in one run; then local://, zk://, etcd://
+and k8s:// side by side on the mix, so one sees what a remote store costs.
 
-    python benchmarks/metadata_remote.py [--quick] [--ops N] [--rounds N] [--backends zk,etcd]
+    python benchmarks/metadata_remote.py [--quick] [--ops N] [--rounds N] [--backends zk,etcd,k8s]
 
 ZooKeeper and etcd are started on loopback (statekeep.testing.servers); both fsync every write, as local:// does.
 
@@ -23,6 +24,16 @@ Raw aetcd is driven the way a synchronous caller must drive it, as statekeep's e
 one thread, every thread submitting with run_coroutine_threadsafe(...).result(). That is the fair baseline for a
 sync API (the ratio then shows statekeep's own overhead, not the cost of being sync). The same mix natively async
 (N tasks on one loop, no thread hop) is printed below the table for reference: what an asyncio program would get.
+
+k8s:// (a kube-apiserver over etcd, statekeep.testing.servers) against the raw ``kubernetes`` client, one operation
+at a time on 400 keys of statekeep's layout (one ConfigMap per key, its path, version and times in annotations),
+each side doing the same requests: get = one read of the ConfigMap (raw: read_namespaced_config_map, deserialized
+into the client's model, its ordinary use); put = an update of an existing key (statekeep: a replace conditional on
+the resourceVersion it last saw; raw: the same replace, same body); CAS = put(path, v, expected_version) (raw: the
+same conditional replace, the thread remembering each key's resourceVersion and version); watch = the time from
+a put to its notification at a listener on another connection (raw: a watch stream of the store's label). Its
+creates and multis are transactions (Kubernetes has no multi-object write: docs/operations/kubernetes.md), which
+the raw client has no equivalent of; they are in the mix of the second table.
 
 Every run is a fixed number of operations (after a 5% warm-up) on a fresh, identically filled namespace of a
 server that has already served one run of each side (a just-started JVM is slow). Each side runs ``--rounds``
@@ -346,12 +357,192 @@ def local(threads: int, total: int, rounds: int) -> float:
     return statistics.median(rates)
 
 
+# ---- kubernetes ---------------------------------------------------------------------------------
+
+K8S_KEYS = 400
+
+
+class KubeRaw:
+    """The raw ``kubernetes`` client on the keys of the k8s:// store ``layout`` (its names and body builder)."""
+
+    def __init__(self, server, layout) -> None:
+        from kubernetes import client, config
+
+        self.api = client.CoreV1Api(config.new_client_from_config(str(server.kubeconfig)))
+        self.ns, self.layout = server.namespace, layout
+        self.seen: dict[str, tuple[str, int]] = {}  # path -> (resourceVersion, version), per the thread's writes
+
+    def get(self, path: str) -> object:
+        return self.api.read_namespaced_config_map(self.layout._key_name(path), self.ns)
+
+    def put(self, path: str, version: int | None = None) -> None:
+        from statekeep.metadata._tree import Record
+
+        rv, current = self.seen.get(path) or self._read(path)
+        if version is not None and version != current:
+            raise AssertionError(f"{path} is at {current}, not {version}")
+        now = int(time.time() * 1000)
+        body = self.layout._key_body(path, Record(current + 1, now, now, 0, VALUE), rv)
+        done = self.api.replace_namespaced_config_map(self.layout._key_name(path), self.ns, body)
+        self.seen[path] = (done.metadata.resource_version, current + 1)
+
+    def _read(self, path: str) -> tuple[str, int]:
+        found = self.get(path)
+        return found.metadata.resource_version, int(found.metadata.annotations["statekeep.io/version"])
+
+
+def _k8s_rate(op, threads: int, total: int) -> float:
+    """ops/s of ``total`` calls ``op(thread, i)`` on ``threads`` threads."""
+    per = total // threads
+    barrier = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(per):
+                op(t, i)
+        except BaseException as e:
+            errors.append(e)
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return threads * per / (time.perf_counter() - start)
+
+
+def k8s_ops(server, total: int, rounds: int) -> None:
+    """The per-operation table of k8s:// against the raw client (see the module docstring)."""
+    url = server.store_url(f"bench{uuid.uuid4().hex[:8]}")
+    store = open_store(url)
+    paths = [f"/bench/k{i:03d}" for i in range(K8S_KEYS)]
+    for i in range(0, K8S_KEYS, 100):
+        store.multi([Put(p, VALUE, -1) for p in paths[i:i + 100]])
+    raws = [KubeRaw(server, store) for _ in range(max(THREADS))]
+    versions: dict[str, int] = {p: 0 for p in paths}  # each thread writes only its own keys
+    lock = threading.Lock()
+
+    def own(t: int, i: int, threads: int) -> str:
+        return paths[(t + threads * i) % K8S_KEYS]
+
+    def bump(path: str) -> int:
+        with lock:
+            versions[path] += 1
+            return versions[path] - 1
+
+    def ours_get(th: int):
+        return lambda t, i: store.get(paths[(t * 7 + i) % K8S_KEYS])
+
+    def raw_get(th: int):
+        return lambda t, i: raws[t].get(paths[(t * 7 + i) % K8S_KEYS])
+
+    def ours_put(th: int, cas: bool = False):
+        def op(t: int, i: int) -> None:
+            path = own(t, i, th)
+            store.put(path, VALUE, versions[path] if cas else None)
+            bump(path)
+        return op
+
+    def raw_put(th: int, cas: bool = False):
+        def op(t: int, i: int) -> None:
+            path = own(t, i, th)
+            raws[t].put(path, versions[path] if cas else None)
+            bump(path)
+        return op
+
+    sides = {"get": (ours_get, raw_get), "put": (ours_put, raw_put),
+             "CAS": (lambda th: ours_put(th, True), lambda th: raw_put(th, True))}
+    for threads in THREADS:
+        for name, (ours_op, raw_op) in sides.items():
+            n = total if name == "get" else total // 2
+            ours: list[float] = []
+            theirs: list[float] = []
+            for r in range(rounds):
+                for raw_side in ((False, True) if r % 2 == 0 else (True, False)):
+                    for raw in raws:  # statekeep wrote the keys since: each side starts from a read of each key
+                        raw.seen.clear()
+                    (theirs if raw_side else ours).append(
+                        _k8s_rate((raw_op if raw_side else ours_op)(threads), threads, n))
+            a, b = statistics.median(ours), statistics.median(theirs)
+            print(f"{'k8s://':10} {threads:7} {name:>5} {a:10,.0f} {b:12,.0f} {a / b:7.2f}   kubernetes "
+                  f"(us/op {1e6 / a * threads:,.0f} vs {1e6 / b * threads:,.0f})", flush=True)
+    _k8s_watch(server, store, raws[0], rounds)
+    store.close()
+
+
+def _k8s_watch(server, store, raw: KubeRaw, rounds: int, n: int = 200) -> None:
+    """Median and 95th percentile from a put's start to its notification: statekeep's listener, a raw watch."""
+    from kubernetes import watch
+
+    def statekeep_side() -> list[float]:
+        arrived: dict[str, float] = {}
+        done = threading.Event()
+        with open_store(store_url) as watcher:
+            def on(event) -> None:
+                if event.path.startswith("/bench/k") and event.type.value == "Modified":
+                    arrived.setdefault(f"{event.path}", time.perf_counter())
+                    if len(arrived) == n:
+                        done.set()
+            watcher.add_listener(on)
+            return _timed_puts(arrived, done, n)
+
+    def raw_side() -> list[float]:
+        arrived: dict[str, float] = {}
+        done = threading.Event()
+        start_rv = raw.api.list_namespaced_config_map(server.namespace, label_selector=selector,
+                                                      limit=1).metadata.resource_version
+        w = watch.Watch()
+
+        def follow() -> None:
+            for event in w.stream(raw.api.list_namespaced_config_map, server.namespace, label_selector=selector,
+                                  resource_version=start_rv, timeout_seconds=120):
+                path = event["object"].metadata.annotations["statekeep.io/path"]
+                if event["type"] == "MODIFIED":
+                    arrived.setdefault(path, time.perf_counter())
+                    if len(arrived) == n:
+                        done.set()
+                        w.stop()
+
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        return _timed_puts(arrived, done, n)
+
+    def _timed_puts(arrived: dict[str, float], done: threading.Event, count: int) -> list[float]:
+        time.sleep(0.5)  # the watch is established
+        started = {}
+        for i in range(count):
+            path = f"/bench/k{i:03d}"
+            started[path] = time.perf_counter()
+            store.put(path, VALUE)
+            time.sleep(0.005)
+        if not done.wait(60):
+            raise AssertionError(f"{count - len(arrived)} notifications missing")
+        return sorted(arrived[p] - started[p] for p in started)
+
+    store_url = server.store_url(store.prefix.lstrip("/"))
+    selector = f"statekeep.io/store={store.store_id},statekeep.io/kind=key"
+    ours, theirs = [], []
+    for r in range(rounds):
+        for raw_first in ((False, True) if r % 2 == 0 else (True, False)):
+            (theirs if raw_first else ours).append(raw_side() if raw_first else statekeep_side())
+    med = lambda runs, q: statistics.median(run[int(q * (len(run) - 1))] for run in runs) * 1000  # noqa: E731
+    print(f"{'k8s://':10} {1:7} {'watch':>5}   median {med(ours, .5):.1f} ms vs {med(theirs, .5):.1f} ms "
+          f"({med(theirs, .5) / med(ours, .5):.2f}), 95th percentile {med(ours, .95):.1f} ms vs "
+          f"{med(theirs, .95):.1f} ms: put to notification, statekeep vs a raw watch", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
     parser.add_argument("--ops", type=int, help="operations per run (default 10000; 2000 with --quick)")
     parser.add_argument("--rounds", type=int, help="runs of each side per configuration (default 4; 2 with --quick)")
-    parser.add_argument("--backends", default="zk,etcd", help="remote backends to run (default zk,etcd)")
+    parser.add_argument("--backends", default="zk,etcd,k8s", help="remote backends to run (default zk,etcd,k8s)")
     args = parser.parse_args()
     # kazoo warns of a dropped connection when it connects to a server that has only just started; it reconnects
     logging.getLogger("kazoo.client").setLevel(logging.ERROR)
@@ -380,6 +571,22 @@ def main() -> None:
                     native[tasks] = aetcd_native(server.address, ns, tasks, total)
         finally:
             server.stop()
+    if "k8s" in args.backends.split(","):
+        server = servers.start("kubernetes")
+        try:
+            print(f"{'backend':10} {'threads':>7} {'op':>5} {'statekeep/s':>10} {'raw ops/s':>12} {'ratio':>7}   "
+                  "raw client")
+            k8s_ops(server, total, rounds)
+            for threads in THREADS:
+                url = server.store_url(f"bench{uuid.uuid4().hex[:8]}")
+                fill(url)
+                target = Statekeep(url)
+                try:
+                    sk["k8s", threads] = drive(target, threads, total)
+                finally:
+                    target.close()
+        finally:
+            server.stop()
     if native:
         print("aetcd natively async for reference (tasks on one loop, no thread hop): "
               + ", ".join(f"{t} task{'s' * (t > 1)} {r:,.0f} ops/s" for t, r in native.items()))
@@ -389,7 +596,7 @@ def main() -> None:
     print("statekeep on the same mix (durable writes everywhere; us/op = latency seen by one thread):")
     print(f"{'backend':10} " + " ".join(f"{f'{t} thread' + 's' * (t > 1):>12} {'us/op':>7}" for t in THREADS)
           + f" {'1 thread vs local':>18}")
-    for scheme in ("local", *(s for s in ("zk", "etcd") if (s, 1) in sk)):
+    for scheme in ("local", *(s for s in ("zk", "etcd", "k8s") if (s, 1) in sk)):
         cells = " ".join(f"{sk[scheme, t]:12,.0f} {1e6 / sk[scheme, t] * t:7.0f}" for t in THREADS)
         print(f"{scheme + '://':10} {cells} {sk[scheme, 1] / sk['local', 1]:17.2f}x")
 

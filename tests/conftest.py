@@ -46,15 +46,25 @@ RESOURCES = {
     "zk_server": "zookeeper", "zk_ensemble": "zookeeper", "start_zookeeper": "zookeeper",
     "etcd_server": "etcd", "etcd_cluster": "etcd", "start_etcd": "etcd", "s3_server": "s3",
     "kafka": "kafka", "kafka_cluster": "kafka", "start_kafka": "kafka", "pulsar": "pulsar",
-    "browser": "chromium", "fresh_copy": "venv",
+    "browser": "chromium", "fresh_copy": "venv", "kubernetes_server": "kubernetes",
 }
 #: a test parameter naming a server backend (e.g. ``backend="etcd"``) marks the test as using it
-RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3", "kafka": "kafka"}
+RESOURCE_PARAMS = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "s3": "s3", "kafka": "kafka",
+                   "k8s": "kubernetes"}
 #: tier markers from the longest-running tests to the shortest, the order modules are handed to workers in
-HEAVIEST_FIRST = ["cluster", "venv", "spark", "pulsar", "kafka", "server", "chromium", "zookeeper", "etcd", "s3"]
+HEAVIEST_FIRST = ["cluster", "venv", "spark", "pulsar", "kafka", "server", "kubernetes", "chromium", "zookeeper",
+                  "etcd", "s3"]
 #: fixtures one xdist worker should own for the whole run: every test using one goes to that worker
 SHARED_GROUPS = {"spark_cluster": "spark-cluster", "zk_ensemble": "zk-ensemble", "etcd_cluster": "etcd-cluster",
-                 "kafka_cluster": "kafka-cluster", "pulsar": "pulsar"}
+                 "kafka_cluster": "kafka-cluster", "pulsar": "pulsar", "kubernetes_server": "kubernetes"}
+#: a test parameter naming a backend whose server is one of SHARED_GROUPS (the fixture it reaches through BACKENDS)
+SHARED_PARAMS = {"k8s": "kubernetes_server"}
+
+
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    """The SHARED_GROUPS fixtures ``item`` uses: by name, or through a backend parameter (SHARED_PARAMS)."""
+    names = SHARED_GROUPS.keys() & set(item.fixturenames)
+    return names | {SHARED_PARAMS[v] for v in _param_values(item) if isinstance(v, str) and v in SHARED_PARAMS}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,7 +93,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(marker)
         if not used:
             item.add_marker("fast")
-        group = next((SHARED_GROUPS[n] for n in sorted(names & SHARED_GROUPS.keys())), None)
+        group = next((SHARED_GROUPS[n] for n in sorted(_shared_fixtures(item))), None)
         if group is None and used:
             # a heavy fixture defined in the test's module and wider than a test: its tests stay together
             defs = getattr(item, "_fixtureinfo").name2fixturedefs
@@ -114,7 +124,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _UNGROUPED.update(item.nodeid for item in session.items
                           if item.get_closest_marker("xdist_group") and "@" not in item.nodeid)
     for item in session.items:  # every test of a group runs on the group's worker: it counts them all
-        names = SHARED_GROUPS.keys() & set(item.fixturenames)
+        names = _shared_fixtures(item)
         if names:
             _SHARED_OF[item.nodeid] = names
             _SHARED_LEFT.update(names)
@@ -215,7 +225,7 @@ def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     for cls in (servers.Server, servers.KafkaServer, servers.PulsarServer):
         monkeypatch.setattr(cls, "launch", refuse("a server (ZooKeeper, etcd, Kafka, Pulsar or S3)",
                                                   "zk_server, etcd_server, kafka, start_zookeeper, start_etcd, "
-                                                  "start_kafka, kafka_cluster or pulsar"))
+                                                  "start_kafka, kafka_cluster, pulsar or kubernetes_server"))
     monkeypatch.setattr("support.server_process.ServerProcess.__init__", refuse("statekeep standalone",
                                                                                  "server_process"))
     # Spark in this process, and in any process it starts (no spark-submit under this SPARK_HOME)
@@ -245,11 +255,17 @@ def _etcd_url(request: pytest.FixtureRequest, tmp_path) -> str:
     return f"etcd://{server.address}/t{uuid.uuid4().hex[:12]}"
 
 
+def _k8s_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    server = request.getfixturevalue("kubernetes_server")  # it sets $KUBECONFIG: the URL needs no query
+    return f"k8s://{server.namespace}/t{uuid.uuid4().hex[:12]}"
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, object], str]] = {
     "memory": _memory_url,
     "local": _local_url,
     "zk": _zk_url,
     "etcd": _etcd_url,
+    "k8s": _k8s_url,
 }
 
 
@@ -413,6 +429,28 @@ def etcd_cluster():
     cluster = _shared("etcd_cluster", _start_or_skip("etcd", lambda: servers.start_etcd_cluster(3)))
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kubernetes_server():
+    """A Kubernetes API server (kube-apiserver over an etcd of its own, statekeep.testing.servers.KubernetesServer)
+    on loopback, started when a test first asks for it (directly, or through a ``k8s`` backend parameter), shared
+    by the run (its tests go to one worker), stopped after the last of them. ``store_url(prefix)`` is a ``k8s://``
+    URL of a fresh prefix in its namespace; ``kubeconfig``, ``url``, ``token``, ``ca_file``. While it runs,
+    ``$KUBECONFIG`` names its kubeconfig, in this process and those started from here, so ``k8s://NAMESPACE/PREFIX``
+    reaches it. A test that kills it or its etcd starts them again before it ends (``restart()``,
+    ``restart_etcd()``)."""
+    from statekeep.testing import servers
+
+    server = _shared("kubernetes_server", _start_or_skip("kube-apiserver", lambda: servers.start("kubernetes")))
+    saved = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(server.kubeconfig)
+    yield server
+    if saved is None:
+        os.environ.pop("KUBECONFIG", None)
+    else:
+        os.environ["KUBECONFIG"] = saved
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -93,7 +93,15 @@ def etcd_console_server(server_process, tmp_path_factory, etcd_server):
     srv.stop()
 
 
-@pytest.fixture(params=["local", "zk", "etcd"])
+@pytest.fixture(scope="module")
+def k8s_console_server(server_process, tmp_path_factory, kubernetes_server):
+    srv = server_process(tmp_path_factory.mktemp("console-k8s") / "data",
+                        store=f"k8s://{kubernetes_server.namespace}/console{uuid.uuid4().hex[:8]}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=["local", "zk", "etcd", "k8s"])
 def server(request):
     return request.getfixturevalue(f"{request.param}_console_server" if request.param != "local" else "local_server")
 

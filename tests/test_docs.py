@@ -47,7 +47,8 @@ OTHER_PROGRAMS_FLAGS = {
                    "--sessions", "--variants", "--warm-events", "--queries", "--backends", "--keys"},
 }
 #: code spans starting so are command lines of other programs, whose flags are theirs
-OTHER_PROGRAMS = ("python ", "scripts/", "pip ", "curl ", "apt-get ", "sphinx-build ", "pulsar-admin ")
+OTHER_PROGRAMS = ("python ", "scripts/", "pip ", "curl ", "apt-get ", "sphinx-build ", "pulsar-admin ",
+                  "kubectl ")
 SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "2>", "<", "2>&1"}
 
 

@@ -141,6 +141,20 @@ def test_round_trip_local_etcd_zk_local(source_url, source_dump, zk_server, etcd
         _sequential_does_not_collide(url, source_dump)
 
 
+def test_round_trip_local_k8s_local(source_url, source_dump, kubernetes_server, tmp_path):
+    """To Kubernetes and back: the tree and every function's state arrive exactly, sequential counters carry."""
+    k8s_url = f"k8s://{kubernetes_server.namespace}/m{uuid.uuid4().hex[:10]}"
+    back_url = f"local://{tmp_path / 'back'}"
+    first = migrate(source_url, k8s_url, progress=False)
+    assert first.ok and first.counts["functions"] == 3
+    assert migrate(k8s_url, back_url, progress=False).ok
+    for url in (k8s_url, back_url):
+        assert dump(url) == source_dump, url
+        with open_store(url) as store:
+            assert not store.exists(JOURNAL_PATH)
+    _sequential_does_not_collide(k8s_url, source_dump)
+
+
 def test_export_import_through_a_file(source_url, source_dump, etcd_server, tmp_path, capsys):
     path = tmp_path / "store.jsonl.gz"
     assert cli_main(["export", "--store", source_url, str(path), "--no-progress"]) == 0

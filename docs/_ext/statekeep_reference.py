@@ -108,8 +108,11 @@ OPTION_MEANINGS = {
     "map_size": "address space reserved for the LMDB file, in bytes (it grows only as data does)",
     "poll_interval": "seconds between checks for other processes' notifications",
     "reap_interval": "seconds between checks for sessions of dead processes",
-    "session_timeout": "seconds a session (ZooKeeper) or lease (etcd) outlives its last contact; its ephemeral "
-                       "keys (locks, leadership) go then",
+    "session_timeout": "seconds a session (ZooKeeper), lease (etcd) or Lease (Kubernetes) outlives its last "
+                       "contact; its ephemeral keys (locks, leadership) go then",
+    "context": "the kubeconfig context to use (default: its current one; also `k8s://CONTEXT@NAMESPACE`)",
+    "kubeconfig": "the kubeconfig file (default: `$KUBECONFIG`, else `~/.kube/config`)",
+    "in_cluster": "use the pod's service account (the default inside a pod without a kubeconfig)",
     "timeout": "seconds after which an unreachable server gives `StoreUnavailableError`",
 }
 

@@ -19,6 +19,7 @@ BUILTIN_BACKENDS: dict[str, tuple[str, str | None]] = {
     "local": ("statekeep.metadata.local:LocalStore", None),
     "zk": ("statekeep.metadata.zookeeper:ZooKeeperStore", "statekeep[zookeeper] (kazoo)"),
     "etcd": ("statekeep.metadata.etcd:EtcdStore", "statekeep[etcd] (aetcd)"),
+    "k8s": ("statekeep.metadata.kubernetes:KubernetesStore", "statekeep[kubernetes] (kubernetes)"),
 }
 
 ENTRY_POINT_GROUP = "statekeep.metadata_stores"

@@ -19,10 +19,16 @@
     s3 = start_s3(["bucket"])        # moto_s3(data_dir, port) + create_bucket(endpoint, bucket)
     s3.endpoint, s3.env, s3.storage_options, s3.url("prefix"); s3.stop()
 
+    k8s = start("kubernetes")        # etcd + kube-apiserver (KubernetesServer): .url, .token, .ca_file,
+    k8s.kubeconfig, k8s.namespace    # a kubeconfig file for any client, a namespace made for the run
+    k8s.store_url("prefix")          # "k8s://NAMESPACE/prefix?kubeconfig=..."
+    k8s.kill(); k8s.restart(); k8s.kill_etcd(); k8s.restart_etcd(); k8s.stop()
+
 ZooKeeper and etcd come from Debian's packages (``zookeeper``; ``etcd-server``), Kafka's jars from Maven Central
 (``scripts/kafka-jars``: :mod:`statekeep.jars`) with confluent-kafka (the ``kafka`` extra) for its readiness
-probe, moto and s3fs from the ``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is
-stopped by its own PID.
+probe, kube-apiserver from the Go module proxy (``scripts/kube-apiserver``:
+:mod:`statekeep.testing.kubeapiserver`) with keys made by ``openssl`` for the run, moto and s3fs from the
+``test`` and ``s3`` extras; ``scripts/test`` installs them all. Each server is stopped by its own PID.
 """
 
 from __future__ import annotations
@@ -924,11 +930,148 @@ def start_pulsar(state_url: str | None = None, settings: Mapping[str, str] | Non
     return server
 
 
+# ---- Kubernetes (kube-apiserver over etcd) ---------------------------------------------------------
+
+def _apiserver_ready(token: str) -> Callable[[int], bool]:
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its certificate is made at its start
+
+    def ready(port: int) -> bool:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/readyz",
+                                         headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=1, context=context) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    return ready
+
+
+def _openssl(*args: str) -> None:
+    if shutil.which("openssl") is None:
+        raise ServerNotInstalled("the Kubernetes API server's keys are made with openssl (apt-get install openssl)")
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+class KubernetesServer(Server):
+    """A Kubernetes API server (``kube-apiserver``, built by ``scripts/kube-apiserver``) on ``127.0.0.1:port``
+    over an etcd of its own (``self.etcd``), with a bearer token in group ``system:masters``, a self-signed serving
+    certificate (``ca_file``) and service-account keys made for the run, authorization ``AlwaysAllow``; ready when
+    ``/readyz`` answers 200. ``kubeconfig``: a kubeconfig file for any client; ``namespace``: one made for the
+    run. ``kill()``/``restart()`` act on the API server, ``kill_etcd()``/``restart_etcd()`` on its etcd."""
+
+    NAMESPACE = "statekeep"
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        from statekeep.errors import MissingDependencyError
+        from statekeep.testing import kubeapiserver
+
+        try:
+            binary = kubeapiserver.path()
+        except MissingDependencyError as e:
+            raise ServerNotInstalled(str(e)) from e
+        self.etcd = etcd(data_dir / "etcd", free_port())
+        self.etcd.data_dir.mkdir(parents=True, exist_ok=True)
+        self.token = uuid.uuid4().hex
+        keys = data_dir / "keys"
+        keys.mkdir(parents=True, exist_ok=True)
+        (keys / "tokens.csv").write_text(f'{self.token},statekeep-admin,statekeep-admin,"system:masters"\n')
+        _openssl("genrsa", "-out", str(keys / "sa.key"), "2048")
+        _openssl("rsa", "-in", str(keys / "sa.key"), "-pubout", "-out", str(keys / "sa.pub"))
+        self.cert_dir = data_dir / "certs"
+        command = [
+            str(binary), f"--etcd-servers=http://{self.etcd.address}", "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1", f"--secure-port={port}", f"--cert-dir={self.cert_dir}",
+            "--authorization-mode=AlwaysAllow", f"--token-auth-file={keys / 'tokens.csv'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={keys / 'sa.pub'}", f"--service-account-signing-key-file={keys / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24", "--enable-priority-and-fairness=false",
+            "--endpoint-reconciler-type=none", "--watch-cache=true",
+        ]
+        super().__init__("kube-apiserver", command, port, data_dir, _apiserver_ready(self.token))
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The API server's serving certificate (with the CA that signed it), made at its first start."""
+        return self.cert_dir / "apiserver.crt"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig"
+
+    @property
+    def namespace(self) -> str:
+        return self.NAMESPACE
+
+    def store_url(self, prefix: str = "") -> str:
+        """A ``k8s://`` URL of this server's namespace and ``prefix`` (default: a fresh one)."""
+        prefix = prefix or f"t{uuid.uuid4().hex[:12]}"
+        return f"k8s://{self.namespace}/{prefix}?kubeconfig={self.kubeconfig}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        if not self.etcd.running:
+            self.etcd.start()
+        try:
+            super().start(timeout)
+            if not self.kubeconfig.exists():
+                self._write_kubeconfig()
+                self._create_namespace()
+        except BaseException:
+            if not self.kubeconfig.exists():  # a first start that failed leaves nothing running
+                self.kill()
+                self.etcd.stop()
+            raise
+
+    def _write_kubeconfig(self) -> None:
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "statekeep",
+            "clusters": [{"name": "statekeep", "cluster": {"server": self.url, "certificate-authority-data": ca}}],
+            "users": [{"name": "statekeep", "user": {"token": self.token}}],
+            "contexts": [{"name": "statekeep", "context": {"cluster": "statekeep", "user": "statekeep",
+                                                           "namespace": self.namespace}}],
+        }
+        self.kubeconfig.write_text(json.dumps(config, indent=1))  # JSON is YAML
+
+    def _create_namespace(self) -> None:
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/namespaces", data=body, method="POST", headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10, context=context) as r:
+            r.read()
+
+    def kill_etcd(self) -> None:
+        self.etcd.kill()
+
+    def restart_etcd(self) -> None:
+        self.etcd.restart()
+
+    def stop(self) -> None:
+        self.kill()  # its graceful shutdown waits for open watches: nothing of a test server needs one
+        self.etcd.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def kubernetes(data_dir: Path, port: int) -> KubernetesServer:
+    return KubernetesServer(data_dir, port)
+
+
 def start(kind: str) -> Server:
-    """Start a fresh server of ``kind`` ("zookeeper", "etcd", "kafka", "pulsar" or "moto_s3") and wait until it is
-    ready."""
+    """Start a fresh server of ``kind`` ("zookeeper", "etcd", "kafka", "pulsar", "moto_s3" or "kubernetes") and wait
+    until it is ready."""
     factories: dict[str, Callable[[Path, int], Server]] = {
-        "zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "kafka": kafka, "pulsar": pulsar, "moto_s3": moto_s3}
+        "zookeeper": zookeeper, "zk": zookeeper, "etcd": etcd, "kafka": kafka, "pulsar": pulsar, "moto_s3": moto_s3,
+        "kubernetes": kubernetes, "k8s": kubernetes}
     factory = factories[kind]
     data_dir = Path(tempfile.mkdtemp(prefix=f"statekeep-{kind}-"))
     server = factory(data_dir, free_port())
@@ -936,12 +1079,12 @@ def start(kind: str) -> Server:
     return server
 
 
-_CLIENTS = {"zk": ("kazoo", "zookeeper"), "etcd": ("aetcd", "etcd")}
+_CLIENTS = {"zk": ("kazoo", "zookeeper"), "etcd": ("aetcd", "etcd"), "k8s": ("kubernetes", "kubernetes")}
 
 
 @contextlib.contextmanager
 def backend_urls(backends: Iterable[str], directory: str) -> Iterator[Iterator[tuple[str, str]]]:
-    """For benchmarks: ``(backend, url)`` for each of "memory", "local", "zk", "etcd", starting a
+    """For benchmarks: ``(backend, url)`` for each of "memory", "local", "zk", "etcd", "k8s", starting a
     fresh server (on a fresh chroot or prefix) as each remote one is reached, skipping with a message
     a backend whose client or server is not installed. Every server started is stopped on exit."""
     started: list[Server] = []
@@ -962,7 +1105,9 @@ def backend_urls(backends: Iterable[str], directory: str) -> Iterator[Iterator[t
                 except ServerNotInstalled as e:
                     print(f"skipping {backend}: {e}")
                     continue
-                yield backend, f"{backend}://{started[-1].address}/bench{uuid.uuid4().hex[:8]}"
+                server = started[-1]
+                yield backend, (server.store_url(f"bench{uuid.uuid4().hex[:8]}") if isinstance(server, KubernetesServer)
+                                else f"{backend}://{server.address}/bench{uuid.uuid4().hex[:8]}")
 
     try:
         yield urls()
