@@ -37,12 +37,14 @@ pytestmark = pytest.mark.slow
 
 #: modules that are themselves an optional integration -> the extra they need
 OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etcd": "etcd",
+            "statekeep.metadata.kubernetes": "kubernetes",
             "statekeep.server": "server", "statekeep.functions.driver.sources": "spark",
             # the Spark plan of a function, and the DataFrame operator on it
             "statekeep.functions.driver.plan": "spark", "statekeep.spark.operator": "spark",
             "statekeep.functions.driver.kafka_sink": "spark",  # a PySpark data source
             "statekeep.spark": "spark",
-            "statekeep.testing.contract": "test"}
+            "statekeep.testing.contract": "test", "statekeep.testing.pulsar": "test",
+            "statekeep.pulsar": "spark"}  # a Pulsar topic as a PySpark data source
 
 
 @pytest.fixture

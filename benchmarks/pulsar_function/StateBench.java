@@ -5,7 +5,7 @@ import org.apache.pulsar.functions.api.Context;
 import org.apache.pulsar.functions.api.Function;
 
 /**
- * benchmarks/pulsar.py's Java function: an input "N" times N context.incrCounter calls, then N context.getState calls
+ * benchmarks/pulsar_broker.py's Java function: an input "N" times N context.incrCounter calls, then N context.getState calls
  * of a 16-byte value put once, each with System.nanoTime inside the worker (the state provider's cost as a function
  * sees it), and answers "incr P50 P99 get P50 P99" in microseconds.
  */

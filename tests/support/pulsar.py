@@ -1,6 +1,6 @@
 """Helpers of the Pulsar tests: the run's Pulsar standalone with the statekeep server keeping its functions' state
 (the ``pulsar`` fixture's object), and the Java test function (tests/pulsar_function); the rest is
-:mod:`statekeep.testing.pulsar`'s (shared with benchmarks/pulsar.py)."""
+:mod:`statekeep.testing.pulsar`'s (shared with benchmarks/pulsar_broker.py)."""
 
 from __future__ import annotations
 

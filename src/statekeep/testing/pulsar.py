@@ -13,7 +13,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import httpx
+from statekeep.errors import MissingDependencyError
+
+try:
+    import httpx
+except ImportError as e:
+    raise MissingDependencyError(f"statekeep.testing.pulsar needs httpx: pip install 'statekeep[test]' ({e})") from e
 
 
 def create_topic(web_url: str, topic: str, partitions: int = 0) -> None:

@@ -2,7 +2,7 @@
 as its PIP-312 state provider against the standalone's own provider ("state"), and a topic copied by a Spark query
 through the ``statekeep-pulsar`` source and effectively-once sink against a plain Python client loop ("copy").
 
-    python benchmarks/pulsar.py [--parts state,copy] [--ops N] [--rounds R] [--messages M] [--partitions P]
+    python benchmarks/pulsar_broker.py [--parts state,copy] [--ops N] [--rounds R] [--messages M] [--partitions P]
 
 It starts a ``statekeep standalone`` (its embedded default store, in a temp dir, no Spark worker) and, one after the
 other, two Pulsar standalones (``statekeep.testing.servers.pulsar``, the jars ``scripts/pulsar-setup`` installs):
@@ -40,13 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# this file is pulsar.py: its directory, first on sys.path when run as a script, would shadow pulsar-client's module
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import httpx
 
-import httpx  # noqa: E402 - after the path fix above
-
-from statekeep.testing import servers  # noqa: E402
-from statekeep.testing.pulsar import create_topic, deploy, function_jar  # noqa: E402
+from statekeep.testing import servers
+from statekeep.testing.pulsar import create_topic, deploy, function_jar
 
 FUNCTION = Path(__file__).resolve().parent / "pulsar_function"
 
