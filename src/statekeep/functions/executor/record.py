@@ -11,6 +11,7 @@ from typing import Any
 from statekeep.functions.config.spec import RecordFormat
 from statekeep.functions.messaging.columns import MessageColumns
 
+
 class RecordSource:
     """Where the records of one (batch, partition) came from, for the per-record Context methods.
     ``records`` (raw lines, JSON documents or row dicts; messages: a :class:`MessageColumns`, or message records
