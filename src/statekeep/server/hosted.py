@@ -26,15 +26,14 @@ import json
 from typing import Any
 
 from statekeep.errors import AlreadyExistsError, BadVersionError, InvalidArgumentError, NotFoundError
-from statekeep.functions.config.service import FunctionService
+from statekeep.functions.config.service import FunctionService, write_state
 from statekeep.metadata import MetadataStore
 from statekeep.retry import DEFAULT as RETRY
 from statekeep.state import StateStore
 from statekeep.state.catalog import FunctionCatalog
 from statekeep.state.keys import encode_key
-from statekeep.state.base import StateEntry
-from statekeep.state.records import counter_bytes, decode_counter
-from statekeep.state.shape import function_state_json, parse_function_state
+from statekeep.state.records import decode_counter
+from statekeep.state.shape import function_state_json
 from statekeep.state.timestate import check_user_key, is_internal, visible_entries, visible_entry
 from statekeep.validate import check_int
 
@@ -125,14 +124,7 @@ class HostedState:
         except NotFoundError:
             if not self.exists(tenant, namespace, name):
                 raise
-        encode_key(key)
-        check_user_key(key)
-        value = parse_function_state(body, key)
-        version = value.write(self._hosted_store(tenant, namespace, name), key, expected_version)
-        if value.counter is not None:
-            return function_state_json(StateEntry(key, counter_bytes(value.counter), "counter", version))
-        assert value.data is not None  # parse_function_state sets data when it sets no counter
-        return function_state_json(StateEntry(key, value.data, "bytes", version))
+        return write_state(lambda: self._hosted_store(tenant, namespace, name), key, body, expected_version)
 
     def delete_state(self, tenant: str, namespace: str, name: str, key: str,
                      expected_version: int | None = None) -> None:

@@ -8,7 +8,7 @@ key, :class:`InvalidArgumentError` for malformed input, :class:`ValueTooLargeErr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from statekeep.errors import NotFoundError
@@ -73,15 +73,7 @@ class FunctionService(Closing):
     def put_state(self, tenant: str, namespace: str, name: str, key: str, body: object,
                   expected_version: int | None = None) -> dict[str, Any]:
         """Write a FunctionState body to ``key``; returns the stored FunctionState JSON."""
-        encode_key(key)
-        check_user_key(key)  # statekeep's time state is not the user's to write
-        value = parse_function_state(body, key)
-        store = self.registry.state_store(tenant, namespace, name)
-        version = value.write(store, key, expected_version)
-        if value.counter is not None:
-            return function_state_json(StateEntry(key, counter_bytes(value.counter), "counter", version))
-        assert value.data is not None  # parse_function_state sets data when it sets no counter
-        return function_state_json(StateEntry(key, value.data, "bytes", version))
+        return write_state(lambda: self.registry.state_store(tenant, namespace, name), key, body, expected_version)
 
     def delete_state(self, tenant: str, namespace: str, name: str, key: str,
                      expected_version: int | None = None) -> None:
@@ -116,4 +108,17 @@ class FunctionService(Closing):
         more = len(entries) > limit
         items = [function_state_json(e) for e in entries[:limit]]
         return {"items": items, "nextStartAfter": items[-1]["key"] if more else None}
+
+
+def write_state(store: Callable[[], Any], key: str, body: object, expected_version: int | None) -> dict[str, Any]:
+    """Write a FunctionState body to ``key`` of the state store ``store()`` gives (asked for once the key and body
+    are checked: a bad one changes nothing); returns the stored FunctionState JSON."""
+    encode_key(key)
+    check_user_key(key)  # statekeep's time state is not the user's to write
+    value = parse_function_state(body, key)
+    version = value.write(store(), key, expected_version)
+    if value.counter is not None:
+        return function_state_json(StateEntry(key, counter_bytes(value.counter), "counter", version))
+    assert value.data is not None  # parse_function_state sets data when it sets no counter
+    return function_state_json(StateEntry(key, value.data, "bytes", version))
 
