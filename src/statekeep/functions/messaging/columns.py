@@ -50,12 +50,17 @@ class MessageColumns:
             data = table.column(name)
             return None if data.null_count == len(data) else data.to_pylist()
 
+        props = table.column("__props")  # empty where a message has none (see inputs.no_properties)
+        if len(props) == 0 or not pc.max(pc.list_value_length(props)).as_py():
+            props = None
+
         flags = table.column("__json")
         every = pc.all(flags).as_py() if len(flags) else False
         json_lines: bool | list[bool] = every if every or not pc.any(flags).as_py() else flags.to_pylist()
         partitions = column("__kpart") if "__kpart" in table.column_names else None
         offsets = (partitions, table.column("__koffset").to_pylist()) if partitions is not None else None
-        return cls(table.column("__value").to_pylist(), column("__mkey"), column("__props"), column("__time"),
+        return cls(table.column("__value").to_pylist(), column("__mkey"),
+                   None if props is None else props.to_pylist(), column("__time"),
                    json_lines, offsets)
 
     @classmethod
