@@ -39,14 +39,14 @@ def pause(where, until=None):
 if "before-commit" in ARMED:  # in this worker: partition 0's delivery of the batch waits (to be killed)
     from statekeep.functions.messaging import kafka
 
-    _deliver = kafka.KafkaDelivery.deliver
+    _behind = kafka.KafkaDelivery.behind  # a task's first step of its delivery (see kafka.deliver_kept)
 
-    def _paused(self, batch, table, *, replay=False):
+    def _paused(self, batch, table, earlier):
         if batch == int(ARMED["before-commit"]) and self.transactional_id.endswith("-0") and take("before-commit"):
             pause("before-commit")
-        return _deliver(self, batch, table, replay=replay)
+        return _behind(self, batch, table, earlier)
 
-    kafka.KafkaDelivery.deliver = _paused
+    kafka.KafkaDelivery.behind = _paused
 
 
 def process(value, context):

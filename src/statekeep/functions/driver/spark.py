@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from statekeep import jsonrecords
-from statekeep.errors import StoreClosedError
+from statekeep.errors import StatekeepError, StoreClosedError
 from statekeep.functions.executor.task import STATS_COLUMNS
 from statekeep.functions.config.spec import ExecutorSpec, executor_spec
 from statekeep.functions.config.locations import is_kafka
@@ -104,6 +104,7 @@ class FunctionQuery:
         self._saving = threading.Lock()  # one status write at a time (see save_status)
         self._stats: Any = None  # the accumulator of the tasks' stats rows (plan.StatsParam)
         self._partitions = 1  # the partitions of a function keeping time (set by start)
+        self._settle_error: str | None = None  # the Kafka delivery at the query's end failed (_settle)
         self.worker_id: str | None = None  # who runs it (a standalone worker's id, or a localrun's)
         self.totals: QueryTotals = {"processed": 0, "skipped": 0, "outputs": 0, "batches": 0, "last_batch": None,
                        "instances": {}}  # per partition, see statekeep.functions.driver.stats
@@ -196,12 +197,25 @@ class FunctionQuery:
             return ended
         finally:
             if not self.query.isActive:
+                self._settle()
                 self.save_status()
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
+        self._settle()
         self.save_status()
+
+    def _settle(self) -> None:
+        """The query has ended: what its tasks handed their executors' Kafka delivery agents is delivered
+        (:func:`~statekeep.functions.messaging.kafka.settle`); a failure is the run's error (:meth:`status`), and
+        the batches stay kept for the next run."""
+        from statekeep.functions.messaging.kafka import settle
+
+        try:
+            settle(self.spec)
+        except StatekeepError as e:
+            self._settle_error = f"{type(e).__name__}: {e}"
 
     def save_status(self) -> None:
         """Record :meth:`status` with ``status_saver`` (set by :func:`run_registered`); by default nowhere.
@@ -219,7 +233,8 @@ class FunctionQuery:
         self._take_stats()
         active = self.query is not None and self.query.isActive
         exception = self.query.exception() if self.query is not None and not active else None
-        return {"running": active, "error": str(exception) if exception else None, **self.totals,
+        error = str(exception) if exception else self._settle_error
+        return {"running": active, "error": error, **self.totals,
                 "workerId": self.worker_id, "updated_ms": int(time.time() * 1000)}
 
 

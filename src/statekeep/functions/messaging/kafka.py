@@ -19,9 +19,12 @@ tied to the (batch, partition) state commit of :mod:`statekeep.functions.executo
    records and commits, in the same transaction, the offset ``batch + 1`` of the consumer group of that id (on
    partition 0 of each topic written): the record that (batch, partition) was delivered.
 
-A replay of a (batch, partition) whose state was committed first fences the id (``init_transactions``: an earlier
-producer's open transaction is aborted, and that producer can commit nothing more), then reads the group's
-committed offset: delivered, or the kept records are delivered now. So a ``read_committed`` consumer sees each
+Each id's batches are delivered in batch order, and a kept batch is forgotten once delivered, so the batches Kafka
+has are a prefix of those kept. The delivery may run behind the task, in the executor's delivery agent
+(:mod:`~statekeep.functions.messaging.kafkaagent`); a replay of a (batch, partition) whose state was committed
+first, a batch the agent refuses, and the query's end (:func:`settle`) catch the partition up: fence the id
+(``init_transactions``: an earlier producer's open transaction is aborted, and that producer can commit nothing
+more), read the group's committed offset, and deliver the kept batches Kafka lacks, in order. So a ``read_committed`` consumer sees each
 record once, whichever process died where; a ``read_uncommitted`` one may also see the records of an aborted
 attempt (a replayed batch's first try), as Kafka's own transactions allow.
 
@@ -234,21 +237,60 @@ class BatchOutputs:
 
 
 def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = None, *, replay: bool = True) -> None:
-    """Deliver what (batch, partition) kept for Kafka (``table``, else read back; nothing kept: nothing to do), then
-    forget what batch - 2 kept (Spark replays at most the batch after its last committed one). Not a ``replay``
-    (this attempt's own state commit came first), nothing can have delivered the batch yet; a producer of this
-    process that another Python worker's fenced since (it ran the partition's previous batch) is found fenced at
-    its first call, and the delivery then goes as a replay (see :meth:`KafkaDelivery.deliver`)."""
+    """Deliver what (batch, partition) kept for Kafka (``table``, else read back; nothing kept: delivered already, or
+    nothing to deliver), after every earlier batch of the partition still kept, in order. Not a ``replay`` (this
+    attempt's own state commit came first) and in a Spark task, the executor's delivery agent takes it to commit
+    behind the task (:meth:`KafkaDelivery.behind`), unless the partition has kept batches it was not handed; else
+    the partition catches up now (:meth:`KafkaDelivery.catch_up`). A kept batch known delivered is forgotten: Spark's
+    replay of it then finds nothing to deliver."""
     kept = _kept(spec)
+    pending = [b for b, _ in kept.batches(partition) if b != batch]
     if table is None:
         table = kept.read(batch, partition)
         if table is None:
             return
     bootstrap = table.schema.metadata[b"bootstrap"].decode()
-    ident = transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id, partition)
-    KafkaDelivery(bootstrap, ident).deliver(batch, table, replay=replay)
-    if batch >= 2:
-        kept.discard(batch - 2, partition)
+    delivery = KafkaDelivery(bootstrap, transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id,
+                                                         partition))
+    earlier = [b for b in pending if b < batch]
+    done = None if replay else delivery.behind(batch, table, earlier)
+    if done is None:
+        delivery.catch_up([(b, kept.read(b, partition)) for b in earlier] + [(batch, table)])
+        done = batch
+    for b in [*earlier, batch]:
+        if b <= done:
+            kept.discard(b, partition)
+
+
+def settle(spec: ExecutorSpec) -> None:
+    """At a query's end (the driver's): every batch a function's tasks kept for Kafka is delivered, in order, and
+    forgotten. The executors' agents on this machine first end what they were handed
+    (:func:`~statekeep.functions.messaging.kafkaagent.drain`); a partition whose last kept batch Kafka has then
+    needs nothing more (its batches arrive in order), any other catches up (:meth:`KafkaDelivery.catch_up`, which
+    fences its id). Raises as :meth:`KafkaDelivery.deliver`."""
+    from statekeep.functions.messaging import kafkaagent
+
+    kept = _kept(spec)
+    found = kept.batches()
+    if not found:
+        return
+    kafkaagent.drain(DEADLINE * 2)
+    partitions: dict[int, list[int]] = {}
+    for batch, partition in found:
+        partitions.setdefault(partition, []).append(batch)
+    for partition, batches in sorted(partitions.items()):
+        tables = [(b, kept.read(b, partition)) for b in batches]
+        tables = [(b, t) for b, t in tables if t is not None]
+        if not tables:
+            continue
+        bootstrap = tables[-1][1].schema.metadata[b"bootstrap"].decode()
+        delivery = KafkaDelivery(bootstrap, transactional_id(spec.tenant, spec.namespace, spec.name,
+                                                             spec.function_id, partition))
+        last, table = tables[-1]
+        if not delivery.delivered(last, table["topic"].to_pylist()):
+            delivery.catch_up(tables)
+        for b, _ in tables:
+            kept.discard(b, partition)
 
 
 # -- statekeep topics produce / consume ---------------------------------------------------------------------------

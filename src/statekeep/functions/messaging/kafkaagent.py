@@ -6,20 +6,24 @@ producer kept by one worker was therefore fenced, most batches, by the next work
 two round trips to the cluster per (batch, partition), on the task's critical path.
 
 So the Python workers of an executor hand their deliveries to one agent process per executor, as Kafka Streams'
-thread owns its producer and Flink's ``KafkaSink`` pools its own: :func:`deliver` sends the (batch, partition)'s
-records to the agent and waits for its answer; the agent (:data:`AGENT_MODULE` run as a program) runs the same
-``KafkaDelivery`` (the protocol of :mod:`statekeep.functions.messaging.kafka` is unchanged), keeping each id's
-producer, and its group's look-up consumer, from batch to batch. Deliveries of one id run one at a
-time, in the order they arrive. The first worker that needs the agent starts it (under a file lock: one per
-executor); it leaves when the executor's Python daemon (its starter's parent) is gone, or after
-:data:`IDLE_SECONDS` without a delivery.
+thread owns its producer and Flink's ``KafkaSink`` pools its own. The agent (:data:`AGENT_MODULE` run as a
+program) runs the same ``KafkaDelivery`` (the protocol of :mod:`statekeep.functions.messaging.kafka`), keeping each
+id's producer, and its group's look-up consumer, from batch to batch; each id's deliveries run one at a time, in
+the order they came (its lane). The first worker that needs the agent starts it (under a file lock: one per
+executor); it leaves when the executor's Python daemon (its starter's parent) is gone, having ended what it was
+handed, or after :data:`IDLE_SECONDS` without a delivery.
 
-What the agent changes in the exactly-once argument: nothing. A worker's delivery is the agent's, answered before
-the task ends; a worker killed meanwhile leaves the agent to finish or fail the transaction, and Spark's retry of
-the task is a replay, which fences the id and looks up (in the agent, after the first delivery of the id ended).
-An agent killed mid-delivery is a failed delivery: the task fails, its retry starts a new agent, whose first
-delivery of the id fences the old producer. Outside a Spark task (the driver, a trigger, a test) delivery runs in
-the calling process, as before; ``STATEKEEP_KAFKA_AGENT=0`` makes tasks do so too.
+**Delivery behind the task** (:func:`behind`). A task whose state commit is its own hands its kept batch to the
+agent and ends: the Kafka commit leaves the task's critical path, and Spark's next micro-batch runs meanwhile. The
+agent accepts it only if every earlier batch of the partition still kept was handed to it since the id's last
+failed delivery, so the id's batches reach Kafka in batch order and those Kafka has are always a prefix. A
+delivery behind that fails is not retried: the batch stays kept, the id's next request is refused, and its task
+catches the partition up (:func:`catch_up`: fenced, the first batch Kafka lacks looked up, the rest delivered in
+order). Spark's replay of a batch catches up the same way, and so does the query's end (the driver drains this
+machine's agents, then catches up any partition whose last kept batch Kafka lacks:
+``statekeep.functions.messaging.kafka.settle``). An agent killed with batches handed is the same as a failed
+delivery: they are kept. Outside a Spark task (the driver, a trigger, a test) delivery runs in the calling process;
+``STATEKEEP_KAFKA_AGENT=0`` makes tasks do so too.
 """
 
 from __future__ import annotations
@@ -67,24 +71,66 @@ def deliver(bootstrap: str, transactional_id: str, batch: int | None, table: Any
     """The agent's delivery of ``table`` (``KafkaDelivery.deliver``'s arguments), the agent started if none
     answers; waits up to ``timeout`` seconds for its answer. Raises what the agent's delivery raised, or
     :class:`AgentError` if the agent could not be reached or died."""
+    return bool(_ask({"op": "deliver", "bootstrap": bootstrap, "id": transactional_id, "batch": batch,
+                      "replay": replay, "table": _ipc(table)}, timeout))
+
+
+def behind(bootstrap: str, transactional_id: str, batch: int, table: Any, earlier: list[int]) -> int | None:
+    """Hand ``batch``'s records to the agent to deliver behind the task, after the id's earlier ones: accepted
+    only if every batch in ``earlier`` (the partition's kept batches before it) was accepted by this agent since
+    its last failed delivery of the id, so that the id's batches reach Kafka in order. Returns None if refused
+    (the caller catches up: :func:`catch_up`), else the id's last batch the agent has delivered (-1: none yet).
+    A delivery accepted and then failed is left kept: the id's next request is refused, and catches up."""
+    answer = _ask({"op": "behind", "bootstrap": bootstrap, "id": transactional_id, "batch": batch,
+                   "earlier": earlier, "table": _ipc(table)}, START_SECONDS)
+    return None if answer is None else int(answer)
+
+
+def catch_up(bootstrap: str, transactional_id: str, kept: list[tuple[int, Any]], timeout: float) -> None:
+    """The agent's ``KafkaDelivery.catch_up`` of ``kept`` (after the id's deliveries it has accepted)."""
+    _ask({"op": "catch_up", "bootstrap": bootstrap, "id": transactional_id,
+          "kept": [(batch, _ipc(table)) for batch, table in kept]}, timeout)
+
+
+def drain(timeout: float) -> None:
+    """Wait until every agent of this machine has ended the deliveries it accepted (delivered or failed them):
+    the end of a query run by a driver whose executors are on this machine (local mode). An agent that does not
+    answer is left alone (its kept batches are caught up by whoever delivers next)."""
+    directory = _directory()
+    for name in os.listdir(directory):
+        if name.endswith(".sock"):
+            conn = _try_connect(os.path.join(directory, name))
+            if conn is None:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(timeout)
+                _send(conn, pickle.dumps({"op": "drain"}))
+                _receive(conn)
+
+
+def _ipc(table: Any) -> bytes:
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    request = pickle.dumps({"bootstrap": bootstrap, "id": transactional_id, "batch": batch, "replay": replay,
-                            "table": sink.getvalue().to_pybytes()})
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _ask(request: dict[str, Any], timeout: float) -> Any:
+    """The agent's answer to ``request`` (the agent started if none answers); raises what it answered with, or
+    :class:`AgentError`."""
     try:
         with _connect() as conn:
             conn.settimeout(timeout)
-            _send(conn, request)
+            _send(conn, pickle.dumps(request))
             answer = pickle.loads(_receive(conn))  # noqa: S301 - the executor's own agent, on a socket only we open
     except Exception as e:  # noqa: BLE001 - unreachable, died, or an answer that does not unpickle
-        raise AgentError(f"{transactional_id}: batch {batch}'s Kafka delivery agent failed: "
+        raise AgentError(f"{request['id']}: batch {request.get('batch')}'s Kafka delivery agent failed: "
                          f"{type(e).__name__}: {e}") from e
     if isinstance(answer, BaseException):
         raise answer
-    return bool(answer)
+    return answer
 
 
 def _directory() -> str:
@@ -151,12 +197,27 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
 # -- the agent ----------------------------------------------------------------------------------------------------
 
 
-class Agent:
-    """The agent's side: one thread per connection, deliveries of one transactional id one at a time."""
+class _Lane:
+    """One transactional id's deliveries in the agent: run one at a time, in the order they came, on a thread of
+    their own. ``accepted``: the batches handed behind (and those a catch-up found delivered) since the id's last
+    failed delivery; ``delivered``: the last batch delivered (-1: none)."""
 
-    def __init__(self, path: str, owner: int, run: Callable[[str, str, int | None, Any, bool], bool]) -> None:
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.accepted: set[int] = set()
+        self.delivered = -1
+        self.generation = 0  # one more at each failure: a delivery accepted before it is not run
+
+
+class Agent:
+    """The agent's side: one thread per connection; each id's deliveries on its :class:`_Lane`. ``run(op,
+    bootstrap, id, batch, payload, replay)`` runs one delivery (``op`` "deliver", "behind" or "catch_up")."""
+
+    def __init__(self, path: str, owner: int, run: Callable[..., Any]) -> None:
         self.path, self.owner, self.run = path, owner, run
-        self.locks: dict[str, threading.Lock] = {}
+        self.lanes: dict[str, _Lane] = {}
         self.guard = threading.Lock()
         self.last = time.monotonic()
         self.busy = 0
@@ -178,7 +239,8 @@ class Agent:
             try:
                 os.kill(self.owner, 0)
             except ProcessLookupError:
-                os._exit(0)  # the executor's Python daemon is gone: so are its workers
+                self._drain()  # the executor's Python daemon is gone (its workers too): what it handed, then out
+                os._exit(0)
             with self.guard:
                 idle = not self.busy and time.monotonic() - self.last > IDLE_SECONDS
             if idle:
@@ -186,9 +248,17 @@ class Agent:
                     os.unlink(self.path)
                 os._exit(0)
 
-    def _handle(self, conn: socket.socket) -> None:
-        import pyarrow as pa
+    def _lane(self, ident: str) -> _Lane:
+        with self.guard:
+            return self.lanes.setdefault(ident, _Lane())
 
+    def _drain(self) -> None:
+        with self.guard:
+            lanes = list(self.lanes.values())
+        for lane in lanes:
+            lane.pool.submit(lambda: None).result()
+
+    def _handle(self, conn: socket.socket) -> None:
         with conn:
             try:
                 request = pickle.loads(_receive(conn))  # noqa: S301 - from this executor's workers
@@ -196,12 +266,8 @@ class Agent:
                 return
             with self.guard:
                 self.busy += 1
-                lock = self.locks.setdefault(request["id"], threading.Lock())
             try:
-                with lock:
-                    table = pa.ipc.open_stream(request["table"]).read_all()
-                    answer: Any = self.run(request["bootstrap"], request["id"], request["batch"], table,
-                                           request["replay"])
+                answer = self._answer(request)
             except Exception as e:  # noqa: BLE001 - handed to the worker, which raises it
                 answer = e
             finally:
@@ -215,3 +281,60 @@ class Agent:
             with contextlib.suppress(OSError):  # a worker killed meanwhile: its task's retry is a replay
                 _send(conn, data)
 
+    def _answer(self, request: dict[str, Any]) -> Any:
+        import pyarrow as pa
+
+        op = request["op"]
+        if op == "drain":
+            self._drain()
+            return True
+        lane = self._lane(request["id"])
+
+        def table(data: bytes) -> Any:
+            return pa.ipc.open_stream(data).read_all()
+
+        def run(payload: Any, replay: bool = False) -> Any:
+            return self.run(op, request["bootstrap"], request["id"], request.get("batch"), payload, replay)
+
+        if op == "deliver":
+            return lane.pool.submit(lambda: run(table(request["table"]), request["replay"])).result()
+        if op == "catch_up":
+            kept = [(batch, table(data)) for batch, data in request["kept"]]
+
+            def caught_up() -> None:
+                try:
+                    run(kept)
+                except BaseException:
+                    with self.guard:
+                        lane.accepted.clear()
+                        lane.generation += 1
+                    raise
+                with self.guard:
+                    lane.accepted = {batch for batch, _ in kept}
+                    lane.delivered = max(lane.accepted, default=lane.delivered)
+
+            return lane.pool.submit(caught_up).result()
+        assert op == "behind", op
+        batch = request["batch"]
+        with self.guard:
+            if not set(request["earlier"]) <= lane.accepted:
+                return None
+            lane.accepted.add(batch)
+            generation = lane.generation
+
+        def deliver_behind() -> None:
+            if lane.generation != generation:
+                return  # an earlier one of the id failed: this one stays kept, for the catch-up
+            try:
+                run(table(request["table"]))
+            except BaseException as e:  # noqa: BLE001 - no one waits: the id's next request catches up
+                with self.guard:
+                    lane.accepted.clear()
+                    lane.generation += 1
+                print(f"statekeep: {request['id']}: batch {batch} not delivered behind its task (caught up by the "
+                      f"next): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                return
+            lane.delivered = max(lane.delivered, batch)
+
+        lane.pool.submit(deliver_behind)
+        return lane.delivered

@@ -155,6 +155,49 @@ class KafkaDelivery:
                     "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
             return _lookups[key]
 
+    def behind(self, batch: int, table: Any, earlier: list[int]) -> int | None:
+        """In a Spark task, hand ``batch``'s records to the executor's delivery agent to commit behind the task
+        (:func:`~statekeep.functions.messaging.kafkaagent.behind`: ``earlier``, the partition's batches kept and
+        not known delivered, must all have been handed to it). Returns the id's last batch the agent delivered,
+        or None: refused, or not in a task (then :meth:`catch_up`)."""
+        from statekeep.functions.messaging import kafkaagent
+
+        if table is None or not len(table) or not kafkaagent.wanted():
+            return None
+        try:
+            return kafkaagent.behind(self.bootstrap, self.transactional_id, batch, table, earlier)
+        except kafkaagent.AgentError as e:
+            raise KafkaDeliveryError(str(e)) from e
+
+    def catch_up(self, kept: list[tuple[int, Any]]) -> None:
+        """Deliver those of ``kept`` (a partition's kept (batch, table) pairs, in batch order: every batch of the
+        id not known delivered) that Kafka has not got, in order, each in its own transaction. The id's batches
+        reach Kafka in batch order (each delivery is the next batch of the id, or a catch-up), so those Kafka has
+        are a prefix: this process's producer of the id continues after the last it committed; any other fences
+        the id first and looks up the first batch Kafka lacks. In a Spark task the executor's agent runs it.
+        Raises as :meth:`deliver`."""
+        from statekeep.functions.messaging import kafkaagent
+
+        kept = [(batch, table) for batch, table in kept if table is not None and len(table)]
+        if not kept:
+            return
+        if kafkaagent.wanted():
+            try:
+                kafkaagent.catch_up(self.bootstrap, self.transactional_id, kept, DEADLINE * (len(kept) + 1) + 30)
+            except kafkaagent.AgentError as e:
+                raise KafkaDeliveryError(str(e)) from e
+            return
+        with _producers_lock:
+            last = _delivered.get((self.bootstrap, self.transactional_id))
+        todo = [(batch, table) for batch, table in kept if last is None or batch > last]
+        if todo and (last is None or todo[0][0] != last + 1 or (self.bootstrap, self.transactional_id)
+                     not in _producers):
+            self._producer(fresh=True)  # fences every other producer of the id: what Kafka has is settled
+            while todo and self.delivered(todo[0][0], todo[0][1]["topic"].to_pylist()):
+                todo.pop(0)
+        for batch, table in todo:
+            self._bounded(batch, table, False, check=False)
+
     def deliver(self, batch: int | None, table: Any, *, replay: bool = False) -> bool:
         """Write ``table``'s records (:data:`COLUMNS`) as ``batch``'s one transaction, unless a ``replay`` finds
         ``batch`` delivered already (it fences the id first). ``batch`` None: a one-off transaction that records
@@ -180,14 +223,14 @@ class KafkaDelivery:
             # previous batch): a fresh one fences it in turn, and looks up what Kafka has
             return self._bounded(batch, table, True)
 
-    def _bounded(self, batch: int | None, table: Any, replay: bool) -> bool:
+    def _bounded(self, batch: int | None, table: Any, replay: bool, *, check: bool = True) -> bool:
         """:meth:`_transaction` within :data:`DEADLINE`."""
         topics = sorted(set(table["topic"].to_pylist()))
         outcome: list[BaseException | bool] = []
 
         def attempt() -> None:
             try:
-                outcome.append(self._transaction(batch, table, topics, replay))
+                outcome.append(self._transaction(batch, table, topics, replay, check))
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
                 outcome.append(e)
 
@@ -202,12 +245,13 @@ class KafkaDelivery:
             raise outcome[0]
         return outcome[0]
 
-    def _transaction(self, batch: int | None, table: Any, topics: list[str], replay: bool) -> bool:
+    def _transaction(self, batch: int | None, table: Any, topics: list[str], replay: bool, check: bool = True
+                     ) -> bool:
         kafka = confluent()
         # a producer of the id that did not commit batch - 1 here may have been fenced by another process's (Spark
         # ran the partition's previous batch in another Python worker), which may have delivered this batch too: as
-        # a replay, fenced again and looked up
-        if replay or (batch is not None and not self.continues(batch)):
+        # a replay, fenced again and looked up (``check`` False: the caller has just done so, see catch_up)
+        if replay or (check and batch is not None and not self.continues(batch)):
             self._producer(fresh=True)
             if batch is not None and self.delivered(batch, topics):
                 return False
@@ -287,9 +331,16 @@ def transactional_id(tenant: str, namespace: str, name: str, incarnation: str, p
     return f"statekeep-{tenant}.{namespace}.{name}-{incarnation}-{partition}"
 
 
-def _agent_delivery(bootstrap: str, ident: str, batch: int | None, table: Any, replay: bool) -> bool:
-    """The executor's delivery agent's run of one request (:mod:`statekeep.functions.messaging.kafkaagent`)."""
-    return KafkaDelivery(bootstrap, ident).deliver(batch, table, replay=replay)
+def _agent_delivery(op: str, bootstrap: str, ident: str, batch: int | None, payload: Any, replay: bool) -> Any:
+    """The executor's delivery agent's run of one request (:mod:`statekeep.functions.messaging.kafkaagent`): a
+    "deliver" as :meth:`KafkaDelivery.deliver`, a "catch_up" as :meth:`KafkaDelivery.catch_up`, and a batch handed
+    "behind" its task as the id's next (no fenced retry: a failure leaves it kept, for the next catch-up)."""
+    delivery = KafkaDelivery(bootstrap, ident)
+    if op == "deliver":
+        return delivery.deliver(batch, payload, replay=replay)
+    if op == "catch_up":
+        return delivery.catch_up(payload)
+    return delivery._bounded(batch, payload, False)
 
 
 if __name__ == "__main__":  # the executor's delivery agent: its classes by their module's name, not __main__'s

@@ -252,6 +252,20 @@ class OutputSink:
         with pa.ipc.open_stream(read_bytes(self.directory, name)) as reader:
             return reader.read_all()
 
+    def batches(self, partition: int | None = None) -> list[tuple[int, int]]:
+        """The (batch, partition) pairs :meth:`write` wrote and :meth:`discard` has not removed (of ``partition``
+        only, if given), in order: one listing."""
+        if self.directory is None:
+            return []
+        found = set()
+        for name in file_names(self.directory, "batch-"):  # batch-BATCH-part-PARTITION{suffix}@MS.{fmt}
+            match = _NEW.match(name)
+            stem = match["stem"] if match and match["fmt"] == self.fmt else ""
+            if (stem[29:] == self.suffix and stem[6:18].isdigit() and stem[18:24] == "-part-"
+                    and stem[24:29].isdigit() and (partition is None or int(stem[24:29]) == partition)):
+                found.add((int(stem[6:18]), int(stem[24:29])))
+        return sorted(found)
+
     def discard(self, batch_id: int, partition: int) -> None:
         """Remove what :meth:`write` wrote for (batch, partition), if anything."""
         name = self.existing(batch_id, partition)
