@@ -19,14 +19,14 @@ tied to the (batch, partition) state commit of :mod:`statekeep.functions.executo
    records and commits, in the same transaction, the offset ``batch + 1`` of the consumer group of that id (on
    partition 0 of each topic written): the record that (batch, partition) was delivered.
 
-Each id's batches are delivered in batch order, and a kept batch is forgotten once delivered, so the batches Kafka
-has are a prefix of those kept. The delivery may run behind the task, in the executor's delivery agent
+Each id's batches are delivered in batch order, and a kept batch is forgotten once delivered: Kafka has a prefix of
+an id's batches, and the rest are kept. The delivery may run behind the task, in the executor's delivery agent
 (:mod:`~statekeep.functions.messaging.kafkaagent`); a replay of a (batch, partition) whose state was committed
 first, a batch the agent refuses, and the query's end (:func:`settle`) catch the partition up: fence the id
 (``init_transactions``: an earlier producer's open transaction is aborted, and that producer can commit nothing
-more), read the group's committed offset, and deliver the kept batches Kafka lacks, in order. So a ``read_committed`` consumer sees each
-record once, whichever process died where; a ``read_uncommitted`` one may also see the records of an aborted
-attempt (a replayed batch's first try), as Kafka's own transactions allow.
+more), read the group's committed offset, and deliver the kept batches Kafka lacks, in order. So a
+``read_committed`` consumer sees each record once, whichever process died where; a ``read_uncommitted`` one may
+also see the records of an aborted attempt (a replayed batch's first try), as Kafka's own transactions allow.
 
 **A function's changelog on Kafka** (KIP-813: ``changelogTopic``): :func:`changelog_records` turns a (batch,
 partition)'s state changes into records of a compacted topic in the byte forms Kafka Streams' serdes read; they are
