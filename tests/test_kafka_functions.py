@@ -59,7 +59,7 @@ def process(value, context):
     if value == "log-me":
         context.get_logger().info("logged %s", value)
     return {"value": value, "n": n, "props": context.get_message_properties(),
-            "time": context.get_message_eventtime()}
+            "time": context.get_message_eventtime(), "id": context.get_message_id()}
 '''
 
 
@@ -88,6 +88,9 @@ def test_kafka_in_and_out_with_keys_headers_times_publish_and_log(kafka, spark, 
             assert message["properties"] == {"h": str(i)} and message["eventTime"] == start + i
             assert result["time"] == start + i
         assert Counter(json.loads(m["value"])["n"] for m in got) == Counter({1: 3, 2: 3, 3: 3, 4: 3})
+        # a message's id is where it is in Kafka
+        assert {json.loads(m["value"])["id"] for m in got} == {f"{source}:{m['partition']}:{m['offset']}"
+                                                               for m in sk_kafka.consume(source)}
         published = list(sk_kafka.consume(side))
         assert sorted(m["value"] for m in published) == sorted(f"side-{'log-me' if i == 4 else f'v{i}'}"
                                                                 for i in range(12))

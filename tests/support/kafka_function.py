@@ -55,7 +55,11 @@ def process(value, context):
         context.del_counter(key)
         return None
     n = context.incr_counter(key, 1)
-    batch, partition, _ = context.get_message_id().split(":")
+    assert context.get_message_id().rsplit(":", 2)[2].isdigit()  # where it is in Kafka: TOPIC:PARTITION:OFFSET
+    from pyspark import TaskContext
+
+    batch = TaskContext.get().getLocalProperty("streaming.sql.batchId")
+    partition = str(context.get_instance_id())  # the Spark task's partition
     if ARMED.get("kill-worker") == batch and partition == "0" and take("kill-worker"):
         os.kill(os.getpid(), signal.SIGKILL)
     for where, at in ARMED.items():  # every partition of the batch stops (nothing commits meanwhile), once

@@ -24,8 +24,8 @@ class Context(RecordMethods, StateMethods, TimeMethods):
     """What ``process(input, context)`` may use. Names and semantics follow Pulsar's Python Context
     (``pulsar.functions.context.Context``); every method of it exists here.
 
-    Per record: ``get_message_id`` (``"BATCH:PARTITION:POSITION"``, the same on a replay of the
-    batch), ``get_message_key``/``get_partition_key``/``get_ordering_key`` (the key field's value,
+    Per record: ``get_message_id`` (a Kafka message's ``"TOPIC:PARTITION:OFFSET"``, TOPIC its input's
+    name; else ``"BATCH:PARTITION:POSITION"``, the same on a replay of the batch), ``get_message_key``/``get_partition_key``/``get_ordering_key`` (the key field's value,
     None without one), ``get_message_eventtime`` (ms: the record's ``userConfig.eventTimeField``
     field if configured, else None: files carry no producer event time), ``get_message_properties``
     (a changelog input's ``offset``, ``kind`` and ``version``; ``{}`` for files),

@@ -56,9 +56,14 @@ class RecordMethods:
         return values[position]
 
     def get_message_id(self) -> str | None:
-        if self._source is None or self.position < 0:
+        source, position = self._source, self.position
+        if source is None or position < 0:
             return None
-        return f"{self._source.batch_id}:{self._instance_id}:{self.position}"
+        messages = source.messages
+        if messages is not None and messages.offsets is not None and messages.offsets[0][position] is not None:
+            return f"{self.get_current_message_topic_name()}:{messages.offsets[0][position]}:" \
+                   f"{messages.offsets[1][position]}"  # where the message is in Kafka
+        return f"{source.batch_id}:{self._instance_id}:{position}"
 
     def _key(self) -> str | None:
         key: str | None = self._at("keys")  # the key column: a str per record (null without a key field)
