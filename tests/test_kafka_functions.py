@@ -174,11 +174,16 @@ def test_a_message_over_the_topics_limit_fails_the_batch_with_nothing_written(ka
 
 def test_a_value_that_is_not_utf8_under_a_string_serde_fails_or_goes_to_the_dead_letter(kafka, spark, tmp_path):
     """Under ``statekeep.serde.StringSerDe`` a value that is not UTF-8 is the record's error, naming its topic,
-    partition and offset; with a
-    dead-letter topic (on Kafka) it goes there as it came and the others count."""
+    partition and offset; with a dead-letter topic (on Kafka) it goes there as it came and the others count. So
+    does a message with a header that is not UTF-8 (its properties, which its output carries on, are text)."""
+    from statekeep.kafka import client_config, confluent
+
     source, out, dead = topic(kafka, 1), topic(kafka, 1), topic(kafka, 1)
     sk_kafka.KafkaDelivery(kafka_address(source), f"t-{uuid.uuid4().hex}").deliver(None, sk_kafka.records_table(
         [(source.rsplit("/", 1)[1], {"value": "ok"}), (source.rsplit("/", 1)[1], {"valueBase64": "/w=="})]))
+    producer = confluent().Producer(client_config(kafka.address))
+    producer.produce(source.rsplit("/", 1)[1], b"fine", headers=[("h", b"\xff")])
+    producer.flush(30)
     url = f"local://{tmp_path / 'data'}"
     with FunctionService.open(url) as service:
         serde = {source: {"serdeClassName": "statekeep.serde.StringSerDe"}}
@@ -194,7 +199,9 @@ def test_a_value_that_is_not_utf8_under_a_string_serde_fails_or_goes_to_the_dead
         status = run(service, url, tmp_path, "lenient", spark)
         assert (status["error"], status["processed"]) == (None, 1)
         assert values(out) == ["ok"]
-        assert [m.get("valueBase64") for m in sk_kafka.consume(dead)] == ["/w=="]
+        assert [(m.get("valueBase64"), m.get("value")) for m in sk_kafka.consume(dead)] == [("/w==", None),
+                                                                                          (None, "fine")]
+        assert service.registry.state_store("public", "default", "lenient").get_counter("seen") == 1
 
 
 def kafka_address(name: str) -> str:

@@ -25,12 +25,12 @@ class Context(RecordMethods, StateMethods, TimeMethods):
     (``pulsar.functions.context.Context``); every method of it exists here.
 
     Per record: ``get_message_id`` (a Kafka message's ``"TOPIC:PARTITION:OFFSET"``, TOPIC its input's
-    name; else ``"BATCH:PARTITION:POSITION"``, the same on a replay of the batch), ``get_message_key``/``get_partition_key``/``get_ordering_key`` (the key field's value,
-    None without one), ``get_message_eventtime`` (ms: the record's ``userConfig.eventTimeField``
-    field if configured, else None: files carry no producer event time), ``get_message_properties``
-    (a changelog input's ``offset``, ``kind`` and ``version``; ``{}`` for files),
-    ``get_current_message_topic_name`` (the input the record came from). Outside a record (e.g. in
-    ``process_batch``) they return None (``{}`` for properties).
+    name; else ``"BATCH:PARTITION:POSITION"``, the same on a replay of the batch),
+    ``get_message_key``/``get_partition_key``/``get_ordering_key`` (the key field's value, None without one),
+    ``get_message_eventtime`` (ms: the record's ``userConfig.eventTimeField`` field if configured, else None:
+    files carry no producer event time), ``get_message_properties`` (a changelog input's ``offset``, ``kind``
+    and ``version``; ``{}`` for files), ``get_current_message_topic_name`` (the input the record came from).
+    Outside a record (e.g. in ``process_batch``) they return None (``{}`` for properties).
     """
 
     def __init__(self, tenant: str, namespace: str, name: str, state: BufferedState,

@@ -157,8 +157,8 @@ class RecordPath:
         stats, timed = self.stats, self.timed
         stats.received += len(records)
         given_up = stats.skipped + stats.dead_letters
-        if careful:
-            self.loop(records, self._careful(), _identity)  # the careful call decodes: a malformed record fails in it
+        if careful:  # the careful call decodes and wraps: a malformed record fails in it
+            self.loop(records, self._careful(), _identity, _identity)
         elif timed is not None and timed.windows is not None and timed.windows.bulk and record_keys is not None:
             process, observe = timed.windows.bulk_process(record_keys, self.process)
             self.loop(records, process, self.decode)
@@ -168,24 +168,28 @@ class RecordPath:
         stats.processed += len(records) - (stats.skipped + stats.dead_letters - given_up)
         self.context.position = -1
 
-    def loop(self, records: list[Any], process: Callable[[Any, Any], Any], decode: Callable[[Any], Any]) -> None:
+    def loop(self, records: list[Any], process: Callable[[Any, Any], Any], decode: Callable[[Any], Any],
+             wrap: Callable[[Any], Any] | None = None) -> None:
         """THE per-record loop: ``process(decode(record), context)`` for each record, in order, with
-        ``context.position`` its position; a result that is not None is an output record. The first record
-        whose decode or call raises fails the run: :class:`FunctionRecordError` naming it."""
-        context, append, wrap = self.context, self.outputs.append, self.wrap
+        ``context.position`` its position; a result that is not None is an output record (``wrap``, by default
+        :attr:`wrap`, makes it one). The first record whose decode, call or wrap raises (a property that is not
+        UTF-8) fails the run: :class:`FunctionRecordError` naming it."""
+        context, append = self.context, self.outputs.append
+        wrap = self.wrap if wrap is None else wrap
         for position, record in enumerate(records):  # written out: no call per record beyond the function's
             context.position = position
             try:  # a malformed record is a failing record too
                 result = process(decode(record), context)
+                if result is not None:
+                    append(wrap(result))
             except Exception as e:
                 raise self._record_error(position, e) from None
-            if result is not None:
-                append(wrap(result))
 
     def _careful(self) -> Callable[[Any, Any], Any]:
         """The per-record call of a careful run (see :meth:`run_records`), given the record undecoded: a user
         exception is rolled back and retried, then dead-lettered or skipped (None: no output), or raised."""
-        spec, stats, state, process, decode = self.spec, self.stats, self.state, self.process, self.decode
+        spec, stats, state, process, decode, wrap = (self.spec, self.stats, self.state, self.process, self.decode,
+                                                     self.wrap)
         assert isinstance(state, JournaledState)  # careful runs journal, to roll back a failed record
         retries, timeout = spec.max_retries or 0, spec.timeout_ms or 0
         skips = spec.skip_errors or spec.max_retries is not None
@@ -201,7 +205,7 @@ class RecordPath:
                     result = process(decode(record), context)
                     if timeout and (clock() - start) * 1000 > timeout:
                         raise ProcessingTimeout(f"processing took longer than timeoutMs={timeout}")
-                    return result
+                    return None if result is None else wrap(result)
                 except Exception as e:
                     state.rollback()
                     del context.published[mark:]

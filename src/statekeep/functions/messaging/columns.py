@@ -97,9 +97,11 @@ class MessageColumns:
         flags = self.json
         return flags if flags.__class__ is bool else flags[position]  # type: ignore[index]
 
-    def properties_at(self, position: int) -> dict[str, str]:
+    def properties_at(self, position: int, errors: str = "strict") -> dict[str, str]:
+        """The message's properties as text: a value that is not UTF-8 raises :class:`UnicodeDecodeError` (the
+        record's error), unless ``errors`` says otherwise (as :meth:`bytes.decode`)."""
         found = self.properties[position] if self.properties is not None else None
-        return {p["key"]: (p["value"] or b"").decode("utf-8", "replace") for p in found} if found else {}
+        return {p["key"]: (p["value"] or b"").decode("utf-8", errors) for p in found} if found else {}
 
     def time_at(self, position: int) -> int | None:
         return self.times[position] if self.times is not None else None
@@ -115,7 +117,7 @@ class MessageColumns:
             record["valueBase64"] = base64.b64encode(value).decode()
         if self.is_json(position):
             record["format"] = "json"
-        properties = self.properties_at(position)
+        properties = self.properties_at(position, "replace")  # a dead letter's: kept whatever its bytes
         if properties:
             record["properties"] = properties
         if self.time_at(position) is not None:
