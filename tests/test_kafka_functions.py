@@ -253,7 +253,7 @@ def test_a_batch_whose_delivery_behind_its_task_failed_is_caught_up_in_order(kaf
             kept.write(batch, 0, table)  # as BatchOutputs.keep, before the state commit
             sk_kafka.deliver_kept(spec, batch, 0, table, replay=False)  # the state newly committed
             if batch == 1:
-                kafkaagent.drain(60)  # batch 1's delivery has failed by now
+                kafkaagent.drain("", 60)  # batch 1's delivery has failed by now
             left.append([b for b, _ in kept.batches()])
         assert left[2] == [] and left[3] == [3]  # batch 2 caught 1 and 2 up in its task; 3 went behind
         sk_kafka.settle(spec)

@@ -274,7 +274,8 @@ def settle(spec: ExecutorSpec) -> None:
     found = kept.batches()
     if not found:
         return
-    kafkaagent.drain(DEADLINE * 2)
+    kafkaagent.drain(transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id, 0)[:-1],
+                     DEADLINE * 2)
     partitions: dict[int, list[int]] = {}
     for batch, partition in found:
         partitions.setdefault(partition, []).append(batch)

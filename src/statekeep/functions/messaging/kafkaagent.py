@@ -92,10 +92,11 @@ def catch_up(bootstrap: str, transactional_id: str, kept: list[tuple[int, Any]],
           "kept": [(batch, _ipc(table)) for batch, table in kept]}, timeout)
 
 
-def drain(timeout: float) -> None:
-    """Wait until every agent of this machine has ended the deliveries it accepted (delivered or failed them):
-    the end of a query run by a driver whose executors are on this machine (local mode). An agent that does not
-    answer is left alone (its kept batches are caught up by whoever delivers next)."""
+def drain(prefix: str, timeout: float) -> None:
+    """Wait until every agent of this machine has ended the deliveries it accepted of the ids starting with
+    ``prefix`` (delivered or failed them): the end of a function's query run by a driver whose executors are on
+    this machine (local mode). An agent that does not answer is left alone (its kept batches are caught up by
+    whoever delivers next)."""
     directory = _directory()
     for name in os.listdir(directory):
         if name.endswith(".sock"):
@@ -104,7 +105,7 @@ def drain(timeout: float) -> None:
                 continue
             with conn, contextlib.suppress(OSError):
                 conn.settimeout(timeout)
-                _send(conn, pickle.dumps({"op": "drain"}))
+                _send(conn, pickle.dumps({"op": "drain", "prefix": prefix}))
                 _receive(conn)
 
 
@@ -252,9 +253,9 @@ class Agent:
         with self.guard:
             return self.lanes.setdefault(ident, _Lane())
 
-    def _drain(self) -> None:
+    def _drain(self, prefix: str = "") -> None:
         with self.guard:
-            lanes = list(self.lanes.values())
+            lanes = [lane for ident, lane in self.lanes.items() if ident.startswith(prefix)]
         for lane in lanes:
             lane.pool.submit(lambda: None).result()
 
@@ -286,7 +287,7 @@ class Agent:
 
         op = request["op"]
         if op == "drain":
-            self._drain()
+            self._drain(request["prefix"])
             return True
         lane = self._lane(request["id"])
 
