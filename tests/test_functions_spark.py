@@ -283,6 +283,19 @@ def test_latency_settings_ask_for_the_unix_socket_only_where_pyspark_has_it():
     assert latency_conf("4.0.1")["spark.sql.streaming.pollingDelay"] == "50ms"  # an idle query's polls
 
 
+def test_the_worker_daemon_preloads_only_modules_that_are_safe_before_a_fork():
+    """The daemon imports what a function's task needs before it forks workers (sparkpython.PRELOAD): none of it
+    may start a thread or import pyarrow or pandas (which do), since a forked worker has none of its parent's
+    threads."""
+    from statekeep.functions.driver.sparkpython import PRELOAD
+
+    code = ("import importlib, sys, threading\n"
+            f"for name in {PRELOAD!r}:\n    importlib.import_module(name)\n"
+            "print(threading.active_count(), sorted({'pyarrow', 'pandas'} & set(sys.modules)))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert found == ["1", "[]"]
+
+
 def test_spark_python_takes_only_the_installed_pysparks_own_zips_off_the_python_path(tmp_path):
     """statekeep-spark-python runs this interpreter without the zipped copies of the installed PySpark and py4j
     that Spark puts first on a Python process's path (compiled at every import); other entries stay, and so

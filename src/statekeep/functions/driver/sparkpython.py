@@ -53,6 +53,12 @@ def spark_python() -> str:
     return launcher if os.access(launcher, os.X_OK) else sys.executable
 
 
+#: what a function's Spark task imports, imported once by the worker daemon before it forks any worker, so each
+#: worker starts with them (about 0.8 s of imports a worker here, paid at every new worker's first task). None of
+#: them starts a thread, or imports pyarrow or pandas, at import (which PySpark avoids before a fork:
+#: ``pyspark.daemon`` imports its worker module after it; tests/test_functions_spark.py checks it).
+PRELOAD = ("pyspark.worker", "statekeep.functions.executor.task", "statekeep.functions.driver.plan")
+
 #: how Spark starts its Python worker daemon (``spark.python.daemon.module``'s default), and what runs instead
 DAEMON_ARGS = ("-m", "pyspark.daemon")
 DAEMON_CODE = "from statekeep.functions.driver.sparkpython import daemon; daemon()"
@@ -73,10 +79,18 @@ def daemon() -> None:
     ``BrokenPipeError`` or ``ConnectionResetError`` raised by it (its socket closed by the JVM: the worker was
     stopped, and no one reads what it still had to send) ends that worker quietly, as a worker exiting with a
     non-zero code, instead of with a traceback on stderr. Every other exception is PySpark's to report."""
+    import importlib
+
     import pyspark.daemon as pyspark_daemon
 
     if tuple(sys.argv[1:3]) == DAEMON_ARGS:  # as python -m pyspark.daemon sees them: sys.argv[1] is the worker module
         del sys.argv[1:3]
+    if sys.argv[1:2] in ([], ["pyspark.worker"]):  # the function tasks' worker (not a data source's planner)
+        for name in PRELOAD:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                break  # an install without them: each worker imports what it needs, as PySpark's own does
     run_worker = pyspark_daemon.worker
 
     def worker(sock: socket.socket, authenticated: bool) -> int:
