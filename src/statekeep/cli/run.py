@@ -15,6 +15,7 @@ opens the store itself (:func:`statekeep.cli.common.direct`) rather than going t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -112,11 +113,13 @@ def _run_locked(args: argparse.Namespace, config: dict[str, Any], code: bytes, s
         service.registry.create(config, code)
     except AlreadyExistsError:
         service.registry.update(args.tenant, args.namespace, args.name, config, code)
-    from statekeep.functions.driver.session import log_to_file, spark_session
+    from statekeep.functions.driver.session import log_to_file, spark_session, stderr_into
 
-    spark = spark_session(args.spark_master, conf=args.spark_conf)
-    # Spark's log (a failing task's retries, tracebacks, a stopping session's listener) in a file, named on failure
+    # Spark's log (its JVM's start, a failing task's retries, tracebacks, a stopping session's listener) in a file,
+    # named on failure; but the console output's records are printed by the executors on the JVM's stderr
     log = os.path.join(logs, f"{args.tenant}.{args.namespace}.{args.name}.spark.log")
+    with contextlib.nullcontext() if args.output == "console" else stderr_into(log):
+        spark = spark_session(args.spark_master, conf=args.spark_conf)
     log_to_file(spark, log)
     query = run_registered(service, metadata_url, args.tenant, args.namespace, args.name,
                            checkpoint_root=checkpoint_root, once=args.once, spark=spark, worker_id=worker_id)

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from statekeep.functions.driver.sparkpython import spark_python
@@ -107,6 +109,26 @@ appender.file.fileName = {path}
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
 """
+
+
+@contextlib.contextmanager
+def stderr_into(path: str) -> Iterator[None]:
+    """While the block runs, this process's standard error (file descriptor 2) is the file ``path`` (appended): a
+    process started meanwhile keeps it as its own. Started in it, Spark's JVM writes its start (module warnings,
+    log4j's banner) and anything else on its standard error (its Python workers' too, in local mode) to the file,
+    not to the console. Python's ``sys.stderr`` is back on the console after the block."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def log_to_file(spark: SparkSession, path: str) -> None:
