@@ -15,10 +15,10 @@ from statekeep.functions.messaging.columns import MessageColumns
 class RecordSource:
     """Where the records of one (batch, partition) came from, for the per-record Context methods.
     ``records`` (raw lines, JSON documents or row dicts; messages: a :class:`MessageColumns`, or message records
-    made into one), ``keys`` (the key field's value per record, or None) and ``topics`` (the input each record came
-    from, or None when there is one input) are aligned by position; the context reads them only when a metadata
-    method is called, so a function that calls none costs one attribute store per record. :attr:`records` is
-    what the record loop decodes: a message's payload bytes."""
+    made into one), ``keys`` (the key field's value per record, or None; a message's own key where it has none)
+    and ``topics`` (the input each record came from, or None when there is one input) are aligned by position;
+    the context reads them only when a metadata method is called, so a function that calls none costs one
+    attribute store per record. :attr:`records` is what the record loop decodes: a message's payload bytes."""
 
     __slots__ = ("batch_id", "records", "keys", "topics", "inputs", "event_time_field", "format", "messages")
 
@@ -30,6 +30,8 @@ class RecordSource:
         if format.message:
             self.messages = records if isinstance(records, MessageColumns) else MessageColumns.of(records)
             records = self.messages.values
+            own = self.messages.keys  # a message without a key field's value has its own key
+            keys = own if keys is None else [k if k is not None else m for k, m in zip(keys, own)]
         self.records = records
         self.keys = keys
         self.topics = topics
@@ -65,20 +67,14 @@ class RecordMethods:
                    f"{messages.offsets[1][position]}"  # where the message is in Kafka
         return f"{source.batch_id}:{self._instance_id}:{position}"
 
-    def _key(self) -> str | None:
-        key: str | None = self._at("keys")  # the key column: a str per record (null without a key field)
-        if key is None and self._source is not None and self._source.messages is not None:
-            key = self._source.messages.keys[self.position] if self.position >= 0 else None  # the message's own
-        return key
-
     def get_message_key(self) -> str | None:
-        return self._key()
+        source, position = self._source, self.position
+        if source is None or position < 0:
+            return None
+        keys = source.keys  # resolved once per batch (RecordSource): read per record, by every output too
+        return keys[position] if keys is not None and position < len(keys) else None
 
-    def get_partition_key(self) -> str | None:
-        return self._key()
-
-    def get_ordering_key(self) -> str | None:
-        return self._key()
+    get_partition_key = get_ordering_key = get_message_key
 
     def _document(self) -> dict[str, Any] | None:
         raw = self._at("records")

@@ -36,7 +36,7 @@ class StateMethods:
     _last_value: tuple[str, Any, ValueState[Any]] | None = None  # (name, type, handle): value_state's last open
 
     if TYPE_CHECKING:  # the Context's other mixin's (defined here, it would hide it)
-        def _key(self) -> str | None: ...  # RecordMethods': the current record's key
+        def get_message_key(self) -> str | None: ...  # RecordMethods': the current record's key
 
     # state: with time state, a key past its TTL reads as absent and a write restarts it
     def get_state(self, key: str) -> bytes | None:
@@ -142,7 +142,7 @@ class StateMethods:
                 key = keys[position]  # the key column: str or None
                 if key is not None:
                     return key  # type: ignore[no-any-return]
-            return self._key()
+            return self.get_message_key()
         return time.current_key or None  # "" is the timers of records without a key
 
     def _batch_keys(self) -> Iterable[Any]:
