@@ -55,9 +55,16 @@ class RecordMethods:
             return None
         return values[position]
 
-    def get_message_id(self) -> str | None:
+    def get_message_id(self) -> Any:
+        """A Pulsar message's own id (a ``pulsar.MessageId``, as Pulsar's runtime gives it); for any other record
+        ``BATCH:INSTANCE:POSITION``."""
         if self._source is None or self.position < 0:
             return None
+        messages = self._source.messages
+        if messages is not None and messages.ids is not None:
+            ident = messages.message_id(self.position)
+            if ident is not None:
+                return ident
         return f"{self._source.batch_id}:{self._instance_id}:{self.position}"
 
     def _key(self) -> str | None:
