@@ -1,6 +1,6 @@
-"""``spark.readStream.format("statekeep-pulsar")`` (statekeep.functions.driver.pulsar_source): a Pulsar topic on the run's real broker
-(the ``pulsar`` fixture) as a Spark stream whose offsets are message ids in the checkpoint; bad options and an
-unreachable broker refused in one line."""
+"""``spark.readStream.format("statekeep-pulsar")`` (statekeep.functions.driver.pulsar_source): a Pulsar topic on the
+run's real broker (the ``pulsar`` fixture) as a Spark stream whose offsets are message ids in the checkpoint; bad
+options and an unreachable broker refused in one line."""
 
 from __future__ import annotations
 

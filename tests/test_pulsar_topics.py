@@ -6,10 +6,6 @@ written."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -22,7 +18,6 @@ from statekeep.functions.config.locations import parse_pulsar
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import run_registered
 from statekeep.functions.messaging import pulsartopics
-from statekeep.testing import wait_for
 from support.pulsar import create_topic
 
 SUPPORT = Path(__file__).parent / "support"
