@@ -6,6 +6,10 @@ written."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -18,6 +22,7 @@ from statekeep.functions.config.locations import parse_pulsar
 from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import run_registered
 from statekeep.functions.messaging import pulsartopics
+from statekeep.testing import wait_for
 from support.pulsar import create_topic
 
 SUPPORT = Path(__file__).parent / "support"
@@ -176,3 +181,81 @@ def test_bad_pulsar_names_topics_brokers_messages_and_namespaces_change_nothing(
         status = run(service, url, tmp_path, "lenient", spark)
         assert (status["error"], status["processed"]) == (None, 2)
         assert values(out) == ["10", "20"] and values(dead) == ["/w=="]
+
+
+# -- faults -------------------------------------------------------------------------------------------------------
+
+
+def start_run(tmp_path, spark_env, url, source, out, pauses):
+    env = {**os.environ, **spark_env, "SK_FLAGS": str(tmp_path), "SK_PAUSE": ",".join(pauses)}
+    log = open(tmp_path / "driver.log", "ab")
+    return subprocess.Popen([sys.executable, str(SUPPORT / "kafka_run.py"), "--store", url, "--checkpoints",
+                             str(tmp_path / "ck"), "--input", source, "--output", out, "--until",
+                             str(tmp_path / "stop"), "--trigger-ms", "1000"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def expected(keys: list[str]) -> Counter:
+    seen: Counter = Counter()
+    want: Counter = Counter()
+    for key in keys:
+        seen[key] += 1
+        want[f"{key}:{seen[key]}"] += 1
+    return want
+
+
+def test_effectively_once_into_pulsar_through_driver_worker_and_broker_kills(pulsar, spark_env, tmp_path):
+    """One function's run (the Kafka tests' counting function, support/kafka_function.py), input produced in four
+    steps of 60 messages, each a micro-batch: the driver SIGKILLed after partition 0 of micro-batch 1 committed its
+    state and before its Pulsar sends; a Python worker SIGKILLed in micro-batch 2 (Spark retries the task); the
+    broker SIGKILLed and restarted while micro-batch 3 runs. At the end the output topic holds each output once and
+    the state counts each input once."""
+    source, out = topic(pulsar, 2), topic(pulsar, 2)
+    keys = [f"k{i % 17}" for i in range(240)]
+
+    def step(n: int) -> None:
+        pulsartopics.produce(source, [{"key": k, "value": str(60 * n + i)}
+                                      for i, k in enumerate(keys[60 * n:60 * (n + 1)])])
+
+    def delivered(count: int, process) -> bool:
+        return wait_for(lambda: len(values(out)) >= count or process.poll() is not None, timeout=300)
+
+    log = tmp_path / "driver.log"
+    url = f"local://{tmp_path / 'data'}"
+    pauses = ("before-commit@1", "kill-worker@2", "function@3")
+    for pause in pauses:
+        (tmp_path / f"armed-{pause.split('@')[0]}").touch()
+    step(0)
+    first = start_run(tmp_path, spark_env, url, source, out, pauses)
+    try:
+        assert delivered(60, first) and first.poll() is None, log.read_text()[-3000:]
+        step(1)
+        assert wait_for(lambda: (tmp_path / "paused-before-commit").exists() or first.poll() is not None,
+                        timeout=240), log.read_text()[-3000:]
+        with FunctionService.open(url) as service:  # partition 0's state of batch 1 is committed, its sends not
+            assert service.registry.state_store("public", "default", "kcount").task(1, 0, 1).has_marker("1-0")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    step(2)
+    second = start_run(tmp_path, spark_env, url, source, out, pauses)
+    try:
+        assert delivered(180, second) and second.poll() is None, log.read_text()[-3000:]
+        step(3)
+        assert wait_for(lambda: all((tmp_path / f"paused-function-{p}").exists() for p in (0, 1))
+                        or second.poll() is not None, timeout=240), log.read_text()[-3000:]
+        pulsar.broker.kill()  # while no send is in flight: the tasks of batch 3 wait in the function
+        pulsar.broker.start()
+        (tmp_path / "go-function").touch()
+        assert delivered(240, second) and second.poll() is None, log.read_text()[-4000:]
+        (tmp_path / "stop").touch()
+        assert second.wait(timeout=120) == 0, log.read_text()[-4000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
+    assert not list(tmp_path.glob("armed-*")), "a fault never happened"
+    assert Counter(values(out)) == expected(keys)
+    with FunctionService.open(url) as service:
+        state = service.registry.state_store("public", "default", "kcount")
+        assert {e.key: e.counter for e in state.scan_entries()} == dict(Counter(keys))
