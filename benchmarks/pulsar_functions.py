@@ -178,15 +178,15 @@ def count_part(spark: Any, pulsar_broker: Any, kafka_broker: Any, messages: int,
     print(f"\nkeyed counting, {messages:,} messages over {keys:,} keys, topics of {partitions} partitions, one "
           f"micro-batch, parallelism 2, {spark.sparkContext.master}; time from the query's start to its output on "
           "the broker")
-    print(f"{'path':<52}{'time s':>8}{'events/s':>10}{'warm-up s':>10}{'out records':>12}  exact")
+    print(f"{'path':<58}{'time s':>8}{'events/s':>10}{'warm-up s':>10}{'out records':>12}  exact")
     labels = {"pulsar": "runner: Pulsar -> function -> Pulsar (effectively-once)",
               "kafka": "runner: Kafka -> function -> Kafka (exactly-once)",
               "plain": "plain pulsar-client consume -> produce (no state)"}
     for path, row in rows.items():
         if "error" in row:
-            print(f"{labels[path]:<52}  failed: {row['error']}")
+            print(f"{labels[path]:<58}  failed: {row['error']}")
             continue
-        print(f"{labels[path]:<52}{row['in']:>8.1f}{row['rate']:>10,.0f}{row.get('warm', 0):>10.1f}"
+        print(f"{labels[path]:<58}{row['in']:>8.1f}{row['rate']:>10,.0f}{row.get('warm', 0):>10.1f}"
               f"{row['records']:>12,}  {'yes' if row['exact'] else 'NO'}")
     good = {p: r["rate"] for p, r in rows.items() if r.get("exact")}
     if "pulsar" in good and "kafka" in good:

@@ -70,10 +70,14 @@ def process(value, context):
 '''
 
 
-def test_pulsar_in_and_out_with_keys_properties_times_ids_publish_log_and_dead_letter(pulsar, spark, tmp_path):
+def test_pulsar_in_and_out_with_keys_properties_times_ids_publish_log_and_dead_letter(pulsar, spark, tmp_path,
+                                                                                      capsys):
     """A partitioned Pulsar input to a partitioned Pulsar output, with publish, log and dead-letter topics on the
     broker: each message reaches the function with its key, properties, event time and message id; each output
-    is on the broker once, also after a second run from the checkpoint, and again once after more input."""
+    is on the broker once, also after a second run from the checkpoint, and again once after more input
+    (produced by ``statekeep topics produce``, read back by ``topics consume``)."""
+    from statekeep.cli import main
+
     source, out, side, log, dead = topic(pulsar, 2), topic(pulsar, 2), topic(pulsar), topic(pulsar), topic(pulsar)
     event = 1_796_000_000_000
     pulsartopics.produce(source, [{"key": f"k{i % 3}", "value": f"v{i}", "properties": {"i": str(i)},
@@ -105,8 +109,12 @@ def test_pulsar_in_and_out_with_keys_properties_times_ids_publish_log_and_dead_l
         assert {m["key"] for m in pulsartopics.consume(out)} == {"k0", "k1", "k2"}
 
         assert run(service, url, tmp_path, "echo", spark)["error"] is None  # nothing new: nothing more
-        pulsartopics.produce(source, [{"key": "k2", "value": "late"}])
+        assert main(["topics", "produce", source, "-m", "late", "-k", "k2", "-p", "x=1"]) == 0
         assert run(service, url, tmp_path, "echo", spark)["error"] is None
+        capsys.readouterr()
+        assert main(["topics", "consume", out, "-n", "20"]) == 0
+        late = [m for m in map(json.loads, capsys.readouterr().out.splitlines()) if '"late"' in m["value"]]
+        assert [(m["key"], json.loads(m["value"])["props"]) for m in late] == [("k2", {"x": "1"})]
         assert Counter(json.loads(v)["value"] for v in values(out)) == Counter([*by_value, "late"])
         assert len(values(side)) == 14 and values(dead) == ["fail"]
 

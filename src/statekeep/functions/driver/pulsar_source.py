@@ -145,7 +145,9 @@ def _read_range(options: _Options, part: _Range) -> Iterator[tuple[Any, ...]]:
         else:
             ledger, entry, batch = _parse(part.start)
             start = pulsar.MessageId(part.index if "-partition-" in part.name else -1, ledger, entry, batch)
-        reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST)
+        # a deep queue: with the default 1,000 a reader read half as fast here
+        reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST,
+                                      receiver_queue_size=10_000)
         timeout_ms = int(options.timeout * 1000)
         while True:  # to the end's exact id: a Reader's has_message_available can say no before the end is read
             try:

@@ -8,6 +8,7 @@ committed, then delivered; a replay finds the records delivered or delivers them
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from statekeep.functions.config.locations import broker_of
@@ -68,3 +69,20 @@ def deliver_kept(spec: ExecutorSpec, batch: int, partition: int) -> None:
     to the run that published."""
     for kind in ("kafka", "pulsar"):
         _kind(kind).deliver_kept(spec, batch, partition)
+
+
+def produce(name: str, records: list[dict[str, Any]]) -> None:
+    """Write message records to the broker topic ``name`` (``statekeep topics produce``): Kafka's in one transaction,
+    Pulsar's routed by key; checked first (the topic exists, sizes within its limit)."""
+    kind = broker_of(name)
+    assert kind is not None  # the caller routes only broker names here
+    _kind(kind).produce(name, records)
+
+
+def consume(name: str, limit: int = 0) -> Iterator[dict[str, Any]]:
+    """The messages of the broker topic ``name`` from its beginning to its end when called (``limit`` > 0: at most
+    that many), as message records with where each is (Kafka: ``partition``, ``offset``; Pulsar: ``partition``,
+    ``messageId``)."""
+    kind = broker_of(name)
+    assert kind is not None  # the caller routes only broker names here
+    return _kind(kind).consume(name, limit)  # type: ignore[no-any-return]
