@@ -215,9 +215,9 @@ def expected(keys: list[str]) -> Counter:
 def test_effectively_once_into_pulsar_through_driver_worker_and_broker_kills(pulsar, spark_env, tmp_path):
     """One function's run (the Kafka tests' counting function, support/kafka_function.py), input produced in four
     steps of 60 messages, each a micro-batch: the driver SIGKILLed after partition 0 of micro-batch 1 committed its
-    state and before its Pulsar sends; a Python worker SIGKILLed in micro-batch 2 (Spark retries the task); the
-    broker SIGKILLed and restarted while micro-batch 3 runs. At the end the output topic holds each output once and
-    the state counts each input once."""
+    state and before its Pulsar sends, partition 1 having sent its own (sent again by the replay); a Python worker
+    SIGKILLed in micro-batch 2 (Spark retries the task); the broker SIGKILLed and restarted while micro-batch 3 runs.
+    At the end the output topic holds each output once and the state counts each input once."""
     source, out = topic(pulsar, 2), topic(pulsar, 2)
     keys = [f"k{i % 17}" for i in range(240)]
 
@@ -242,6 +242,9 @@ def test_effectively_once_into_pulsar_through_driver_worker_and_broker_kills(pul
                         timeout=240), log.read_text()[-3000:]
         with FunctionService.open(url) as service:  # partition 0's state of batch 1 is committed, its sends not
             assert service.registry.state_store("public", "default", "kcount").task(1, 0, 1).has_marker("1-0")
+        # partition 1 of batch 1 sent its outputs: the restarted driver's replay of batch 1 sends them again, and
+        # only the broker's deduplication keeps them once
+        assert delivered(61, first) and first.poll() is None, log.read_text()[-3000:]
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
