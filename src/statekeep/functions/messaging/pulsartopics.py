@@ -251,7 +251,7 @@ def consume(name: str, limit: int = 0) -> Iterator[dict[str, Any]]:
             end = tuple(int(x) for x in last_message_id(opts, partition).split(":"))
             if end[1] < 0:
                 continue
-            reader = client.create_reader(partition, pulsar.MessageId.earliest)
+            reader = client.create_reader(partition, pulsar.MessageId.earliest, receiver_queue_size=10_000)
             try:
                 while True:
                     message = reader.read_next(int(TIMEOUT * 1000))
