@@ -2,7 +2,13 @@
 as its PIP-312 state provider against the standalone's own provider ("state"), and a topic copied by a Spark query
 through the ``statekeep-pulsar`` source and effectively-once sink against a plain Python client loop ("copy").
 
-    python benchmarks/pulsar_broker.py [--parts state,copy] [--ops N] [--rounds R] [--messages M] [--partitions P]
+    python benchmarks/pulsar_broker.py [--parts state,copy,count,latency] [--ops N] [--rounds R] [--messages M]
+        [--partitions P] [--keys K] [--rates 10,100,1000] [--seconds S]
+
+"count" and "latency" (benchmarks/pulsar_functions.py, whose docstring says how): the function runner with Pulsar
+topics in and out (effectively-once) against the same function through Kafka and a plain pulsar-client
+consume -> produce loop, keyed counting of M messages over K keys; and produce -> consume latency at each rate,
+beside Kafka's path. They start a Pulsar standalone and a Kafka node of their own, and one SparkSession.
 
 It starts a ``statekeep standalone`` (its embedded default store, in a temp dir, no Spark worker) and, one after the
 other, two Pulsar standalones (``statekeep.testing.servers.pulsar``, the jars ``scripts/pulsar-setup`` installs):
@@ -168,13 +174,47 @@ def copy_part(directory: Path, messages: int, partitions: int) -> None:
     print(f"{'ratio':<44}{'':>8}{plain / ours:>9.2f}x   (statekeep / baseline, throughput)")
 
 
+def functions_parts(directory: Path, parts: set[str], args: argparse.Namespace) -> None:
+    import pulsar_functions as bench  # benchmarks/pulsar_functions.py (its import sets Spark's environment)
+
+    from statekeep.functions.driver.spark import spark_session
+
+    pulsar_broker = kafka_broker = None
+    try:
+        pulsar_broker = servers.pulsar(directory / "pulsar", servers.free_port())
+        pulsar_broker.start()
+        kafka_broker = bench.kbench.start_broker()
+        spark = spark_session("local[2]", "pulsar_functions_bench", shuffle_partitions=2)
+        try:
+            if "count" in parts:
+                bench.count_part(spark, pulsar_broker, kafka_broker, args.messages, args.keys, args.partitions,
+                                 args.seed, str(directory / "count"))
+            if "latency" in parts:
+                bench.latency_part(spark, pulsar_broker, kafka_broker, [float(r) for r in args.rates.split(",")],
+                                   args.seconds, args.partitions, args.warm_seconds, args.seed,
+                                   str(directory / "latency"))
+        finally:
+            spark.stop()
+    finally:
+        for broker in (pulsar_broker, kafka_broker):
+            if broker is not None:
+                broker.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", default="state,copy", help="state, copy or both (comma-separated)")
+    parser.add_argument("--parts", default="state,copy,count,latency",
+                        help="comma-separated, of state, copy, count, latency")
     parser.add_argument("--ops", type=int, default=2000, help="state calls of each kind per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds reported (after one warm-up)")
-    parser.add_argument("--messages", type=int, default=200_000, help="messages copied")
-    parser.add_argument("--partitions", type=int, default=4, help="partitions of the copied topics")
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages copied, and counted")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
+    parser.add_argument("--keys", type=int, default=100_000, help="count: keys of the counted messages")
+    parser.add_argument("--rates", default="10,100,1000", help="latency: messages per second, comma-separated")
+    parser.add_argument("--seconds", type=float, default=20.0, help="latency: production time per rate")
+    parser.add_argument("--warm-seconds", type=float, default=10.0, help="latency: warm-up at 100 msgs/s")
+    parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     directory = Path(tempfile.mkdtemp(prefix="statekeep-bench-pulsar-"))
@@ -183,6 +223,8 @@ def main() -> None:
             copy_part(directory / "copy", args.messages, args.partitions)
         finally:
             shutil.rmtree(directory / "copy", ignore_errors=True)
+    if parts & {"count", "latency"}:
+        functions_parts(directory / "functions", parts, args)
     if "state" not in parts:
         shutil.rmtree(directory, ignore_errors=True)
         return

@@ -42,6 +42,7 @@ OPTIONAL = {"statekeep.metadata.zookeeper": "zookeeper", "statekeep.metadata.etc
             # the Spark plan of a function, and the DataFrame operator on it
             "statekeep.functions.driver.plan": "spark", "statekeep.spark.operator": "spark",
             "statekeep.functions.driver.kafka_sink": "spark",  # a PySpark data source
+            "statekeep.functions.driver.pulsar_source": "spark", "statekeep.functions.driver.pulsar_sink": "spark",
             "statekeep.spark": "spark",
             "statekeep.testing.contract": "test", "statekeep.testing.pulsar": "test",
             "statekeep.pulsar": "spark"}  # a Pulsar topic as a PySpark data source

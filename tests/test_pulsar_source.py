@@ -1,6 +1,6 @@
-"""``spark.readStream.format("statekeep-pulsar")`` (statekeep.pulsar.source): a Pulsar topic on the run's real broker
-(the ``pulsar`` fixture) as a Spark stream whose offsets are message ids in the checkpoint; bad options and an
-unreachable broker refused in one line."""
+"""``spark.readStream.format("statekeep-pulsar")`` (statekeep.functions.driver.pulsar_source): a Pulsar topic on the
+run's real broker (the ``pulsar`` fixture) as a Spark stream whose offsets are message ids in the checkpoint; bad
+options and an unreachable broker refused in one line."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _options(**changes):
 
 
 def test_bad_options_and_an_unreachable_broker_are_one_line_errors():
-    from statekeep.pulsar.source import PulsarStreamReader
+    from statekeep.functions.driver.pulsar_source import PulsarStreamReader
 
     for changes, message in [({"serviceUrl": "http://x"}, 'option "serviceUrl" must be given, e.g. pulsar://'),
                              ({"adminUrl": None}, 'option "adminUrl" must be given'),
@@ -42,7 +42,7 @@ def test_a_pulsar_topic_is_a_spark_stream_whose_replayed_batch_reads_the_same_me
     import pulsar as lib
 
     from statekeep.pulsar import register
-    from statekeep.pulsar.source import PulsarStreamReader
+    from statekeep.functions.driver.pulsar_source import PulsarStreamReader
 
     register(spark)
     topic = f"persistent://public/default/src-{uuid.uuid4().hex[:8]}"
@@ -119,7 +119,7 @@ def test_the_sink_delivers_a_replayed_batch_once_and_refuses_a_topic_without_ded
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from statekeep.pulsar import register
-    from statekeep.pulsar.sink import PulsarStreamWriter
+    from statekeep.functions.driver.pulsar_sink import PulsarStreamWriter
 
     register(spark)
     name = uuid.uuid4().hex[:8]

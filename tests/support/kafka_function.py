@@ -4,8 +4,9 @@ deletes its key's count instead (no output).
 
 Faults, armed by the environment of the driver (which its Python workers inherit): ``SK_FLAGS`` a directory,
 ``SK_PAUSE`` ``WHERE@BATCH,...``, each fault once (the file ``FLAGS/armed-WHERE`` exists until the fault takes it):
-``before-commit``: partition 0's Kafka delivery of micro-batch BATCH stops after its state commit and before its
-Kafka transaction (writing ``FLAGS/paused-before-commit``), so the test can SIGKILL the driver between the two;
+``before-commit``: partition 0's Kafka (or Pulsar) delivery of micro-batch BATCH stops after its state commit and
+before its Kafka transaction (its Pulsar sends), writing ``FLAGS/paused-before-commit``, so the test can SIGKILL
+the driver between the two;
 ``kill-worker``: the function SIGKILLs its own Python worker on micro-batch BATCH's partition 0; ``function``
 (or any name starting so, e.g. ``function2``): the function stops on every partition of micro-batch BATCH
 (writing ``FLAGS/paused-WHERE-PARTITION``) until ``FLAGS/go-WHERE`` exists (the test kills brokers meanwhile,
@@ -37,7 +38,7 @@ def pause(where, until=None):
 
 
 if "before-commit" in ARMED:  # in this worker: partition 0's delivery of the batch waits (to be killed)
-    from statekeep.functions.messaging import kafka
+    from statekeep.functions.messaging import kafka, pulsartopics
 
     _behind = kafka.KafkaDelivery.behind  # a task's first step of its delivery (see kafka.deliver_kept)
 
@@ -47,6 +48,21 @@ if "before-commit" in ARMED:  # in this worker: partition 0's delivery of the ba
         return _behind(self, batch, table, earlier)
 
     kafka.KafkaDelivery.behind = _paused
+    _send = pulsartopics.deliver_table
+
+    def _paused_send(table, producer, batch, partition):
+        if batch == int(ARMED["before-commit"]) and partition == 0 and take("before-commit"):
+            pause("before-commit")
+        return _send(table, producer, batch, partition)
+
+    pulsartopics.deliver_table = _paused_send
+
+
+def batch_and_partition(context):
+    """(batch, partition) of the record: Spark's micro-batch and the task's partition (the function instance)."""
+    from pyspark import TaskContext
+
+    return TaskContext.get().getLocalProperty("streaming.sql.batchId"), str(context.get_instance_id())
 
 
 def process(value, context):
@@ -55,11 +71,7 @@ def process(value, context):
         context.del_counter(key)
         return None
     n = context.incr_counter(key, 1)
-    assert context.get_message_id().rsplit(":", 2)[2].isdigit()  # where it is in Kafka: TOPIC:PARTITION:OFFSET
-    from pyspark import TaskContext
-
-    batch = TaskContext.get().getLocalProperty("streaming.sql.batchId")
-    partition = str(context.get_instance_id())  # the Spark task's partition
+    batch, partition = batch_and_partition(context)
     if ARMED.get("kill-worker") == batch and partition == "0" and take("kill-worker"):
         os.kill(os.getpid(), signal.SIGKILL)
     for where, at in ARMED.items():  # every partition of the batch stops (nothing commits meanwhile), once

@@ -97,11 +97,13 @@ def add_config_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--py", help="the function's Python file: process(input, context), process(input), "
                      "process_batch(records, context) or a pulsar.Function class (see --classname)")
     sub.add_argument("-i", "--inputs", help="comma-separated inputs: Kafka topics (kafka://HOST:PORT/TOPIC), "
-                     "Pulsar topics (persistent://T/N/TOPIC), files or directories (JSON lines, text, CSV, "
+                     "a Pulsar broker's topics (pulsar://HOST:PORT/persistent://T/N/TOPIC[?admin=URL]), statekeep's "
+                     "file topics (persistent://T/N/TOPIC), files or directories (JSON lines, text, CSV, "
                      "Parquet), rate, or statekeep://T/N/F (a function's changelog)")
     sub.add_argument("-o", "--output", help="where results go: a Kafka topic (kafka://HOST:PORT/TOPIC, exactly "
-                     "once), a Pulsar topic (persistent://T/N/TOPIC), a directory or fsspec URL (JSON lines, or "
-                     "Parquet with --output-format parquet), or 'console' (default: none)")
+                     "once), a Pulsar broker's topic (pulsar://HOST:PORT/persistent://T/N/TOPIC, effectively once: "
+                     "the namespace must deduplicate), a file topic (persistent://T/N/TOPIC), a directory or fsspec "
+                     "URL (JSON lines, or Parquet with --output-format parquet), or 'console' (default: none)")
     sub.add_argument("--classname", help="entry point: process, module.process or module.Class (default: process)")
     sub.add_argument("--parallelism", type=int, help="Spark partitions (Pulsar's instances) of the function's query")
     sub.add_argument("--user-config", help="JSON object passed to the function")

@@ -7,7 +7,9 @@ one new file of the topic (each ``-m`` one message, a str payload as Pulsar's de
 them all and has no subscriptions), one JSON object per line (``value`` or ``valueBase64``, ``key``,
 ``properties``, ``eventTime``, ``publishTime``); ``ls`` lists the topics. A Kafka topic
 (``kafka://HOST:PORT/TOPIC``, see :mod:`statekeep.functions.messaging.kafka`) is produced to in one transaction
-and consumed ``read_committed`` from its beginning to its end (``partition`` and ``offset`` added);
+and consumed ``read_committed`` from its beginning to its end (``partition`` and ``offset`` added); a Pulsar
+broker's topic (``pulsar://HOST:PORT/persistent://...``, see :mod:`statekeep.functions.messaging.pulsartopics`) is
+produced to routed by key and read from its first message to its last (``partition`` and ``messageId`` added);
 ``create`` makes one (``--partitions``, ``--replication-factor``, ``--config NAME=VALUE``). Topic names are Pulsar's,
 short names completed (``in`` is ``persistent://public/default/in``). The topics root is ``--topics-dir``,
 else ``DATA_DIR/topics`` of ``--data-dir``, else ``$STATEKEEP_TOPICS_DIR``, else ``./.statekeep-data/topics``.
@@ -83,13 +85,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _produce(args: argparse.Namespace) -> int:
+    from statekeep.functions.config.locations import is_broker
     from statekeep.functions.messaging import topics
-    from statekeep.functions.messaging.kafka import is_kafka, produce
+    from statekeep.functions.messaging.delivery import produce
     from statekeep.functions.messaging.messages import Message
 
     properties = _pairs(args.property, "--property")
     records = [Message(m, args.key, properties, args.event_time).to_json() for m in args.messages]
-    if is_kafka(args.topic):  # one transaction of the Kafka topic's
+    if is_broker(args.topic):  # Kafka's in one transaction; Pulsar's routed by key
         name = args.topic
         produce(name, records)
     else:
@@ -100,10 +103,11 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _consume(args: argparse.Namespace) -> int:
+    from statekeep.functions.config.locations import is_broker
     from statekeep.functions.messaging import topics
-    from statekeep.functions.messaging.kafka import consume, is_kafka
+    from statekeep.functions.messaging.delivery import consume
 
-    found = (consume(args.topic) if is_kafka(args.topic)
+    found = (consume(args.topic, args.num_messages or 0) if is_broker(args.topic)
              else topics.read(topics_root(args, args.data_dir), topics.complete(args.topic)))
     for count, record in enumerate(found, 1):
         sys.stdout.write(json.dumps(record) + "\n")

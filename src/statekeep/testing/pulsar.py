@@ -85,8 +85,7 @@ def read_all(client: Any, topic: str, admin_url: str) -> list[Any]:
     Reader's ``has_message_available`` says no before the end, here: it cannot tell where a topic ends)."""
     import pulsar
 
-    from statekeep.pulsar.options import PulsarOptions
-    from statekeep.pulsar.source import last_message_id
+    from statekeep.functions.messaging.pulsarclient import PulsarOptions, last_message_id
 
     options = PulsarOptions({"serviceUrl": "pulsar://unused", "adminUrl": admin_url, "topic": topic})
     messages = []

@@ -4,6 +4,7 @@ and sink name them with these): a URL or a local path, a Pulsar topic name, a Ka
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from statekeep.errors import InvalidArgumentError
@@ -23,8 +24,8 @@ def is_topic(name: str | None) -> bool:
 
 
 def carries_messages(name: str) -> bool:
-    """Whether an input is a topic of messages, each with its own key: a statekeep topic or a Kafka topic."""
-    return is_topic(name) or is_kafka(name)
+    """Whether an input is a topic of messages, each with its own key: a statekeep topic or a broker's topic."""
+    return is_topic(name) or is_broker(name)
 
 
 #: a Kafka topic's name: ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` (see :mod:`statekeep.functions.messaging.kafka`)
@@ -66,6 +67,75 @@ def parse(name: str) -> KafkaTopic:
         raise InvalidArgumentError(f"{name!r} is not a Kafka topic name (kafka://HOST:PORT[,HOST:PORT...]/TOPIC): "
                                    f"{e}") from None
     return KafkaTopic(servers, topic)
+
+
+#: a Pulsar broker's topic: ``pulsar://HOST:PORT/persistent://TENANT/NAMESPACE/TOPIC[?admin=http://HOST:PORT]``
+#: (see :mod:`statekeep.functions.messaging.pulsartopics`)
+PULSAR_SCHEME = "pulsar://"
+#: the admin REST API's port a Pulsar name without ``?admin=`` is taken to have (Pulsar's default ``webServicePort``)
+PULSAR_ADMIN_PORT = 8080
+
+#: the one registry of broker topic schemes: a name's prefix -> the kind of broker that keeps it
+BROKER_SCHEMES = {SCHEME: "kafka", PULSAR_SCHEME: "pulsar"}
+
+
+def broker_of(name: object) -> str | None:
+    """The kind of broker (``"kafka"``, ``"pulsar"``) whose topic ``name`` is, or None (a statekeep topic, a path)."""
+    if isinstance(name, str):
+        for prefix, kind in BROKER_SCHEMES.items():
+            if name.startswith(prefix):
+                return kind
+    return None
+
+
+def is_broker(name: object) -> bool:
+    """Whether ``name`` names a broker's topic (Kafka's or Pulsar's): records that go out after the state commit."""
+    return broker_of(name) is not None
+
+
+def is_pulsar(name: object) -> bool:
+    """Whether ``name`` names a Pulsar broker's topic (``pulsar://...``)."""
+    return broker_of(name) == "pulsar"
+
+
+@dataclass(frozen=True)
+class PulsarTopic:
+    """A Pulsar topic as a statekeep name gives it: the broker's ``service_url`` (``pulsar://HOST:PORT``), the full
+    ``topic`` name (``persistent://TENANT/NAMESPACE/TOPIC``) and the broker's admin REST ``admin_url``."""
+
+    service_url: str
+    topic: str
+    admin_url: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.service_url}/{self.topic}?admin={self.admin_url}"
+
+
+_PULSAR_SEGMENT = re.compile(r"^[A-Za-z0-9_.=:-]{1,256}$")
+
+
+def parse_pulsar(name: str) -> PulsarTopic:
+    """The Pulsar topic ``pulsar://HOST:PORT/persistent://TENANT/NAMESPACE/TOPIC[?admin=http://HOST:PORT]`` names
+    (``non-persistent://`` too; a partitioned topic by its own name, not a partition's); without ``?admin=`` the
+    admin API is ``http://HOST:8080``. :class:`InvalidArgumentError` naming ``name`` for any other form."""
+    form = "pulsar://HOST:PORT/persistent://TENANT/NAMESPACE/TOPIC[?admin=http://HOST:PORT]"
+    rest, _, query = str(name).partition("?")
+    admin = None
+    if query:
+        field, _, value = query.partition("=")
+        if field != "admin" or not re.fullmatch(r"https?://[^/?#\s]+", value):
+            raise InvalidArgumentError(f"{name!r} is not a Pulsar topic name ({form}): the query may only be "
+                                       "admin=http://HOST:PORT")
+        admin = value
+    host, sep, topic = rest[len(PULSAR_SCHEME):].partition("/") if is_pulsar(rest) else ("", "", "")
+    scheme, _, path = topic.partition("://")
+    parts = path.split("/")
+    address = re.fullmatch(r"([A-Za-z0-9_.-]+|\[[0-9A-Fa-f:]+\]):([0-9]{1,5})", host)
+    if (not sep or address is None or not 0 < int(address.group(2)) < 65536 or scheme not in _SCHEMES
+            or len(parts) != 3 or not all(_PULSAR_SEGMENT.match(p) and p not in (".", "..") for p in parts)):
+        raise InvalidArgumentError(f"{name!r} is not a Pulsar topic name ({form})")
+    return PulsarTopic(f"{PULSAR_SCHEME}{host}", topic, admin or f"http://{address.group(1)}:{PULSAR_ADMIN_PORT}")
 
 
 def absolute(root: str) -> str:

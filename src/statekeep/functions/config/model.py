@@ -63,7 +63,8 @@ CLASS_NAME_PATTERN = rf"^({_ENTRY}\.)*{_ENTRY}$"
 REFUSED: dict[str, str] = {
     **dict.fromkeys(("topicsPattern", "subName", "subscriptionPosition", "producerConfig", "batchBuilder",
                      "customSchemaOutputs", "inputTypeClassName", "outputSchemaType", "outputTypeClassName"),
-                    "needs a Pulsar broker (statekeep reads and writes files through Spark)"),
+                    "needs Pulsar's own subscriptions, producers or schema registry (statekeep reads a broker's "
+                    "topics through Spark by message id, and writes them through its own producers)"),
     **dict.fromkeys(("jar", "go", "packageUrl", "functionType", "runtimeFlags", "customRuntimeOptions",
                      "maxPendingAsyncRequests"),
                     "belongs to another runtime (statekeep runs Python functions on Spark)"),

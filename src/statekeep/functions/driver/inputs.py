@@ -7,23 +7,32 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from statekeep.functions.config.locations import is_kafka
+from statekeep.functions.config.locations import is_kafka, is_pulsar
 from statekeep.functions.config.spec import ExecutorSpec, RecordFormat
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
-def check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
-    """Before a query with Kafka topics starts: Spark has the Kafka connector (for an input), and every Kafka
-    topic named exists and answers. :class:`MissingDependencyError`, :class:`NotFoundError` or
-    :class:`StoreUnavailableError` naming what is missing."""
+def check_brokers(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
+    """Before a query with broker topics starts: Spark has the Kafka connector (for a Kafka input), every Kafka
+    topic named exists and answers, every Pulsar topic named exists and answers and, as an output, deduplicates.
+    :class:`MissingDependencyError`, :class:`NotFoundError`, :class:`StoreUnavailableError` or
+    :class:`InvalidArgumentError` naming what is missing."""
+    named = [*inputs, spec.output, spec.log_topic, spec.dead_letter, spec.changelog_topic]
+    if any(map(is_pulsar, named)):
+        from statekeep.functions.messaging.pulsartopics import check_topics as check_pulsar
+
+        check_pulsar(inputs, [spec.output, spec.log_topic, spec.dead_letter])
+    if any(map(is_kafka, named)):
+        _check_kafka(spark, spec, inputs)
+
+
+def _check_kafka(spark: SparkSession, spec: ExecutorSpec, inputs: list[str]) -> None:
     from statekeep.errors import MissingDependencyError
     from statekeep.functions.messaging.kafka import check_changelog_topic, check_topics, one_cluster
 
     named = [*inputs, spec.output, spec.log_topic, spec.dead_letter, spec.changelog_topic]
-    if not any(map(is_kafka, named)):
-        return
     # what a (batch, partition) writes to Kafka is one transaction, so on one cluster
     one_cluster(n for n in (spec.output, spec.log_topic, spec.dead_letter, spec.changelog_topic) if n)
     jvm = spark.sparkContext._jvm
@@ -97,8 +106,8 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
     key field)."""
     from pyspark.sql import functions as F
 
-    from statekeep.functions.messaging.kafka import is_kafka
-    from statekeep.functions.messaging.kafka import parse as parse_kafka
+    from statekeep.functions.config.locations import parse as parse_kafka
+    from statekeep.functions.config.locations import parse_pulsar
     from statekeep.functions.messaging.sink import is_url
     from statekeep.functions.messaging.topics import default_root, directory, is_topic
 
@@ -113,6 +122,12 @@ def _message_frame(spark: SparkSession, inputs: list[str], key_field: str | None
             frame = (reader.format("kafka").option("kafka.bootstrap.servers", topic.bootstrap)
                      .option("subscribe", topic.topic).option("startingOffsets", "earliest")
                      .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed").load())
+            columns, key = message_columns(frame), F.col("key").cast("string")
+        elif is_pulsar(name):  # statekeep-pulsar: message ids in the query's checkpoint
+            pulsar = parse_pulsar(name)
+            frame = (reader.format("statekeep-pulsar").option("serviceUrl", pulsar.service_url)
+                     .option("adminUrl", pulsar.admin_url).option("topic", pulsar.topic)
+                     .option("startingOffsets", "earliest").load())
             columns, key = message_columns(frame), F.col("key").cast("string")
         elif is_topic(name):
             if is_url(root):  # any fsspec URL, e.g. s3:// (no Hadoop connector needed)
@@ -152,20 +167,22 @@ TOPIC_RECORD = "key string, value string, valueBase64 string, properties map<str
 
 def message_columns(frame: DataFrame) -> list[Column]:
     """The message columns of a DataFrame of Kafka's shape (Spark's Kafka source: ``key``, ``value``,
-    ``timestamp``, ``headers`` if included), as the function's task reads them
-    (:class:`~statekeep.functions.messaging.columns.MessageColumns`), computed by no more than Spark's own
-    projections: ``__value`` the value's bytes (for the serde), ``__mkey`` the key as text, ``__props`` the
-    headers (empty where there are none: see :func:`no_properties`), ``__time`` the timestamp in ms (the event
-    time), ``__json`` false, and ``__kpart`` and ``__koffset``, where the message is in Kafka (an error names
-    them)."""
+    ``timestamp``, ``headers`` if included; the ``statekeep-pulsar`` source's too, with its ``messageId`` and
+    ``eventTime``), as the function's task reads them (:class:`~statekeep.functions.messaging.columns.MessageColumns`),
+    computed by no more than Spark's own projections: ``__value`` the value's bytes (for the serde), ``__mkey`` the
+    key as text, ``__props`` the headers (empty where there are none: see :func:`no_properties`), ``__time`` the
+    event time in ms (Kafka's timestamp; Pulsar's event time, null where the producer set none), ``__json`` false,
+    and ``__kpart``, ``__koffset`` and ``__mid``, where the message is in its topic (Kafka's partition and offset;
+    Pulsar's partition and serialized message id: an error names them)."""
     from pyspark.sql import functions as F
 
     headers = F.coalesce(F.col("headers"), no_properties()) if "headers" in frame.columns else no_properties()
-    where = ([F.col("partition").cast("int").alias("__kpart"), F.col("offset").cast("long").alias("__koffset")]
+    where = ([F.col("partition").cast("int").alias("__kpart"), F.col("offset").cast("long").alias("__koffset"),
+              (F.col("messageId") if "messageId" in frame.columns else F.lit(None).cast("binary")).alias("__mid")]
              if {"partition", "offset"} <= set(frame.columns) else _nowhere())
+    time = F.col("eventTime") if "eventTime" in frame.columns else F.col("timestamp")
     return [F.col("value").cast("binary").alias("__value"), F.col("key").cast("string").alias("__mkey"),
-            headers.alias("__props"), F.unix_millis(F.col("timestamp")).alias("__time"),
-            F.lit(False).alias("__json"), *where]
+            headers.alias("__props"), F.unix_millis(time).alias("__time"), F.lit(False).alias("__json"), *where]
 
 
 def no_properties() -> Column:
@@ -179,10 +196,11 @@ def no_properties() -> Column:
 
 
 def _nowhere() -> list[Column]:
-    """The Kafka partition and offset columns of a message that has none."""
+    """The partition, offset and message id columns of a message that has none."""
     from pyspark.sql import functions as F
 
-    return [F.lit(None).cast("int").alias("__kpart"), F.lit(None).cast("long").alias("__koffset")]
+    return [F.lit(None).cast("int").alias("__kpart"), F.lit(None).cast("long").alias("__koffset"),
+            F.lit(None).cast("binary").alias("__mid")]
 
 
 def topic_columns(record: Column) -> list[Column]:

@@ -396,8 +396,10 @@ class StatekeepTopicSource(DataSource):
 
 def register_sources(spark: SparkSession) -> None:
     from statekeep.functions.driver.kafka_sink import StatekeepKafkaSink
+    from statekeep.functions.driver.pulsar_source import StatekeepPulsarSource
 
     spark.dataSource.register(StatekeepKafkaSink)
+    spark.dataSource.register(StatekeepPulsarSource)
     spark.dataSource.register(StatekeepStateSource)
     spark.dataSource.register(StatekeepChangelogSource)
     spark.dataSource.register(StatekeepTopicSource)

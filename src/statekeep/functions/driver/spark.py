@@ -22,8 +22,8 @@ from statekeep import jsonrecords
 from statekeep.errors import StatekeepError, StoreClosedError
 from statekeep.functions.executor.task import STATS_COLUMNS
 from statekeep.functions.config.spec import ExecutorSpec, executor_spec
-from statekeep.functions.config.locations import is_kafka
-from statekeep.functions.driver.inputs import check_kafka, input_frame
+from statekeep.functions.config.locations import is_broker
+from statekeep.functions.driver.inputs import check_brokers, input_frame
 from statekeep.functions.driver.session import spark_session
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, with_clock_source)
 from statekeep.retry import OUTAGE
@@ -133,7 +133,7 @@ class FunctionQuery:
         from statekeep.functions.driver.plan import StatusListener, function_plan, new_stats
 
         spec = self.spec
-        check_kafka(self.spark, spec, self.inputs)
+        check_brokers(self.spark, spec, self.inputs)
         frame = input_frame(self.spark, self.inputs, spec.format, spec.key_field, dict(spec.input_options),
                             store_url=spec.store_url, topic_column=spec.topic_column, topics_dir=spec.topics_dir)
         found = _checkpoint_sources(self.spark, self.checkpoint)
@@ -146,7 +146,7 @@ class FunctionQuery:
             self._stats = new_stats(self.spark)
         listener = StatusListener(self._stats, self._progress, lambda error: None, self.spark.streams)
         self.spark.streams.addListener(listener)
-        keyed = all(map(is_kafka, self.inputs))  # a Kafka topic's partitions keep each key's messages together
+        keyed = all(map(is_broker, self.inputs))  # a broker topic's partitions keep each key's messages together
         plan, running = OUTAGE.repeat(lambda: function_plan(frame, spec, self.parallelism, schema=_stats_type(),
                                                             report=self._stats.add, keyed=keyed))
         self._partitions = running.partitions  # a function keeping time is laid out by key group

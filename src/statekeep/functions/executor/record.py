@@ -57,11 +57,17 @@ class RecordMethods:
             return None
         return values[position]
 
-    def get_message_id(self) -> str | None:
+    def get_message_id(self) -> Any:
+        """A Pulsar message's own id (a ``pulsar.MessageId``, as Pulsar's runtime gives it); a Kafka message's
+        ``TOPIC:PARTITION:OFFSET`` (TOPIC its input's name); for any other record ``BATCH:INSTANCE:POSITION``."""
         source, position = self._source, self.position
         if source is None or position < 0:
             return None
         messages = source.messages
+        if messages is not None and messages.ids is not None:
+            ident = messages.message_id(position)
+            if ident is not None:
+                return ident
         if messages is not None and messages.offsets is not None and messages.offsets[0][position] is not None:
             return f"{self.get_current_message_topic_name()}:{messages.offsets[0][position]}:" \
                    f"{messages.offsets[1][position]}"  # where the message is in Kafka

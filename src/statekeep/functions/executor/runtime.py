@@ -29,7 +29,9 @@ from statekeep.functions.executor.record import RecordSource
 from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
-from statekeep.functions.messaging.kafka import BatchOutputs, changelog_records, deliver_kept, is_kafka
+from statekeep.functions.config.locations import is_broker
+from statekeep.functions.messaging.delivery import BatchOutputs, deliver_kept
+from statekeep.functions.messaging.kafkarecords import changelog_records
 from statekeep.functions.messaging.messages import output_sink, published_targets, write_targets
 from statekeep.retry import DEFAULT
 from statekeep.state.base import StateStore, TaskState
@@ -81,7 +83,7 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
         stats.applied = False  # a replay of a partition that was already applied
         if spec.rows_schema is not None:  # the operator's replay gives the rows the first run kept
             stats.rows = sink.read(batch_id, partition)
-        deliver_kept(spec, batch_id, partition)  # its Kafka records, unless Kafka has them already
+        deliver_kept(spec, batch_id, partition)  # its brokers' records, unless the brokers have them already
         return stats
     process, kind = _cached_process(spec)
     careful = spec.careful and kind != BATCH
@@ -154,16 +156,16 @@ def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
         else:
             sink.write(*batch, records)
 
-    kafka = BatchOutputs(spec, batch)  # Kafka's records: kept now, delivered after the state commit
+    brokers = BatchOutputs(spec, batch)  # Kafka and Pulsar records: kept now, delivered after the state commit
     if output is not None:
-        if is_kafka(spec.output):
-            kafka.add(str(spec.output), output)
+        if is_broker(spec.output):
+            brokers.add(str(spec.output), output)
         else:
             write(output_sink(spec, spec.output), output)
     files = {}
     for (name, kind), records in targets.items():
-        if is_kafka(name):
-            kafka.add(name, records)
+        if is_broker(name):
+            brokers.add(name, records)
         else:
             files[(name, kind)] = records
     if batch is None:
@@ -171,16 +173,16 @@ def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
     else:
         write_targets(spec, files, *batch)
     if path.dead:
-        if is_kafka(spec.dead_letter):
-            kafka.add(str(spec.dead_letter), path.dead)
+        if is_broker(spec.dead_letter):
+            brokers.add(str(spec.dead_letter), path.dead)
         else:
             write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
     if spec.changelog_topic:  # KIP-813: the state changes, in the same Kafka transaction as the outputs
-        kafka.add_records(spec.changelog_topic, *changelog_records(path.state.written(), spec.changelog_format))
-    kafka.keep()
+        brokers.add_records(spec.changelog_topic, *changelog_records(path.state.written(), spec.changelog_format))
+    brokers.keep()
     applied = store.apply_batch(path.state.puts, path.state.counter_deltas,
                                 marker=None if batch is None else f"{batch[0]}-{batch[1]}")
-    kafka.deliver(applied)
+    brokers.deliver(applied)
     return applied
 
 

@@ -24,18 +24,22 @@ class MessageColumns:
     message keys (str or None), ``properties`` each message's ``{"key", "value"}`` pairs or None (None for the
     whole column: no message has any), ``times`` the event times in ms (None: none has one), ``json`` whether a
     payload is a JSON file's line (decoded as JSON, not by the serde): one bool for the batch, or one per message;
-    ``offsets`` their Kafka partitions and offsets (None: not from Kafka).
+    ``offsets`` their partitions and Kafka offsets (None: not from a broker), ``ids`` their Pulsar message ids,
+    serialized (None: not from Pulsar).
     Every per-record method of the Context reads them by position; nothing is parsed until asked for."""
 
-    __slots__ = ("values", "keys", "properties", "times", "json", "offsets")
+    __slots__ = ("values", "keys", "properties", "times", "json", "offsets", "ids")
 
     def __init__(self, values: list[bytes], keys: list[str | None] | None = None,
                  properties: list[Properties | None] | None = None, times: list[int | None] | None = None,
-                 json: bool | list[bool] = False, offsets: tuple[list[Any], list[Any]] | None = None) -> None:
+                 json: bool | list[bool] = False, offsets: tuple[list[Any], list[Any]] | None = None,
+                 ids: list[bytes | None] | None = None) -> None:
         self.values, self.properties, self.times, self.json = values, properties, times, json
         self.keys = keys if keys is not None else [None] * len(values)
-        #: (Kafka partitions, offsets) of the messages, where they came from Kafka
+        #: (partitions, Kafka offsets) of the messages, where they came from a broker
         self.offsets = offsets
+        #: the Pulsar message ids (``MessageId.serialize()``), where they came from Pulsar
+        self.ids = ids
 
     def __len__(self) -> int:
         return len(self.values)
@@ -59,9 +63,9 @@ class MessageColumns:
         json_lines: bool | list[bool] = every if every or not pc.any(flags).as_py() else flags.to_pylist()
         partitions = column("__kpart") if "__kpart" in table.column_names else None
         offsets = (partitions, table.column("__koffset").to_pylist()) if partitions is not None else None
+        ids = column("__mid") if "__mid" in table.column_names else None
         return cls(table.column("__value").to_pylist(), column("__mkey"),
-                   None if props is None else props.to_pylist(), column("__time"),
-                   json_lines, offsets)
+                   None if props is None else props.to_pylist(), column("__time"), json_lines, offsets, ids)
 
     @classmethod
     def of(cls, records: Sequence[Any]) -> MessageColumns:
@@ -86,10 +90,24 @@ class MessageColumns:
         return cls(values, keys, properties if any(p is not None for p in properties) else None,
                    times if any(t is not None for t in times) else None, flags if any(flags) else False)
 
+    def message_id(self, position: int) -> Any:
+        """The Pulsar message id (a ``pulsar.MessageId``) of the message at ``position``, or None (not from
+        Pulsar)."""
+        found = self.ids[position] if self.ids is not None else None
+        if found is None:
+            return None
+        import pulsar
+
+        return pulsar.MessageId.deserialize(found)
+
     def where(self, position: int) -> str:
-        """Where the message at ``position`` is in its topic (Kafka's partition and offset), or its place in the
-        batch."""
+        """Where the message at ``position`` is in its topic (Kafka's partition and offset, Pulsar's partition and
+        message id ``LEDGER:ENTRY:BATCH``), or its place in the batch."""
         if self.offsets is not None and self.offsets[0][position] is not None:
+            ident = self.message_id(position)
+            if ident is not None:
+                return (f"partition {self.offsets[0][position]}, message id "
+                        f"{ident.ledger_id()}:{ident.entry_id()}:{ident.batch_index()}")
             return f"partition {self.offsets[0][position]}, offset {self.offsets[1][position]}"
         return f"record {position}"
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.messaging.jsonscan import dumps, loads_at
-from statekeep.functions.config.locations import is_kafka
+from statekeep.functions.config.locations import is_broker
 from statekeep.functions.config.loader import FunctionLoadError, execute_file
 from statekeep.functions.messaging.sink import OutputSink
 
@@ -262,7 +262,7 @@ def published_by_target(published: list[tuple[str, Any]], spec: ExecutorSpec) ->
         if isinstance(item, Published):
             custom = item.serde_class_name not in IDENTITY_SERDES
             serde = load_serde(item.serde_class_name, spec.code, spec.py_name) if custom else None
-            message_target = is_topic(topic) or is_kafka(topic)
+            message_target = is_topic(topic) or is_broker(topic)
             if message_target or item.key is not None or item.properties or item.event_time is not None:
                 record = Message(serialize(item.message, serde), item.key, item.properties, item.event_time).to_json()
             elif serde is not None:
@@ -295,7 +295,7 @@ def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
         return row_maker(spec.rows_schema, context.get_message_key)
     name = spec.output_serde
     serde = load_serde(name, spec.code, spec.py_name) if name else None
-    if is_topic(spec.output) or is_kafka(spec.output):
+    if is_topic(spec.output) or is_broker(spec.output):
         published = int(time.time() * 1000)  # the run's: its messages are published with its commit
         key, properties, event_time = (context.get_message_key, context.get_message_properties,
                                        context.get_message_eventtime)
@@ -354,7 +354,7 @@ def output_sink(spec: ExecutorSpec, name: str | None, kind: str = "out") -> Outp
 
     if not name or name == "console":
         return OutputSink(None)
-    if is_kafka(name):  # no file: the commit hands its records to Kafka (statekeep.functions.messaging.kafka)
+    if is_broker(name):  # no file: the commit hands its records to the broker (statekeep.functions.messaging.delivery)
         return OutputSink(None, topic=True)
     topic = is_topic(name)
     fmt = spec.output_format if kind == "out" and not topic else "jsonl"

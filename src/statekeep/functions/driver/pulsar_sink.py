@@ -30,17 +30,13 @@ Rows: ``value`` (binary or string, required), ``key`` (string or binary: the mes
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
-from statekeep.pulsar.options import PulsarOptions as _Options
-from statekeep.pulsar.options import client_module as _client_module
+from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.functions.messaging.pulsarclient import PulsarOptions as _Options
+from statekeep.functions.messaging.pulsarclient import check_deduplication, send
 
 try:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -50,37 +46,6 @@ except ImportError as e:
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
-
-#: a micro-batch's rows per task: sequence id = batch * ROWS_PER_BATCH + position
-ROWS_PER_BATCH = 2**24
-
-
-def deduplication_enabled(options: _Options) -> bool:
-    """Whether the broker deduplicates the topic's messages (its applied setting: topic, else namespace, else
-    broker); NotFoundError for an unknown topic, StoreUnavailableError when the admin API does not answer."""
-    path = urllib.parse.quote(options.topic.replace("://", "/", 1))
-    url = f"{options.admin_url}/admin/v2/{path}/deduplicationEnabled?applied=true"
-    try:
-        with urllib.request.urlopen(url, timeout=options.timeout) as answer:
-            return bool(json.loads(answer.read()))
-    except urllib.error.HTTPError as e:
-        if e.code == 404:
-            raise NotFoundError(f"Pulsar topic {options.topic} does not exist at {options.admin_url}: create it "
-                                "(pulsar-admin topics create, or create-partitioned-topic)") from None
-        raise StoreUnavailableError(f"Pulsar's admin API at {options.admin_url} answered {e.code} for "
-                                    f"{options.topic}'s deduplication") from None
-    except (OSError, ValueError) as e:
-        raise StoreUnavailableError(f"Pulsar's admin API at {options.admin_url} did not answer: {e}") from None
-
-
-def sequence_id(batch: int, position: int) -> int:
-    """The sequence id of the row at ``position`` of micro-batch ``batch`` (InvalidArgumentError past
-    :data:`ROWS_PER_BATCH` rows)."""
-    if position >= ROWS_PER_BATCH - 1:
-        raise InvalidArgumentError(f"statekeep-pulsar: a task writes at most {ROWS_PER_BATCH} rows of a micro-batch "
-                                   "(their sequence ids must stay below the next batch's): repartition the query")
-    return batch * ROWS_PER_BATCH + position + 1  # never 0: the Python client takes 0 for "none given"
-
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
@@ -113,12 +78,7 @@ class PulsarStreamWriter(DataSourceStreamArrowWriter):
         if names.get("value") not in ("string", "binary"):
             raise InvalidArgumentError(f"statekeep-pulsar: the rows need a value column of string or binary, not "
                                        f"{names}")
-        if not deduplication_enabled(self.options):
-            raise InvalidArgumentError(
-                f"Pulsar topic {self.options.topic} has no deduplication, so a replayed micro-batch would be "
-                f"delivered twice: enable it (pulsar-admin namespaces set-deduplication "
-                f"{'/'.join(self.options.topic.split('://', 1)[1].split('/')[:2])} --enable, or the broker's "
-                "brokerDeduplicationEnabled=true)")
+        check_deduplication(self.options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         from pyspark import TaskContext
@@ -131,8 +91,8 @@ class PulsarStreamWriter(DataSourceStreamArrowWriter):
         if batch is None:
             raise InvalidArgumentError("statekeep-pulsar: a streaming write's task has no micro-batch id from Spark")
         prefix = self.producer_prefix or f"statekeep-{task.getLocalProperty(SPARK_QUERY_ID)}"
-        rows = (row for record_batch in iterator for row in record_batch.to_pylist())
-        deliver(self.options, f"{prefix}-{task.partitionId()}", int(batch), rows, task.partitionId())
+        rows = (_message(row) for record_batch in iterator for row in record_batch.to_pylist())
+        send(self.options, f"{prefix}-{task.partitionId()}", int(batch), rows, task.partitionId())
         return WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -140,41 +100,3 @@ class PulsarStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: what was stored stays, and a replay's resends are dropped by the broker."""
-
-
-def deliver(options: _Options, producer_name: str, batch: int, rows: Iterator[Any], partition: int = 0) -> int:
-    """Send ``rows`` as micro-batch ``batch``'s messages of producer ``producer_name`` to the topic's partition
-    ``partition`` mod its partitions, skipping those the broker already has; the number sent. Raises
-    StoreUnavailableError when a send fails."""
-    pulsar = _client_module()
-    client = options.client()
-    failures: list[str] = []
-    sent = 0
-    try:
-        names = client.get_topic_partitions(options.topic)
-        producer = client.create_producer(names[partition % len(names)], producer_name=producer_name,
-                                          batching_enabled=False, block_if_queue_full=True,
-                                          send_timeout_millis=int(options.timeout * 1000))
-        last = producer.last_sequence_id()
-
-        def done(result: Any, ident: Any) -> None:
-            if result != pulsar.Result.Ok:
-                failures.append(str(result))
-
-        for position, row in enumerate(rows):
-            seq = sequence_id(batch, position)
-            if seq <= last:
-                continue  # the broker has it: a replay
-            producer.send_async(callback=done, sequence_id=seq, **_message(row))
-            sent += 1
-        producer.flush()
-        producer.close()
-    except pulsar.PulsarException as e:
-        raise StoreUnavailableError(f"statekeep-pulsar: sending to {options.topic} failed: {type(e).__name__}: {e}"
-                                    ) from None
-    finally:
-        client.close()
-    if failures:
-        raise StoreUnavailableError(f"statekeep-pulsar: {len(failures)} messages to {options.topic} failed "
-                                    f"({failures[0]}); the micro-batch is retried")
-    return sent

@@ -30,20 +30,16 @@ within ``timeoutSeconds`` a :class:`StoreUnavailableError`, a bad option an :cla
 from __future__ import annotations
 
 import itertools
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
-from statekeep.pulsar.options import PulsarOptions as _Options
-from statekeep.pulsar.options import client_module as _client_module
-from statekeep.retry import OUTAGE
+from statekeep.errors import InvalidArgumentError, MissingDependencyError, StoreUnavailableError
+from statekeep.functions.messaging.pulsarclient import PulsarOptions as _Options
+from statekeep.functions.messaging.pulsarclient import client_module as _client_module
+from statekeep.functions.messaging.pulsarclient import last_message_id, partition_names
 
 try:  # a Spark data source: without PySpark it is not importable at all
-    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError as e:
     raise MissingDependencyError(f"the statekeep-pulsar source needs PySpark: pip install 'statekeep[spark]' ({e})"
@@ -52,6 +48,8 @@ except ImportError as e:
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit
     from pyspark.sql.types import StructType
+
+__all__ = ["SCHEMA", "PulsarStreamReader", "StatekeepPulsarSource", "last_message_id", "partition_names"]
 
 #: the Kafka source's columns, then Pulsar's message id and event time
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -62,52 +60,9 @@ EARLIEST = "earliest"
 ARROW_ROWS = 8192
 
 
-def partition_names(options: _Options) -> list[str]:
-    """The topic's partitions' names (the topic itself when it is not partitioned), asked of the broker's binary
-    protocol: NotFoundError for an unknown topic or namespace, StoreUnavailableError when the broker does not
-    answer within the timeout."""
-    pulsar = _client_module()
-    client = options.client()
-    try:
-        return list(client.get_topic_partitions(options.topic))
-    except pulsar.TopicNotFound:
-        raise NotFoundError(f"Pulsar topic {options.topic} does not exist on {options.service_url}: create it "
-                            "(pulsar-admin topics create, or create-partitioned-topic)") from None
-    except (pulsar.Timeout, pulsar.ConnectError) as e:
-        raise StoreUnavailableError(f"Pulsar at {options.service_url} did not answer within {options.timeout:g} s "
-                                    f"({type(e).__name__})") from None
-    except pulsar.PulsarException as e:
-        raise StoreUnavailableError(f"Pulsar at {options.service_url} could not list topic {options.topic}: "
-                                    f"{type(e).__name__}: {e}") from None
-    finally:
-        client.close()
-
-
 def _index(name: str) -> int:
     head, sep, tail = name.rpartition("-partition-")
     return int(tail) if sep and tail.isdigit() else 0
-
-
-def last_message_id(options: _Options, partition: str) -> str:
-    """``LEDGER:ENTRY:BATCH`` of the partition's last message (entry -1 when it has none), from the admin REST
-    API; an unreachable broker is retried within :data:`statekeep.retry.OUTAGE`'s bound up to the timeout."""
-    path = partition.replace("://", "/", 1)
-    url = f"{options.admin_url}/admin/v2/{urllib.parse.quote(path)}/lastMessageId"
-
-    def ask() -> str:
-        try:
-            with urllib.request.urlopen(url, timeout=options.timeout) as answer:
-                found = json.loads(answer.read())
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                raise NotFoundError(f"Pulsar topic {partition} does not exist at {options.admin_url}") from None
-            raise StoreUnavailableError(f"Pulsar's admin API at {options.admin_url} answered {e.code} for "
-                                        f"{partition}'s last message id") from None
-        except (OSError, ValueError) as e:
-            raise StoreUnavailableError(f"Pulsar's admin API at {options.admin_url} did not answer: {e}") from None
-        return f"{int(found['ledgerId'])}:{int(found['entryId'])}:{int(found.get('batchIndex', -1))}"
-
-    return OUTAGE.bounded(seconds=options.timeout).repeat(ask)
 
 
 def _parse(position: str) -> tuple[int, int, int]:
@@ -190,7 +145,9 @@ def _read_range(options: _Options, part: _Range) -> Iterator[tuple[Any, ...]]:
         else:
             ledger, entry, batch = _parse(part.start)
             start = pulsar.MessageId(part.index if "-partition-" in part.name else -1, ledger, entry, batch)
-        reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST)
+        # a deep queue: with the default 1,000 a reader read half as fast here
+        reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST,
+                                      receiver_queue_size=10_000)
         timeout_ms = int(options.timeout * 1000)
         while True:  # to the end's exact id: a Reader's has_message_available can say no before the end is read
             try:
@@ -239,3 +196,24 @@ def _record_batches(rows: Iterator[tuple[Any, ...]], schema: StructType | None) 
         columns = list(zip(*chunk))
         yield pa.RecordBatch.from_arrays([pa.array(list(values), type=field.type)
                                           for values, field in zip(columns, arrow)], schema=arrow)
+
+
+class StatekeepPulsarSource(DataSource):
+    """``spark.readStream`` / ``writeStream`` ``.format("statekeep-pulsar")``: this module's reader, and the
+    effectively-once writer of :mod:`statekeep.functions.driver.pulsar_sink`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "statekeep-pulsar"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> PulsarStreamReader:
+        return PulsarStreamReader(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """The effectively-once sink (:mod:`statekeep.functions.driver.pulsar_sink`)."""
+        from statekeep.functions.driver.pulsar_sink import PulsarStreamWriter
+
+        return PulsarStreamWriter(self.options, schema)
