@@ -230,8 +230,9 @@ def test_a_partition_whose_batches_alternate_between_python_workers_delivers_eac
 def test_a_batch_whose_delivery_behind_its_task_failed_is_caught_up_in_order(kafka, tmp_path, monkeypatch):
     """A task hands its batch to the executor's agent and ends before the Kafka commit (kafkaagent.behind). Batch 1's
     delivery there fails: it stays kept, the agent refuses batch 2 behind it, and batch 2's task catches the
-    partition up (1, then 2). Batch 3 goes behind again, and the query's end (kafka.settle) waits for it. Each
-    batch reaches Kafka once, in order, and nothing stays kept."""
+    partition up (1, then 2). Batch 3 goes behind again, and the query's end (kafka.settle) waits for it; batch 4,
+    kept by a task stopped before its state commit, is not delivered but stays kept for its replay. Each committed
+    batch reaches Kafka once, in order."""
     from types import SimpleNamespace
 
     from statekeep.functions.messaging import kafkaagent
@@ -247,18 +248,20 @@ def test_a_batch_whose_delivery_behind_its_task_failed_is_caught_up_in_order(kaf
         monkeypatch.setattr(kafkaagent, "_connect", lambda: kafkaagent._try_connect(path))
         kept = sk_kafka._kept(spec)
         left = []
-        for batch in range(4):
+        for batch in range(5):
             table = sk_kafka.records_table([(sk_kafka.parse(out).topic, {"key": "k", "value": f"b{batch}"})])
             table = table.replace_schema_metadata({"bootstrap": kafka.address})
             kept.write(batch, 0, table)  # as BatchOutputs.keep, before the state commit
+            if batch == 4:
+                break  # its task stopped before the state commit
             sk_kafka.deliver_kept(spec, batch, 0, table, replay=False)  # the state newly committed
             if batch == 1:
                 kafkaagent.drain("", 60)  # batch 1's delivery has failed by now
             left.append([b for b, _ in kept.batches()])
         assert left[2] == [] and left[3] == [3]  # batch 2 caught 1 and 2 up in its task; 3 went behind
-        sk_kafka.settle(spec)
+        sk_kafka.settle(spec, lambda batch, partition: batch != 4)  # batch 4: kept, its state never committed
         assert values(out) == ["b0", "b1", "b2", "b3"]
-        assert kept.batches() == []
+        assert kept.batches() == [(4, 0)]
     finally:
         agent.kill()
         agent.wait()

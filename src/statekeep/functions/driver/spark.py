@@ -212,8 +212,11 @@ class FunctionQuery:
         the batches stay kept for the next run."""
         from statekeep.functions.messaging.kafka import settle
 
+        def committed(batch: int, partition: int) -> bool:
+            return self.spec.state_store().task(batch, partition, self._partitions).has_marker(f"{batch}-{partition}")
+
         try:
-            settle(self.spec)
+            settle(self.spec, committed)
         except StatekeepError as e:
             self._settle_error = f"{type(e).__name__}: {e}"
 

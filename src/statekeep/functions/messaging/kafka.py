@@ -36,7 +36,7 @@ added to the batch's records (:meth:`BatchOutputs.add_records`) and so go out in
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailableError
@@ -262,12 +262,14 @@ def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = No
             kept.discard(b, partition)
 
 
-def settle(spec: ExecutorSpec) -> None:
-    """At a query's end (the driver's): every batch a function's tasks kept for Kafka is delivered, in order, and
-    forgotten. The executors' agents on this machine first end what they were handed
-    (:func:`~statekeep.functions.messaging.kafkaagent.drain`); a partition whose last kept batch Kafka has then
-    needs nothing more (its batches arrive in order), any other catches up (:meth:`KafkaDelivery.catch_up`, which
-    fences its id). Raises as :meth:`KafkaDelivery.deliver`."""
+def settle(spec: ExecutorSpec, committed: Callable[[int, int], bool]) -> None:
+    """At a query's end (the driver's): every batch a function's tasks kept for Kafka whose state was committed
+    (``committed(batch, partition)``: its marker) is delivered, in order, and forgotten. The executors' agents on
+    this machine first end what they were handed (:func:`~statekeep.functions.messaging.kafkaagent.drain`); a
+    partition whose last kept batch Kafka has then needs nothing more (its batches arrive in order), any other
+    catches up (:meth:`KafkaDelivery.catch_up`, which fences its id). A partition's last kept batch whose state was
+    not committed (a task stopped or failed between the two) stays kept, for the batch's replay. Raises as
+    :meth:`KafkaDelivery.deliver`."""
     from statekeep.functions.messaging import kafkaagent
 
     kept = _kept(spec)
@@ -280,17 +282,16 @@ def settle(spec: ExecutorSpec) -> None:
     for batch, partition in found:
         partitions.setdefault(partition, []).append(batch)
     for partition, batches in sorted(partitions.items()):
-        tables = [(b, kept.read(b, partition)) for b in batches]
-        tables = [(b, t) for b, t in tables if t is not None]
-        if not tables:
+        if not committed(batches[-1], partition):  # only a partition's last can be: Spark runs batches in turn
+            batches.pop()
+        last = kept.read(batches[-1], partition) if batches else None
+        if last is None:
             continue
-        bootstrap = tables[-1][1].schema.metadata[b"bootstrap"].decode()
-        delivery = KafkaDelivery(bootstrap, transactional_id(spec.tenant, spec.namespace, spec.name,
-                                                             spec.function_id, partition))
-        last, table = tables[-1]
-        if not delivery.delivered(last, table["topic"].to_pylist()):
-            delivery.catch_up(tables)
-        for b, _ in tables:
+        delivery = KafkaDelivery(last.schema.metadata[b"bootstrap"].decode(), transactional_id(
+            spec.tenant, spec.namespace, spec.name, spec.function_id, partition))
+        if not delivery.delivered(batches[-1], last["topic"].to_pylist()):
+            delivery.catch_up([(b, kept.read(b, partition)) for b in batches[:-1]] + [(batches[-1], last)])
+        for b in batches:
             kept.discard(b, partition)
 
 
