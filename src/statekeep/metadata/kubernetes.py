@@ -142,12 +142,13 @@ def _micro_time() -> str:
 class _Txn:
     """The commit record of one ``multi``: its name, when it began, and (once read) its state and writes."""
 
-    __slots__ = ("name", "started_ms", "state", "ops", "values")
+    __slots__ = ("name", "started_ms", "state", "ops", "values", "revision")
 
     def __init__(self, name: str, started_ms: int, state: str = "", ops: dict[str, Any] | None = None,
                  values: dict[str, bytes] | None = None) -> None:
         self.name, self.started_ms, self.state = name, started_ms, state
         self.ops, self.values = ops or {}, values or {}
+        self.revision = 0  # the record's resourceVersion (when it was decided), once read
 
 
 class KubernetesStore(MetadataStore):
@@ -376,6 +377,7 @@ class KubernetesStore(MetadataStore):
             txn.state = "pending" if _now_ms() - txn.started_ms < self._stale_ms else "void"
             return txn
         txn.state = obj["metadata"]["annotations"].get(_STATE, "aborted")
+        txn.revision = _revision(obj["metadata"])
         if txn.state == "committed":
             txn.ops = json.loads((obj.get("data") or {}).get("ops", "{}"))
             txn.values = {k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()}
@@ -419,18 +421,27 @@ class KubernetesStore(MetadataStore):
             again = self._read_cm(obj["metadata"]["name"])
             return (None, False) if again is None else self._settle(again)
 
-    def _settle_listing(self, list_objects: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        """``list_objects()`` (one list: one moment) as readers see it, every transaction in it decided once:
-        all of one transaction's writes shown, or none. If one that was undecided commits while this runs, the
-        listing is read again, so what is shown held at one moment."""
+    def _settle_listing(self, list_objects: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items of ``list_objects()`` (one list: one moment, its ``resourceVersion``) as readers saw them at
+        that moment, every transaction in it decided once: all of one transaction's writes shown, or none.
+
+        A transaction is shown only if its commit record was created at or before the list's revision. One that
+        committed after the list (its record newer) is shown as before its intents, although its record now says
+        committed: its writer marks its objects in parallel, so the list may hold some of its intents and not yet
+        others (a changelog's later record without an earlier one), and showing the marked ones would show half of
+        it. None of its intents had been applied at the list's revision (applying follows the commit)."""
         for _ in self._retry.attempts():
-            items = list_objects()
+            listed = list_objects()
+            items = list(listed.get("items") or [])
+            at = _revision(listed.get("metadata") or {})
             txns: dict[str, _Txn] = {}
             undecided: list[dict[str, Any]] = []
             for item in items:
                 intent = (item["metadata"].get("annotations") or {}).get(_TXN)
                 if intent and intent not in txns:
-                    txns[intent] = self._read_txn(intent)
+                    txns[intent] = txn = self._read_txn(intent)
+                    if txn.state == "committed" and txn.revision > at:
+                        txn.state = "later"  # committed after the list: not at the list's moment
                 if intent and txns[intent].state in ("pending", "void"):
                     undecided.append(item)
             # no record: not committed yet, or committed, applied and its record deleted since the list (a writer
@@ -443,7 +454,7 @@ class KubernetesStore(MetadataStore):
             for item in items:
                 intent = (item["metadata"].get("annotations") or {}).get(_TXN) or ""
                 txn = txns.get(intent)
-                if txn is not None and txn.state in ("pending", "void"):
+                if txn is not None and txn.state in ("pending", "void", "later"):
                     shown.append(item)  # as before the intent (a void one is cleared by the next writer)
                     continue
                 settled, _ = self._settle(item, txn)
@@ -498,7 +509,7 @@ class KubernetesStore(MetadataStore):
     def _children_objects(self, path: str) -> list[tuple[str, dict[str, Any]]]:
         selector = f"{_STORE}={self.store_id},{_KIND}=key,{_PARENT}={self._parent_label(path)}"
         found = []
-        for obj in self._settle_listing(lambda: list(self._list_cm(selector).get("items") or [])):
+        for obj in self._settle_listing(lambda: self._list_cm(selector)):
             if self._record(obj) is None:
                 continue
             child = obj["metadata"]["annotations"].get(_PATH, "")
