@@ -104,6 +104,7 @@ _PATH, _VERSION, _CREATED, _MODIFIED, _OWNER = (_A + n for n in ("path", "versio
                                                                  "owner"))
 _TXN, _SEQUENCE, _STATE = _A + "txn", _A + "sequence", _A + "state"
 _STORE, _PARENT, _KIND = _A + "store", _A + "parent", _A + "kind"
+_STARTED = _A + "started-ms"
 
 
 def _hash(text: str, length: int) -> str:
@@ -155,8 +156,9 @@ class KubernetesStore(MetadataStore):
     """``k8s://[CONTEXT@]NAMESPACE[/PREFIX]``: see the module docstring. Options (URL query or keywords):
     ``kubeconfig`` (a path), ``in_cluster`` (use the pod's service account), ``timeout`` (seconds an operation
     may take, default 10), ``session_timeout`` (whole seconds a session outlives its last renewal, default 10),
-    ``max_value_size``. Opening raises :class:`StoreUnavailableError` if the server does not answer within
-    ``timeout``, :class:`NotFoundError` if ``NAMESPACE`` does not exist."""
+    ``sweep_after`` (seconds, default 120: see :meth:`sweep`), ``max_value_size``. Opening raises
+    :class:`StoreUnavailableError` if the server does not answer within ``timeout``, :class:`NotFoundError` if
+    ``NAMESPACE`` does not exist."""
 
     scheme = "k8s"
     capabilities = frozenset({"persistent", "multi_process", "sessions", "sequence_counters"})
@@ -166,7 +168,7 @@ class KubernetesStore(MetadataStore):
 
     def __init__(self, namespace: str, prefix: str = "", *, context: str | None = None,
                  kubeconfig: str | None = None, in_cluster: bool = False, timeout: float = 10.0,
-                 session_timeout: int = 10, **options: Any) -> None:
+                 session_timeout: int = 10, sweep_after: float = 120.0, **options: Any) -> None:
         super().__init__(**options)
         prefix = prefix.strip("/")
         if prefix:
@@ -176,10 +178,14 @@ class KubernetesStore(MetadataStore):
                                        f"{namespace!r}")
         check_number(timeout, "timeout", positive=True, unit=" of seconds")
         check_int(session_timeout, "session_timeout", minimum=1)
+        check_number(sweep_after, "sweep_after", positive=True, unit=" of seconds")
         self.namespace, self.prefix = namespace, "/" + prefix if prefix else ""
         self.timeout, self.session_timeout = float(timeout), session_timeout
         self._retry = RETRY.bounded(seconds=self.timeout)
         self._stale_ms = int(self.timeout * 500)  # an intent older than this whose record is missing is void
+        self.sweep_after = float(sweep_after)
+        self._commit_deadline_ms = int(self.sweep_after * 250)  # a writer no longer commits a multi this old
+        self._next_sweep = 0.0  # monotonic time of the next sweep() by the session keeper
         self.store_id = _hash(self.prefix or "/", 12)
         self._base = f"sk-{self.store_id}"
         self._api = self._client(context, kubeconfig, in_cluster)
@@ -329,14 +335,12 @@ class KubernetesStore(MetadataStore):
 
     # ---- objects <-> records -----------------------------------------------------------------
 
-    def _key_body(self, path: str, record: Record, rv: str | None = None, txn: str | None = None) -> dict[str, Any]:
+    def _key_body(self, path: str, record: Record, rv: str | None = None) -> dict[str, Any]:
         annotations = {_PATH: path, _VERSION: str(record.version), _CREATED: str(record.created_ms),
                        _MODIFIED: str(record.modified_ms)}
         labels = {_STORE: self.store_id, _KIND: "key", _PARENT: self._parent_label(parent_of(path))}
         if record.owner:
             annotations[_OWNER] = labels[_OWNER] = f"{record.owner:016x}"
-        if txn:
-            annotations[_TXN] = txn
         metadata: dict[str, Any] = {"name": self._key_name(path), "labels": labels, "annotations": annotations}
         if rv:
             metadata["resourceVersion"] = rv
@@ -344,7 +348,7 @@ class KubernetesStore(MetadataStore):
 
     def _placeholder(self, name: str, path: str, kind: str, txn: str) -> dict[str, Any]:
         """An object that holds an intent on a key (or counter) that does not exist: readers see it as absent."""
-        labels = {_STORE: self.store_id, _KIND: kind}
+        labels = {_STORE: self.store_id, _KIND: kind, _TXN: txn.partition("@")[0]}
         if kind == "key":
             labels[_PARENT] = self._parent_label(parent_of(path))
         return {"metadata": {"name": name, "labels": labels, "annotations": {_PATH: path, _TXN: txn}}}
@@ -386,7 +390,7 @@ class KubernetesStore(MetadataStore):
     def _abort(self, txn: _Txn) -> _Txn:
         """Make ``txn`` (found void) aborted for good: its writer can no longer commit it."""
         body = {"metadata": {"name": txn.name, "labels": {_STORE: self.store_id, _KIND: "txn"},
-                             "annotations": {_STATE: "aborted"}}}
+                             "annotations": {_STATE: "aborted", _STARTED: str(txn.started_ms)}}}
         try:
             self._create_cm(body)
             txn.state = "aborted"
@@ -453,11 +457,11 @@ class KubernetesStore(MetadataStore):
             shown: list[dict[str, Any]] = []
             for item in items:
                 intent = (item["metadata"].get("annotations") or {}).get(_TXN) or ""
-                txn = txns.get(intent)
-                if txn is not None and txn.state in ("pending", "void", "later"):
+                decided = txns.get(intent)
+                if decided is not None and decided.state in ("pending", "void", "later"):
                     shown.append(item)  # as before the intent (a void one is cleared by the next writer)
                     continue
-                settled, _ = self._settle(item, txn)
+                settled, _ = self._settle(item, decided)
                 if settled is not None:
                     shown.append(settled)
             return shown
@@ -476,7 +480,8 @@ class KubernetesStore(MetadataStore):
                 self._delete_cm(name, rv)
                 return None
             annotations.pop(_TXN, None)
-            return self._replace_cm({**obj, "metadata": {**metadata, "annotations": annotations}})
+            labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k != _TXN}
+            return self._replace_cm({**obj, "metadata": {**metadata, "labels": labels, "annotations": annotations}})
         if op[0] == "delete":
             self._delete_cm(name, rv)
             return None
@@ -659,8 +664,10 @@ class KubernetesStore(MetadataStore):
             for path, names in snapshot.listed.items():  # no child appeared since (creators mark the parent)
                 if [n for n, _ in self._children_objects(path)] != names:
                     raise _Conflict(f"the children of {path} changed")
+            if _now_ms() - txn.started_ms >= self._commit_deadline_ms:  # see sweep(): start again
+                raise _Conflict("the transaction took longer than a commit may")
             body = {"metadata": {"name": txn.name, "labels": {_STORE: self.store_id, _KIND: "txn"},
-                                 "annotations": {_STATE: "committed"}},
+                                 "annotations": {_STATE: "committed", _STARTED: str(txn.started_ms)}},
                     "data": {"ops": json.dumps(ops_out, separators=(",", ":"))}, "binaryData": values}
             committing = True
             self._create_cm(body)  # the commit point: a 409 means a reader aborted this transaction first
@@ -690,7 +697,9 @@ class KubernetesStore(MetadataStore):
         else:
             meta = obj["metadata"]
             annotations = {**(meta.get("annotations") or {}), _TXN: intent}
-            marked[name] = self._replace_cm({**obj, "metadata": {**meta, "annotations": annotations}})
+            labels = {**(meta.get("labels") or {}), _TXN: intent.partition("@")[0]}  # what sweep() lists
+            marked[name] = self._replace_cm({**obj, "metadata": {**meta, "labels": labels,
+                                                                 "annotations": annotations}})
 
     def _in_parallel(self, calls: list[Callable[[], Any]]) -> None:
         """Run ``calls`` at once on the store's pool; when all are done, raise the first error any raised."""
@@ -764,6 +773,53 @@ class KubernetesStore(MetadataStore):
 
         return cast(int, self._retrying(attempt))
 
+    # ---- abandoned transactions ---------------------------------------------------------------
+
+    def sweep(self) -> tuple[int, int]:
+        """Clean up after writers that died (or gave up) in a ``multi`` between marking objects with intents
+        and finishing; returns (intents resolved, commit records deleted). Readers never need it: they resolve
+        each intent they meet as the contract says (a committed one applied, one whose record is missing after
+        ``timeout/2`` aborted). This removes what no reader may come back to:
+
+        - intents older than ``timeout/2`` (objects carry their transaction as a label, so one list finds them),
+          resolved as a reader would;
+        - committed records older than ``timeout/2``, once no object carries their intent (applied first);
+        - aborted records older than ``sweep_after``, once no object carries their intent. An aborted record is
+          what keeps a slow writer from committing after readers gave up on it, so it stays that long: a writer
+          does not commit a ``multi`` begun more than ``sweep_after/4`` ago (it starts again), and the API server
+          ends any request within its own timeout (60 s by default), well inside the rest.
+
+        The session keeper runs it when the store opens and every ``sweep_after/2`` seconds after."""
+        self._check_open()
+        resolved = deleted = 0
+        now = _now_ms()
+        for obj in self._list_cm(f"{_STORE}={self.store_id},{_TXN}").get("items") or []:
+            intent = (obj["metadata"].get("annotations") or {}).get(_TXN, "")
+            if now - int(intent.partition("@")[2] or 0) < self._stale_ms:
+                continue  # its writer may be at work
+            with _suppress(NotFoundError):
+                _, undecided = self._settle(obj)
+                resolved += not undecided
+        for record in self._list_cm(f"{_STORE}={self.store_id},{_KIND}=txn").get("items") or []:
+            meta = record["metadata"]
+            annotations = meta.get("annotations") or {}
+            state, started = annotations.get(_STATE, "aborted"), int(annotations.get(_STARTED, 0))
+            if now - started < (self._stale_ms if state == "committed" else self.sweep_after * 1000):
+                continue
+            txn = self._read_txn(f"{meta['name']}@{started}")
+            if txn.state not in ("committed", "aborted"):
+                continue  # deleted meanwhile
+            carrying = self._list_cm(f"{_STORE}={self.store_id},{_TXN}={meta['name']}").get("items") or []
+            for obj in carrying:  # left by a writer that died after committing, or cleared by no reader yet
+                with _suppress(NotFoundError, _Conflict):
+                    self._apply_intent(obj, txn)
+            if carrying and self._list_cm(f"{_STORE}={self.store_id},{_TXN}={meta['name']}").get("items"):
+                continue  # an object changed meanwhile: the next sweep
+            with _suppress(NotFoundError, _Conflict):
+                self._delete_cm(meta["name"], meta["resourceVersion"])
+                deleted += 1
+        return resolved, deleted
+
     # ---- sessions ----------------------------------------------------------------------------
 
     def _lease_body(self, session: int, rv: str | None = None) -> dict[str, Any]:
@@ -822,6 +878,12 @@ class KubernetesStore(MetadataStore):
             self._reap()
         except (StatekeepError, _Conflict) as e:
             log.info("k8s:// %s: expired sessions not reaped this time (%s)", self.server, e)
+        if time.monotonic() >= self._next_sweep:  # at session start, then every sweep_after / 2
+            self._next_sweep = time.monotonic() + self.sweep_after / 2
+            try:
+                self.sweep()
+            except (StatekeepError, _Conflict) as e:
+                log.info("k8s:// %s: abandoned transactions not swept this time (%s)", self.server, e)
 
     def _lost(self) -> None:
         if self._session:
