@@ -19,7 +19,8 @@ Layout (all in ``NAMESPACE``, labelled ``statekeep.io/store=<STORE>``, a hash of
   ``resourceVersion`` has not changed, as client-go's leader election judges a Lease) deletes the session's
   ephemeral keys and then the Lease. So an ephemeral key goes within about ``session_timeout`` plus a
   renewal interval after its holder stops renewing, provided some store of the same ``PREFIX`` is open.
-- one ConfigMap per ``multi`` under way, ``sk-<STORE>-t-<id>``: its commit record (below), deleted when done.
+- one ConfigMap per ``multi`` under way, ``sk-<STORE>-t-<id>``: its commit record (below), deleted when done; an
+  object under its intent carries the label ``statekeep.io/txn=sk-<STORE>-t-<id>`` (what :meth:`sweep` lists).
 
 Writes. One key's update is one ``replace`` with the ``resourceVersion`` last seen as precondition: a 409
 Conflict is a lost compare-and-set, read again. Anything that touches more than one object (a ``multi``, a create,
@@ -33,6 +34,8 @@ carries the writes. Until then nothing is visible: readers see the values before
 an intent whose record says committed applies it (so does the writer after committing); an intent of a record
 that was never created is void once older than ``timeout/2``: the finder creates the record as "aborted", so the
 writer's own create fails with a 409 and it starts again (create is the one atomic decision both race for).
+A listing shows a transaction only if its record is no newer than the list (its ``resourceVersion``): the
+writer marks in parallel, so a list taken while it marks may hold some of its intents and not others.
 Hence every ``multi`` is atomic and isolated, whatever its operations; its size is bounded by the commit record:
 at most ``max_request_bytes`` of values in one ``multi`` (:class:`ValueTooLargeError` before anything is written).
 
