@@ -883,10 +883,14 @@ class KubernetesStore(MetadataStore):
             log.info("k8s:// %s: expired sessions not reaped this time (%s)", self.server, e)
         if time.monotonic() >= self._next_sweep:  # at session start, then every sweep_after / 2
             self._next_sweep = time.monotonic() + self.sweep_after / 2
-            try:
-                self.sweep()
-            except (StatekeepError, _Conflict) as e:
-                log.info("k8s:// %s: abandoned transactions not swept this time (%s)", self.server, e)
+            with _suppress(RuntimeError):  # the pool is shut down: the store is closing
+                self._pool.submit(self._sweep_quietly)  # not in this thread: the Lease's renewals must not wait
+
+    def _sweep_quietly(self) -> None:
+        try:
+            self.sweep()
+        except (StatekeepError, _Conflict) as e:
+            log.info("k8s:// %s: abandoned transactions not swept this time (%s)", self.server, e)
 
     def _lost(self) -> None:
         if self._session:
