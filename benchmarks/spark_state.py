@@ -386,7 +386,8 @@ def main() -> None:
         stores = list(urls)
         for round_ in range(args.rounds):
             for variant in variants if round_ % 2 == 0 else variants[::-1]:
-                for backend, url in stores if VARIANTS[variant] is None else [(None, None)]:
+                order = stores if round_ % 2 == 0 else stores[::-1]  # the stores alternate too
+                for backend, url in order if VARIANTS[variant] is None else [(None, None)]:
                     only = args.state_dir_only and shared and backend not in (None, "local")
                     for state_dir in ([] if only else [None]) + ([shared] if shared and backend else []):
                         row = variant if backend in (None, "local") else f"{variant}[{backend}]"
