@@ -48,7 +48,7 @@ def test_url_layout_and_bad_input(kubernetes_server, tmp_path):
     with open_store(f"k8s://statekeep@{server.namespace}/{prefix}?kubeconfig={server.kubeconfig}") as store:
         store.put("/a/b", b"\x00bytes\xff")
         names = {cm.metadata.annotations["statekeep.io/path"]: cm for cm in _raw(server).list_namespaced_config_map(
-            server.namespace, label_selector=f"statekeep.io/store={store.store_id}").items}
+            server.namespace, label_selector=f"statekeep.io/store={store.store_id},statekeep.io/kind=key").items}
         assert set(names) == {"/a", "/a/b"}  # the ancestor too, as on every backend
         assert base64.b64decode(names["/a/b"].binary_data["value"]) == b"\x00bytes\xff"
         assert names["/a/b"].metadata.annotations["statekeep.io/version"] == "0"
