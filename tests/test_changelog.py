@@ -12,11 +12,10 @@ import pytest
 from statekeep.changelog import Compactor, FollowerStore, SnapshotStore, compact
 from statekeep.errors import CorruptStateError, NotFoundError, ReadOnlyStoreError
 from statekeep.state import open_provider
-from support.followers import expect_k8s_follower_bug, entries, open_follower, write_mix
+from support.followers import entries, open_follower, write_mix
 
 
-def test_follower_materializes_the_leader_and_refuses_writes(leader, tmp_path, request):
-    expect_k8s_follower_bug(request, leader)
+def test_follower_materializes_the_leader_and_refuses_writes(leader, tmp_path):
     state = leader.get_state_store("t", "n", "f")
     n = 300 if leader.store.scheme in ("zk", "etcd", "k8s") else 2000
     write_mix(state, n // 2)
@@ -35,10 +34,9 @@ def test_follower_materializes_the_leader_and_refuses_writes(leader, tmp_path, r
         assert state.changelog_position() == position and entries(follower) == local  # nothing written anywhere
 
 
-def test_follower_converges_over_batches_larger_than_a_transaction(leader, tmp_path, request):
+def test_follower_converges_over_batches_larger_than_a_transaction(leader, tmp_path):
     """A tailing follower sees each key's changes in commit order while a batch several times the
     backend's transaction is staged, committed and applied, and converges to the leader."""
-    expect_k8s_follower_bug(request, leader)
     state = leader.get_state_store("t", "n", "f")
     n = min(3 * state.batch_limits.max_keys + 5, 3_005)
     state.apply_batch({f"k{i}": b"old" for i in range(n)}, {"c": 1})

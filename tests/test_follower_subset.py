@@ -13,7 +13,7 @@ from statekeep.changelog import FollowerStore, SnapshotStore, compact
 from statekeep.changelog.replica import LocalReplica
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.records import counter_bytes
-from support.followers import expect_k8s_follower_bug, Follower, entries, leader_service, open_follower, write_updates
+from support.followers import Follower, entries, leader_service, open_follower, write_updates
 
 
 def follow(leader, tmp_path, local: str, **options) -> FollowerStore:
@@ -43,8 +43,7 @@ def write_prefixed(state, n: int, seed: int = 0) -> None:
         state.apply_batch(puts, counters)
 
 
-def test_a_prefix_follower_converges_exactly(leader, tmp_path, request):
-    expect_k8s_follower_bug(request, leader)
+def test_a_prefix_follower_converges_exactly(leader, tmp_path):
     state = leader.get_state_store("t", "n", "f")
     n = 200 if leader.store.scheme in ("zk", "etcd", "k8s") else 1000
     write_prefixed(state, n // 2)

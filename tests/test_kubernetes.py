@@ -48,7 +48,7 @@ def test_url_layout_and_bad_input(kubernetes_server, tmp_path):
     with open_store(f"k8s://statekeep@{server.namespace}/{prefix}?kubeconfig={server.kubeconfig}") as store:
         store.put("/a/b", b"\x00bytes\xff")
         names = {cm.metadata.annotations["statekeep.io/path"]: cm for cm in _raw(server).list_namespaced_config_map(
-            server.namespace, label_selector=f"statekeep.io/store={store.store_id}").items}
+            server.namespace, label_selector=f"statekeep.io/store={store.store_id},statekeep.io/kind=key").items}
         assert set(names) == {"/a", "/a/b"}  # the ancestor too, as on every backend
         assert base64.b64decode(names["/a/b"].binary_data["value"]) == b"\x00bytes\xff"
         assert names["/a/b"].metadata.annotations["statekeep.io/version"] == "0"
@@ -145,6 +145,69 @@ def test_watch_whose_revision_is_gone_lists_again_and_reports_the_gap(kubernetes
         assert "revision is gone" in caplog.text  # the gap was reported by listing again, not by the watch
         writer.put("/g/later", b"1")
         assert wait_for(lambda: (NotificationType.Created, "/g/later") in changes(), timeout=30)
+
+
+#: a writer that SIGKILLs itself at one point of a multi: after marking every object with its intent, before its
+#: commit record ("before-commit"), or right after the record, before applying it ("after-commit")
+_DYING_WRITER = """
+import os, signal, sys
+from statekeep.metadata import Put, open_store
+
+url, point = sys.argv[1], sys.argv[2]
+store = open_store(url)
+die = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+if point == "before-commit":
+    create = store._create_cm
+    store._create_cm = lambda body: die() if body["metadata"]["labels"].get("statekeep.io/kind") == "txn" \
+        else create(body)
+else:
+    store._finish = die
+ops = {"before-commit": [Put("/a", b"new"), Put("/b", b"new"), Put("/c", b"new", -1)],
+       "after-commit": [Put("/x", b"1"), Put("/y", b"1", -1)]}[point]
+store.multi(ops)
+sys.exit(3)  # not reached
+"""
+
+
+def test_a_writer_killed_mid_multi_leaves_nothing_half_done_and_its_leftovers_are_swept(kubernetes_server):
+    """A writer SIGKILLed between its intents and its commit record, and one killed between its commit record and
+    applying it: readers see the first multi as never written and the second as whole; sweep() (run by a store's
+    session keeper when it opens, and every sweep_after/2) resolves every intent left and deletes both commit
+    records, after which the keys take writes as any other."""
+    import subprocess
+    import sys
+
+    server = kubernetes_server
+    url = _url(server, kubeconfig=server.kubeconfig)
+    raw = _raw(server)
+    with open_store(url) as setup:
+        setup.put("/a", b"old")
+        setup.put("/b", b"old")
+        setup.put("/x", b"0")
+        store_id = setup.store_id
+    for point in ("before-commit", "after-commit"):
+        died = subprocess.run([sys.executable, "-c", _DYING_WRITER, url, point], capture_output=True, text=True,
+                              timeout=300)
+        assert died.returncode == -9, died.stderr
+
+    def leftovers() -> tuple[list[str], list[str]]:
+        marked = raw.list_namespaced_config_map(server.namespace,
+                                                label_selector=f"statekeep.io/store={store_id},statekeep.io/txn")
+        records = raw.list_namespaced_config_map(server.namespace,
+                                                 label_selector=f"statekeep.io/store={store_id},statekeep.io/kind=txn")
+        return ([cm.metadata.annotations["statekeep.io/path"] for cm in marked.items],
+                [cm.metadata.annotations["statekeep.io/state"] for cm in records.items])
+
+    marked, records = leftovers()
+    assert sorted(marked) == ["/a", "/b", "/c", "/x", "/y"] and records == ["committed"]
+    with open_store(url, timeout=2, sweep_after=1) as reader:  # timeout/2: an intent without a record is void
+        expected = {"/a": b"old", "/b": b"old", "/c": None, "/x": b"1", "/y": b"1"}
+        assert reader.get_children("/") == ["a", "b", "x", "y"]  # a listing shows each multi whole or not at all
+        # no read of /a, /b, /c has resolved their intents: the sweep does (its own, or the session keeper's)
+        assert wait_for(lambda: reader.sweep() and leftovers() == ([], []), timeout=60), leftovers()
+        assert {p: (r.value if (r := reader.get(p)) else None) for p in expected} == expected
+        assert reader.put("/a", b"newer", 0).version == 1 and reader.put("/c", b"c", -1).version == 0
+        assert reader.multi([Put("/x", b"2", 1), Put("/y", b"2", 0)])[1].version == 1
 
 
 def _compact(server) -> None:

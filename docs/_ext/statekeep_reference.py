@@ -114,6 +114,8 @@ OPTION_MEANINGS = {
     "kubeconfig": "the kubeconfig file (default: `$KUBECONFIG`, else `~/.kube/config`)",
     "in_cluster": "use the pod's service account (the default inside a pod without a kubeconfig)",
     "timeout": "seconds after which an unreachable server gives `StoreUnavailableError`",
+    "sweep_after": "seconds an aborted transaction's commit record is kept before the sweep deletes it (Kubernetes, "
+                   "its operations page: abandoned transactions)",
 }
 
 

@@ -3,8 +3,6 @@ follower in its own process (``follower_worker``) driven over its stdin/stdout."
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import signal
@@ -120,13 +118,3 @@ def open_follower(leader, tmp_path, name="f", **options):
     return FollowerStore.open(leader, "t", "n", name, local_dir=str(tmp_path / f"follower-{name}"),
                               blobs=f"file://{tmp_path}/blobs", **options)
 
-
-#: the follower tests k8s:// fails intermittently (1 to 3 of these 3 per run under load): a follower reports itself
-#: caught up while the leader's last batch is not applied. Not yet understood (the listing of the log was checked
-#: for gaps and stale reads in isolation and showed none); an expected failure there until it is, never a skip.
-K8S_FOLLOWER_BUG = "k8s://: intermittent, a follower caught up without the last batch (open: the k8s branch's report)"
-
-
-def expect_k8s_follower_bug(request, leader) -> None:
-    if leader.store.scheme == "k8s":
-        request.applymarker(pytest.mark.xfail(reason=K8S_FOLLOWER_BUG, strict=False))

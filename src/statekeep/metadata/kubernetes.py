@@ -19,7 +19,8 @@ Layout (all in ``NAMESPACE``, labelled ``statekeep.io/store=<STORE>``, a hash of
   ``resourceVersion`` has not changed, as client-go's leader election judges a Lease) deletes the session's
   ephemeral keys and then the Lease. So an ephemeral key goes within about ``session_timeout`` plus a
   renewal interval after its holder stops renewing, provided some store of the same ``PREFIX`` is open.
-- one ConfigMap per ``multi`` under way, ``sk-<STORE>-t-<id>``: its commit record (below), deleted when done.
+- one ConfigMap per ``multi`` under way, ``sk-<STORE>-t-<id>``: its commit record (below), deleted when done; an
+  object under its intent carries the label ``statekeep.io/txn=sk-<STORE>-t-<id>`` (what :meth:`sweep` lists).
 
 Writes. One key's update is one ``replace`` with the ``resourceVersion`` last seen as precondition: a 409
 Conflict is a lost compare-and-set, read again. Anything that touches more than one object (a ``multi``, a create,
@@ -33,6 +34,8 @@ carries the writes. Until then nothing is visible: readers see the values before
 an intent whose record says committed applies it (so does the writer after committing); an intent of a record
 that was never created is void once older than ``timeout/2``: the finder creates the record as "aborted", so the
 writer's own create fails with a 409 and it starts again (create is the one atomic decision both race for).
+A listing shows a transaction only if its record is no newer than the list (its ``resourceVersion``): the
+writer marks in parallel, so a list taken while it marks may hold some of its intents and not others.
 Hence every ``multi`` is atomic and isolated, whatever its operations; its size is bounded by the commit record:
 at most ``max_request_bytes`` of values in one ``multi`` (:class:`ValueTooLargeError` before anything is written).
 
@@ -104,6 +107,7 @@ _PATH, _VERSION, _CREATED, _MODIFIED, _OWNER = (_A + n for n in ("path", "versio
                                                                  "owner"))
 _TXN, _SEQUENCE, _STATE = _A + "txn", _A + "sequence", _A + "state"
 _STORE, _PARENT, _KIND = _A + "store", _A + "parent", _A + "kind"
+_STARTED = _A + "started-ms"
 
 
 def _hash(text: str, length: int) -> str:
@@ -142,20 +146,22 @@ def _micro_time() -> str:
 class _Txn:
     """The commit record of one ``multi``: its name, when it began, and (once read) its state and writes."""
 
-    __slots__ = ("name", "started_ms", "state", "ops", "values")
+    __slots__ = ("name", "started_ms", "state", "ops", "values", "revision")
 
     def __init__(self, name: str, started_ms: int, state: str = "", ops: dict[str, Any] | None = None,
                  values: dict[str, bytes] | None = None) -> None:
         self.name, self.started_ms, self.state = name, started_ms, state
         self.ops, self.values = ops or {}, values or {}
+        self.revision = 0  # the record's resourceVersion (when it was decided), once read
 
 
 class KubernetesStore(MetadataStore):
     """``k8s://[CONTEXT@]NAMESPACE[/PREFIX]``: see the module docstring. Options (URL query or keywords):
     ``kubeconfig`` (a path), ``in_cluster`` (use the pod's service account), ``timeout`` (seconds an operation
     may take, default 10), ``session_timeout`` (whole seconds a session outlives its last renewal, default 10),
-    ``max_value_size``. Opening raises :class:`StoreUnavailableError` if the server does not answer within
-    ``timeout``, :class:`NotFoundError` if ``NAMESPACE`` does not exist."""
+    ``sweep_after`` (seconds, default 120: see :meth:`sweep`), ``max_value_size``. Opening raises
+    :class:`StoreUnavailableError` if the server does not answer within ``timeout``, :class:`NotFoundError` if
+    ``NAMESPACE`` does not exist."""
 
     scheme = "k8s"
     capabilities = frozenset({"persistent", "multi_process", "sessions", "sequence_counters"})
@@ -165,7 +171,7 @@ class KubernetesStore(MetadataStore):
 
     def __init__(self, namespace: str, prefix: str = "", *, context: str | None = None,
                  kubeconfig: str | None = None, in_cluster: bool = False, timeout: float = 10.0,
-                 session_timeout: int = 10, **options: Any) -> None:
+                 session_timeout: int = 10, sweep_after: float = 120.0, **options: Any) -> None:
         super().__init__(**options)
         prefix = prefix.strip("/")
         if prefix:
@@ -175,10 +181,14 @@ class KubernetesStore(MetadataStore):
                                        f"{namespace!r}")
         check_number(timeout, "timeout", positive=True, unit=" of seconds")
         check_int(session_timeout, "session_timeout", minimum=1)
+        check_number(sweep_after, "sweep_after", positive=True, unit=" of seconds")
         self.namespace, self.prefix = namespace, "/" + prefix if prefix else ""
         self.timeout, self.session_timeout = float(timeout), session_timeout
         self._retry = RETRY.bounded(seconds=self.timeout)
         self._stale_ms = int(self.timeout * 500)  # an intent older than this whose record is missing is void
+        self.sweep_after = float(sweep_after)
+        self._commit_deadline_ms = int(self.sweep_after * 250)  # a writer no longer commits a multi this old
+        self._next_sweep = 0.0  # monotonic time of the next sweep() by the session keeper
         self.store_id = _hash(self.prefix or "/", 12)
         self._base = f"sk-{self.store_id}"
         self._api = self._client(context, kubeconfig, in_cluster)
@@ -328,14 +338,12 @@ class KubernetesStore(MetadataStore):
 
     # ---- objects <-> records -----------------------------------------------------------------
 
-    def _key_body(self, path: str, record: Record, rv: str | None = None, txn: str | None = None) -> dict[str, Any]:
+    def _key_body(self, path: str, record: Record, rv: str | None = None) -> dict[str, Any]:
         annotations = {_PATH: path, _VERSION: str(record.version), _CREATED: str(record.created_ms),
                        _MODIFIED: str(record.modified_ms)}
         labels = {_STORE: self.store_id, _KIND: "key", _PARENT: self._parent_label(parent_of(path))}
         if record.owner:
             annotations[_OWNER] = labels[_OWNER] = f"{record.owner:016x}"
-        if txn:
-            annotations[_TXN] = txn
         metadata: dict[str, Any] = {"name": self._key_name(path), "labels": labels, "annotations": annotations}
         if rv:
             metadata["resourceVersion"] = rv
@@ -343,7 +351,7 @@ class KubernetesStore(MetadataStore):
 
     def _placeholder(self, name: str, path: str, kind: str, txn: str) -> dict[str, Any]:
         """An object that holds an intent on a key (or counter) that does not exist: readers see it as absent."""
-        labels = {_STORE: self.store_id, _KIND: kind}
+        labels = {_STORE: self.store_id, _KIND: kind, _TXN: txn.partition("@")[0]}
         if kind == "key":
             labels[_PARENT] = self._parent_label(parent_of(path))
         return {"metadata": {"name": name, "labels": labels, "annotations": {_PATH: path, _TXN: txn}}}
@@ -376,6 +384,7 @@ class KubernetesStore(MetadataStore):
             txn.state = "pending" if _now_ms() - txn.started_ms < self._stale_ms else "void"
             return txn
         txn.state = obj["metadata"]["annotations"].get(_STATE, "aborted")
+        txn.revision = _revision(obj["metadata"])
         if txn.state == "committed":
             txn.ops = json.loads((obj.get("data") or {}).get("ops", "{}"))
             txn.values = {k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()}
@@ -384,7 +393,7 @@ class KubernetesStore(MetadataStore):
     def _abort(self, txn: _Txn) -> _Txn:
         """Make ``txn`` (found void) aborted for good: its writer can no longer commit it."""
         body = {"metadata": {"name": txn.name, "labels": {_STORE: self.store_id, _KIND: "txn"},
-                             "annotations": {_STATE: "aborted"}}}
+                             "annotations": {_STATE: "aborted", _STARTED: str(txn.started_ms)}}}
         try:
             self._create_cm(body)
             txn.state = "aborted"
@@ -419,18 +428,27 @@ class KubernetesStore(MetadataStore):
             again = self._read_cm(obj["metadata"]["name"])
             return (None, False) if again is None else self._settle(again)
 
-    def _settle_listing(self, list_objects: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        """``list_objects()`` (one list: one moment) as readers see it, every transaction in it decided once:
-        all of one transaction's writes shown, or none. If one that was undecided commits while this runs, the
-        listing is read again, so what is shown held at one moment."""
+    def _settle_listing(self, list_objects: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items of ``list_objects()`` (one list: one moment, its ``resourceVersion``) as readers saw them at
+        that moment, every transaction in it decided once: all of one transaction's writes shown, or none.
+
+        A transaction is shown only if its commit record was created at or before the list's revision. One that
+        committed after the list (its record newer) is shown as before its intents, although its record now says
+        committed: its writer marks its objects in parallel, so the list may hold some of its intents and not yet
+        others (a changelog's later record without an earlier one), and showing the marked ones would show half of
+        it. None of its intents had been applied at the list's revision (applying follows the commit)."""
         for _ in self._retry.attempts():
-            items = list_objects()
+            listed = list_objects()
+            items = list(listed.get("items") or [])
+            at = _revision(listed.get("metadata") or {})
             txns: dict[str, _Txn] = {}
             undecided: list[dict[str, Any]] = []
             for item in items:
                 intent = (item["metadata"].get("annotations") or {}).get(_TXN)
                 if intent and intent not in txns:
-                    txns[intent] = self._read_txn(intent)
+                    txns[intent] = txn = self._read_txn(intent)
+                    if txn.state == "committed" and txn.revision > at:
+                        txn.state = "later"  # committed after the list: not at the list's moment
                 if intent and txns[intent].state in ("pending", "void"):
                     undecided.append(item)
             # no record: not committed yet, or committed, applied and its record deleted since the list (a writer
@@ -442,11 +460,11 @@ class KubernetesStore(MetadataStore):
             shown: list[dict[str, Any]] = []
             for item in items:
                 intent = (item["metadata"].get("annotations") or {}).get(_TXN) or ""
-                txn = txns.get(intent)
-                if txn is not None and txn.state in ("pending", "void"):
+                decided = txns.get(intent)
+                if decided is not None and decided.state in ("pending", "void", "later"):
                     shown.append(item)  # as before the intent (a void one is cleared by the next writer)
                     continue
-                settled, _ = self._settle(item, txn)
+                settled, _ = self._settle(item, decided)
                 if settled is not None:
                     shown.append(settled)
             return shown
@@ -465,7 +483,8 @@ class KubernetesStore(MetadataStore):
                 self._delete_cm(name, rv)
                 return None
             annotations.pop(_TXN, None)
-            return self._replace_cm({**obj, "metadata": {**metadata, "annotations": annotations}})
+            labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k != _TXN}
+            return self._replace_cm({**obj, "metadata": {**metadata, "labels": labels, "annotations": annotations}})
         if op[0] == "delete":
             self._delete_cm(name, rv)
             return None
@@ -498,7 +517,7 @@ class KubernetesStore(MetadataStore):
     def _children_objects(self, path: str) -> list[tuple[str, dict[str, Any]]]:
         selector = f"{_STORE}={self.store_id},{_KIND}=key,{_PARENT}={self._parent_label(path)}"
         found = []
-        for obj in self._settle_listing(lambda: list(self._list_cm(selector).get("items") or [])):
+        for obj in self._settle_listing(lambda: self._list_cm(selector)):
             if self._record(obj) is None:
                 continue
             child = obj["metadata"]["annotations"].get(_PATH, "")
@@ -645,11 +664,21 @@ class KubernetesStore(MetadataStore):
                 ops_out.setdefault(name, ["check"])
             self._in_parallel([functools.partial(self._mark, name, snapshot.seen[name], intent, marked)
                                for name in names])
-            for path, names in snapshot.listed.items():  # no child appeared since (creators mark the parent)
-                if [n for n, _ in self._children_objects(path)] != names:
+            # no child appeared since the listing: a creator marks the parent, so a parent marked here (read before
+            # its listing) could not have gained one without a 409 on one of the two marks; listed again only the
+            # parents that are no object (the root). (Listing every deleted key again, one at a time, made a
+            # compaction's multi of 100 deletes outlast timeout/2 under load, and readers then voided it.)
+            unmarked = [path for path in snapshot.listed if self._key_name(path) not in marked]
+
+            def unchanged(path: str) -> None:
+                if [n for n, _ in self._children_objects(path)] != snapshot.listed[path]:
                     raise _Conflict(f"the children of {path} changed")
+
+            self._in_parallel([functools.partial(unchanged, path) for path in unmarked])
+            if _now_ms() - txn.started_ms >= self._commit_deadline_ms:  # see sweep(): start again
+                raise _Conflict("the transaction took longer than a commit may")
             body = {"metadata": {"name": txn.name, "labels": {_STORE: self.store_id, _KIND: "txn"},
-                                 "annotations": {_STATE: "committed"}},
+                                 "annotations": {_STATE: "committed", _STARTED: str(txn.started_ms)}},
                     "data": {"ops": json.dumps(ops_out, separators=(",", ":"))}, "binaryData": values}
             committing = True
             self._create_cm(body)  # the commit point: a 409 means a reader aborted this transaction first
@@ -679,7 +708,9 @@ class KubernetesStore(MetadataStore):
         else:
             meta = obj["metadata"]
             annotations = {**(meta.get("annotations") or {}), _TXN: intent}
-            marked[name] = self._replace_cm({**obj, "metadata": {**meta, "annotations": annotations}})
+            labels = {**(meta.get("labels") or {}), _TXN: intent.partition("@")[0]}  # what sweep() lists
+            marked[name] = self._replace_cm({**obj, "metadata": {**meta, "labels": labels,
+                                                                 "annotations": annotations}})
 
     def _in_parallel(self, calls: list[Callable[[], Any]]) -> None:
         """Run ``calls`` at once on the store's pool; when all are done, raise the first error any raised."""
@@ -753,6 +784,53 @@ class KubernetesStore(MetadataStore):
 
         return cast(int, self._retrying(attempt))
 
+    # ---- abandoned transactions ---------------------------------------------------------------
+
+    def sweep(self) -> tuple[int, int]:
+        """Clean up after writers that died (or gave up) in a ``multi`` between marking objects with intents
+        and finishing; returns (intents resolved, commit records deleted). Readers never need it: they resolve
+        each intent they meet as the contract says (a committed one applied, one whose record is missing after
+        ``timeout/2`` aborted). This removes what no reader may come back to:
+
+        - intents older than ``timeout/2`` (objects carry their transaction as a label, so one list finds them),
+          resolved as a reader would;
+        - committed records older than ``timeout/2``, once no object carries their intent (applied first);
+        - aborted records older than ``sweep_after``, once no object carries their intent. An aborted record is
+          what keeps a slow writer from committing after readers gave up on it, so it stays that long: a writer
+          does not commit a ``multi`` begun more than ``sweep_after/4`` ago (it starts again), and the API server
+          ends any request within its own timeout (60 s by default), well inside the rest.
+
+        The session keeper runs it when the store opens and every ``sweep_after/2`` seconds after."""
+        self._check_open()
+        resolved = deleted = 0
+        now = _now_ms()
+        for obj in self._list_cm(f"{_STORE}={self.store_id},{_TXN}").get("items") or []:
+            intent = (obj["metadata"].get("annotations") or {}).get(_TXN, "")
+            if now - int(intent.partition("@")[2] or 0) < self._stale_ms:
+                continue  # its writer may be at work
+            with _suppress(NotFoundError):
+                _, undecided = self._settle(obj)
+                resolved += not undecided
+        for record in self._list_cm(f"{_STORE}={self.store_id},{_KIND}=txn").get("items") or []:
+            meta = record["metadata"]
+            annotations = meta.get("annotations") or {}
+            state, started = annotations.get(_STATE, "aborted"), int(annotations.get(_STARTED, 0))
+            if now - started < (self._stale_ms if state == "committed" else self.sweep_after * 1000):
+                continue
+            txn = self._read_txn(f"{meta['name']}@{started}")
+            if txn.state not in ("committed", "aborted"):
+                continue  # deleted meanwhile
+            carrying = self._list_cm(f"{_STORE}={self.store_id},{_TXN}={meta['name']}").get("items") or []
+            for obj in carrying:  # left by a writer that died after committing, or cleared by no reader yet
+                with _suppress(NotFoundError, _Conflict):
+                    self._apply_intent(obj, txn)
+            if carrying and self._list_cm(f"{_STORE}={self.store_id},{_TXN}={meta['name']}").get("items"):
+                continue  # an object changed meanwhile: the next sweep
+            with _suppress(NotFoundError, _Conflict):
+                self._delete_cm(meta["name"], meta["resourceVersion"])
+                deleted += 1
+        return resolved, deleted
+
     # ---- sessions ----------------------------------------------------------------------------
 
     def _lease_body(self, session: int, rv: str | None = None) -> dict[str, Any]:
@@ -811,6 +889,16 @@ class KubernetesStore(MetadataStore):
             self._reap()
         except (StatekeepError, _Conflict) as e:
             log.info("k8s:// %s: expired sessions not reaped this time (%s)", self.server, e)
+        if time.monotonic() >= self._next_sweep:  # at session start, then every sweep_after / 2
+            self._next_sweep = time.monotonic() + self.sweep_after / 2
+            with _suppress(RuntimeError):  # the pool is shut down: the store is closing
+                self._pool.submit(self._sweep_quietly)  # not in this thread: the Lease's renewals must not wait
+
+    def _sweep_quietly(self) -> None:
+        try:
+            self.sweep()
+        except (StatekeepError, _Conflict) as e:
+            log.info("k8s:// %s: abandoned transactions not swept this time (%s)", self.server, e)
 
     def _lost(self) -> None:
         if self._session:

@@ -310,6 +310,34 @@ class TestMulti:
             store.multi([Put("/e", b"", -1, ephemeral=True), Put("/e/c", b"", -1)])
         assert not store.exists("/e")
 
+    def test_a_listing_shows_each_multi_whole_while_another_client_writes(self, open_url):
+        """A multi is isolated from readers: while one client appends batches of sequential children (a
+        changelog's shape), another client's listings only ever show whole batches, and only a prefix of the
+        children in the end (a later child without an earlier one would make a follower skip the earlier)."""
+        writer, reader = open_url(), open_url()
+        writer.put("/log", b"")
+        per, batches = 12, 25
+        listings: list[list[str]] = []
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                for i in range(batches):
+                    writer.multi([Put("/log/r", b"%d" % i, sequential=True) for _ in range(per)])
+            finally:
+                done.set()
+
+        def read() -> None:
+            while not done.is_set():
+                listings.append(reader.get_children("/log"))
+
+        in_threads(lambda role: role(), [(write,), (read,)])
+        final = reader.get_children("/log")
+        assert len(final) == per * batches
+        torn = [names for names in listings if len(names) % per or names != final[:len(names)]]
+        missing = sorted(set(final[:final.index(torn[0][-1]) + 1]) - set(torn[0])) if torn else []
+        assert not torn, f"{len(torn)} of {len(listings)} listings showed part of a multi, e.g. one without {missing}"
+
     def test_upsert_of_a_key_another_client_deleted_creates_it_again(self, open_url):
         writer, other = open_url(), open_url()
         for _ in range(2):  # a key this client has written before
