@@ -200,8 +200,8 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
 
 class _Lane:
     """One transactional id's deliveries in the agent: run one at a time, in the order they came, on a thread of
-    their own. ``accepted``: the batches handed behind (and those a catch-up found delivered) since the id's last
-    failed delivery; ``delivered``: the last batch delivered (-1: none)."""
+    their own. ``delivered``: the last batch this lane delivered (-1: none), so every batch up to it is in Kafka
+    (they arrive in order); ``accepted``: the later batches handed behind since the id's last failed delivery."""
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -311,14 +311,14 @@ class Agent:
                         lane.generation += 1
                     raise
                 with self.guard:
-                    lane.accepted = {batch for batch, _ in kept}
-                    lane.delivered = max(lane.accepted, default=lane.delivered)
+                    lane.accepted = set()
+                    lane.delivered = max([lane.delivered, *(batch for batch, _ in kept)])
 
             return lane.pool.submit(caught_up).result()
         assert op == "behind", op
         batch = request["batch"]
         with self.guard:
-            if not set(request["earlier"]) <= lane.accepted:
+            if not all(b <= lane.delivered or b in lane.accepted for b in request["earlier"]):
                 return None
             lane.accepted.add(batch)
             generation = lane.generation
@@ -335,7 +335,9 @@ class Agent:
                 print(f"statekeep: {request['id']}: batch {batch} not delivered behind its task (caught up by the "
                       f"next): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 return
-            lane.delivered = max(lane.delivered, batch)
+            with self.guard:  # what this lane delivered needs no remembering: it is all before ``delivered``
+                lane.delivered = max(lane.delivered, batch)
+                lane.accepted = {b for b in lane.accepted if b > lane.delivered}
 
         lane.pool.submit(deliver_behind)
         return lane.delivered
