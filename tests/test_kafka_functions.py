@@ -20,6 +20,7 @@ from statekeep.functions.config.service import FunctionService
 from statekeep.functions.driver.spark import run_registered
 from statekeep.functions.messaging import kafka as sk_kafka
 from statekeep.functions.messaging import kafkatxn
+from statekeep.functions.messaging.sink import kept_sink
 from statekeep.testing import wait_for
 
 SUPPORT = Path(__file__).parent / "support"
@@ -246,7 +247,7 @@ def test_a_batch_whose_delivery_behind_its_task_failed_is_caught_up_in_order(kaf
         assert wait_for(lambda: os.path.exists(path), timeout=60)
         monkeypatch.setattr(kafkaagent, "wanted", lambda: True)  # as in a Spark task
         monkeypatch.setattr(kafkaagent, "_connect", lambda: kafkaagent._try_connect(path))
-        kept = sk_kafka._kept(spec)
+        kept = kept_sink(spec, "kafka")
         left = []
         for batch in range(5):
             table = sk_kafka.records_table([(sk_kafka.parse(out).topic, {"key": "k", "value": f"b{batch}"})])

@@ -117,4 +117,3 @@ def open_follower(leader, tmp_path, name="f", **options):
     options.setdefault("poll_interval", 0.01)
     return FollowerStore.open(leader, "t", "n", name, local_dir=str(tmp_path / f"follower-{name}"),
                               blobs=f"file://{tmp_path}/blobs", **options)
-

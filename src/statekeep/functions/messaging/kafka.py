@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailableError
 from statekeep.functions.config.locations import SCHEME, KafkaTopic, is_kafka, parse
+from statekeep.functions.messaging.sink import kept_sink
 from statekeep.functions.messaging.kafkarecords import (COLUMNS, changelog_records, message_of, raw_table,
                                                         records_table)
 from statekeep.functions.messaging.kafkatxn import (DEADLINE, TIMEOUT, KafkaDelivery, KafkaDeliveryError,
@@ -162,21 +163,6 @@ def check_sizes(table: Any, bootstrap: str) -> None:
 # -- a function's (batch, partition) ----------------------------------------------------------------------------
 
 
-def kept_directory(spec: ExecutorSpec) -> str:
-    """Where a function keeps each (batch, partition)'s Kafka records until Spark no longer replays it: under its
-    topics root (``--topics-dir``, which on a cluster is one every worker reaches), per function incarnation."""
-    from statekeep.functions.messaging.topics import default_root
-
-    root = (spec.topics_dir or default_root()).rstrip("/")
-    return f"{root}/_kafka/{spec.tenant}/{spec.namespace}/{spec.name}/{spec.function_id or 'none'}"
-
-
-def _kept(spec: ExecutorSpec) -> Any:
-    from statekeep.functions.messaging.sink import OutputSink
-
-    return OutputSink(kept_directory(spec), "arrow", f"-kafka-{spec.tenant}.{spec.namespace}.{spec.name}")
-
-
 class BatchOutputs:
     """A function's records for Kafka of one (batch, partition) (``batch`` None: a trigger's one record), from its
     output, ``publish`` targets, log topic and dead letters: :meth:`add` them, :meth:`keep` them before the state
@@ -220,7 +206,7 @@ class BatchOutputs:
         check_sizes(table, bootstrap)
         self.table = table.replace_schema_metadata({"bootstrap": bootstrap})
         if self.batch is not None:
-            _kept(self.spec).write(*self.batch, self.table)
+            kept_sink(self.spec, "kafka").write(*self.batch, self.table)
 
     def deliver(self, applied: bool) -> None:
         """After the state commit: the kept records in one transaction. ``applied`` False: the state commit found
@@ -243,7 +229,7 @@ def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = No
     behind the task (:meth:`KafkaDelivery.behind`), unless the partition has kept batches it was not handed; else
     the partition catches up now (:meth:`KafkaDelivery.catch_up`). A kept batch known delivered is forgotten: Spark's
     replay of it then finds nothing to deliver."""
-    kept = _kept(spec)
+    kept = kept_sink(spec, "kafka")
     pending = [b for b, _ in kept.batches(partition) if b != batch]
     if table is None:
         table = kept.read(batch, partition)
@@ -272,7 +258,7 @@ def settle(spec: ExecutorSpec, committed: Callable[[int, int], bool]) -> None:
     :meth:`KafkaDelivery.deliver`."""
     from statekeep.functions.messaging import kafkaagent
 
-    kept = _kept(spec)
+    kept = kept_sink(spec, "kafka")
     found = kept.batches()
     if not found:
         return

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, StoreUnavailableError
 from statekeep.functions.config.locations import PulsarTopic, is_pulsar, parse_pulsar
+from statekeep.functions.messaging.sink import kept_sink
 from statekeep.functions.messaging.kafkarecords import records_table
 from statekeep.functions.messaging.pulsarclient import (PulsarOptions, check_deduplication, client_module,
                                                         max_message_size, partition_names, send, shared_client)
@@ -129,21 +130,6 @@ def deliver_table(table: Any, producer: str, batch: int, partition: int) -> int:
     return sent
 
 
-def kept_directory(spec: ExecutorSpec) -> str:
-    """Where a function keeps each (batch, partition)'s Pulsar messages until Spark no longer replays it (as
-    :func:`statekeep.functions.messaging.kafka.kept_directory` for Kafka's)."""
-    from statekeep.functions.messaging.topics import default_root
-
-    root = (spec.topics_dir or default_root()).rstrip("/")
-    return f"{root}/_pulsar/{spec.tenant}/{spec.namespace}/{spec.name}/{spec.function_id or 'none'}"
-
-
-def _kept(spec: ExecutorSpec) -> Any:
-    from statekeep.functions.messaging.sink import OutputSink
-
-    return OutputSink(kept_directory(spec), "arrow", f"-pulsar-{spec.tenant}.{spec.namespace}.{spec.name}")
-
-
 class PulsarOutputs:
     """A function's messages for Pulsar of one (batch, partition) (``batch`` None: a trigger's one record), from its
     output, ``publish`` targets, log topic and dead letters: :meth:`add` them, :meth:`keep` them before the state
@@ -175,7 +161,7 @@ class PulsarOutputs:
         check_sizes(table)
         self.table = table
         if self.batch is not None:
-            _kept(self.spec).write(*self.batch, table)
+            kept_sink(self.spec, "pulsar").write(*self.batch, table)
 
     def deliver(self, applied: bool) -> None:
         """After the state commit: the messages, effectively once (``applied`` False, a replay, changes nothing:
@@ -193,7 +179,7 @@ class PulsarOutputs:
 def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = None) -> None:
     """Send what (batch, partition) kept for Pulsar (``table``, else read back; nothing kept: nothing to do), then
     forget what batch - 2 kept (Spark replays at most the batch after its last committed one)."""
-    kept = _kept(spec)
+    kept = kept_sink(spec, "pulsar")
     if table is None:
         table = kept.read(batch, partition)
         if table is None:

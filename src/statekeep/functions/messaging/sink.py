@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError
+from statekeep.functions.config.locations import default_root
 from statekeep.functions.config.locations import is_url as is_url  # re-exported (moved there)
 from statekeep.functions.messaging.jsonscan import dumps
 
@@ -271,6 +272,15 @@ class OutputSink:
         name = self.existing(batch_id, partition)
         if name is not None and self.directory is not None:
             _remove(self.directory, name)
+
+
+def kept_sink(spec: Any, broker: str) -> OutputSink:
+    """Where a function (its :class:`~statekeep.functions.config.spec.ExecutorSpec`) keeps each (batch,
+    partition)'s records for ``broker`` ("kafka" or "pulsar") until they are delivered: under its topics root
+    (``--topics-dir``, which on a cluster is one every worker reaches), per function incarnation."""
+    root = (spec.topics_dir or default_root()).rstrip("/")
+    return OutputSink(f"{root}/_{broker}/{spec.tenant}/{spec.namespace}/{spec.name}/{spec.function_id or 'none'}",
+                      "arrow", f"-{broker}-{spec.tenant}.{spec.namespace}.{spec.name}")
 
 
 _claimed: set[tuple[str, str]] = set()
