@@ -196,6 +196,7 @@ class KubernetesStore(MetadataStore):
         self._core = k8s_client.CoreV1Api(self._api)
         self._coord = k8s_client.CoordinationV1Api(self._api)
         self._session = 0  # this store's session id (its Lease names it); 0 while it has none
+        self._has_session = threading.Event()  # set while _session is not 0
         self._lease_rv = ""
         self._renewed = 0.0  # monotonic time of the last renewal that worked
         self._connected = True
@@ -625,6 +626,9 @@ class KubernetesStore(MetadataStore):
     def _multi_once(self, ops: list[Op], known: dict[str, tuple[dict[str, Any] | None, str, str]] | None = None
                     ) -> Any:
         ephemeral = any(isinstance(op, Put) and op.ephemeral for op in ops)
+        if ephemeral and not self._session:  # lost: wait for the next Lease as long as a call may take
+            self._keeper.wake()
+            self._has_session.wait(self.timeout)
         if ephemeral and not self._session:
             raise StoreUnavailableError(f"Kubernetes API at {self.server}: no session (its Lease could not be "
                                         "renewed); an ephemeral key cannot be written now")
@@ -848,6 +852,7 @@ class KubernetesStore(MetadataStore):
             self.namespace, body, _request_timeout=self.timeout, _preload_content=False), write=True)
         self._session, self._lease_rv, self._renewed = session, created["metadata"]["resourceVersion"], \
             time.monotonic()
+        self._has_session.set()
 
     def _keep_session(self) -> None:
         """Renew the Lease; report ConnectionLost when a renewal fails, Reconnected when one works again,
@@ -903,6 +908,7 @@ class KubernetesStore(MetadataStore):
     def _lost(self) -> None:
         if self._session:
             self._session = 0
+            self._has_session.clear()
             self._emit_session(SessionEvent.SessionLost)
             self._keeper.wake()
 
@@ -954,6 +960,7 @@ class KubernetesStore(MetadataStore):
         with self._session_lock:
             session = self._session
             self._session = 0
+            self._has_session.clear()
             if session:
                 self._expire(session, None)
                 self._emit_session(SessionEvent.SessionLost)
@@ -1082,6 +1089,7 @@ class KubernetesStore(MetadataStore):
                         log.info("k8s:// %s: session not ended (%s); it expires in %ss", self.server, e,
                                  self.session_timeout)
                     self._session = 0
+                    self._has_session.clear()
             if self._watch_thread is not None:
                 self._watch_thread.join(timeout=2)
             self._pool.shutdown(wait=True)
