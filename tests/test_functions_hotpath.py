@@ -9,6 +9,7 @@ import pytest
 from statekeep.errors import InvalidArgumentError, ValueTooLargeError
 from statekeep.functions.executor.context import Context
 from statekeep.state.buffer import BufferedState
+from statekeep.state.transaction import KeyedTransaction
 from statekeep.functions.config.loader import RECORD
 from statekeep.functions.executor.path import RecordPath
 from statekeep.functions.config.spec import ExecutorSpec
@@ -17,7 +18,8 @@ from statekeep.functions.config.spec import ExecutorSpec
 def record_decoder(input_format):
     """The decode step of the runtime's record path for ``input_format``."""
     spec = ExecutorSpec("t", "n", "f", input_format=input_format)
-    return RecordPath(spec, 0, 0, BufferedState(fetcher({})), None, lambda value, context: value, RECORD).decode
+    return RecordPath(spec, 0, 0, KeyedTransaction(BufferedState(fetcher({}))), None, lambda value, context: value,
+                      RECORD).decode
 
 LINES = ['{"word": "a"}', ' {"word": "lead"}', '{"word": "trail"} ', '{"word": "crlf"}\r', '[1, 2.5, null]',
          '"s"', "3", "-0.0", "1e400", "NaN", "true", '{"k": {"n": [1, {"x": "\\u00e9\\ud83d\\ude00"}]}}',

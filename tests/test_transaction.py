@@ -131,11 +131,48 @@ def test_ttl_is_applied_through_the_runs_time_state(store):
         txn.put("b", 3)
     time.flush()
     store.apply_batch(state.puts, state.counter_deltas)
-    state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
+    txn = KeyedTransaction.begin(store)
+    state = txn.state
     later = TimeState(state, KEY_GROUPS, range(KEY_GROUPS), clock=lambda: now[0] + 5_000)
-    txn = KeyedTransaction(state)
     txn.keep_time(later)
     assert txn.get("a") is None and txn.counter("n") == 0  # expired: absent, the counter restarts
     assert txn.incr("n", 1) == 1
     assert later.sweep() == 1  # "a" (the counter was written again)
     assert state.puts["a"] is None
+
+
+def test_its_lifecycle_flushes_views_then_commits_changes_and_marker_at_once(store):
+    store.apply_batch({"bytes": b"b"}, {})
+    txn = KeyedTransaction.begin(store)
+    assert txn.status == transaction.OPEN
+    with pytest.raises(transaction.TransactionStateError, match="cannot commit when open"):
+        txn.commit("0-0")
+    flushed = []
+    txn.view(lambda: (flushed.append("windows"), txn.state.put("w", b"window")))
+    txn.view(lambda: flushed.append("time"))
+    txn.put("a", b"1")
+    assert txn.incr("n", 5) == 5
+    assert txn.prepare(changes=True) == {"a": (b"1", None), "w": (b"window", None), "n": (None, 5)}
+    assert flushed == ["windows", "time"] and txn.status == transaction.PREPARED
+    with pytest.raises(transaction.TransactionStateError, match="cannot be prepared when prepared"):
+        txn.prepare()
+    assert store.fetch_many(["a"])["a"] == (None, None)  # nothing written before the commit
+    assert txn.commit("0-0") and txn.status == transaction.COMMITTED
+    assert store.fetch_many(["a", "w"]) == {"a": (b"1", None), "w": (b"window", None)} and store.get_counter("n") == 5
+    again = KeyedTransaction.begin(store)
+    again.put("a", b"2")
+    again.prepare()
+    assert not again.commit("0-0") and store.fetch_many(["a"])["a"] == (b"1", None)  # a replay: nothing written
+    refused = KeyedTransaction.begin(store)
+    refused.put("a", b"3")
+    refused.incr_many(["bytes"], 1)  # reads nothing: the store's write refuses it, whole
+    refused.prepare()
+    with pytest.raises(InvalidArgumentError, match="bytes"):
+        refused.commit("1-0")
+    assert refused.status == transaction.FAILED and store.fetch_many(["a"])["a"] == (b"1", None)
+    assert not store.has_marker("1-0")
+    failing = KeyedTransaction.begin(store)
+    failing.view(lambda: failing.state_key(""))  # a view's flush refusing what it holds (a window over the limit)
+    with pytest.raises(InvalidArgumentError):
+        failing.prepare()
+    assert failing.status == transaction.FAILED

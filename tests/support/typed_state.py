@@ -14,7 +14,7 @@ from statekeep.functions.executor.context import Context
 from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.state.keygroups import KEY_GROUPS
 from statekeep.state.base import StateStore
-from statekeep.state.buffer import BufferedState
+from statekeep.state.transaction import KeyedTransaction
 from statekeep.state.timestate import wall_clock_ms
 
 FN = ("public", "default", "typed")
@@ -32,13 +32,14 @@ ANN = {"count": 2, "bids": [{"auction": 1, "price": 10}, {"auction": 2, "price":
 def commit(store: StateStore, write: Callable[[Context], None], owned: Iterable[int] = range(KEY_GROUPS)) -> None:
     """``write(context)``'s state changes committed in one batch, as the runtime commits a batch's: with the time
     state (the TTL index) of a run owning the key groups ``owned``, at the clock of ``timestate.wall_clock_ms``."""
-    state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
-    context = Context(*FN, state)
-    time = TimeState(state, KEY_GROUPS, owned, clock=lambda: context_module.wall_clock_ms())
+    txn = KeyedTransaction.begin(store)
+    context = Context(*FN, txn)
+    time = TimeState(txn.state, KEY_GROUPS, owned, clock=lambda: context_module.wall_clock_ms())
+    txn.view(time.flush)
     context.keep_time(time)
     write(context)
-    time.flush()
-    store.apply_batch(state.puts, state.counter_deltas)
+    txn.prepare()
+    txn.commit()
 
 
 def write_state(service: FunctionService) -> None:

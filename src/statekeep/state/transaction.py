@@ -1,6 +1,15 @@
-"""One (batch, partition)'s keyed state: :class:`KeyedTransaction`, the one object between the batch's
-:class:`~statekeep.state.buffer.BufferedState` and a function's Context (the role of Quix Streams'
-``PartitionTransaction`` and Spark's ``StatefulProcessorHandle``).
+"""One (batch, partition)'s keyed state: :class:`KeyedTransaction`, the one owner of a partition's state changes in a
+run, between the store and a function's Context (the role of Quix Streams' ``PartitionTransaction`` and Spark's
+``StatefulProcessorHandle``).
+
+It owns the batch's update cache (:class:`~statekeep.state.buffer.BufferedState`, read from the store in bulk and
+written back in one atomic write) and a lifecycle: **open** (the function runs against it) → :meth:`prepared
+<KeyedTransaction.prepare>` (its views -- the time state's timers, watermarks and TTL index, the windows' buffers --
+flushed into the cache, the changes fixed; the changelog's records are made from them) → :meth:`committed
+<KeyedTransaction.commit>` (changes and the (batch, partition) marker in one atomic write), or **failed** (a
+commit that raised: nothing more is done with it). A checkpoint
+(:class:`statekeep.functions.executor.checkpoint.Checkpoint`) calls the two in order around the outputs' keeping and
+delivery.
 
 It alone
 
@@ -27,11 +36,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from statekeep.errors import InvalidArgumentError
+from statekeep.errors import InvalidArgumentError, StatekeepError
 from statekeep.lru import remember
 from statekeep.state import timestate
-from statekeep.state.base import validate_value
-from statekeep.state.buffer import BufferedState
+from statekeep.state.base import TaskState, validate_value
+from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.keys import check_key, encode_key
 from statekeep.state.timestate import check_ttl, check_user_key
 from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, encode_entry, entry_payload,
@@ -45,6 +54,15 @@ MEMO_SIZE = 100_000
 #: ``m`` a map's entries -- then by record key (a map's: by (map prefix, key class, map key)) -> state key. A batch
 #: looks its record keys up in one dict per variable. A lost entry (a clear, a race between threads) is only a miss.
 _KEYS: dict[tuple[str, str], dict[Any, str]] = {}
+
+
+#: a transaction's states (:attr:`KeyedTransaction.status`)
+OPEN, PREPARED, COMMITTED, FAILED = "open", "prepared", "committed", "failed"
+
+
+class TransactionStateError(StatekeepError):
+    """A transaction was asked for a step its state does not allow (prepared twice, committed unprepared, used
+    after its commit): a bug of the caller, never of the data."""
 
 
 class TTL(Protocol):
@@ -101,12 +119,69 @@ class KeyedTransaction:
     each); ``ttl`` (:meth:`keep_time`): the run's TTL index."""
 
     def __init__(self, state: BufferedState, key_of: Callable[[], str | None] = lambda: None,
-                 batch_keys: Callable[[], Iterable[Any]] = tuple) -> None:
+                 batch_keys: Callable[[], Iterable[Any]] = tuple, *, store: TaskState | None = None) -> None:
         self.state, self.key_of, self._batch_keys = state, key_of, batch_keys
+        self.store = store  # where commit() writes (None: a transaction whose caller commits its buffer)
+        self.status = OPEN
         self.ttl: TTL | None = None
         self._now: int | None = None
         self._keys = _KEYS
         self._batch: dict[tuple[str, str], dict[Any, str]] = {}  # (variable, entry) -> see entries()
+        self._views: list[Callable[[], None]] = []  # see view()
+
+    @classmethod
+    def begin(cls, store: TaskState, *, careful: bool = False) -> KeyedTransaction:
+        """An open transaction over ``store``'s state: nothing read yet (reads go in bulk, on first use). ``careful``:
+        its cache can take back one record's changes (:class:`~statekeep.state.buffer.JournaledState`)."""
+        buffer = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size, store.scan)
+        return cls(buffer, store=store)
+
+    def follow(self, key_of: Callable[[], str | None], batch_keys: Callable[[], Iterable[Any]]) -> None:
+        """Read the current record's key from ``key_of()`` and the batch's record keys from ``batch_keys()`` (the
+        Context's record cursor)."""
+        self.key_of, self._batch_keys = key_of, batch_keys
+
+    def view(self, flush: Callable[[], None]) -> None:
+        """Register a view kept in memory over this transaction (the time state, the windows): ``flush()`` writes it
+        into the cache at :meth:`prepare`, in the order registered."""
+        self._views.append(flush)
+
+    def _check(self, status: str, step: str) -> None:
+        if self.status != status:
+            raise TransactionStateError(f"a keyed-state transaction cannot {step} when {self.status}")
+
+    def prepare(self, changes: bool = False) -> dict[str, tuple[bytes | None, int | None]] | None:
+        """Flush the views into the cache and fix the changes: nothing may change after this. Returns them
+        (``changes``: what each written key holds after the commit, as
+        :meth:`~statekeep.state.buffer.BufferedState.written`, for a changelog's records), else None. Raises as
+        a view's flush does (:class:`InvalidArgumentError` for a value the store would refuse; the transaction is
+        then failed), :class:`TransactionStateError` unless open."""
+        self._check(OPEN, "be prepared")
+        try:
+            for flush in self._views:
+                flush()
+            written = self.state.written() if changes else None
+        except BaseException:
+            self.status = FAILED
+            raise
+        self.status = PREPARED
+        return written
+
+    def commit(self, marker: str | None = None) -> bool:
+        """Write the prepared changes, with ``marker`` (``"{batch}-{partition}"``; None: none), in one atomic write
+        (:meth:`~statekeep.state.base.TaskState.apply_batch`). Returns False, having written nothing, when the
+        marker was applied already; raises as ``apply_batch`` does, and the transaction is then failed.
+        :class:`TransactionStateError` unless prepared or without a store."""
+        self._check(PREPARED, "commit")
+        if self.store is None:
+            raise TransactionStateError("this keyed-state transaction has no store to commit to")
+        try:
+            applied = self.store.apply_batch(self.state.puts, self.state.counter_deltas, marker=marker)
+        except BaseException:
+            self.status = FAILED
+            raise
+        self.status = COMMITTED
+        return applied
 
     def keep_time(self, ttl: TTL) -> None:
         """Apply ``ttl``, the run's time state (its batch time is the transaction's :meth:`now`)."""

@@ -26,7 +26,7 @@ from statekeep.functions.windowing import timerun
 from statekeep.functions.executor.record import RecordSource
 from statekeep.functions.config.loader import BATCH, FunctionLoadError, cached_function
 from statekeep.retry import DEFAULT as RETRY
-from statekeep.state.buffer import BufferedState
+from statekeep.state.transaction import KeyedTransaction
 
 if TYPE_CHECKING:
     from statekeep.functions.config.registry import FunctionRegistry
@@ -106,7 +106,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     from statekeep.functions.config.spec import executor_spec
     from statekeep.functions.executor.errors import FunctionRecordError
     from statekeep.functions.executor.path import RecordPath
-    from statekeep.functions.executor.runtime import commit_run
+    from statekeep.functions.executor.checkpoint import Checkpoint
 
     spec, cfg = executor_spec(registry, "", tenant, namespace, name)
     value, record = _trigger_record(spec, data)
@@ -115,12 +115,12 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
     except FunctionLoadError as e:
         raise InvalidArgumentError(f"the function cannot run: {e}") from None
     store = registry.state_store(tenant, namespace, name)
-    state = BufferedState(store.fetch_many, store.max_value_size, store.scan)
+    txn = KeyedTransaction.begin(store)
     # the record's key is known once it is decoded (below): the source reads it only when asked
     source = RecordSource("trigger", [record], [None], [topic] if topic else None, list(spec.inputs),
                           spec.user_config.get("eventTimeField"), spec.format)
     # the Spark runtime's path; results kept as returned: they are the answer
-    path = RecordPath(spec, "trigger", 0, state, source, process, kind, wrap=False)
+    path = RecordPath(spec, "trigger", 0, txn, source, process, kind, wrap=False)
     path.registry = lambda: registry.store  # typed variables' schemas: checked and recorded as a run's
     path.context.position = 0
     key = _trigger_key(path, cfg.keyField, value, record)
@@ -137,7 +137,7 @@ def trigger(registry: FunctionRegistry, tenant: str, namespace: str, name: str, 
         raise InvalidArgumentError(f"function {spec.fqfn} raised on the trigger data: {cause}"
                                    f"{str(e).partition(chr(10))[2] if cause else e}") from None
     result, written, targets = _trigger_outputs(path, table)
-    commit_run(path, store, written or None, targets)
+    Checkpoint(path, written or None, targets).commit()
     return result
 
 

@@ -33,7 +33,7 @@ class Context(RecordMethods, StateMethods, TimeMethods):
     Outside a record (e.g. in ``process_batch``) they return None (``{}`` for properties).
     """
 
-    def __init__(self, tenant: str, namespace: str, name: str, state: BufferedState,
+    def __init__(self, tenant: str, namespace: str, name: str, state: KeyedTransaction | BufferedState,
                  user_config: Mapping[str, Any] | None = None, logger: logging.Logger | None = None, *,
                  function_id: str = "", function_version: int | str = 0, instance_id: int = 0,
                  inputs: list[str] | None = None, output: str | None = None,
@@ -44,9 +44,10 @@ class Context(RecordMethods, StateMethods, TimeMethods):
         self._output_serde = output_serde
         self.namespace = namespace
         self.name = name
-        self._state = state
-        #: the batch's keyed state: every state method, and the key of a timer, go through it
-        self._txn = KeyedTransaction(state, self._variable_key, self._batch_keys)
+        #: the batch's keyed state (a bare buffer gets a transaction of its own, committed by its caller): every state
+        #: method, and the key of a timer, go through it
+        self._txn = state if isinstance(state, KeyedTransaction) else KeyedTransaction(state)
+        self._txn.follow(self._variable_key, self._batch_keys)
         self._user_config = dict(user_config or {})
         self._logger = logger or logging.getLogger(f"statekeep.function.{tenant}.{namespace}.{name}")
         self._function_id = function_id

@@ -26,9 +26,10 @@ from statekeep.functions.messaging.messages import dead_letter_message, function
 from statekeep.functions.windowing import timerun
 from statekeep.lru import BoundedLRU
 from statekeep.metadata import MetadataStore
-from statekeep.state.buffer import BufferedState, JournaledState
+from statekeep.state.buffer import JournaledState
 from statekeep.state.schemas import read_schemas, registry_store
 from statekeep.state.keys import valid_key
+from statekeep.state.transaction import KeyedTransaction
 
 MAX_EXCEPTIONS = 10
 
@@ -84,23 +85,25 @@ class RecordPath:
     entry point (per record, native, class, ``process_batch``, windowed, timers, retries and dead letters)
     and of :func:`statekeep.functions.admin.lifecycle.trigger` (a one-record run). Its steps, each here once:
     decode (:attr:`decode`: JSON as ``json.loads``, a message through its input's serde, text as it is;
-    :func:`records_table` for ``process_batch``), state (``state``, the batch's buffer, which the caller
-    prefetches and commits), time (:meth:`keep_time`), the function (:meth:`run_records` through the one
-    per-record :meth:`loop`, :meth:`run_table`, then :meth:`finish`), outputs (:attr:`outputs` as the output
+    :func:`records_table` for ``process_batch``), state (``txn``, the batch's keyed-state transaction, which the
+    caller prefetches and a :class:`~statekeep.functions.executor.checkpoint.Checkpoint` commits), time
+    (:meth:`keep_time`), the function (:meth:`run_records` through the one per-record :meth:`loop`,
+    :meth:`run_table`, then :meth:`finish`), outputs (:attr:`outputs` as the output
     holds them, :attr:`fired` by timers and windows, :attr:`dead` letters; :meth:`output`) and errors
     (:class:`FunctionRecordError` naming the record, or the spec's retries, skips and dead letters).
     ``wrap=False`` keeps results as returned (the trigger's answer). :class:`FunctionLoadError` if a
     ``message`` input's serde cannot be loaded.
     """
 
-    __slots__ = ("spec", "batch_id", "partition", "state", "context", "kind", "user_process", "process",
+    __slots__ = ("spec", "batch_id", "partition", "txn", "state", "context", "kind", "user_process", "process",
                  "source", "decode", "wrap", "timed", "outputs", "fired", "dead", "stats", "registry")
 
-    def __init__(self, spec: ExecutorSpec, batch_id: int | str, partition: int, state: BufferedState,
+    def __init__(self, spec: ExecutorSpec, batch_id: int | str, partition: int, txn: KeyedTransaction,
                  source: RecordSource | None, process: Callable[..., Any], kind: str, *, wrap: bool = True) -> None:
-        self.spec, self.batch_id, self.partition, self.state, self.kind = spec, batch_id, partition, state, kind
+        self.spec, self.batch_id, self.partition, self.txn, self.kind = spec, batch_id, partition, txn, kind
+        self.state = txn.state
         self.context = context = Context(
-            spec.tenant, spec.namespace, spec.name, state, spec.user_config, function_logger(spec, partition),
+            spec.tenant, spec.namespace, spec.name, txn, spec.user_config, function_logger(spec, partition),
             function_id=spec.function_id, function_version=spec.function_version, instance_id=partition,
             inputs=list(spec.inputs), output=spec.output, secrets=spec.secrets, source=source,
             output_serde=spec.output_serde)
@@ -136,7 +139,7 @@ class RecordPath:
         spec = self.spec
         if spec.time is None:
             return
-        timed = timerun.TimedRun(spec, layout, self.state, partition, self.context, self.user_process,
+        timed = timerun.TimedRun(spec, layout, self.txn, partition, self.context, self.user_process,
                                  self.fired.append, self.batch_id if isinstance(self.batch_id, int) else None)
         if self.kind == BATCH and timed.windows is not None:
             raise FunctionRecordError(f"{spec.fqfn}: {timerun.BATCH_WINDOWS}")
@@ -276,8 +279,8 @@ class RecordPath:
         return table
 
     def finish(self) -> None:
-        """After the records: fire the due timers and windows, delete expired keys, and write the time
-        state into the buffer. A failure there (``on_timer``, a window's call) is a
+        """After the records: fire the due timers and windows and delete expired keys (the time state is written
+        into the transaction's cache when it is prepared). A failure there (``on_timer``, a window's call) is a
         :class:`FunctionRecordError`."""
         timed, stats = self.timed, self.stats
         if timed is None:

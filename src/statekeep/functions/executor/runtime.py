@@ -5,10 +5,12 @@ Exactly-once, and why it is cheap:
 - Spark replays a failed micro-batch with the same batch id and the same records, and
   ``repartition(n, key)`` sends each record to the same partition again.
 - A partition's state changes, their changelog records and the marker "(function, batch,
-  partition) applied" are written in ONE atomic write (:meth:`StateStore.apply_batch`). A replayed
-  partition whose marker exists is skipped; one whose write never happened is simply redone.
-- Output records are written before the state write, to a file a replay of (batch, partition)
-  writes again (:mod:`statekeep.functions.messaging.sink`), so each record lands once.
+  partition) applied" are written in ONE atomic write (the run's
+  :class:`~statekeep.state.transaction.KeyedTransaction`). A replayed partition whose marker exists
+  is skipped; one whose write never happened is simply redone.
+- Output records are kept before the state write, where a replay of (batch, partition) keeps them
+  again, and delivered after it: the run's :class:`~statekeep.functions.executor.checkpoint.Checkpoint`
+  orders the steps.
 - Within the partition, state for all the batch's keys is read in one bulk read, the function
   runs against it in memory, and all changes go back in that one write: no store round trip
   per record.
@@ -24,19 +26,17 @@ from typing import Any
 from statekeep.errors import InvalidArgumentError, StateConflictError
 from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
+from statekeep.functions.executor.checkpoint import Checkpoint
 from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.record import RecordSource
 from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.errors import FunctionRecordError
 from statekeep.functions.executor.path import PartitionStats, RecordPath, _cached_process, _rows
-from statekeep.functions.config.locations import is_broker
-from statekeep.functions.messaging.delivery import BatchOutputs, deliver_kept
-from statekeep.functions.messaging.kafkarecords import changelog_records
-from statekeep.functions.messaging.messages import output_sink, published_targets, write_targets
+from statekeep.functions.messaging.delivery import deliver_kept
+from statekeep.functions.messaging.messages import output_sink, published_targets
 from statekeep.retry import DEFAULT
-from statekeep.state.base import StateStore, TaskState
-from statekeep.state.buffer import BufferedState, JournaledState
-from statekeep.state.schemas import record_schemas
+from statekeep.state.base import TaskState
+from statekeep.state.transaction import KeyedTransaction
 
 
 def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: Iterable[Any] | MessageColumns,
@@ -87,15 +87,15 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
         return stats
     process, kind = _cached_process(spec)
     careful = spec.careful and kind != BATCH
-    state = (JournaledState if careful else BufferedState)(store.fetch_many, store.max_value_size, store.scan)
+    txn = KeyedTransaction.begin(store, careful=careful)
     if kind != BATCH:
         if record_keys is not None and not keys:
             keys = {k for k in record_keys if k is not None}
         keys = list(keys)  # read again by the time's prefetch
-        state.prefetch_later(keys)  # one bulk read, unless the function reads no plain key
+        txn.state.prefetch_later(keys)  # one bulk read, unless the function reads no plain key
     source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
                           spec.user_config.get("eventTimeField"), spec.format)
-    path = RecordPath(spec, batch_id, partition, state, source, process, kind)
+    path = RecordPath(spec, batch_id, partition, txn, source, process, kind)
     stats = path.stats
     path.keep_time(layout, partition, keys)
     try:
@@ -112,8 +112,8 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
     stats.outputs = len(output) if output is not None else 0
     stats.metrics = path.context.metrics
     try:
-        stats.applied = commit_run(path, store, output, published_targets(spec, path.context.published,
-                                                                          path.context.get_logger()))
+        stats.applied = Checkpoint(path, output, published_targets(spec, path.context.published,
+                                                                   path.context.get_logger())).commit()
     except InvalidArgumentError as e:  # process_batch's incr_counters read nothing: a key holding bytes, an overflow
         if kind != BATCH:
             raise
@@ -131,59 +131,6 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
         for record in rows[:20]:
             print(json.dumps(record, default=str))
     return stats
-
-
-def commit_run(path: RecordPath, store: StateStore | TaskState, output: Any,
-               targets: dict[tuple[str, str], list[Any]]) -> bool:
-    """End a run of ``path`` (a micro-batch's partition, or a trigger's one record when its batch id is not an
-    int): its ``output`` (records or a pyarrow Table; None for none), published and log ``targets`` and dead
-    letters are written, then its state changes are applied in one atomic write with the marker
-    ``"{batch}-{partition}"``. The files go first and a replay of a partition rewrites the same files, so a crash
-    between the two leaves nothing twice; a trigger's files are new, and it has no marker. Returns False, having
-    applied nothing, when the marker was already applied; raises as
-    :meth:`~statekeep.state.base.StateStore.apply_batch` does (the files then stay, to be rewritten by a replay)."""
-    spec = path.spec
-    batch = (path.batch_id, path.partition) if isinstance(path.batch_id, int) else None
-    context = path.context
-    recorded = context.recorded_schemas or {}
-    if path.registry is not None and any(recorded.get(k) != v for k, v in context.state_schemas.items()):
-        # before the values: none is stored under a schema not recorded
-        record_schemas(path.registry(), spec.tenant, spec.namespace, spec.name, context.state_schemas)
-
-    def write(sink: Any, records: Any) -> None:
-        if batch is None:
-            sink.write_new(records, str(path.batch_id))
-        else:
-            sink.write(*batch, records)
-
-    brokers = BatchOutputs(spec, batch)  # Kafka and Pulsar records: kept now, delivered after the state commit
-    if output is not None:
-        if is_broker(spec.output):
-            brokers.add(str(spec.output), output)
-        else:
-            write(output_sink(spec, spec.output), output)
-    files = {}
-    for (name, kind), records in targets.items():
-        if is_broker(name):
-            brokers.add(name, records)
-        else:
-            files[(name, kind)] = records
-    if batch is None:
-        write_targets(spec, files, origin=str(path.batch_id))
-    else:
-        write_targets(spec, files, *batch)
-    if path.dead:
-        if is_broker(spec.dead_letter):
-            brokers.add(str(spec.dead_letter), path.dead)
-        else:
-            write(output_sink(spec, spec.dead_letter, "dead"), path.dead)
-    if spec.changelog_topic:  # KIP-813: the state changes, in the same Kafka transaction as the outputs
-        brokers.add_records(spec.changelog_topic, *changelog_records(path.state.written(), spec.changelog_format))
-    brokers.keep()
-    applied = store.apply_batch(path.state.puts, path.state.counter_deltas,
-                                marker=None if batch is None else f"{batch[0]}-{batch[1]}")
-    brokers.deliver(applied)
-    return applied
 
 
 def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:

@@ -5,8 +5,8 @@ spec has a ``time`` section) gives the context its
 :class:`~statekeep.functions.windowing.timekeeping.TimeState` and, for a windowed function, the ``process`` the
 record loop calls instead (it puts the record in its windows and calls the user's function for each
 count window it completes). :meth:`TimedRun.finish`, after the records, fires due timers (windows
-and ``on_timer``), deletes expired keys and writes all of it into the batch's buffer, before the
-runtime writes outputs and commits.
+and ``on_timer``) and deletes expired keys; the windows and the time state are views of the run's keyed-state
+transaction, written into its cache when the checkpoint prepares it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from statekeep.functions.windowing.timekeeping import TimeState
 from statekeep.functions.config.locations import carries_messages
 from statekeep.functions.windowing.windows import Windows
 from statekeep.functions.windowing.windowtypes import Aggregate, Window
+from statekeep.state.transaction import KeyedTransaction
 from statekeep.state.keygroups import KEY_GROUPS, group_range, key_group, owner
 from statekeep.state.timestate import GROUP_PREFIX, Clock, decode_group, stored_watermark_of, wall_clock_ms
 
@@ -44,14 +45,14 @@ def entry_of(process: Callable[..., Any], name: str) -> Callable[..., Any] | Non
 class TimedRun:
     """See the module docstring. ``process`` is the user's entry point; ``emit`` takes an output record."""
 
-    def __init__(self, spec: ExecutorSpec, layout: Layout, state: Any, partition: int, context: Any,
+    def __init__(self, spec: ExecutorSpec, layout: Layout, txn: KeyedTransaction, partition: int, context: Any,
                  process: Callable[..., Any], emit: Callable[[Any], None], batch: int | None = None) -> None:
         section = spec.time
         assert section is not None  # built only for a spec with a time section (RecordPath.keep_time)
         owned = group_range(partition, layout.partitions, layout.groups)
         window = section.window
         lag = section.lag_ms if section.lag_ms is not None else (window or {}).get("lag", 0)
-        self.time = TimeState(state, layout.groups, owned, lag_ms=lag, ttl_ms=section.ttl_ms,
+        self.time = TimeState(txn.state, layout.groups, owned, lag_ms=lag, ttl_ms=section.ttl_ms,
                               ttl_used=section.ttl_used, clock=CLOCK, previous=layout.watermark, batch=batch)
         self.context = context
         self.user_process = process
@@ -81,6 +82,8 @@ class TimedRun:
                                                "get_result(accumulator) beside it in the function's file or class")
                 aggregate = Aggregate(create, add, result, entry_of(process, "merge_accumulators"))
             self.windows = Windows(dict(window), self.time, extractor, self.event_field, aggregate)
+            txn.view(self.windows.flush)
+        txn.view(self.time.flush)  # the time state last: after everything that may change it
         context.keep_time(self.time)
 
     def prefetch(self, keys: Iterable[str]) -> None:
@@ -165,12 +168,10 @@ class TimedRun:
                 self.time.observe(int(largest))
 
     def finish(self) -> None:
-        """Fire due timers, delete expired keys, write the time state into the batch's buffer."""
+        """Fire due timers and delete expired keys (the windows and the time state are the transaction's views:
+        its prepare writes them into its cache)."""
         self.time.fire(self._fired, self.windows.prefetch_due if self.windows is not None else None)
         self.time.sweep()
-        if self.windows is not None:
-            self.windows.flush()
-        self.time.flush()
 
 
 def partitions(spec: ExecutorSpec, parallelism: int) -> int:
