@@ -136,6 +136,12 @@ TYPED_TTL = '''
 def process(input, context):
     if input.get("skip"):
         return None
+    if input.get("plain") == "value":  # plain keys: the record's key itself (partition-owned state keeps a key's
+        context.put_state(input["k"], str(input["i"]), ttl_seconds=60)  # state in its group)
+        return None
+    if input.get("plain") == "counter":
+        context.incr_counter(input["k"], input["i"], ttl_seconds=60)
+        return None
     context.value_state("last", int, ttl=60).update(input["i"])
     context.list_state("log", int, ttl=60).append(input["i"])
     context.map_state("seen", str, int, ttl=60).put("i", input["i"])
@@ -143,36 +149,42 @@ def process(input, context):
 
 
 @pytest.mark.parametrize("target", EVERY_PROVIDER)
-def test_typed_entries_nobody_reads_again_are_deleted_after_their_ttl(target, request, clock, tmp_path, monkeypatch):
+def test_entries_of_every_kind_nobody_reads_again_are_deleted_after_their_ttl(target, request, clock, tmp_path,
+                                                                              monkeypatch):
     """The leak issue 52 found: typed entries with a TTL were deleted only when read. 100k of them (a value, a
-    list element, its bounds and a map entry for each of 25k keys) on the in-process providers, 10k where each
-    write is a round trip to a server or a file (local:// files, ZooKeeper, etcd: their batches are staged in
-    groups), are gone from the store after their TTL and the next batch, which reads none of them; the changelog
-    holds a delete of each, and a follower applies them."""
+    list element, its bounds and a map entry for each of 25k keys) and 100k plain keys (50k values, 50k counters)
+    on the embedded and partition-owned providers, a tenth of each on the others (local:// files, ZooKeeper and
+    etcd, where each write is a round trip to a server or a file, their batches staged in groups; memory://, which
+    stages as they do), are gone from the store after their TTL and the
+    next batch, which reads none of them; the changelog holds a delete of each, and a follower applies them."""
     monkeypatch.setattr(partition, "SNAPSHOT_MIN_ENTRIES", 10 ** 9)  # partition-owned state keeps its whole log
     spec = {**spec_of(target, request, tmp_path), "code": TYPED_TTL, "time": time_section(FunctionConfig(
         tenant="t", namespace="n", name="f", inputs=["x"]), TYPED_TTL)}
-    keys = 25_000 if target in ("metadata-memory", "embedded-local", "partitioned-local") else 2_500
-    run(spec, 0, [{"k": f"user{i}", "i": i} for i in range(keys)], parallelism=2)
+    keys = 25_000 if target in ("embedded-local", "partitioned-local") else 2_500
+    plain = [{"k": f"{kind}{i}", "i": i + 1, "plain": kind} for kind in ("value", "counter") for i in range(2 * keys)]
+    run(spec, 0, [{"k": f"user{i}", "i": i} for i in range(keys)] + plain, parallelism=2)
     store = cached_state_store(spec)
-    written = {k for k, _ in store.scan(TYPED)}
-    assert len(written) == 4 * keys
+    written = {k for k, _ in store.scan(TYPED)} | {r["k"] for r in plain}
+    assert len(written) == 8 * keys and store.get_counter("counter7") == 8 and store.get("value7") == b"8"
     follower = FollowerStore.open(store, "t", "n", spec["name"], local_dir=str(tmp_path / "follower"),
                                   check_registry=False)
     assert follower.wait_until_caught_up(60) and len(list(follower.scan_entries(TYPED))) == 4 * keys
+    assert len(list(follower.scan_entries("value"))) == len(list(follower.scan_entries("counter"))) == 2 * keys
     before = [store.partition_position(p).last_offset for p in range(store.changelog_partitions())]
     clock["ms"] += 59_999
     run(spec, 1, [{"k": "other", "skip": True}], parallelism=2)
-    assert len(list(store.scan(TYPED))) == 4 * keys  # not yet expired: kept
+    assert len(list(store.scan(TYPED))) == 4 * keys and store.get_counter("counter7") == 8  # not yet expired: kept
     clock["ms"] += 1
     run(spec, 2, [{"k": "other", "skip": True}], parallelism=2)
-    assert list(store.scan(TYPED)) == []
+    assert list(store.scan(TYPED)) == [] and list(store.scan("value")) == list(store.scan("counter")) == []
+    assert list(store.scan(timestate.expiry_key(""))) == []  # the plain keys' expiry entries too
     for group in store.scan_entries(timestate.GROUP_PREFIX):
         assert timestate.decode_group(group.value)["x"] == {}  # the TTL index is empty too
     deleted = {r.key for p, after in enumerate(before) for r in store.read_partition_changelog(p, after)
                if r.tombstone}
-    assert deleted == written
+    assert deleted == written | {timestate.expiry_key(r["k"]) for r in plain}  # a plain key's expiry: its own entry
     assert follower.wait_until_caught_up(60) and list(follower.scan_entries(TYPED)) == []
+    assert list(follower.scan_entries("value")) == list(follower.scan_entries("counter")) == []
     follower.close()
 
 

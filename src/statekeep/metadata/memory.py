@@ -27,7 +27,9 @@ class _Tree:
         self.lock = threading.RLock()
         self.nodes: dict[str, Record] = {}
         self.names: dict[str, set[str]] = {}  # parent -> names of its children
-        self._sorted: dict[str, list[str]] = {}  # parent -> the names sorted, as last listed (dropped on a change)
+        #: parent -> the names sorted, as last listed: a name added past the last is appended (a log's new records),
+        #: any other change drops the list
+        self._sorted: dict[str, list[str]] = {}
         self.sequences: dict[str, int] = {}
         self.stores: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
 
@@ -51,13 +53,20 @@ class _Tree:
         for path, record in changes.writes.items():
             name, parent = path.rpartition("/")[2], parent_of(path)
             siblings = self.names.setdefault(parent, set())
-            self._sorted.pop(parent, None)
             if record is None:
                 self.nodes.pop(path, None)
-                siblings.discard(name)
+                if name in siblings:
+                    siblings.discard(name)
+                    self._sorted.pop(parent, None)
             else:
                 self.nodes[path] = record
-                siblings.add(name)
+                if name not in siblings:
+                    siblings.add(name)
+                    listed = self._sorted.get(parent)
+                    if listed is not None and (not listed or name > listed[-1]):
+                        listed.append(name)
+                    else:
+                        self._sorted.pop(parent, None)
         self.sequences.update(changes.sequences)
         for store in list(self.stores):
             for event in changes.events:
