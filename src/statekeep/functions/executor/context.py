@@ -58,7 +58,6 @@ class Context(RecordMethods, StateMethods, TimeMethods):
         self._secrets = dict(secrets or {})
         self._secrets_provider = secrets_provider or environment_secret
         self._source = source
-        self._record_keys = source.keys if source is not None else None  # aligned with source.records
         #: the record cursor: the current record's position in source (-1: none), which the runtime moves per
         #: record; the per-record methods read the record it points at
         self.position = -1

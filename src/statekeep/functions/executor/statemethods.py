@@ -27,7 +27,6 @@ class StateMethods:
     _txn: KeyedTransaction
     _time: TimeState | None
     _source: RecordSource | None
-    _record_keys: list[Any] | None
     position: int
     load_schemas: Callable[[], dict[str, dict[str, Any]]]
     recorded_schemas: dict[str, dict[str, Any]] | None
@@ -135,15 +134,14 @@ class StateMethods:
         return opened
 
     def _variable_key(self) -> str | None:
+        """The record key typed variables belong to: the timer's inside ``on_timer`` (None for the timers of records
+        without a key), else the current record's, as its :class:`RecordSource` resolved it once for the batch."""
         time = self._time
-        if time is None or time.current_key is None:  # a record's, not a timer's: twice a record in typed functions
-            keys, position = self._record_keys, self.position
-            if keys is not None and position >= 0:
-                key = keys[position]  # the key column: str or None
-                if key is not None:
-                    return key  # type: ignore[no-any-return]
-            return self.get_message_key()
-        return time.current_key or None  # "" is the timers of records without a key
+        if time is not None and time.current_key is not None:
+            return time.current_key or None
+        source, position = self._source, self.position
+        keys = source.keys if source is not None else None
+        return keys[position] if keys is not None and 0 <= position < len(keys) else None
 
     def _batch_keys(self) -> Iterable[Any]:
         """The record keys of the batch (for typed variables' prefetch)."""
