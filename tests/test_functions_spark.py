@@ -500,3 +500,45 @@ def test_an_accepted_update_resumes_its_query_exactly_once(spark, service, tmp_p
     assert query.status()["error"] is None and query.totals["processed"] == 2
     counted = {k: n for k, n in counters(service, "evolve").items() if not k.startswith("\x00")}  # not internal
     assert counted == {"x": 3, "y": 1, "z": 1}
+
+
+ROWS = '''
+def process(row, context):
+    context.incr_counter(row["word"], row["n"])
+    return {"word": row["word"], "n": row["n"], "type": type(row["n"]).__name__,
+            "from": context.get_current_message_topic_name().rsplit("/", 1)[-1]}
+'''
+
+
+def test_csv_and_parquet_rows_arrive_as_rows_with_the_readers_types(spark, service, tmp_path):
+    """CSV and Parquet inputs through the runner: each row a dict of its columns as Spark's reader typed them (no
+    JSON between the JVM and the function), keyed by its key field, naming the input it came from; a trigger of
+    the same function takes a row as a JSON object, and refuses anything else in one line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from statekeep.errors import InvalidArgumentError
+    from statekeep.functions.admin.lifecycle import trigger
+
+    csv_dir, parquet_dir, out = tmp_path / "csv", tmp_path / "parquet", tmp_path / "out"
+    csv_dir.mkdir()
+    parquet_dir.mkdir()
+    (csv_dir / "a.csv").write_text("word,n\nstate,2\nkeep,5\nstate,1\n")
+    pq.write_table(pa.table({"word": ["keep", "rows"], "n": pa.array([10, 7], pa.int64())}), parquet_dir / "b.parquet")
+    for name, inputs in (("fromcsv", csv_dir), ("fromparquet", parquet_dir)):
+        options = {"inputOptions": {"inferSchema": "true"}} if name == "fromcsv" else {}  # Spark's own option
+        register(service, name, inputs, out / name, code=ROWS.encode(), inputFormat=name.removeprefix("from"),
+                 userConfig=options)
+        run_once(service, spark, tmp_path, name)
+    rows = {name: sorted((r["word"], r["n"], r["type"], r["from"]) for p in (out / name).glob("*.jsonl")
+                         for r in map(json.loads, p.read_text().splitlines())) for name in ("fromcsv", "fromparquet")}
+    assert rows == {"fromcsv": [("keep", 5, "int", "csv"), ("state", 1, "int", "csv"), ("state", 2, "int", "csv")],
+                    "fromparquet": [("keep", 10, "int", "parquet"), ("rows", 7, "int", "parquet")]}
+    assert counters(service, "fromcsv") == {"state": 3, "keep": 5}
+    assert counters(service, "fromparquet") == {"keep": 10, "rows": 7}
+    assert trigger(service.registry, "public", "default", "fromcsv", '{"word": "state", "n": 4}')["type"] == "int"
+    assert counters(service, "fromcsv") == {"state": 7, "keep": 5}
+    for bad in ("state,4", "[1, 2]"):
+        with pytest.raises(InvalidArgumentError, match="JSON object of its row's columns"):
+            trigger(service.registry, "public", "default", "fromcsv", bad)
+    assert counters(service, "fromcsv") == {"state": 7, "keep": 5}

@@ -156,6 +156,15 @@ def _trigger_record(spec: Any, data: bytes | str) -> tuple[Any, Any]:
         except UnicodeDecodeError as e:
             raise InvalidArgumentError(f"the trigger data is not UTF-8 text (byte {e.start})") from None
     value: Any = data.rstrip("\r\n") if isinstance(data, str) else raw
+    if spec.format.rows:  # a CSV or Parquet input's row, given as a JSON object of its columns
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise InvalidArgumentError(f"the trigger data of a {spec.format.source} input is a JSON object of "
+                                       f"its row's columns: {e}") from None
+        if not isinstance(value, dict):
+            raise InvalidArgumentError(f"the trigger data of a {spec.format.source} input is a JSON object of its "
+                                       f"row's columns, not {type(value).__name__}")
     return value, messages.Message(messages.text_or_bytes(raw)).to_json() if message else value
 
 

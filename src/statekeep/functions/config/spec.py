@@ -47,11 +47,12 @@ class RecordFormat:
     @classmethod
     def of(cls, source: str) -> RecordFormat:
         """The format of a function whose input is read as ``source`` (one of :data:`SOURCE_FORMATS`, else
-        :class:`InvalidArgumentError`): a text or message input is decoded as such, any other as JSON (a file
-        format's row as its JSON object)."""
+        :class:`InvalidArgumentError`): a text or message input is decoded as such, a CSV or Parquet file's row
+        arrives as a row (a dict of its columns, as Spark's reader typed them), any other as JSON."""
         if source not in SOURCE_FORMATS:
             raise InvalidArgumentError(f"input format must be one of {', '.join(SOURCE_FORMATS)}, not {source!r}")
-        return cls(source if source in ("text", MESSAGE) else "json", source)
+        return cls(source if source in ("text", MESSAGE) else "rows" if source in ("csv", "parquet") else "json",
+                   source)
 
     @property
     def json(self) -> bool:
@@ -70,7 +71,8 @@ class RecordFormat:
 
     @property
     def rows(self) -> bool:
-        """A record is a row of the operator's DataFrame (a dict; ``process_batch``: the Arrow table)."""
+        """A record is a row (a dict; ``process_batch``: the Arrow table): of the operator's DataFrame, or of a CSV
+        or Parquet input as Spark's reader gives it."""
         return self.decoded == "rows"
 
     @property

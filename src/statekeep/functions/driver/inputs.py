@@ -51,10 +51,10 @@ def input_frame(spark: SparkSession, inputs: list[str], fmt: RecordFormat, key_f
                 options: dict[str, str] | None = None, *, store_url: str | None = None,
                 topic_column: bool = False, topics_dir: str | None = None) -> DataFrame:
     """A streaming DataFrame with two columns: ``__record`` (a JSON document, or the raw line for
-    text input) and ``__key`` (the partitioning key, or null); with ``topic_column`` a third,
-    ``__topic``, the input each record came from (asked for with several inputs, where
-    ``context.get_current_message_topic_name`` needs it). Several file inputs are read as one
-    stream each, unioned. A ``statekeep-changelog`` input is
+    text input; a CSV or Parquet input's rows keep their own columns instead) and ``__key`` (the partitioning key,
+    or null); with ``topic_column`` a third, ``__topic``, the input each record came from (asked for with several
+    inputs, where ``context.get_current_message_topic_name`` needs it). Several file inputs are read as one stream
+    each, unioned. A ``statekeep-changelog`` input is
     another function's changelog (``statekeep://T/N/F`` or ``T/N/F``) in the registry at
     ``store_url`` (unless the options name a ``store``)."""
     from pyspark.sql import functions as F
@@ -79,6 +79,14 @@ def input_frame(spark: SparkSession, inputs: list[str], fmt: RecordFormat, key_f
     no_key = F.lit(None).cast("string")
     selected: DataFrame | None = None
     for path, frame in frames:
+        if fmt.rows:  # CSV, Parquet: the reader's columns as they are (the task makes each row a dict)
+            key = F.col(key_field).cast("string") if key_field else no_key
+            columns = [F.col(f"`{c}`") for c in frame.columns] + [key.alias("__key")]
+            if topic_column:
+                columns.append(F.lit(path).cast("string").alias("__topic"))
+            frame = frame.select(*columns)
+            selected = frame if selected is None else selected.unionByName(frame, allowMissingColumns=True)
+            continue
         if fmt.lines:
             record, key = F.col("value"), F.col("value") if key_field else no_key
             if key_field and fmt.json:

@@ -19,8 +19,8 @@ def records_table(values: Any, fmt: RecordFormat) -> Any:
     column. Raises :class:`FunctionRecordError` naming the first malformed record's position."""
     import pyarrow as pa
 
-    if fmt.rows:  # the operator's: its DataFrame's columns, already a Table
-        return values if isinstance(values, pa.Table) else pa.table({})
+    if fmt.rows:  # a DataFrame's or a file's columns, already a Table (a trigger's one row: a dict)
+        return values if isinstance(values, pa.Table) else pa.Table.from_pylist(list(values))
     json_lines = fmt.json
     if fmt.message:  # Pulsar messages (MessageColumns): a JSON file's line as JSON, other payloads as a str
         values = batch_lines(values)

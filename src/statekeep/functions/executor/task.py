@@ -126,9 +126,9 @@ def _run_messages(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: 
 
 
 def _run_rows(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int, batches: list[Any]) -> PartitionStats:
-    """:func:`run_partition` of one partition of the DataFrame operator's ``rows`` input: its record batches'
-    columns but statekeep's own (``__key``, ``__route``, ...) are the records, a dict per record (``process_batch``:
-    the Table of them)."""
+    """:func:`run_partition` of one partition of a ``rows`` input (the DataFrame operator's, a CSV or Parquet file's):
+    its record batches' columns but statekeep's own (``__key``, ``__topic``, ``__route``, ...) are the records, a dict
+    per record (``process_batch``: the Table of them)."""
     import pyarrow as pa
 
     if not batches:
@@ -138,9 +138,11 @@ def _run_rows(spec: ExecutorSpec, layout: Layout, batch_id: int, partition: int,
     if _cached_process(spec)[1] == BATCH:
         return run_partition(spec, batch_id, partition, data, layout=layout)
     record_keys = table.column("__key").to_pylist()
+    topics = table.column("__topic").to_pylist() if spec.topic_column else None
     keys = set(record_keys)
     keys.discard(None)
-    return run_partition(spec, batch_id, partition, data.to_pylist(), keys, record_keys=record_keys, layout=layout)
+    return run_partition(spec, batch_id, partition, data.to_pylist(), keys, record_keys=record_keys, topics=topics,
+                         layout=layout)
 
 
 def _stats_row(stats: PartitionStats) -> dict[str, Any]:
