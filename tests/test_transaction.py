@@ -176,3 +176,40 @@ def test_its_lifecycle_flushes_views_then_commits_changes_and_marker_at_once(sto
     with pytest.raises(InvalidArgumentError):
         failing.prepare()
     assert failing.status == transaction.FAILED
+
+
+def test_state_ttl_seconds_applies_to_typed_entries_without_their_own(store):
+    """``stateTtlSeconds`` (the time state's ``ttl_ms``) means the same for every kind: a typed value, list and map
+    without a ``ttl`` of their own expire after it, as a plain key does; a variable's own ``ttl`` wins."""
+    from statekeep.functions.executor.context import Context
+
+    now = [1_000_000]
+
+    def batch(work, clock):
+        txn = KeyedTransaction.begin(store)
+        time = TimeState(txn.state, KEY_GROUPS, range(KEY_GROUPS), ttl_ms=10_000, clock=lambda: clock)
+        txn.view(time.flush)
+        context = Context("t", "n", "f", txn)
+        context.keep_time(time)
+        result = work(context)
+        time.sweep()
+        txn.prepare()
+        txn.commit()
+        return result
+
+    def write(context):
+        context.put_state("plain", b"v")
+        context.value_state("last", int).of("ann").update(1)
+        context.list_state("log", int).of("ann").append(1)
+        context.map_state("tags", str, int).of("ann").put("a", 1)
+        context.value_state("long", int, ttl=60).of("ann").update(2)
+
+    def read(context):
+        return (context.get_state("plain"), context.value_state("last", int).of("ann").get(),
+                context.list_state("log", int).of("ann").get(), context.map_state("tags", str, int).of("ann").items(),
+                context.value_state("long", int, ttl=60).of("ann").get())
+
+    batch(write, now[0])
+    assert batch(read, now[0] + 9_999) == (b"v", 1, [1], [("a", 1)], 2)
+    assert batch(read, now[0] + 10_000) == (None, None, [], [], 2)
+    assert [k for k, _ in store.scan("\x00v") if "long" not in k] == []  # deleted with that batch, not only hidden

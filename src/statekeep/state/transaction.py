@@ -69,6 +69,7 @@ class TTL(Protocol):
     """The TTL index a transaction applies (the run's time state)."""
 
     now: int
+    ttl_ms: int | None  # the function's TTL of every entry without its own (stateTtlSeconds)
 
     def expired(self, key: str) -> bool: ...
 
@@ -433,8 +434,15 @@ class KeyedTransaction:
         return found
 
     def expires(self, var: Variable) -> int | None:
-        """When an entry of ``var`` written now expires (None: it has no TTL)."""
-        return None if var.ttl_ms is None else self.now() + var.ttl_ms
+        """When an entry of ``var`` written now expires: after its own TTL, else the function's (``stateTtlSeconds``,
+        as for a plain key); None: it has neither."""
+        ttl_ms = var.ttl_ms
+        if ttl_ms is None:
+            ttl = self.ttl
+            if ttl is None or ttl.ttl_ms is None:
+                return None
+            ttl_ms = ttl.ttl_ms
+        return self.now() + ttl_ms
 
     def write(self, state_key: str, payload: bytes, expires: int | None) -> None:
         """Buffer a typed entry: its value's ``payload`` behind its expiry (None: none, see :meth:`expires`), listed

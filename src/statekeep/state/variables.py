@@ -83,12 +83,13 @@ class ValueState(_Handle[T]):
         """Set the value (its TTL starts again)."""
         var = self._var
         raw = var.value.encode(value)
-        if var.ttl_ms is None:
+        expires = self._txn.expires(var)
+        if expires is None:
             batch = self._batch  # as in get
             at = batch.get(self._txn.key_of()) if batch is not None and self._bound is None else None
             self._txn.state.put(at if at is not None else self._at(), raw)
         else:
-            self._txn.write(self._at(), raw, self._txn.expires(var))
+            self._txn.write(self._at(), raw, expires)
 
     def clear(self) -> None:
         self._txn.state.put(self._at(), None)
