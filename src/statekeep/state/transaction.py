@@ -43,8 +43,8 @@ from statekeep.state.base import TaskState, validate_value
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.keys import check_key, encode_key
 from statekeep.state.timestate import check_ttl, check_user_key
-from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, encode_entry, entry_payload,
-                                   map_key_code, variable_prefix)
+from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, element_key, encode_entry,
+                                   entry_payload, map_key_code, variable_prefix)
 
 #: how many state keys the memo holds per variable and entry before it starts again (a batch of more keys checks
 #: them again)
@@ -467,3 +467,34 @@ class KeyedTransaction:
     def read(self, state_key: str) -> bytes | memoryview | None:
         """A typed entry's value (:meth:`payload` of what the batch holds at ``state_key``)."""
         return self.payload(state_key, self.state.get(state_key))
+
+    def stored(self, state_key: str) -> bytes | None:
+        """A typed entry as the batch holds it (its expiry, if any, still in front: see :meth:`payload`)."""
+        return self.state.get(state_key)
+
+    def remove(self, state_key: str) -> None:
+        """Delete a typed entry with the batch."""
+        self.state.put(state_key, None)
+
+    def prefetch(self, state_keys: Iterable[str]) -> None:
+        """Read typed entries not read yet in one bulk read."""
+        self.state.prefetch(state_keys)
+
+    def scan(self, prefix: str) -> list[tuple[str, bytes]]:
+        """The typed entries under ``prefix`` as the batch sees them, in key order (see
+        :meth:`~statekeep.state.buffer.BufferedState.scan`)."""
+        return self.state.scan(prefix)
+
+    def elements(self, prefix: str, first: int, end: int) -> list[tuple[str, bytes | None]]:
+        """Elements ``first`` to ``end`` - 1 of the list ``prefix`` as (state key, stored entry or None), in order,
+        read in one bulk read."""
+        keys = [element_key(prefix, n) for n in range(first, end)]
+        self.state.prefetch(keys)
+        get = self.state.get
+        return [(key, get(key)) for key in keys]
+
+    def remove_elements(self, prefix: str, first: int, end: int) -> None:
+        """Delete elements ``first`` to ``end`` - 1 of the list ``prefix`` with the batch."""
+        put = self.state.put
+        for number in range(first, end):
+            put(element_key(prefix, number), None)

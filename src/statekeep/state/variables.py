@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.state.transaction import KeyedTransaction
-from statekeep.state.typed import (EXPIRING, Variable, decode_map_key, delete_elements, element_key, encode_bounds,
-                                   encode_entry, entry_expiry, list_bounds, read_elements, variable_prefix)
+from statekeep.state.typed import (EXPIRING, Variable, decode_map_key, element_key, encode_bounds, entry_expiry,
+                                   list_bounds, variable_prefix)
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -70,7 +70,7 @@ class ValueState(_Handle[T]):
         at = batch.get(self._txn.key_of()) if batch is not None and self._bound is None else None
         if at is None:
             at = self._at()
-        raw = self._txn.state.get(at)  # the transaction's read, its common case inlined too
+        raw = self._txn.stored(at)
         if raw is None:
             return default
         payload = raw if raw[0] != EXPIRING else self._txn.payload(at, raw)
@@ -87,19 +87,19 @@ class ValueState(_Handle[T]):
         if expires is None:
             batch = self._batch  # as in get
             at = batch.get(self._txn.key_of()) if batch is not None and self._bound is None else None
-            self._txn.state.put(at if at is not None else self._at(), raw)
+            self._txn.write(at if at is not None else self._at(), raw, None)
         else:
             self._txn.write(self._at(), raw, expires)
 
     def clear(self) -> None:
-        self._txn.state.put(self._at(), None)
+        self._txn.remove(self._at())
 
     # bulk forms (for process_batch): one read of all the keys
     def get_many(self, keys: Iterable[str], default: T | None = None) -> list[T | None]:
         """The values of ``keys`` (``default`` where there is none), read in one bulk read."""
         handles = [self.of(key) for key in keys]
         at = [h._at() for h in handles]
-        self._txn.state.prefetch(at)
+        self._txn.prefetch(at)
         return [h.get(default) for h in handles]
 
     def update_many(self, keys: Iterable[str], values: Iterable[T]) -> None:
@@ -119,7 +119,7 @@ class ListState(_Handle[T]):
 
     def _bounds(self, prefix: str) -> tuple[str, int, int]:
         at = self._txn.at(self._bound, self._var, "#")
-        first, end = list_bounds(self._txn.state.get(at), self._txn.now())
+        first, end = list_bounds(self._txn.stored(at), self._txn.now())
         return at, first, end
 
     def get(self) -> list[T]:
@@ -129,18 +129,20 @@ class ListState(_Handle[T]):
     def __iter__(self) -> Iterator[T]:
         prefix = self._prefix()
         at, first, end = self._bounds(prefix)
-        state, payload_of, decode = self._txn.state, self._txn.payload, self._var.value.decode
+        txn, payload_of, decode = self._txn, self._txn.payload, self._var.value.decode
         live = first
         values = []
-        for number, (key, raw) in zip(range(first, end), read_elements(state, prefix, first, end)):
+        for number, (key, raw) in zip(range(first, end), txn.elements(prefix, first, end)):
             payload = payload_of(key, raw)
             if payload is None:  # absent or expired (deleted with the batch); at the front, the list starts after it
                 if live == number:
                     live = number + 1
                 continue
             values.append(decode(payload))
-        if live != first:  # the bounds keep their expiry (the newest element's)
-            state.put(at, encode_entry(encode_bounds(live, end), entry_expiry(state.get(at))) if live < end else None)
+        if live != first and live < end:  # the bounds keep their expiry (the newest element's)
+            txn.write(at, encode_bounds(live, end), entry_expiry(txn.stored(at)))
+        elif live != first:
+            txn.remove(at)
         return iter(values)
 
     def append(self, value: T) -> None:
@@ -170,8 +172,8 @@ class ListState(_Handle[T]):
     def clear(self) -> None:
         prefix = self._prefix()
         at, first, end = self._bounds(prefix)
-        delete_elements(self._txn.state, prefix, first, end)
-        self._txn.state.put(at, None)
+        self._txn.remove_elements(prefix, first, end)
+        self._txn.remove(at)
 
 
 class MapState(_Handle[V], Generic[K, V]):
@@ -208,14 +210,14 @@ class MapState(_Handle[V], Generic[K, V]):
             self._txn.write(at, raw, expires)
 
     def remove(self, key: K) -> None:
-        self._txn.state.put(self._entry(self._prefix(), key), None)
+        self._txn.remove(self._entry(self._prefix(), key))
 
     def items(self) -> list[tuple[K, V]]:
         """The live entries, by the order of their keys' codes."""
         start = self._prefix() + "m"
         payload_of, decode = self._txn.payload, self._var.value.decode
         out = []
-        for state_key, raw in self._txn.state.scan(start):
+        for state_key, raw in self._txn.scan(start):
             payload = payload_of(state_key, raw)
             if payload is None:
                 continue
@@ -230,5 +232,5 @@ class MapState(_Handle[V], Generic[K, V]):
 
     def clear(self) -> None:
         start = self._prefix() + "m"
-        for state_key, _ in self._txn.state.scan(start):
-            self._txn.state.put(state_key, None)
+        for state_key, _ in self._txn.scan(start):
+            self._txn.remove(state_key)
