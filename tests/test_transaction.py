@@ -7,7 +7,7 @@ import pytest
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
-from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state.timekeeping import TimeState
 from statekeep.state import transaction
 from statekeep.state.buffer import BufferedState
 from statekeep.state.keygroups import KEY_GROUPS

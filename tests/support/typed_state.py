@@ -11,7 +11,7 @@ import pytest
 from statekeep.functions.config.service import FunctionService
 from statekeep.state import timestate as context_module
 from statekeep.functions.executor.context import Context
-from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state.timekeeping import TimeState
 from statekeep.state.keygroups import KEY_GROUPS
 from statekeep.state.base import StateStore
 from statekeep.state.transaction import KeyedTransaction

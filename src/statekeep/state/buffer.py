@@ -37,7 +37,7 @@ class BufferedState:
         self.counter_deltas: dict[str, int] = {}
         #: None: nothing is taken back. A :class:`JournaledState`'s undo actions for the current record
         #: (run by its rollback): where state is held in memory beside these buffers (timers, window
-        #: buffers; see statekeep.functions.windowing.timekeeping), a change appends how to take it back.
+        #: buffers; see statekeep.state.timekeeping), a change appends how to take it back.
         self.journal: list[Callable[[], None]] | None = None
         self._later: list[str] | None = None  # see prefetch_later
 

@@ -24,7 +24,7 @@ It alone
   (variable, record key, entry) and per map key, checked once; of it, the batch's record keys' per (variable,
   entry) (:meth:`~KeyedTransaction.entries`: a record's handle finds its key's with one lookup);
 - **applies TTL** through the run's time state (``ttl``, the TTL index of
-  :class:`statekeep.functions.windowing.timekeeping.TimeState`; None: the function keeps none): an expired plain key
+  :class:`statekeep.state.timekeeping.TimeState`; None: the function keeps none): an expired plain key
   reads as absent (an expired counter restarts from 0), a write sets or refreshes its expiry, a typed entry carries
   its expiry and is listed in the same index.
 

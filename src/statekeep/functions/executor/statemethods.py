@@ -15,7 +15,7 @@ from statekeep.state.typed import StateSchemaError, check_evolution, variable
 from statekeep.state.variables import ListState, MapState, ValueState
 
 if TYPE_CHECKING:
-    from statekeep.functions.windowing.timekeeping import TimeState
+    from statekeep.state.timekeeping import TimeState
 
 H = TypeVar("H", bound="ValueState[Any] | ListState[Any] | MapState[Any, Any]")
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.windowing.timekeeping import DOMAINS
+from statekeep.state.timekeeping import DOMAINS
 
 if TYPE_CHECKING:
     from statekeep.state.transaction import KeyedTransaction
-    from statekeep.functions.windowing.timekeeping import TimeState
+    from statekeep.state.timekeeping import TimeState
     from statekeep.functions.windowing.windowtypes import Window
 
 

@@ -2,7 +2,7 @@
 
 :class:`TimedRun` (built by :meth:`statekeep.functions.executor.path.RecordPath.keep_time` when the executor
 spec has a ``time`` section) gives the context its
-:class:`~statekeep.functions.windowing.timekeeping.TimeState` and, for a windowed function, the ``process`` the
+:class:`~statekeep.state.timekeeping.TimeState` and, for a windowed function, the ``process`` the
 record loop calls instead (it puts the record in its windows and calls the user's function for each
 count window it completes). :meth:`TimedRun.finish`, after the records, fires due timers (windows
 and ``on_timer``) and deletes expired keys; the windows and the time state are views of the run's keyed-state
@@ -16,7 +16,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.spec import ExecutorSpec, Layout
-from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state.timekeeping import TimeState
 from statekeep.functions.config.locations import carries_messages
 from statekeep.functions.windowing.windows import Windows
 from statekeep.functions.windowing.windowtypes import Aggregate, Window

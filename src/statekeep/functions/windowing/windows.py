@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state.timekeeping import TimeState
 from statekeep.functions.windowing.windowstore import WindowEntries
 from statekeep.functions.windowing.windowtypes import Aggregate, Fired, Window, _list
 from statekeep.state.typed import delete_elements

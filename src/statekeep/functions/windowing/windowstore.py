@@ -19,7 +19,7 @@ import msgspec
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.messaging.jsonscan import loads_at
-from statekeep.functions.windowing.timekeeping import TimeState
+from statekeep.state.timekeeping import TimeState
 from statekeep.functions.windowing.windowtypes import _list
 from statekeep.state.timestate import buffer_key, has_buffer_key
 from statekeep.state.typed import delete_elements, element_key, read_elements
