@@ -8,6 +8,7 @@ import pytest
 from statekeep.errors import InvalidArgumentError
 from statekeep.functions.config.service import FunctionService
 from statekeep.state.timekeeping import TimeState
+from statekeep import lru
 from statekeep.state import transaction
 from statekeep.state.buffer import BufferedState
 from statekeep.state.keygroups import KEY_GROUPS
@@ -52,7 +53,7 @@ def test_it_alone_checks_and_scopes_keys(store):
 
 def test_one_bounded_memo_of_state_keys(store, monkeypatch):
     monkeypatch.setattr(transaction, "MEMO_SIZE", 10)
-    monkeypatch.setattr(transaction, "_KEYS", {})  # the process's memo, empty for this test
+    lru.reset()  # the process's memos, empty for this test
     txn, _ = new(store, batch_keys=[f"k{i}" for i in range(4)])
     count = variable("count", "value", int)
     seen = variable("seen", "map", int, str)
@@ -213,3 +214,24 @@ def test_state_ttl_seconds_applies_to_typed_entries_without_their_own(store):
     assert batch(read, now[0] + 9_999) == (b"v", 1, [1], [("a", 1)], 2)
     assert batch(read, now[0] + 10_000) == (None, None, [], [], 2)
     assert [k for k, _ in store.scan("\x00v") if "long" not in k] == []  # deleted with that batch, not only hidden
+
+
+def test_one_reset_empties_every_memo_of_the_process(store):
+    """Every module-level memo is made by statekeep.lru (a hot-path dict, a BoundedLRU, a cached function): one
+    reset empties them all, and what they memoized is computed again, the same."""
+    from statekeep.functions.config import loader
+    from statekeep.metadata import types
+    from statekeep.state import catalog, keys
+
+    txn, _ = new(store, key="ann", batch_keys=["ann"])
+    made = (types.validate_path("/a/b"), keys.encode_key("plain"), txn.at(None, variable("v", "value", int), "="),
+            catalog._function_path("/r", "t", "n", "f"))
+    entries = lru.BoundedLRU(4)
+    entries.put("x", 1)
+    assert types._valid_paths and keys._segments and transaction._KEYS and catalog._function_path.cache_info().currsize
+    lru.reset()
+    assert not types._valid_paths and not keys._segments and not transaction._KEYS and not loader._modules
+    assert catalog._function_path.cache_info().currsize == 0 and entries.get("x") is None
+    txn, _ = new(store, key="ann", batch_keys=["ann"])
+    assert (types.validate_path("/a/b"), keys.encode_key("plain"), txn.at(None, variable("v", "value", int), "="),
+            catalog._function_path("/r", "t", "n", "f")) == made

@@ -55,7 +55,7 @@ import lmdb
 
 from statekeep.background import Periodic
 from statekeep.errors import InvalidPathError, StatekeepError, StoreClosedError, StoreUnavailableError
-from statekeep.lru import remember
+from statekeep.lru import remember, memo
 from statekeep.metadata._tree import _HEADER, Changes, Record
 from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import (FORK_GATE, FORK_WAIT_S, EmbeddedEngine, prefixed, transaction,
@@ -84,7 +84,7 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
 
-_node_keys: dict[str, bytes] = {}
+_node_keys: dict[str, bytes] = memo()
 
 
 def node_key(path: str) -> bytes:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from statekeep.errors import InvalidArgumentError, InvalidPathError, ValueTooLargeError
-from statekeep.lru import remember
+from statekeep.lru import memo, remember
 from statekeep.validate import check_int
 
 # Any C0/C1 control character or DEL is refused, as are empty, "." and ".." segments.
@@ -16,7 +16,7 @@ _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 # Paths already validated: reads of hot keys skip re-validation (a set lookup, no call).
-_valid_paths: dict[str, bool] = {}  # a hot-path memo (lru.remember)
+_valid_paths: dict[str, bool] = memo()  # a hot-path memo (lru.remember)
 
 
 def validate_path(path: object, *, allow_root: bool = True) -> str:

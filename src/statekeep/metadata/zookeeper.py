@@ -36,7 +36,6 @@ its own store.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -55,6 +54,7 @@ from statekeep.retry import DEFAULT as RETRY
 from statekeep.metadata.types import (Check, Delete, GetResult, NotificationType, Op, Put,
                                       SessionEvent, Stat, join, parent_of, validate_path)
 from statekeep.validate import check_number
+from statekeep.lru import cached
 
 try:
     from kazoo import exceptions as zke
@@ -187,7 +187,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 _Step = namedtuple("_Step", "request op_index racy")  # racy: failing may mean a concurrent change: plan again
 
 
-@functools.lru_cache(maxsize=4096)  # a multi asks up to three times per op (plan, steps, remembered dirs)
+@cached(4096)  # a multi asks up to three times per op (plan, steps, remembered dirs)
 def _ancestors(path: str) -> tuple[str, ...]:
     """Proper ancestors of ``path`` top-down, without "/"."""
     parts = path.split("/")[1:-1]

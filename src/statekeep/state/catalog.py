@@ -18,7 +18,6 @@ directly, so they never parse the registry's JSON themselves nor import ``statek
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,11 +27,12 @@ from statekeep.metadata.base import MetadataStore
 from statekeep.metadata.embedded import has_embedded_engine
 from statekeep.metadata.types import GetResult, validate_path
 from statekeep.state.keys import validate_name
+from statekeep.lru import cached
 
 DEFAULT_ROOT = "/statekeep/functions"
 
 
-@functools.lru_cache(maxsize=10_000)  # on every REST call; only validated names get cached
+@cached(10_000)  # on every REST call; only validated names get cached
 def _function_path(root: str, tenant: str, namespace: str, name: str) -> str:
     return (f"{root}/{validate_name(tenant, 'tenant')}/{validate_name(namespace, 'namespace')}/"
             f"{validate_name(name, 'function name')}")

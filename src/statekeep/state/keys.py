@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 from statekeep.errors import InvalidArgumentError
 from statekeep.validate import check_int
+from statekeep.lru import memo
 
 MAX_SEGMENT = 240
 
@@ -50,7 +51,7 @@ _CODES = [_code(b) for b in range(256)]
 _ASCII_CODES = _CODES[:128]
 
 
-_segments: dict[str, str] = {}  # recently encoded keys: hot keys skip re-encoding
+_segments: dict[str, str] = memo()  # recently encoded keys: hot keys skip re-encoding
 
 
 def encode_key(key: object, *, what: str = "state key") -> str:

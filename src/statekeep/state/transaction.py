@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from statekeep.errors import InvalidArgumentError, StatekeepError
-from statekeep.lru import remember
+from statekeep.lru import memo, remember
 from statekeep.state import timestate
 from statekeep.state.base import TaskState, validate_value
 from statekeep.state.buffer import BufferedState, JournaledState
@@ -53,7 +53,7 @@ MEMO_SIZE = 100_000
 #: is derived and checked once, not once per batch): by (variable, entry) -- ``=`` a value, ``#`` a list's bounds,
 #: ``m`` a map's entries -- then by record key (a map's: by (map prefix, key class, map key)) -> state key. A batch
 #: looks its record keys up in one dict per variable. A lost entry (a clear, a race between threads) is only a miss.
-_KEYS: dict[tuple[str, str], dict[Any, str]] = {}
+_KEYS: dict[tuple[str, str], dict[Any, str]] = memo()
 
 
 #: a transaction's states (:attr:`KeyedTransaction.status`)

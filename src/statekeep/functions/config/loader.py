@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from statekeep.lru import BoundedLRU
+from statekeep.lru import BoundedLRU, memo
 from statekeep.errors import InvalidArgumentError
 
 RECORD, NATIVE, BATCH = "record", "native", "batch"  # process(input, context), process(input), process_batch
@@ -48,7 +48,7 @@ def entry_name(class_name: str | None) -> str:
     return entry if module and entry else "process"
 
 
-_modules: dict[tuple[str, str], dict[str, Any]] = {}
+_modules: dict[tuple[str, str], dict[str, Any]] = memo()
 _modules_lock = threading.Lock()
 #: (source, filename, className) -> (entry point, kind): the one cache of loaded functions (runtime and trigger)
 _entries: BoundedLRU[tuple[str, str, str | None], tuple[Callable[..., Any], str]] = BoundedLRU(64)

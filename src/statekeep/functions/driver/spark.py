@@ -9,7 +9,6 @@ batches, not pickled rows), into Spark's ``noop`` sink. See runtime.py for how s
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from statekeep.functions.driver.inputs import check_brokers, input_frame
 from statekeep.functions.driver.session import spark_session
 from statekeep.functions.windowing.timerun import (advance_watermark, last_batch_needed, with_clock_source)
 from statekeep.retry import OUTAGE
+from statekeep.lru import cached
 
 if TYPE_CHECKING:  # PySpark is optional: imported where used
     from pyspark.sql import SparkSession
@@ -56,7 +56,7 @@ def _checkpoint_sources(spark: SparkSession, checkpoint: str) -> int | None:
     return len(text.splitlines()) - 2
 
 
-@functools.cache
+@cached(None)
 def _stats_type() -> Any:
     """``STATS_SCHEMA`` as a StructType, made without Spark: given as a string, ``mapInArrow`` has the JVM
     parse it again every micro-batch (a py4j round trip, about a third of its time in the driver)."""

@@ -5,7 +5,6 @@ operator's rows."""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.runtime import run_partition
 from statekeep.functions.messaging.sink import claim
 from statekeep.functions.windowing import timerun
+from statekeep.lru import cached
 
 # per (batch, partition): counts, the time spent in the function (s), user metrics and latest
 # exceptions as JSON; the driver sums them into the function's stats (statekeep.functions.driver.stats)
@@ -168,7 +168,7 @@ def _stats_batch(stats: PartitionStats) -> Any:
     return table.to_batches()[0]
 
 
-@functools.cache
+@cached(None)
 def _stats_schema() -> Any:
     import pyarrow as pa
 

@@ -47,6 +47,7 @@ from statekeep.functions.messaging.kafkarecords import (COLUMNS, changelog_recor
 from statekeep.functions.messaging.kafkatxn import (DEADLINE, TIMEOUT, KafkaDelivery, KafkaDeliveryError,
                                                     transactional_id)
 from statekeep.kafka import client_config, confluent
+from statekeep.lru import memo
 
 #: named where a function's names (config.locations), its records (kafkarecords) and its transactions (kafkatxn) are
 __all__ = ["COLUMNS", "DEADLINE", "SCHEME", "KafkaDelivery", "KafkaDeliveryError", "KafkaTopic", "changelog_records",
@@ -70,7 +71,7 @@ def one_cluster(names: Iterable[str]) -> str | None:
 DEFAULT_MAX_MESSAGE = 1_048_588
 
 
-_configs: dict[tuple[str, str], dict[str, str]] = {}
+_configs: dict[tuple[str, str], dict[str, str]] = memo()
 _configs_lock = threading.Lock()
 
 

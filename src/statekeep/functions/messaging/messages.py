@@ -35,6 +35,7 @@ from statekeep.functions.messaging.jsonscan import dumps, loads_at
 from statekeep.functions.config.locations import is_broker
 from statekeep.functions.config.loader import FunctionLoadError, execute_file
 from statekeep.functions.messaging.sink import OutputSink
+from statekeep.lru import memo
 
 if TYPE_CHECKING:
     from statekeep.functions.config.spec import ExecutorSpec
@@ -43,7 +44,7 @@ DEFAULT_SERDE = "serde.IdentitySerDe"
 #: the names of Pulsar's default serde, each decoded by statekeep's IdentitySerDe (Pulsar's results, none raised)
 IDENTITY_SERDES = (DEFAULT_SERDE, "pulsar.functions.serde.IdentitySerDe")
 _lock = threading.Lock()
-_serdes: dict[tuple[str, str, str], Any] = {}
+_serdes: dict[tuple[str, str, str], Any] = memo()
 
 
 @dataclass

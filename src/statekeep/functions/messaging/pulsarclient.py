@@ -30,6 +30,7 @@ from typing import Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
 from statekeep.retry import OUTAGE
+from statekeep.lru import memo
 
 DEFAULT_TIMEOUT = 30.0
 #: a writer's messages per batch: sequence id = batch * ROWS_PER_BATCH + position + 1
@@ -207,7 +208,7 @@ def check_deduplication(options: PulsarOptions) -> None:
             "brokerDeduplicationEnabled=true)")
 
 
-_limits: dict[str, int] = {}
+_limits: dict[str, int] = memo()
 _limits_lock = threading.Lock()
 
 

@@ -33,7 +33,6 @@ needed only for URLs.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import os
@@ -49,6 +48,7 @@ from statekeep.errors import InvalidArgumentError, MissingDependencyError
 from statekeep.functions.config.locations import default_root
 from statekeep.functions.config.locations import is_url as is_url  # re-exported (moved there)
 from statekeep.functions.messaging.jsonscan import dumps
+from statekeep.lru import cached
 
 _NEW = re.compile(r"^(?P<stem>[^@]+)@(?P<ms>\d{13})\.(?P<fmt>[A-Za-z0-9]+)$")
 _TIMED_LEGACY = re.compile(r"^(?:produce|trigger)-(?P<ms>\d{13})-[0-9a-f]{8}\.jsonl$")
@@ -71,7 +71,7 @@ def filesystem(url: str) -> tuple[Any, str]:
         return _filesystems[url]
 
 
-@functools.lru_cache(maxsize=1 << 16)  # a topic's reader lists the same names at every micro-batch
+@cached(1 << 16)  # a topic's reader lists the same names at every micro-batch
 def file_key(name: str) -> tuple[int, str] | None:
     """Where a file of a sink directory comes in publish order: ``(MS, name)`` (0 for a file with no time);
     None for a file that holds no records (hidden, temporary)."""
