@@ -76,46 +76,27 @@ def run_partition(spec: ExecutorSpec, batch_id: int, partition: int, records: It
 
 def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_id: int, partition: int, records: Any,
                    keys: Iterable[str], record_keys: list[Any] | None, topics: list[Any] | None) -> PartitionStats:
-    marker = f"{batch_id}-{partition}"
+    """The stages of a (batch, partition)'s run, in order: a replay of an applied one only hands over what it kept;
+    else :func:`_open` (its transaction and record path), time, :func:`_process` (the function over the records),
+    :func:`_commit` (the checkpoint), then :func:`_after` (housekeeping)."""
     sink = output_sink(spec, spec.output)
-    if store.has_marker(marker):
-        stats = PartitionStats(partition)
-        stats.applied = False  # a replay of a partition that was already applied
-        if spec.rows_schema is not None:  # the operator's replay gives the rows the first run kept
-            stats.rows = sink.read(batch_id, partition)
-        deliver_kept(spec, batch_id, partition)  # its brokers' records, unless the brokers have them already
-        return stats
-    process, kind = _cached_process(spec)
-    careful = spec.careful and kind != BATCH
-    txn = KeyedTransaction.begin(store, careful=careful)
-    if kind != BATCH:
-        if record_keys is not None and not keys:
-            keys = {k for k in record_keys if k is not None}
-        keys = list(keys)  # read again by the time's prefetch
-        txn.state.prefetch_later(keys)  # one bulk read, unless the function reads no plain key
-    source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
-                          spec.user_config.get("eventTimeField"), spec.format)
-    path = RecordPath(spec, batch_id, partition, txn, source, process, kind)
-    stats = path.stats
+    if store.has_marker(f"{batch_id}-{partition}"):
+        return _replayed(spec, sink, batch_id, partition)
+    path, keys = _open(spec, store, batch_id, partition, records, keys, record_keys, topics)
     path.keep_time(layout, partition, keys)
     try:
-        started = time.perf_counter()
-        table = path.run(source.records, record_keys, careful=careful)
-        stats.latency = time.perf_counter() - started
-        output = path.output(table, topic=sink.topic)
-        if spec.rows_schema is not None:
-            output = stats.rows = _rows(path, output)
+        output = _process(path, record_keys, sink.topic)
     except FunctionRecordError as e:
-        if kind != BATCH or not spec.skip_errors:
+        if path.kind != BATCH or not spec.skip_errors:
             raise
-        return _skip_batch(store, marker, stats, stats.received or len(records), e)  # process_batch: one unit
+        return _skip_batch(store, path, path.stats.received or len(records), e)  # process_batch: one unit
+    stats = path.stats
     stats.outputs = len(output) if output is not None else 0
     stats.metrics = path.context.metrics
     try:
-        stats.applied = Checkpoint(path, output, published_targets(spec, path.context.published,
-                                                                   path.context.get_logger())).commit()
+        stats.applied = _commit(path, output)
     except InvalidArgumentError as e:  # process_batch's incr_counters read nothing: a key holding bytes, an overflow
-        if kind != BATCH:
+        if path.kind != BATCH:
             raise
         error = FunctionRecordError(f"{spec.fqfn} process_batch: the state changes of batch {batch_id}, partition "
                                     f"{partition} were refused (nothing written): {type(e).__name__}: {e}")
@@ -123,20 +104,73 @@ def _run_partition(spec: ExecutorSpec, layout: Layout, store: TaskState, batch_i
             raise error from None  # a replay fails alike, and rewrites the same output file
         sink.discard(batch_id, partition)  # skipped: its outputs go too
         stats.processed = stats.outputs = 0
-        return _skip_batch(store, marker, stats, len(records), error)
+        return _skip_batch(store, path, len(records), error)
+    _after(spec, sink, batch_id, partition, output)
+    return stats
+
+
+def _replayed(spec: ExecutorSpec, sink: Any, batch_id: int, partition: int) -> PartitionStats:
+    """A replay of a (batch, partition) whose marker is applied: nothing runs; what it kept is handed over."""
+    stats = PartitionStats(partition)
+    stats.applied = False
+    if spec.rows_schema is not None:  # the operator's replay gives the rows the first run kept
+        stats.rows = sink.read(batch_id, partition)
+    deliver_kept(spec, batch_id, partition)  # its brokers' records, unless the brokers have them already
+    return stats
+
+
+def _open(spec: ExecutorSpec, store: TaskState, batch_id: int, partition: int, records: Any, keys: Iterable[str],
+          record_keys: list[Any] | None, topics: list[Any] | None) -> tuple[RecordPath, list[Any]]:
+    """The run's :class:`RecordPath` over a new :class:`KeyedTransaction` of ``store`` (journaled where the spec
+    handles failing records), and the keys its state reads in one bulk read at the first read."""
+    process, kind = _cached_process(spec)
+    txn = KeyedTransaction.begin(store, careful=spec.careful and kind != BATCH)
+    if kind != BATCH:
+        if record_keys is not None and not keys:
+            keys = {k for k in record_keys if k is not None}
+        keys = list(keys)  # read again by the time's prefetch
+        txn.state.prefetch_later(keys)  # one bulk read, unless the function reads no plain key
+    source = RecordSource(batch_id, records, record_keys, topics, list(spec.inputs),
+                          spec.user_config.get("eventTimeField"), spec.format)
+    return RecordPath(spec, batch_id, partition, txn, source, process, kind), list(keys)
+
+
+def _process(path: RecordPath, record_keys: list[Any] | None, topic: bool) -> Any:
+    """The function over the run's records, timers and windows; its output as the output holds it (``topic``:
+    message records; the operator's: the rows of its schema)."""
+    started = time.perf_counter()
+    assert path.source is not None  # _open gave it one
+    careful = path.txn.state.journal is not None  # journaled: the spec handles failing records (see _open)
+    table = path.run(path.source.records, record_keys, careful=careful)
+    path.stats.latency = time.perf_counter() - started
+    output = path.output(table, topic=topic)
+    if path.spec.rows_schema is not None:
+        output = path.stats.rows = _rows(path, output)
+    return output
+
+
+def _commit(path: RecordPath, output: Any) -> bool:
+    """The run's :class:`Checkpoint`: state and marker committed, outputs kept before and handed over after."""
+    context = path.context
+    return Checkpoint(path, output, published_targets(path.spec, context.published, context.get_logger())).commit()
+
+
+def _after(spec: ExecutorSpec, sink: Any, batch_id: int, partition: int, output: Any) -> None:
+    """After the commit: the operator's kept rows of an older batch go (Spark replays at most the batch after the
+    last committed one); a console output is printed."""
     if spec.rows_schema is not None and spec.run_id is None and batch_id >= 2:
-        sink.discard(batch_id - 2, partition)  # Spark replays at most the batch after the last committed one
+        sink.discard(batch_id - 2, partition)
     if output is not None and spec.output == "console":
         rows = output if isinstance(output, list) else output.slice(0, 20).to_pylist()
         for record in rows[:20]:
             print(json.dumps(record, default=str))
-    return stats
 
 
-def _skip_batch(store: TaskState, marker: str, stats: PartitionStats, records: int, error: Exception) -> PartitionStats:
+def _skip_batch(store: TaskState, path: RecordPath, records: int, error: Exception) -> PartitionStats:
     """``--skip-errors`` for process_batch: the partition's batch is one unit, skipped whole; only its
     marker is written (a replay skips it again)."""
+    stats = path.stats
     stats.skipped = records
     stats.errors.append(str(error).split("\n")[0])
-    stats.applied = store.apply_batch({}, {}, marker=marker)
+    stats.applied = store.apply_batch({}, {}, marker=f"{path.batch_id}-{path.partition}")
     return stats
