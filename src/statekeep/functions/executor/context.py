@@ -1,26 +1,45 @@
-"""The ``context`` a function receives, shaped like Pulsar's Python ``Context``.
+"""The ``context`` a function receives, shaped like Pulsar's Python ``Context``: the whole API in this one class.
 
-During a micro-batch a partition's state is a :class:`BufferedState`: reads are served from one
-bulk prefetch (a miss fetches that key once), writes are buffered, and the runtime applies them
-all in one atomic write at the end of the batch. A function therefore never waits on the store
-per record, and a batch that fails half-way has written nothing.
+- **The record** being processed (``get_message_*``, ``get_current_message_topic_name``): read where the record
+  path put it (:class:`~statekeep.functions.executor.record.RecordSource`), at the context's cursor.
+- **State** (Pulsar's ``get_state``/``put_state``/counters, their bulk forms for ``process_batch``, typed state
+  variables): each a face on the run's :class:`~statekeep.state.transaction.KeyedTransaction`, which checks keys,
+  encodes entries and applies TTL. Reads come from one bulk prefetch, writes are buffered and committed in one
+  atomic write at the end of the batch: a function never waits on the store per record, and a batch that fails
+  half-way has written nothing.
+- **Time**: timers belong to a key, the current record's (``--key-field``; records without one share one key) or,
+  inside ``on_timer``, the key whose timer fired. ``register_timer(ms)`` is idempotent per (key, time, domain); a
+  timer fires once, at the end of the batch in which the watermark (event time) or the clock (processing time)
+  reaches it, calling ``on_timer(key, timestamp_ms, context)``, whose return value is an output record and whose
+  state changes commit with the batch. ``get_window`` while a window is processed.
+- **Outputs, identity and configuration**: ``publish``, ``record_metric``, ``get_secret``, ``get_user_config_*``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from statekeep.errors import InvalidArgumentError
-from statekeep.functions.executor.record import RecordMethods, RecordSource
-from statekeep.functions.executor.statemethods import StateMethods
-from statekeep.functions.windowing.timecontext import TimeMethods
+from statekeep.functions.executor.record import RecordSource, input_of
 from statekeep.state.buffer import BufferedState
+from statekeep.state.timekeeping import DOMAINS
 from statekeep.state.transaction import KeyedTransaction
+from statekeep.state.typed import StateSchemaError, check_evolution, variable
+from statekeep.state.variables import ListState, MapState, ValueState
 from statekeep.validate import check_int
-class Context(RecordMethods, StateMethods, TimeMethods):
+
+if TYPE_CHECKING:
+    from statekeep.functions.windowing.windowtypes import Window
+    from statekeep.state.timekeeping import TimeState
+
+H = TypeVar("H", bound="ValueState[Any] | ListState[Any] | MapState[Any, Any]")
+
+
+class Context:
     """What ``process(input, context)`` may use. Names and semantics follow Pulsar's Python Context
     (``pulsar.functions.context.Context``); every method of it exists here.
 
@@ -32,6 +51,10 @@ class Context(RecordMethods, StateMethods, TimeMethods):
     and ``version``; ``{}`` for files), ``get_current_message_topic_name`` (the input the record came from).
     Outside a record (e.g. in ``process_batch``) they return None (``{}`` for properties).
     """
+
+    _time: TimeState | None = None
+    _window: Window | None = None
+    _last_value: tuple[str, Any, ValueState[Any]] | None = None  # (name, type, handle): value_state's last open
 
     def __init__(self, tenant: str, namespace: str, name: str, state: KeyedTransaction | BufferedState,
                  user_config: Mapping[str, Any] | None = None, logger: logging.Logger | None = None, *,
@@ -141,6 +164,245 @@ class Context(RecordMethods, StateMethods, TimeMethods):
     def ack(self, msgid: Any = None, topic: Any = None) -> None:
         """Accepted and ignored: under exactly-once a record counts as consumed when its batch's state
         and outputs are written, which the runtime does."""
+
+    # ---- the record being processed (Pulsar's per-record methods) ----
+    def _at(self, column: str) -> Any:
+        source, position = self._source, self.position
+        values = getattr(source, column) if source is not None else None
+        if values is None or not 0 <= position < len(values):
+            return None
+        return values[position]
+
+    def get_message_id(self) -> Any:
+        """A Pulsar message's own id (a ``pulsar.MessageId``, as Pulsar's runtime gives it); a Kafka message's
+        ``TOPIC:PARTITION:OFFSET`` (TOPIC its input's name); for any other record ``BATCH:INSTANCE:POSITION``."""
+        source, position = self._source, self.position
+        if source is None or position < 0:
+            return None
+        messages = source.messages
+        if messages is not None and messages.ids is not None:
+            ident = messages.message_id(position)
+            if ident is not None:
+                return ident
+        if messages is not None and messages.offsets is not None and messages.offsets[0][position] is not None:
+            return f"{self.get_current_message_topic_name()}:{messages.offsets[0][position]}:" \
+                   f"{messages.offsets[1][position]}"  # where the message is in Kafka
+        return f"{source.batch_id}:{self._instance_id}:{position}"
+
+    def get_message_key(self) -> str | None:
+        source, position = self._source, self.position
+        if source is None or position < 0:
+            return None
+        keys = source.keys  # resolved once per batch (RecordSource): read per record, by every output too
+        return keys[position] if keys is not None and position < len(keys) else None
+
+    get_partition_key = get_ordering_key = get_message_key
+
+    def _document(self) -> dict[str, Any] | None:
+        raw = self._at("records")
+        if isinstance(raw, dict):
+            return raw
+        source = self._source
+        if source is None or source.format.text_lines or raw is None:
+            return None
+        if source.messages is not None and not source.messages.is_json(self.position):
+            return None  # a message's payload is a document only where it is a JSON file's line
+        try:
+            document = json.loads(raw)
+        except (TypeError, ValueError):
+            return None
+        return document if isinstance(document, dict) else None
+
+    def get_message_eventtime(self) -> int | None:
+        source, position = self._source, self.position
+        if source is None or position < 0:
+            return None
+        if source.messages is not None:
+            event_time = source.messages.time_at(position)
+            if event_time is not None:
+                return event_time
+        if not source.event_time_field:
+            return None
+        value = (self._document() or {}).get(source.event_time_field)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def get_message_properties(self) -> dict[str, str]:
+        source, position = self._source, self.position
+        if source is None or position < 0:
+            return {}
+        if source.messages is not None:
+            return source.messages.properties_at(position)
+        if not source.format.changelog:
+            return {}
+        document = self._document() or {}
+        return {k: str(document[k]) for k in ("offset", "kind", "version") if document.get(k) is not None}
+
+    def get_current_message_topic_name(self) -> str | None:
+        if self._source is None or self.position < 0:
+            return None
+        if self._source.topics is None:
+            return self._inputs[0] if self._inputs else None
+        return input_of(self._at("topics"), self._inputs)
+
+    # ---- state (Pulsar's, their bulk forms, typed state variables) ----
+    # state: with time state, a key past its TTL reads as absent and a write restarts it
+    def get_state(self, key: str) -> bytes | None:
+        return self._txn.get(key)
+
+    def put_state(self, key: str, value: bytes | str, *, ttl_seconds: int | None = None) -> None:
+        """Set ``key``; ``ttl_seconds`` (keyword-only, statekeep's): the key expires that long after this
+        write (default: the function's ``stateTtlSeconds``, else never)."""
+        self._txn.put(key, value, ttl_seconds)
+
+    def del_state(self, key: str) -> None:
+        self._txn.delete(key)
+
+    def incr_counter(self, key: str, amount: int = 1, *, ttl_seconds: int | None = None) -> int:
+        """Add ``amount``; ``ttl_seconds`` as :meth:`put_state` (an expired counter restarts from 0)."""
+        return self._txn.incr(key, amount, ttl_seconds)
+
+    def get_counter(self, key: str) -> int:
+        return self._txn.counter(key)
+
+    def del_counter(self, key: str) -> None:
+        self._txn.delete(key)
+
+    # bulk state operations (for ``process_batch``; usable from ``process`` too). ``keys`` and
+    # per-key arguments may be pyarrow Arrays or ChunkedArrays, numpy/pandas arrays or sequences.
+    # Each call is all or nothing: a bad key, value or amount raises InvalidArgumentError (naming
+    # the operation) before any of its changes is buffered. Results are lists in the order of keys.
+
+    def incr_counters(self, keys: Any, amounts: Any = 1) -> None:
+        """Add ``amounts`` (one int for every key, or one per key) to the counters at ``keys`` (a key
+        may repeat: its amounts add up). Reads nothing (:meth:`get_counters` gives the new values):
+        a key that holds bytes, or a counter the stored value would overflow, fails the batch's
+        write, which then writes nothing."""
+        self._txn.incr_many(keys, amounts)
+
+    def get_counters(self, keys: Any) -> list[int]:
+        """The counter at each key (0 if absent); a key holding bytes raises InvalidArgumentError."""
+        return self._txn.counters(keys)
+
+    def get_states(self, keys: Any) -> list[bytes | None]:
+        """The value at each key (a counter as 8 bytes), or None where absent."""
+        return self._txn.get_many(keys)
+
+    def put_states(self, keys: Any, values: Any) -> None:
+        """Set each key to its value (bytes, or str stored as UTF-8); a later pair wins for a repeated key."""
+        self._txn.put_many(keys, values)
+
+    def del_states(self, keys: Any) -> None:
+        """Delete each key (state or counter); absent keys are fine."""
+        self._txn.delete_many(keys)
+
+    # typed state variables (statekeep.state.typed): scoped to the record's key (inside on_timer, the timer's)
+    def value_state(self, name: str, type: Any, *, ttl: float | None = None) -> ValueState[Any]:
+        """The value state ``name`` of the current record's key, holding ``type`` (int, float, str, bytes,
+        bool, a dataclass or msgspec.Struct); each write expires ``ttl`` seconds later (default never).
+        :class:`StateSchemaError` if the function's recorded schema of ``name`` cannot evolve into this one."""
+        last = self._last_value  # a record's one call, on the handle the batch's first call opened
+        if last is not None and last[0] is name and last[1] is type and ttl is None:
+            return last[2]
+        opened = self._variable(name, "value", type, None, ttl, ValueState)
+        if ttl is None:
+            self._last_value = (name, type, opened)
+        return opened
+
+    def list_state(self, name: str, type: Any, *, ttl: float | None = None) -> ListState[Any]:
+        """The list state ``name`` of the current record's key: elements of ``type``, each expiring ``ttl``
+        seconds after its append (see :meth:`value_state`)."""
+        return self._variable(name, "list", type, None, ttl, ListState)
+
+    def map_state(self, name: str, key_type: Any, value_type: Any, *, ttl: float | None = None) -> MapState[Any, Any]:
+        """The map state ``name`` of the current record's key: ``key_type`` (str, int, bool or bytes) to
+        ``value_type``, each entry expiring ``ttl`` seconds after its write (see :meth:`value_state`)."""
+        return self._variable(name, "map", value_type, key_type, ttl, MapState)
+
+    def _variable(self, name: str, kind: str, value_type: Any, key_type: Any, ttl: Any, handle: type[H]) -> H:
+        opened = self._variables.get((name, kind, value_type, key_type, ttl))
+        if opened is None:
+            var = variable(name, kind, value_type, key_type, ttl)
+            if var.ttl_ms is not None and self._txn.ttl is None:
+                raise InvalidArgumentError(
+                    f"state variable {name!r} has a TTL, which needs the function's time state (its TTL index): kept "
+                    "when the function's source names a TTL (ttl=, ttl_seconds), on_timer or register_timer, or its "
+                    "config has stateTtlSeconds or a windowConfig; here it did not (the ttl came from elsewhere?)")
+            schema = var.schema()
+            seen = self.state_schemas.get(name)
+            if seen is not None and seen != schema:
+                raise StateSchemaError(f"state variable {name!r} is opened with two schemas in one run: {seen} and "
+                                       f"{schema}", name)
+            if self.recorded_schemas is None:
+                self.recorded_schemas = self.load_schemas()
+            recorded = self.recorded_schemas.get(name)
+            if recorded is not None:
+                check_evolution(name, recorded, schema)
+            self.state_schemas[name] = schema
+            opened = self._variables[(name, kind, value_type, key_type, ttl)] = handle(self._txn, var)
+        return opened
+
+    def _variable_key(self) -> str | None:
+        """The record key typed variables belong to: the timer's inside ``on_timer`` (None for the timers of records
+        without a key), else the current record's, as its :class:`RecordSource` resolved it once for the batch."""
+        time = self._time
+        if time is not None and time.current_key is not None:
+            return time.current_key or None
+        source, position = self._source, self.position
+        keys = source.keys if source is not None else None
+        return keys[position] if keys is not None and 0 <= position < len(keys) else None
+
+    def _batch_keys(self) -> Iterable[Any]:
+        """The record keys of the batch (for typed variables' prefetch)."""
+        source = self._source
+        return source.keys if source is not None and source.keys is not None else ()
+
+    # ---- time: timers, the watermark, the current window ----
+    def keep_time(self, time: TimeState) -> None:
+        """Give the context its run's time state (the runtime, for a function keeping time)."""
+        self._time = time
+        self._txn.keep_time(time)
+
+    def in_window(self, window: Window | None) -> None:
+        """Set the window :meth:`get_window` returns (the runtime, while a window is processed; None after)."""
+        self._window = window
+
+    def _time_state(self, op: str) -> TimeState:
+        if self._time is None:
+            raise InvalidArgumentError(f"{op}: this function keeps no time state (define on_timer, a windowConfig "
+                                       "or stateTtlSeconds)")
+        return self._time
+
+    def register_timer(self, timestamp_ms: int, domain: str = "event", *, key: str | None = None) -> None:
+        """Fire ``on_timer(key, timestamp_ms, context)`` once ``domain``'s time (``"event"``: the watermark,
+        ``"processing"``: the clock) reaches ``timestamp_ms``; ``key`` defaults to the current key.
+        :class:`InvalidArgumentError` for a non-int time or one more than ten years from now."""
+        time = self._time_state("register_timer")
+        time.register(self._txn.timer_key(key), time.check_timestamp(timestamp_ms, domain), DOMAINS[domain])
+
+    def delete_timer(self, timestamp_ms: int, domain: str = "event", *, key: str | None = None) -> bool:
+        """Remove a registered timer; False if there was none."""
+        time = self._time_state("delete_timer")
+        if domain not in DOMAINS:
+            raise InvalidArgumentError(f"a timer's domain is 'event' or 'processing', not {domain!r}")
+        return time.delete(self._txn.timer_key(key), timestamp_ms, DOMAINS[domain])
+
+    def list_timers(self, *, key: str | None = None) -> list[tuple[int, str]]:
+        """The key's registered timers as ``(timestamp_ms, domain)``, oldest first (windows' own timers
+        show with domain ``"window"``)."""
+        time = self._time_state("list_timers")
+        return time.timers(self._txn.timer_key(key))
+
+    def get_current_watermark(self) -> int | None:
+        """The event-time watermark (ms) as this batch found it; None before any event time was seen."""
+        return self._time.watermark if self._time is not None else None
+
+    def get_current_processing_time(self) -> int:
+        """The batch's processing time (ms since the epoch), the same for its every record."""
+        return self._time_state("get_current_processing_time").now
+
+    def get_window(self) -> Window | None:
+        """While a windowed function processes a window: its key, start, end and size (records); else None."""
+        return self._window
 
     # identity and configuration
 
