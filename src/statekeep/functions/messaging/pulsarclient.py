@@ -204,6 +204,16 @@ def last_message_id(options: PulsarOptions, partition: str) -> str:
     return OUTAGE.bounded(seconds=options.timeout).repeat(ask)
 
 
+def ledgers(options: PulsarOptions, partition: str) -> list[tuple[int, int]]:
+    """The partition's ledgers as (ledger id, entries), oldest first, from the admin API's internal stats (the open
+    ledger's entries are its ``currentLedgerEntries``)."""
+    stats = _admin_get(options, f"/admin/v2/{_topic_path(partition)}/internalStats", f"{partition}'s ledgers")
+    found = [(int(ledger["ledgerId"]), int(ledger.get("entries", 0))) for ledger in stats.get("ledgers", [])]
+    if found and stats.get("currentLedgerEntries") is not None:
+        found[-1] = (found[-1][0], max(found[-1][1], int(stats["currentLedgerEntries"])))
+    return found
+
+
 def deduplication_enabled(options: PulsarOptions) -> bool:
     """Whether the broker deduplicates the topic's messages (its applied setting: topic, else namespace, else
     broker); NotFoundError for an unknown topic, StoreUnavailableError when the admin API does not answer."""
