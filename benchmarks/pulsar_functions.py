@@ -8,7 +8,7 @@ function of benchmarks/kafka.py (``process`` returns ``str(context.incr_counter(
 one output per message, its key's count after it, under its key) is registered twice, Pulsar topic in and out
 (effectively-once: deduplicated producers tied to the state commit) and Kafka topic in and out (exactly-once: Kafka
 transactions tied to the state commit), parallelism 2, and each is run by ``run_registered(once=True)`` over all of
-its input (one micro-batch each: the Pulsar source has no read limit, so the Kafka run is given none either), after
+its input (one micro-batch each: neither source is given a read limit), after
 a warm-up run of its own on 2% of N. Time: the query's start to its end, by which every output is on its broker.
 The baseline: one Python process consuming every input message from Pulsar (a subscription from the earliest) and
 sending each on, batched (no state, no exactly-once): the physical limit of the Python client here. Every output

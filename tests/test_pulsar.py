@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from support.cli import run, no_client_settings  # noqa: F401 - a fixture, used below
-from support.pulsar import create_topic, deploy, function_jar, wait_running
+from support.pulsar import create_topic, deploy, function_jar, read_all, wait_running
 
 pytestmark = pytest.mark.usefixtures("no_client_settings")  # no client settings of this machine
 
@@ -50,6 +50,39 @@ def test_the_broker_drops_what_a_producer_of_the_same_name_resends(pulsar):
             got.append(message.data().decode())
             consumer.acknowledge(message)
         assert got == [f"m{i}" for i in range(8)]
+    finally:
+        client.close()
+
+
+def test_batched_sends_replay_whole_chunks_once(pulsar):
+    """statekeep's effectively-once send batches in chunks fixed by the messages (one broker entry each): a send
+    stopped after some chunks, then the whole batch again (a replay), stores every message once, each chunk one
+    entry; a replay of a stored batch sends nothing; a chunk ends at its byte limit too."""
+    from statekeep.functions.messaging.pulsarclient import CHUNK_MESSAGES, PulsarOptions, chunks, send
+
+    lib, client = _client(pulsar)
+    topic = f"chunks-{uuid.uuid4().hex[:8]}"
+    create_topic(pulsar.web_url, topic)
+    full = f"persistent://public/default/{topic}"
+    options = PulsarOptions.of(pulsar.service_url, pulsar.web_url, full, 30)
+    messages = [{"content": f"m{i}".encode(), "partition_key": f"k{i % 7}", "properties": {"i": str(i)}}
+                for i in range(2 * CHUNK_MESSAGES + 500)]
+    big = [{"content": b"x" * 200_000} for _ in range(7)]  # 3 of them fill a chunk's bytes
+    try:
+        assert send(options, "w-0", 3, messages[:2 * CHUNK_MESSAGES]) == 2 * CHUNK_MESSAGES  # stopped there
+        assert send(options, "w-0", 3, messages) == 500  # the replay sends the chunk not stored, whole
+        assert send(options, "w-0", 3, messages) == 0
+        assert send(options, "w-0", 4, big) == 7
+        assert [len(c) for _, c in chunks(big)] == [2, 2, 2, 1]
+        got = read_all(client, full, pulsar.web_url)
+        assert [m.data() for m in got] == [m["content"] for m in messages + big]
+        assert [m.partition_key() for m in got[:10]] == [f"k{i % 7}" for i in range(10)]
+        assert got[1].properties() == {"i": "1"}
+        entries: dict[tuple[int, int], int] = {}
+        for m in got:
+            ident = m.message_id()
+            entries[ident.ledger_id(), ident.entry_id()] = entries.get((ident.ledger_id(), ident.entry_id()), 0) + 1
+        assert list(entries.values()) == [CHUNK_MESSAGES, CHUNK_MESSAGES, 500, 2, 2, 2, 1]
     finally:
         client.close()
 

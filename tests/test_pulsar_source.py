@@ -113,6 +113,51 @@ def test_a_pulsar_topic_is_a_spark_stream_whose_replayed_batch_reads_the_same_me
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
+def test_a_read_limit_splits_a_topic_into_micro_batches_of_whole_entries(pulsar, spark, tmp_path):
+    """maxEntriesPerTrigger: each micro-batch reads at most that many broker entries (split over the partitions
+    behind), a batching producer's entry whole; every message once, each partition's in order."""
+    import pulsar as lib
+
+    from statekeep.pulsar import register
+    from statekeep.functions.driver.pulsar_source import PulsarStreamReader
+
+    with pytest.raises(InvalidArgumentError, match='^option "maxEntriesPerTrigger" must be a positive int, not'):
+        PulsarStreamReader(_options(maxEntriesPerTrigger="0"))
+    register(spark)
+    topic = f"persistent://public/default/limit-{uuid.uuid4().hex[:8]}"
+    create_topic(pulsar.web_url, topic.rsplit("/", 1)[1], partitions=2)
+    client = lib.Client(pulsar.service_url)
+    try:
+        single = client.create_producer(topic, batching_enabled=False)
+        for i in range(30):  # an entry each
+            single.send(f"v{i}".encode(), partition_key=f"k{i % 5}")
+        batched = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=60_000)
+        for i in range(30, 40):  # one key: one partition, one entry
+            batched.send_async(f"v{i}".encode(), None, partition_key="kb")
+        batched.flush()
+        batches: list[list[dict]] = []
+        query = (spark.readStream.format("statekeep-pulsar").option("serviceUrl", pulsar.service_url)
+                 .option("adminUrl", pulsar.web_url).option("topic", topic).option("startingOffsets", "earliest")
+                 .option("maxEntriesPerTrigger", "4").load().writeStream
+                 .foreachBatch(lambda frame, _: batches.append([r.asDict() for r in frame.collect()]))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query.awaitTermination()
+        assert query.exception() is None
+        values = [r["value"] for rows in batches for r in rows]
+        assert sorted(values) == sorted(f"v{i}".encode() for i in range(40))
+        assert len(batches) >= 8
+        for rows in batches:
+            ids = [lib.MessageId.deserialize(r["messageId"]) for r in rows]
+            assert 0 < len({(r["partition"], i.ledger_id(), i.entry_id()) for r, i in zip(rows, ids)}) <= 4
+        whole = [i for i, rows in enumerate(batches) if any(r["key"] == b"kb" for r in rows)]
+        assert len(whole) == 1 and sum(r["key"] == b"kb" for r in batches[whole[0]]) == 10
+        for p in (0, 1):
+            order = [int(r["value"][1:]) for rows in batches for r in rows if r["partition"] == p]
+            assert order == sorted(order)
+    finally:
+        client.close()
+
+
 def test_the_sink_delivers_a_replayed_batch_once_and_refuses_a_topic_without_deduplication(pulsar, spark, tmp_path):
     import httpx
     import pulsar as lib

@@ -12,13 +12,13 @@ its checkpoint: the same after a restart) and the Spark partition, ``statekeep-Q
 ``producerNamePrefix`` names another prefix, and gives the row at ``position`` of micro-batch ``batch`` the sequence
 id ``batch * 2**24 + position + 1``. The broker drops a message whose sequence id is not above the last one it
 stored from that producer name, so a replayed micro-batch's rows, or a task's retry, are not delivered twice; the
-task skips on its side the rows whose sequence id the broker already has (``last_sequence_id``), and sends without
-batching (the Python client gives a batch one sequence id). On a partitioned topic, Spark partition P writes to
-Pulsar partition P mod N (as Flink's fixed partitioner does): a sequence id is then checked by the one partition that
-has every earlier one of its producer, where a key-hashing router would spread a producer's sequence over partitions
-whose own last ids differ. A second writer of the same name while the first is connected is refused by the broker
-(the task fails and Spark retries it). One task may write at most 2**24 - 1 rows of a micro-batch
-(InvalidArgumentError beyond).
+task sends them batched in chunks fixed by the rows alone and skips on its side the chunks whose first sequence id
+the broker already has (``last_sequence_id``): see :func:`statekeep.functions.messaging.pulsarclient.send`. On a
+partitioned topic, Spark partition P writes to Pulsar partition P mod N (as Flink's fixed partitioner does): a
+sequence id is then checked by the one partition that has every earlier one of its producer, where a key-hashing
+router would spread a producer's sequence over partitions whose own last ids differ. A second writer of the same
+name while the first is connected is refused by the broker (the task fails and Spark retries it). One task may
+write at most 2**24 - 1 rows of a micro-batch (InvalidArgumentError beyond).
 
 It refuses to start on a topic without deduplication (topic, namespace or broker setting), with a one-line
 InvalidArgumentError saying how to enable it, rather than deliver twice; an unknown topic is a NotFoundError.

@@ -5,7 +5,10 @@ Options: ``serviceUrl`` (``pulsar://HOST:PORT``, the binary protocol the executo
 (``http://HOST:PORT``, the broker's admin REST API, asked for each partition's last message id, as StreamNative's
 connector's ``admin.url`` is), ``topic`` (``persistent://TENANT/NAMESPACE/TOPIC``, partitioned or not: the full
 name, never guessed from a short one), ``startingOffsets`` (``earliest`` or ``latest``, as Kafka's source; default
-``latest``), ``timeoutSeconds`` (default 30: how long a broker may take to answer before the query fails).
+``latest``), ``timeoutSeconds`` (default 30: how long a broker may take to answer before the query fails),
+``maxEntriesPerTrigger`` (the read limit of a micro-batch, as Kafka's ``maxOffsetsPerTrigger``: at most this many
+broker entries, split evenly over the partitions that have some to read, each at least one; an entry is one
+message, or one batch of a batching producer, whose messages a micro-batch reads whole; default: no limit).
 
 Columns, the Kafka source's and then Pulsar's own: ``key binary`` (the message key's UTF-8 bytes; null without
 one), ``value binary``, ``topic string`` (the topic as named, not its partition's name), ``partition int`` (the
@@ -17,7 +20,8 @@ properties, values UTF-8, sorted by key), ``messageId binary`` (the client's ser
 Offsets are message ids per partition, kept in the query's checkpoint: ``{"topic": NAME, "partitions": {"INDEX":
 "LEDGER:ENTRY:BATCH"}}``, each the last message id a micro-batch includes (``earliest`` before any). A micro-batch
 reads, per partition, the messages after its start and up to and including its end (the admin API's last message
-id is exact, batch index included), with a ``Reader`` from the start's message id, so a micro-batch replayed from
+id is exact, batch index included; a read limit's end is a whole entry, ``LEDGER:ENTRY:-1``, counted on the admin
+API's ledger list), with a ``Reader`` from the start's message id, so a micro-batch replayed from
 the checkpoint reads the same messages (as long as the topic's retention keeps them; messages up to the end not
 readable within ``timeoutSeconds`` fail the batch, StoreUnavailableError, rather than end it short). A partition added
 to a partitioned topic is read from its earliest message. Nothing is acknowledged and no subscription is made: the
@@ -29,14 +33,14 @@ within ``timeoutSeconds`` a :class:`StoreUnavailableError`, a bad option an :cla
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, StoreUnavailableError
 from statekeep.functions.messaging.pulsarclient import PulsarOptions as _Options
 from statekeep.functions.messaging.pulsarclient import client_module as _client_module
-from statekeep.functions.messaging.pulsarclient import last_message_id, partition_names
+from statekeep.functions.messaging.pulsarclient import (forget_client, last_message_id, ledgers, partition_names,
+                                                        shared_client)
 
 try:  # a Spark data source: without PySpark it is not importable at all
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -84,6 +88,10 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, Any], schema: StructType | None = None) -> None:
         self.options = _Options(options)
         self.schema = schema
+        most = options.get("maxEntriesPerTrigger")  # Spark's options: case-insensitive
+        if most is not None and (not str(most).isdigit() or int(most) < 1):
+            raise InvalidArgumentError(f'option "maxEntriesPerTrigger" must be a positive int, not {most!r}')
+        self.max_entries = int(most) if most is not None else None
         self._available: dict[str, Any] | None = None  # Trigger.AvailableNow: the offsets when it started
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -99,12 +107,34 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"topic": self.options.topic, "partitions": {str(_index(n)): EARLIEST for n in names}}
         return {"topic": self.options.topic, "partitions": self._positions(names)}
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(self.max_entries) if self.max_entries else ReadAllAvailable()
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit | None = None) -> dict[str, Any]:
-        """Every partition's last message id now (all that is available: no read limit); with
-        ``Trigger.AvailableNow``, when the query started."""
+        """Every partition's last message id now (with ``Trigger.AvailableNow``: when the query started), or under a
+        read limit (``maxEntriesPerTrigger``), as many whole entries after ``start`` as its share allows."""
         if self._available is not None:
-            return self._available
-        return {"topic": self.options.topic, "partitions": self._positions(partition_names(self.options))}
+            end = self._available
+        else:
+            end = {"topic": self.options.topic, "partitions": self._positions(partition_names(self.options))}
+        most = getattr(limit, "max_rows", None)
+        if not most:
+            return end
+        starts = start.get("partitions", {})
+        behind = [index for index, last in end["partitions"].items()
+                  if last != starts.get(index, EARLIEST) and _parse(last)[1] >= 0]
+        if not behind:
+            return end
+        share = max(1, most // len(behind))
+        names = {str(_index(n)): n for n in partition_names(self.options)}
+        limited = dict(end["partitions"])
+        for index in behind:
+            if index in names:
+                limited[index] = _advance(ledgers(self.options, names[index]), starts.get(index, EARLIEST),
+                                          end["partitions"][index], share)
+        return {"topic": self.options.topic, "partitions": limited}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if start.get("topic") != self.options.topic:
@@ -122,10 +152,36 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The range's messages as Arrow record batches of up to :data:`ARROW_ROWS` rows (not one Python tuple
         per row: PySpark would convert each)."""
         assert isinstance(partition, _Range)  # what partitions() makes
-        return _record_batches(_read_range(self.options, partition), self.schema)
+        if self.schema is None:
+            raise InvalidArgumentError("statekeep-pulsar: a reader reads with the schema Spark gave its data source")
+        return _read_range(self.options, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: nothing is acknowledged, the topic's retention decides what it keeps."""
+
+
+def _advance(found: list[tuple[int, int]], start: str, last: str, most: int) -> str:
+    """The end of a read of at most ``most`` entries after ``start`` (a whole entry: ``LEDGER:ENTRY:-1``) on a
+    partition of ledgers ``found`` ((id, entries), oldest first), or ``last`` if that comes first. ``start``'s own
+    entry was read whole (an end is a partition's last message, or a whole entry)."""
+    after = (-1, -1) if start == EARLIEST else _parse(start)[:2]
+    left = most
+    for ledger, entries in found:
+        if ledger < after[0]:
+            continue
+        first = after[1] + 1 if ledger == after[0] else 0
+        if entries - first >= left:
+            end = (ledger, first + left - 1)
+            return last if end >= _parse(last)[:2] else f"{end[0]}:{end[1]}:-1"
+        left -= max(0, entries - first)
+    return last
+
+
+def _after(position: tuple[int, int, int], start: tuple[int, int, int]) -> bool:
+    """Whether ``position`` comes after ``start`` (batch index -1: after its whole entry)."""
+    if start[2] < 0:
+        return position[:2] > start[:2]
+    return position > start
 
 
 def _within(position: tuple[int, int, int], end: tuple[int, int, int]) -> bool:
@@ -135,67 +191,82 @@ def _within(position: tuple[int, int, int], end: tuple[int, int, int]) -> bool:
     return end[2] < 0 or batch <= end[2]
 
 
-def _read_range(options: _Options, part: _Range) -> Iterator[tuple[Any, ...]]:
+def _read_range(options: _Options, part: _Range, schema: StructType) -> Iterator[Any]:
+    """The range's messages as Arrow record batches of ``schema`` (:data:`SCHEMA`), column by column."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     pulsar = _client_module()
+    arrow = to_arrow_schema(schema, timezone="UTC")
     end = _parse(part.end)
-    client = options.client()
+    # this process's client (a reused Python worker's next read finds it connected): only the reader is per range
+    client = shared_client(options)
+    reader = None
     try:
-        if part.start == EARLIEST:
+        after = None if part.start == EARLIEST else _parse(part.start)
+        if after is None:
             start = pulsar.MessageId.earliest
         else:
-            ledger, entry, batch = _parse(part.start)
-            start = pulsar.MessageId(part.index if "-partition-" in part.name else -1, ledger, entry, batch)
+            start = pulsar.MessageId(part.index if "-partition-" in part.name else -1, *after)
         # a deep queue: with the default 1,000 a reader read half as fast here
         reader = client.create_reader(part.name, start, start_message_id_inclusive=part.start == EARLIEST,
                                       receiver_queue_size=10_000)
+        # the client's own reader, whose messages are the C++ client's: pulsar.Reader wraps each message in a
+        # Python object whose every method is one more call (a fifth of a read's CPU here); same methods
+        read_next = getattr(reader, "_reader", reader).read_next
         timeout_ms = int(options.timeout * 1000)
-        while True:  # to the end's exact id: a Reader's has_message_available can say no before the end is read
-            try:
-                message = reader.read_next(timeout_ms)
-            except pulsar.Timeout:
-                raise StoreUnavailableError(
-                    f"Pulsar topic {part.name}: the messages up to {part.end} were not readable within "
-                    f"{options.timeout:g} s (deleted by the namespace's retention, or the broker is away)") from None
-            ident = message.message_id()
-            position = (ident.ledger_id(), ident.entry_id(), ident.batch_index())
-            if not _within(position, end):
-                break
-            yield _row(options.topic, part.index, message, ident)
-            if position == end:
-                break
+        done = False
+        while not done:  # to the end's exact id: a Reader's has_message_available can say no before the end is read
+            keys: list[Any] = []
+            values: list[bytes] = []
+            stamps: list[Any] = []
+            headers: list[Any] = []
+            ids: list[bytes] = []
+            events: list[Any] = []
+            while len(values) < ARROW_ROWS:
+                try:
+                    message = read_next(timeout_ms)
+                except pulsar.Timeout:
+                    raise StoreUnavailableError(
+                        f"Pulsar topic {part.name}: the messages up to {part.end} were not readable within "
+                        f"{options.timeout:g} s (deleted by the namespace's retention, or the broker is away)"
+                    ) from None
+                ident = message.message_id()
+                position = (ident.ledger_id(), ident.entry_id(), ident.batch_index())
+                if after is not None and not _after(position, after):
+                    continue  # a whole entry's start (a read limit's end): the reader may give that entry again
+                if not _within(position, end):
+                    done = True
+                    break
+                key = message.partition_key()
+                keys.append(key.encode("utf-8") if key else None)
+                values.append(message.data())
+                stamps.append(_micros(message.publish_timestamp()))
+                properties = message.properties()
+                headers.append([{"key": k, "value": v.encode("utf-8")} for k, v in sorted(properties.items())]
+                               if properties else [])
+                ids.append(ident.serialize())
+                events.append(_micros(message.event_timestamp()))
+                if position == end:
+                    done = True
+                    break
+            if values:
+                rows = len(values)
+                columns = [keys, values, [options.topic] * rows, [part.index] * rows, [None] * rows, stamps,
+                           headers, ids, events]
+                yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, arrow)],
+                                                 schema=arrow)
     except pulsar.ConnectError as e:
+        forget_client(options)
         raise StoreUnavailableError(f"Pulsar at {options.service_url} did not answer within {options.timeout:g} s "
                                     f"reading {part.name} ({type(e).__name__})") from None
     finally:
-        client.close()
+        if reader is not None:
+            reader.close()
 
 
 def _micros(ms: int) -> int | None:
     return ms * 1000 if ms > 0 else None
-
-
-def _row(topic: str, index: int, message: Any, ident: Any) -> tuple[Any, ...]:
-    """A message's columns (timestamps in microseconds since the epoch, UTC)."""
-    key = message.partition_key()
-    headers = [{"key": k, "value": v.encode("utf-8")} for k, v in sorted(message.properties().items())]
-    return (key.encode("utf-8") if key else None, message.data(), topic, index, None,
-            _micros(message.publish_timestamp()), headers, ident.serialize(), _micros(message.event_timestamp()))
-
-
-def _record_batches(rows: Iterator[tuple[Any, ...]], schema: StructType | None) -> Iterator[Any]:
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    if schema is None:
-        raise InvalidArgumentError("statekeep-pulsar: a reader reads with the schema Spark gave its data source")
-    arrow = to_arrow_schema(schema, timezone="UTC")
-    while True:
-        chunk = list(itertools.islice(rows, ARROW_ROWS))
-        if not chunk:
-            return
-        columns = list(zip(*chunk))
-        yield pa.RecordBatch.from_arrays([pa.array(list(values), type=field.type)
-                                          for values, field in zip(columns, arrow)], schema=arrow)
 
 
 class StatekeepPulsarSource(DataSource):

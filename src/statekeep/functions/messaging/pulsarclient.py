@@ -6,8 +6,17 @@ deduplicates it, the largest message it takes, and the effectively-once send (:f
 **Effectively-once** is Pulsar's broker deduplication: the broker drops a message whose sequence id is not above the
 last one it stored from the same producer name. A writer whose replayed batch gives each partition the same messages
 in the same order sends them with a producer of a stable name and the sequence id ``batch * 2**24 + position + 1``
-(:func:`sequence_id`), so the broker stores each once; :func:`send` also skips those the broker reports having
-(``last_sequence_id``), and sends without batching (the Python client gives a batch one sequence id). On a
+(:func:`sequence_id`), so the broker stores each once.
+
+Sends are batched, in **chunks fixed by the messages alone** (:func:`chunks`: up to :data:`CHUNK_MESSAGES` messages and
+:data:`CHUNK_BYTES` bytes, cut in order), each chunk one batch entry on the broker. The clients' batches carry no
+highest sequence id (pulsar-client-cpp sets only the first message's): the broker dedups a batch by its first
+sequence id and remembers that one, so a replay is exact only if it sends the same batches. It does: a chunk's
+bounds depend only on the kept messages, the producer cuts a batch only where :func:`send` ends a chunk (its
+count and size limits are above a chunk's, its publish delay an hour), and a replay skips whole chunks, those whose
+first sequence id the broker reports having (``last_sequence_id``), sending the rest whole: the broker drops a
+resent chunk it stored, and stores the others once. (Unbatched, a replay could start inside a stored batch whose
+later messages the broker does not know it has.) On a
 partitioned topic, writer partition P sends to topic partition P mod N (as Flink's fixed partitioner does): one
 topic partition then checks each producer's whole sequence, where a key-hashing router would spread it over
 partitions whose last ids differ. A second producer of the same name while the first is connected is refused by
@@ -25,7 +34,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from statekeep.errors import InvalidArgumentError, MissingDependencyError, NotFoundError, StoreUnavailableError
@@ -37,6 +46,12 @@ DEFAULT_TIMEOUT = 30.0
 ROWS_PER_BATCH = 2**24
 #: Pulsar's default ``maxMessageSize`` (5 MiB), the limit where the broker's configuration states none
 DEFAULT_MAX_MESSAGE = 5 * 1024 * 1024
+#: the most messages of a chunk, one batch entry on the broker (see :func:`chunks`)
+CHUNK_MESSAGES = 1000
+#: the most bytes of a chunk as :func:`message_size` counts them (a single larger message is a chunk by itself)
+CHUNK_BYTES = 512 * 1024
+#: chunks a producer may have in flight before a send waits for the broker
+CHUNKS_IN_FLIGHT = 10
 
 
 def client_module() -> Any:
@@ -190,6 +205,16 @@ def last_message_id(options: PulsarOptions, partition: str) -> str:
     return OUTAGE.bounded(seconds=options.timeout).repeat(ask)
 
 
+def ledgers(options: PulsarOptions, partition: str) -> list[tuple[int, int]]:
+    """The partition's ledgers as (ledger id, entries), oldest first, from the admin API's internal stats (the open
+    ledger's entries are its ``currentLedgerEntries``)."""
+    stats = _admin_get(options, f"/admin/v2/{_topic_path(partition)}/internalStats", f"{partition}'s ledgers")
+    found = [(int(ledger["ledgerId"]), int(ledger.get("entries", 0))) for ledger in stats.get("ledgers", [])]
+    if found and stats.get("currentLedgerEntries") is not None:
+        found[-1] = (found[-1][0], max(found[-1][1], int(stats["currentLedgerEntries"])))
+    return found
+
+
 def deduplication_enabled(options: PulsarOptions) -> bool:
     """Whether the broker deduplicates the topic's messages (its applied setting: topic, else namespace, else
     broker); NotFoundError for an unknown topic, StoreUnavailableError when the admin API does not answer."""
@@ -239,23 +264,55 @@ def sequence_id(batch: int, position: int) -> int:
     return batch * ROWS_PER_BATCH + position + 1  # never 0: the Python client takes 0 for "none given"
 
 
+def message_size(message: Mapping[str, Any]) -> int:
+    """A message's bytes as a chunk counts them: payload, key, properties and 100 for its metadata (at least what
+    the producer's batch counts, the payload)."""
+    properties = message.get("properties") or {}
+    return (len(message["content"]) + len(message.get("partition_key") or "")
+            + sum(len(k) + len(v) for k, v in properties.items()) + 100)
+
+
+def chunks(messages: Iterable[Mapping[str, Any]], limit: int = CHUNK_BYTES
+           ) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
+    """``messages`` cut, in order, into chunks of at most :data:`CHUNK_MESSAGES` messages and ``limit`` bytes (a
+    message over ``limit`` alone), each with its first message's position: a function of the messages alone, so a
+    replay of the same messages cuts the same chunks."""
+    chunk: list[Mapping[str, Any]] = []
+    first = size = 0
+    for position, message in enumerate(messages):
+        grows = message_size(message)
+        if chunk and (len(chunk) == CHUNK_MESSAGES or size + grows > limit):
+            yield first, chunk
+            chunk, first, size = [], position, 0
+        chunk.append(message)
+        size += grows
+    if chunk:
+        yield first, chunk
+
+
 def send(options: PulsarOptions, producer_name: str, batch: int, messages: Iterable[Mapping[str, Any]],
          partition: int = 0) -> int:
     """Send ``messages`` (keyword arguments of ``Producer.send``: ``content``, and ``partition_key``,
     ``properties``, ``event_timestamp``) as ``batch``'s messages of producer ``producer_name`` to the topic's
-    partition ``partition`` mod its partitions, skipping those the broker already has; the number sent. Raises
+    partition ``partition`` mod its partitions, in :func:`chunks` (one batch each), skipping the chunks the broker
+    already has; the number sent. Raises
     NotFoundError for a topic the broker does not have, StoreUnavailableError when a send fails (the broker
     drops what it already stored when the batch is sent again)."""
     pulsar = client_module()
     failures: list[str] = []
     sent = 0
     client = shared_client(options)
+    # a chunk stays under the broker's limit for a whole batch entry (each message's size was checked already)
+    limit = min(CHUNK_BYTES, max_message_size(options) // 2)
     try:
         names = client.get_topic_partitions(options.topic)
-        # 10,000 in flight: with the default 1,000 unbatched sends ran at a third of the rate here
+        # the producer cuts a batch only where a chunk ends: at its count (a full chunk), else at the flush below;
+        # its byte limit is above a chunk's, its publish delay an hour (a timer's cut would differ on a replay)
         producer = client.create_producer(names[partition % len(names)], producer_name=producer_name,
-                                          batching_enabled=False, block_if_queue_full=True,
-                                          max_pending_messages=10_000,
+                                          batching_enabled=True, batching_max_messages=CHUNK_MESSAGES,
+                                          batching_max_allowed_size_in_bytes=2 * CHUNK_BYTES,
+                                          batching_max_publish_delay_ms=3_600_000, block_if_queue_full=True,
+                                          max_pending_messages=CHUNK_MESSAGES * CHUNKS_IN_FLIGHT,
                                           send_timeout_millis=int(options.timeout * 1000))
         try:
             last = producer.last_sequence_id()
@@ -264,12 +321,14 @@ def send(options: PulsarOptions, producer_name: str, batch: int, messages: Itera
                 if result != pulsar.Result.Ok:
                     failures.append(str(result))
 
-            for position, message in enumerate(messages):
-                seq = sequence_id(batch, position)
-                if seq <= last:
-                    continue  # the broker has it: a replay
-                producer.send_async(callback=done, sequence_id=seq, **message)
-                sent += 1
+            for first, chunk in chunks(messages, limit):
+                if sequence_id(batch, first) <= last:
+                    continue  # the broker has this chunk: a replay
+                for position, message in enumerate(chunk, first):
+                    producer.send_async(callback=done, sequence_id=sequence_id(batch, position), **message)
+                sent += len(chunk)
+                if len(chunk) < CHUNK_MESSAGES:
+                    producer.flush()  # a short chunk: its batch ends here (a full one was sent at its count)
             producer.flush()
         finally:
             producer.close()

@@ -20,12 +20,13 @@ way: the serde's bytes as the payload, the key as the partition key, properties,
 2. The state commit (state, changelog and the (batch, partition) marker, one atomic write).
 3. Delivery: per topic, the messages in their kept order by a producer whose name is the function's (tenant,
    namespace, name, incarnation) and partition, with the sequence id ``batch * 2**24 + position + 1``, to topic
-   partition ``partition mod N``.
+   partition ``partition mod N``, batched in chunks that depend on the messages alone
+   (:func:`~statekeep.functions.messaging.pulsarclient.send`).
 
 A replay of a (batch, partition) whose state was committed sends the kept messages again with the same producer
-name and sequence ids: the broker drops those it stored (and the sender skips those below the producer's last
-sequence id). So a consumer sees each message once, whichever process died where, as long as the namespace
-deduplicates (checked before the query starts and before each batch's messages are kept).
+name and sequence ids, in the same chunks: the broker drops those it stored (and the sender skips the chunks up to
+the producer's last sequence id). So a consumer sees each message once, whichever process died where, as long as
+the namespace deduplicates (checked before the query starts and before each batch's messages are kept).
 """
 
 from __future__ import annotations
