@@ -58,7 +58,8 @@ def _table(topics: list[str], keys: list[bytes | None], values: list[bytes | Non
 
     header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     stamps = pa.Array.from_buffers(pa.int64(), len(times), [None, pa.py_buffer(array.array("q", times))])
-    return pa.table({"topic": _binary([t.encode("utf-8") for t in topics], pa.string()),
+    names = {topic: topic.encode("utf-8") for topic in set(topics)}  # a few topics: each encoded once
+    return pa.table({"topic": _binary([names[t] for t in topics], pa.string()),
                      "key": _binary(keys, pa.binary()), "value": _binary(values, pa.binary()),
                      "headers": pa.nulls(len(times), header) if headers is None else pa.array(headers, header),
                      "timestamp": stamps})
