@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailableError
 from statekeep.functions.config.locations import SCHEME, KafkaTopic, is_kafka, parse
 from statekeep.functions.messaging.sink import kept_sink
-from statekeep.functions.messaging.kafkarecords import (COLUMNS, changelog_records, message_of, raw_table,
+from statekeep.functions.messaging.kafkarecords import (COLUMNS, changelog_records, longs, message_of, raw_table,
                                                         records_table)
 from statekeep.functions.messaging.kafkatxn import (DEADLINE, TIMEOUT, KafkaDelivery, KafkaDeliveryError,
                                                     transactional_id)
@@ -148,12 +148,12 @@ def check_sizes(table: Any, bootstrap: str) -> None:
         return
     # a record as the broker counts it, near enough: key, value, headers and ~70 bytes of framing. No Python
     # scalar goes into Arrow here: converting one imports pandas (0.3 s in each new Python worker)
-    zeros = pa.Array.from_buffers(pa.int32(), len(table), [None, pa.py_buffer(bytes(4 * len(table)))])
-    sizes = pc.add(pc.coalesce(pc.binary_length(table["key"]), zeros),
-                   pc.coalesce(pc.binary_length(table["value"]), zeros))  # a tombstone's value is null
+    zeros = longs([0] * len(table))
+    sizes = pc.add(pc.coalesce(pc.binary_length(table["key"]).cast(pa.int64()), zeros),
+                   pc.coalesce(pc.binary_length(table["value"]).cast(pa.int64()), zeros))  # a tombstone's is null
     if table["headers"].null_count < len(table):
         extra = [sum(len(h["key"].encode()) + len(h["value"]) for h in hs or ()) for hs in table["headers"].to_pylist()]
-        sizes = pc.add(sizes, pa.array(extra, pa.int32()))
+        sizes = pc.add(sizes, longs(extra))
     for topic in sorted(pc.unique(table["topic"]), key=str):
         name = topic.as_py()
         limit = topic_limit(KafkaTopic(bootstrap, name))

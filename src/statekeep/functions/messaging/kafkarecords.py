@@ -52,23 +52,20 @@ def records_table(records: Iterable[tuple[str, Any]]) -> Any:
 def _table(topics: list[str], keys: list[bytes | None], values: list[bytes | None],
            headers: list[Any] | None, times: list[int]) -> Any:
     """The Table of :data:`COLUMNS` of these columns (``headers`` None: no record has any)."""
-    import array
-
     import pyarrow as pa
 
     header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    stamps = pa.Array.from_buffers(pa.int64(), len(times), [None, pa.py_buffer(array.array("q", times))])
     names = {topic: topic.encode("utf-8") for topic in set(topics)}  # a few topics: each encoded once
-    return pa.table({"topic": _binary([names[t] for t in topics], pa.string()),
-                     "key": _binary(keys, pa.binary()), "value": _binary(values, pa.binary()),
+    return pa.table({"topic": binary_column([names[t] for t in topics], pa.string()),
+                     "key": binary_column(keys, pa.binary()), "value": binary_column(values, pa.binary()),
                      "headers": pa.nulls(len(times), header) if headers is None else pa.array(headers, header),
-                     "timestamp": stamps})
+                     "timestamp": longs(times)})
 
 
-def _binary(items: list[bytes | None], kind: Any) -> Any:
+def binary_column(items: list[bytes | None], kind: Any) -> Any:
     """``items`` (None: null) as an Arrow array of ``kind`` (binary, or string for UTF-8 bytes), made of one joined
-    buffer: ``pa.array`` of Python values converts value by value, and imports pandas (0.3 s in each new Python
-    worker)."""
+    buffer. Arrow's conversions of Python values (``pa.array``, ``pa.scalar``, a Python value given to a compute
+    function) import pandas: 0.3 s in each new Python worker with its bytecode cached, seconds without."""
     import array
     import itertools
 
@@ -89,6 +86,15 @@ def _binary(items: list[bytes | None], kind: Any) -> Any:
         return pa.array(given, kind)
     return pa.Array.from_buffers(kind, len(items), [validity, pa.py_buffer(offsets),
                                                     pa.py_buffer(b"".join(items))])  # type: ignore[arg-type]
+
+
+def longs(values: list[int]) -> Any:
+    """``values`` as an Arrow int64 array, without converting a Python value (see :func:`binary_column`)."""
+    import array
+
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array.array("q", values))])
 
 
 def _record(message: Any) -> Record:
