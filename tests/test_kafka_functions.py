@@ -103,6 +103,21 @@ def test_kafka_in_and_out_with_keys_headers_times_publish_and_log(kafka, spark, 
         assert counters == {"k0": 4, "k1": 4, "k2": 4}
 
 
+def test_a_records_table_is_the_same_from_wrapped_results_and_message_records_and_needs_no_pandas():
+    wrapped = sk_kafka.records_table([("o", ("v", "k", {"p": "q"}, 5)), ("o", (b"\xff", None, None, None)),
+                                      ("d", 7)])
+    recorded = sk_kafka.records_table([("o", {"key": "k", "value": "v", "properties": {"p": "q"}, "eventTime": 5}),
+                                       ("o", {"valueBase64": "/w=="}), ("d", {"value": 7})])
+    assert wrapped.equals(recorded)
+    assert wrapped.to_pylist()[1:] == [{"topic": "o", "key": None, "value": b"\xff", "headers": None, "timestamp": 0},
+                                       {"topic": "d", "key": None, "value": b"7", "headers": None, "timestamp": 0}]
+    # records without headers convert no Python list in Arrow: pa.array would import pandas in each new worker
+    code = ("import sys; from statekeep.functions.messaging.kafkarecords import records_table, raw_table; "
+            "records_table([('o', ('v', 'k', None, 5))]); raw_table('c', [b'k'], [None]); "
+            "print('pandas' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 def test_topics_create_produce_and_consume_on_kafka(kafka, capsys):
     from statekeep.cli import main
 

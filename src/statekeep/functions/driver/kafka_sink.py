@@ -58,6 +58,7 @@ def _table(batches: Iterator[Any], topic: str | None) -> Any:
     import pyarrow.compute as pc
 
     from statekeep.functions.messaging.kafka import COLUMNS
+    from statekeep.functions.messaging.kafkarecords import binary_column, longs
 
     given = list(batches)
     if not given:
@@ -70,16 +71,19 @@ def _table(batches: Iterator[Any], topic: str | None) -> Any:
             return pa.nulls(n, pa.binary())
         return rows[name].cast(pa.binary())
 
-    topics = rows["topic"].cast(pa.string()) if "topic" in rows.column_names else pa.array([topic] * n, pa.string())
-    if topic and "topic" in rows.column_names:
-        topics = pc.fill_null(topics, topic)
+    # no Python value converted into Arrow (kafkarecords.binary_column: that imports pandas in each new worker)
+    default = binary_column([topic.encode("utf-8")] * n, pa.string()) if topic else None
+    topics = rows["topic"].cast(pa.string()) if "topic" in rows.column_names else default
+    assert topics is not None  # _options: a topic column or option
+    if default is not None and topics is not default:
+        topics = pc.coalesce(topics, default)
     if topics.null_count:
         raise InvalidArgumentError(f"{SINK}: a row has no topic (null topic column, no topic option)")
-    stamp = pa.array([0] * n, pa.int64())
+    stamp = longs([0] * n)
     if "timestamp" in rows.column_names:
         column = rows["timestamp"]
         ms = column.cast(pa.timestamp("ms")).cast(pa.int64()) if pa.types.is_timestamp(column.type) else column
-        stamp = pc.fill_null(ms.cast(pa.int64()), 0)
+        stamp = pc.coalesce(ms.cast(pa.int64()), stamp)
     header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     headers = rows["headers"].cast(header) if "headers" in rows.column_names else pa.nulls(n, header)
     return pa.table(dict(zip(COLUMNS, (topics, binary("key"), binary("value"), headers, stamp))))

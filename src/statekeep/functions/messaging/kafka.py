@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from statekeep.errors import InvalidArgumentError, NotFoundError, StoreUnavailableError
 from statekeep.functions.config.locations import SCHEME, KafkaTopic, is_kafka, parse
 from statekeep.functions.messaging.sink import kept_sink
-from statekeep.functions.messaging.kafkarecords import (COLUMNS, changelog_records, message_of, raw_table,
+from statekeep.functions.messaging.kafkarecords import (COLUMNS, changelog_records, longs, message_of, raw_table,
                                                         records_table)
 from statekeep.functions.messaging.kafkatxn import (DEADLINE, TIMEOUT, KafkaDelivery, KafkaDeliveryError,
                                                     transactional_id)
@@ -147,17 +147,20 @@ def check_sizes(table: Any, bootstrap: str) -> None:
 
     if not len(table):
         return
-    # a record as the broker counts it, near enough: key, value, headers and ~70 bytes of framing
-    sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(table["key"]), 0),
-                          pc.fill_null(pc.binary_length(table["value"]), 0)), 70)  # a tombstone's value is null
+    # a record as the broker counts it, near enough: key, value, headers and ~70 bytes of framing. No Python
+    # scalar goes into Arrow here: converting one imports pandas (0.3 s in each new Python worker)
+    zeros = longs([0] * len(table))
+    sizes = pc.add(pc.coalesce(pc.binary_length(table["key"]).cast(pa.int64()), zeros),
+                   pc.coalesce(pc.binary_length(table["value"]).cast(pa.int64()), zeros))  # a tombstone's is null
     if table["headers"].null_count < len(table):
         extra = [sum(len(h["key"].encode()) + len(h["value"]) for h in hs or ()) for hs in table["headers"].to_pylist()]
-        sizes = pc.add(sizes, pa.array(extra, pa.int64()))
-    for topic in sorted(set(table["topic"].to_pylist())):
-        limit = topic_limit(KafkaTopic(bootstrap, topic))
-        biggest = pc.max(pc.filter(sizes, pc.equal(table["topic"], topic))).as_py()
+        sizes = pc.add(sizes, longs(extra))
+    for topic in sorted(pc.unique(table["topic"]), key=str):
+        name = topic.as_py()
+        limit = topic_limit(KafkaTopic(bootstrap, name))
+        biggest = pc.max(pc.filter(sizes, pc.equal(table["topic"], topic))).as_py() + 70
         if biggest > limit:
-            raise InvalidArgumentError(f"a message of {biggest} bytes for {SCHEME}{bootstrap}/{topic} is over the "
+            raise InvalidArgumentError(f"a message of {biggest} bytes for {SCHEME}{bootstrap}/{name} is over the "
                                        f"topic's max.message.bytes ({limit}): nothing was written")
 
 
@@ -247,6 +250,18 @@ def deliver_kept(spec: ExecutorSpec, batch: int, partition: int, table: Any = No
     for b in [*earlier, batch]:
         if b <= done:
             kept.discard(b, partition)
+
+
+def warm(spec: ExecutorSpec, partition: int) -> None:
+    """At a Spark task's start, for a function that writes to Kafka (its output, dead letters, log or changelog
+    topic): the executor's delivery agent readies the partition's producer while the function runs
+    (:func:`~statekeep.functions.messaging.kafkaagent.warm`), so the first batch's delivery waits for neither."""
+    from statekeep.functions.messaging import kafkaagent
+
+    names = [n for n in (spec.output, spec.dead_letter, spec.log_topic, spec.changelog_topic) if is_kafka(n)]
+    if names and kafkaagent.wanted():
+        kafkaagent.warm(parse(str(names[0])).bootstrap,
+                        transactional_id(spec.tenant, spec.namespace, spec.name, spec.function_id, partition))
 
 
 def settle(spec: ExecutorSpec, committed: Callable[[int, int], bool]) -> None:

@@ -10,7 +10,8 @@ thread owns its producer and Flink's ``KafkaSink`` pools its own. The agent (:da
 program) runs the same ``KafkaDelivery`` (the protocol of :mod:`statekeep.functions.messaging.kafka`), keeping each
 id's producer, and its group's look-up consumer, from batch to batch; each id's deliveries run one at a time, in
 the order they came (its lane). The first worker that needs the agent starts it (under a file lock: one per
-executor); it leaves when the executor's Python daemon (its starter's parent) is gone, having ended what it was
+executor), at its task's start (:func:`warm`, which also has the partition's producer made while the function
+runs); it leaves when the executor's Python daemon (its starter's parent) is gone, having ended what it was
 handed, or after :data:`IDLE_SECONDS` without a delivery.
 
 **Delivery behind the task** (:func:`behind`). A task whose state commit is its own hands its kept batch to the
@@ -64,6 +65,24 @@ def wanted() -> bool:
 
 class AgentError(StatekeepError):
     """The executor's delivery agent could not be reached, or died before it answered."""
+
+
+_warmed: set[tuple[str, str]] = set()
+
+
+def warm(bootstrap: str, transactional_id: str) -> None:
+    """Once per worker process and id, without waiting: the agent started if none answers, and asked to make the
+    id's producer ready (``KafkaDelivery.warm``) while the task runs, ahead of the id's deliveries (its lane runs
+    it first). A failure is left to the delivery, which starts the agent and the producer itself."""
+    if (bootstrap, transactional_id) in _warmed:
+        return
+    _warmed.add((bootstrap, transactional_id))
+
+    def ask() -> None:
+        with contextlib.suppress(Exception):
+            _ask({"op": "warm", "bootstrap": bootstrap, "id": transactional_id}, START_SECONDS)
+
+    threading.Thread(target=ask, name=f"statekeep-warm-{transactional_id}", daemon=True).start()
 
 
 def deliver(bootstrap: str, transactional_id: str, batch: int | None, table: Any, *, replay: bool,
@@ -214,7 +233,8 @@ class _Lane:
 
 class Agent:
     """The agent's side: one thread per connection; each id's deliveries on its :class:`_Lane`. ``run(op,
-    bootstrap, id, batch, payload, replay)`` runs one delivery (``op`` "deliver", "behind" or "catch_up")."""
+    bootstrap, id, batch, payload, replay)`` runs one delivery (``op`` "deliver", "behind" or "catch_up"), or
+    readies the id's producer ("warm")."""
 
     def __init__(self, path: str, owner: int, run: Callable[..., Any]) -> None:
         self.path, self.owner, self.run = path, owner, run
@@ -297,6 +317,9 @@ class Agent:
         def run(payload: Any, replay: bool = False) -> Any:
             return self.run(op, request["bootstrap"], request["id"], request.get("batch"), payload, replay)
 
+        if op == "warm":  # before the id's deliveries, in its lane; no one waits for it (a failure: the delivery's)
+            lane.pool.submit(run, None)
+            return True
         if op == "deliver":
             return lane.pool.submit(lambda: run(table(request["table"]), request["replay"])).result()
         if op == "catch_up":

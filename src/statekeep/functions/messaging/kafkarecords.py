@@ -18,51 +18,104 @@ from statekeep.functions.config.spec import CHANGELOG_FORMATS
 COLUMNS = ("topic", "key", "value", "headers", "timestamp")
 
 
+#: a broker record as a function's output wrap makes it (:func:`~statekeep.functions.messaging.messages.
+#: output_wrapper`): (payload, key, properties, event time), resolved once, read here without a message record
+Record = tuple[str | bytes, str | None, dict[str, str] | None, int | None]
+
+
 def records_table(records: Iterable[tuple[str, Any]]) -> Any:
-    """``(Kafka topic, message record)`` pairs as a pyarrow Table of :data:`COLUMNS`. A message record is
-    :meth:`~statekeep.functions.messaging.messages.Message.to_json`'s shape; any other value is written as its text
-    (a str) or JSON."""
-    import json
+    """``(topic, record)`` pairs as a pyarrow Table of :data:`COLUMNS`, in one pass. A record is a :data:`Record`
+    tuple, or a message record (:meth:`~statekeep.functions.messaging.messages.Message.to_json`'s shape: a
+    ``publish``, a log record, a dead letter); any other value is written as its text (a str) or JSON."""
+    topics: list[str] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[list[tuple[str, bytes]] | None] = []
+    times: list[int] = []
+    any_headers = False
+    for topic, record in records:
+        if record.__class__ is not tuple:
+            record = _record(record)
+        value, key, properties, event_time = record
+        topics.append(topic)
+        keys.append(None if key is None else (key if key.__class__ is str else str(key)).encode("utf-8"))
+        values.append(value.encode("utf-8") if value.__class__ is str else value)
+        if properties:
+            any_headers = True
+            headers.append([(str(k), str(v).encode("utf-8")) for k, v in properties.items()])
+        else:
+            headers.append(None)
+        times.append(event_time if event_time.__class__ is int else 0)
+    return _table(topics, keys, values, headers if any_headers else None, times)
+
+
+def _table(topics: list[str], keys: list[bytes | None], values: list[bytes | None],
+           headers: list[Any] | None, times: list[int]) -> Any:
+    """The Table of :data:`COLUMNS` of these columns (``headers`` None: no record has any)."""
+    import pyarrow as pa
+
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    names = {topic: topic.encode("utf-8") for topic in set(topics)}  # a few topics: each encoded once
+    return pa.table({"topic": binary_column([names[t] for t in topics], pa.string()),
+                     "key": binary_column(keys, pa.binary()), "value": binary_column(values, pa.binary()),
+                     "headers": pa.nulls(len(times), header) if headers is None else pa.array(headers, header),
+                     "timestamp": longs(times)})
+
+
+def binary_column(items: list[bytes | None], kind: Any) -> Any:
+    """``items`` (None: null) as an Arrow array of ``kind`` (binary, or string for UTF-8 bytes), made of one joined
+    buffer. Arrow's conversions of Python values (``pa.array``, ``pa.scalar``, a Python value given to a compute
+    function) import pandas: 0.3 s in each new Python worker with its bytecode cached, seconds without."""
+    import array
+    import itertools
 
     import pyarrow as pa
 
-    topics: list[str] = []
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    headers: list[list[tuple[str, bytes]] | None] = []
-    times: list[int] = []
-    for topic, message in records:
-        if message.__class__ is not dict or ("value" not in message and "valueBase64" not in message):
-            if not isinstance(message, Mapping) or not ({"value", "valueBase64"} & message.keys()):
-                message = {"value": message if isinstance(message, str) else json.dumps(message, default=str)}
-        if "valueBase64" in message:  # as columns.payload reads a message record
-            data = base64.b64decode(message["valueBase64"])
-        else:
-            value = message.get("value")
-            data = value.encode("utf-8") if value.__class__ is str else json.dumps(value).encode("utf-8")
-        key = message.get("key")
-        properties = message.get("properties")
-        event_time = message.get("eventTime")
-        topics.append(topic)
-        keys.append(None if key is None else (key if key.__class__ is str else str(key)).encode("utf-8"))
-        values.append(data)
-        headers.append([(str(k), str(v).encode("utf-8")) for k, v in properties.items()] if properties else None)
-        times.append(event_time if event_time.__class__ is int else 0)
-    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    return pa.table({"topic": pa.array(topics, pa.string()), "key": pa.array(keys, pa.binary()),
-                     "value": pa.array(values, pa.binary()), "headers": pa.array(headers, header),
-                     "timestamp": pa.array(times, pa.int64())})
+    given, validity = items, None
+    if None in items:  # a record without a key, a tombstone
+        bits = bytearray((len(items) + 7) // 8)
+        for i, item in enumerate(items):
+            if item is not None:
+                bits[i >> 3] |= 1 << (i & 7)
+        validity = pa.py_buffer(bits)
+        items = [b"" if item is None else item for item in items]
+    offsets = array.array("i", [0])
+    try:
+        offsets.extend(itertools.accumulate(map(len, items)))  # type: ignore[arg-type]  # none is None now
+    except OverflowError:  # past 2 GiB: pa.array's chunks
+        return pa.array(given, kind)
+    return pa.Array.from_buffers(kind, len(items), [validity, pa.py_buffer(offsets),
+                                                    pa.py_buffer(b"".join(items))])  # type: ignore[arg-type]
+
+
+def longs(values: list[int]) -> Any:
+    """``values`` as an Arrow int64 array, without converting a Python value (see :func:`binary_column`)."""
+    import array
+
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array.array("q", values))])
+
+
+def _record(message: Any) -> Record:
+    """A message record (or any other value: its text, or JSON) as a :data:`Record`."""
+    import json
+
+    if message.__class__ is not dict or ("value" not in message and "valueBase64" not in message):
+        if not isinstance(message, Mapping) or not ({"value", "valueBase64"} & message.keys()):
+            message = {"value": message if isinstance(message, str) else json.dumps(message, default=str)}
+    if "valueBase64" in message:  # as columns.payload reads a message record
+        data: str | bytes = base64.b64decode(message["valueBase64"])
+    else:
+        value = message.get("value")
+        data = value if value.__class__ is str else json.dumps(value)
+    return data, message.get("key"), message.get("properties"), message.get("eventTime")
 
 
 def raw_table(topic: str, keys: list[bytes], values: list[bytes | None]) -> Any:
     """Records of ``topic`` with these key and value bytes (a None value: a tombstone), as a pyarrow Table of
     :data:`COLUMNS` (no headers, timestamp 0: the broker's time)."""
-    import pyarrow as pa
-
-    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    return pa.table({"topic": pa.array([topic] * len(keys), pa.string()), "key": pa.array(keys, pa.binary()),
-                     "value": pa.array(values, pa.binary()), "headers": pa.nulls(len(keys), header),
-                     "timestamp": pa.array([0] * len(keys), pa.int64())})
+    return _table([topic] * len(keys), list(keys), values, None, [0] * len(keys))
 
 
 # -- a function's changelog on a Kafka topic (KIP-813) -------------------------------------------------------------

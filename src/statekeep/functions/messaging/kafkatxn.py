@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from statekeep.errors import StatekeepError
-from statekeep.functions.messaging.kafkarecords import COLUMNS
 from statekeep.kafka import client_config, confluent
 from statekeep.retry import OUTAGE
 
@@ -42,6 +41,7 @@ class _Kept:
 
     producer: Any
     troubled: bool = False
+    unused: bool = True  # no transaction begun since its init_transactions: it is as fresh as a new one
 
 
 _producers: dict[tuple[str, str], _Kept] = {}
@@ -61,16 +61,18 @@ class KafkaDelivery:
 
     def _producer(self, fresh: bool) -> Any:
         """This process's producer of the id; ``fresh``: a new one, whose ``init_transactions`` fences every
-        earlier producer of the id and aborts its open transaction. A kept producer that lost a connection since
-        its last transaction (a broker restarted) is replaced too: librdkafka's next transaction on it was seen to
-        hang in ``send_offsets_to_transaction``."""
+        earlier producer of the id and aborts its open transaction (or the kept one, if it has begun no
+        transaction since its own: one made by :meth:`warm`). A kept producer that lost a connection since its last
+        transaction (a broker restarted) is replaced too: librdkafka's next transaction on it was seen to hang in
+        ``send_offsets_to_transaction``."""
         kafka = confluent()
         key = (self.bootstrap, self.transactional_id)
         with _producers_lock:
-            kept = None if fresh else _producers.get(key)
-        if kept is not None:
+            kept = _producers.get(key)
+        if kept is not None and (kept.unused or not fresh):
             kept.producer.poll(0)  # its error callbacks since its last transaction
             if not kept.troubled:
+                kept.unused = kept.unused and fresh  # asked for not fresh: for a transaction
                 return kept.producer
         # a new producer, made and initialised outside the process's lock: another id's delivery goes on meanwhile
         # (one id's deliveries are one at a time: a task's, or the delivery agent's per id)
@@ -95,6 +97,18 @@ class KafkaDelivery:
         with _producers_lock:
             _producers[key] = holder
         return producer
+
+    def warm(self) -> None:
+        """Ahead of the id's first delivery in this process: its producer made and initialised (fencing every
+        earlier one, as that delivery's own fresh producer would: it takes this one instead), and its group's
+        look-up consumer and metadata made, so that the first batch waits for none of them. Nothing if this process
+        has a producer of the id. Raises as :meth:`_producer` (the delivery that follows tries again)."""
+        with _producers_lock:
+            if (self.bootstrap, self.transactional_id) in _producers:
+                return
+        self._producer(fresh=True)
+        self._lookup_consumer()
+        self._group_metadata()
 
     def _group_metadata(self) -> Any:
         kafka = confluent()
@@ -199,7 +213,7 @@ class KafkaDelivery:
             self._bounded(batch, table, False, check=False)
 
     def deliver(self, batch: int | None, table: Any, *, replay: bool = False) -> bool:
-        """Write ``table``'s records (:data:`COLUMNS`) as ``batch``'s one transaction, unless a ``replay`` finds
+        """Write ``table``'s records (kafkarecords.COLUMNS) as ``batch``'s one transaction, unless a ``replay`` finds
         ``batch`` delivered already (it fences the id first). ``batch`` None: a one-off transaction that records
         no batch. Returns whether this call wrote them. :class:`KafkaDeliveryError` if Kafka refused or did not
         answer within :data:`DEADLINE` (the transaction is aborted, or left to the next producer of the id to
@@ -285,7 +299,7 @@ _BATCH = 10_000
 
 
 def _produce(producer: Any, table: Any, topics: list[str]) -> None:
-    """Queue ``table``'s records (:data:`COLUMNS`) on ``producer``, each topic's in table order. Records without
+    """Queue ``table``'s records (kafkarecords.COLUMNS) on ``producer``, each topic's in table order. Records without
     headers and timestamps (a changelog's, plain outputs') go through ``produce_batch`` (one call per few thousand:
     half the cost of a call each; it refuses timestamps, whatever its docstring says), others one ``produce``
     each; a full local queue is let drain."""
@@ -316,14 +330,32 @@ def _produce(producer: Any, table: Any, topics: list[str]) -> None:
                     batch = failed
         return
     produce = producer.produce
-    for topic, key, value, headers, timestamp in zip(*[table[c].to_pylist() for c in COLUMNS]):
-        while True:
+    names, keys, values, stamps = (table[c].to_pylist() for c in ("topic", "key", "value", "timestamp"))
+    headers = table["headers"]
+    if headers.null_count == len(table):  # no header list to make per record
+        for topic, key, value, timestamp in zip(names, keys, values, stamps):
             try:
-                produce(topic, value, key, headers=[(h["key"], h["value"]) for h in headers]
-                        if headers else None, timestamp=timestamp)
-                break
+                produce(topic, value, key, timestamp=timestamp)
             except BufferError:  # the local queue is full: let it drain
-                poll(0.05)
+                _full(producer, topic, value, key, timestamp=timestamp)
+        return
+    for topic, key, value, found, timestamp in zip(names, keys, values, headers.to_pylist(), stamps):
+        pairs = [(h["key"], h["value"]) for h in found] if found else None
+        try:
+            produce(topic, value, key, headers=pairs, timestamp=timestamp)
+        except BufferError:
+            _full(producer, topic, value, key, headers=pairs, timestamp=timestamp)
+
+
+def _full(producer: Any, *args: Any, **kwargs: Any) -> None:
+    """Produce one record on a producer whose local queue was full: let it drain until the record is taken."""
+    while True:
+        producer.poll(0.05)
+        try:
+            producer.produce(*args, **kwargs)
+            return
+        except BufferError:
+            continue
 
 
 def transactional_id(tenant: str, namespace: str, name: str, incarnation: str, partition: int) -> str:
@@ -333,9 +365,12 @@ def transactional_id(tenant: str, namespace: str, name: str, incarnation: str, p
 
 def _agent_delivery(op: str, bootstrap: str, ident: str, batch: int | None, payload: Any, replay: bool) -> Any:
     """The executor's delivery agent's run of one request (:mod:`statekeep.functions.messaging.kafkaagent`): a
-    "deliver" as :meth:`KafkaDelivery.deliver`, a "catch_up" as :meth:`KafkaDelivery.catch_up`, and a batch handed
+    "warm" as :meth:`KafkaDelivery.warm`, a "deliver" as :meth:`KafkaDelivery.deliver`, a "catch_up" as
+    :meth:`KafkaDelivery.catch_up`, and a batch handed
     "behind" its task as the id's next (no fenced retry: a failure leaves it kept, for the next catch-up)."""
     delivery = KafkaDelivery(bootstrap, ident)
+    if op == "warm":
+        return delivery.warm()
     if op == "deliver":
         return delivery.deliver(batch, payload, replay=replay)
     if op == "catch_up":

@@ -285,9 +285,11 @@ def _plain(value: Any) -> Any:
 
 def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
     """What a result becomes in the function's output: for the DataFrame operator, a row of its output schema
-    (:mod:`statekeep.functions.messaging.rows`); for a topic, a message record with the input message's key,
-    properties and event time (as Pulsar's runtime sets them); else the value, through ``outputSerdeClassName``
-    if set."""
+    (:mod:`statekeep.functions.messaging.rows`); for a broker's topic, a
+    :data:`~statekeep.functions.messaging.kafkarecords.Record` (the serialized result with the input message's key,
+    properties and event time, as Pulsar's runtime sets them); for a statekeep topic, a message record of the same;
+    else the value, through ``outputSerdeClassName`` if set. The input's properties are read per result: one that
+    is not UTF-8 raises (the record's error)."""
     from statekeep.functions.messaging.topics import is_topic
 
     if spec.rows_schema is not None:  # the DataFrame operator's: a row of its output schema
@@ -296,10 +298,29 @@ def output_wrapper(spec: ExecutorSpec, context: Any) -> Callable[[Any], Any]:
         return row_maker(spec.rows_schema, context.get_message_key)
     name = spec.output_serde
     serde = load_serde(name, spec.code, spec.py_name) if name else None
-    if is_topic(spec.output) or is_broker(spec.output):
+    key, properties, event_time = (context.get_message_key, context.get_message_properties,
+                                   context.get_message_eventtime)
+    if is_broker(spec.output):  # the record table's own tuple (kafkarecords.Record): no message record to re-read
+        source = context._source
+        messages = source.messages if source is not None else None
+        if messages is not None and messages.properties is None and not source.event_time_field:
+            # messages without headers (Kafka's, mostly): key and time read by position, as the methods would
+            keys, times = source.keys, messages.times
+
+            def plain(result: Any) -> Any:
+                position = context.position
+                value = result if result.__class__ is str and serde is None else serialize(result, serde)
+                if position < 0:  # a timer's or a window's: no current message
+                    return value, None, None, None
+                return value, keys[position], None, None if times is None else times[position]
+            return plain
+
+        def record(result: Any) -> Any:
+            return (result if result.__class__ is str and serde is None else serialize(result, serde), key(),
+                    properties() or None, event_time())
+        return record
+    if is_topic(spec.output):
         published = int(time.time() * 1000)  # the run's: its messages are published with its commit
-        key, properties, event_time = (context.get_message_key, context.get_message_properties,
-                                       context.get_message_eventtime)
 
         def message(result: Any) -> Any:
             value = result if result.__class__ is str and serde is None else serialize(result, serde)
