@@ -43,8 +43,8 @@ from statekeep.state.base import TaskState, validate_value
 from statekeep.state.buffer import BufferedState, JournaledState
 from statekeep.state.keys import check_key, encode_key
 from statekeep.state.timestate import check_ttl, check_user_key
-from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, element_key, encode_entry,
-                                   entry_payload, map_key_code, variable_prefix)
+from statekeep.state.typed import (EXPIRING, MAP_KEY_TYPES, Variable, checked_key, delete_elements, encode_entry,
+                                   entry_payload, map_key_code, read_elements, variable_prefix)
 
 #: how many state keys the memo holds per variable and entry before it starts again (a batch of more keys checks
 #: them again)
@@ -488,13 +488,8 @@ class KeyedTransaction:
     def elements(self, prefix: str, first: int, end: int) -> list[tuple[str, bytes | None]]:
         """Elements ``first`` to ``end`` - 1 of the list ``prefix`` as (state key, stored entry or None), in order,
         read in one bulk read."""
-        keys = [element_key(prefix, n) for n in range(first, end)]
-        self.state.prefetch(keys)
-        get = self.state.get
-        return [(key, get(key)) for key in keys]
+        return read_elements(self.state, prefix, first, end)
 
     def remove_elements(self, prefix: str, first: int, end: int) -> None:
         """Delete elements ``first`` to ``end`` - 1 of the list ``prefix`` with the batch."""
-        put = self.state.put
-        for number in range(first, end):
-            put(element_key(prefix, number), None)
+        delete_elements(self.state, prefix, first, end)

@@ -80,25 +80,20 @@ def input_frame(spark: SparkSession, inputs: list[str], fmt: RecordFormat, key_f
     selected: DataFrame | None = None
     for path, frame in frames:
         if fmt.rows:  # CSV, Parquet: the reader's columns as they are (the task makes each row a dict)
+            data = [F.col(f"`{c}`") for c in frame.columns]
             key = F.col(key_field).cast("string") if key_field else no_key
-            columns = [F.col(f"`{c}`") for c in frame.columns] + [key.alias("__key")]
-            if topic_column:
-                columns.append(F.lit(path).cast("string").alias("__topic"))
-            frame = frame.select(*columns)
-            selected = frame if selected is None else selected.unionByName(frame, allowMissingColumns=True)
-            continue
-        if fmt.lines:
-            record, key = F.col("value"), F.col("value") if key_field else no_key
+        elif fmt.lines:
+            data, key = [F.col("value").alias("__record")], F.col("value") if key_field else no_key
             if key_field and fmt.json:
                 frame, key = with_json_key(frame, key_field)
         else:
-            record = F.to_json(F.struct(*[F.col(c) for c in frame.columns]))
+            data = [F.to_json(F.struct(*[F.col(c) for c in frame.columns])).alias("__record")]
             key = F.col(key_field).cast("string") if key_field else no_key
-        columns = [record.alias("__record"), key.alias("__key")]
+        columns = [*data, key.alias("__key")]
         if topic_column:
             columns.append(F.lit(path).cast("string").alias("__topic"))
         frame = frame.select(*columns)
-        selected = frame if selected is None else selected.unionByName(frame)
+        selected = frame if selected is None else selected.unionByName(frame, allowMissingColumns=fmt.rows)
     assert selected is not None  # one frame per input, and a function has at least one (FunctionConfig)
     return selected
 

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statekeep.errors import StatekeepError
+from statekeep.lru import memo
 
 #: the module whose ``__main__`` is the agent (with Kafka's delivery: it imports this one, not this one it)
 AGENT_MODULE = "statekeep.functions.messaging.kafkatxn"
@@ -67,7 +68,7 @@ class AgentError(StatekeepError):
     """The executor's delivery agent could not be reached, or died before it answered."""
 
 
-_warmed: set[tuple[str, str]] = set()
+_warmed: dict[tuple[str, str], bool] = memo()  # the ids this worker asked the agent to ready
 
 
 def warm(bootstrap: str, transactional_id: str) -> None:
@@ -76,7 +77,7 @@ def warm(bootstrap: str, transactional_id: str) -> None:
     it first). A failure is left to the delivery, which starts the agent and the producer itself."""
     if (bootstrap, transactional_id) in _warmed:
         return
-    _warmed.add((bootstrap, transactional_id))
+    _warmed[(bootstrap, transactional_id)] = True
 
     def ask() -> None:
         with contextlib.suppress(Exception):
