@@ -14,7 +14,6 @@ from statekeep.functions.config.loader import BATCH
 from statekeep.functions.config.spec import ExecutorSpec, Layout
 from statekeep.functions.executor.collector import young_generation_only
 from statekeep.functions.executor.path import PartitionStats, _cached_process
-from statekeep.functions.messaging import kafka
 from statekeep.functions.messaging.columns import MessageColumns
 from statekeep.functions.executor.runtime import run_partition
 from statekeep.functions.messaging.sink import claim
@@ -50,7 +49,6 @@ def arrow_partition_runner(spec: ExecutorSpec, report: Callable[[dict[str, Any]]
         task = TaskContext.get()
         assert task is not None  # mapInArrow runs this inside a Spark task
         batch_id = task_batch(spec, task)
-        kafka.warm(spec, task.partitionId())  # a Kafka writer's producer readied while the batch runs
         batch_layout = layout if spec.time is None else Layout(  # its watermark, as the committed state holds it
             layout.groups, layout.partitions, timerun.stored_watermark(spec.state_store(), batch_id))
         with young_generation_only():  # also while the batch is decoded (see collector)
