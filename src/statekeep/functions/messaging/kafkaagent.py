@@ -10,8 +10,8 @@ thread owns its producer and Flink's ``KafkaSink`` pools its own. The agent (:da
 program) runs the same ``KafkaDelivery`` (the protocol of :mod:`statekeep.functions.messaging.kafka`), keeping each
 id's producer, and its group's look-up consumer, from batch to batch; each id's deliveries run one at a time, in
 the order they came (its lane). The first worker that needs the agent starts it (under a file lock: one per
-executor), at its task's start (:func:`warm`, which also has the partition's producer made while the function
-runs); it leaves when the executor's Python daemon (its starter's parent) is gone, having ended what it was
+executor) (:func:`warm` can also have an id's producer made ahead of its deliveries; no task calls it now: see
+ARCHITECTURE.md); it leaves when the executor's Python daemon (its starter's parent) is gone, having ended what it was
 handed, or after :data:`IDLE_SECONDS` without a delivery.
 
 **Delivery behind the task** (:func:`behind`). A task whose state commit is its own hands its kept batch to the
